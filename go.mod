@@ -1,0 +1,17 @@
+module github.com/bucketq/bucketq
+
+go 1.25
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/gomodule/redigo v1.9.3
+	github.com/google/uuid v1.6.0
+	github.com/pkg/errors v0.9.1
+	go.uber.org/goleak v1.3.0
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/kr/text v0.2.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+)
