@@ -1,0 +1,337 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Cancel removes a task that has not started: from its bucket or its ready
+// list, leaving a cancelled record for ttl seconds (at least one hour, so
+// that a worker that popped the id a moment before finds the tombstone).
+//
+// WATCH   t:<id>, then b:<q>:<ts> of its due time
+// read    GET t:<id>; ZSCORE sched member; LRANGE bucket (when indexed)
+// queue   LREM bucket 1 id + HINCRBY scheduled -1   (found in the bucket)
+//
+//	or LREM q:<q> 1 id                      (otherwise: ready or taken)
+//	SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
+//
+// If a worker popped the id but has not claimed it, the LREM finds
+// nothing, the record becomes a tombstone, and the worker's claim drops
+// it. If the claim came first, t:<id> changed and this reads "running".
+func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl int64) error {
+	key := s.Keys.Task(id)
+	ttl = max(ttl, 3600)
+	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+		r, err := s.getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		switch r.State {
+		case StateRunning:
+			return ErrAlreadyRunning
+		case StateDone, StateDead, StateCancelled:
+			return fmt.Errorf("task %s is %s: %w", id, r.State, ErrAlreadyDone)
+		}
+		ts := BucketTime(r.Due, s.Resolution)
+		bucket := s.Keys.Bucket(r.Queue, ts)
+		if err := tx.Watch(bucket); err != nil {
+			return err
+		}
+		inBucket, err := s.inBucket(tx, r.Queue, ts, id)
+		if err != nil {
+			return err
+		}
+		st := s.Keys.Stats(r.Queue)
+		if inBucket {
+			tx.Queue("LREM", bucket, 1, id)
+			tx.Queue("HINCRBY", st, StatScheduled, -1)
+		} else {
+			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
+		}
+		if r.State == StateRetry {
+			tx.Queue("HINCRBY", st, StatRetrying, -1)
+		}
+		r.State = StateCancelled
+		r.Finished = now
+		tx.Queue("SETEX", key, ttl, r.Encode())
+		tx.Queue("HINCRBY", st, StatCancelled, 1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("buckets: cancel %s: %w", id, err)
+	}
+	return nil
+}
+
+// inBucket reports whether id is still in its bucket: the bucket is in
+// the index and the list holds the id.
+func (s *Store) inBucket(tx *txn.Tx, q string, ts int64, id string) (bool, error) {
+	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), Member(q, ts))
+	if err != nil || score == nil {
+		return false, err
+	}
+	ids, err := redis.Strings(tx.Do("LRANGE", s.Keys.Bucket(q, ts), 0, -1))
+	if err != nil {
+		return false, err
+	}
+	for _, x := range ids {
+		if x == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Where says where a waiting task is.
+type Where int
+
+// Places of a task, as Lookup reports them.
+const (
+	InRecord Where = iota // the record's state says it all (running, done, dead, cancelled)
+	InBucket              // scheduled: in its bucket
+	InReady               // in its ready list, or taken by a worker that has not claimed it yet
+)
+
+// Lookup reads a task's record and, for a waiting task, whether it is
+// still in its bucket. It writes nothing; it runs in a transaction only so
+// that the record and the bucket are read as of one moment.
+func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record, Where, error) {
+	var (
+		rec   *Record
+		where Where
+	)
+	key := s.Keys.Task(id)
+	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+		r, err := s.getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		rec, where = r, InRecord
+		if r.State != StateWaiting && r.State != StateRetry {
+			return nil
+		}
+		ts := BucketTime(r.Due, s.Resolution)
+		in, err := s.inBucket(tx, r.Queue, ts, id)
+		if err != nil {
+			return err
+		}
+		where = InReady
+		if in {
+			where = InBucket
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: lookup %s: %w", id, err)
+	}
+	return rec, where, nil
+}
+
+// DeadIDs lists dead-letter ids, newest first, from offset, at most count.
+func (s *Store) DeadIDs(conn redis.Conn, offset, count int) ([]string, error) {
+	ids, err := redis.Strings(conn.Do("ZREVRANGE", s.Keys.Dead(), offset, offset+count-1))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: dead letters: %w", err)
+	}
+	return ids, nil
+}
+
+// DeadBefore lists up to limit dead-letter ids that died at or before
+// cutoff (Unix ms), oldest first.
+func (s *Store) DeadBefore(conn redis.Conn, cutoff int64, limit int) ([]string, error) {
+	ids, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Dead(), "-inf", cutoff, "LIMIT", 0, limit))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: dead letters: %w", err)
+	}
+	return ids, nil
+}
+
+// DeadCount is the number of dead letters (ZCARD dead).
+func (s *Store) DeadCount(conn redis.Conn) (int, error) {
+	n, err := redis.Int(conn.Do("ZCARD", s.Keys.Dead()))
+	return n, wrapErr("dead count", err)
+}
+
+// Records reads records by id (MGET); a missing or undecodable one is nil
+// in the result, with its error in errs.
+func (s *Store) Records(conn redis.Conn, ids []string) (recs []*Record, errs []error, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	args := make([]interface{}, len(ids))
+	for i, id := range ids {
+		args[i] = s.Keys.Task(id)
+	}
+	raws, err := redis.ByteSlices(conn.Do("MGET", args...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("buckets: read records: %w", err)
+	}
+	recs = make([]*Record, len(ids))
+	errs = make([]error, len(ids))
+	for i, raw := range raws {
+		if raw == nil {
+			errs[i] = fmt.Errorf("task %s: %w", ids[i], ErrNotFound)
+			continue
+		}
+		recs[i], errs[i] = DecodeRecord(ids[i], raw)
+	}
+	return recs, errs, nil
+}
+
+// Revive moves dead letters back to the front of their ready lists with
+// fresh attempt and recovery counts; ids that are no longer dead letters
+// are skipped. It returns how many it moved.
+//
+// WATCH   t:<id> ...
+// read    GET t:<id> ... (pipelined)
+// queue   ZREM dead ids...; SET t:<id> waiting; RPUSH q:<q> + tokens;
+//
+//	HINCRBY dead -1 per task
+func (s *Store) Revive(ctx context.Context, conn redis.Conn, ids []string, now int64) (int, error) {
+	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) {
+		r.State = StateWaiting
+		r.Attempts, r.Recoveries = 0, 0
+		r.Due, r.Finished = now, 0
+		tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
+		s.pushReady(tx, r.Queue, []string{r.ID}, true)
+	})
+}
+
+// Purge deletes dead letters: ZREM dead ids...; DEL t:<id> ...;
+// HINCRBY dead -1 per task, watching the records as Revive does. Ids whose
+// record is gone (expired) are removed from the index too.
+func (s *Store) Purge(ctx context.Context, conn redis.Conn, ids []string) (int, error) {
+	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) {
+		tx.Queue("DEL", s.Keys.Task(r.ID))
+	})
+}
+
+func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, each func(*txn.Tx, *Record)) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	watch := make([]string, len(ids))
+	for i, id := range ids {
+		watch[i] = s.Keys.Task(id)
+	}
+	n := 0
+	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		n = 0
+		for _, k := range watch {
+			if err := tx.Send("GET", k); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		zrem := []interface{}{s.Keys.Dead()}
+		for i, id := range ids {
+			raw, _ := reps[i].([]byte)
+			if raw == nil {
+				zrem = append(zrem, id) // expired record
+				continue
+			}
+			r, derr := DecodeRecord(id, raw)
+			if derr != nil || r.State != StateDead {
+				continue
+			}
+			zrem = append(zrem, id)
+			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, -1)
+			each(tx, r)
+			n++
+		}
+		if len(zrem) > 1 {
+			tx.Queue("ZREM", zrem...)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("buckets: dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// QueueStats is one queue's figures.
+type QueueStats struct {
+	Queue                                   string
+	Ready                                   int64
+	Scheduled, Retrying, Running, Dead      int64
+	Processed, Failed, Recovered, Cancelled int64
+	OldestReady                             *Record // nil when none is ready
+	NextDue                                 int64   // earliest bucket time, 0 when none
+}
+
+// Stats reads every known queue's counters, ready length, oldest ready
+// task and earliest bucket. It reads at most scanLimit index members to
+// find each queue's next due bucket.
+func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
+	qs, err := redis.Strings(conn.Do("SMEMBERS", s.Keys.Queues()))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: stats: %w", err)
+	}
+	sort.Strings(qs)
+	var cmds cmdList
+	for _, q := range qs {
+		cmds.Queue("HGETALL", s.Keys.Stats(q))
+		cmds.Queue("LLEN", s.Keys.Ready(q))
+		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+	}
+	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
+	reps, err := pipeline(conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: stats: %w", err)
+	}
+	next := map[string]int64{}
+	if ms, err := redis.Values(reps[len(reps)-1], nil); err == nil {
+		for i := 0; i+1 < len(ms); i += 2 {
+			m, _ := redis.String(ms[i], nil)
+			q, ts, err := ParseMember(m)
+			if err == nil {
+				if _, ok := next[q]; !ok {
+					next[q] = ts
+				}
+			}
+		}
+	}
+	out := make([]QueueStats, len(qs))
+	var oldest []string
+	for i, q := range qs {
+		st := QueueStats{Queue: q, NextDue: next[q]}
+		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
+			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
+			st.Recovered, st.Cancelled = m[StatRecovered], m[StatCancelled]
+		}
+		st.Ready, _ = redis.Int64(reps[3*i+1], nil)
+		id, _ := redis.String(reps[3*i+2], nil)
+		oldest = append(oldest, id)
+		out[i] = st
+	}
+	var ids []string
+	var at []int
+	for i, id := range oldest {
+		if id != "" {
+			ids = append(ids, id)
+			at = append(at, i)
+		}
+	}
+	recs, _, err := s.Records(conn, ids)
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range recs {
+		out[at[j]].OldestReady = r
+	}
+	return out, nil
+}
+
+// IsNotFound reports whether err says the task does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

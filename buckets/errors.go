@@ -1,0 +1,28 @@
+package buckets
+
+import "errors"
+
+// Sentinel errors. The engine package exports the same values.
+var (
+	// ErrMalformed: a task record, id or index member that cannot be
+	// decoded (DecodeRecord, ParseMember).
+	ErrMalformed = errors.New("buckets: malformed data")
+	// ErrInvalidName: a namespace or queue name outside 1-64 of
+	// A-Z a-z 0-9 _ . - (NewKeys, Record.Validate).
+	ErrInvalidName = errors.New("invalid name")
+	// ErrNotFound: no task record with that id (Cancel, Lookup, dead-letter
+	// operations).
+	ErrNotFound = errors.New("task not found")
+	// ErrAlreadyRunning: Cancel of a task a worker has started.
+	ErrAlreadyRunning = errors.New("task is already running")
+	// ErrAlreadyDone: Cancel of a task that finished, died or was
+	// cancelled.
+	ErrAlreadyDone = errors.New("task is already done")
+	// ErrNotDead: a dead-letter operation on a task that is not dead.
+	ErrNotDead = errors.New("task is not dead")
+	// ErrLeaseLost: a worker acknowledged or failed a task that is no
+	// longer its own (its lease ran out and it was recovered elsewhere).
+	ErrLeaseLost = errors.New("task lease lost")
+	// ErrTooLarge: an encoded task over the size limit (Record.Validate).
+	ErrTooLarge = errors.New("task too large")
+)

@@ -1,0 +1,121 @@
+package buckets
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// namePattern is what queue names and namespaces may look like: they end
+// up inside key names and index members, so they stay short and plain.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
+
+// ValidName reports whether s may name a queue or a namespace.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// Keys formats every key of one namespace. All keys start with the
+// namespace in a hash tag, "{ns}:", so that a Redis Cluster would keep a
+// namespace in one slot (MULTI/EXEC needs all its keys on one node).
+type Keys struct {
+	prefix string
+}
+
+// NewKeys returns the key schema of namespace ns.
+func NewKeys(ns string) (Keys, error) {
+	if !ValidName(ns) {
+		return Keys{}, fmt.Errorf("buckets: namespace %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", ns, ErrInvalidName)
+	}
+	return Keys{prefix: "{" + ns + "}:"}, nil
+}
+
+// Prefix is the common start of every key of the namespace.
+func (k Keys) Prefix() string { return k.prefix }
+
+// Task is the task record: STRING, the encoded [Record].
+func (k Keys) Task(id string) string { return k.prefix + "t:" + id }
+
+// Bucket is the bucket of queue q for timestamp ts (Unix ms): LIST of task
+// ids, oldest first (RPUSH).
+func (k Keys) Bucket(q string, ts int64) string {
+	return k.prefix + "b:" + q + ":" + strconv.FormatInt(ts, 10)
+}
+
+// Schedule is the bucket index: ZSET, member "queue:ts", score ts.
+func (k Keys) Schedule() string { return k.prefix + "sched" }
+
+// Ready is queue q's ready list: LIST of task ids; producers LPUSH at the
+// head, workers RPOPLPUSH from the tail, so it runs first in, first out.
+func (k Keys) Ready(q string) string { return k.prefix + "q:" + q }
+
+// Notify is queue q's wake-up list: LIST of tokens pushed together with
+// ready tasks, which idle workers wait on with BLPOP. Tokens carry no
+// task; losing one costs at most one idle wait.
+func (k Keys) Notify(q string) string { return k.prefix + "n:" + q }
+
+// Wake is the dispatchers' wake-up list: LIST of due times (Unix ms),
+// pushed with every scheduled task so a sleeping dispatcher re-reads the
+// index when an earlier task arrives.
+func (k Keys) Wake() string { return k.prefix + "wake" }
+
+// Queues is the set of queue names ever enqueued to: SET.
+func (k Keys) Queues() string { return k.prefix + "queues" }
+
+// Stats holds queue q's counters: HASH, see the Stat* field names.
+func (k Keys) Stats(q string) string { return k.prefix + "st:" + q }
+
+// Workers is the registry of worker processes: SET of process ids.
+func (k Keys) Workers() string { return k.prefix + "w" }
+
+// Heartbeat is worker process w's liveness key: STRING with a TTL,
+// refreshed by SETEX; its disappearance means the process is dead.
+func (k Keys) Heartbeat(w string) string { return k.prefix + "hb:" + w }
+
+// Inflight is worker process w's in-flight list: LIST of ids taken by
+// RPOPLPUSH and not yet claimed. It closes the window between taking a
+// task and recording it as running.
+func (k Keys) Inflight(w string) string { return k.prefix + "f:" + w }
+
+// Pending is worker process w's pending set: ZSET of running task ids,
+// scored by lease deadline (Unix ms on the worker's clock).
+func (k Keys) Pending(w string) string { return k.prefix + "p:" + w }
+
+// Dead is the dead-letter index: ZSET of task ids scored by when they died
+// (Unix ms). The records stay under [Keys.Task].
+func (k Keys) Dead() string { return k.prefix + "dead" }
+
+// Quarantine is where a key of the wrong type found in the namespace is
+// renamed to, so that it stops blocking the keys around it: any type.
+func (k Keys) Quarantine(orig string) string {
+	return k.prefix + "bad:" + strings.TrimPrefix(orig, k.prefix)
+}
+
+// Member is the index member of queue q's bucket at ts.
+func Member(q string, ts int64) string { return q + ":" + strconv.FormatInt(ts, 10) }
+
+// ParseMember splits an index member into queue and timestamp.
+func ParseMember(m string) (q string, ts int64, err error) {
+	i := strings.LastIndexByte(m, ':')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
+	}
+	q = m[:i]
+	ts, err = strconv.ParseInt(m[i+1:], 10, 64)
+	if err != nil || !ValidName(q) || ts < 0 {
+		return "", 0, fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
+	}
+	return q, ts, nil
+}
+
+// BucketTime rounds a due time up to the bucket resolution: the bucket of a
+// task is never earlier than the task, so moving a bucket when its time has
+// come never makes a task ready early. Both are in milliseconds.
+func BucketTime(due, resolution int64) int64 {
+	if resolution <= 1 {
+		return due
+	}
+	if due <= 0 {
+		return 0
+	}
+	return (due + resolution - 1) / resolution * resolution
+}

@@ -1,0 +1,312 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Reason says why running tasks are returned to their queues.
+type Reason int
+
+// Reasons for Requeue.
+const (
+	// Shutdown: the worker stops and gives its unfinished tasks back. Not
+	// counted as a recovery.
+	Shutdown Reason = iota
+	// WorkerDied: the worker's heartbeat is gone.
+	WorkerDied
+	// LeaseExpired: the task ran past its lease (a hung handler).
+	LeaseExpired
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Shutdown:
+		return "returned at shutdown"
+	case WorkerDied:
+		return "worker died while running it"
+	case LeaseExpired:
+		return "lease expired while running it"
+	}
+	return "unknown reason"
+}
+
+// RequeueResult counts what Requeue and RecoverInflight did.
+type RequeueResult struct {
+	Requeued int // back in a ready list
+	Buried   int // to the dead letters (too many recoveries, or a bad record)
+	Dropped  int // ids no longer this worker's (already handled elsewhere)
+}
+
+func (r *RequeueResult) add(o RequeueResult) {
+	r.Requeued += o.Requeued
+	r.Buried += o.Buried
+	r.Dropped += o.Dropped
+}
+
+// Requeue returns running tasks of worker w to the front of their ready
+// lists. For WorkerDied and LeaseExpired it counts a recovery, and a task
+// recovered more than maxRecoveries times goes to the dead letters instead
+// (a task that keeps killing its worker must not kill them all).
+//
+// WATCH   p:<w>, t:<id> ...
+// read    GET t:<id>, ZSCORE p:<w> id   (pipelined, per id)
+// queue   ZREM p:<w> ids...; per task still running under w:
+//
+//	SET t:<id> waiting; RPUSH q:<q> (front) + tokens; or bury;
+//	HINCRBY running -1, recovered +1
+//
+// Two reapers at once: the second one's EXEC fails because the first
+// changed p:<w> and the records, and its next read finds the ids gone from
+// p:<w>: each task is returned once. A crash before EXEC changes nothing.
+func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why Reason, maxRecoveries int) (RequeueResult, error) {
+	if len(ids) == 0 {
+		return RequeueResult{}, nil
+	}
+	pending := s.Keys.Pending(w)
+	watch := []string{pending}
+	for _, id := range ids {
+		watch = append(watch, s.Keys.Task(id))
+	}
+	var res RequeueResult
+	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		res = RequeueResult{}
+		for _, id := range ids {
+			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
+				return err
+			}
+			if err := tx.Send("ZSCORE", pending, id); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		zrem := []interface{}{pending}
+		front := map[string][]string{}
+		var queues []string
+		for i, id := range ids {
+			raw, score := reps[2*i], reps[2*i+1]
+			if score == nil {
+				res.Dropped++
+				continue
+			}
+			zrem = append(zrem, id)
+			b, _ := raw.([]byte)
+			r, derr := DecodeRecord(id, b)
+			if derr != nil || r.State != StateRunning || r.Worker != w {
+				// The pending entry outlived its run; the record is
+				// someone else's business now.
+				res.Dropped++
+				continue
+			}
+			st := s.Keys.Stats(r.Queue)
+			tx.Queue("HINCRBY", st, StatRunning, -1)
+			r.Worker = ""
+			r.Deadline = 0
+			if why != Shutdown {
+				r.Recoveries++
+				tx.Queue("HINCRBY", st, StatRecovered, 1)
+				if r.Recoveries > maxRecoveries {
+					r.LastError = fmt.Sprintf("%s %d times (limit %d)", why, r.Recoveries, maxRecoveries)
+					s.bury(tx, r, now, r.LastError)
+					res.Buried++
+					continue
+				}
+			}
+			r.State = StateWaiting
+			tx.Queue("SET", s.Keys.Task(id), r.Encode())
+			if len(front[r.Queue]) == 0 {
+				queues = append(queues, r.Queue)
+			}
+			front[r.Queue] = append(front[r.Queue], id)
+			res.Requeued++
+		}
+		for _, q := range queues {
+			s.pushReady(tx, q, front[q], true)
+		}
+		if len(zrem) > 1 {
+			tx.Queue("ZREM", zrem...)
+		}
+		return nil
+	})
+	if err != nil {
+		return RequeueResult{}, fmt.Errorf("buckets: requeue %d tasks of %s: %w", len(ids), w, err)
+	}
+	return res, nil
+}
+
+// PendingIDs lists up to limit ids in worker w's pending set whose lease
+// deadline is at or before cutoff (Unix ms): ZRANGEBYSCORE p:<w> -inf
+// cutoff LIMIT 0 limit. Use cutoff "+inf" semantics with a huge value to
+// list them all.
+func (s *Store) PendingIDs(conn redis.Conn, w string, cutoff int64, limit int) ([]string, error) {
+	ids, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Pending(w), "-inf", cutoff, "LIMIT", 0, limit))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: pending of %s: %w", w, err)
+	}
+	return ids, nil
+}
+
+// RecoverInflight returns up to limit ids from dead worker w's in-flight
+// list (taken, never claimed) to the front of their ready lists. These
+// tasks never started, so no recovery is counted.
+//
+// WATCH   f:<w>, then t:<id> ... for the ids read
+// read    LRANGE f:<w> -limit -1 (the oldest), GET t:<id> ...
+// queue   LTRIM f:<w> 0 -(n+1); RPUSH q:<q> ids (front) + tokens;
+//
+//	a missing or malformed record becomes a dead letter saying so;
+//	a cancelled or no longer waiting task is dropped.
+//
+// Only reapers touch a dead worker's list, and watching it and the records
+// makes a second reaper, or a Cancel, start over.
+func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
+	inflight := s.Keys.Inflight(w)
+	var res RequeueResult
+	_, err := s.runner().Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+		res = RequeueResult{}
+		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = s.Keys.Task(id)
+		}
+		if err := tx.Watch(keys...); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := tx.Send("GET", k); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		front := map[string][]string{}
+		var queues []string
+		// The list holds the newest at the head: walk from the tail so
+		// the oldest goes back first.
+		for i := len(ids) - 1; i >= 0; i-- {
+			id := ids[i]
+			raw, _ := reps[i].([]byte)
+			if raw == nil {
+				s.bury(tx, &Record{ID: id, Queue: "unknown", Type: "?", MaxAttempts: 1}, now, "task record missing")
+				res.Buried++
+				continue
+			}
+			r, derr := DecodeRecord(id, raw)
+			if derr != nil {
+				s.bury(tx, &Record{ID: id, Queue: "unknown", Type: "?", MaxAttempts: 1, Payload: raw}, now, derr.Error())
+				res.Buried++
+				continue
+			}
+			if r.State != StateWaiting && r.State != StateRetry {
+				res.Dropped++
+				continue
+			}
+			if len(front[r.Queue]) == 0 {
+				queues = append(queues, r.Queue)
+			}
+			front[r.Queue] = append(front[r.Queue], id)
+			res.Requeued++
+		}
+		for _, q := range queues {
+			s.pushReady(tx, q, front[q], true)
+		}
+		tx.Queue("LTRIM", inflight, 0, -(len(ids) + 1))
+		return nil
+	})
+	if err != nil {
+		return RequeueResult{}, fmt.Errorf("buckets: recover in-flight of %s: %w", w, err)
+	}
+	return res, nil
+}
+
+// Beat proves worker process w alive for ttl seconds and keeps it in the
+// registry: MULTI; SETEX hb:<w> ttl info; SADD w <w>; EXEC. Re-adding on
+// every beat matters: a process that was cut off longer than its TTL may
+// have been forgotten by a reaper, and must be found again if it dies.
+func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error {
+	var cmds cmdList
+	cmds.Queue("SETEX", s.Keys.Heartbeat(w), ttl, info)
+	cmds.Queue("SADD", s.Keys.Workers(), w)
+	if _, err := s.exec(ctx, conn, cmds); err != nil {
+		return fmt.Errorf("buckets: heartbeat %s: %w", w, err)
+	}
+	return nil
+}
+
+// Workers lists the registered worker processes and whether each one's
+// heartbeat key exists (SMEMBERS w, then EXISTS hb:<w> pipelined). The
+// heartbeat's TTL is kept by the server, so no clocks are compared.
+func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error) {
+	ids, err = redis.Strings(conn.Do("SMEMBERS", s.Keys.Workers()))
+	if err != nil || len(ids) == 0 {
+		return nil, nil, wrapErr("workers", err)
+	}
+	var cmds cmdList
+	for _, w := range ids {
+		cmds.Queue("EXISTS", s.Keys.Heartbeat(w))
+	}
+	reps, err := pipeline(conn, cmds)
+	if err != nil {
+		return nil, nil, wrapErr("workers", err)
+	}
+	alive = make([]bool, len(ids))
+	for i, r := range reps {
+		n, _ := redis.Int(r, nil)
+		alive[i] = n == 1
+	}
+	return ids, alive, nil
+}
+
+// Forget removes worker w from the registry if its heartbeat is gone and
+// it holds nothing: WATCH hb:<w> f:<w> p:<w>; EXISTS, LLEN, ZCARD; MULTI;
+// SREM w <w>; DEL hb:<w>; EXEC. A beat in between (a process that came
+// back) makes EXEC fail. It reports whether w was removed.
+func (s *Store) Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error) {
+	hb, f, p := s.Keys.Heartbeat(w), s.Keys.Inflight(w), s.Keys.Pending(w)
+	removed := false
+	_, err := s.runner().Run(ctx, conn, []string{hb, f, p}, func(tx *txn.Tx) error {
+		removed = false
+		for _, c := range []txn.Cmd{{Name: "EXISTS", Args: []interface{}{hb}}, {Name: "LLEN", Args: []interface{}{f}}, {Name: "ZCARD", Args: []interface{}{p}}} {
+			if err := tx.Send(c.Name, c.Args...); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		alive, _ := redis.Int(reps[0], nil)
+		nf, _ := redis.Int(reps[1], nil)
+		np, _ := redis.Int(reps[2], nil)
+		if (requireDead && alive == 1) || nf > 0 || np > 0 {
+			return nil
+		}
+		tx.Queue("SREM", s.Keys.Workers(), w)
+		tx.Queue("DEL", hb)
+		removed = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("buckets: forget %s: %w", w, err)
+	}
+	return removed, nil
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil || errors.Is(err, redis.ErrNil) {
+		return nil
+	}
+	return fmt.Errorf("buckets: %s: %w", what, err)
+}

@@ -1,0 +1,170 @@
+package buckets
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Stat* are the fields of a queue's counters hash ([Keys.Stats]). Each is
+// changed only inside the transaction that makes the transition it counts,
+// so the gauges stay exact.
+const (
+	StatScheduled = "scheduled" // gauge: in buckets (including retries)
+	StatRetrying  = "retrying"  // gauge: failed, waiting to run again
+	StatRunning   = "running"   // gauge: claimed by a worker
+	StatDead      = "dead"      // gauge: in the dead letters
+	StatProcessed = "processed" // counter: succeeded
+	StatFailed    = "failed"    // counter: handler runs that failed
+	StatRecovered = "recovered" // counter: returned after a worker died or a lease ran out
+	StatCancelled = "cancelled" // counter: cancelled before running
+)
+
+// DefaultWakeTokens bounds how many wake-up tokens one transaction pushes
+// to a notify list, and how many the list keeps when nobody waits.
+const DefaultWakeTokens = 16
+
+// Store sends the engine's commands for one namespace. Its methods take a
+// connection, which they leave open; they are safe for concurrent use on
+// different connections.
+type Store struct {
+	Keys Keys
+	// Resolution is the bucket width in ms (1 to 60000).
+	Resolution int64
+	// Runner runs the optimistic transactions; nil means a default one.
+	Runner *txn.Runner
+	// WakeTokens is DefaultWakeTokens when zero.
+	WakeTokens int
+}
+
+// NewStore returns a Store for namespace ns and bucket width resolutionMs.
+func NewStore(ns string, resolutionMs int64) (*Store, error) {
+	keys, err := NewKeys(ns)
+	if err != nil {
+		return nil, err
+	}
+	if resolutionMs < 1 || resolutionMs > 60000 {
+		return nil, fmt.Errorf("buckets: resolution %d ms: want 1 to 60000", resolutionMs)
+	}
+	return &Store{Keys: keys, Resolution: resolutionMs, Runner: &txn.Runner{}}, nil
+}
+
+func (s *Store) runner() *txn.Runner {
+	if s.Runner == nil {
+		s.Runner = &txn.Runner{}
+	}
+	return s.Runner
+}
+
+func (s *Store) tokens(n int) int {
+	k := s.WakeTokens
+	if k <= 0 {
+		k = DefaultWakeTokens
+	}
+	return min(n, k)
+}
+
+// queuer is what the write helpers need: a place to queue commands. Both
+// *txn.Tx and a plain command list satisfy it.
+type queuer interface {
+	Queue(name string, args ...interface{})
+}
+
+// pushReady queues the commands that make ids ready on queue q, in order,
+// and wake up to WakeTokens idle workers: LPUSH ready ids..., LPUSH notify
+// tokens..., LTRIM notify to WakeTokens. front puts them at the pop end
+// (RPUSH) instead, for tasks that were already at the front.
+func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
+	if len(ids) == 0 {
+		return
+	}
+	args := make([]interface{}, 0, len(ids)+1)
+	args = append(args, s.Keys.Ready(q))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if front {
+		// RPUSH appends at the tail, which RPOPLPUSH takes next; push in
+		// reverse so that the first id is taken first.
+		for i, j := 1, len(args)-1; i < j; i, j = i+1, j-1 {
+			args[i], args[j] = args[j], args[i]
+		}
+		tx.Queue("RPUSH", args...)
+	} else {
+		tx.Queue("LPUSH", args...)
+	}
+	s.queueTokens(tx, s.Keys.Notify(q), len(ids), "1")
+}
+
+// queueTokens pushes up to WakeTokens tokens to a wake-up list and trims it
+// to WakeTokens, so that tokens nobody waits for do not pile up. At 2.4 a
+// push to a list with a blocked client hands the token straight to it;
+// later versions serve blocked clients after EXEC; both wake the waiter.
+func (s *Store) queueTokens(tx queuer, key string, n int, token string) {
+	n = s.tokens(n)
+	args := make([]interface{}, 0, n+1)
+	args = append(args, key)
+	for i := 0; i < n; i++ {
+		args = append(args, token)
+	}
+	tx.Queue("LPUSH", args...)
+	tx.Queue("LTRIM", key, 0, s.tokens(1<<30)-1)
+}
+
+// scheduleBucket queues the commands that add ids to queue q's bucket at
+// ts: RPUSH bucket ids..., ZADD index ts member. The caller wakes the
+// dispatchers once (wakeDispatchers) for all the buckets it adds.
+func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
+	args := make([]interface{}, 0, len(ids)+1)
+	args = append(args, s.Keys.Bucket(q, ts))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	tx.Queue("RPUSH", args...)
+	tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
+}
+
+// wakeDispatchers pushes one token naming the earliest new bucket time to
+// the dispatchers' wake list (and trims it).
+func (s *Store) wakeDispatchers(tx queuer, ts int64) {
+	s.queueTokens(tx, s.Keys.Wake(), 1, strconv.FormatInt(ts, 10))
+}
+
+// cmdList collects commands for a MULTI without a WATCH.
+type cmdList []txn.Cmd
+
+func (c *cmdList) Queue(name string, args ...interface{}) {
+	*c = append(*c, txn.Cmd{Name: name, Args: args})
+}
+
+// pipeline sends cmds and returns the replies in order.
+func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
+	for _, c := range cmds {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return nil, err
+		}
+	}
+	reps, err := redis.Values(conn.Do(""))
+	if err != nil {
+		return nil, err
+	}
+	if len(reps) != len(cmds) {
+		return nil, fmt.Errorf("buckets: %d replies to %d commands", len(reps), len(cmds))
+	}
+	return reps, nil
+}
+
+func int64Arg(v interface{}) (int64, bool) {
+	switch v := v.(type) {
+	case int64:
+		return v, true
+	case []byte:
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+type txnTx = txn.Tx

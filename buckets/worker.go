@@ -1,0 +1,218 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Pop takes the oldest ready task of queue q into worker process w's
+// in-flight list in one atomic command (RPOPLPUSH q:<q> f:<w>), so that a
+// task is never only in the memory of a process: if the connection drops
+// or the process dies after this, the id is in f:<w> and the reaper returns
+// it. It returns "" when the queue is empty.
+func (s *Store) Pop(conn redis.Conn, q, w string) (string, error) {
+	id, err := redis.String(conn.Do("RPOPLPUSH", s.Keys.Ready(q), s.Keys.Inflight(w)))
+	if errors.Is(err, redis.ErrNil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("buckets: pop %s: %w", q, err)
+	}
+	return id, nil
+}
+
+// ClaimResult says what Claim found.
+type ClaimResult int
+
+// Claim outcomes.
+const (
+	Claimed ClaimResult = iota // the task is now running under this worker
+	Skipped                    // cancelled, or an id whose task is not waiting; dropped
+	Buried                     // record missing or malformed; a dead letter now says so
+)
+
+// Claim records a popped task as running under worker w, or drops it.
+//
+// WATCH   t:<id>
+// read    GET t:<id>
+// queue   (waiting or retrying)  SET t:<id> running; ZADD p:<w> deadline id;
+//
+//	LREM f:<w> 1 id; HINCRBY st running +1 (retrying -1)
+//	(cancelled, not waiting)  LREM f:<w> 1 id
+//	(missing, malformed)      LREM f:<w> 1 id; SET t:<id> dead record
+//	                          saying why; ZADD dead; HINCRBY st dead +1
+//
+// A Cancel that wins the race changes t:<id> first and this attempt reads
+// the tombstone again; a Cancel that loses sees "running". A crash before
+// EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
+// is gone. deadline computes the lease deadline from the record.
+func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*Record) int64) (*Record, ClaimResult, error) {
+	key := s.Keys.Task(id)
+	var (
+		rec    *Record
+		result ClaimResult
+	)
+	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+		raw, err := redis.Bytes(tx.Do("GET", key))
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			return err
+		}
+		rec, result = nil, Skipped
+		if raw == nil {
+			result = Buried
+			s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1}, now, "task record missing")
+		} else if r, derr := DecodeRecord(id, raw); derr != nil {
+			result = Buried
+			s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1, Payload: raw}, now, derr.Error())
+		} else if r.State == StateWaiting || r.State == StateRetry {
+			was := r.State
+			r.State = StateRunning
+			r.Runs++
+			r.Worker = w
+			r.Started = now
+			r.Deadline = deadline(r)
+			tx.Queue("SET", key, r.Encode())
+			tx.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
+			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
+			if was == StateRetry {
+				tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
+			}
+			rec, result = r, Claimed
+		}
+		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: claim %s: %w", id, err)
+	}
+	return rec, result, nil
+}
+
+// bury queues the commands that make r a dead letter with reason.
+func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
+	r.State = StateDead
+	r.Finished = now
+	r.Worker = ""
+	r.LastError = truncate(reason, MaxErrorLen)
+	tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
+	tx.Queue("ZADD", s.Keys.Dead(), now, r.ID)
+	tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, 1)
+	tx.Queue("SADD", s.Keys.Queues(), r.Queue)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Outcome is what a finished run leads to.
+type Outcome int
+
+// Outcomes of Finish.
+const (
+	Done  Outcome = iota // succeeded
+	Again                // run again at Record.Due (state Retry after a failure, Waiting when asked to)
+	Bury                 // to the dead letters with Record.LastError
+)
+
+// Finish ends worker w's run number run of task id. decide sees the
+// record as it is in Redis and sets what the outcome needs (State, Due,
+// Attempts, LastError); doneTTL is how long a done record is kept, in
+// seconds (0: deleted at once).
+//
+// WATCH   t:<id>
+// read    GET t:<id>   (must be running under w, run number run)
+// queue   ZREM p:<w> id; HINCRBY st running -1, and then
+//
+//	Done:  SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1
+//	Again: SET t:<id>; RPUSH bucket + ZADD sched + wake (or LPUSH
+//	       ready + tokens when due); HINCRBY scheduled/retrying/failed
+//	Bury:  SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1
+//
+// If the record is no longer this run's (the lease ran out and the task
+// was recovered), nothing is written and ErrLeaseLost is returned. A crash
+// before EXEC leaves the task running in p:<w>, recovered by the reaper.
+func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*Record) Outcome) (*Record, Outcome, error) {
+	key := s.Keys.Task(id)
+	var (
+		rec *Record
+		out Outcome
+	)
+	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+		r, err := s.getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if r.State != StateRunning || r.Worker != w || r.Runs != run {
+			return ErrLeaseLost
+		}
+		st := s.Keys.Stats(r.Queue)
+		tx.Queue("ZREM", s.Keys.Pending(w), id)
+		tx.Queue("HINCRBY", st, StatRunning, -1)
+		out = decide(r)
+		r.Worker = ""
+		r.Deadline = 0
+		switch out {
+		case Done:
+			r.State = StateDone
+			r.Finished = now
+			if doneTTL > 0 {
+				tx.Queue("SETEX", key, doneTTL, r.Encode())
+			} else {
+				tx.Queue("DEL", key)
+			}
+			tx.Queue("HINCRBY", st, StatProcessed, 1)
+		case Again:
+			if r.State == StateRetry {
+				tx.Queue("HINCRBY", st, StatFailed, 1)
+				tx.Queue("HINCRBY", st, StatRetrying, 1)
+			} else {
+				r.State = StateWaiting
+			}
+			tx.Queue("SET", key, r.Encode())
+			s.place(tx, r, now, false)
+		case Bury:
+			tx.Queue("HINCRBY", st, StatFailed, 1)
+			s.bury(tx, r, now, r.LastError)
+		default:
+			return fmt.Errorf("buckets: unknown outcome %d", out)
+		}
+		rec = r
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: finish %s: %w", id, err)
+	}
+	return rec, out, nil
+}
+
+// place queues the commands that put a waiting task where its due time
+// says: its ready list when due (front: at the pop end), else its bucket.
+func (s *Store) place(tx queuer, r *Record, now int64, front bool) {
+	if r.Due <= now {
+		s.pushReady(tx, r.Queue, []string{r.ID}, front)
+		return
+	}
+	ts := BucketTime(r.Due, s.Resolution)
+	s.scheduleBucket(tx, r.Queue, ts, []string{r.ID})
+	tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
+	s.wakeDispatchers(tx, ts)
+}
+
+// getRecord reads and decodes t:<id> inside a transaction.
+func (s *Store) getRecord(tx *txn.Tx, id string) (*Record, error) {
+	raw, err := redis.Bytes(tx.Do("GET", s.Keys.Task(id)))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, fmt.Errorf("task %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return DecodeRecord(id, raw)
+}

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// DeadLetters lists dead tasks, newest first: count of them from offset.
+// Each carries the last error, attempts and times.
+func (c *Client) DeadLetters(ctx context.Context, offset, count int) ([]*TaskInfo, error) {
+	if offset < 0 || count < 1 {
+		return nil, fmt.Errorf("engine: DeadLetters(%d, %d): %w", offset, count, ErrInvalidOption)
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ids, err := c.store.DeadIDs(conn, offset, count)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	recs, _, err := c.store.Records(conn, ids)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	out := make([]*TaskInfo, 0, len(recs))
+	for _, r := range recs {
+		if r != nil {
+			out = append(out, infoFromRecord(r, buckets.InRecord))
+		}
+	}
+	return out, nil
+}
+
+// DeadCount is the number of dead letters.
+func (c *Client) DeadCount(ctx context.Context) (int, error) {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	n, err := c.store.DeadCount(conn)
+	if err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
+	return n, nil
+}
+
+// RetryDead puts one dead letter back at the front of its queue with its
+// attempts reset. It returns ErrNotDead if the task is not a dead letter.
+func (c *Client) RetryDead(ctx context.Context, id string) error {
+	return c.deadOne(ctx, id, c.store.Revive)
+}
+
+// PurgeDead deletes one dead letter.
+func (c *Client) PurgeDead(ctx context.Context, id string) error {
+	return c.deadOne(ctx, id, c.purge)
+}
+
+// RetryAllDead puts every dead letter back in its queue and returns how
+// many it moved.
+func (c *Client) RetryAllDead(ctx context.Context) (int, error) {
+	return c.deadAll(ctx, c.store.Revive)
+}
+
+// PurgeAllDead deletes every dead letter and returns how many.
+func (c *Client) PurgeAllDead(ctx context.Context) (int, error) {
+	return c.deadAll(ctx, c.purge)
+}
+
+
+func (c *Client) deadOne(ctx context.Context, id string, op func(context.Context, redisConn, []string, int64) (int, error)) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	n, err := op(ctx, conn, []string{id}, ms(c.cfg.Clock.Now()))
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if n == 0 {
+		if _, _, err := c.store.Lookup(ctx, conn, id); errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("engine: task %s: %w", id, ErrNotFound)
+		}
+		return fmt.Errorf("engine: task %s: %w", id, ErrNotDead)
+	}
+	return nil
+}
+
+func (c *Client) deadAll(ctx context.Context, op func(context.Context, redisConn, []string, int64) (int, error)) (int, error) {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	total := 0
+	for {
+		ids, err := c.store.DeadIDs(conn, 0, 200)
+		if err != nil {
+			return total, fmt.Errorf("engine: %w", err)
+		}
+		if len(ids) == 0 {
+			return total, nil
+		}
+		n, err := op(ctx, conn, ids, ms(c.cfg.Clock.Now()))
+		if err != nil {
+			return total, fmt.Errorf("engine: %w", err)
+		}
+		total += n
+		if n == 0 {
+			// Every id named was skipped: no longer dead, yet still in the
+			// index. Purge would have removed them; stop rather than spin.
+			return total, nil
+		}
+	}
+}
+
+// QueueStats is one queue's figures, as Stats reports them.
+type QueueStats struct {
+	Queue     string
+	Ready     int64 // due, waiting for a worker
+	Scheduled int64 // waiting for their due time (retries included)
+	Running   int64
+	Retrying  int64 // failed, waiting for their next attempt
+	Dead      int64
+	Processed int64 // succeeded, ever
+	Failed    int64 // handler runs that failed, ever
+	Recovered int64 // returned after a worker died or a lease ran out, ever
+	Cancelled int64
+	// OldestReadyAge is how long the oldest ready task has been due.
+	OldestReadyAge time.Duration
+	// NextDue is the earliest bucket's time; zero when none is scheduled.
+	NextDue time.Time
+}
+
+// Stats reports every queue that was ever enqueued to.
+func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	raw, err := c.store.Stats(conn, 1000)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	now := c.cfg.Clock.Now()
+	out := make([]QueueStats, len(raw))
+	for i, s := range raw {
+		q := QueueStats{Queue: s.Queue, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
+			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
+			Recovered: s.Recovered, Cancelled: s.Cancelled, NextDue: fromMs(s.NextDue)}
+		if s.OldestReady != nil {
+			q.OldestReadyAge = max(0, now.Sub(fromMs(s.OldestReady.Due)))
+		}
+		out[i] = q
+	}
+	return out, nil
+}
+
+type redisConn = redis.Conn
+
+func (c *Client) purge(ctx context.Context, conn redisConn, ids []string, _ int64) (int, error) {
+	return c.store.Purge(ctx, conn, ids)
+}

@@ -1,0 +1,34 @@
+package engine
+
+import "time"
+
+// Clock tells the time. The engine reads time only through a Clock, so
+// tests and fault injection can run a process fast, slow or offset.
+// Redis 2.4 has no TIME command: every due time and lease is on the clock
+// of the process that computes it.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}
+
+// OffsetClock is a clock a fixed offset away from the real one, for tests
+// of clock skew between processes.
+type OffsetClock time.Duration
+
+// Now returns the real time plus the offset.
+func (o OffsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}

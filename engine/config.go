@@ -1,0 +1,302 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// Config holds every setting of the engine's parts. The zero value of each
+// field means the default written beside it; NewClient, NewDispatcher,
+// NewWorker, NewReaper and NewServer fill the defaults and call Validate.
+type Config struct {
+	// Namespace prefixes every key, as "{Namespace}:". Default "bq".
+	Namespace string
+	// Resolution is the width of a bucket: due times are rounded up to a
+	// multiple of it, so a task is late by at most about this much. 1 ms to
+	// 60 s. Default 10 ms (docs/benchmarks.md says why).
+	Resolution time.Duration
+	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
+	MaxPayload int
+
+	// DefaultQueue is the queue of a task enqueued without Queue().
+	// Default "default".
+	DefaultQueue string
+	// DefaultMaxAttempts is how many times a task may fail before it goes
+	// to the dead letters, unless MaxAttempts() says otherwise. Default 25.
+	DefaultMaxAttempts int
+	// DefaultTimeout bounds one run of a handler unless Timeout() says
+	// otherwise. Default 30 minutes.
+	DefaultTimeout time.Duration
+
+	// Queues the workers take tasks from, highest priority first when
+	// StrictPriority is set. Default: DefaultQueue with weight 1.
+	Queues []QueueConfig
+	// StrictPriority takes from a queue only when every queue before it
+	// is empty. Otherwise each queue gets a share of the fetches
+	// proportional to its weight, and none starves.
+	StrictPriority bool
+	// Concurrency is how many handlers a worker process runs at once.
+	// Default 10.
+	Concurrency int
+	// LeaseGrace is how long past its timeout a run may go before the
+	// worker gives the task up for another to run (its handler is hung).
+	// Default 30 s.
+	LeaseGrace time.Duration
+	// HeartbeatInterval is how often a worker proves it is alive; its
+	// heartbeat key lives HeartbeatTTL (whole seconds, at least twice the
+	// interval). Defaults 10 s and 30 s.
+	HeartbeatInterval time.Duration
+	HeartbeatTTL      time.Duration
+	// IdleWait is the longest a blocked worker or dispatcher waits before
+	// it looks again on its own, in whole seconds (Redis 2.4 blocking
+	// timeouts are integers). New work wakes them at once; this only
+	// bounds the cost of a lost wake-up. Default 10 s.
+	IdleWait time.Duration
+	// ShutdownTimeout is how long Run, when its context ends, lets running
+	// handlers finish before it returns their tasks to the queues.
+	// Default 30 s.
+	ShutdownTimeout time.Duration
+	// Backoff gives the wait before retry number attempt (1 for the first
+	// retry). Default: DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// UnknownType says what happens to a task whose type has no handler:
+	// UnknownRetry (default) treats it as a failure, so it is retried with
+	// backoff and dies after its attempts; UnknownDead sends it to the dead
+	// letters at once.
+	UnknownType UnknownPolicy
+	// MaxRecoveries is how many times a task may be recovered after its
+	// worker died or its lease ran out before it goes to the dead letters.
+	// Default 5.
+	MaxRecoveries int
+	// DoneRetention is how long a succeeded or cancelled task's record is
+	// kept for Lookup; negative keeps none. Default 10 minutes.
+	DoneRetention time.Duration
+	// DeadRetention is how long dead letters are kept. Default 30 days.
+	DeadRetention time.Duration
+
+	// ReapInterval is how often a reaper looks for dead workers and
+	// expired leases. Default 15 s.
+	ReapInterval time.Duration
+	// DispatchBuckets bounds the buckets one dispatcher transaction moves;
+	// DispatchTasks bounds the tasks. Defaults 256 and 4096.
+	DispatchBuckets int
+	DispatchTasks   int
+
+	// Logger receives the engine's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Clock tells the time. Default SystemClock.
+	Clock Clock
+}
+
+// QueueConfig names a queue a worker takes tasks from.
+type QueueConfig struct {
+	Name string
+	// Weight is the queue's share under weighted priority (at least 1).
+	Weight int
+}
+
+// UnknownPolicy is what workers do with a task whose type has no handler.
+type UnknownPolicy int
+
+// Unknown-type policies.
+const (
+	UnknownRetry UnknownPolicy = iota
+	UnknownDead
+)
+
+// DefaultBackoff waits about 2^(attempt-1) seconds before retry number
+// attempt, capped at one hour, drawn uniformly from the upper half of
+// that (jitter keeps a burst of failures from retrying in step).
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Second << min(max(attempt-1, 0), 12)
+	if d > time.Hour {
+		d = time.Hour
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// withDefaults returns a copy with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "bq"
+	}
+	if c.Resolution == 0 {
+		c.Resolution = 10 * time.Millisecond
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = 512 << 10
+	}
+	if c.DefaultQueue == "" {
+		c.DefaultQueue = "default"
+	}
+	if c.DefaultMaxAttempts == 0 {
+		c.DefaultMaxAttempts = 25
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 30 * time.Minute
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []QueueConfig{{Name: c.DefaultQueue, Weight: 1}}
+	} else {
+		qs := make([]QueueConfig, len(c.Queues))
+		copy(qs, c.Queues)
+		for i := range qs {
+			if qs[i].Weight == 0 {
+				qs[i].Weight = 1
+			}
+		}
+		c.Queues = qs
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 10
+	}
+	if c.LeaseGrace == 0 {
+		c.LeaseGrace = 30 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = max(30*time.Second, 3*c.HeartbeatInterval)
+	}
+	if c.IdleWait == 0 {
+		c.IdleWait = 10 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.MaxRecoveries == 0 {
+		c.MaxRecoveries = 5
+	}
+	if c.DoneRetention == 0 {
+		c.DoneRetention = 10 * time.Minute
+	}
+	if c.DeadRetention == 0 {
+		c.DeadRetention = 30 * 24 * time.Hour
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = 15 * time.Second
+	}
+	if c.DispatchBuckets == 0 {
+		c.DispatchBuckets = 256
+	}
+	if c.DispatchTasks == 0 {
+		c.DispatchTasks = 4096
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock
+	}
+	return c
+}
+
+// Validate reports the first setting that is out of range, naming it.
+// Zero values are valid: they mean the defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("engine: config %s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidOption)
+	}
+	if !buckets.ValidName(c.Namespace) {
+		return bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
+	}
+	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
+		return bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
+	}
+	if c.MaxPayload < 0 || c.MaxPayload > 512<<20 {
+		return bad("MaxPayload", "%d: want 1 byte to 512 MiB", c.MaxPayload)
+	}
+	if !buckets.ValidName(c.DefaultQueue) {
+		return bad("DefaultQueue", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.DefaultQueue)
+	}
+	if c.DefaultMaxAttempts < 1 {
+		return bad("DefaultMaxAttempts", "%d: want at least 1", c.DefaultMaxAttempts)
+	}
+	if c.DefaultTimeout < time.Millisecond {
+		return bad("DefaultTimeout", "%v: want at least 1ms", c.DefaultTimeout)
+	}
+	seen := map[string]bool{}
+	for i, q := range c.Queues {
+		if !buckets.ValidName(q.Name) {
+			return bad(fmt.Sprintf("Queues[%d].Name", i), "%q: want 1-64 of A-Z a-z 0-9 _ . -", q.Name)
+		}
+		if seen[q.Name] {
+			return bad(fmt.Sprintf("Queues[%d].Name", i), "%q listed twice", q.Name)
+		}
+		seen[q.Name] = true
+		if q.Weight < 1 {
+			return bad(fmt.Sprintf("Queues[%d].Weight", i), "%d: want at least 1", q.Weight)
+		}
+	}
+	if c.Concurrency < 1 {
+		return bad("Concurrency", "%d: want at least 1", c.Concurrency)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"LeaseGrace", c.LeaseGrace, time.Millisecond},
+		{"HeartbeatInterval", c.HeartbeatInterval, 10 * time.Millisecond},
+		{"HeartbeatTTL", c.HeartbeatTTL, time.Second},
+		{"IdleWait", c.IdleWait, time.Second},
+		{"ShutdownTimeout", c.ShutdownTimeout, 0},
+		{"ReapInterval", c.ReapInterval, 10 * time.Millisecond},
+		{"DeadRetention", c.DeadRetention, time.Second},
+	} {
+		if d.v < d.min {
+			return bad(d.name, "%v: want at least %v", d.v, d.min)
+		}
+	}
+	if c.HeartbeatTTL%time.Second != 0 {
+		return bad("HeartbeatTTL", "%v: want whole seconds (Redis 2.4 TTLs are seconds)", c.HeartbeatTTL)
+	}
+	if c.IdleWait%time.Second != 0 {
+		return bad("IdleWait", "%v: want whole seconds (Redis 2.4 blocking timeouts are integers)", c.IdleWait)
+	}
+	if c.HeartbeatTTL < 2*c.HeartbeatInterval {
+		return bad("HeartbeatTTL", "%v: want at least twice HeartbeatInterval (%v)", c.HeartbeatTTL, c.HeartbeatInterval)
+	}
+	if c.UnknownType != UnknownRetry && c.UnknownType != UnknownDead {
+		return bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
+	}
+	if c.MaxRecoveries < 0 {
+		return bad("MaxRecoveries", "%d: want 0 or more", c.MaxRecoveries)
+	}
+	if c.DispatchBuckets < 1 || c.DispatchBuckets > 10000 {
+		return bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
+	}
+	if c.DispatchTasks < 1 || c.DispatchTasks > 100000 {
+		return bad("DispatchTasks", "%d: want 1 to 100000", c.DispatchTasks)
+	}
+	return nil
+}
+
+// prepare fills defaults, validates, and builds the store.
+func (c Config) prepare() (Config, *buckets.Store, error) {
+	if err := c.Validate(); err != nil {
+		return c, nil, err
+	}
+	c = c.withDefaults()
+	st, err := buckets.NewStore(c.Namespace, c.Resolution.Milliseconds())
+	if err != nil {
+		return c, nil, fmt.Errorf("engine: %w", err)
+	}
+	return c, st, nil
+}
+
+func (c Config) doneTTL() int64 {
+	if c.DoneRetention < 0 {
+		return 0
+	}
+	return max(1, int64(c.DoneRetention/time.Second))
+}

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Dispatcher moves due buckets to their queues' ready lists. Any number of
+// dispatchers may run against one namespace, in one process or many: each
+// move is an optimistic transaction over the buckets it reads, so each
+// task reaches a ready list exactly once.
+//
+// It sleeps until the earliest bucket is due, and is woken early through
+// the wake list when a producer schedules an earlier task; it never polls
+// on a fixed interval. It never makes a task ready before its due time on
+// its own clock.
+type Dispatcher struct {
+	pool  *redis.Pool
+	cfg   Config
+	store *buckets.Store
+	log   *slog.Logger
+
+	moved   atomic.Int64
+	rounds  atomic.Int64
+	stalled func(stage string) error // fault injection for tests
+}
+
+// NewDispatcher returns a Dispatcher over pool.
+func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("engine: NewDispatcher: nil pool: %w", ErrInvalidOption)
+	}
+	cfg, st, err := cfg.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return &Dispatcher{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
+}
+
+// Moved reports how many tasks this dispatcher made ready.
+func (d *Dispatcher) Moved() int64 { return d.moved.Load() }
+
+// Conflicts reports how many of its transactions found a bucket changed
+// under them and were retried.
+func (d *Dispatcher) Conflicts() int64 { return d.store.Runner.Conflicts() }
+
+// Run moves due buckets until ctx ends, then returns nil. Redis errors are
+// logged and retried with backoff; Run returns an error only for a setup
+// it cannot use.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var g group
+	wctx, stopWaker := context.WithCancel(ctx)
+	g.Go(func() { d.waker(wctx, wake) })
+	defer func() {
+		stopWaker()
+		g.Wait()
+	}()
+
+	h := &connHolder{pool: d.pool}
+	defer h.close()
+	var bo retryBackoff
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	d.log.Info("dispatcher started", "namespace", d.cfg.Namespace, "resolution", d.cfg.Resolution)
+	for {
+		next, err := d.round(ctx, h)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			h.drop()
+			if !bo.wait(ctx, d.log, "dispatch", err) {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		if next == 0 {
+			continue // more is due now
+		}
+		var tc <-chan time.Time
+		if next > 0 {
+			timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
+			tc = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			d.log.Info("dispatcher stopped", "moved", d.moved.Load())
+			return nil
+		case <-wake:
+		case <-tc:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// clockOffset is how far the engine's clock runs behind the real one, so
+// that a timer set on real time fires when the engine's clock reaches the
+// due time.
+func (d *Dispatcher) clockOffset() time.Duration {
+	return time.Since(d.cfg.Clock.Now())
+}
+
+// round moves what is due. It returns 0 when more may be due at once, the
+// time (Unix ms) of the next bucket, or -1 when nothing is scheduled.
+func (d *Dispatcher) round(ctx context.Context, h *connHolder) (int64, error) {
+	conn, err := h.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := ms(d.cfg.Clock.Now())
+	members, err := d.store.DueBuckets(conn, now, d.cfg.DispatchBuckets)
+	if err != nil {
+		return 0, err
+	}
+	if len(members) > 0 {
+		if err := d.fault("before-move"); err != nil {
+			return 0, err
+		}
+		res, err := d.store.Move(ctx, conn, members, d.cfg.DispatchTasks)
+		if errors.Is(err, txn.ErrConflict) {
+			d.log.Debug("dispatch conflict storm; reading again")
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := d.fault("after-move"); err != nil {
+			return 0, err
+		}
+		d.moved.Add(int64(res.Tasks))
+		d.rounds.Add(1)
+		for _, k := range res.Quarantined {
+			d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
+		}
+		if len(members) == d.cfg.DispatchBuckets || res.Partial || res.Tasks > 0 {
+			return 0, nil
+		}
+	}
+	next, ok, err := d.store.NextDue(conn)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return -1, nil
+	}
+	if next <= now {
+		return 0, nil
+	}
+	return next, nil
+}
+
+func (d *Dispatcher) fault(stage string) error {
+	if d.stalled == nil {
+		return nil
+	}
+	return d.stalled(stage)
+}
+
+// waker blocks on the wake list on its own connection and passes each
+// token on. It passes its idle timeout on too, so the main loop looks
+// again even if a token was lost.
+func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
+	h := &connHolder{pool: d.pool}
+	defer h.close()
+	var bo retryBackoff
+	for ctx.Err() == nil {
+		_, err := blockPop(ctx, h, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
+		if err != nil {
+			if ctx.Err() != nil || !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/gomodule/redigo/redis"
+)
+
+// env is one test's server, pool and namespace.
+type env struct {
+	srv  *redistest.Server
+	pool *redis.Pool
+	ns   string
+	cfg  Config
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("ENGINE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newEnv(t testing.TB, srv *redistest.Server) *env {
+	t.Helper()
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
+	return &env{srv: srv, pool: srv.Pool(t), ns: ns, cfg: Config{
+		Namespace: ns, Logger: testLogger(t), IdleWait: time.Second,
+		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
+		ReapInterval: 100 * time.Millisecond, Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+		LeaseGrace: 500 * time.Millisecond,
+	}}
+}
+
+// realEnv runs against a real redis-server restricted to the 2.4 table.
+func realEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t)) }
+
+// eachServer runs f against miniredis and a real server.
+func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Run("miniredis", func(t *testing.T) { f(t, newEnv(t, redistest.Mini(t))) })
+	t.Run("redis", func(t *testing.T) { f(t, realEnv(t)) })
+}
+
+func (e *env) client(t testing.TB) *Client {
+	t.Helper()
+	c, err := NewClient(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// admin is an unguarded connection for inspecting keys.
+func (e *env) admin(t testing.TB) redis.Conn { return e.srv.Admin(t) }
+
+func (e *env) key(suffix string) string { return "{" + e.ns + "}:" + suffix }
+
+// runBackground runs f in a goroutine until the test ends.
+func runBackground(t testing.TB, f func(ctx context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := f(ctx); err != nil {
+			t.Errorf("background: %v", err)
+		}
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Handler runs tasks. ProcessTask's error decides what happens next: nil
+// is success; RetryAfter asks to run again later without counting a
+// failure; Permanent skips the remaining attempts; any other error is a
+// failure, retried with backoff until MaxAttempts. The context ends at
+// the task's timeout and when the worker shuts down.
+type Handler interface {
+	ProcessTask(ctx context.Context, t *Task) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+// ProcessTask calls f.
+func (f HandlerFunc) ProcessTask(ctx context.Context, t *Task) error { return f(ctx, t) }
+
+// Middleware wraps a Handler.
+type Middleware func(Handler) Handler
+
+// Mux routes tasks to handlers by type. It is safe for concurrent use;
+// register handlers before the worker starts.
+type Mux struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+	mw       []Middleware
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{handlers: map[string]Handler{}} }
+
+// Handle registers h for task type typ, replacing any before it.
+func (m *Mux) Handle(typ string, h Handler) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.handlers[typ] = h
+}
+
+// HandleFunc registers f for task type typ.
+func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error) {
+	m.Handle(typ, HandlerFunc(f))
+}
+
+// Use adds middleware, applied to every handler in the order given (the
+// first is outermost).
+func (m *Mux) Use(mw ...Middleware) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mw = append(m.mw, mw...)
+}
+
+// Types lists the registered task types.
+func (m *Mux) Types() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]string, 0, len(m.handlers))
+	for t := range m.handlers {
+		out = append(out, t)
+	}
+	return out
+}
+
+// ProcessTask runs the handler for t.Type through the middleware, or
+// returns an error wrapping ErrNoHandler.
+func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
+	m.mu.RLock()
+	h, ok := m.handlers[t.Type]
+	mw := m.mw
+	m.mu.RUnlock()
+	if !ok {
+		h = HandlerFunc(func(context.Context, *Task) error {
+			return fmt.Errorf("no handler for type %q: %w", t.Type, ErrNoHandler)
+		})
+	}
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h.ProcessTask(ctx, t)
+}
+
+// retryAfter is the error RetryAfter returns.
+type retryAfter struct{ d time.Duration }
+
+func (r *retryAfter) Error() string { return fmt.Sprintf("engine: run again in %v", r.d) }
+
+// RetryAfter is what a handler returns to run the task again after d
+// without counting a failure: the "lock is busy, try in 5 s" case.
+func RetryAfter(d time.Duration) error { return &retryAfter{d: max(d, 0)} }
+
+// permanent marks an error that must not be retried.
+type permanent struct{ err error }
+
+func (p *permanent) Error() string { return p.err.Error() }
+func (p *permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err so the task skips its remaining attempts and goes
+// to the dead letters with err. errors.Is/As still see err.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &permanent{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanent
+	return errors.As(err, &p)
+}
+
+// PanicError is the failure recorded when a handler panics.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
+
+// callHandler runs h, turning a panic into a *PanicError.
+func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	return h.ProcessTask(ctx, t)
+}
+
+// Logging is middleware that logs each run at Debug and each failure at
+// Warn, with task id, type, queue, attempt, duration and error.
+func Logging(log *slog.Logger) Middleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, t *Task) error {
+			start := time.Now()
+			err := next.ProcessTask(ctx, t)
+			attrs := []any{keyTaskID, t.ID, keyType, t.Type, keyQueue, t.Queue, keyAttempt, t.Attempt,
+				"duration", time.Since(start).Round(time.Microsecond)}
+			var ra *retryAfter
+			switch {
+			case err == nil:
+				log.Debug("task done", attrs...)
+			case errors.As(err, &ra):
+				log.Debug("task asks to run again later", append(attrs, "in", ra.d)...)
+			default:
+				log.Warn("task failed", append(attrs, keyErr, err)...)
+			}
+			return err
+		})
+	}
+}
+
+// Recover is middleware that turns a panic in the handlers below it into
+// a *PanicError. Workers recover panics anyway; this lets middleware above
+// it see the failure.
+func Recover() Middleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, t *Task) error {
+			return callHandler(ctx, next, t)
+		})
+	}
+}

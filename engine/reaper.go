@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Reaper returns the tasks of dead workers and of runs whose lease ran
+// out, and trims old dead letters. Any number of reapers may run at once:
+// every return is an optimistic transaction over the worker's pending set
+// and the task records, so each task is returned once.
+//
+// A worker is dead when its heartbeat key is gone; the server expires it,
+// so no clocks are compared. Leases are compared on the reaper's clock
+// with HeartbeatTTL of slack, a backstop for a worker that is alive but
+// no longer looks after its own leases.
+type Reaper struct {
+	pool  *redis.Pool
+	cfg   Config
+	store *buckets.Store
+	log   *slog.Logger
+}
+
+// NewReaper returns a Reaper over pool.
+func NewReaper(pool *redis.Pool, cfg Config) (*Reaper, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("engine: NewReaper: nil pool: %w", ErrInvalidOption)
+	}
+	cfg, st, err := cfg.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return &Reaper{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "reaper")}, nil
+}
+
+// ReapResult counts what one pass did.
+type ReapResult struct {
+	DeadWorkers   int // workers found dead and cleaned up
+	Recovered     int // tasks returned to their queues
+	Buried        int // tasks sent to the dead letters (too many recoveries, bad records)
+	ExpiredLeases int // of Recovered, runs whose lease ran out
+	TrimmedDead   int // dead letters past DeadRetention, deleted
+}
+
+// Run reaps every ReapInterval (with jitter) until ctx ends.
+func (r *Reaper) Run(ctx context.Context) error {
+	var bo retryBackoff
+	for {
+		res, err := r.Reap(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !bo.wait(ctx, r.log, "reap", err) {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		if res != (ReapResult{}) {
+			r.log.Info("reaped", "dead_workers", res.DeadWorkers, "recovered", res.Recovered,
+				"buried", res.Buried, "expired_leases", res.ExpiredLeases, "trimmed_dead", res.TrimmedDead)
+		}
+		jitter := time.Duration(rand.Int64N(int64(r.cfg.ReapInterval)/5 + 1))
+		if !sleep(ctx, r.cfg.ReapInterval+jitter) {
+			return nil
+		}
+	}
+}
+
+// Reap makes one pass.
+func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
+	var res ReapResult
+	conn, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return res, fmt.Errorf("engine: reap: %w", err)
+	}
+	defer conn.Close()
+	workers, alive, err := r.store.Workers(conn)
+	if err != nil {
+		return res, fmt.Errorf("engine: reap: %w", err)
+	}
+	now := r.cfg.Clock.Now()
+	for i, w := range workers {
+		if alive[i] {
+			cutoff := ms(now.Add(-r.cfg.HeartbeatTTL))
+			n, b, err := r.requeueAll(ctx, conn, w, cutoff, buckets.LeaseExpired)
+			res.Recovered += n
+			res.ExpiredLeases += n
+			res.Buried += b
+			if err != nil {
+				return res, err
+			}
+			continue
+		}
+		n, b, err := r.reapDead(ctx, conn, w)
+		res.Recovered += n
+		res.Buried += b
+		if err != nil {
+			return res, err
+		}
+		res.DeadWorkers++
+	}
+	for {
+		ids, err := r.store.DeadBefore(conn, ms(now.Add(-r.cfg.DeadRetention)), 200)
+		if err != nil || len(ids) == 0 {
+			return res, wrapReap(err)
+		}
+		n, err := r.store.Purge(ctx, conn, ids)
+		res.TrimmedDead += n
+		if err != nil || n == 0 {
+			return res, wrapReap(err)
+		}
+	}
+}
+
+func wrapReap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("engine: reap: %w", err)
+}
+
+// reapDead returns everything a dead worker held and forgets it.
+func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
+	log := r.log.With(keyWorker, w)
+	for {
+		res, err := r.store.RecoverInflight(ctx, conn, w, ms(r.cfg.Clock.Now()), 100)
+		if err != nil {
+			return recovered, buried, wrapReap(err)
+		}
+		recovered += res.Requeued
+		buried += res.Buried
+		if res.Requeued+res.Buried+res.Dropped == 0 {
+			break
+		}
+	}
+	n, b, err := r.requeueAll(ctx, conn, w, math.MaxInt64, buckets.WorkerDied)
+	recovered += n
+	buried += b
+	if err != nil {
+		return recovered, buried, err
+	}
+	if _, err := r.store.Forget(ctx, conn, w, true); err != nil {
+		return recovered, buried, wrapReap(err)
+	}
+	if recovered+buried > 0 {
+		log.Warn("worker died; its tasks were returned", "recovered", recovered, "buried", buried)
+	}
+	return recovered, buried, nil
+}
+
+// requeueAll returns worker w's pending tasks whose lease deadline is at
+// or before cutoff.
+func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, err error) {
+	for {
+		ids, err := r.store.PendingIDs(conn, w, cutoff, 100)
+		if err != nil || len(ids) == 0 {
+			return recovered, buried, wrapReap(err)
+		}
+		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Clock.Now()), why, r.cfg.MaxRecoveries)
+		if err != nil {
+			return recovered, buried, wrapReap(err)
+		}
+		recovered += res.Requeued
+		buried += res.Buried
+		if res.Requeued+res.Buried == 0 {
+			return recovered, buried, nil
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSmokeEndToEnd(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		var mu sync.Mutex
+		got := map[string]time.Time{}
+		mux := NewMux()
+		mux.HandleFunc("hello", func(ctx context.Context, task *Task) error {
+			mu.Lock()
+			got[task.ID] = time.Now()
+			mu.Unlock()
+			return nil
+		})
+		srv, err := NewServer(e.pool, e.cfg, mux, Roles{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBackground(t, srv.Run)
+		now := time.Now()
+		due := map[string]time.Time{}
+		for i := 0; i < 20; i++ {
+			d := time.Duration(i*20) * time.Millisecond
+			id, err := c.EnqueueIn(ctx, d, "hello", []byte("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			due[id] = now.Add(d)
+		}
+		waitFor(t, 10*time.Second, "all tasks to run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == len(due)
+		})
+		stop()
+		for id, at := range got {
+			if at.Before(due[id].Truncate(time.Millisecond)) {
+				t.Errorf("task %s ran at %v, before its due time %v", id, at, due[id])
+			}
+			info, err := c.Lookup(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State != StateDone {
+				t.Errorf("task %s: state %s, want done", id, info.State)
+			}
+		}
+	})
+}

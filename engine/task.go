@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/google/uuid"
+)
+
+// Task is what a handler is given: one run of one task.
+type Task struct {
+	ID          string
+	Queue       string
+	Type        string
+	Payload     []byte
+	Attempt     int // 1 on the first run; failures so far plus one
+	MaxAttempts int
+	Recoveries  int // times a worker died or lost the lease while running it
+	Timeout     time.Duration
+	Created     time.Time
+	Due         time.Time
+	LastError   string // the previous failure, if any
+}
+
+func taskFromRecord(r *buckets.Record) *Task {
+	return &Task{
+		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
+		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
+		Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
+		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
+	}
+}
+
+// State is where a task is, as Lookup reports it.
+type State string
+
+// Task states.
+const (
+	StateScheduled State = "scheduled" // waiting for its due time
+	StateReady     State = "ready"     // due, waiting for a worker
+	StateRunning   State = "running"   // a worker runs it
+	StateRetrying  State = "retrying"  // failed, waiting for its next attempt
+	StateDone      State = "done"      // succeeded (kept for Config.DoneRetention)
+	StateDead      State = "dead"      // in the dead letters
+	StateCancelled State = "cancelled" // cancelled before it ran
+)
+
+// TaskInfo is what Lookup and the dead-letter listing report.
+type TaskInfo struct {
+	Task
+	State    State
+	Attempts int       // failed runs so far
+	Started  time.Time // last run's start
+	Finished time.Time // when it succeeded, died or was cancelled
+	Worker   string    // the worker process running it
+}
+
+func infoFromRecord(r *buckets.Record, where buckets.Where) *TaskInfo {
+	ti := &TaskInfo{Task: *taskFromRecord(r), Attempts: r.Attempts,
+		Started: fromMs(r.Started), Finished: fromMs(r.Finished), Worker: r.Worker}
+	switch r.State {
+	case buckets.StateWaiting:
+		ti.State = StateReady
+		if where == buckets.InBucket {
+			ti.State = StateScheduled
+		}
+	case buckets.StateRetry:
+		ti.State = StateReady
+		if where == buckets.InBucket {
+			ti.State = StateRetrying
+		}
+	case buckets.StateRunning:
+		ti.State = StateRunning
+	case buckets.StateDone:
+		ti.State = StateDone
+	case buckets.StateDead:
+		ti.State = StateDead
+	case buckets.StateCancelled:
+		ti.State = StateCancelled
+	}
+	return ti
+}
+
+// Option sets a per-task choice for Enqueue and its kin.
+type Option interface {
+	apply(*taskOptions) error
+}
+
+type taskOptions struct {
+	queue       string
+	maxAttempts int
+	timeout     time.Duration
+	at          time.Time
+	in          time.Duration
+	hasIn       bool
+}
+
+type optionFunc func(*taskOptions) error
+
+func (f optionFunc) apply(o *taskOptions) error { return f(o) }
+
+// Queue puts the task on the named queue instead of Config.DefaultQueue.
+func Queue(name string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if !buckets.ValidName(name) {
+			return fmt.Errorf("engine: queue name %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidName)
+		}
+		o.queue = name
+		return nil
+	})
+}
+
+// MaxAttempts sets how many failed runs the task may have before it goes
+// to the dead letters (at least 1).
+func MaxAttempts(n int) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if n < 1 {
+			return fmt.Errorf("engine: MaxAttempts(%d): want at least 1: %w", n, ErrInvalidOption)
+		}
+		o.maxAttempts = n
+		return nil
+	})
+}
+
+// Timeout bounds one run of the task's handler (at least 1 ms).
+func Timeout(d time.Duration) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("engine: Timeout(%v): want at least 1ms: %w", d, ErrInvalidOption)
+		}
+		o.timeout = d
+		return nil
+	})
+}
+
+// At makes the task due at t (for EnqueueBatch; EnqueueAt takes it
+// directly). A time in the past means now.
+func At(t time.Time) Option {
+	return optionFunc(func(o *taskOptions) error {
+		o.at, o.hasIn = t, false
+		return nil
+	})
+}
+
+// In makes the task due d after it is enqueued (for EnqueueBatch).
+func In(d time.Duration) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if d < 0 {
+			return fmt.Errorf("engine: In(%v): want 0 or more: %w", d, ErrInvalidOption)
+		}
+		o.in, o.hasIn, o.at = d, true, time.Time{}
+		return nil
+	})
+}
+
+// NewTask is one task for EnqueueBatch.
+type NewTask struct {
+	Type    string
+	Payload []byte
+	Options []Option
+}
+
+// record builds and checks a task record from the caller's words.
+func (c Config) record(now time.Time, typ string, payload []byte, opts []Option) (*buckets.Record, error) {
+	o := taskOptions{queue: c.DefaultQueue, maxAttempts: c.DefaultMaxAttempts, timeout: c.DefaultTimeout}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
+	}
+	due := now
+	if o.hasIn {
+		due = now.Add(o.in)
+	} else if !o.at.IsZero() {
+		due = o.at
+	}
+	if payload == nil {
+		payload = []byte{}
+	}
+	r := &buckets.Record{
+		ID: uuid.NewString(), Queue: o.queue, Type: typ, Payload: payload,
+		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
+		Created: ms(now), Due: max(ms(due), 1),
+	}
+	if err := r.Validate(c.MaxPayload); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return r, nil
+}

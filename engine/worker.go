@@ -1,0 +1,641 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+	"github.com/google/uuid"
+)
+
+// Worker runs tasks from a set of queues with Config.Concurrency handlers
+// at once, in one process. Taking a task is one atomic RPOPLPUSH from a
+// ready list into the process's in-flight list, so a task is never only
+// in memory; claiming it moves it to the process's pending set with a
+// lease. A worker proves it is alive with a heartbeat key whose TTL the
+// server keeps; when it disappears, a Reaper returns the worker's tasks.
+//
+// Idle, a worker sends about one command per IdleWait plus its heartbeat:
+// its handler slots wait in memory, and one goroutine blocks in BLPOP on
+// the queues' wake-up lists.
+type Worker struct {
+	pool    *redis.Pool
+	cfg     Config
+	store   *buckets.Store
+	log     *slog.Logger
+	handler Handler
+	id      string
+
+	queues     []string
+	weights    []float64
+	notifyKeys []string
+
+	kick   chan struct{} // wakes one idle slot
+	idleCh chan struct{} // tells the waiter a slot went idle
+	idle   atomic.Int32
+
+	mu       sync.Mutex
+	running  map[string]*activeRun // guarded by mu
+	started  bool                  // guarded by mu
+	stopOnce sync.Once
+	stopReq  chan struct{}
+	stopCtx  context.Context // guarded by mu; the Shutdown caller's context
+	done     chan struct{}
+
+	aborting atomic.Bool // handlers still running were given back
+	timers   sync.WaitGroup
+
+	processed, failed atomic.Int64
+
+	// faults is a test seam: called at each step; an error makes the
+	// worker behave as if its process had died at that step.
+	faults func(stage, id string) error
+	crashed atomic.Bool
+}
+
+type activeRun struct {
+	rec       *buckets.Record
+	cancel    context.CancelFunc
+	leaseLost atomic.Bool
+	timer     *time.Timer
+}
+
+// NewWorker returns a Worker that runs tasks with h (a *Mux, usually).
+func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
+	if pool == nil || h == nil {
+		return nil, fmt.Errorf("engine: NewWorker: nil pool or handler: %w", ErrInvalidOption)
+	}
+	cfg, st, err := cfg.prepare()
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		pool: pool, cfg: cfg, store: st, handler: h,
+		id:      uuid.NewString(),
+		kick:    make(chan struct{}, 1),
+		idleCh:  make(chan struct{}, 1),
+		running: map[string]*activeRun{},
+		stopReq: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	w.log = cfg.Logger.With(keyComponent, "worker", keyWorker, w.id)
+	for _, q := range cfg.Queues {
+		w.queues = append(w.queues, q.Name)
+		w.weights = append(w.weights, float64(q.Weight))
+		w.notifyKeys = append(w.notifyKeys, st.Keys.Notify(q.Name))
+	}
+	return w, nil
+}
+
+// ID is the worker process's id, as its heartbeat and in-flight keys name it.
+func (w *Worker) ID() string { return w.id }
+
+// Processed and Failed count this worker's finished runs.
+func (w *Worker) Processed() int64 { return w.processed.Load() }
+
+// Failed counts this worker's runs that failed.
+func (w *Worker) Failed() int64 { return w.failed.Load() }
+
+// Run registers the worker, runs tasks until ctx ends or Shutdown is
+// called, then shuts down gracefully: it stops taking tasks, lets running
+// handlers finish for Config.ShutdownTimeout (or until Shutdown's
+// context ends), then returns the unfinished tasks to the front of their
+// queues at once and cancels their handlers. Run returns after every
+// goroutine it started has ended.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return fmt.Errorf("engine: worker already ran: %w", ErrClosed)
+	}
+	w.started = true
+	w.mu.Unlock()
+	defer close(w.done)
+
+	if err := w.register(ctx); err != nil {
+		return nil // ctx ended before Redis could be reached
+	}
+	w.log.Info("worker started", "queues", w.queues, "concurrency", w.cfg.Concurrency, "strict", w.cfg.StrictPriority)
+
+	fetchCtx, stopFetch := context.WithCancel(context.Background())
+	baseCtx, cancelHandlers := context.WithCancel(context.Background())
+	hbCtx, stopBeat := context.WithCancel(context.Background())
+	defer stopBeat()
+	defer cancelHandlers()
+	defer stopFetch()
+
+	var bg, slots group
+	bg.Go(func() { w.heartbeat(hbCtx) })
+	bg.Go(func() { w.waiter(fetchCtx) })
+	for i := 0; i < w.cfg.Concurrency; i++ {
+		slots.Go(func() { w.slot(fetchCtx, baseCtx) })
+	}
+	stopping := make(chan struct{})
+	go func() {
+		// Stop fetching when asked to, when the caller's context ends, or
+		// when a fault says the process died.
+		select {
+		case <-ctx.Done():
+		case <-w.stopReq:
+		case <-fetchCtx.Done():
+		}
+		close(stopping)
+	}()
+	<-stopping
+	stopFetch()
+
+	// Let running handlers finish until the deadline.
+	slotsDone := make(chan struct{})
+	go func() { slots.Wait(); close(slotsDone) }()
+	deadline := w.shutdownDeadline(ctx)
+	if !w.crashed.Load() {
+		select {
+		case <-slotsDone:
+		case <-deadline.Done():
+			w.giveBack()
+		}
+	}
+	cancelHandlers()
+	<-slotsDone
+	deadline.cancel()
+	w.timers.Wait()
+	stopBeat()
+	bg.Wait()
+	if !w.crashed.Load() {
+		w.unregister()
+	}
+	w.log.Info("worker stopped", "processed", w.processed.Load(), "failed", w.failed.Load())
+	return nil
+}
+
+type deadlineCtx struct {
+	context.Context
+	cancel context.CancelFunc
+}
+
+// shutdownDeadline is the Shutdown caller's context, or ShutdownTimeout
+// from now when Run's own context ended.
+func (w *Worker) shutdownDeadline(ctx context.Context) deadlineCtx {
+	w.mu.Lock()
+	sc := w.stopCtx
+	w.mu.Unlock()
+	if sc != nil {
+		c, cancel := context.WithCancel(sc)
+		return deadlineCtx{c, cancel}
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
+	return deadlineCtx{c, cancel}
+}
+
+// Shutdown stops the worker gracefully (see Run) with ctx as the deadline
+// for running handlers, and waits for Run to return. Calling it again, or
+// before Run, does nothing.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.mu.Lock()
+	started := w.started
+	if w.stopCtx == nil {
+		w.stopCtx = ctx
+	}
+	if !started {
+		w.started = true // Run after Shutdown fails with ErrClosed
+		w.mu.Unlock()
+		return nil
+	}
+	w.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stopReq) })
+	<-w.done
+	return nil
+}
+
+// register writes the first heartbeat, retrying with backoff while Redis
+// cannot be reached, so that a worker started before its Redis waits.
+func (w *Worker) register(ctx context.Context) error {
+	var bo retryBackoff
+	for {
+		err := w.beat(ctx)
+		if err == nil {
+			return nil
+		}
+		if !bo.wait(ctx, w.log, "worker registration", err) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *Worker) beat(ctx context.Context) error {
+	host, _ := os.Hostname()
+	info, _ := json.Marshal(map[string]any{
+		"host": host, "pid": os.Getpid(), "queues": w.queues,
+		"concurrency": w.cfg.Concurrency, "at": w.cfg.Clock.Now().UTC().Format(time.RFC3339),
+	})
+	conn, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info)
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	fails := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.beat(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fails++
+			if fails == 1 || fails%10 == 0 {
+				w.log.Warn("heartbeat failed; tasks may be recovered elsewhere if this lasts past the TTL",
+					keyErr, err, "ttl", w.cfg.HeartbeatTTL, "failures", fails)
+			}
+			continue
+		}
+		fails = 0
+	}
+}
+
+// waiter blocks in BLPOP on the queues' wake-up lists while some slot is
+// idle, and wakes one slot per token or idle timeout.
+func (w *Worker) waiter(ctx context.Context) {
+	h := &connHolder{pool: w.pool}
+	defer h.close()
+	var bo retryBackoff
+	for ctx.Err() == nil {
+		if w.idle.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.idleCh:
+			}
+			continue
+		}
+		_, err := blockPop(ctx, h, w.notifyKeys, w.cfg.IdleWait)
+		if err != nil {
+			if ctx.Err() != nil || !bo.wait(ctx, w.log, "worker wake-up wait", err) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		w.kickOne()
+	}
+}
+
+func (w *Worker) kickOne() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) waitIdle(ctx context.Context) {
+	w.idle.Add(1)
+	defer w.idle.Add(-1)
+	select {
+	case w.idleCh <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ctx.Done():
+	case <-w.kick:
+	}
+}
+
+// order is the order to try the queues in for one fetch: as configured
+// under strict priority; otherwise a weighted random order, so each
+// queue comes first in proportion to its weight.
+func (w *Worker) order() []string {
+	if w.cfg.StrictPriority || len(w.queues) == 1 {
+		return w.queues
+	}
+	type kq struct {
+		k float64
+		q string
+	}
+	ks := make([]kq, len(w.queues))
+	for i, q := range w.queues {
+		// Efraimidis-Spirakis: sorting by u^(1/w) samples without
+		// replacement in proportion to weight.
+		ks[i] = kq{math.Pow(rand.Float64(), 1/w.weights[i]), q}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].k > ks[j].k })
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.q
+	}
+	return out
+}
+
+// slot is one handler slot: take a task, claim it, run it, record the
+// result; wait when every queue is empty.
+func (w *Worker) slot(fetchCtx, baseCtx context.Context) {
+	h := &connHolder{pool: w.pool}
+	defer h.close()
+	var bo retryBackoff
+	for fetchCtx.Err() == nil {
+		conn, err := h.get(fetchCtx)
+		if err != nil {
+			if !bo.wait(fetchCtx, w.log, "fetch", err) {
+				return
+			}
+			continue
+		}
+		id, q, err := w.fetch(conn)
+		if err != nil {
+			h.drop()
+			if !bo.wait(fetchCtx, w.log, "fetch", err) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		if id == "" {
+			w.waitIdle(fetchCtx)
+			continue
+		}
+		w.kickOne() // there may be more: let another idle slot look
+		if w.fault("after-pop", id) {
+			return
+		}
+		rec := w.claim(fetchCtx, h, q, id)
+		if rec == nil {
+			continue
+		}
+		if w.fault("after-claim", id) {
+			return
+		}
+		w.execute(baseCtx, h, rec)
+	}
+}
+
+// fetch takes one task from the first queue in order() that has one.
+func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
+	for _, q := range w.order() {
+		id, err := w.store.Pop(conn, q, w.id)
+		if err != nil || id != "" {
+			return id, q, err
+		}
+	}
+	return "", "", nil
+}
+
+// claim records the popped task as running. A failure to reach Redis is
+// retried: the id is safe in the in-flight list meanwhile, and if the
+// worker stops first, it gives the in-flight list back on its way out.
+func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) *buckets.Record {
+	var bo retryBackoff
+	for {
+		conn, err := h.get(ctx)
+		if err == nil {
+			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), w.leaseDeadline)
+			if cerr == nil {
+				switch res {
+				case buckets.Buried:
+					w.log.Error("task record missing or malformed; sent to the dead letters", keyTaskID, id, keyQueue, q)
+				case buckets.Skipped:
+					w.log.Debug("task cancelled or not waiting; dropped", keyTaskID, id, keyQueue, q)
+				}
+				return rec
+			}
+			err = cerr
+			h.drop()
+		}
+		if !bo.wait(ctx, w.log, "claim", err) {
+			return nil
+		}
+	}
+}
+
+func (w *Worker) leaseDeadline(r *buckets.Record) int64 {
+	return ms(w.cfg.Clock.Now()) + r.TimeoutMs + w.cfg.LeaseGrace.Milliseconds()
+}
+
+// execute runs the handler and records the outcome.
+func (w *Worker) execute(baseCtx context.Context, h *connHolder, rec *buckets.Record) {
+	task := taskFromRecord(rec)
+	hctx, cancel := context.WithTimeout(baseCtx, task.Timeout)
+	run := &activeRun{rec: rec, cancel: cancel}
+	w.mu.Lock()
+	w.running[rec.ID] = run
+	w.mu.Unlock()
+	// The lease: past timeout plus grace the handler is taken to be hung,
+	// and the task is given to another worker.
+	w.timers.Add(1)
+	run.timer = time.AfterFunc(time.Until(time.UnixMilli(rec.Deadline))+w.clockOffset(), func() {
+		defer w.timers.Done()
+		w.expire(run)
+	})
+
+	err := callHandler(hctx, w.handler, task)
+	cancel()
+	if run.timer.Stop() {
+		w.timers.Done()
+	}
+	w.mu.Lock()
+	delete(w.running, rec.ID)
+	w.mu.Unlock()
+
+	if w.aborting.Load() || run.leaseLost.Load() {
+		return // given back already
+	}
+	if err != nil && hctx.Err() == context.DeadlineExceeded && baseCtx.Err() == nil {
+		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
+	}
+	if w.fault("before-finish", rec.ID) {
+		return
+	}
+	w.finish(baseCtx, h, rec, err)
+	w.fault("after-finish", rec.ID)
+}
+
+func (w *Worker) clockOffset() time.Duration { return time.Since(w.cfg.Clock.Now()) }
+
+// finish records a run's outcome, retrying while Redis is unreachable.
+func (w *Worker) finish(ctx context.Context, h *connHolder, rec *buckets.Record, herr error) {
+	now := w.cfg.Clock.Now()
+	decide := func(r *buckets.Record) buckets.Outcome { return w.decide(r, now, herr) }
+	var bo retryBackoff
+	for {
+		conn, err := h.get(context.WithoutCancel(ctx))
+		if err == nil {
+			var r *buckets.Record
+			var out buckets.Outcome
+			r, out, err = w.store.Finish(ctx, conn, w.id, rec.ID, rec.Runs, ms(now), w.cfg.doneTTL(), decide)
+			if err == nil {
+				w.logOutcome(r, out, herr)
+				return
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", keyTaskID, rec.ID, keyType, rec.Type)
+				return
+			}
+			h.drop()
+		}
+		if ctx.Err() != nil {
+			// Shutting down and Redis is unreachable: the task stays
+			// running in the pending set and is recovered by a reaper.
+			w.log.Error("could not record a task's result before shutdown", keyTaskID, rec.ID, keyErr, err)
+			return
+		}
+		if !bo.wait(ctx, w.log, "record result", err) {
+			return
+		}
+	}
+}
+
+// decide turns a handler's result into the record's next state.
+func (w *Worker) decide(r *buckets.Record, now time.Time, herr error) buckets.Outcome {
+	var ra *retryAfter
+	switch {
+	case herr == nil:
+		return buckets.Done
+	case errors.As(herr, &ra):
+		r.State = buckets.StateWaiting
+		r.Due = ms(now.Add(ra.d))
+		return buckets.Again
+	}
+	r.Attempts++
+	r.LastError = truncateErr(herr)
+	if errors.Is(herr, ErrNoHandler) && w.cfg.UnknownType == UnknownDead {
+		return buckets.Bury
+	}
+	if IsPermanent(herr) || r.Attempts >= r.MaxAttempts {
+		return buckets.Bury
+	}
+	r.State = buckets.StateRetry
+	r.Due = ms(now.Add(w.cfg.Backoff(r.Attempts)))
+	return buckets.Again
+}
+
+func truncateErr(err error) string {
+	s := err.Error()
+	var p *PanicError
+	if errors.As(err, &p) {
+		s += "\n" + p.Stack
+	}
+	if len(s) > buckets.MaxErrorLen {
+		s = s[:buckets.MaxErrorLen]
+	}
+	return s
+}
+
+func (w *Worker) logOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
+	attrs := []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts}
+	switch out {
+	case buckets.Done:
+		w.processed.Add(1)
+	case buckets.Again:
+		if r.State == buckets.StateRetry {
+			w.failed.Add(1)
+			w.log.Warn("task failed; will retry", append(attrs, keyErr, herr, "retry_at", fromMs(r.Due))...)
+		}
+	case buckets.Bury:
+		w.failed.Add(1)
+		w.log.Error("task failed; sent to the dead letters", append(attrs, keyErr, herr)...)
+	}
+}
+
+// expire gives a hung run's task back so another worker can run it. The
+// handler goroutine keeps its slot until it returns.
+func (w *Worker) expire(run *activeRun) {
+	run.leaseLost.Store(true)
+	run.cancel()
+	w.log.Warn("task ran past its timeout and lease; giving it to another worker",
+		keyTaskID, run.rec.ID, keyType, run.rec.Type, "timeout", time.Duration(run.rec.TimeoutMs)*time.Millisecond)
+	w.requeue([]string{run.rec.ID}, buckets.LeaseExpired)
+}
+
+// giveBack returns every running task to the front of its queue at once
+// (shutdown deadline passed); their handlers are cancelled next.
+func (w *Worker) giveBack() {
+	w.aborting.Store(true)
+	w.mu.Lock()
+	ids := make([]string, 0, len(w.running))
+	for id := range w.running {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	if len(ids) > 0 {
+		w.log.Warn("shutdown deadline passed; returning unfinished tasks", "tasks", len(ids))
+		w.requeue(ids, buckets.Shutdown)
+	}
+}
+
+func (w *Worker) requeue(ids []string, why buckets.Reason) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var bo retryBackoff
+	for {
+		conn, err := w.pool.GetContext(ctx)
+		if err == nil {
+			_, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.MaxRecoveries)
+			conn.Close()
+			if err == nil {
+				return
+			}
+		}
+		if !bo.wait(ctx, w.log, "return tasks", err) {
+			w.log.Error("could not return tasks; a reaper will recover them", "tasks", len(ids), keyErr, err)
+			return
+		}
+	}
+}
+
+// unregister gives back anything left in the in-flight list and removes
+// the worker from the registry.
+func (w *Worker) unregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := w.pool.GetContext(ctx)
+	if err != nil {
+		w.log.Error("could not unregister; a reaper will", keyErr, err)
+		return
+	}
+	defer conn.Close()
+	for {
+		res, err := w.store.RecoverInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100)
+		if err != nil {
+			w.log.Error("could not return in-flight tasks; a reaper will", keyErr, err)
+			return
+		}
+		if res.Requeued+res.Buried+res.Dropped == 0 {
+			break
+		}
+	}
+	if ok, err := w.store.Forget(ctx, conn, w.id, false); err != nil || !ok {
+		w.log.Warn("worker left tasks behind; a reaper will recover them once its heartbeat expires", keyErr, err)
+	}
+}
+
+// fault runs the test seam; true means "this process just died": stop
+// everything without cleaning up, as SIGKILL would.
+func (w *Worker) fault(stage, id string) bool {
+	if w.faults == nil || w.crashed.Load() {
+		return w.crashed.Load()
+	}
+	if err := w.faults(stage, id); err != nil {
+		w.crashed.Store(true)
+		w.aborting.Store(true)
+		w.stopOnce.Do(func() { close(w.stopReq) })
+		return true
+	}
+	return false
+}

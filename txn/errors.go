@@ -1,0 +1,31 @@
+package txn
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrConflict is returned by [Run] and [Runner.Run] when every attempt
+// found a watched key changed before EXEC.
+var ErrConflict = errors.New("txn: watched keys kept changing, attempts used up")
+
+// ExecError reports a command of a transaction that failed: one refused
+// while queueing (Queued true) or one that failed inside EXEC. At Redis 2.4
+// the other commands of the transaction still ran in both cases.
+type ExecError struct {
+	Index   int    // position of the command among the queued ones, from 0
+	Command string // the command's name
+	Queued  bool   // refused while queueing rather than failed inside EXEC
+	Err     error  // the server's error reply
+}
+
+func (e *ExecError) Error() string {
+	when := "inside EXEC"
+	if e.Queued {
+		when = "while queueing"
+	}
+	return fmt.Sprintf("txn: command %d (%s) failed %s: %v", e.Index, e.Command, when, e.Err)
+}
+
+// Unwrap returns the server's error.
+func (e *ExecError) Unwrap() error { return e.Err }
