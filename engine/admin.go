@@ -74,7 +74,6 @@ func (c *Client) PurgeAllDead(ctx context.Context) (int, error) {
 	return c.deadAll(ctx, c.purge)
 }
 
-
 func (c *Client) deadOne(ctx context.Context, id string, op func(context.Context, redisConn, []string, int64) (int, error)) error {
 	if err := checkID(id); err != nil {
 		return err

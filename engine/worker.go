@@ -60,7 +60,7 @@ type Worker struct {
 
 	// faults is a test seam: called at each step; an error makes the
 	// worker behave as if its process had died at that step.
-	faults func(stage, id string) error
+	faults  func(stage, id string) error
 	crashed atomic.Bool
 }
 
