@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
@@ -93,5 +94,22 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type redistestServer = redistest.Server
+
+func miniServer(t testing.TB) *redistest.Server { return redistest.Mini(t) }
+
+type bucketsRecord = buckets.Record
+
+// tick lets time pass for key expiry on miniredis, whose TTLs move only
+// when told to; a real server keeps its own time. Called once per 5 ms
+// poll, it runs miniredis's TTLs at twice real time: fast enough to expire
+// a dead worker's heartbeat soon, slow enough that live workers, beating
+// on the real clock, keep theirs.
+func (e *env) tick() {
+	if e.srv.Mini != nil {
+		e.srv.Mini.FastForward(10 * time.Millisecond)
 	}
 }

@@ -1,0 +1,516 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+// recorder is a handler that records each run.
+type recorder struct {
+	mu   sync.Mutex
+	runs map[string]int
+	seq  []*Task
+	fn   func(ctx context.Context, t *Task) error
+}
+
+func newRecorder(fn func(ctx context.Context, t *Task) error) *recorder {
+	return &recorder{runs: map[string]int{}, fn: fn}
+}
+
+func (r *recorder) ProcessTask(ctx context.Context, t *Task) error {
+	r.mu.Lock()
+	r.runs[t.ID]++
+	r.seq = append(r.seq, t)
+	r.mu.Unlock()
+	if r.fn != nil {
+		return r.fn(ctx, t)
+	}
+	return nil
+}
+
+func (r *recorder) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[id]
+}
+
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seq)
+}
+
+func (e *env) state(t testing.TB, id string) State {
+	t.Helper()
+	info, err := e.client(t).Lookup(context.Background(), id)
+	if err != nil {
+		t.Fatalf("lookup %s: %v", id, err)
+	}
+	return info.State
+}
+
+// A worker that dies at any step between taking a task and recording its
+// result loses nothing: once its heartbeat expires, a reaper returns the
+// task and another worker runs it to completion.
+func TestWorkerKilledAtEachStep(t *testing.T) {
+	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
+		t.Run(stage, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, e *env) {
+				c := e.client(t)
+				id, err := c.Enqueue(context.Background(), "t", []byte("p"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := newRecorder(nil)
+				w1, err := NewWorker(e.pool, e.cfg, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w1.faults = func(s, _ string) error {
+					if s == stage {
+						return errInjected
+					}
+					return nil
+				}
+				if err := w1.Run(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if !w1.crashed.Load() {
+					t.Fatal("fault did not fire")
+				}
+				// The dead worker's heartbeat expires; a reaper and a
+				// second worker take over.
+				rp, _ := NewReaper(e.pool, e.cfg)
+				runBackground(t, rp.Run)
+				w2, _ := NewWorker(e.pool, e.cfg, rec)
+				runBackground(t, w2.Run)
+				waitFor(t, 20*time.Second, "task done", func() bool { e.tick(); return e.state(t, id) == StateDone })
+				runs := rec.count(id)
+				switch stage {
+				case "after-pop", "after-claim":
+					if runs != 1 {
+						t.Fatalf("handler ran %d times, want 1", runs)
+					}
+				case "before-finish":
+					if runs != 2 {
+						t.Fatalf("handler ran %d times, want 2 (the first result was never recorded)", runs)
+					}
+				case "after-finish":
+					if runs != 1 {
+						t.Fatalf("handler ran %d times, want 1", runs)
+					}
+				}
+				info, _ := c.Lookup(context.Background(), id)
+				wantRec := 0
+				if stage == "after-claim" || stage == "before-finish" {
+					wantRec = 1
+				}
+				if info.Recoveries != wantRec {
+					t.Fatalf("recoveries %d, want %d", info.Recoveries, wantRec)
+				}
+			})
+		})
+	}
+}
+
+// TestHelperWorkerProcess is the body of the child process that
+// TestWorkerSIGKILL kills; it does nothing in a normal run.
+func TestHelperWorkerProcess(t *testing.T) {
+	addr, ns := os.Getenv("ENGINE_HELPER_ADDR"), os.Getenv("ENGINE_HELPER_NS")
+	if addr == "" {
+		return
+	}
+	srv := &redistest.Server{Addr: addr, Kind: redistest.KindExternal}
+	e := &env{srv: srv, pool: srv.Pool(t), ns: ns}
+	e.cfg = newEnv(t, srv).cfg
+	e.cfg.Namespace = ns
+	w, err := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error {
+		select {} // hangs until killed
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Run(context.Background())
+}
+
+// A real worker process killed with SIGKILL while running a task: the
+// task is recovered and run to completion elsewhere.
+func TestWorkerSIGKILL(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	id, err := c.Enqueue(context.Background(), "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ENGINE_HELPER_ADDR="+e.srv.Addr, "ENGINE_HELPER_NS="+e.ns, "ENGINE_TEST_REDIS=")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "child to run the task", func() bool { return e.state(t, id) == StateRunning })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	rec := newRecorder(nil)
+	rp, _ := NewReaper(e.pool, e.cfg)
+	runBackground(t, rp.Run)
+	w, _ := NewWorker(e.pool, e.cfg, rec)
+	runBackground(t, w.Run)
+	waitFor(t, 20*time.Second, "task done", func() bool { return e.state(t, id) == StateDone })
+	info, _ := c.Lookup(context.Background(), id)
+	if info.Recoveries != 1 || rec.count(id) != 1 {
+		t.Fatalf("recoveries %d, runs here %d; want 1 and 1", info.Recoveries, rec.count(id))
+	}
+	st, _ := c.Stats(context.Background())
+	if st[0].Recovered != 1 || st[0].Running != 0 || st[0].Processed != 1 {
+		t.Fatalf("stats %+v", st[0])
+	}
+}
+
+// Several reapers at once return each task of a dead worker exactly once.
+func TestConcurrentReapers(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		want := map[string]bool{}
+		var batch []NewTask
+		for i := 0; i < 300; i++ {
+			batch = append(batch, NewTask{Type: "t"})
+		}
+		ids, err := c.EnqueueBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A "worker" that claims everything and dies: no heartbeat at all.
+		st := e.store(t)
+		conn := e.pool.Get()
+		for i, id := range ids {
+			want[id] = true
+			got, err := st.Pop(conn, "default", "ghost")
+			if err != nil || got == "" {
+				t.Fatal(got, err)
+			}
+			if i%3 == 0 {
+				continue // leave some in the in-flight list, unclaimed
+			}
+			if _, _, err := st.Claim(ctx, conn, "ghost", "default", got, time.Now().UnixMilli(),
+				func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Do("SADD", st.Keys.Workers(), "ghost")
+		conn.Close()
+		var wg sync.WaitGroup
+		var recovered atomic.Int64
+		for i := 0; i < 4; i++ {
+			rp, _ := NewReaper(e.pool, e.cfg)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 5; j++ {
+					res, err := rp.Reap(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					recovered.Add(int64(res.Recovered))
+				}
+			}()
+		}
+		wg.Wait()
+		if recovered.Load() != int64(len(ids)) {
+			t.Fatalf("reapers report %d recovered, want %d", recovered.Load(), len(ids))
+		}
+		exactlyOnce(t, e.readyIDs(t, "default"), want)
+		stats, _ := c.Stats(ctx)
+		if stats[0].Running != 0 || stats[0].Recovered != int64(len(ids)*2/3) {
+			t.Fatalf("stats %+v; want running 0, recovered %d (claimed ones)", stats[0], len(ids)*2/3)
+		}
+	})
+}
+
+// Failures retry with the configured backoff, then land in the dead
+// letters with the error; dead letters can be retried and purged.
+func TestRetriesThenDeadLetters(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var starts []time.Time
+		fail := atomic.Bool{}
+		fail.Store(true)
+		rec := newRecorder(func(ctx context.Context, t *Task) error {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			if fail.Load() {
+				return fmt.Errorf("boom %d", t.Attempt)
+			}
+			return nil
+		})
+		var asked []int
+		e.cfg.Backoff = func(a int) time.Duration {
+			mu.Lock()
+			asked = append(asked, a)
+			mu.Unlock()
+			return time.Duration(a) * 100 * time.Millisecond
+		}
+		srv, _ := NewServer(e.pool, e.cfg, rec, Roles{})
+		runBackground(t, srv.Run)
+		c := e.client(t)
+		id, err := c.Enqueue(ctx, "t", nil, MaxAttempts(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+		mu.Lock()
+		if len(starts) != 3 || fmt.Sprint(asked) != "[1 2]" {
+			t.Fatalf("runs %d, backoff asked for %v; want 3 runs, [1 2]", len(starts), asked)
+		}
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i].Sub(starts[i-1]); gap < time.Duration(i)*100*time.Millisecond {
+				t.Fatalf("retry %d after %v, before its backoff", i, gap)
+			}
+		}
+		mu.Unlock()
+		dead, err := c.DeadLetters(ctx, 0, 10)
+		if err != nil || len(dead) != 1 {
+			t.Fatal(dead, err)
+		}
+		if d := dead[0]; d.ID != id || d.Attempts != 3 || d.LastError != "boom 3" || d.Finished.IsZero() {
+			t.Fatalf("dead letter %+v", d)
+		}
+		if err := c.Cancel(ctx, id); !errors.Is(err, ErrAlreadyDone) {
+			t.Fatalf("cancel dead: %v", err)
+		}
+		fail.Store(false)
+		if err := c.RetryDead(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RetryDead(ctx, id); !errors.Is(err, ErrNotDead) && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("second RetryDead: %v", err)
+		}
+		waitFor(t, 10*time.Second, "done after retry", func() bool { return e.state(t, id) == StateDone })
+		if n, _ := c.DeadCount(ctx); n != 0 {
+			t.Fatalf("dead count %d after retry", n)
+		}
+		// Permanent errors skip the remaining attempts; purge deletes.
+		id2, _ := c.Enqueue(ctx, "perm", nil)
+		srvMux := NewMux()
+		_ = srvMux
+		waitFor(t, 10*time.Second, "second task to run", func() bool { return rec.count(id2) == 1 })
+		waitFor(t, 10*time.Second, "done", func() bool { return e.state(t, id2) == StateDone })
+		st, _ := c.Stats(ctx)
+		if st[0].Failed != 3 || st[0].Processed != 2 || st[0].Dead != 0 || st[0].Retrying != 0 || st[0].Running != 0 {
+			t.Fatalf("stats %+v", st[0])
+		}
+	})
+}
+
+func TestPermanentRetryAfterAndPanic(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var later atomic.Int32
+		mux := NewMux()
+		mux.HandleFunc("perm", func(ctx context.Context, t *Task) error { return Permanent(errors.New("bad input")) })
+		mux.HandleFunc("later", func(ctx context.Context, t *Task) error {
+			if later.Add(1) < 3 {
+				return RetryAfter(50 * time.Millisecond)
+			}
+			return nil
+		})
+		mux.HandleFunc("panic", func(ctx context.Context, t *Task) error { panic("kaboom") })
+		mux.HandleFunc("slow", func(ctx context.Context, t *Task) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		runBackground(t, srv.Run)
+		c := e.client(t)
+		perm, _ := c.Enqueue(ctx, "perm", nil)
+		lat, _ := c.Enqueue(ctx, "later", nil, MaxAttempts(1))
+		pan, _ := c.Enqueue(ctx, "panic", nil, MaxAttempts(1))
+		slow, _ := c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond))
+		for _, id := range []string{perm, pan, slow} {
+			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+		}
+		waitFor(t, 10*time.Second, "later done", func() bool { return e.state(t, lat) == StateDone })
+		check := func(id, want string, attempts int) {
+			info, _ := c.Lookup(ctx, id)
+			if !strings.Contains(info.LastError, want) || info.Attempts != attempts {
+				t.Fatalf("task %s: error %q attempts %d; want %q and %d", id, info.LastError, info.Attempts, want, attempts)
+			}
+		}
+		check(perm, "bad input", 1)
+		check(pan, "handler panic: kaboom", 1)
+		check(slow, "timed out after 100ms", 1)
+		check(lat, "", 0)
+		if later.Load() != 3 {
+			t.Fatalf("RetryAfter task ran %d times, want 3", later.Load())
+		}
+	})
+}
+
+// A task whose type has no handler is never dropped.
+func TestUnknownType(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, pol := range []UnknownPolicy{UnknownRetry, UnknownDead} {
+			cfg := e.cfg
+			cfg.UnknownType = pol
+			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
+			srv, _ := NewServer(e.pool, cfg, NewMux(), Roles{})
+			stop := runBackground(t, srv.Run)
+			c := e.client(t)
+			id, _ := c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3))
+			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+			info, _ := c.Lookup(ctx, id)
+			want := 3
+			if pol == UnknownDead {
+				want = 1
+			}
+			if !strings.Contains(info.LastError, `no handler for type "nobody"`) || info.Attempts != want {
+				t.Fatalf("policy %d: %q after %d attempts, want %d", pol, info.LastError, info.Attempts, want)
+			}
+			stop()
+		}
+	})
+}
+
+// Strict priority: with both queues full, the lower queue runs only when
+// the higher one is empty. Weighted: shares follow the weights over 10k
+// tasks, and no queue starves.
+func TestPriorities(t *testing.T) {
+	for _, strict := range []bool{true, false} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			e := realEnv(t)
+			ctx := context.Background()
+			c := e.client(t)
+			n := 5000
+			for _, q := range []string{"low", "high"} {
+				var batch []NewTask
+				for i := 0; i < n; i++ {
+					batch = append(batch, NewTask{Type: "t", Options: []Option{Queue(q)}})
+				}
+				if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.cfg.StrictPriority = strict
+			e.cfg.Queues = []QueueConfig{{Name: "high", Weight: 3}, {Name: "low", Weight: 1}}
+			e.cfg.Concurrency = 1
+			rec := newRecorder(nil)
+			w, _ := NewWorker(e.pool, e.cfg, rec)
+			stop := runBackground(t, w.Run)
+			waitFor(t, 60*time.Second, "all tasks", func() bool { return rec.total() == 2*n })
+			stop()
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if strict {
+				for i, task := range rec.seq {
+					if (i < n) != (task.Queue == "high") {
+						t.Fatalf("task %d came from %s under strict priority", i, task.Queue)
+					}
+				}
+				return
+			}
+			// While both queues had tasks (the first 4000 runs at 3:1,
+			// in expectation), high's share is 3/4 within 3 points.
+			high := 0
+			for _, task := range rec.seq[:4000] {
+				if task.Queue == "high" {
+					high++
+				}
+			}
+			share := float64(high) / 4000
+			if share < 0.72 || share > 0.78 {
+				t.Fatalf("high's share %.3f, want 0.75 ± 0.03", share)
+			}
+		})
+	}
+}
+
+// Shutdown lets handlers finish until its deadline, then returns the
+// unfinished tasks to their queues at once, and leaves no goroutine.
+func TestShutdownReturnsUnfinished(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
+			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"))
+		ctx := context.Background()
+		c := e.client(t)
+		started := make(chan string, 4)
+		var quick atomic.Int32
+		mux := NewMux()
+		mux.HandleFunc("hang", func(ctx context.Context, t *Task) error {
+			started <- t.ID
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		mux.HandleFunc("quick", func(ctx context.Context, t *Task) error {
+			started <- t.ID
+			time.Sleep(100 * time.Millisecond)
+			quick.Add(1)
+			return nil
+		})
+		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		done := make(chan struct{})
+		go func() { _ = srv.Run(ctx); close(done) }()
+		hang, _ := c.Enqueue(ctx, "hang", nil)
+		q, _ := c.Enqueue(ctx, "quick", nil)
+		<-started
+		<-started
+		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		if err := srv.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if d := time.Since(t0); d > 3*time.Second {
+			t.Fatalf("shutdown took %v", d)
+		}
+		if quick.Load() != 1 || e.state(t, q) != StateDone {
+			t.Fatal("the quick task was not allowed to finish")
+		}
+		info, _ := c.Lookup(ctx, hang)
+		if info.State != StateReady || info.Attempts != 0 || info.Recoveries != 0 {
+			t.Fatalf("unfinished task: %s attempts %d recoveries %d; want ready, 0, 0", info.State, info.Attempts, info.Recoveries)
+		}
+		if ids := e.readyIDs(t, "default"); len(ids) != 1 || ids[0] != hang {
+			t.Fatalf("ready list %v", ids)
+		}
+		if ks := e.keys(t); containsPrefix(ks, e.key("hb:")) || containsPrefix(ks, e.key("p:")) || containsPrefix(ks, e.key("f:")) {
+			t.Fatalf("worker left keys behind: %v", ks)
+		}
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Run(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Run after Shutdown: %v", err)
+		}
+	})
+}
+
+func containsPrefix(ss []string, p string) bool {
+	for _, s := range ss {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

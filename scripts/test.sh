@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The project's test command: installs redis-server when it is missing (the
+# real-server tests need it and fail, not skip, without it), then vets and
+# runs every test with the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "redis-server not found; installing it (needs root and the Debian archive)" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+# Debian's package starts a server on 6379; the tests start their own on free
+# ports and never use it.
+redis-server --version
+
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+if [ -f bench/go.mod ]; then
+  (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
+fi
