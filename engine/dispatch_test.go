@@ -137,7 +137,7 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Resolution = time.Millisecond
 	base := time.Now().Add(time.Hour)
-	want := scheduleMany(t, e, n/2, base, 0, "a", "b")                  // two bursts
+	want := scheduleMany(t, e, n/2, base, 0, "a", "b")                   // two bursts
 	for id := range scheduleMany(t, e, n/2, base, 20*time.Second, "a") { // one task per bucket
 		want[id] = true
 	}
