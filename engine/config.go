@@ -54,7 +54,7 @@ type Config struct {
 	// IdleWait is the longest a blocked worker or dispatcher waits before
 	// it looks again on its own, in whole seconds (Redis 2.4 blocking
 	// timeouts are integers). New work wakes them at once; this only
-	// bounds the cost of a lost wake-up. Default 10 s.
+	// bounds the cost of a lost wake-up. Default 20 s.
 	IdleWait time.Duration
 	// ShutdownTimeout is how long Run, when its context ends, lets running
 	// handlers finish before it returns their tasks to the queues.
@@ -79,12 +79,16 @@ type Config struct {
 	DeadRetention time.Duration
 
 	// ReapInterval is how often a reaper looks for dead workers and
-	// expired leases. Default 15 s.
+	// expired leases. Default 30 s.
 	ReapInterval time.Duration
-	// DispatchBuckets bounds the buckets one dispatcher transaction moves;
-	// DispatchTasks bounds the tasks. Defaults 256 and 4096.
+	// DispatchBuckets bounds the buckets one dispatcher transaction moves
+	// (WATCH costs grow with the square of it at the server); DispatchTasks
+	// bounds the tasks. Defaults 128 and 4096.
 	DispatchBuckets int
 	DispatchTasks   int
+	// DispatchLanes is how many connections a dispatcher moves a backlog
+	// on at once (disjoint buckets, so they never conflict). Default 2.
+	DispatchLanes int
 
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -164,7 +168,7 @@ func (c Config) withDefaults() Config {
 		c.HeartbeatTTL = max(30*time.Second, 3*c.HeartbeatInterval)
 	}
 	if c.IdleWait == 0 {
-		c.IdleWait = 10 * time.Second
+		c.IdleWait = 20 * time.Second
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -182,10 +186,13 @@ func (c Config) withDefaults() Config {
 		c.DeadRetention = 30 * 24 * time.Hour
 	}
 	if c.ReapInterval == 0 {
-		c.ReapInterval = 15 * time.Second
+		c.ReapInterval = 30 * time.Second
 	}
 	if c.DispatchBuckets == 0 {
-		c.DispatchBuckets = 256
+		c.DispatchBuckets = 128
+	}
+	if c.DispatchLanes == 0 {
+		c.DispatchLanes = 2
 	}
 	if c.DispatchTasks == 0 {
 		c.DispatchTasks = 4096
@@ -274,6 +281,9 @@ func (c Config) Validate() error {
 	}
 	if c.DispatchBuckets < 1 || c.DispatchBuckets > 10000 {
 		return bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
+	}
+	if c.DispatchLanes < 1 || c.DispatchLanes > 16 {
+		return bad("DispatchLanes", "%d: want 1 to 16", c.DispatchLanes)
 	}
 	if c.DispatchTasks < 1 || c.DispatchTasks > 100000 {
 		return bad("DispatchTasks", "%d: want 1 to 100000", c.DispatchTasks)

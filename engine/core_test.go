@@ -237,8 +237,8 @@ func TestNeverEarly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := &connHolder{pool: e.pool}
-		defer h.close()
+		h := []*connHolder{{pool: e.pool}}
+		defer h[0].close()
 		res := e.cfg.withDefaults().Resolution
 		for step := base.Add(-2 * time.Millisecond); step.Before(base.Add(80 * time.Millisecond)); step = step.Add(time.Millisecond) {
 			dclock.Set(step)

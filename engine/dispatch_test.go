@@ -272,3 +272,42 @@ func TestDispatcherKilledBetweenCommands(t *testing.T) {
 		}
 	})
 }
+
+// The pipelined two-lane mover cut after any number of commands on either
+// lane (EXEC reply lost or not) loses and duplicates nothing.
+func TestMoveDueKilledBetweenCommands(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		st := e.store(t)
+		ctx := context.Background()
+		for limit := 1; limit <= 40; limit += 3 {
+			for _, lose := range []bool{false, true} {
+				q := fmt.Sprintf("q%d%v", limit, lose)
+				want := scheduleMany(t, e, 40, time.Now().Add(-time.Minute), 40*time.Millisecond, q)
+				c1, c2 := e.pool.Get(), e.pool.Get()
+				f1 := &faultConn{Conn: c1, limit: limit, loseReply: lose}
+				f2 := &faultConn{Conn: c2, limit: limit + 2, loseReply: !lose}
+				_, err := st.MoveDue(ctx, []redisConn{f1, f2}, time.Now().UnixMilli(), 4, 100, 16)
+				c1.Close()
+				c2.Close()
+				if err != nil && !f1.tripped() && !f2.tripped() {
+					t.Fatalf("limit %d: %v", limit, err)
+				}
+				conn := e.pool.Get()
+				for i := 0; ; i++ {
+					res, err := st.MoveDue(ctx, []redisConn{conn}, time.Now().UnixMilli(), 4, 100, 16)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Tasks+res.Stale+res.Conflicts == 0 && !res.Partial {
+						break
+					}
+					if i > 100 {
+						t.Fatal("mover does not finish")
+					}
+				}
+				conn.Close()
+				exactlyOnce(t, e.readyIDs(t, q), want)
+			}
+		}
+	})
+}

@@ -2,14 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -29,7 +27,6 @@ type Dispatcher struct {
 	log   *slog.Logger
 
 	moved   atomic.Int64
-	rounds  atomic.Int64
 	stalled func(stage string) error // fault injection for tests
 }
 
@@ -65,20 +62,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		g.Wait()
 	}()
 
-	h := &connHolder{pool: d.pool}
-	defer h.close()
+	lanes := make([]*connHolder, d.cfg.DispatchLanes)
+	for i := range lanes {
+		lanes[i] = &connHolder{pool: d.pool}
+		defer lanes[i].close()
+	}
 	var bo retryBackoff
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	d.log.Info("dispatcher started", "namespace", d.cfg.Namespace, "resolution", d.cfg.Resolution)
 	for {
-		next, err := d.round(ctx, h)
+		next, err := d.round(ctx, lanes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			h.drop()
+			for _, h := range lanes {
+				h.drop()
+			}
 			if !bo.wait(ctx, d.log, "dispatch", err) {
 				return nil
 			}
@@ -118,39 +120,36 @@ func (d *Dispatcher) clockOffset() time.Duration {
 
 // round moves what is due. It returns 0 when more may be due at once, the
 // time (Unix ms) of the next bucket, or -1 when nothing is scheduled.
-func (d *Dispatcher) round(ctx context.Context, h *connHolder) (int64, error) {
-	conn, err := h.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	now := ms(d.cfg.Clock.Now())
-	members, err := d.store.DueBuckets(conn, now, d.cfg.DispatchBuckets)
-	if err != nil {
-		return 0, err
-	}
-	if len(members) > 0 {
-		if err := d.fault("before-move"); err != nil {
-			return 0, err
-		}
-		res, err := d.store.Move(ctx, conn, members, d.cfg.DispatchTasks)
-		if errors.Is(err, txn.ErrConflict) {
-			d.log.Debug("dispatch conflict storm; reading again")
-			return 0, nil
-		}
+func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, error) {
+	conns := make([]redis.Conn, len(lanes))
+	for i, h := range lanes {
+		c, err := h.get(ctx)
 		if err != nil {
 			return 0, err
 		}
-		if err := d.fault("after-move"); err != nil {
-			return 0, err
-		}
-		d.moved.Add(int64(res.Tasks))
-		d.rounds.Add(1)
-		for _, k := range res.Quarantined {
-			d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
-		}
-		if len(members) == d.cfg.DispatchBuckets || res.Partial || res.Tasks > 0 {
-			return 0, nil
-		}
+		conns[i] = c
+	}
+	conn := conns[0]
+	now := ms(d.cfg.Clock.Now())
+	if err := d.fault("before-move"); err != nil {
+		return 0, err
+	}
+	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.fault("after-move"); err != nil {
+		return 0, err
+	}
+	d.moved.Add(int64(res.Tasks))
+	for _, k := range res.Quarantined {
+		d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
+	}
+	if res.Conflicts > 0 {
+		d.log.Debug("dispatch conflicts; reading again", "conflicts", res.Conflicts)
+	}
+	if res.Tasks > 0 || res.Partial || res.Conflicts > 0 || res.Stale > 0 {
+		return 0, nil
 	}
 	next, ok, err := d.store.NextDue(conn)
 	if err != nil {

@@ -38,6 +38,10 @@ type Runner struct {
 // Conflicts reports how many times EXEC found a watched key changed.
 func (r *Runner) Conflicts() int64 { return r.conflicts.Load() }
 
+// AddConflict counts a conflict found outside Run (a pipelined
+// transaction judged with ExecReplies).
+func (r *Runner) AddConflict() { r.conflicts.Add(1) }
+
 var defaultRunner Runner
 
 // Run is [Runner.Run] on a shared Runner with the default settings.
@@ -74,7 +78,7 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 			return nil, err
 		}
 		replies, err := r.once(conn, watch, fn)
-		if errors.Is(err, errNilExec) {
+		if errors.Is(err, ErrNilExec) {
 			r.conflicts.Add(1)
 			continue
 		}
@@ -82,8 +86,6 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	}
 	return nil, ErrConflict
 }
-
-var errNilExec = errors.New("txn: EXEC answered nil")
 
 func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]interface{}, error) {
 	tx := &Tx{conn: conn}
@@ -99,29 +101,19 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 	if len(tx.queued) == 0 {
 		return nil, tx.unwatch()
 	}
-	for i, c := range tx.queued {
-		if err := redis24.Check(c.Name, c.Args...); err != nil {
-			_ = tx.unwatch()
-			return nil, fmt.Errorf("txn: command %d (%s) refused before MULTI: %w", i, c.Name, err)
-		}
+	if err := Check(tx.queued); err != nil {
+		_ = tx.unwatch()
+		return nil, err
 	}
-	if err := conn.Send("MULTI"); err != nil {
-		return nil, fmt.Errorf("txn: send MULTI: %w", err)
-	}
-	for _, c := range tx.queued {
-		if err := conn.Send(c.Name, c.Args...); err != nil {
-			return nil, fmt.Errorf("txn: send %s: %w", c.Name, err)
-		}
-	}
-	if err := conn.Send("EXEC"); err != nil {
-		return nil, fmt.Errorf("txn: send EXEC: %w", err)
+	if err := SendMulti(conn, tx.queued); err != nil {
+		return nil, err
 	}
 	all, err := redis.Values(conn.Do(""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
 	}
-	// Replies: pending reads' replies (if fn left Sends unflushed, which
-	// Tx does not), then MULTI's OK, one QUEUED per command, EXEC's reply.
+	// Replies: those of sends left unread (a WATCH with no read after
+	// it), then MULTI's OK, one QUEUED per command, EXEC's reply.
 	skip := len(all) - (len(tx.queued) + 2)
 	if skip < 0 {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued))
@@ -131,24 +123,66 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 			return nil, fmt.Errorf("txn: read before MULTI: %w", e)
 		}
 	}
-	all = all[skip:]
+	return ExecReplies(tx.queued, all[skip:])
+}
+
+// Check checks queued commands against Redis 2.4 before MULTI is sent:
+// 2.4 drops a command it refuses while queueing and runs the rest.
+func Check(queued []Cmd) error {
+	for i, c := range queued {
+		if err := redis24.Check(c.Name, c.Args...); err != nil {
+			return fmt.Errorf("txn: command %d (%s) refused before MULTI: %w", i, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// SendMulti sends MULTI, the queued commands and EXEC without flushing.
+func SendMulti(conn redis.Conn, queued []Cmd) error {
+	if err := conn.Send("MULTI"); err != nil {
+		return fmt.Errorf("txn: send MULTI: %w", err)
+	}
+	for _, c := range queued {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return fmt.Errorf("txn: send %s: %w", c.Name, err)
+		}
+	}
+	if err := conn.Send("EXEC"); err != nil {
+		return fmt.Errorf("txn: send EXEC: %w", err)
+	}
+	return nil
+}
+
+// ErrNilExec is what ExecReplies returns when EXEC answered nil: a watched
+// key changed, and nothing was written. Run retries it; callers of
+// ExecReplies decide for themselves.
+var ErrNilExec = errors.New("txn: EXEC answered nil: a watched key changed")
+
+// ExecReplies judges the replies to MULTI, the queued commands and EXEC
+// (len(queued)+2 of them) and returns EXEC's reply, one element per
+// command. It returns ErrNilExec when a watched key changed, an
+// *ExecError for a command refused while queueing or failed inside EXEC
+// (with the replies, since at 2.4 the others ran), or another error.
+func ExecReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
+	if len(all) != len(queued)+2 {
+		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(queued))
+	}
 	if e, ok := all[0].(redis.Error); ok {
 		return nil, fmt.Errorf("txn: MULTI: %w", e)
 	}
 	var queueErr *ExecError
 	for i, q := range all[1 : len(all)-1] {
 		if e, ok := q.(redis.Error); ok {
-			queueErr = &ExecError{Index: i, Command: tx.queued[i].Name, Queued: true, Err: e}
+			queueErr = &ExecError{Index: i, Command: queued[i].Name, Queued: true, Err: e}
 			break
 		}
 	}
-	exec := all[len(all)-1]
-	switch exec := exec.(type) {
+	switch exec := all[len(all)-1].(type) {
 	case nil:
 		if queueErr != nil {
 			return nil, queueErr
 		}
-		return nil, errNilExec
+		return nil, ErrNilExec
 	case redis.Error:
 		// 2.6.5 and later abort the whole transaction (EXECABORT) after a
 		// queueing error; report the command that caused it.
@@ -163,14 +197,14 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 		for i, rep := range exec {
 			if e, ok := rep.(redis.Error); ok {
 				name := "?"
-				if i < len(tx.queued) {
-					name = tx.queued[i].Name
+				if i < len(queued) {
+					name = queued[i].Name
 				}
 				return exec, &ExecError{Index: i, Command: name, Err: e}
 			}
 		}
-		if len(exec) != len(tx.queued) {
-			return exec, fmt.Errorf("txn: EXEC answered %d replies for %d commands", len(exec), len(tx.queued))
+		if len(exec) != len(queued) {
+			return exec, fmt.Errorf("txn: EXEC answered %d replies for %d commands", len(exec), len(queued))
 		}
 		return exec, nil
 	default:

@@ -1,0 +1,46 @@
+// Package engine runs reliable immediate, delayed and scheduled tasks on
+// Redis using only the Redis 2.4 command set: no Lua, no SET options, no
+// TIME, no keyspace notifications.
+//
+// # Tasks
+//
+// A task is a type name, a payload of bytes and a queue. A [Client]
+// enqueues it to run now ([Client.Enqueue]), at a time ([Client.EnqueueAt])
+// or after a delay ([Client.EnqueueIn]), or many at once in one round trip
+// ([Client.EnqueueBatch]). A [Server] runs the three background parts: a
+// [Dispatcher] that makes scheduled tasks ready when due, a [Worker] that
+// runs them with handlers registered on a [Mux], and a [Reaper] that
+// returns the tasks of dead workers.
+//
+// # The delivery promise
+//
+// Once Enqueue returns nil the task is in Redis and runs at least once,
+// whatever process crashes or connection drops. It runs more than once only
+// when the worker running it died or its lease ran out (the handler outlived
+// its timeout plus Config.LeaseGrace); [Task.Recoveries] counts those. A
+// task is never made ready before its due time on the dispatcher's clock,
+// and is late by about the bucket resolution (Config.Resolution) at most
+// under normal load. Handlers should therefore be idempotent.
+//
+// A handler's error decides what happens next: nil is success; an error is
+// a failure, retried with backoff ([Config.Backoff]) until the task's
+// attempts are used up, after which it becomes a dead letter; [Permanent]
+// skips the remaining attempts; [RetryAfter] runs it again later without
+// counting a failure. Panics are failures.
+//
+// # Redis 2.4
+//
+// Every change to more than one key is one MULTI/EXEC, guarded by WATCH
+// where it reads first (docs/design.md lists each). Blocking waits use
+// whole-second timeouts; precise waits are Go timers. The redis24 package
+// checks commands against the 2.4 table; tests run every connection
+// through it.
+//
+// # Concurrency
+//
+// Client, Dispatcher, Reaper, Worker and Server are safe for concurrent
+// use, and any number of each may run against one namespace in one process
+// or many. None closes the redigo Pool it is given. Run methods block until
+// their context ends (or Shutdown) and return only after every goroutine
+// they started has ended.
+package engine

@@ -1,0 +1,90 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/gomodule/redigo/redis"
+)
+
+// newPool starts an in-memory Redis for the examples.
+func newPool() (*redis.Pool, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", mr.Addr()) }}
+	return pool, func() { pool.Close(); mr.Close() }
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func ExampleClient_Enqueue() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	id, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
+		engine.Queue("mail"), engine.MaxAttempts(5))
+	if err != nil {
+		panic(err)
+	}
+	info, _ := client.Lookup(ctx, id)
+	fmt.Println(info.State, info.Queue, info.Type, info.MaxAttempts)
+
+	_, err = client.Enqueue(ctx, "", nil)
+	fmt.Println(errors.Is(err, engine.ErrInvalidName))
+	// Output:
+	// scheduled mail email.send 5
+	// true
+}
+
+func ExampleClient_Cancel() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	id, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
+	fmt.Println(client.Cancel(ctx, id))
+	info, _ := client.Lookup(ctx, id)
+	fmt.Println(info.State)
+	fmt.Println(errors.Is(client.Cancel(ctx, id), engine.ErrAlreadyDone))
+	// Output:
+	// <nil>
+	// cancelled
+	// true
+}
+
+func ExampleWorker_Run() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	cfg := engine.Config{Namespace: "example", Logger: quiet}
+	client, _ := engine.NewClient(pool, cfg)
+
+	ran := make(chan string, 1)
+	mux := engine.NewMux()
+	mux.HandleFunc("greet", func(ctx context.Context, t *engine.Task) error {
+		ran <- "hello, " + string(t.Payload)
+		return nil
+	})
+	srv, _ := engine.NewServer(pool, cfg, mux, engine.Roles{})
+	go srv.Run(ctx)
+
+	id, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
+	fmt.Println(<-ran)
+	_ = srv.Shutdown(ctx)
+	info, _ := client.Lookup(ctx, id)
+	fmt.Println(info.State, info.Attempt)
+	// Output:
+	// hello, world
+	// done 1
+}

@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func commandTotal(e *env) int {
+	n := 0
+	for _, c := range e.srv.Census.Commands() {
+		n += e.srv.Census.Count(c)
+	}
+	return n
+}
+
+// An idle server (dispatcher, reaper, worker with 16 slots on three
+// queues) sends a bounded number of commands per IdleWait and heartbeat:
+// nothing polls. With the one-second settings used here the budget is
+// about 5 per IdleWait (the waiter's BLPOP and one fetch round of 3
+// queues; the dispatcher's BLPOP and index read), 4 per heartbeat and 4
+// per reap; with the defaults (20 s, 10 s, 30 s) that is under one command
+// a second. docs/benchmarks.md has the figures measured with defaults.
+func TestIdleCost(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.IdleWait = time.Second
+	e.cfg.HeartbeatInterval = time.Second
+	e.cfg.HeartbeatTTL = 3 * time.Second
+	e.cfg.ReapInterval = time.Second
+	e.cfg.Concurrency = 16
+	e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	srv, err := NewServer(e.pool, e.cfg, NewMux(), Roles{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopIdle := runBackground(t, srv.Run)
+	time.Sleep(1500 * time.Millisecond) // start-up
+	before := commandTotal(e)
+	const window = 5 * time.Second
+	time.Sleep(window)
+	perSec := float64(commandTotal(e)-before) / window.Seconds()
+	t.Logf("idle: %.1f commands/s with 1 s IdleWait, heartbeat and reap interval", perSec)
+	// 5 + 4 + 4 per second, plus reaper jitter and timeout slack.
+	if perSec > 16 {
+		t.Fatalf("idle server sent %.1f commands/s; budget 16", perSec)
+	}
+	stopIdle()
+	// And a task still starts at once: the idle wait is not a poll.
+	c := e.client(t)
+	ran := make(chan time.Time, 1)
+	mux := NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- time.Now(); return nil })
+	w, _ := NewWorker(e.pool, e.cfg, mux)
+	runBackground(t, w.Run)
+	time.Sleep(1500 * time.Millisecond) // let the worker go idle
+	t0 := time.Now()
+	if _, err := c.Enqueue(context.Background(), "t", nil, Queue("c")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-ran:
+		t.Logf("idle worker started a new task after %v", at.Sub(t0))
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle worker did not start a new task")
+	}
+}
