@@ -26,6 +26,16 @@ func (o OffsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+// msCeil is t in Unix milliseconds rounded up: a due time stored in whole
+// milliseconds must never be earlier than the time asked for.
+func msCeil(t time.Time) int64 {
+	m := t.UnixMilli()
+	if time.UnixMilli(m).Before(t) {
+		m++
+	}
+	return m
+}
+
 func fromMs(v int64) time.Time {
 	if v == 0 {
 		return time.Time{}

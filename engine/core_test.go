@@ -256,10 +256,10 @@ func TestNeverEarly(t *testing.T) {
 				ready[id] = true
 			}
 			for id, at := range due {
-				if ready[id] && step.Before(at.Truncate(time.Millisecond)) {
+				if ready[id] && step.Before(at) {
 					t.Fatalf("task due %v ready at %v: early", at, step)
 				}
-				if !ready[id] && !step.Before(at.Add(res)) {
+				if !ready[id] && !step.Before(at.Add(res+time.Millisecond)) {
 					t.Fatalf("task due %v still not ready at %v (resolution %v)", at, step, res)
 				}
 			}
@@ -268,3 +268,25 @@ func TestNeverEarly(t *testing.T) {
 }
 
 func redistestMini(t testing.TB) *redistestServer { return miniServer(t) }
+
+// Due times are kept in milliseconds rounded up: a task due a fraction of a
+// millisecond from now waits for its bucket, a task due by now is ready.
+func TestDueRounding(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	now := time.UnixMilli(1_800_000_000_000).Add(300 * time.Microsecond)
+	e.cfg.Clock = &settableClock{now: now}
+	c := e.client(t)
+	ctx := context.Background()
+	soon, _ := c.EnqueueAt(ctx, now.Add(400*time.Microsecond), "t", nil)
+	due, _ := c.EnqueueAt(ctx, now, "t", nil)
+	past, _ := c.EnqueueAt(ctx, now.Add(-time.Hour), "t", nil)
+	for id, want := range map[string]State{soon: StateScheduled, due: StateReady, past: StateReady} {
+		info, err := c.Lookup(ctx, id)
+		if err != nil || info.State != want {
+			t.Fatalf("state %v %v, want %s", info.State, err, want)
+		}
+		if want == StateScheduled && info.Due.Before(now.Add(400*time.Microsecond)) {
+			t.Fatalf("stored due %v is before the asked %v", info.Due, now.Add(400*time.Microsecond))
+		}
+	}
+}

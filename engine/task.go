@@ -181,10 +181,17 @@ func (c Config) record(now time.Time, typ string, payload []byte, opts []Option)
 	if payload == nil {
 		payload = []byte{}
 	}
+	// Stored in whole milliseconds, rounded up so that a task is never
+	// ready early; but a task due by now goes straight to its ready list,
+	// which the store decides by comparing with now in milliseconds.
+	dueMs := msCeil(due)
+	if !due.After(now) {
+		dueMs = min(dueMs, ms(now))
+	}
 	r := &buckets.Record{
 		ID: uuid.NewString(), Queue: o.queue, Type: typ, Payload: payload,
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
-		Created: ms(now), Due: max(ms(due), 1),
+		Created: ms(now), Due: max(dueMs, 1),
 	}
 	if err := r.Validate(c.MaxPayload); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

@@ -509,7 +509,7 @@ func (w *Worker) decide(r *buckets.Record, now time.Time, herr error) buckets.Ou
 		return buckets.Done
 	case errors.As(herr, &ra):
 		r.State = buckets.StateWaiting
-		r.Due = ms(now.Add(ra.d))
+		r.Due = msCeil(now.Add(ra.d))
 		return buckets.Again
 	}
 	r.Attempts++
@@ -521,7 +521,7 @@ func (w *Worker) decide(r *buckets.Record, now time.Time, herr error) buckets.Ou
 		return buckets.Bury
 	}
 	r.State = buckets.StateRetry
-	r.Due = ms(now.Add(w.cfg.Backoff(r.Attempts)))
+	r.Due = msCeil(now.Add(w.cfg.Backoff(r.Attempts)))
 	return buckets.Again
 }
 
