@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// testRedis is the redis-server that TestMain starts for the whole package.
+var testRedis *RedisServer
+
+// TestMain lets the test binary act as the idle scenario's child process,
+// and starts one redis-server for all tests and benchmarks. A missing
+// redis-server is a failure, not a skip (set BQBENCH_REDIS_SERVER to use
+// another binary).
+func TestMain(m *testing.M) {
+	maybeRunChild()
+	bin := os.Getenv("BQBENCH_REDIS_SERVER")
+	if bin == "" {
+		bin = "redis-server"
+	}
+	srv, err := StartRedis(context.Background(), bin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: cannot start redis-server for the bench tests:", err)
+		os.Exit(1)
+	}
+	testRedis = srv
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// tinyArgs are size overrides that make every scenario take about a second.
+var tinyArgs = []string{
+	"-enqueue-n", "300", "-producers", "1,4", "-batch", "50",
+	"-backlog", "200,600", "-dispatchers", "1,2",
+	"-e2e-n", "300", "-e2e-producers", "4", "-handlers", "2,8",
+	"-lateness-rate", "300", "-lateness-duration", "1s", "-lateness-max-delay", "300ms", "-lateness-workers", "4",
+	"-idle-duration", "1s", "-idle-workers", "4",
+	"-memory-n", "500",
+}
+
+// runTiny runs the harness in-process against the test server (as a shared
+// server when shared is set, else as the harness's own) and returns the report.
+func runTiny(t *testing.T, shared bool, extra ...string) *Report {
+	t.Helper()
+	args := append([]string{"-redis", testRedis.Addr, "-out", ""}, tinyArgs...)
+	o, err := parseFlags(append(args, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !shared {
+		o.redisAddr = "" // execute would start a server: use the test one as "own"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var rep *Report
+	if shared {
+		rep, err = execute(ctx, o)
+	} else {
+		rep, err = executeOn(ctx, o, testRedis.Addr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	rep.WriteTable(&sb, o.impls)
+	t.Logf("\n%s", sb.String())
+	return rep
+}
+
+// executeOn is execute with an already running server that the harness may
+// treat as its own (FLUSHALL between measurements).
+func executeOn(ctx context.Context, o *options, addr string) (*Report, error) {
+	h := NewHarness(addr, true, o.sizes, o.runs, o.impls, o.poll, testLog{})
+	defer h.Admin.Close()
+	info, err := h.Admin.Info("server")
+	if err != nil {
+		return nil, err
+	}
+	h.Report = NewReport(meta(o, addr, true, info))
+	var cases []*Case
+	for _, s := range o.scenarios {
+		cases = append(cases, scenarioCases[s](o.sizes)...)
+	}
+	h.RunCases(ctx, cases)
+	h.Report.Finish(o.impls)
+	return h.Report, ctx.Err()
+}
+
+// testLog discards progress output (visible with -v through t.Log instead).
+type testLog struct{}
+
+func (testLog) Write(p []byte) (int, error) { return len(p), nil }
+
+// want checks every result's status against the expected one per impl.
+func want(t *testing.T, rep *Report, status func(r *Result) string) {
+	t.Helper()
+	if len(rep.Results) == 0 {
+		t.Fatal("no results")
+	}
+	for _, r := range rep.Results {
+		if w := status(r); r.Status != w {
+			t.Errorf("%s %s %s %s: status %s (%s), want %s", r.Scenario, r.Case, r.Impl, r.Metric, r.Status, r.Note, w)
+		}
+	}
+}
+
+// TestSmokeNaiveAndEngine runs every scenario at tiny sizes against the
+// naive implementation and the engine.
+func TestSmokeNaiveAndEngine(t *testing.T) {
+	rep := runTiny(t, false, "-impls", "naive,engine")
+	want(t, rep, func(r *Result) string { return StatusOK })
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		seen[r.Scenario] = true
+		if r.Median == nil {
+			continue
+		}
+		v := *r.Median
+		switch {
+		case r.Unit == "tasks/s" && v <= 0:
+			t.Errorf("%s %s: rate %v", r.Scenario, r.Case, v)
+		case r.Metric == "early" && v != 0:
+			t.Errorf("%s started %.2f%% of tasks early", r.Impl, v)
+		case r.Metric == "lost" && v != 0:
+			t.Errorf("%s lost %v tasks", r.Impl, v)
+		case r.Metric == "min" && v < 0:
+			t.Errorf("%s started a task %.3fms early", r.Impl, -v)
+		case r.Metric == "overhead" && (v <= 0 || v > 2000):
+			t.Errorf("implausible memory overhead %v B/task", v)
+		case r.Metric == "commands" && r.Impl == "naive" && v <= 0:
+			t.Errorf("idle naive: %v commands/s (its poller polls)", v)
+		}
+	}
+	for _, s := range allScenarios {
+		if !seen[s] {
+			t.Errorf("scenario %s produced no result", s)
+		}
+	}
+	if len(rep.Derived) == 0 {
+		t.Error("no dispatch scaling figures")
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := rep.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSmokeLibraries runs the scenarios that are quick for asynq and rmq
+// at tiny sizes, and checks which ones are n/a for rmq.
+func TestSmokeLibraries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("asynq/rmq smoke test skipped in -short mode")
+	}
+	rep := runTiny(t, false, "-impls", "asynq,rmq", "-scenarios", "enqueue,dispatch,e2e,memory",
+		"-backlog", "300", "-dispatchers", "1,2")
+	want(t, rep, func(r *Result) string {
+		switch {
+		case r.Impl == "asynq" && r.Scenario == "enqueue" && strings.HasPrefix(r.Case, "batch"):
+			return StatusNA
+		case r.Impl == "rmq" && (r.Scenario == "dispatch" || r.Scenario == "memory" ||
+			strings.Contains(r.Case, "delayed")):
+			return StatusNA
+		}
+		return StatusOK
+	})
+}
+
+// TestSharedServer runs against the server as a shared one (-redis): the
+// harness must not FLUSHALL it and must leave none of its keys behind.
+func TestSharedServer(t *testing.T) {
+	c, err := redis.Dial("tcp", testRedis.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", "someone-elses-key", "keep"); err != nil {
+		t.Fatal(err)
+	}
+	impls := "naive,asynq,rmq"
+	if testing.Short() {
+		impls = "naive"
+	}
+	rep := runTiny(t, true, "-impls", impls, "-scenarios", "enqueue,e2e,idle", "-producers", "2",
+		"-handlers", "4")
+	want(t, rep, func(r *Result) string {
+		if r.Status == StatusNA {
+			return StatusNA
+		}
+		return StatusOK
+	})
+	keys, err := redis.Strings(c.Do("KEYS", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != "someone-elses-key" {
+		t.Errorf("keys left on the shared server: %q", keys)
+	}
+}
+
+// TestParseMonitorLine checks the MONITOR line parser.
+func TestParseMonitorLine(t *testing.T) {
+	e, ok := parseMonitorLine("+1700000000.123456 [0 lua] \"ZRANGEBYSCORE\" \"k\" \"-inf\"\r\n")
+	if !ok || !e.lua || e.cmd != "zrangebyscore" || e.at != 1700000000.123456 {
+		t.Errorf("lua line: %+v %v", e, ok)
+	}
+	e, ok = parseMonitorLine("+1700000000.5 [3 127.0.0.1:5555] \"blpop\" \"q\" \"1\"\r\n")
+	if !ok || e.lua || e.cmd != "blpop" {
+		t.Errorf("client line: %+v %v", e, ok)
+	}
+	if _, ok := parseMonitorLine("-ERR nope\r\n"); ok {
+		t.Error("error line parsed")
+	}
+}
+
+// TestTaskEncoding checks encodeTask/decodeTask.
+func TestTaskEncoding(t *testing.T) {
+	d, err := decodeTask(encodeTask(Task{ID: "42", Payload: []byte("a|b")}))
+	if err != nil || d.ID != "42" || string(d.Payload) != "a|b" {
+		t.Errorf("got %+v %v", d, err)
+	}
+	if _, err := decodeTask([]byte("nobar")); err == nil {
+		t.Error("malformed blob decoded")
+	}
+}
+
+// TestFlags checks presets and overrides.
+func TestFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-size", "full", "-backlog", "5,6", "-scenarios", "memory,enqueue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.sizes.MemoryN != 1000000 || fmt.Sprint(o.sizes.Backlogs) != "[5 6]" {
+		t.Errorf("sizes %+v", o.sizes)
+	}
+	if fmt.Sprint(o.scenarios) != "[enqueue memory]" {
+		t.Errorf("scenarios %v", o.scenarios)
+	}
+	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+// Command bench compares Redis task-queue designs: this repository's engine,
+// a naive per-task ZSET design, github.com/hibiken/asynq and
+// github.com/adjust/rmq/v5.
+//
+//	cd bench && go run .                       # everything, small sizes
+//	go run . -impls naive,asynq -scenarios dispatch -size full -runs 3
+//	go run . -redis 127.0.0.1:6379             # an existing server (never flushed)
+//
+// It starts a fresh redis-server on a free loopback port (persistence off)
+// unless -redis is given, runs each scenario for each implementation, prints
+// one table on stdout and writes results.json; progress goes to stderr.
+// See README.md for the scenarios and what each figure means.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// allScenarios lists the scenarios in the order they run.
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "lateness", "idle", "memory"}
+
+// scenarioCases maps a scenario name to its case builder.
+var scenarioCases = map[string]func(Sizes) []*Case{
+	"enqueue":  enqueueCases,
+	"dispatch": dispatchCases,
+	"e2e":      e2eCases,
+	"lateness": latenessCases,
+	"idle":     idleCases,
+	"memory":   memoryCases,
+}
+
+func main() {
+	maybeRunChild()
+	os.Exit(run(os.Args[1:]))
+}
+
+// options are the parsed command line.
+type options struct {
+	scenarios []string
+	impls     []string
+	sizes     Sizes
+	sizeName  string
+	runs      int
+	redisAddr string
+	redisBin  string
+	out       string
+	poll      time.Duration
+}
+
+// parseFlags parses args into options.
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run, comma-separated: "+strings.Join(allScenarios, ","))
+	impls := fs.String("impls", "engine,engine-1ms,engine-100ms,naive,asynq,rmq", "implementations, comma-separated (table columns in this order)")
+	size := fs.String("size", "small", "size preset: small or full")
+	runs := fs.Int("runs", 1, "repeat each measurement N times; report the median and the min–max spread")
+	redisAddr := fs.String("redis", "", "host:port of an existing Redis server to use instead of starting one (never FLUSHALLed: per-run namespaces, deleted at the end of each measurement)")
+	redisBin := fs.String("redis-server", "redis-server", "redis-server binary to start when -redis is not given")
+	out := fs.String("out", "results.json", "where to write the JSON results (\"\" for nowhere)")
+	poll := fs.Duration("poll", 10*time.Millisecond, "idle poll interval of polling designs (naive poller sleep, asynq forwarder and task-check intervals, rmq poll duration); 0 = each one's own default (naive 10ms, asynq 5s/1s, rmq 100ms)")
+	// Overrides of single size fields (0 or "" = preset).
+	payload := fs.Int("payload", 0, "payload bytes per task (preset 100)")
+	enqueueN := fs.Int("enqueue-n", 0, "tasks per enqueue measurement")
+	producers := fs.String("producers", "", "producer counts for enqueue, e.g. 1,8")
+	batch := fs.Int("batch", 0, "tasks per batch call")
+	backlog := fs.String("backlog", "", "dispatch backlog sizes, e.g. 100000 or 10000,100000")
+	dispatchers := fs.String("dispatchers", "", "dispatcher counts for dispatch, e.g. 1,4")
+	e2eN := fs.Int("e2e-n", 0, "tasks per e2e measurement")
+	e2eProducers := fs.Int("e2e-producers", 0, "producer goroutines in e2e")
+	handlers := fs.String("handlers", "", "handler counts for e2e, e.g. 8,64")
+	latRate := fs.Int("lateness-rate", 0, "tasks scheduled per second in lateness")
+	latDur := fs.Duration("lateness-duration", 0, "how long lateness schedules tasks")
+	latDelay := fs.Duration("lateness-max-delay", 0, "largest random delay in lateness")
+	latWorkers := fs.Int("lateness-workers", 0, "handlers in lateness")
+	idleDur := fs.Duration("idle-duration", 0, "measured window of idle")
+	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
+	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll}
+	var err error
+	if o.sizes, err = sizePreset(*size); err != nil {
+		return nil, err
+	}
+	if o.runs < 1 {
+		return nil, errors.New("-runs must be >= 1")
+	}
+	for _, s := range splitList(*scen) {
+		if scenarioCases[s] == nil {
+			return nil, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ","))
+		}
+	}
+	// Keep the canonical order whatever the flag's order.
+	want := map[string]bool{}
+	for _, s := range splitList(*scen) {
+		want[s] = true
+	}
+	for _, s := range allScenarios {
+		if want[s] {
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	for _, i := range splitList(*impls) {
+		if _, err := newImpl(i); err != nil {
+			return nil, err
+		}
+		o.impls = append(o.impls, i)
+	}
+	if len(o.scenarios) == 0 || len(o.impls) == 0 {
+		return nil, errors.New("nothing to run: empty -scenarios or -impls")
+	}
+	s := &o.sizes
+	setInt(&s.Payload, *payload)
+	setInt(&s.EnqueueN, *enqueueN)
+	setInt(&s.Batch, *batch)
+	setInt(&s.E2EN, *e2eN)
+	setInt(&s.E2EProducers, *e2eProducers)
+	setInt(&s.LatenessRate, *latRate)
+	setInt(&s.LatenessWorkers, *latWorkers)
+	setInt(&s.IdleWorkers, *idleWorkers)
+	setInt(&s.MemoryN, *memN)
+	setDur(&s.LatenessDuration, *latDur)
+	setDur(&s.LatenessMaxDelay, *latDelay)
+	setDur(&s.IdleDuration, *idleDur)
+	for _, l := range []struct {
+		dst  *[]int
+		flag string
+		name string
+	}{{&s.Producers, *producers, "producers"}, {&s.Backlogs, *backlog, "backlog"},
+		{&s.Dispatchers, *dispatchers, "dispatchers"}, {&s.Handlers, *handlers, "handlers"}} {
+		if l.flag == "" {
+			continue
+		}
+		if *l.dst, err = parseInts(l.flag); err != nil {
+			return nil, fmt.Errorf("-%s: %w", l.name, err)
+		}
+	}
+	return o, nil
+}
+
+// run is main without the exit, for tests.
+func run(args []string) int {
+	o, err := parseFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	rep, err := execute(ctx, o)
+	if rep != nil {
+		rep.WriteTable(os.Stdout, o.impls)
+		fmt.Printf("\nwall time %.1fs\n", rep.WallSecs)
+		if o.out != "" {
+			if err := rep.WriteJSON(o.out); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing", o.out+":", err)
+				return 1
+			}
+			fmt.Fprintln(os.Stderr, "wrote", o.out)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	for _, r := range rep.Results {
+		if r.Status == StatusError {
+			return 1
+		}
+	}
+	return 0
+}
+
+// execute starts (or connects to) the server, runs the selected cases and
+// returns the finished report.
+func execute(ctx context.Context, o *options) (*Report, error) {
+	addr, own := o.redisAddr, o.redisAddr == ""
+	if own {
+		fmt.Fprintf(os.Stderr, "starting %s ...\n", o.redisBin)
+		srv, err := StartRedis(ctx, o.redisBin)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		addr = srv.Addr
+		fmt.Fprintf(os.Stderr, "redis-server on %s (save \"\", appendonly no)\n", addr)
+	}
+	h := NewHarness(addr, own, o.sizes, o.runs, o.impls, o.poll, os.Stderr)
+	defer h.Admin.Close()
+	info, err := h.Admin.Info("server")
+	if err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	h.Report = NewReport(meta(o, addr, own, info))
+	if !own {
+		h.Report.Note("shared server (-redis): idle and memory figures include whatever other clients do")
+	}
+	var cases []*Case
+	for _, s := range o.scenarios {
+		cases = append(cases, scenarioCases[s](o.sizes)...)
+	}
+	h.RunCases(ctx, cases)
+	h.Report.Finish(o.impls)
+	if ctx.Err() != nil {
+		h.Report.Note("interrupted: results are partial")
+		return h.Report, ctx.Err()
+	}
+	return h.Report, nil
+}
+
+// meta describes the run for results.json.
+func meta(o *options, addr string, own bool, info map[string]string) map[string]any {
+	m := map[string]any{
+		"args":          os.Args[1:],
+		"size":          o.sizeName,
+		"sizes":         o.sizes,
+		"runs":          o.runs,
+		"scenarios":     o.scenarios,
+		"impls":         o.impls,
+		"poll":          o.poll.String(),
+		"redis_addr":    addr,
+		"redis_started": own,
+		"redis_version": info["redis_version"],
+		"go":            runtime.Version(),
+		"goos":          runtime.GOOS,
+		"goarch":        runtime.GOARCH,
+		"cpus":          runtime.NumCPU(),
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		deps := map[string]string{}
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/hibiken/asynq", "github.com/adjust/rmq/v5", "github.com/gomodule/redigo",
+				"github.com/redis/go-redis/v9", "github.com/bucketq/bucketq":
+				deps[d.Path] = d.Version
+			}
+		}
+		m["modules"] = deps
+	}
+	return m
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(strings.ReplaceAll(p, "_", ""))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad count %q", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func setInt(dst *int, v int) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+func setDur(dst *time.Duration, v time.Duration) {
+	if v > 0 {
+		*dst = v
+	}
+}

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sizes holds every scenario parameter; presets come from sizePreset and
+// flags override single fields.
+type Sizes struct {
+	Payload          int           // payload bytes of every task
+	EnqueueN         int           // tasks per enqueue measurement
+	Producers        []int         // producer goroutines, enqueue scenario
+	Batch            int           // tasks per batch call
+	Backlogs         []int         // dispatch backlog sizes
+	Dispatchers      []int         // dispatcher counts, dispatch scenario
+	E2EN             int           // tasks per e2e measurement
+	E2EProducers     int           // producer goroutines, e2e scenario
+	Handlers         []int         // concurrent handlers, e2e scenario
+	LatenessRate     int           // tasks scheduled per second
+	LatenessDuration time.Duration // how long tasks are scheduled
+	LatenessMaxDelay time.Duration // delays are uniform in [0, max]
+	LatenessWorkers  int           // handlers, lateness scenario (1 dispatcher)
+	IdleDuration     time.Duration // measured idle window
+	IdleWorkers      int           // handlers, idle scenario (1 dispatcher)
+	MemoryN          int           // scheduled tasks, memory scenario
+}
+
+// sizePreset returns the "small" or "full" sizes.
+func sizePreset(name string) (Sizes, error) {
+	s := Sizes{
+		Payload:          100,
+		EnqueueN:         20000,
+		Producers:        []int{1, 8},
+		Batch:            100,
+		Backlogs:         []int{10000, 100000},
+		Dispatchers:      []int{1, 4},
+		E2EN:             20000,
+		E2EProducers:     8,
+		Handlers:         []int{8, 64},
+		LatenessRate:     2000,
+		LatenessDuration: 10 * time.Second,
+		LatenessMaxDelay: 5 * time.Second,
+		LatenessWorkers:  16,
+		IdleDuration:     10 * time.Second,
+		IdleWorkers:      16,
+		MemoryN:          100000,
+	}
+	switch name {
+	case "small":
+	case "full":
+		s.EnqueueN = 200000
+		s.Backlogs = []int{100000, 1000000}
+		s.E2EN = 200000
+		s.LatenessDuration = 60 * time.Second
+		s.IdleDuration = 30 * time.Second
+		s.MemoryN = 1000000
+	default:
+		return s, fmt.Errorf("unknown -size %q (small or full)", name)
+	}
+	return s, nil
+}
+
+// MetricDef describes one figure a case produces (one table row).
+type MetricDef struct {
+	Key  string // key in the map a Run returns
+	Unit string // "tasks/s", "ms", "%", "cmds/s", "B/task", "tasks"
+}
+
+// Case is one parameter set of one scenario; every implementation it
+// applies to is measured with it, -runs times.
+type Case struct {
+	Scenario string
+	Title    string         // parameters, human-readable (table)
+	Params   map[string]any // parameters, machine-readable (JSON)
+	Metrics  []MetricDef
+	// NoOpen: the harness does not Open the implementation in this process
+	// (the idle scenario runs it in a child process).
+	NoOpen bool
+	// Needs returns why the case does not apply to impl ("" if it does);
+	// it is given an unopened instance, for type assertions.
+	Needs func(impl Impl) string
+	// Run performs one measurement on an opened implementation.
+	Run func(ctx context.Context, m *Measure) (map[string]float64, error)
+	// Timeout bounds one measurement (default 10 minutes).
+	Timeout time.Duration
+}
+
+// Measure is what a Case's Run gets for one measurement.
+type Measure struct {
+	H    *Harness
+	Impl Impl
+	Env  Env
+	mu   sync.Mutex
+	det  map[string]any
+}
+
+// Detail records extra information for results.json.
+func (m *Measure) Detail(key string, v any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.det == nil {
+		m.det = map[string]any{}
+	}
+	m.det[key] = v
+}
+
+// Progress prints a progress line on stderr.
+func (m *Measure) Progress(format string, args ...any) {
+	m.H.logf("      %s: %s", m.Impl.Name(), fmt.Sprintf(format, args...))
+}
+
+// Harness runs cases against implementations and collects results.
+type Harness struct {
+	Addr   string
+	Own    bool // the harness started the server: FLUSHALL is allowed
+	Admin  *Admin
+	Sizes  Sizes
+	Runs   int
+	Impls  []string
+	Poll   time.Duration
+	Log    io.Writer
+	Report *Report
+
+	runID   string
+	seq     atomic.Int64
+	logMu   sync.Mutex
+	skipped map[string]string // impl → why it is skipped everywhere
+}
+
+// NewHarness returns a harness; Report must be set by the caller.
+func NewHarness(addr string, own bool, sizes Sizes, runs int, impls []string, poll time.Duration, log io.Writer) *Harness {
+	return &Harness{
+		Addr: addr, Own: own, Admin: NewAdmin(addr), Sizes: sizes, Runs: max(runs, 1), Impls: impls,
+		Poll: poll, Log: log,
+		runID:   strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
+		skipped: map[string]string{},
+	}
+}
+
+// logf prints one line on the progress stream.
+func (h *Harness) logf(format string, args ...any) {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	fmt.Fprintf(h.Log, format+"\n", args...)
+}
+
+// namespace returns a fresh namespace for one measurement.
+func (h *Harness) namespace() string {
+	return fmt.Sprintf("bqb-%s-%d", h.runID, h.seq.Add(1))
+}
+
+// RunCases runs every case and fills h.Report.
+func (h *Harness) RunCases(ctx context.Context, cases []*Case) {
+	for i, c := range cases {
+		if ctx.Err() != nil {
+			return
+		}
+		h.logf("[%d/%d] %s: %s", i+1, len(cases), c.Scenario, c.Title)
+		h.runCase(ctx, c)
+	}
+}
+
+// runCase measures one case for every implementation, interleaving the
+// runs (run 1 of each impl, then run 2 of each, ...) to spread drift.
+func (h *Harness) runCase(ctx context.Context, c *Case) {
+	type slot struct {
+		name   string
+		values map[string][]float64
+		status string
+		note   string
+		detail map[string]any
+	}
+	var slots []*slot
+	var active []*slot
+	for _, name := range h.Impls {
+		s := &slot{name: name, values: map[string][]float64{}, status: StatusOK}
+		slots = append(slots, s)
+		inst, err := newImpl(name)
+		switch {
+		case err != nil:
+			s.status, s.note = StatusError, err.Error()
+		case h.skipped[name] != "":
+			s.status, s.note = StatusSkipped, h.skipped[name]
+		default:
+			if why := c.Needs(inst); why != "" {
+				s.status, s.note = StatusNA, why
+			} else {
+				active = append(active, s)
+			}
+		}
+	}
+	for run := 1; run <= h.Runs && len(active) > 0; run++ {
+		var still []*slot
+		for _, s := range active {
+			if ctx.Err() != nil {
+				return
+			}
+			start := time.Now()
+			vals, det, err := h.measure(ctx, c, s.name)
+			switch {
+			case isSkip(err):
+				h.skipped[s.name] = err.Error()
+				h.Report.Note(fmt.Sprintf("%s skipped: %v", s.name, err))
+				h.logf("  %s: skipped: %v", s.name, err)
+				s.status, s.note = StatusSkipped, err.Error()
+				continue
+			case err != nil:
+				h.logf("  %s run %d/%d: ERROR %v (%.1fs)", s.name, run, h.Runs, err, time.Since(start).Seconds())
+				s.status, s.note = StatusError, err.Error()
+				h.Report.Note(fmt.Sprintf("%s %s (%s) %s: %v", c.Scenario, c.Title, s.name, "error", err))
+				continue
+			}
+			for _, md := range c.Metrics {
+				s.values[md.Key] = append(s.values[md.Key], vals[md.Key])
+			}
+			s.detail = det
+			var parts []string
+			for _, md := range c.Metrics {
+				parts = append(parts, fmt.Sprintf("%s=%s", md.Key, formatValue(vals[md.Key], md.Unit)))
+			}
+			h.logf("  %s run %d/%d: %s (%.1fs)", s.name, run, h.Runs, strings.Join(parts, " "), time.Since(start).Seconds())
+			still = append(still, s)
+		}
+		active = still
+	}
+	for _, s := range slots {
+		for _, md := range c.Metrics {
+			r := &Result{
+				Scenario: c.Scenario, Case: c.Title, Params: c.Params, Impl: s.name,
+				Metric: md.Key, Unit: md.Unit, Status: s.status, Note: s.note,
+			}
+			if s.status == StatusOK {
+				r.setValues(s.values[md.Key])
+				r.Detail = s.detail
+			}
+			h.Report.Add(r)
+		}
+	}
+}
+
+// measure performs one measurement of c on a fresh instance of impl in a
+// fresh namespace (after FLUSHALL on the harness's own server), then cleans
+// up (on a shared server: Cleanup and deletion of its KeyPatterns).
+func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string]float64, map[string]any, error) {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if h.Own {
+		if err := h.Admin.FlushAll(); err != nil {
+			return nil, nil, fmt.Errorf("FLUSHALL: %w", err)
+		}
+	}
+	inst, err := newImpl(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := Env{Addr: h.Addr, Namespace: h.namespace(), Poll: h.Poll, Logf: h.logf}
+	m := &Measure{H: h, Impl: inst, Env: env}
+	if !c.NoOpen {
+		if err := inst.Open(ctx, env); err != nil {
+			_ = inst.Close()
+			h.cleanup(inst, false)
+			return nil, nil, err
+		}
+	}
+	vals, err := c.Run(ctx, m)
+	if !c.NoOpen {
+		h.cleanup(inst, true)
+		if cerr := inst.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close: %w", cerr)
+		}
+		if !h.Own {
+			if _, derr := h.Admin.DeleteMatching(inst.KeyPatterns()); derr != nil {
+				h.logf("  %s: deleting keys: %v", name, derr)
+			}
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && err != nil {
+		err = fmt.Errorf("timed out after %s: %w", timeout, err)
+	}
+	return vals, m.det, err
+}
+
+// cleanup runs the implementation's Cleaner on a shared server.
+func (h *Harness) cleanup(inst Impl, opened bool) {
+	if h.Own || !opened {
+		return
+	}
+	if cl, ok := inst.(Cleaner); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cl.Cleanup(ctx); err != nil {
+			h.logf("  %s: cleanup: %v", inst.Name(), err)
+		}
+	}
+}
+
+// parallel calls fn(i) for every i in [0,n) from `workers` goroutines and
+// returns the first error (after which no new calls start).
+func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	var failed atomic.Bool
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				err := ctx.Err()
+				if err == nil {
+					err = fn(i)
+				}
+				if err != nil {
+					once.Do(func() { first = err; failed.Store(true) })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// makeTasks returns n tasks with IDs "0".."n-1", a shared payload of the
+// configured size and due times from due (nil: zero).
+func (h *Harness) makeTasks(n int, due func(i int) time.Time) []Task {
+	payload := make([]byte, h.Sizes.Payload)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	ts := make([]Task, n)
+	for i := range ts {
+		ts[i] = Task{ID: strconv.Itoa(i), Payload: payload}
+		if due != nil {
+			ts[i].Due = due(i)
+		}
+	}
+	return ts
+}
+
+// needs builds a Case.Needs from capability checks.
+func needs(checks ...func(Impl) string) func(Impl) string {
+	return func(i Impl) string {
+		for _, c := range checks {
+			if why := c(i); why != "" {
+				return why
+			}
+		}
+		return ""
+	}
+}
+
+func needScheduler(i Impl) string {
+	if _, ok := i.(Scheduler); !ok {
+		return "no delayed tasks"
+	}
+	return ""
+}
+
+func needBatcher(i Impl) string {
+	if _, ok := i.(Batcher); !ok {
+		return "no batch enqueue API"
+	}
+	return ""
+}
+
+func needBatchScheduler(i Impl) string {
+	if _, ok := i.(BatchScheduler); !ok {
+		return "no batch schedule API"
+	}
+	return ""
+}
+
+func needDispatcher(i Impl) string {
+	if _, ok := i.(Dispatcher); !ok {
+		return "no delayed tasks"
+	}
+	return ""
+}
+
+func needNothing(Impl) string { return "" }
+
+// MarshalJSON writes Sizes with durations as strings ("10s").
+func (s Sizes) MarshalJSON() ([]byte, error) {
+	type plain Sizes // no methods: no recursion
+	return json.Marshal(struct {
+		plain
+		LatenessDuration string
+		LatenessMaxDelay string
+		IdleDuration     string
+	}{plain(s), s.LatenessDuration.String(), s.LatenessMaxDelay.String(), s.IdleDuration.String()})
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// latenessCases measure how late (or early) delayed tasks start: Consume runs
+// with Sizes.LatenessWorkers handlers and 1 dispatcher; 4 producers Schedule
+// tasks at a steady Sizes.LatenessRate per second for Sizes.LatenessDuration,
+// each due at (time of its Schedule call) + a delay uniform in
+// [0, Sizes.LatenessMaxDelay] (seeded, so every implementation gets the same
+// delays). Lateness = handler start − due time, both read from this
+// process's clock. Reported: p50, p99, max and min lateness, the share of
+// tasks started before their due time (should be 0), and tasks not delivered
+// within max delay + 30s after the last Schedule.
+func latenessCases(s Sizes) []*Case {
+	n := int(float64(s.LatenessRate) * s.LatenessDuration.Seconds())
+	return []*Case{{
+		Scenario: "lateness",
+		Title: fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
+			s.LatenessRate, s.LatenessDuration, n, s.LatenessMaxDelay, s.LatenessWorkers),
+		Params: map[string]any{"rate": s.LatenessRate, "seconds": s.LatenessDuration.Seconds(), "n": n,
+			"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": s.LatenessWorkers, "dispatchers": 1,
+			"payload_bytes": s.Payload},
+		Metrics: []MetricDef{
+			{Key: "p50", Unit: "ms"}, {Key: "p99", Unit: "ms"}, {Key: "max", Unit: "ms"}, {Key: "min", Unit: "ms"},
+			{Key: "early", Unit: "%"}, {Key: "lost", Unit: "tasks"},
+		},
+		Needs:   needScheduler,
+		Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
+		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+			return runLateness(ctx, m, n, s.LatenessRate, s.LatenessMaxDelay, s.LatenessWorkers)
+		},
+	}}
+}
+
+// runLateness performs one lateness measurement.
+func runLateness(ctx context.Context, m *Measure, n, rate int, maxDelay time.Duration, workers int) (map[string]float64, error) {
+	sch := m.Impl.(Scheduler)
+	rng := rand.New(rand.NewPCG(1, 2))
+	delays := make([]time.Duration, n)
+	for i := range delays {
+		delays[i] = time.Duration(rng.Int64N(int64(maxDelay) + 1))
+	}
+	ts := m.H.makeTasks(n, nil)
+	dues := make([]atomic.Int64, n)
+	lats := make([]int64, n) // written once per index by onFirst, read after stop
+	tr := newTracker(n)
+	tr.onFirst = func(i int, start time.Time) { lats[i] = start.UnixNano() - dues[i].Load() }
+	stop, err := m.Impl.Consume(ctx, ConsumeConfig{Workers: workers, Dispatchers: 1}, tr.handle)
+	if err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now().Add(50 * time.Millisecond)
+	err = parallel(ctx, n, 4, func(i int) error {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		t := ts[i]
+		t.Due = time.Now().Add(delays[i])
+		dues[i].Store(t.Due.UnixNano())
+		return sch.Schedule(ctx, t)
+	})
+	produced := time.Since(start)
+	m.Detail("schedule_seconds", produced.Seconds())
+	if err == nil {
+		if werr := tr.wait(ctx, maxDelay+30*time.Second, time.Now().Add(maxDelay+30*time.Second)); werr != nil {
+			m.Progress("%v", werr)
+		}
+	}
+	if serr := stop(); serr != nil && err == nil {
+		err = fmt.Errorf("consumer: %w", serr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tr.check(); err != nil {
+		return nil, err
+	}
+	var got []int64
+	for i := range n {
+		if tr.seen[i].Load() {
+			got = append(got, lats[i])
+		}
+	}
+	if len(got) == 0 {
+		return nil, fmt.Errorf("no task delivered")
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	early := 0
+	for _, l := range got {
+		if l < 0 {
+			early++
+		}
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	q := func(p float64) float64 { return ms(got[int(p*float64(len(got)-1))]) }
+	return map[string]float64{
+		"p50":   q(0.50),
+		"p99":   q(0.99),
+		"max":   ms(got[len(got)-1]),
+		"min":   ms(got[0]),
+		"early": 100 * float64(early) / float64(len(got)),
+		"lost":  float64(n - len(got)),
+	}, nil
+}
