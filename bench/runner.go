@@ -356,17 +356,6 @@ func (h *Harness) makeTasks(n int, due func(i int) time.Time) []Task {
 	return ts
 }
 
-// needs builds a Case.Needs from capability checks.
-func needs(checks ...func(Impl) string) func(Impl) string {
-	return func(i Impl) string {
-		for _, c := range checks {
-			if why := c(i); why != "" {
-				return why
-			}
-		}
-		return ""
-	}
-}
 
 func needScheduler(i Impl) string {
 	if _, ok := i.(Scheduler); !ok {

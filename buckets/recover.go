@@ -42,12 +42,6 @@ type RequeueResult struct {
 	Dropped  int // ids no longer this worker's (already handled elsewhere)
 }
 
-func (r *RequeueResult) add(o RequeueResult) {
-	r.Requeued += o.Requeued
-	r.Buried += o.Buried
-	r.Dropped += o.Dropped
-}
-
 // Requeue returns running tasks of worker w to the front of their ready
 // lists. For WorkerDied and LeaseExpired it counts a recovery, and a task
 // recovered more than maxRecoveries times goes to the dead letters instead

@@ -155,16 +155,4 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 	}
 	return reps, nil
 }
-
-func int64Arg(v interface{}) (int64, bool) {
-	switch v := v.(type) {
-	case int64:
-		return v, true
-	case []byte:
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		return n, err == nil
-	}
-	return 0, false
-}
-
 type txnTx = txn.Tx
