@@ -3,6 +3,7 @@ package buckets
 import (
 	"context"
 	"fmt"
+	"github.com/bucketq/bucketq/txn"
 	"sort"
 
 	"github.com/gomodule/redigo/redis"
@@ -94,7 +95,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 
 // exec runs commands in one MULTI/EXEC without WATCH.
 func (s *Store) exec(ctx context.Context, conn redis.Conn, cmds cmdList) ([]interface{}, error) {
-	return s.runner().Run(ctx, conn, nil, func(tx *txnTx) error {
+	return s.runner().Run(ctx, conn, nil, func(tx *txn.Tx) error {
 		for _, c := range cmds {
 			tx.Queue(c.Name, c.Args...)
 		}

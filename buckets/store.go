@@ -155,4 +155,3 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 	}
 	return reps, nil
 }
-type txnTx = txn.Tx
