@@ -3,9 +3,9 @@ package buckets
 import (
 	"context"
 	"fmt"
-	"github.com/bucketq/bucketq/txn"
 	"sort"
 
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
