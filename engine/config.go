@@ -57,8 +57,8 @@ type Config struct {
 	// bounds the cost of a lost wake-up. Default 20 s.
 	IdleWait time.Duration
 	// ShutdownTimeout is how long Run, when its context ends, lets running
-	// handlers finish before it returns their tasks to the queues.
-	// Default 30 s.
+	// handlers finish before it returns their tasks to the queues; negative
+	// returns them at once. Default 30 s.
 	ShutdownTimeout time.Duration
 	// Backoff gives the wait before retry number attempt (1 for the first
 	// retry). Default: DefaultBackoff.
@@ -69,8 +69,8 @@ type Config struct {
 	// letters at once.
 	UnknownType UnknownPolicy
 	// MaxRecoveries is how many times a task may be recovered after its
-	// worker died or its lease ran out before it goes to the dead letters.
-	// Default 5.
+	// worker died or its lease ran out before it goes to the dead letters;
+	// negative allows none. Default 5.
 	MaxRecoveries int
 	// DoneRetention is how long a succeeded or cancelled task's record is
 	// kept for Lookup; negative keeps none. Default 10 minutes.
@@ -256,7 +256,6 @@ func (c Config) Validate() error {
 		{"HeartbeatInterval", c.HeartbeatInterval, 10 * time.Millisecond},
 		{"HeartbeatTTL", c.HeartbeatTTL, time.Second},
 		{"IdleWait", c.IdleWait, time.Second},
-		{"ShutdownTimeout", c.ShutdownTimeout, 0},
 		{"ReapInterval", c.ReapInterval, 10 * time.Millisecond},
 		{"DeadRetention", c.DeadRetention, time.Second},
 	} {
@@ -275,9 +274,6 @@ func (c Config) Validate() error {
 	}
 	if c.UnknownType != UnknownRetry && c.UnknownType != UnknownDead {
 		return bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
-	}
-	if c.MaxRecoveries < 0 {
-		return bad("MaxRecoveries", "%d: want 0 or more", c.MaxRecoveries)
 	}
 	if c.DispatchBuckets < 1 || c.DispatchBuckets > 10000 {
 		return bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
@@ -303,6 +299,8 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	}
 	return c, st, nil
 }
+
+func (c Config) maxRecoveries() int { return max(c.MaxRecoveries, 0) }
 
 func (c Config) doneTTL() int64 {
 	if c.DoneRetention < 0 {

@@ -175,11 +175,11 @@ func (d *Dispatcher) fault(stage string) error {
 // token on. It passes its idle timeout on too, so the main loop looks
 // again even if a token was lost.
 func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
-	h := &connHolder{pool: d.pool}
-	defer h.close()
+	b := &blocker{pool: d.pool}
+	defer b.close()
 	var bo retryBackoff
 	for ctx.Err() == nil {
-		_, err := blockPop(ctx, h, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
+		_, err := blockPop(ctx, b, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
 		if err != nil {
 			if ctx.Err() != nil || !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
 				return

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,3 +114,25 @@ func (e *env) tick() {
 		e.srv.Mini.FastForward(10 * time.Millisecond)
 	}
 }
+
+type redisPool = redis.Pool
+
+var (
+	redisDial            = redis.Dial
+	redisDialReadTimeout = redis.DialReadTimeout
+)
+
+// slogCounting is a logger that counts records at Warn and above.
+func slogCounting(n *atomic.Int32) *slog.Logger {
+	return slog.New(countingHandler{n})
+}
+
+type countingHandler struct{ n *atomic.Int32 }
+
+func (h countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h countingHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }

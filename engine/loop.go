@@ -90,11 +90,52 @@ func (h *connHolder) drop() {
 
 func (h *connHolder) close() { h.drop() }
 
-// blockPop waits up to wait (whole seconds) for a token on any of keys with
-// BLPOP on the holder's connection. It returns the key that had one, or ""
-// on timeout. ctx ending closes the connection, which ends the wait.
-func blockPop(ctx context.Context, h *connHolder, keys []string, wait time.Duration) (string, error) {
-	conn, err := h.get(ctx)
+// blocker is a dedicated connection for blocking pops, dialled with the
+// pool's dial function but kept out of the pool: a blocked BLPOP needs a
+// read timeout longer than its own timeout, and must be interrupted by
+// closing the connection when its context ends.
+type blocker struct {
+	pool *redis.Pool
+	conn redis.Conn
+}
+
+func (b *blocker) get(ctx context.Context) (redis.Conn, error) {
+	if b.conn != nil && b.conn.Err() == nil {
+		return b.conn, nil
+	}
+	b.close()
+	var (
+		c   redis.Conn
+		err error
+	)
+	switch {
+	case b.pool.DialContext != nil:
+		c, err = b.pool.DialContext(ctx)
+	case b.pool.Dial != nil:
+		c, err = b.pool.Dial()
+	default:
+		return nil, errors.New("engine: the pool has no Dial function")
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.conn = c
+	return c, nil
+}
+
+func (b *blocker) close() {
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+}
+
+// blockPop waits up to wait (whole seconds: Redis 2.4 refuses fractions)
+// for a token on any of keys with BLPOP. It returns the key that had one,
+// or "" on timeout. The read timeout allows for 2.4 firing a timeout of T
+// after T to T+1 s; ctx ending closes the connection, which ends the wait.
+func blockPop(ctx context.Context, b *blocker, keys []string, wait time.Duration) (string, error) {
+	conn, err := b.get(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -104,24 +145,35 @@ func blockPop(ctx context.Context, h *connHolder, keys []string, wait time.Durat
 		args = append(args, k)
 	}
 	args = append(args, secs)
-	// A blocking timeout of T fires after T to T+1 s at 2.4; allow for it.
-	cctx, cancel := context.WithTimeout(ctx, time.Duration(secs+3)*time.Second)
-	defer cancel()
-	rep, err := redis.Strings(redis.DoContext(conn, cctx, "BLPOP", args...))
-	if errors.Is(err, redis.ErrNil) {
+	type result struct {
+		rep []string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := redis.Strings(redis.DoWithTimeout(conn, time.Duration(secs+3)*time.Second, "BLPOP", args...))
+		done <- result{rep, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		conn.Close()
+		<-done
+		b.conn = nil
+		return "", ctx.Err()
+	}
+	if errors.Is(r.err, redis.ErrNil) {
 		return "", nil
 	}
-	if err != nil {
-		h.drop()
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		return "", err
+	if r.err != nil {
+		b.close()
+		return "", r.err
 	}
-	if len(rep) != 2 {
+	if len(r.rep) != 2 {
 		return "", nil
 	}
-	return rep[0], nil
+	return r.rep[0], nil
 }
 
 // group runs goroutines and waits for them all.

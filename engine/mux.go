@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
+	"github.com/bucketq/bucketq/buckets"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -88,6 +90,35 @@ func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
 	return h.ProcessTask(ctx, t)
 }
 
+// IsRetryAfter reports whether err (or one it wraps) came from
+// RetryAfter, and the delay it asked for.
+func IsRetryAfter(err error) (time.Duration, bool) {
+	var ra *retryAfter
+	if errors.As(err, &ra) {
+		return ra.d, true
+	}
+	return 0, false
+}
+
+// ValidateType checks a task type as Enqueue does: 1 to 256 bytes of
+// UTF-8 without control characters.
+func ValidateType(typ string) error {
+	r := buckets.Record{Queue: "q", Type: typ, MaxAttempts: 1, TimeoutMs: 1}
+	if err := r.Validate(0); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
+// ValidateQueue checks a queue name as Enqueue does: 1 to 64 of A-Z a-z
+// 0-9 _ . -.
+func ValidateQueue(name string) error {
+	if !buckets.ValidName(name) {
+		return fmt.Errorf("engine: queue name %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidName)
+	}
+	return nil
+}
+
 // retryAfter is the error RetryAfter returns.
 type retryAfter struct{ d time.Duration }
 
@@ -136,8 +167,9 @@ func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
 	return h.ProcessTask(ctx, t)
 }
 
-// Logging is middleware that logs each run at Debug and each failure at
-// Warn, with task id, type, queue, attempt, duration and error.
+// Logging is middleware that logs each run at Debug, with task id, type,
+// queue, attempt, duration and error. (Workers log every failure at Warn
+// or Error themselves.)
 func Logging(log *slog.Logger) Middleware {
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, t *Task) error {
@@ -152,7 +184,7 @@ func Logging(log *slog.Logger) Middleware {
 			case errors.As(err, &ra):
 				log.Debug("task asks to run again later", append(attrs, "in", ra.d)...)
 			default:
-				log.Warn("task failed", append(attrs, keyErr, err)...)
+				log.Debug("task failed", append(attrs, keyErr, err)...)
 			}
 			return err
 		})

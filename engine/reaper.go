@@ -51,6 +51,8 @@ type ReapResult struct {
 
 // Run reaps every ReapInterval (with jitter) until ctx ends.
 func (r *Reaper) Run(ctx context.Context) error {
+	r.log.Info("reaper started", "interval", r.cfg.ReapInterval)
+	defer r.log.Info("reaper stopped")
 	var bo retryBackoff
 	for {
 		res, err := r.Reap(ctx)
@@ -165,7 +167,7 @@ func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cuto
 		if err != nil || len(ids) == 0 {
 			return recovered, buried, wrapReap(err)
 		}
-		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Clock.Now()), why, r.cfg.MaxRecoveries)
+		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Clock.Now()), why, r.cfg.maxRecoveries())
 		if err != nil {
 			return recovered, buried, wrapReap(err)
 		}

@@ -23,12 +23,10 @@ type Server struct {
 	Reaper     *Reaper     // nil when Roles.NoReaper
 	Worker     *Worker     // nil when Roles.NoWorker
 
-	mu         sync.Mutex
-	running    bool
-	cancel     context.CancelFunc
-	stopCtx    context.Context // the Shutdown caller's deadline
-	stopCancel context.CancelFunc
-	done       chan struct{}
+	mu      sync.Mutex
+	started bool               // guarded by mu
+	cancel  context.CancelFunc // guarded by mu; stops the dispatcher and reaper
+	done    chan struct{}      // closed when Run has returned
 }
 
 // NewServer builds the parts roles asks for. h may be nil when
@@ -59,15 +57,16 @@ func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, e
 
 // Run runs the parts until ctx ends or Shutdown is called, then stops
 // them: the dispatcher and reaper first (they make work), then the worker,
-// which lets running handlers finish (Config.ShutdownTimeout) and returns
-// the rest to their queues. Run returns when every goroutine has ended.
+// which lets running handlers finish (for Config.ShutdownTimeout, or until
+// Shutdown's context ends) and returns the rest to their queues. Run
+// returns when every goroutine has ended.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
-	if s.running || s.cancel != nil {
+	if s.started {
 		s.mu.Unlock()
-		return fmt.Errorf("engine: server already ran: %w", ErrClosed)
+		return fmt.Errorf("engine: server already ran or was shut down: %w", ErrClosed)
 	}
-	s.running = true
+	s.started = true
 	mctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.mu.Unlock()
@@ -83,54 +82,48 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	var workers group
 	if s.Worker != nil {
+		// The worker stops through Shutdown, never through its context,
+		// so that it can let running handlers finish.
 		workers.Go(func() { _ = s.Worker.Run(context.WithoutCancel(ctx)) })
 	}
+	viaShutdown := false
 	select {
 	case <-ctx.Done():
 	case <-mctx.Done():
+		viaShutdown = true
 	}
 	cancel()
 	makers.Wait()
-	if s.Worker != nil {
-		// Shutdown may have been called with its own deadline; otherwise
-		// the worker gets its ShutdownTimeout.
-		_ = s.Worker.Shutdown(s.shutdownCtx())
+	if s.Worker != nil && !viaShutdown {
+		grace, stop := context.WithTimeout(context.Background(), max(s.Worker.cfg.ShutdownTimeout, 0))
+		_ = s.Worker.Shutdown(grace)
+		stop()
 	}
 	workers.Wait()
-	s.mu.Lock()
-	if s.stopCancel != nil {
-		s.stopCancel()
-	}
-	s.mu.Unlock()
 	return nil
 }
 
-func (s *Server) shutdownCtx() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopCtx != nil {
-		return s.stopCtx
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.Worker.cfg.ShutdownTimeout)
-	s.stopCancel = cancel
-	return ctx
-}
-
 // Shutdown stops the server gracefully with ctx as the deadline for
-// running handlers, and waits until Run has returned. It does nothing
-// if the server is not running.
+// running handlers, and waits until Run has returned. A second call with
+// an earlier deadline (an already-cancelled context, say) returns running
+// tasks to their queues at once. Before Run, it closes the server: Run
+// then returns ErrClosed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.running {
+	if !s.started {
+		s.started = true
+		close(s.done)
 		s.mu.Unlock()
 		return nil
 	}
-	if s.stopCtx == nil {
-		s.stopCtx = ctx
-	}
 	cancel := s.cancel
 	s.mu.Unlock()
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
+	if s.Worker != nil {
+		_ = s.Worker.Shutdown(ctx)
+	}
 	<-s.done
 	return nil
 }

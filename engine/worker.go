@@ -45,13 +45,14 @@ type Worker struct {
 	idleCh chan struct{} // tells the waiter a slot went idle
 	idle   atomic.Int32
 
-	mu       sync.Mutex
-	running  map[string]*activeRun // guarded by mu
-	started  bool                  // guarded by mu
-	stopOnce sync.Once
-	stopReq  chan struct{}
-	stopCtx  context.Context // guarded by mu; the Shutdown caller's context
-	done     chan struct{}
+	mu        sync.Mutex
+	running   map[string]*activeRun // guarded by mu
+	started   bool                  // guarded by mu
+	stopOnce  sync.Once
+	stopReq   chan struct{} // closed: stop taking tasks
+	abortOnce sync.Once
+	abortCh   chan struct{} // closed: give running tasks back now
+	done      chan struct{}
 
 	aborting atomic.Bool // handlers still running were given back
 	timers   sync.WaitGroup
@@ -87,6 +88,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 		idleCh:  make(chan struct{}, 1),
 		running: map[string]*activeRun{},
 		stopReq: make(chan struct{}),
+		abortCh: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	w.log = cfg.Logger.With(keyComponent, "worker", keyWorker, w.id)
@@ -141,34 +143,33 @@ func (w *Worker) Run(ctx context.Context) error {
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		slots.Go(func() { w.slot(fetchCtx, baseCtx) })
 	}
-	stopping := make(chan struct{})
-	go func() {
-		// Stop fetching when asked to, when the caller's context ends, or
-		// when a fault says the process died.
-		select {
-		case <-ctx.Done():
-		case <-w.stopReq:
-		case <-fetchCtx.Done():
+	// Stop fetching when asked to, when the caller's context ends, or
+	// when a fault says the process died.
+	select {
+	case <-ctx.Done():
+		// Nobody called Shutdown: running handlers get ShutdownTimeout.
+		if w.cfg.ShutdownTimeout < 0 {
+			w.abort()
+		} else {
+			t := time.AfterFunc(w.cfg.ShutdownTimeout, w.abort)
+			defer t.Stop()
 		}
-		close(stopping)
-	}()
-	<-stopping
+	case <-w.stopReq:
+	}
 	stopFetch()
 
 	// Let running handlers finish until the deadline.
 	slotsDone := make(chan struct{})
 	go func() { slots.Wait(); close(slotsDone) }()
-	deadline := w.shutdownDeadline(ctx)
 	if !w.crashed.Load() {
 		select {
 		case <-slotsDone:
-		case <-deadline.Done():
+		case <-w.abortCh:
 			w.giveBack()
 		}
 	}
 	cancelHandlers()
 	<-slotsDone
-	deadline.cancel()
 	w.timers.Wait()
 	stopBeat()
 	bg.Wait()
@@ -179,44 +180,28 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-type deadlineCtx struct {
-	context.Context
-	cancel context.CancelFunc
-}
-
-// shutdownDeadline is the Shutdown caller's context, or ShutdownTimeout
-// from now when Run's own context ended.
-func (w *Worker) shutdownDeadline(ctx context.Context) deadlineCtx {
-	w.mu.Lock()
-	sc := w.stopCtx
-	w.mu.Unlock()
-	if sc != nil {
-		c, cancel := context.WithCancel(sc)
-		return deadlineCtx{c, cancel}
-	}
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
-	return deadlineCtx{c, cancel}
-}
-
 // Shutdown stops the worker gracefully (see Run) with ctx as the deadline
-// for running handlers, and waits for Run to return. Calling it again, or
-// before Run, does nothing.
+// for running handlers, and waits for Run to return. A second call with an
+// earlier deadline (an already-cancelled context, say) cuts the wait
+// short: running tasks go back to their queues at once. Before Run, it
+// closes the worker: Run then returns ErrClosed.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
-	started := w.started
-	if w.stopCtx == nil {
-		w.stopCtx = ctx
-	}
-	if !started {
-		w.started = true // Run after Shutdown fails with ErrClosed
+	if !w.started {
+		w.started = true
 		w.mu.Unlock()
 		return nil
 	}
 	w.mu.Unlock()
+	stop := context.AfterFunc(ctx, w.abort)
+	defer stop()
 	w.stopOnce.Do(func() { close(w.stopReq) })
 	<-w.done
 	return nil
 }
+
+// abort ends the grace period: running tasks are given back.
+func (w *Worker) abort() { w.abortOnce.Do(func() { close(w.abortCh) }) }
 
 // register writes the first heartbeat, retrying with backoff while Redis
 // cannot be reached, so that a worker started before its Redis waits.
@@ -275,8 +260,8 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // waiter blocks in BLPOP on the queues' wake-up lists while some slot is
 // idle, and wakes one slot per token or idle timeout.
 func (w *Worker) waiter(ctx context.Context) {
-	h := &connHolder{pool: w.pool}
-	defer h.close()
+	b := &blocker{pool: w.pool}
+	defer b.close()
 	var bo retryBackoff
 	for ctx.Err() == nil {
 		if w.idle.Load() == 0 {
@@ -287,7 +272,7 @@ func (w *Worker) waiter(ctx context.Context) {
 			}
 			continue
 		}
-		_, err := blockPop(ctx, h, w.notifyKeys, w.cfg.IdleWait)
+		_, err := blockPop(ctx, b, w.notifyKeys, w.cfg.IdleWait)
 		if err != nil {
 			if ctx.Err() != nil || !bo.wait(ctx, w.log, "worker wake-up wait", err) {
 				return
@@ -586,7 +571,7 @@ func (w *Worker) requeue(ids []string, why buckets.Reason) {
 	for {
 		conn, err := w.pool.GetContext(ctx)
 		if err == nil {
-			_, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.MaxRecoveries)
+			_, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.maxRecoveries())
 			conn.Close()
 			if err == nil {
 				return
@@ -635,6 +620,7 @@ func (w *Worker) fault(stage, id string) bool {
 		w.crashed.Store(true)
 		w.aborting.Store(true)
 		w.stopOnce.Do(func() { close(w.stopReq) })
+		w.abort()
 		return true
 	}
 	return false

@@ -514,3 +514,75 @@ func containsPrefix(ss []string, p string) bool {
 	}
 	return false
 }
+
+// A second Shutdown with an earlier deadline cuts the first one's grace
+// short; Shutdown before Run closes the server.
+func TestSecondShutdownAborts(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	mux := NewMux()
+	mux.HandleFunc("hang", func(ctx context.Context, t *Task) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	go srv.Run(ctx)
+	id, _ := e.client(t).Enqueue(ctx, "hang", nil)
+	<-started
+	first := make(chan struct{})
+	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
+	time.Sleep(100 * time.Millisecond)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	t0 := time.Now()
+	if err := srv.Shutdown(cancelled); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Fatalf("second shutdown took %v", d)
+	}
+	if s := e.state(t, id); s != StateReady {
+		t.Fatalf("task %s after abort, want ready", s)
+	}
+
+	srv2, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	if err := srv2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv2.Run(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Shutdown: %v, want ErrClosed", err)
+	}
+}
+
+// Blocking waits do not depend on the pool's read timeout: with a read
+// timeout shorter than IdleWait, idle workers still wake for new tasks and
+// log no failed waits.
+func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
+	e := realEnv(t)
+	e.pool = &redisPool{MaxIdle: 8, Dial: func() (redisConn, error) {
+		return redisDial("tcp", e.srv.Addr, redisDialReadTimeout(500*time.Millisecond))
+	}}
+	var warned atomic.Int32
+	e.cfg.Logger = slogCounting(&warned)
+	e.cfg.IdleWait = 2 * time.Second
+	ran := make(chan struct{}, 1)
+	mux := NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })
+	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	runBackground(t, srv.Run)
+	time.Sleep(4500 * time.Millisecond) // two idle timeouts
+	if _, err := e.client(t).EnqueueIn(context.Background(), 50*time.Millisecond, "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+	case <-time.After(3 * time.Second):
+		t.Fatal("task did not run")
+	}
+	if n := warned.Load(); n != 0 {
+		t.Fatalf("%d warnings while idle", n)
+	}
+}
