@@ -123,6 +123,10 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
+// DefaultConfig returns a Config with every field set to its default, for
+// tools that show or compare settings.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 // withDefaults returns a copy with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.Namespace == "" {

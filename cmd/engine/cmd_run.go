@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+// forcedWait bounds the wait for the server after the second signal: it
+// only has to return the running tasks (one transaction) and unregister.
+const forcedWait = 20 * time.Second
+
+func (a *app) cmdRun(ctx context.Context, args []string) int {
+	fs := a.newFlags("run", "[flags]", `
+Runs the long-lived process: a dispatcher (moves due tasks to their
+queues), a reaper (returns the tasks of dead workers) and workers (run
+tasks with the commands configured under "handlers"). Run as many
+processes as you like against one Redis and namespace; --roles (or the
+--no-* flags) picks the parts one process runs.
+
+A handler command gets the payload on stdin and ENGINE_TASK_ID, _TYPE,
+_QUEUE, _ATTEMPT, _MAX_ATTEMPTS, _RECOVERIES, _DUE and _LAST_ERROR in its
+environment. Exit 0 is success, 75 asks to run again after the handler's
+retry_later without counting a failure, anything else is a failure
+(retried with backoff, then dead-lettered).
+
+SIGINT or SIGTERM stops taking tasks and lets running ones finish for
+shutdown_timeout, then returns the rest to their queues. A second signal
+returns them at once; a third exits without returning them (a reaper
+recovers them once this worker's heartbeat expires).`)
+	c := addCommon(fs,
+		[3]string{"concurrency", "concurrency", "`N` handlers at once"},
+		[3]string{"queues", "queues", "queues to serve with weights, e.g. critical:6,default:3,low:1"},
+		[3]string{"roles", "roles", "parts to run: some of dispatcher,reaper,worker"},
+		[3]string{"log-format", "log.format", "log `format`: text or json"},
+		[3]string{"shutdown-timeout", "shutdown_timeout", "how long running tasks may finish on SIGTERM, e.g. 30s"})
+	noWorker := fs.Bool("no-worker", false, "run no worker: take role worker out")
+	noDispatcher := fs.Bool("no-dispatcher", false, "run no dispatcher: take role dispatcher out")
+	noReaper := fs.Bool("no-reaper", false, "run no reaper: take role reaper out")
+	pos, code, ok := a.parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(a.stderr, "engine run: unexpected argument %q\n", pos[0])
+		return exitUsage
+	}
+	set, warnings, err := c.load(a)
+	if err != nil {
+		return a.fail("run", err)
+	}
+	for name, off := range map[string]bool{roleWorker: *noWorker, roleDispatcher: *noDispatcher, roleReaper: *noReaper} {
+		if off {
+			set.Roles = slices.DeleteFunc(set.Roles, func(r string) bool { return r == name })
+		}
+	}
+	if len(set.Roles) == 0 {
+		fmt.Fprintf(a.stderr, "engine run: every role is off (roles %s minus the --no-* flags)\n", set.where("roles"))
+		return exitUsage
+	}
+	log := newLogger(a.stderr, set)
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	pool, err := newPool(set.Redis, set.poolSize(), nil)
+	if err != nil {
+		return a.fail("run", err)
+	}
+	defer pool.Close()
+
+	types := make([]string, 0, len(set.Handlers))
+	for t := range set.Handlers {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	log.Info("engine starting", "version", versionString(), "redis", set.Redis.Addr, "namespace", set.Namespace,
+		"roles", strings.Join(set.Roles, ","), "queues", queueList(set.Queues), "concurrency", set.Concurrency, "handlers", types)
+	if err := waitForRedis(ctx, pool, set.Redis.Addr, log); err != nil {
+		if ctx.Err() != nil {
+			log.Info("interrupted while waiting for Redis")
+			return exitOK
+		}
+		return a.fail("run", err)
+	}
+
+	roles := set.roles()
+	var handler engine.Handler
+	if !roles.NoWorker {
+		mux := engine.NewMux()
+		if set.LogLevel == "debug" {
+			mux.Use(engine.Logging(log))
+		}
+		hlog := log.With("component", "handler")
+		for _, t := range types {
+			h := set.Handlers[t]
+			if _, err := exec.LookPath(h.Command[0]); err != nil && h.Dir == "" {
+				log.Warn("handler command not found; its tasks will fail until it is installed", "type", t, "err", err)
+			}
+			mux.Handle(t, newCommandHandler(t, h, hlog))
+		}
+		if !slices.ContainsFunc(set.Queues, func(q engine.QueueConfig) bool { return q.Name == set.DefaultQueue }) {
+			log.Warn("this worker does not serve default_queue: tasks enqueued without --queue wait for another worker",
+				"default_queue", set.DefaultQueue, "queues", queueList(set.Queues))
+		}
+		if len(types) == 0 {
+			log.Warn("no handlers configured: every task this worker takes fails with \"no handler\"")
+		}
+		handler = mux
+	}
+	srv, err := engine.NewServer(pool, set.EngineConfig(log), handler, roles)
+	if err != nil {
+		return a.fail("run", err)
+	}
+	return serve(ctx, srv, set.ShutdownTimeout, log)
+}
+
+// serve runs srv until the first signal (ctx), then shuts it down with
+// timeout for running handlers; the second signal (forceOf(ctx)) cuts
+// that short: running tasks go back to their queues at once.
+func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger) int {
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Run(runCtx)
+	}()
+	select {
+	case <-done:
+		log.Error("server stopped on its own")
+		return exitFailure
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: running tasks may finish; signal again to return them to their queues now",
+		"shutdown_timeout", timeout)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), timeout)
+	defer cancelStop()
+	go func() {
+		// Shutdown returns at once if Run has not started yet; ending
+		// runCtx then stops it as soon as it does.
+		_ = srv.Shutdown(stopCtx)
+		stopRun()
+	}()
+	select {
+	case <-done:
+		log.Info("stopped")
+		return exitOK
+	case <-forceOf(ctx).Done():
+	}
+	log.Warn("second signal: returning unfinished tasks to their queues now")
+	cancelStop()
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	go func() { _ = srv.Shutdown(now) }()
+	select {
+	case <-done:
+		log.Info("stopped")
+		return exitOK
+	case <-time.After(forcedWait):
+		log.Error("server did not stop; exiting anyway (a reaper will recover its tasks)")
+		return exitFailure
+	}
+}
+
+func queueList(qs []engine.QueueConfig) string {
+	parts := make([]string, len(qs))
+	for i, q := range qs {
+		parts[i] = fmt.Sprintf("%s:%d", q.Name, q.Weight)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startSleeper enqueues a task whose command sleeps 30 s and waits until
+// it runs; it returns the id and the command's process group.
+func (h *harness) startSleeper() (string, int) {
+	h.t.Helper()
+	id := h.enqueue("--type", "sleep", "--timeout", "1m")
+	h.eventually(10*time.Second, "the long task to start", func() bool { return strings.Contains(h.file("out"), "started "+id) })
+	pgid, err := strconv.Atoi(strings.TrimSpace(h.file("pids")))
+	if err != nil {
+		h.t.Fatalf("pids file: %v", err)
+	}
+	if l := h.lookup(id); l.State != "running" {
+		h.t.Fatalf("lookup = %+v, want running", l)
+	}
+	return id, pgid
+}
+
+// checkReturned checks that the task is ready again, never finished, and
+// that its command's process group is gone.
+func (h *harness) checkReturned(id string, pgid int) {
+	h.t.Helper()
+	if l := h.lookup(id); l.State != "ready" || l.Attempts != 0 {
+		h.t.Errorf("after shutdown lookup = %+v, want ready with no failure counted", l)
+	}
+	if st := h.stats("default"); st.Ready != 1 || st.Running != 0 {
+		h.t.Errorf("stats = %+v, want 1 ready, 0 running", st)
+	}
+	if strings.Contains(h.file("out"), "finished") {
+		h.t.Errorf("the long task finished: shutdown waited for it")
+	}
+	h.eventually(3*time.Second, "the command's process group to die", func() bool { return syscall.Kill(-pgid, 0) != nil })
+}
+
+// TestE2EShutdownReturnsRunningTask: SIGTERM during a long task waits
+// shutdown_timeout (1 s here), then returns the task to ready and exits.
+func TestE2EShutdownReturnsRunningTask(t *testing.T) {
+	h := newHarness(t)
+	run := h.startRun(nil)
+	id, pgid := h.startSleeper()
+	code, took := run.stop(syscall.SIGTERM, 10*time.Second)
+	if code != 0 || took > 3*time.Second {
+		t.Errorf("SIGTERM: exit %d after %v, want 0 within a couple of seconds", code, took)
+	}
+	if took < 900*time.Millisecond {
+		t.Errorf("exited after %v: did not give the task its shutdown_timeout of 1s", took)
+	}
+	h.checkReturned(id, pgid)
+	if !strings.Contains(run.log(), "returning unfinished tasks") {
+		t.Errorf("log does not say the task was returned")
+	}
+}
+
+// TestE2ESecondSignalForces: with a long shutdown_timeout, a second
+// signal returns the running task at once.
+func TestE2ESecondSignalForces(t *testing.T) {
+	h := newHarness(t)
+	run := h.startRun([]string{"ENGINE_SHUTDOWN_TIMEOUT=60s"})
+	id, pgid := h.startSleeper()
+	_ = run.cmd.Process.Signal(syscall.SIGTERM)
+	h.eventually(5*time.Second, "the first signal to be seen", func() bool { return strings.Contains(run.log(), "shutting down") })
+	select {
+	case <-run.done:
+		t.Fatalf("exited on the first signal, before shutdown_timeout")
+	case <-time.After(300 * time.Millisecond):
+	}
+	code, took := run.stop(syscall.SIGINT, 10*time.Second)
+	if code != 0 || took > 2*time.Second {
+		t.Errorf("second signal: exit %d after %v, want 0 at once", code, took)
+	}
+	h.checkReturned(id, pgid)
+	if !strings.Contains(run.log(), "second signal") {
+		t.Errorf("log does not mention the second signal")
+	}
+}
+
+// TestE2EWrongPassword: a password Redis refuses is a clear error and
+// exit 2, for run and for client commands alike.
+func TestE2EWrongPassword(t *testing.T) {
+	h := newHarness(t)
+	h.env = append(h.env, "ENGINE_REDIS_PASSWORD=wrong")
+	for _, args := range [][]string{{"run"}, {"stats"}, {"enqueue", "--type", "x"}} {
+		_, errOut, code := h.cli(args...)
+		if code != exitUsage || !strings.Contains(errOut, "refused AUTH") || !strings.Contains(errOut, "redis.password") {
+			t.Errorf("engine %v with a wrong password: exit %d, stderr %q; want %d naming AUTH and redis.password", args, code, errOut, exitUsage)
+		}
+	}
+}
+
+// TestE2EWaitsForRedis: run started before Redis logs that it waits,
+// does not exit, and starts once Redis is up.
+func TestE2EWaitsForRedis(t *testing.T) {
+	h := newHarness(t)
+	h.srv.Stop(t)
+	run := h.start(nil, "run")
+	h.eventually(5*time.Second, "the waiting log line", func() bool {
+		return strings.Contains(run.log(), "waiting for Redis at "+h.srv.Addr)
+	})
+	time.Sleep(time.Second)
+	select {
+	case <-run.done:
+		t.Fatalf("run exited (code %d) while Redis was down", run.code)
+	default:
+	}
+	h.srv.Restart(t)
+	h.eventually(20*time.Second, "the worker to start", func() bool { return strings.Contains(run.log(), "worker started") })
+	id := h.enqueue("--type", "append", "--payload", "after-outage")
+	h.eventually(10*time.Second, "the task to run", func() bool { return strings.Contains(h.file("out"), "after-outage "+id) })
+	if code, _ := run.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
+
+// TestE2ERoles: a process with --no-worker dispatches but runs nothing; a
+// worker-only process runs what it dispatched.
+func TestE2ERoles(t *testing.T) {
+	h := newHarness(t)
+	disp := h.startRun(nil, "--no-worker")
+	if strings.Contains(disp.log(), "worker started") || !strings.Contains(disp.log(), "reaper") && !strings.Contains(disp.log(), "dispatcher started") {
+		t.Errorf("--no-worker log:\n%s", disp.log())
+	}
+	id := h.enqueue("--type", "append", "--payload", "split", "--in", "300ms")
+	h.eventually(5*time.Second, "the dispatcher to make it ready", func() bool { return h.lookup(id).State == "ready" })
+	time.Sleep(300 * time.Millisecond)
+	if h.lookup(id).State != "ready" {
+		t.Fatalf("a process without workers ran the task")
+	}
+	worker := h.startRun(nil, "--roles", "worker")
+	h.eventually(10*time.Second, "the worker-only process to run it", func() bool { return h.lookup(id).State == "done" })
+	if strings.Contains(worker.log(), "dispatcher started") {
+		t.Errorf("--roles worker started a dispatcher")
+	}
+	_, errOut, code := h.cli("run", "--roles", "worker", "--no-worker")
+	if code != exitUsage || !strings.Contains(errOut, "every role is off") {
+		t.Errorf("no roles: exit %d %q", code, errOut)
+	}
+}
+
+// TestE2EBadConfig: bad settings stop the binary before it connects, with
+// the key and line (or variable) named.
+func TestE2EBadConfig(t *testing.T) {
+	h := newHarness(t)
+	bad := filepath.Join(h.dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("namespace: ok\nqueues:\n  - name: a\n    weight: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := h.cli("run", "--config", bad)
+	if code != exitUsage || !strings.Contains(errOut, "bad.yaml:3: queues[0]: weight 0") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	h.env = append(h.env, "ENGINE_RESOLUTION=90s")
+	_, errOut, code = h.cli("stats")
+	if code != exitUsage || !strings.Contains(errOut, "env ENGINE_RESOLUTION: resolution") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = h.cli("stats", "--concurrency", "3")
+	if code != exitUsage || !strings.Contains(errOut, "flag provided but not defined") {
+		t.Errorf("unknown flag: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestE2EHelp: help explains every command and flag; version prints the
+// -ldflags version.
+func TestE2EHelp(t *testing.T) {
+	h := newHarness(t)
+	out := h.ok("help")
+	for _, c := range commands() {
+		if !strings.Contains(out, "  "+c.name+" ") {
+			t.Errorf("engine help does not list %s", c.name)
+		}
+	}
+	flags := map[string][]string{
+		"run":     {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
+		"enqueue": {"--queue", "--type", "--payload", "--in", "--at", "--max-attempts", "--timeout"},
+		"cancel":  {"--redis"},
+		"lookup":  {"--json"},
+		"stats":   {"--json", "--watch"},
+		"dead":    {"--all", "--json", "--limit"},
+		"demo":    {"--tasks", "--spread"},
+		"version": nil,
+	}
+	for cmd, want := range flags {
+		usage := h.ok(cmd, "--help")
+		if usage != h.ok("help", cmd) {
+			t.Errorf("engine help %s differs from engine %s --help", cmd, cmd)
+		}
+		if !strings.Contains(usage, "Usage: engine "+cmd) {
+			t.Errorf("%s --help: %q", cmd, usage)
+		}
+		for _, f := range want {
+			if !strings.Contains(usage, "  -"+strings.TrimPrefix(f, "--")) {
+				t.Errorf("%s --help does not explain %s", cmd, f)
+			}
+		}
+	}
+	if _, _, code := h.cli("frobnicate"); code != exitUsage {
+		t.Errorf("unknown command: exit %d", code)
+	}
+	if v := h.ok("version"); !strings.HasPrefix(v, "engine v0.0.0-e2e") {
+		t.Errorf("version = %q", v)
+	}
+}

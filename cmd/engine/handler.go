@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+// Exit codes of handler commands.
+const (
+	exitRetryLater = 75 // EX_TEMPFAIL: run again after retry_later, not a failure
+)
+
+// pipeLinger is how long a finished command's background children may
+// keep its stdout or stderr open before the pipes are closed (and the
+// children killed).
+const pipeLinger = 2 * time.Second
+
+// commandHandler runs a task as a command: the payload on stdin, the
+// task's identity in ENGINE_TASK_* variables. Exit 0 is success, 75 asks
+// to run again after RetryLater, anything else is a failure. When the
+// task's context ends (timeout or shutdown) the whole process group gets
+// SIGTERM, then SIGKILL after KillGrace; when the command exits, whatever
+// is left of its group is killed.
+type commandHandler struct {
+	typ string
+	set HandlerSettings
+	env []string // os.Environ plus set.Env, computed once
+	log *slog.Logger
+}
+
+func newCommandHandler(typ string, set HandlerSettings, log *slog.Logger) *commandHandler {
+	env := os.Environ()
+	names := make([]string, 0, len(set.Env))
+	for k := range set.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+set.Env[k])
+	}
+	return &commandHandler{typ: typ, set: set, env: env, log: log}
+}
+
+// ProcessTask runs the command once for t.
+func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error {
+	if h.set.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.set.Timeout)
+		defer cancel()
+	}
+	cmd := exec.Command(h.set.Command[0], h.set.Command[1:]...)
+	cmd.Dir = h.set.Dir
+	cmd.Env = append(h.env[:len(h.env):len(h.env)],
+		"ENGINE_TASK_ID="+t.ID,
+		"ENGINE_TASK_TYPE="+t.Type,
+		"ENGINE_TASK_QUEUE="+t.Queue,
+		"ENGINE_TASK_ATTEMPT="+strconv.Itoa(t.Attempt),
+		"ENGINE_TASK_MAX_ATTEMPTS="+strconv.Itoa(t.MaxAttempts),
+		"ENGINE_TASK_RECOVERIES="+strconv.Itoa(t.Recoveries),
+		"ENGINE_TASK_DUE="+t.Due.UTC().Format(time.RFC3339Nano),
+		"ENGINE_TASK_LAST_ERROR="+firstLine(t.LastError),
+	)
+	cmd.Stdin = bytes.NewReader(t.Payload)
+	stdout, stderr := &cappedBuffer{max: h.set.OutputCap}, &cappedBuffer{max: h.set.OutputCap}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = pipeLinger
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", h.set.Command[0], err)
+	}
+	pgid := cmd.Process.Pid
+	var mu sync.Mutex // orders the killer against the reaping of the command
+	exited, killedBy := false, ""
+	signalGroup := func(sig syscall.Signal, name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if exited {
+			return false // the group id may belong to someone else now
+		}
+		if killedBy == "" {
+			killedBy = name
+		}
+		_ = syscall.Kill(-pgid, sig)
+		return true
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+		}
+		if !signalGroup(syscall.SIGTERM, "SIGTERM") {
+			return
+		}
+		select {
+		case <-stop:
+		case <-time.After(h.set.KillGrace):
+			signalGroup(syscall.SIGKILL, "SIGKILL")
+		}
+	}()
+	err := cmd.Wait()
+	mu.Lock()
+	// The command has exited: whatever it left in its group goes too (as
+	// systemd's KillMode=control-group), so no task leaks processes.
+	// While any member lives, the group id cannot be reused.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	exited = true
+	why := killedBy
+	mu.Unlock()
+	close(stop)
+	if errors.Is(err, exec.ErrWaitDelay) {
+		h.log.Warn("task command left processes holding its output open; killed them", "task_id", t.ID, "type", t.Type)
+		err = nil
+	}
+	h.logOutput(t, stdout, stderr, time.Since(start))
+	if why != "" {
+		return fmt.Errorf("command %s stopped by %s: %w", h.set.Command[0], why, context.Cause(ctx))
+	}
+	return h.result(err, stderr)
+}
+
+// result turns the command's exit into the handler's error.
+func (h *commandHandler) result(err error, stderr *cappedBuffer) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("command %s: %w", h.set.Command[0], err)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Errorf("command %s killed by %v%s", h.set.Command[0], ws.Signal(), excerpt(stderr))
+	}
+	if ee.ExitCode() == exitRetryLater {
+		return engine.RetryAfter(h.set.RetryLater)
+	}
+	return fmt.Errorf("command %s exited with status %d%s", h.set.Command[0], ee.ExitCode(), excerpt(stderr))
+}
+
+func (h *commandHandler) logOutput(t *engine.Task, stdout, stderr *cappedBuffer, took time.Duration) {
+	if stdout.total == 0 && stderr.total == 0 {
+		return
+	}
+	h.log.Info("task output", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt,
+		"duration", took.Round(time.Millisecond),
+		"stdout", strings.TrimSuffix(stdout.String(), "\n"), "stderr", strings.TrimSuffix(stderr.String(), "\n"))
+}
+
+// excerpt is the start of stderr for an error message.
+func excerpt(b *cappedBuffer) string {
+	s := strings.TrimSpace(b.buf.String())
+	if s == "" {
+		return ""
+	}
+	if len(s) > 500 {
+		s = s[:500] + "..."
+	}
+	return ": " + s
+}
+
+// firstLine is s's first line, at most 1000 bytes, without NULs (an
+// environment variable cannot hold one).
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > 1000 {
+		s = s[:1000]
+	}
+	return s
+}
+
+// cappedBuffer keeps the first max bytes written to it and counts the rest.
+type cappedBuffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	max   int
+	total int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total += len(p)
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// String is what was kept, with a note of what was dropped.
+func (b *cappedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if dropped := b.total - b.buf.Len(); dropped > 0 {
+		s += fmt.Sprintf("...[%d bytes dropped]", dropped)
+	}
+	return s
+}

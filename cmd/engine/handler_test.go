@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+func testTask() *engine.Task {
+	return &engine.Task{ID: "0b9f3c57-8a4e-4e63-9d8c-5b0e8f1b2a11", Queue: "q1", Type: "t1",
+		Payload: []byte("hello payload"), Attempt: 2, MaxAttempts: 7, Due: time.Now()}
+}
+
+func newTestHandler(t *testing.T, argv []string, mod func(*HandlerSettings)) (*commandHandler, *bytes.Buffer) {
+	t.Helper()
+	set := defaultHandler()
+	set.Command = argv
+	set.Env["EXTRA"] = "extra-value"
+	if mod != nil {
+		mod(&set)
+	}
+	var logs bytes.Buffer
+	return newCommandHandler("t1", set, slog.New(slog.NewTextHandler(&logs, nil))), &logs
+}
+
+func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	h, logs := newTestHandler(t, []string{"sh", "-c", `{ cat; echo; echo "$ENGINE_TASK_ID $ENGINE_TASK_TYPE $ENGINE_TASK_QUEUE $ENGINE_TASK_ATTEMPT $ENGINE_TASK_MAX_ATTEMPTS $EXTRA"; } > "$OUT"; echo to-stdout`},
+		func(s *HandlerSettings) { s.Env["OUT"] = out })
+	task := testTask()
+	if err := h.ProcessTask(context.Background(), task); err != nil {
+		t.Fatalf("ProcessTask: %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "hello payload\n" + task.ID + " t1 q1 2 7 extra-value\n"
+	if string(b) != want {
+		t.Errorf("command saw %q, want %q", b, want)
+	}
+	if !strings.Contains(logs.String(), "stdout=to-stdout") {
+		t.Errorf("stdout not logged: %s", logs.String())
+	}
+}
+
+func TestHandlerExitCodes(t *testing.T) {
+	h, _ := newTestHandler(t, []string{"sh", "-c", "exit 75"}, func(s *HandlerSettings) { s.RetryLater = 42 * time.Second })
+	err := h.ProcessTask(context.Background(), testTask())
+	if err == nil || err.Error() != engine.RetryAfter(42*time.Second).Error() {
+		t.Errorf("exit 75: err = %v, want RetryAfter(42s)", err)
+	}
+	h, _ = newTestHandler(t, []string{"sh", "-c", "echo 'disk full' >&2; exit 3"}, nil)
+	err = h.ProcessTask(context.Background(), testTask())
+	if err == nil || !strings.Contains(err.Error(), "exited with status 3: disk full") {
+		t.Errorf("exit 3: err = %v, want status 3 with stderr", err)
+	}
+	h, _ = newTestHandler(t, []string{filepath.Join(t.TempDir(), "no-such-command")}, nil)
+	if err = h.ProcessTask(context.Background(), testTask()); err == nil || !strings.Contains(err.Error(), "start") {
+		t.Errorf("missing command: err = %v", err)
+	}
+	h, _ = newTestHandler(t, []string{"sh", "-c", "kill -9 $$"}, nil)
+	if err = h.ProcessTask(context.Background(), testTask()); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("killed command: err = %v", err)
+	}
+}
+
+// readPIDs waits for file to hold n pids.
+func readPIDs(t *testing.T, file string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(file)
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+		if len(pids) >= n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %q, want %d pids", file, b, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid runs: exists and is not a zombie waiting for
+// its new parent to reap it.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+// TestHandlerTimeoutKillsGroup: the context ending kills the command and
+// the children it started in the background.
+func TestHandlerTimeoutKillsGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	h, _ := newTestHandler(t, []string{"sh", "-c", `sleep 30 & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; wait`},
+		func(s *HandlerSettings) { s.Env["PIDS"] = pidFile })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := h.ProcessTask(ctx, testTask())
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("took %v after a 300ms timeout", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "SIGTERM") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want stopped by SIGTERM wrapping the deadline", err)
+	}
+	for _, pid := range readPIDs(t, pidFile, 2) {
+		deadline := time.Now().Add(2 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("process %d of the group survived", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestHandlerKillGrace: a command that ignores SIGTERM gets SIGKILL after
+// kill_grace; the handler's own timeout applies too.
+func TestHandlerKillGrace(t *testing.T) {
+	h, _ := newTestHandler(t, []string{"sh", "-c", `trap '' TERM; sleep 30 & wait; sleep 30`}, func(s *HandlerSettings) {
+		s.Timeout = 200 * time.Millisecond
+		s.KillGrace = 300 * time.Millisecond
+	})
+	start := time.Now()
+	err := h.ProcessTask(context.Background(), testTask())
+	took := time.Since(start)
+	if took < 450*time.Millisecond || took > 3*time.Second {
+		t.Errorf("took %v, want about timeout + kill grace (500ms)", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "SIGTERM") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestHandlerOutputCap(t *testing.T) {
+	h, logs := newTestHandler(t, []string{"sh", "-c", `i=0; while [ $i -lt 500 ]; do echo 0123456789abcdefghij; i=$((i+1)); done; echo err >&2`},
+		func(s *HandlerSettings) { s.OutputCap = 100 })
+	if err := h.ProcessTask(context.Background(), testTask()); err != nil {
+		t.Fatal(err)
+	}
+	l := logs.String()
+	if !strings.Contains(l, "[10400 bytes dropped]") || !strings.Contains(l, "stderr=err") {
+		t.Errorf("log = %s, want 100 bytes kept and 10400 dropped", l)
+	}
+	b := cappedBuffer{max: 3}
+	_, _ = b.Write([]byte("abcdef"))
+	if got := b.String(); got != "abc...[3 bytes dropped]" {
+		t.Errorf("capped = %q", got)
+	}
+}
+
+// TestHandlerKillsLeftovers: processes a command leaves in its group are
+// killed when it exits, whether or not they hold its output open.
+func TestHandlerKillsLeftovers(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	h, logs := newTestHandler(t, []string{"sh", "-c", `sleep 30 >/dev/null 2>&1 & echo $! >> "$PIDS"; sleep 30 & echo $! >> "$PIDS"`},
+		func(s *HandlerSettings) { s.Env["PIDS"] = pidFile })
+	start := time.Now()
+	if err := h.ProcessTask(context.Background(), testTask()); err != nil {
+		t.Fatalf("ProcessTask: %v", err)
+	}
+	if took := time.Since(start); took > pipeLinger+time.Second {
+		t.Errorf("took %v", took)
+	}
+	for _, pid := range readPIDs(t, pidFile, 2) {
+		deadline := time.Now().Add(2 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("leftover process %d survived", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if !strings.Contains(logs.String(), "holding its output open") {
+		t.Errorf("no warning about the process holding the output: %s", logs.String())
+	}
+}

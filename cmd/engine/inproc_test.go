@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the goroutines of an in-process run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemo runs a small demo in process and checks its summary.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	var out, errOut syncBuffer
+	start := time.Now()
+	code := run(context.Background(), []string{"demo", "--tasks", "80", "--spread", "2s", "--seed", "7"}, nil, &out, &errOut)
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("demo exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	if took > 20*time.Second {
+		t.Errorf("demo of 80 tasks over 2s took %v", took)
+	}
+	s := out.String()
+	for _, re := range []string{
+		`tasks enqueued\s+80 \(79 to succeed, 1 to die\)`,
+		`done\s+79 \(stats: processed 79\)`,
+		`dead\s+1 \(stats: 1\)`,
+		`retries\s+[1-9]\d* \(\d+ failures, [1-9]\d* asked to run later\)`,
+		`on-time lateness\s+p50 \S+\s+p99 \S+\s+max \S+`,
+		`ran early\s+0\n`, `ran twice\s+0\n`, `unexpected outcomes\s+0\n`, `lost\s+0\n`,
+		`commands outside Redis 2.4: 0 \(sent: .*rpoplpush`,
+		`demo: OK`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("demo output lacks %q:\n%s", re, s)
+		}
+	}
+	a := &app{stdout: &out, stderr: &errOut}
+	for _, bad := range [][]string{{"--tasks", "0"}, {"--spread", "-1s"}, {"extra"}, {"--log-level", "loud"}} {
+		if code := a.cmdDemo(context.Background(), bad); code != exitUsage {
+			t.Errorf("demo %v: exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+}
+
+// inproc returns an app wired to a real Redis and a fresh namespace.
+func inproc(t *testing.T, srv *redistest.Server, extra ...string) (*app, *syncBuffer, *syncBuffer) {
+	var out, errOut syncBuffer
+	env := append([]string{"ENGINE_REDIS_ADDR=" + srv.Addr, "ENGINE_NAMESPACE=" + redistest.Namespace(t),
+		"ENGINE_IDLE_WAIT=1s", "ENGINE_REDIS_READ_TIMEOUT=5s"}, extra...)
+	return &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, environ: env}, &out, &errOut
+}
+
+// TestRunSignalsInProcess drives serve's two-signal shutdown in process
+// (under the race detector when tests run with -race).
+func TestRunSignalsInProcess(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	handlers := fmt.Sprintf(`{slow: {command: [sh, -c, 'touch %s; sleep 30']}}`, filepath.Join(dir, "started"))
+	a, _, logs := inproc(t, srv, "ENGINE_HANDLERS="+handlers, "ENGINE_SHUTDOWN_TIMEOUT=1m")
+	b, out, _ := inproc(t, srv)
+	b.environ = a.environ
+	b.stdin = strings.NewReader("payload from stdin")
+	if code := b.main(context.Background(), []string{"enqueue", "--type", "slow"}); code != 0 {
+		t.Fatalf("enqueue: exit %d", code)
+	}
+	id := strings.TrimSpace(out.String())
+
+	ctx, stop := context.WithCancel(context.Background())
+	force, forceNow := context.WithCancel(context.Background())
+	defer forceNow()
+	done := make(chan int)
+	go func() { done <- a.main(withForce(ctx, force), []string{"run"}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	select {
+	case code := <-done:
+		t.Fatalf("run exited (%d) on the first signal despite a 1m shutdown_timeout", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	forceNow()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("run did not exit after the second signal")
+	}
+	out2 := &syncBuffer{}
+	b.stdout = out2
+	if code := b.main(context.Background(), []string{"lookup", id, "--json"}); code != 0 || !strings.Contains(out2.String(), `"state": "ready"`) {
+		t.Errorf("lookup after forced stop: exit %d %s", code, out2.String())
+	}
+	if !strings.Contains(out2.String(), `"payload": "payload from stdin"`) {
+		t.Errorf("payload not read from stdin: %s", out2.String())
+	}
+}
+
+// TestStatsWatch: --watch redraws with ANSI clear/home until interrupted.
+func TestStatsWatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, out, errOut := inproc(t, srv)
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--payload", "p", "--queue", "q1"}); code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, errOut.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if code := a.main(ctx, []string{"stats", "--watch", "200ms"}); code != 0 {
+		t.Fatalf("stats --watch: exit %d: %s", code, errOut.String())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("--watch ran %v after the interrupt", took)
+	}
+	if n := strings.Count(out.String(), "\x1b[H\x1b[2J"); n < 3 {
+		t.Errorf("%d redraws in 700ms at 200ms, want at least 3", n)
+	}
+	if !regexp.MustCompile(`q1\s+1\s+0`).MatchString(out.String()) {
+		t.Errorf("stats output lacks q1 with 1 ready:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"stats", "extra"}, {"stats", "--watch=1ms"}, {"enqueue"}, {"enqueue", "--type", "x", "--in", "1s", "--at", "2030-01-01T00:00:00Z"}, {"enqueue", "--type", "x", "--at", "tomorrow"}, {"lookup"}, {"dead"}, {"dead", "bury"}, {"dead", "retry"}} {
+		if code := a.main(context.Background(), bad); code != exitUsage {
+			t.Errorf("engine %v: exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+}
