@@ -64,12 +64,15 @@ func (c *Client) PurgeDead(ctx context.Context, id string) error {
 }
 
 // RetryAllDead puts every dead letter back in its queue and returns how
-// many it moved.
+// many it moved. It takes the dead letters that died before the call (on
+// the clocks of the workers that buried them): a revived task that dies
+// again meanwhile is not revived twice.
 func (c *Client) RetryAllDead(ctx context.Context) (int, error) {
 	return c.deadAll(ctx, c.store.Revive)
 }
 
-// PurgeAllDead deletes every dead letter and returns how many.
+// PurgeAllDead deletes every dead letter that died before the call and
+// returns how many.
 func (c *Client) PurgeAllDead(ctx context.Context) (int, error) {
 	return c.deadAll(ctx, c.purge)
 }
@@ -102,9 +105,10 @@ func (c *Client) deadAll(ctx context.Context, op func(context.Context, redisConn
 		return 0, err
 	}
 	defer conn.Close()
+	cutoff := ms(c.cfg.Clock.Now())
 	total := 0
 	for {
-		ids, err := c.store.DeadIDs(conn, 0, 200)
+		ids, err := c.store.DeadBefore(conn, cutoff, 200)
 		if err != nil {
 			return total, fmt.Errorf("engine: %w", err)
 		}

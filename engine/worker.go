@@ -59,6 +59,13 @@ type Worker struct {
 
 	processed, failed atomic.Int64
 
+	// born and lastBeat (nanoseconds since born, monotonic) tell whether
+	// the heartbeat key may have expired: then a reaper may have
+	// forgotten this worker, and it must not take tasks it could die with
+	// unseen.
+	born     time.Time
+	lastBeat atomic.Int64
+
 	// faults is a test seam: called at each step; an error makes the
 	// worker behave as if its process had died at that step.
 	faults  func(stage, id string) error
@@ -84,6 +91,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 	w := &Worker{
 		pool: pool, cfg: cfg, store: st, handler: h,
 		id:      uuid.NewString(),
+		born:    time.Now(),
 		kick:    make(chan struct{}, 1),
 		idleCh:  make(chan struct{}, 1),
 		running: map[string]*activeRun{},
@@ -229,7 +237,22 @@ func (w *Worker) beat(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	return w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info)
+	sent := time.Since(w.born)
+	if err := w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info); err != nil {
+		return err
+	}
+	w.lastBeat.Store(int64(sent))
+	return nil
+}
+
+// alive reports whether the heartbeat key certainly still exists: the
+// last beat that succeeded was sent less than HeartbeatTTL minus one
+// interval ago. Past that a reaper may declare this worker dead, return
+// its tasks and forget it; a forgotten worker that then took a task and
+// died would leave it where no reaper looks.
+func (w *Worker) alive() bool {
+	since := time.Since(w.born) - time.Duration(w.lastBeat.Load())
+	return since < w.cfg.HeartbeatTTL-w.cfg.HeartbeatInterval
 }
 
 func (w *Worker) heartbeat(ctx context.Context) {
@@ -248,7 +271,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			}
 			fails++
 			if fails == 1 || fails%10 == 0 {
-				w.log.Warn("heartbeat failed; tasks may be recovered elsewhere if this lasts past the TTL",
+				w.log.Warn("heartbeat failed; taking no tasks once the TTL is near, and running ones may be recovered elsewhere",
 					keyErr, err, "ttl", w.cfg.HeartbeatTTL, "failures", fails)
 			}
 			continue
@@ -336,6 +359,13 @@ func (w *Worker) slot(fetchCtx, baseCtx context.Context) {
 	defer h.close()
 	var bo retryBackoff
 	for fetchCtx.Err() == nil {
+		if !w.alive() {
+			// Heartbeats are failing: take nothing until one succeeds.
+			if !sleep(fetchCtx, min(w.cfg.HeartbeatInterval, time.Second)) {
+				return
+			}
+			continue
+		}
 		conn, err := h.get(fetchCtx)
 		if err != nil {
 			if !bo.wait(fetchCtx, w.log, "fetch", err) {

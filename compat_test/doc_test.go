@@ -1,0 +1,107 @@
+package compat_test
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/bucketq/bucketq/redis24"
+)
+
+// compatDocPath is docs/compat.md, from the package directory (go test runs
+// there).
+const compatDocPath = "../docs/compat.md"
+
+// compatDoc is what the suite reads from docs/compat.md.
+type compatDoc struct {
+	text string
+	// sends are the commands the engine sends in normal operation: the
+	// suite must see each of them. errorPaths are sent only on failures
+	// (and may be missing from a census).
+	sends, errorPaths []string
+	reasons           map[string]string
+}
+
+func (d *compatDoc) lists(cmd string) bool {
+	_, ok := d.reasons[strings.ToLower(cmd)]
+	return ok
+}
+
+var docRow = regexp.MustCompile("^\\|\\s*`([A-Za-z]+)`\\s*\\|(.*)\\|\\s*$")
+
+// readCompatDoc parses the command tables of docs/compat.md: rows like
+// "| `BLPOP` | who sends it | why |" under the "## Commands the engine
+// sends" heading, and under "## Commands sent only on error paths".
+func readCompatDoc() (*compatDoc, error) {
+	b, err := os.ReadFile(compatDocPath)
+	if err != nil {
+		return nil, fmt.Errorf("read the compatibility doc: %w", err)
+	}
+	d := &compatDoc{text: string(b), reasons: map[string]string{}}
+	var section *[]string
+	for _, line := range strings.Split(d.text, "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = nil
+			h := strings.ToLower(line)
+			switch {
+			case strings.Contains(h, "commands sent only on error paths"):
+				section = &d.errorPaths
+			case strings.Contains(h, "commands the engine sends"):
+				section = &d.sends
+			}
+			continue
+		}
+		if section == nil {
+			continue
+		}
+		m := docRow.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		name := strings.ToLower(m[1])
+		if _, dup := d.reasons[name]; dup {
+			return nil, fmt.Errorf("%s lists %s twice", compatDocPath, m[1])
+		}
+		cells := strings.Split(m[2], "|")
+		d.reasons[name] = strings.TrimSpace(cells[len(cells)-1])
+		*section = append(*section, name)
+	}
+	if len(d.sends) == 0 {
+		return nil, fmt.Errorf("%s has no table under \"## Commands the engine sends\"", compatDocPath)
+	}
+	return d, nil
+}
+
+// TestCompatDoc checks docs/compat.md on its own: every command it lists is
+// in the Redis 2.4 table and comes with a reason, and its server matrix
+// names the miniredis this suite is built with.
+func TestCompatDoc(t *testing.T) {
+	d, err := readCompatDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, why := range d.reasons {
+		if !redis24.Allowed(name) {
+			t.Errorf("docs/compat.md lists %s, which is not in the Redis 2.4 command table", strings.ToUpper(name))
+		}
+		if len(why) < 10 {
+			t.Errorf("docs/compat.md gives no reason for %s", strings.ToUpper(name))
+		}
+	}
+	for _, h := range []string{"## Server matrix", "## Redis 2.4 behaviours"} {
+		if !strings.Contains(d.text, h) {
+			t.Errorf("docs/compat.md has no %q section", h)
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/alicebob/miniredis/v2" && !strings.Contains(d.text, "miniredis "+m.Version) {
+				t.Errorf("docs/compat.md's server matrix does not name miniredis %s, which the suite uses", m.Version)
+			}
+		}
+	}
+	t.Logf("docs/compat.md: %d commands sent, %d on error paths only", len(d.sends), len(d.errorPaths))
+}

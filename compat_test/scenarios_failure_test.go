@@ -1,0 +1,599 @@
+package compat_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+	"github.com/google/uuid"
+)
+
+// scenarioRetries: failures are retried with backoff until they succeed,
+// each run seeing the previous error; a timeout is a failure; RetryAfter
+// runs again later without counting one; a task waiting for its retry is
+// "retrying".
+func scenarioRetries(e *env) {
+	t, ctx := e.t, e.ctx
+	var slowBackoff atomic.Bool
+	cfg := e.cfg
+	cfg.Backoff = func(int) time.Duration {
+		if slowBackoff.Load() {
+			return 2 * time.Second
+		}
+		return 10 * time.Millisecond
+	}
+	c := e.client()
+	var rec recorder
+	mux := engine.NewMux()
+	mux.HandleFunc("flaky", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if task.Attempt < 3 {
+			return fmt.Errorf("flaky failure %d", task.Attempt)
+		}
+		return nil
+	})
+	mux.HandleFunc("later", func(ctx context.Context, task *engine.Task) error {
+		if r := rec.add(task); len(rec.of(r.ID)) == 1 {
+			return engine.RetryAfter(300 * time.Millisecond)
+		}
+		return nil
+	})
+	mux.HandleFunc("slow", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if task.Attempt == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	mux.HandleFunc("once", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if task.Attempt == 1 {
+			return errors.New("first try fails")
+		}
+		return nil
+	})
+	_, stop := e.server(cfg, mux)
+
+	flaky := must(t)(c.Enqueue(ctx, "flaky", nil, engine.MaxAttempts(5)))
+	later := must(t)(c.Enqueue(ctx, "later", nil))
+	slow := must(t)(c.Enqueue(ctx, "slow", nil, engine.Timeout(100*time.Millisecond), engine.MaxAttempts(3)))
+	rec.waitRuns(t, 7, 20*time.Second)
+
+	runs := rec.of(flaky)
+	if len(runs) != 3 {
+		t.Fatalf("flaky ran %d times, want 3", len(runs))
+	}
+	for i, r := range runs {
+		wantErr := ""
+		if i > 0 {
+			wantErr = fmt.Sprintf("flaky failure %d", i)
+		}
+		if r.Attempt != i+1 || r.LastError != wantErr {
+			t.Errorf("flaky run %d: attempt %d, last error %q; want attempt %d, last error %q", i, r.Attempt, r.LastError, i+1, wantErr)
+		}
+	}
+	if info := e.lookup(c, flaky); info.State != engine.StateDone || info.Attempts != 2 {
+		t.Errorf("flaky after success: state %s, attempts %d; want done, 2", info.State, info.Attempts)
+	}
+
+	runs = rec.of(later)
+	if len(runs) != 2 {
+		t.Fatalf("later ran %d times, want 2", len(runs))
+	}
+	if runs[1].Attempt != 1 || runs[1].LastError != "" {
+		t.Errorf("RetryAfter counted as a failure: second run has attempt %d, last error %q", runs[1].Attempt, runs[1].LastError)
+	}
+	if gap := runs[1].At.Sub(runs[0].At); gap < 300*time.Millisecond {
+		t.Errorf("RetryAfter(300ms) ran again after %v", gap)
+	}
+
+	runs = rec.of(slow)
+	if len(runs) != 2 {
+		t.Fatalf("slow ran %d times, want 2", len(runs))
+	}
+	if want := "timed out after 100ms: context deadline exceeded"; runs[1].LastError != want || runs[1].Attempt != 2 {
+		t.Errorf("after a timeout: attempt %d, last error %q; want 2, %q", runs[1].Attempt, runs[1].LastError, want)
+	}
+
+	// With a long backoff the failed task is seen waiting as "retrying".
+	slowBackoff.Store(true)
+	once := must(t)(c.Enqueue(ctx, "once", nil))
+	waitFor(t, 10*time.Second, "the first run to fail", func() bool {
+		return e.lookup(c, once).State == engine.StateRetrying
+	})
+	failedAt := time.Now()
+	if st := e.stats(c, "default"); st.Retrying != 1 || st.Scheduled != 1 {
+		t.Errorf("while a task waits for its retry: %d retrying, %d scheduled; want 1, 1", st.Retrying, st.Scheduled)
+	}
+	if info := e.lookup(c, once); info.Attempts != 1 || info.LastError != "first try fails" {
+		t.Errorf("retrying task: attempts %d, last error %q", info.Attempts, info.LastError)
+	}
+	waitFor(t, 15*time.Second, "the retry to succeed", func() bool {
+		return e.lookup(c, once).State == engine.StateDone
+	})
+	stop()
+	runs = rec.of(once)
+	if len(runs) != 2 || runs[1].Attempt != 2 {
+		t.Fatalf("once ran %d times: %+v", len(runs), runs)
+	}
+	if gap := runs[1].At.Sub(failedAt); gap < 1500*time.Millisecond {
+		t.Errorf("retry ran %v after the failure was seen, before its 2s backoff", gap)
+	}
+	st := e.stats(c, "default")
+	if st.Processed != 4 || st.Failed != 4 || st.Dead != 0 || st.Retrying != 0 || st.Scheduled != 0 || st.Running != 0 {
+		t.Errorf("stats %+v: want 4 processed, 4 failed (flaky 2, slow 1, once 1), nothing dead or waiting", st)
+	}
+}
+
+// scenarioDeadLetters: tasks that exhaust their attempts, fail permanently,
+// panic or have no handler go to the dead letters with their error; the
+// dead letters can be listed, retried and purged.
+func scenarioDeadLetters(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.UnknownType = engine.UnknownDead
+	e.cfg = cfg
+	c := e.client()
+	var rec recorder
+	var healed atomic.Bool
+	mux := engine.NewMux()
+	mux.HandleFunc("doomed", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if healed.Load() {
+			return nil
+		}
+		return fmt.Errorf("doomed: attempt %d", task.Attempt)
+	})
+	mux.HandleFunc("fatal", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		return engine.Permanent(errors.New("bad input: no such account"))
+	})
+	mux.HandleFunc("panics", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		panic("kaboom")
+	})
+	_, stop := e.server(cfg, mux)
+
+	doomed := must(t)(c.Enqueue(ctx, "doomed", nil, engine.MaxAttempts(3)))
+	fatal := must(t)(c.Enqueue(ctx, "fatal", nil, engine.MaxAttempts(10)))
+	panics := must(t)(c.Enqueue(ctx, "panics", nil, engine.MaxAttempts(1)))
+	nobody := must(t)(c.Enqueue(ctx, "nobody", nil, engine.MaxAttempts(5)))
+	waitFor(t, 20*time.Second, "four dead letters", func() bool {
+		n, err := c.DeadCount(ctx)
+		return err == nil && n == 4
+	})
+	rec.waitRuns(t, 5, 5*time.Second) // doomed 3, fatal 1, panics 1
+
+	wantErr := map[string]func(string) bool{
+		doomed: func(s string) bool { return s == "doomed: attempt 3" },
+		fatal:  func(s string) bool { return s == "bad input: no such account" },
+		panics: func(s string) bool {
+			return strings.HasPrefix(s, "handler panic: kaboom\n") && strings.Contains(s, "goroutine ")
+		},
+		nobody: func(s string) bool { return s == `no handler for type "nobody": engine: no handler for task type` },
+	}
+	wantAttempts := map[string]int{doomed: 3, fatal: 1, panics: 1, nobody: 1}
+	dead, err := c.DeadLetters(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 4 {
+		t.Fatalf("DeadLetters: %d, want 4", len(dead))
+	}
+	for i, d := range dead {
+		if d.State != engine.StateDead || !wantErr[d.ID](d.LastError) || d.Attempts != wantAttempts[d.ID] || d.Finished.IsZero() {
+			t.Errorf("dead letter %s (%s): state %s, attempts %d, error %q", d.ID, d.Type, d.State, d.Attempts, firstLine(d.LastError))
+		}
+		if i > 0 && d.Finished.After(dead[i-1].Finished) {
+			t.Errorf("DeadLetters not newest first: %v after %v", d.Finished, dead[i-1].Finished)
+		}
+	}
+	page, err := c.DeadLetters(ctx, 1, 2)
+	if err != nil || len(page) != 2 || page[0].ID != dead[1].ID || page[1].ID != dead[2].ID {
+		t.Errorf("DeadLetters(1, 2) = %d items, %v; want the 2nd and 3rd", len(page), err)
+	}
+	for _, bad := range [][2]int{{-1, 1}, {0, 0}} {
+		if _, err := c.DeadLetters(ctx, bad[0], bad[1]); !errors.Is(err, engine.ErrInvalidOption) {
+			t.Errorf("DeadLetters(%d, %d): %v, want ErrInvalidOption", bad[0], bad[1], err)
+		}
+	}
+	if st := e.stats(c, "default"); st.Dead != 4 || st.Failed != 6 || st.Processed != 0 {
+		t.Errorf("stats %+v: want 4 dead, 6 failed (doomed 3, one each for the rest), 0 processed", st)
+	}
+
+	// Retry one: it runs again from attempt 1.
+	healed.Store(true)
+	if err := c.RetryDead(ctx, doomed); err != nil {
+		t.Fatalf("RetryDead: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the revived task to succeed", func() bool {
+		return e.lookup(c, doomed).State == engine.StateDone
+	})
+	if runs := rec.of(doomed); len(runs) != 4 || runs[3].Attempt != 1 {
+		t.Errorf("revived task: %d runs, last attempt %d; want 4 runs, attempt 1", len(runs), runs[len(runs)-1].Attempt)
+	}
+	if err := c.RetryDead(ctx, doomed); !errors.Is(err, engine.ErrNotDead) {
+		t.Errorf("RetryDead of a done task: %v, want ErrNotDead", err)
+	}
+	if err := c.PurgeDead(ctx, doomed); !errors.Is(err, engine.ErrNotDead) {
+		t.Errorf("PurgeDead of a done task: %v, want ErrNotDead", err)
+	}
+	if err := c.RetryDead(ctx, uuid.NewString()); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("RetryDead of an unknown id: %v, want ErrNotFound", err)
+	}
+
+	// Purge one: it is gone.
+	if err := c.PurgeDead(ctx, fatal); err != nil {
+		t.Fatalf("PurgeDead: %v", err)
+	}
+	if _, err := c.Lookup(ctx, fatal); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("Lookup of a purged task: %v, want ErrNotFound", err)
+	}
+	if err := c.PurgeDead(ctx, fatal); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("second PurgeDead: %v, want ErrNotFound", err)
+	}
+
+	// Retry all (no worker running): panics and nobody go back to the
+	// queue, then run again and die again.
+	stop()
+	if n, err := c.RetryAllDead(ctx); err != nil || n != 2 {
+		t.Fatalf("RetryAllDead = %d, %v; want 2", n, err)
+	}
+	if st := e.stats(c, "default"); st.Dead != 0 || st.Ready != 2 {
+		t.Errorf("after RetryAllDead: %d dead, %d ready; want 0, 2", st.Dead, st.Ready)
+	}
+	_, stop = e.server(cfg, mux)
+	waitFor(t, 10*time.Second, "the revived tasks to die again", func() bool {
+		n, err := c.DeadCount(ctx)
+		return err == nil && n == 2 && len(rec.of(panics)) == 2
+	})
+	if runs := rec.of(panics); runs[1].Attempt != 1 {
+		t.Errorf("revived task ran with attempt %d, want 1", runs[1].Attempt)
+	}
+	stop()
+	if n, err := c.PurgeAllDead(ctx); err != nil || n != 2 {
+		t.Errorf("PurgeAllDead = %d, %v; want 2", n, err)
+	}
+	if n, err := c.DeadCount(ctx); err != nil || n != 0 {
+		t.Errorf("DeadCount after purging = %d, %v", n, err)
+	}
+	if n, err := c.RetryAllDead(ctx); err != nil || n != 0 {
+		t.Errorf("RetryAllDead with none = %d, %v", n, err)
+	}
+	st := e.stats(c, "default")
+	if st.Dead != 0 || st.Processed != 1 || st.Failed != 8 || st.Ready != 0 || st.Running != 0 {
+		t.Errorf("final stats %+v: want 0 dead, 1 processed, 8 failed", st)
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}
+
+// scenarioLeaseExpiry: a handler that hangs past its timeout and lease is
+// given up; the task runs again elsewhere (counted as a recovery) and the
+// hung run's late result is dropped.
+func scenarioLeaseExpiry(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.LeaseGrace = 300 * time.Millisecond
+	cfg.Concurrency = 2
+	c := e.client()
+	var rec recorder
+	release := make(chan struct{})
+	var once sync.Once
+	e.t.Cleanup(func() { once.Do(func() { close(release) }) })
+	mux := engine.NewMux()
+	mux.HandleFunc("hang", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if task.Recoveries == 0 {
+			<-release // ignores its context: hung
+		}
+		return nil
+	})
+	_, stop := e.worker(cfg, mux)
+	id := must(t)(c.Enqueue(ctx, "hang", nil, engine.Timeout(200*time.Millisecond)))
+	waitFor(t, 15*time.Second, "the first run", func() bool { return len(rec.of(id)) >= 1 })
+	first := e.lookup(c, id)
+	if first.State != engine.StateRunning && len(rec.of(id)) == 1 {
+		t.Errorf("hung task is %s, want running", first.State)
+	}
+	waitFor(t, 20*time.Second, "the second run", func() bool { return len(rec.of(id)) >= 2 })
+	waitFor(t, 10*time.Second, "the second run to finish", func() bool {
+		return e.lookup(c, id).State == engine.StateDone
+	})
+	once.Do(func() { close(release) }) // the hung run returns now; its result must be dropped
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	runs := rec.of(id)
+	if len(runs) != 2 {
+		t.Fatalf("hung task ran %d times, want 2", len(runs))
+	}
+	if runs[1].Recoveries != 1 || runs[1].Attempt != 1 {
+		t.Errorf("second run: recoveries %d, attempt %d; want 1, 1", runs[1].Recoveries, runs[1].Attempt)
+	}
+	// Started is when the first run was claimed (in whole ms, rounded down);
+	// its lease ends timeout + grace later.
+	if gap := runs[1].At.Sub(first.Started); first.Recoveries == 0 && gap < 500*time.Millisecond {
+		t.Errorf("task given up %v after its run started, before its timeout plus lease grace (500ms)", gap)
+	}
+	st := e.stats(c, "default")
+	if st.Recovered != 1 || st.Processed != 1 || st.Failed != 0 || st.Running != 0 {
+		t.Errorf("stats %+v: want 1 recovered, 1 processed (the late result dropped), 0 failed, 0 running", st)
+	}
+}
+
+// scenarioShutdown: a graceful shutdown lets running handlers finish; past
+// its deadline it cancels them and returns their tasks, uncounted, to the
+// front of their queues; a stopped worker or server cannot run again, and
+// leaves nothing for a reaper.
+func scenarioShutdown(e *env) {
+	t, ctx := e.t, e.ctx
+	c := e.client()
+	cfg := e.cfg
+	cfg.Concurrency = 3
+
+	// Graceful: the handlers finish.
+	var rec recorder
+	var finished atomic.Int32
+	var ctxErrs sync.Map
+	slowH := engine.HandlerFunc(func(hctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		time.Sleep(400 * time.Millisecond)
+		ctxErrs.Store(task.ID, hctx.Err())
+		finished.Add(1)
+		return nil
+	})
+	w, _ := e.worker(cfg, slowH)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, must(t)(c.Enqueue(ctx, "slow", nil)))
+	}
+	waitFor(t, 15*time.Second, "three handlers to start", func() bool { return rec.len() == 3 })
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	if err := w.Shutdown(sctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	cancel()
+	if n := finished.Load(); n != 3 {
+		t.Errorf("Shutdown returned with %d of 3 handlers finished", n)
+	}
+	for _, id := range ids {
+		if err, _ := ctxErrs.Load(id); err != nil {
+			t.Errorf("graceful shutdown cancelled a handler's context: %v", err)
+		}
+		if info := e.lookup(c, id); info.State != engine.StateDone {
+			t.Errorf("task %s after a graceful shutdown: %s, want done", id, info.State)
+		}
+	}
+	if err := w.Run(ctx); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Run after Shutdown: %v, want ErrClosed", err)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+
+	// Past the deadline: the handlers are cancelled, their tasks returned.
+	var stuck recorder
+	cancelled := make(chan error, 2)
+	stuckH := engine.HandlerFunc(func(hctx context.Context, task *engine.Task) error {
+		stuck.add(task)
+		<-hctx.Done()
+		cancelled <- hctx.Err()
+		return hctx.Err()
+	})
+	w2, _ := e.worker(cfg, stuckH)
+	a := must(t)(c.Enqueue(ctx, "stuck", nil))
+	b := must(t)(c.Enqueue(ctx, "stuck", nil))
+	waitFor(t, 15*time.Second, "two stuck handlers to start", func() bool { return stuck.len() == 2 })
+	sctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	if err := w2.Shutdown(sctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	cancel()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Shutdown with a 300ms deadline took %v", d)
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-cancelled:
+			if err == nil {
+				t.Errorf("handler context not cancelled")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the stuck handlers' contexts were not cancelled")
+		}
+	}
+	for _, id := range []string{a, b} {
+		if info := e.lookup(c, id); info.State != engine.StateReady || info.Attempts != 0 || info.Recoveries != 0 {
+			t.Errorf("task returned at shutdown: state %s, attempts %d, recoveries %d; want ready, 0, 0", info.State, info.Attempts, info.Recoveries)
+		}
+	}
+	if st := e.stats(c, "default"); st.Ready != 2 || st.Running != 0 || st.Failed != 0 || st.Recovered != 0 {
+		t.Errorf("stats after giving back %+v: want 2 ready, none running, failed or recovered", st)
+	}
+
+	// Another worker runs them, once each, from attempt 1.
+	var again recorder
+	_, stop3 := e.worker(cfg, again.handler())
+	again.waitRuns(t, 2, 15*time.Second)
+	stop3()
+	again.exactlyOnce(t, []string{a, b})
+	for _, r := range again.all() {
+		if r.Attempt != 1 || r.Recoveries != 0 {
+			t.Errorf("task given back at shutdown ran with attempt %d, recoveries %d; want 1, 0", r.Attempt, r.Recoveries)
+		}
+	}
+
+	// Every worker unregistered itself: a reaper finds nothing to do.
+	r, err := engine.NewReaper(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Reap(ctx); err != nil || res != (engine.ReapResult{}) {
+		t.Errorf("Reap after clean shutdowns = %+v, %v; want nothing done", res, err)
+	}
+
+	// A whole server: Shutdown waits for Run, which cannot run again.
+	s, err := engine.NewServer(e.pool, e.cfg, again.handler(), engine.Roles{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(context.Background()) }()
+	time.Sleep(200 * time.Millisecond)
+	last := must(t)(c.Enqueue(ctx, "last", nil))
+	waitFor(t, 15*time.Second, "the server to run a task", func() bool { return len(again.of(last)) == 1 })
+	sctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	if err := s.Shutdown(sctx); err != nil {
+		t.Errorf("Server.Shutdown: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Errorf("Server.Run: %v", err)
+		}
+	default:
+		t.Errorf("Server.Shutdown returned before Run")
+	}
+	if err := s.Run(ctx); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Server.Run after Shutdown: %v, want ErrClosed", err)
+	}
+}
+
+// scenarioIdleWake: idle workers and dispatchers block for IdleWait (10s
+// here) but new work wakes them at once: a batch of four tasks wakes four
+// idle workers of one slot each, and an earlier scheduled task wakes the
+// sleeping dispatcher.
+func scenarioIdleWake(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.IdleWait = 10 * time.Second
+	cfg.Concurrency = 1
+	c := e.client()
+
+	// On miniredis one idle worker: it wakes blocked clients one by one,
+	// so a waiter that loops back into BLPOP quickly can take a second
+	// token before the other blocked clients are served (Redis serves them
+	// all at once after EXEC; 2.4 hands each push to a waiter at once).
+	n := 4
+	if e.kind.isMini() {
+		n = 1
+	}
+	var rec recorder
+	var running atomic.Int32
+	all := make(chan struct{})
+	var once sync.Once
+	mux := engine.NewMux()
+	mux.HandleFunc("together", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		if running.Add(1) == int32(n) {
+			once.Do(func() { close(all) })
+		}
+		// Each worker has one slot: all four run at once only if every
+		// idle worker was woken.
+		select {
+		case <-all:
+			return nil
+		case <-time.After(8 * time.Second):
+			return errors.New("not every idle worker woke up")
+		}
+	})
+	mux.HandleFunc("scheduled", rec.handler())
+	for i := 0; i < n; i++ {
+		e.worker(cfg, mux)
+	}
+	e.dispatcher(cfg)
+	time.Sleep(700 * time.Millisecond) // everyone is blocked in BLPOP by now
+
+	batch := make([]engine.NewTask, n)
+	for i := range batch {
+		batch[i] = engine.NewTask{Type: "together"}
+	}
+	start := time.Now()
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+		t.Logf("%d idle workers woke and ran together %v after the enqueue", n, time.Since(start).Round(time.Millisecond))
+	case <-time.After(8 * time.Second):
+		t.Fatalf("only %d of %d idle workers woke within 8s (IdleWait 10s)", running.Load(), n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("idle workers took %v to wake; IdleWait is 10s, a wake-up should be immediate", d)
+	}
+
+	time.Sleep(700 * time.Millisecond) // idle again; the dispatcher sleeps on its wake list
+	start = time.Now()
+	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "scheduled", nil))
+	waitFor(t, 9*time.Second, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
+	d := time.Since(start)
+	t.Logf("task scheduled 300ms ahead ran after %v", d.Round(time.Millisecond))
+	if d < 300*time.Millisecond || d > 5*time.Second {
+		t.Errorf("task scheduled 300ms ahead ran after %v; the dispatcher should wake at once and run it on time", d)
+	}
+	e.expectStats(c, "default", fmt.Sprintf("%d processed, none failed or running", n+1), func(st engine.QueueStats) bool {
+		return st.Processed == int64(n+1) && st.Failed == 0 && st.Running == 0
+	})
+}
+
+// scenarioRetryAllOnce: RetryAllDead retries each dead letter once, even
+// when a worker runs the revived tasks and they die again while the call
+// is still going. The seam holds RetryAllDead's second read of the dead
+// letters until the revived task has died again, as a fast worker makes
+// happen on its own.
+func scenarioRetryAllOnce(e *env) {
+	t, ctx := e.t, e.ctx
+	c := e.client()
+	var rec recorder
+	mux := engine.NewMux()
+	mux.HandleFunc("dies", func(ctx context.Context, task *engine.Task) error {
+		rec.add(task)
+		return engine.Permanent(errors.New("always fails"))
+	})
+	_, stop := e.server(e.cfg, mux)
+	id := must(t)(c.Enqueue(ctx, "dies", nil))
+	deadAgain := func(runs int) func() bool {
+		return func() bool {
+			n, err := c.DeadCount(ctx)
+			return err == nil && n == 1 && len(rec.of(id)) == runs
+		}
+	}
+	waitFor(t, 10*time.Second, "the task to die", deadAgain(1))
+
+	var reads atomic.Int32
+	e.faults.set(func(f *faults) {
+		f.beforeDo = func(cm cmd) {
+			if !cm.is("ZREVRANGE") || argString(cm.Args[0]) != e.key("dead") || reads.Add(1) != 2 {
+				return
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for !deadAgain(2)() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	})
+	n, err := c.RetryAllDead(ctx)
+	e.faults.set(nil)
+	time.Sleep(500 * time.Millisecond) // a second revival would run again by now
+	stop()
+	runs := len(rec.of(id))
+	if err != nil || n != 1 || runs != 2 {
+		t.Errorf("ENGINE BUG: RetryAllDead with one dead letter = %d, %v, and the task ran %d times in all; want 1, nil, 2 "+
+			"(one retry). engine/admin.go deadAll reads the dead letters again from the top after each batch until none "+
+			"is left, so a task revived by this call that dies again before the next read is revived again, and the "+
+			"call does not end while revived tasks keep dying that fast.", n, err, runs)
+	}
+}
