@@ -50,7 +50,11 @@ const (
 // the tombstone again; a Cancel that loses sees "running". A crash before
 // EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
 // is gone. deadline computes the lease deadline from the record.
-func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*Record) int64) (*Record, ClaimResult, error) {
+//
+// With hold set, a claimed task's record is WATCHed again right after
+// EXEC, in the same round trip, and the watch is left on conn for
+// FinishHeld: the caller must run nothing else on conn until then.
+func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*Record) int64, hold bool) (*Record, ClaimResult, error) {
 	key := s.Keys.Task(id)
 	var (
 		rec    *Record
@@ -82,6 +86,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 				tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
 			}
 			rec, result = r, Claimed
+			if hold {
+				tx.AfterExec("WATCH", key)
+			}
 		}
 		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
 		return nil
@@ -152,36 +159,10 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		if r.State != StateRunning || r.Worker != w || r.Runs != run {
 			return ErrLeaseLost
 		}
-		st := s.Keys.Stats(r.Queue)
-		tx.Queue("ZREM", s.Keys.Pending(w), id)
-		tx.Queue("HINCRBY", st, StatRunning, -1)
-		out = decide(r)
-		r.Worker = ""
-		r.Deadline = 0
-		switch out {
-		case Done:
-			r.State = StateDone
-			r.Finished = now
-			if doneTTL > 0 {
-				tx.Queue("SETEX", key, doneTTL, r.Encode())
-			} else {
-				tx.Queue("DEL", key)
-			}
-			tx.Queue("HINCRBY", st, StatProcessed, 1)
-		case Again:
-			if r.State == StateRetry {
-				tx.Queue("HINCRBY", st, StatFailed, 1)
-				tx.Queue("HINCRBY", st, StatRetrying, 1)
-			} else {
-				r.State = StateWaiting
-			}
-			tx.Queue("SET", key, r.Encode())
-			s.place(tx, r, now, false)
-		case Bury:
-			tx.Queue("HINCRBY", st, StatFailed, 1)
-			s.bury(tx, r, now, r.LastError)
-		default:
-			return fmt.Errorf("buckets: unknown outcome %d", out)
+		var err2 error
+		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, decide)
+		if err2 != nil {
+			return err2
 		}
 		rec = r
 		return nil
@@ -190,6 +171,96 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		return nil, 0, fmt.Errorf("buckets: finish %s: %w", id, err)
 	}
 	return rec, out, nil
+}
+
+// finishWrites queues Finish's writes for record r as it is in Redis.
+func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome) (Outcome, error) {
+	key := s.Keys.Task(r.ID)
+	st := s.Keys.Stats(r.Queue)
+	tx.Queue("ZREM", s.Keys.Pending(w), r.ID)
+	tx.Queue("HINCRBY", st, StatRunning, -1)
+	out := decide(r)
+	r.Worker = ""
+	r.Deadline = 0
+	switch out {
+	case Done:
+		r.State = StateDone
+		r.Finished = now
+		if doneTTL > 0 {
+			tx.Queue("SETEX", key, doneTTL, r.Encode())
+		} else {
+			tx.Queue("DEL", key)
+		}
+		tx.Queue("HINCRBY", st, StatProcessed, 1)
+	case Again:
+		if r.State == StateRetry {
+			tx.Queue("HINCRBY", st, StatFailed, 1)
+			tx.Queue("HINCRBY", st, StatRetrying, 1)
+		} else {
+			r.State = StateWaiting
+		}
+		tx.Queue("SET", key, r.Encode())
+		s.place(tx, r, now, false)
+	case Bury:
+		tx.Queue("HINCRBY", st, StatFailed, 1)
+		s.bury(tx, r, now, r.LastError)
+	default:
+		return out, fmt.Errorf("buckets: unknown outcome %d", out)
+	}
+	return out, nil
+}
+
+// ErrWatchLost is FinishHeld's answer when the record changed since the
+// claim (or the watch was not held): nothing was written, and the caller
+// must finish the checked way, with Finish.
+var ErrWatchLost = errors.New("buckets: the record changed since the claim")
+
+// FinishHeld is Finish in one round trip, for a run whose Claim held the
+// watch on its record (and nothing else ran on conn since): the record is
+// the claimed one, r, known without reading it, because any change to it
+// since the claim makes EXEC answer nil. Then nothing is written and
+// ErrWatchLost is returned. next is sent right after EXEC in the same
+// round trip (the next RPOPLPUSH, say); its replies are returned.
+//
+// queue   as Finish, built from r.
+func (s *Store) FinishHeld(conn redis.Conn, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
+	r = r.clone()
+	var cmds cmdList
+	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, decide)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := txn.Check(append(cmds[:len(cmds):len(cmds)], next...)); err != nil {
+		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
+	}
+	if err := txn.SendMulti(conn, cmds); err != nil {
+		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
+	}
+	for _, c := range next {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
+		}
+	}
+	all, err := redis.Values(conn.Do(""))
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
+	}
+	n := len(cmds) + 2
+	if len(all) != n+len(next) {
+		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %d replies to %d commands", r.ID, len(all), n+len(next))
+	}
+	if _, err := txn.ExecReplies(cmds, all[:n]); err != nil {
+		if errors.Is(err, txn.ErrNilExec) {
+			return nil, 0, all[n:], ErrWatchLost
+		}
+		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
+	}
+	return r, out, all[n:], nil
+}
+
+func (r *Record) clone() *Record {
+	c := *r
+	return &c
 }
 
 // place queues the commands that put a waiting task where its due time

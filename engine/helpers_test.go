@@ -118,8 +118,10 @@ func (e *env) tick() {
 type redisPool = redis.Pool
 
 var (
-	redisDial            = redis.Dial
-	redisDialReadTimeout = redis.DialReadTimeout
+	redisDoWithTimeout      = redis.DoWithTimeout
+	redisReceiveWithTimeout = redis.ReceiveWithTimeout
+	redisDial               = redis.Dial
+	redisDialReadTimeout    = redis.DialReadTimeout
 )
 
 // slogCounting is a logger that counts records at Warn and above.

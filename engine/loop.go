@@ -151,7 +151,16 @@ func blockPop(ctx context.Context, b *blocker, keys []string, wait time.Duration
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := redis.Strings(redis.DoWithTimeout(conn, time.Duration(secs+3)*time.Second, "BLPOP", args...))
+		var rep []string
+		var err error
+		if _, ok := conn.(redis.ConnWithTimeout); ok {
+			rep, err = redis.Strings(redis.DoWithTimeout(conn, time.Duration(secs+3)*time.Second, "BLPOP", args...))
+		} else {
+			// A connection of the caller's that cannot take a read
+			// timeout per command: its own read timeout must then exceed
+			// IdleWait.
+			rep, err = redis.Strings(conn.Do("BLPOP", args...))
+		}
 		done <- result{rep, err}
 	}()
 	var r result

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -56,6 +57,12 @@ type Worker struct {
 
 	aborting atomic.Bool // handlers still running were given back
 	timers   sync.WaitGroup
+
+	// inflight is read-locked by a slot from its pop until its claim, and
+	// write-locked to give back the in-flight list after a lost pop reply
+	// (dirty).
+	inflight sync.RWMutex
+	dirty    atomic.Bool
 
 	processed, failed atomic.Int64
 
@@ -354,51 +361,113 @@ func (w *Worker) order() []string {
 
 // slot is one handler slot: take a task, claim it, run it, record the
 // result; wait when every queue is empty.
+//
+// Round trips per task: the claim's read, the claim (which leaves a WATCH
+// on the record held on the slot's connection), and the result, which is
+// built from the claimed record without reading it again and carries the
+// next RPOPLPUSH in the same round trip. Any change to the record since
+// the claim (a lease given back, a reaper) voids the held watch, and the
+// result is then recorded the checked way.
 func (w *Worker) slot(fetchCtx, baseCtx context.Context) {
 	h := &connHolder{pool: w.pool}
 	defer h.close()
-	var bo retryBackoff
+	var (
+		bo   retryBackoff
+		next popped // taken with the previous result, already in f:<w>
+	)
 	for fetchCtx.Err() == nil {
-		if !w.alive() {
-			// Heartbeats are failing: take nothing until one succeeds.
-			if !sleep(fetchCtx, min(w.cfg.HeartbeatInterval, time.Second)) {
-				return
+		p := next
+		next = popped{}
+		if p.id == "" {
+			if w.dirty.Load() {
+				w.recoverOwnInflight(fetchCtx)
 			}
-			continue
-		}
-		conn, err := h.get(fetchCtx)
-		if err != nil {
-			if !bo.wait(fetchCtx, w.log, "fetch", err) {
-				return
+			if !w.alive() {
+				// Heartbeats are failing: take nothing until one succeeds.
+				if !sleep(fetchCtx, min(w.cfg.HeartbeatInterval, time.Second)) {
+					return
+				}
+				continue
 			}
-			continue
-		}
-		id, q, err := w.fetch(conn)
-		if err != nil {
-			h.drop()
-			if !bo.wait(fetchCtx, w.log, "fetch", err) {
-				return
+			conn, err := h.get(fetchCtx)
+			if err != nil {
+				if !bo.wait(fetchCtx, w.log, "fetch", err) {
+					return
+				}
+				continue
 			}
-			continue
+			w.inflight.RLock()
+			p.id, p.q, err = w.fetch(conn)
+			if err != nil {
+				// The reply may be lost after the server moved a task into
+				// the in-flight list: give the list back when quiet.
+				w.inflight.RUnlock()
+				w.dirty.Store(true)
+				h.drop()
+				if !bo.wait(fetchCtx, w.log, "fetch", err) {
+					return
+				}
+				continue
+			}
+			bo.reset()
+			if p.id == "" {
+				w.inflight.RUnlock()
+				w.waitIdle(fetchCtx)
+				continue
+			}
 		}
-		bo.reset()
-		if id == "" {
-			w.waitIdle(fetchCtx)
-			continue
-		}
+		// The read lock is held from the pop until the claim, so that a
+		// worker giving back its own in-flight list never takes an id a
+		// slot is about to claim.
 		w.kickOne() // there may be more: let another idle slot look
-		if w.fault("after-pop", id) {
+		if w.fault("after-pop", p.id) {
+			w.inflight.RUnlock()
 			return
 		}
-		rec := w.claim(fetchCtx, h, q, id)
+		rec, held := w.claim(fetchCtx, h, p.q, p.id)
+		w.inflight.RUnlock()
 		if rec == nil {
 			continue
 		}
-		if w.fault("after-claim", id) {
+		if w.fault("after-claim", p.id) {
 			return
 		}
-		w.execute(baseCtx, h, rec)
+		next = w.execute(fetchCtx, baseCtx, h, rec, held)
 	}
+	if next.id != "" {
+		w.inflight.RUnlock()
+	}
+}
+
+// popped is a task moved into the in-flight list, not yet claimed.
+type popped struct{ id, q string }
+
+// recoverOwnInflight gives this worker's in-flight list back to the
+// queues after a pop whose reply was lost: it holds the write lock, so no
+// slot is between a pop and its claim, and everything in the list is
+// such a lost pop.
+func (w *Worker) recoverOwnInflight(ctx context.Context) {
+	w.inflight.Lock()
+	defer w.inflight.Unlock()
+	if !w.dirty.Load() {
+		return
+	}
+	conn, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for {
+		res, err := w.store.RecoverInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100)
+		if err != nil {
+			return
+		}
+		if res.Requeued+res.Buried+res.Dropped == 0 {
+			break
+		}
+		w.log.Warn("returned tasks whose pop reply was lost", "requeued", res.Requeued, "buried", res.Buried)
+	}
+	w.dirty.Store(false)
 }
 
 // fetch takes one task from the first queue in order() that has one.
@@ -415,12 +484,12 @@ func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
 // claim records the popped task as running. A failure to reach Redis is
 // retried: the id is safe in the in-flight list meanwhile, and if the
 // worker stops first, it gives the in-flight list back on its way out.
-func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) *buckets.Record {
+func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) (*buckets.Record, redisConn) {
 	var bo retryBackoff
 	for {
 		conn, err := h.get(ctx)
 		if err == nil {
-			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), w.leaseDeadline)
+			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), w.leaseDeadline, true)
 			if cerr == nil {
 				switch res {
 				case buckets.Buried:
@@ -428,13 +497,16 @@ func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) *bucket
 				case buckets.Skipped:
 					w.log.Debug("task cancelled or not waiting; dropped", keyTaskID, id, keyQueue, q)
 				}
-				return rec
+				if rec == nil {
+					return nil, nil
+				}
+				return rec, conn
 			}
 			err = cerr
 			h.drop()
 		}
 		if !bo.wait(ctx, w.log, "claim", err) {
-			return nil
+			return nil, nil
 		}
 	}
 }
@@ -443,8 +515,11 @@ func (w *Worker) leaseDeadline(r *buckets.Record) int64 {
 	return ms(w.cfg.Clock.Now()) + r.TimeoutMs + w.cfg.LeaseGrace.Milliseconds()
 }
 
-// execute runs the handler and records the outcome.
-func (w *Worker) execute(baseCtx context.Context, h *connHolder, rec *buckets.Record) {
+// execute runs the handler and records the outcome. held is the
+// connection on which the claim left a WATCH on the record (nil if none).
+// It returns a task taken with the result, if any (the read lock on the
+// in-flight list is then held).
+func (w *Worker) execute(fetchCtx, baseCtx context.Context, h *connHolder, rec *buckets.Record, held redisConn) popped {
 	task := taskFromRecord(rec)
 	hctx, cancel := context.WithTimeout(baseCtx, task.Timeout)
 	run := &activeRun{rec: rec, cancel: cancel}
@@ -469,24 +544,61 @@ func (w *Worker) execute(baseCtx context.Context, h *connHolder, rec *buckets.Re
 	w.mu.Unlock()
 
 	if w.aborting.Load() || run.leaseLost.Load() {
-		return // given back already
+		return popped{} // given back already
 	}
 	if err != nil && hctx.Err() == context.DeadlineExceeded && baseCtx.Err() == nil {
 		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
 	}
 	if w.fault("before-finish", rec.ID) {
-		return
+		return popped{}
 	}
-	w.finish(baseCtx, h, rec, err)
-	w.fault("after-finish", rec.ID)
+	next := w.finish(fetchCtx, baseCtx, h, rec, held, err)
+	if w.fault("after-finish", rec.ID) && next.id != "" {
+		w.inflight.RUnlock()
+		return popped{}
+	}
+	return next
 }
 
 func (w *Worker) clockOffset() time.Duration { return time.Since(w.cfg.Clock.Now()) }
 
 // finish records a run's outcome, retrying while Redis is unreachable.
-func (w *Worker) finish(ctx context.Context, h *connHolder, rec *buckets.Record, herr error) {
+// With the claim's watch still held on the slot's connection it does so in
+// one round trip that also takes the next task, which it returns (with the
+// in-flight read lock held).
+func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *buckets.Record, held redisConn, herr error) popped {
 	now := w.cfg.Clock.Now()
 	decide := func(r *buckets.Record) buckets.Outcome { return w.decide(r, now, herr) }
+	var next popped
+	if held != nil && h.conn == held && held.Err() == nil {
+		var pop []txn.Cmd
+		if fetchCtx.Err() == nil && w.alive() {
+			next.q = w.order()[0]
+			pop = []txn.Cmd{{Name: "RPOPLPUSH", Args: []interface{}{w.store.Keys.Ready(next.q), w.store.Keys.Inflight(w.id)}}}
+			w.inflight.RLock()
+		}
+		r, out, reps, err := w.store.FinishHeld(held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
+		if pop != nil {
+			if len(reps) == 1 {
+				next.id, _ = redis.String(reps[0], nil)
+			} else {
+				w.dirty.Store(true) // the pop's reply is lost
+			}
+			if next.id == "" {
+				w.inflight.RUnlock()
+				next = popped{}
+			}
+		}
+		switch {
+		case err == nil:
+			w.logOutcome(r, out, herr)
+			return next
+		case errors.Is(err, buckets.ErrWatchLost):
+			// The record changed since the claim: the checked way says why.
+		default:
+			h.drop()
+		}
+	}
 	var bo retryBackoff
 	for {
 		conn, err := h.get(context.WithoutCancel(ctx))
@@ -496,11 +608,11 @@ func (w *Worker) finish(ctx context.Context, h *connHolder, rec *buckets.Record,
 			r, out, err = w.store.Finish(ctx, conn, w.id, rec.ID, rec.Runs, ms(now), w.cfg.doneTTL(), decide)
 			if err == nil {
 				w.logOutcome(r, out, herr)
-				return
+				return next
 			}
 			if errors.Is(err, ErrLeaseLost) {
 				w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", keyTaskID, rec.ID, keyType, rec.Type)
-				return
+				return next
 			}
 			h.drop()
 		}
@@ -508,10 +620,10 @@ func (w *Worker) finish(ctx context.Context, h *connHolder, rec *buckets.Record,
 			// Shutting down and Redis is unreachable: the task stays
 			// running in the pending set and is recovered by a reaper.
 			w.log.Error("could not record a task's result before shutdown", keyTaskID, rec.ID, keyErr, err)
-			return
+			return next
 		}
 		if !bo.wait(ctx, w.log, "record result", err) {
-			return
+			return next
 		}
 	}
 }

@@ -208,7 +208,7 @@ func TestConcurrentReapers(t *testing.T) {
 				continue // leave some in the in-flight list, unclaimed
 			}
 			if _, _, err := st.Claim(ctx, conn, "ghost", "default", got, time.Now().UnixMilli(),
-				func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }); err != nil {
+				func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -584,5 +584,86 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	}
 	if n := warned.Load(); n != 0 {
 		t.Fatalf("%d warnings while idle", n)
+	}
+}
+
+// popReplyLoser is a connection that, once armed, lets the first
+// RPOPLPUSH that moves a task reach the server and then loses its reply,
+// as a dropped connection would.
+type popReplyLoser struct {
+	redisConn
+	armed *atomic.Bool
+	dead  bool
+}
+
+func (c *popReplyLoser) Do(cmd string, args ...interface{}) (interface{}, error) {
+	if c.dead {
+		return nil, errInjected
+	}
+	rep, err := c.redisConn.Do(cmd, args...)
+	if lost := c.lose(cmd, rep); lost {
+		return nil, errInjected
+	}
+	return rep, err
+}
+
+func (c *popReplyLoser) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	if c.dead {
+		return nil, errInjected
+	}
+	return redisDoWithTimeout(c.redisConn, d, cmd, args...)
+}
+
+func (c *popReplyLoser) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
+	return redisReceiveWithTimeout(c.redisConn, d)
+}
+
+func (c *popReplyLoser) lose(cmd string, rep interface{}) bool {
+	if cmd == "RPOPLPUSH" && rep != nil && c.armed.CompareAndSwap(true, false) {
+		c.dead = true
+		c.redisConn.Close()
+		return true
+	}
+	return false
+}
+
+func (c *popReplyLoser) Err() error {
+	if c.dead {
+		return errInjected
+	}
+	return c.redisConn.Err()
+}
+
+// A pop whose reply is lost leaves the task in the live worker's
+// in-flight list; the worker gives it back by itself, without waiting for
+// shutdown or a reaper, and it runs once.
+func TestLostPopReplyRecovered(t *testing.T) {
+	e := realEnv(t)
+	var armed atomic.Bool
+	base := e.pool
+	e.pool = &redisPool{MaxIdle: 16, Dial: func() (redisConn, error) {
+		c, err := base.Dial()
+		if err != nil {
+			return nil, err
+		}
+		return &popReplyLoser{redisConn: c, armed: &armed}, nil
+	}}
+	rec := newRecorder(nil)
+	e.cfg.Concurrency = 1
+	w, _ := NewWorker(e.pool, e.cfg, rec)
+	runBackground(t, w.Run)
+	time.Sleep(300 * time.Millisecond)
+	armed.Store(true)
+	id, err := e.client(t).Enqueue(context.Background(), "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the task to run", func() bool { return rec.count(id) == 1 })
+	if armed.Load() {
+		t.Fatal("the fault never fired")
+	}
+	waitFor(t, 5*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	if n := rec.count(id); n != 1 {
+		t.Fatalf("ran %d times", n)
 	}
 }

@@ -101,17 +101,31 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 	if len(tx.queued) == 0 {
 		return nil, tx.unwatch()
 	}
-	if err := Check(tx.queued); err != nil {
+	if err := Check(append(tx.queued[:len(tx.queued):len(tx.queued)], tx.after...)); err != nil {
 		_ = tx.unwatch()
 		return nil, err
 	}
 	if err := SendMulti(conn, tx.queued); err != nil {
 		return nil, err
 	}
+	for _, c := range tx.after {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return nil, fmt.Errorf("txn: send %s: %w", c.Name, err)
+		}
+	}
 	all, err := redis.Values(conn.Do(""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
 	}
+	if len(all) < len(tx.after) {
+		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued)+len(tx.after))
+	}
+	for i, rep := range all[len(all)-len(tx.after):] {
+		if e, ok := rep.(redis.Error); ok {
+			return nil, fmt.Errorf("txn: %s after EXEC: %w", tx.after[i].Name, e)
+		}
+	}
+	all = all[:len(all)-len(tx.after)]
 	// Replies: those of sends left unread (a WATCH with no read after
 	// it), then MULTI's OK, one QUEUED per command, EXEC's reply.
 	skip := len(all) - (len(tx.queued) + 2)
@@ -250,6 +264,7 @@ type Tx struct {
 	sent    int // pending replies of Send
 	sendErr error
 	queued  []Cmd
+	after   []Cmd
 }
 
 // Watch adds keys to the watched set. It may be called after reads, so a
@@ -329,6 +344,14 @@ func (tx *Tx) Flush() ([]interface{}, error) {
 // Queue adds a write to run between MULTI and EXEC.
 func (tx *Tx) Queue(name string, args ...interface{}) {
 	tx.queued = append(tx.queued, Cmd{Name: name, Args: args})
+}
+
+// AfterExec adds a command to send right after EXEC, in the same round
+// trip, whatever EXEC answers: typically a WATCH that the caller holds
+// into its next transaction on this connection. Its reply is checked for
+// errors but not returned.
+func (tx *Tx) AfterExec(name string, args ...interface{}) {
+	tx.after = append(tx.after, Cmd{Name: name, Args: args})
 }
 
 // Queued reports how many commands are queued so far.
