@@ -64,25 +64,3 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
-
-// FuzzDecodeRecord: no input panics, and whatever decodes re-encodes to a
-// record that decodes to the same thing.
-func FuzzDecodeRecord(f *testing.F) {
-	f.Add(sample().Encode())
-	f.Add((&Record{State: StateWaiting}).Encode())
-	f.Add([]byte("B\x01w"))
-	f.Add([]byte("garbage"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRecord("id", b)
-		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error %v does not wrap ErrMalformed", err)
-			}
-			return
-		}
-		r2, err := DecodeRecord("id", r.Encode())
-		if err != nil || !reflect.DeepEqual(r, r2) {
-			t.Fatalf("re-encode: %v\n%+v\n%+v", err, r, r2)
-		}
-	})
-}

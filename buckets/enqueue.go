@@ -2,8 +2,10 @@ package buckets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -87,10 +89,65 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	if earliest >= 0 {
 		s.wakeDispatchers(&cmds, earliest)
 	}
-	if _, err := s.exec(ctx, conn, cmds); err != nil {
+	reps, err := s.exec(ctx, conn, cmds)
+	var ee *txn.ExecError
+	if errors.As(err, &ee) && !ee.Queued && len(reps) == len(cmds) {
+		// EXEC ran, and some commands failed on keys of the wrong type:
+		// the records are written, so place what did not get placed.
+		return s.repairEnqueue(ctx, conn, cmds, reps)
+	}
+	if err != nil {
 		return fmt.Errorf("buckets: enqueue %d tasks: %w", len(recs), err)
 	}
 	return nil
+}
+
+// typeFor is the key type each of Enqueue's commands needs.
+var typeFor = map[string]string{
+	"LPUSH": "list", "RPUSH": "list", "LTRIM": "list", "ZADD": "zset", "SADD": "set", "HINCRBY": "hash", "MSET": "string",
+}
+
+// ErrSetAside is wrapped by an error of Enqueue that says keys of the
+// wrong type were renamed out of the way; the tasks were written all the
+// same, and the caller should log the error, not retry.
+var ErrSetAside = errors.New("keys of the wrong type set aside")
+
+// repairEnqueue completes an Enqueue whose EXEC ran but where commands
+// failed on keys of the wrong type (2.4 runs the rest: there is no
+// rollback). It sets the bad keys aside and, in one more MULTI/EXEC, runs
+// again the failed commands that place tasks (ready list, bucket, index);
+// the failed counter and wake-up writes are not worth a retry. It returns
+// an error wrapping ErrSetAside when all is placed, another error if not.
+func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList, reps []interface{}) error {
+	var (
+		retry cmdList
+		moved []string
+	)
+	for i, rep := range reps {
+		if _, ok := rep.(redis.Error); !ok {
+			continue
+		}
+		c := cmds[i]
+		key, _ := c.Args[0].(string)
+		// Only a key of the wrong type for its command is set aside; a
+		// command that failed for another reason (out of memory) fails
+		// again below, and Enqueue reports it.
+		m, err := s.SetAside(conn, typeFor[c.Name], key)
+		if err != nil {
+			return fmt.Errorf("buckets: enqueue: repairing after a failed %s: %w", c.Name, err)
+		}
+		moved = append(moved, m...)
+		switch {
+		case c.Name == "LPUSH" && strings.Contains(key, "}:q:"), c.Name == "RPUSH", c.Name == "ZADD":
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		if _, err := s.exec(ctx, conn, retry); err != nil {
+			return fmt.Errorf("buckets: enqueue: placing tasks again after setting aside %v: %w", moved, err)
+		}
+	}
+	return fmt.Errorf("buckets: enqueue: %v: %w", moved, ErrSetAside)
 }
 
 // exec runs commands in one MULTI/EXEC without WATCH.

@@ -1,6 +1,7 @@
 package buckets
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -154,4 +155,43 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 		return nil, fmt.Errorf("buckets: %d replies to %d commands", len(reps), len(cmds))
 	}
 	return reps, nil
+}
+
+// SetAside renames each of keys whose type is neither want nor "none" to
+// its quarantine name ({ns}:bad:...), one atomic RENAME each, so that a key
+// of the wrong type (written by hand, say) stops failing every command on
+// it. It returns the keys it renamed.
+func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string, error) {
+	var cmds cmdList
+	for _, k := range keys {
+		cmds.Queue("TYPE", k)
+	}
+	reps, err := pipeline(conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: check key types: %w", err)
+	}
+	var moved []string
+	for i, r := range reps {
+		t, _ := redis.String(r, nil)
+		if t == "none" || t == "" || t == want {
+			continue
+		}
+		if _, err := conn.Do("RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
+			// Another process may have set it aside first.
+			if t, terr := redis.String(conn.Do("TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
+				continue
+			}
+			return moved, fmt.Errorf("buckets: set aside %s: %w", keys[i], err)
+		}
+		moved = append(moved, keys[i])
+	}
+	return moved, nil
+}
+
+// IsServerError reports whether err is an error reply of the server (a
+// command that ran and failed, such as one on a key of the wrong type), as
+// opposed to a failure of the connection.
+func IsServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }

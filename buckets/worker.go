@@ -25,6 +25,10 @@ func (s *Store) Pop(conn redis.Conn, q, w string) (string, error) {
 	return id, nil
 }
 
+// ClaimState is what a claim attempt wrote, kept by the caller across
+// retries of the claim of one popped id.
+type ClaimState struct{ runs int }
+
 // ClaimResult says what Claim found.
 type ClaimResult int
 
@@ -54,7 +58,12 @@ const (
 // With hold set, a claimed task's record is WATCHed again right after
 // EXEC, in the same round trip, and the watch is left on conn for
 // FinishHeld: the caller must run nothing else on conn until then.
-func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*Record) int64, hold bool) (*Record, ClaimResult, error) {
+//
+// A claim whose EXEC reply was lost (the connection dropped) is retried
+// by the caller with the same ClaimState: the retry then recognises its
+// own committed claim (running under w, with the run number it wrote)
+// and returns Claimed, instead of taking it for someone else's.
+func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*Record) int64, hold bool, cs *ClaimState) (*Record, ClaimResult, error) {
 	key := s.Keys.Task(id)
 	var (
 		rec    *Record
@@ -72,6 +81,11 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		} else if r, derr := DecodeRecord(id, raw); derr != nil {
 			result = Buried
 			s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1, Payload: raw}, now, derr.Error())
+		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
+			rec, result = r, Claimed // our own claim, whose reply was lost
+			if hold {
+				tx.AfterExec("WATCH", key)
+			}
 		} else if r.State == StateWaiting || r.State == StateRetry {
 			was := r.State
 			r.State = StateRunning
@@ -86,6 +100,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 				tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
 			}
 			rec, result = r, Claimed
+			if cs != nil {
+				cs.runs = r.Runs
+			}
 			if hold {
 				tx.AfterExec("WATCH", key)
 			}

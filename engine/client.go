@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,6 +86,12 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]string, e
 	}
 	defer conn.Close()
 	if err := c.store.Enqueue(ctx, conn, ms(now), recs); err != nil {
+		if errors.Is(err, buckets.ErrSetAside) {
+			// Written all the same; someone put keys of the wrong type in
+			// the namespace.
+			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
+			return ids, nil
+		}
 		return nil, fmt.Errorf("engine: enqueue: %w", err)
 	}
 	return ids, nil

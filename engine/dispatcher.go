@@ -181,7 +181,13 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		_, err := blockPop(ctx, b, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
 		if err != nil {
-			if ctx.Err() != nil || !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
+			if ctx.Err() != nil {
+				return
+			}
+			if buckets.IsServerError(err) {
+				d.setAside(ctx, d.store.Keys.Wake())
+			}
+			if !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
 				return
 			}
 			continue
@@ -191,5 +197,21 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 		case wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// setAside renames a key of the wrong type out of the way.
+func (d *Dispatcher) setAside(ctx context.Context, keys ...string) {
+	conn, err := d.pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	moved, err := d.store.SetAside(conn, "list", keys...)
+	for _, k := range moved {
+		d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
+	}
+	if err != nil {
+		d.log.Warn("could not set aside keys of the wrong type", keyErr, err)
 	}
 }

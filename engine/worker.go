@@ -304,7 +304,16 @@ func (w *Worker) waiter(ctx context.Context) {
 		}
 		_, err := blockPop(ctx, b, w.notifyKeys, w.cfg.IdleWait)
 		if err != nil {
-			if ctx.Err() != nil || !bo.wait(ctx, w.log, "worker wake-up wait", err) {
+			if ctx.Err() != nil {
+				return
+			}
+			if buckets.IsServerError(err) {
+				// A wake-up list of the wrong type: set it aside, and let a
+				// slot look at the queues meanwhile.
+				w.setAside("list", w.notifyKeys...)
+				w.kickOne()
+			}
+			if !bo.wait(ctx, w.log, "worker wake-up wait", err) {
 				return
 			}
 			continue
@@ -399,10 +408,12 @@ func (w *Worker) slot(fetchCtx, baseCtx context.Context) {
 			w.inflight.RLock()
 			p.id, p.q, err = w.fetch(conn)
 			if err != nil {
-				// The reply may be lost after the server moved a task into
-				// the in-flight list: give the list back when quiet.
 				w.inflight.RUnlock()
-				w.dirty.Store(true)
+				if !buckets.IsServerError(err) {
+					// The reply may be lost after the server moved a task
+					// into the in-flight list: give the list back when quiet.
+					w.dirty.Store(true)
+				}
 				h.drop()
 				if !bo.wait(fetchCtx, w.log, "fetch", err) {
 					return
@@ -447,7 +458,11 @@ type popped struct{ id, q string }
 // slot is between a pop and its claim, and everything in the list is
 // such a lost pop.
 func (w *Worker) recoverOwnInflight(ctx context.Context) {
-	w.inflight.Lock()
+	// Never make the other slots wait: if one is between a pop and its
+	// claim, try again on a later turn.
+	if !w.inflight.TryLock() {
+		return
+	}
 	defer w.inflight.Unlock()
 	if !w.dirty.Load() {
 		return
@@ -470,26 +485,50 @@ func (w *Worker) recoverOwnInflight(ctx context.Context) {
 	w.dirty.Store(false)
 }
 
-// fetch takes one task from the first queue in order() that has one.
+// fetch takes one task from the first queue in order() that has one. A
+// queue whose ready list (or the in-flight list) has the wrong type is set
+// aside and the other queues are tried; a connection failure is returned.
 func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
+	var bad error
 	for _, q := range w.order() {
 		id, err := w.store.Pop(conn, q, w.id)
+		if err != nil && buckets.IsServerError(err) {
+			w.setAside("list", w.store.Keys.Ready(q), w.store.Keys.Inflight(w.id))
+			bad = err
+			continue
+		}
 		if err != nil || id != "" {
 			return id, q, err
 		}
 	}
-	return "", "", nil
+	return "", "", bad
+}
+
+// setAside renames keys of the wrong type out of the way, with a log line.
+func (w *Worker) setAside(want string, keys ...string) {
+	conn := w.pool.Get()
+	defer conn.Close()
+	moved, err := w.store.SetAside(conn, want, keys...)
+	for _, k := range moved {
+		w.log.Error("key of the wrong type set aside", "key", k, "moved_to", w.store.Keys.Quarantine(k))
+	}
+	if err != nil {
+		w.log.Warn("could not set aside keys of the wrong type", keyErr, err)
+	}
 }
 
 // claim records the popped task as running. A failure to reach Redis is
 // retried: the id is safe in the in-flight list meanwhile, and if the
 // worker stops first, it gives the in-flight list back on its way out.
 func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) (*buckets.Record, redisConn) {
-	var bo retryBackoff
+	var (
+		bo retryBackoff
+		cs buckets.ClaimState // recognises our own claim if a reply is lost
+	)
 	for {
 		conn, err := h.get(ctx)
 		if err == nil {
-			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), w.leaseDeadline, true)
+			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), w.leaseDeadline, true, &cs)
 			if cerr == nil {
 				switch res {
 				case buckets.Buried:
@@ -570,6 +609,7 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 	now := w.cfg.Clock.Now()
 	decide := func(r *buckets.Record) buckets.Outcome { return w.decide(r, now, herr) }
 	var next popped
+	cut := false // a connection failed after a result may have been sent
 	if held != nil && h.conn == held && held.Err() == nil {
 		var pop []txn.Cmd
 		if fetchCtx.Err() == nil && w.alive() {
@@ -597,6 +637,7 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 			// The record changed since the claim: the checked way says why.
 		default:
 			h.drop()
+			cut = true
 		}
 	}
 	var bo retryBackoff
@@ -610,11 +651,12 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 				w.logOutcome(r, out, herr)
 				return next
 			}
-			if errors.Is(err, ErrLeaseLost) {
-				w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", keyTaskID, rec.ID, keyType, rec.Type)
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) || errors.Is(err, buckets.ErrMalformed) {
+				w.unfinishable(rec, err, cut)
 				return next
 			}
 			h.drop()
+			cut = true
 		}
 		if ctx.Err() != nil {
 			// Shutting down and Redis is unreachable: the task stays
@@ -625,6 +667,25 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 		if !bo.wait(ctx, w.log, "record result", err) {
 			return next
 		}
+	}
+}
+
+// unfinishable handles a result that no retry can record: the record is
+// no longer this run's. After a cut connection that is most likely this
+// very result, recorded before the reply was lost.
+func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
+	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, err}
+	switch {
+	case cut:
+		w.log.Debug("result already recorded before the connection dropped", attrs...)
+	case errors.Is(err, ErrLeaseLost):
+		w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", attrs...)
+	default:
+		w.log.Error("task record deleted or corrupted while it ran; its result is dropped", attrs...)
+		// Its pending entry would otherwise wait for a reaper.
+		conn := w.pool.Get()
+		_, _ = conn.Do("ZREM", w.store.Keys.Pending(w.id), rec.ID)
+		conn.Close()
 	}
 }
 
@@ -731,25 +792,43 @@ func (w *Worker) requeue(ids []string, why buckets.Reason) {
 func (w *Worker) unregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var bo retryBackoff
+	for {
+		err := w.unregisterOnce(ctx)
+		if err == nil {
+			return
+		}
+		// A pooled connection may have gone stale: try a fresh one.
+		if !bo.wait(ctx, w.log, "unregister", err) {
+			w.log.Error("could not unregister; a reaper will recover what is left once the heartbeat expires", keyErr, err)
+			return
+		}
+	}
+}
+
+func (w *Worker) unregisterOnce(ctx context.Context) error {
 	conn, err := w.pool.GetContext(ctx)
 	if err != nil {
-		w.log.Error("could not unregister; a reaper will", keyErr, err)
-		return
+		return err
 	}
 	defer conn.Close()
 	for {
 		res, err := w.store.RecoverInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100)
 		if err != nil {
-			w.log.Error("could not return in-flight tasks; a reaper will", keyErr, err)
-			return
+			return err
 		}
 		if res.Requeued+res.Buried+res.Dropped == 0 {
 			break
 		}
 	}
-	if ok, err := w.store.Forget(ctx, conn, w.id, false); err != nil || !ok {
-		w.log.Warn("worker left tasks behind; a reaper will recover them once its heartbeat expires", keyErr, err)
+	ok, err := w.store.Forget(ctx, conn, w.id, false)
+	if err != nil {
+		return err
 	}
+	if !ok {
+		w.log.Warn("worker left tasks behind; a reaper will recover them once its heartbeat expires")
+	}
+	return nil
 }
 
 // fault runs the test seam; true means "this process just died": stop

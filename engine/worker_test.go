@@ -208,7 +208,7 @@ func TestConcurrentReapers(t *testing.T) {
 				continue // leave some in the in-flight list, unclaimed
 			}
 			if _, _, err := st.Claim(ctx, conn, "ghost", "default", got, time.Now().UnixMilli(),
-				func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }, false); err != nil {
+				func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }, false, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

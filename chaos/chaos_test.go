@@ -1,0 +1,104 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Environment of TestChaos.
+const (
+	envSeed      = "CHAOS_SEED"      // replay a run: the seed it printed
+	envTasks     = "CHAOS_TASKS"     // tasks per scenario (default 2500, 1000 with -short)
+	envScenarios = "CHAOS_SCENARIOS" // comma-separated scenarios (default all)
+)
+
+var (
+	buildOnce sync.Once
+	procBin   string
+	buildErr  error
+	procDir   string
+)
+
+// buildProc builds chaosproc once for the package's tests.
+func buildProc() {
+	if procDir, buildErr = os.MkdirTemp("", "chaosproc-"); buildErr == nil {
+		procBin, buildErr = BuildProc(context.Background(), procDir, false)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if procDir != "" {
+		_ = os.RemoveAll(procDir)
+	}
+	os.Exit(code)
+}
+
+// TestChaos is the short run of every scenario: a few thousand tasks
+// each, two scenarios at a time (go test's -parallel). It needs
+// redis-server and fails, not skips, without it. The long run is
+// `go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
+func TestChaos(t *testing.T) {
+	if _, err := findRedisServer(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	seed := time.Now().UnixNano()%1_000_000_000 + 1
+	if s := os.Getenv(envSeed); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, s, err)
+		}
+	}
+	tasks := 2500
+	if testing.Short() {
+		tasks = 1000
+	}
+	if s := os.Getenv(envTasks); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", envTasks, s)
+		}
+		tasks = n
+	}
+	names := Scenarios()
+	if s := os.Getenv(envScenarios); s != "" {
+		names = strings.Split(s, ",")
+	}
+	t.Logf("chaos seed %d (replay: %s=%d go test ./chaos -run TestChaos)", seed, envSeed, seed)
+
+	buildOnce.Do(buildProc)
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+
+	for _, name := range names {
+		if _, err := LookupScenario(name); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var progress io.Writer
+			if testing.Verbose() {
+				progress = t.Output()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			rep, err := Run(ctx, Options{Scenario: name, Tasks: tasks, Seed: seed, Bin: procBin,
+				Drain: 20 * time.Second, Log: progress})
+			if err != nil {
+				t.Fatalf("scenario %s (seed %d): %v", name, seed, err)
+			}
+			t.Log("\n" + rep.String())
+			if !rep.OK() {
+				t.Errorf("scenario %s (seed %d) failed:\n  %s\n(logs and ledgers kept in %s)",
+					name, seed, strings.Join(rep.Failures, "\n  "), rep.Dir)
+			}
+		})
+	}
+}

@@ -1,0 +1,776 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/chaos/ledger"
+	"github.com/gomodule/redigo/redis"
+)
+
+// observed is what the ledgers say.
+type observed struct {
+	acked     map[string]ledger.Acked
+	batches   map[string]*ledger.Batch
+	runs      map[string][]*ledger.Run // by task id, in start order
+	batchRuns map[string]map[int]bool  // batch id -> indices that ran
+	payload   map[string]string        // task id -> payload word
+}
+
+func (h *harness) collect() (*observed, error) {
+	o := &observed{acked: map[string]ledger.Acked{}, batches: map[string]*ledger.Batch{},
+		runs: map[string][]*ledger.Run{}, batchRuns: map[string]map[int]bool{}, payload: map[string]string{}}
+	for _, p := range h.allProcs() {
+		if p.LedgerPath == "" {
+			continue
+		}
+		if _, err := os.Stat(p.LedgerPath); err != nil {
+			continue // killed before it wrote anything
+		}
+		switch p.Role {
+		case roleProducer:
+			pl, err := ledger.ReadProducer(p.LedgerPath)
+			if err != nil {
+				return nil, err
+			}
+			for _, b := range pl.Batches {
+				o.batches[b.ID] = b
+			}
+			for _, a := range pl.Acked {
+				o.acked[a.ID] = a
+			}
+		case roleWorker:
+			runs, err := ledger.ReadHandler(p.LedgerPath)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range runs {
+				o.runs[r.ID] = append(o.runs[r.ID], r)
+				o.payload[r.ID] = r.Payload
+				if bid, i, ok := parseBatchPayload(r.Payload); ok {
+					if o.batchRuns[bid] == nil {
+						o.batchRuns[bid] = map[int]bool{}
+					}
+					o.batchRuns[bid][i] = true
+				}
+			}
+		}
+	}
+	for _, rs := range o.runs {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
+	}
+	return o, nil
+}
+
+// parseBatchPayload reads "batch:<bid>:<i>".
+func parseBatchPayload(p string) (bid string, i int, ok bool) {
+	rest, found := strings.CutPrefix(p, "batch:")
+	if !found {
+		return "", 0, false
+	}
+	j := strings.LastIndexByte(rest, ':')
+	if j <= 0 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(rest[j+1:])
+	return rest[:j], i, err == nil
+}
+
+func (o *observed) maxDue() int64 {
+	var m int64
+	for _, a := range o.acked {
+		m = max(m, a.Due-a.Offset) // in real time
+	}
+	return m
+}
+
+// outstanding counts acknowledged tasks that neither ran nor are dead
+// letters, plus batches that ran in part.
+func (o *observed) outstanding(dead map[string]bool) int {
+	n := 0
+	for id := range o.acked {
+		if len(o.runs[id]) == 0 && !dead[id] {
+			n++
+		}
+	}
+	for bid, got := range o.batchRuns {
+		if b := o.batches[bid]; b != nil && !b.Acked && len(got) < b.N {
+			n++
+		}
+	}
+	return n
+}
+
+// interruption is a reason a task may run again: a run cut short.
+type interruption struct {
+	pid      int
+	reason   string
+	weak     bool
+	leaseLog bool // from a worker's lease-lost log line
+}
+
+func (h *harness) check(ctx context.Context) *Report {
+	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Dir: h.dir,
+		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
+		DeadReasons: map[string]int{}}
+	fail := func(format string, args ...any) { rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...)) }
+	obs, err := h.collect()
+	if err != nil {
+		fail("reading the ledgers: %v", err)
+		return rep
+	}
+
+	// Faults injected.
+	h.mu.Lock()
+	kills := append([]*killEvent(nil), h.kills...)
+	restarts := append([]restartEvent(nil), h.restarts...)
+	crashes := append([]crash(nil), h.crashes...)
+	h.mu.Unlock()
+	killed := map[int]*killEvent{}
+	for _, k := range kills {
+		if k.Self {
+			rep.Faults["SIGKILL producer (itself, mid-call)"]++
+		} else {
+			rep.Faults[fmt.Sprintf("%s %s", sigName(k.Signal), k.Role)]++
+		}
+		killed[k.PID] = k
+		if k.SnapshotErr != nil {
+			rep.SnapshotsMissing++
+		}
+	}
+	var maxDown time.Duration
+	for _, r := range restarts {
+		rep.Faults[fmt.Sprintf("redis-server %s + restart", sigName(r.Signal))]++
+		maxDown = max(maxDown, r.Down)
+	}
+	if len(restarts) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("longest redis-server outage %v", maxDown.Round(time.Millisecond)))
+	}
+	if h.proxy != nil {
+		rep.Cuts, rep.Faults["connection cuts"] = h.proxy.Cuts()
+	}
+
+	// Dead letters, through the public API.
+	dead := map[string]string{}
+	if n, err := h.client.DeadCount(ctx); err != nil {
+		fail("DeadCount: %v", err)
+	} else if n > 0 {
+		infos, err := h.client.DeadLetters(ctx, 0, n)
+		if err != nil {
+			fail("DeadLetters: %v", err)
+		}
+		for _, ti := range infos {
+			dead[ti.ID] = firstLine(ti.LastError)
+		}
+	}
+	// Ids that are not UUIDs do not come back from DeadLetters' lookups;
+	// the index has them all.
+	if ids, err := h.deadSet(); err == nil {
+		for id := range ids {
+			if _, ok := dead[id]; !ok {
+				dead[id] = "(listed in the dead-letter index)"
+			}
+		}
+	}
+
+	// Enqueued, executed, lost, dead.
+	rep.Enqueued = len(obs.acked)
+	var lost []string
+	var lateness []time.Duration
+	bound := h.earlyBound()
+	rep.EarlyBound = bound
+	for id, a := range obs.acked {
+		runs := obs.runs[id]
+		if len(runs) == 0 {
+			if reason, ok := dead[id]; ok {
+				rep.DeadLettered++
+				rep.DeadReasons[reason]++
+				continue
+			}
+			lost = append(lost, id)
+			continue
+		}
+		rep.Executed++
+		for _, r := range runs {
+			early := time.Duration(a.Due-(r.Start+a.Offset)) * time.Millisecond
+			if early > 0 {
+				rep.Early++
+				rep.MaxEarly = max(rep.MaxEarly, early)
+				if early > bound+2*time.Millisecond {
+					rep.EarlyBeyond++
+				}
+			}
+			if r.Due < a.Due {
+				rep.DueMovedEarlier++
+			}
+		}
+		lateness = append(lateness, time.Duration(runs[0].Start+a.Offset-a.Due)*time.Millisecond)
+		if runs[0].Recoveries > 0 {
+			rep.RecoveredBeforeRun++
+		}
+	}
+	rep.Lost = len(lost)
+	sort.Slice(lateness, func(i, j int) bool { return lateness[i] < lateness[j] })
+	if n := len(lateness); n > 0 {
+		pct := func(p float64) time.Duration { return lateness[min(n-1, int(p*float64(n)))] }
+		rep.LateP50, rep.LateP90, rep.LateP99, rep.LateMax = pct(0.50), pct(0.90), pct(0.99), lateness[n-1]
+		for _, l := range lateness {
+			if l > time.Second {
+				rep.LateOver1s++
+			}
+		}
+	}
+	for id, runs := range obs.runs {
+		if _, ok := obs.acked[id]; !ok && len(runs) > 0 && strings.HasPrefix(runs[0].Payload, "batch:") {
+			rep.ExecutedUnacked++
+		}
+	}
+
+	// Duplicates and what explains them.
+	inter := map[string][]interruption{}
+	add := func(id string, in interruption) {
+		for _, x := range inter[id] {
+			if x.pid == in.pid && !x.weak {
+				return
+			}
+		}
+		inter[id] = append(inter[id], in)
+	}
+	for id, runs := range obs.runs {
+		for _, r := range runs {
+			k := killed[r.PID]
+			if k == nil || r.End != 0 {
+				continue
+			}
+			switch k.Signal {
+			case syscall.SIGKILL:
+				rep.KilledInHandler++
+				add(id, interruption{pid: r.PID, reason: "in its handler when the worker was killed"})
+			case syscall.SIGTERM:
+				rep.CutAtShutdown++
+				add(id, interruption{pid: r.PID, reason: "handler cancelled at graceful shutdown"})
+			}
+		}
+	}
+	for _, k := range kills {
+		for _, id := range k.Pending {
+			rep.ClaimedAtKill++
+			add(id, interruption{pid: k.PID, reason: "claimed by the worker when it was killed"})
+		}
+		rep.TakenAtKill += len(k.Inflight)
+	}
+	errMsgs := map[string]int{}
+	var wedged []string
+	for _, p := range h.allProcs() {
+		ls := scanLog(p.LogPath)
+		for _, id := range ls.LeaseLost {
+			rep.LeaseLost++
+			if len(obs.runs[id]) < 2 {
+				rep.LeaseLostAlone++
+			}
+			add(id, interruption{pid: p.PID, reason: "its lease ran out; the worker's result was dropped", leaseLog: true})
+		}
+		for _, id := range ls.Expired {
+			rep.LeaseLost++
+			add(id, interruption{pid: p.PID, reason: "it ran past its lease"})
+		}
+		if k := killed[p.PID]; k != nil && k.Signal == syscall.SIGKILL {
+			// The handler had ended, but recording its result kept
+			// failing (Redis down, cut) until the process was killed: the
+			// run still held its lease.
+			for id := range ls.Unrecorded {
+				add(id, interruption{pid: p.PID, reason: "its result was not yet recorded when the worker was killed"})
+			}
+		}
+		if ls.Errors > 0 {
+			rep.LogErrors[p.Role] += ls.Errors
+		}
+		for m, n := range ls.Messages {
+			errMsgs[p.Role+": "+m] += n
+		}
+		rep.Panics += ls.Panics
+		rep.Violations += ls.Violations
+		for _, id := range sortedKeys(ls.Wedged) {
+			if ls.Wedged[id] >= 2 {
+				rep.WedgedSlots++
+				wedged = append(wedged, fmt.Sprintf("%s retried %d+ times to record the result of task %s (payload %s): %s",
+					p.Name, ls.Wedged[id], id, orStr(obs.payload[id], "?"), firstLine(ls.WedgedErr[id])))
+			}
+		}
+	}
+	for _, m := range sortedKeys(errMsgs) {
+		rep.ErrorMessages = append(rep.ErrorMessages, fmt.Sprintf("%5d x %s", errMsgs[m], m))
+	}
+	// Weak evidence: a run that ended in a process killed later, when what
+	// the worker held could not be read (Redis was down).
+	for id, runs := range obs.runs {
+		for _, r := range runs {
+			if k := killed[r.PID]; k != nil && k.Signal == syscall.SIGKILL && k.SnapshotErr != nil && r.End != 0 {
+				inter[id] = append(inter[id], interruption{pid: r.PID, weak: true,
+					reason: "ended in a worker killed later, whose holdings could not be read"})
+			}
+		}
+	}
+	for id := range inter {
+		strong := 0
+		for _, x := range inter[id] {
+			// A lease-lost warning for a task that never ran again was a
+			// false alarm (a retried result that found its own commit).
+			if !x.weak && !(x.leaseLog && len(obs.runs[id]) < 2) {
+				strong++
+			}
+		}
+		if strong > 0 {
+			rep.InterruptedTasks++
+		}
+	}
+	var unexplained []string
+	for id, runs := range obs.runs {
+		if len(runs) < 2 {
+			continue
+		}
+		rep.DupTasks++
+		extra := len(runs) - 1
+		rep.ExtraRuns += extra
+		strong, weak := 0, 0
+		for _, x := range inter[id] {
+			if x.weak {
+				weak++
+			} else {
+				strong++
+			}
+		}
+		switch {
+		case extra <= strong:
+		case extra <= strong+weak:
+			rep.DupWeak++
+		default:
+			rep.DupUnexplained++
+			unexplained = append(unexplained, id)
+		}
+	}
+
+	// Batches: all or nothing.
+	failedRan := map[string]int{}
+	var pws map[string]*partialWhere
+	for bid, b := range obs.batches {
+		rep.Batches++
+		got := len(obs.batchRuns[bid])
+		switch {
+		case b.Acked:
+			rep.BatchesAcked++
+		case got == 0:
+			rep.BatchesAbsent++
+		case got == b.N:
+			rep.BatchesApplied++
+			if b.Failed != "" {
+				failedRan[errClass(b.Failed)]++
+			}
+		default:
+			rep.BatchesPartial++
+			if pws == nil {
+				if pws = h.partialWhere; pws == nil {
+					pws = h.partialLocations(obs)
+				}
+			}
+			pw := pws[bid]
+			if pw != nil && pw.allFound {
+				rep.BatchesStuck++
+			}
+			rep.Details = append(rep.Details, fmt.Sprintf("batch %s (%d tasks, not acknowledged: %s) ran in part: %d of %d",
+				bid, b.N, orStr(b.Failed, "producer killed during the call"), got, b.N))
+			if pw != nil {
+				for _, l := range pw.lines {
+					rep.Details = append(rep.Details, "  "+l)
+				}
+			}
+		}
+	}
+	if len(failedRan) > 0 {
+		rep.Notes = append(rep.Notes, "unacknowledged batches that ran whole although EnqueueBatch returned an error: "+fmtCounts(failedRan))
+	}
+	for bid := range obs.batchRuns {
+		if obs.batches[bid] == nil {
+			fail("tasks of batch %s ran, but no producer ledger announced that batch", bid)
+		}
+	}
+
+	// Crashes.
+	for _, c := range crashes {
+		rep.Crashes = append(rep.Crashes, fmt.Sprintf("%s (pid %d) exited with code %d; last lines of %s:\n%s",
+			c.Name, c.PID, c.ExitCode, c.LogPath, indent(tail(c.LogPath, 15))))
+	}
+
+	// Bad data.
+	if h.bad != nil {
+		rep.BadData = h.bad.verdicts(obs, dead)
+	}
+
+	// Verdict.
+	if rep.Lost > 0 {
+		fail("%d acknowledged tasks lost (neither ran nor are dead letters)", rep.Lost)
+		rep.Details = append(rep.Details, h.describeLost(lost, obs)...)
+	}
+	if rep.EarlyBeyond > 0 {
+		fail("%d runs started before their due time by more than %v (max %v)", rep.EarlyBeyond, bound, rep.MaxEarly)
+	}
+	if rep.DueMovedEarlier > 0 {
+		fail("%d runs saw a due time earlier than the producer asked for", rep.DueMovedEarlier)
+	}
+	if rep.DupUnexplained > 0 {
+		fail("%d tasks ran more often than interruptions explain", rep.DupUnexplained)
+		for i, id := range unexplained {
+			if i == 10 {
+				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more unexplained duplicates", len(unexplained)-10))
+				break
+			}
+			rep.Details = append(rep.Details, h.describeRuns(id, obs, killed, inter[id]))
+		}
+	}
+	if n := rep.BatchesPartial - rep.BatchesStuck; n > 0 {
+		fail("%d unacknowledged batches ran in part, the rest of their tasks not in Redis (all-or-nothing broken)", n)
+	}
+	if rep.BatchesStuck > 0 {
+		fail("%d unacknowledged batches ran in part: the rest of their tasks are in Redis but did not run (stuck)", rep.BatchesStuck)
+	}
+	if rep.WedgedSlots > 0 {
+		fail("%d worker handler slots kept retrying to record a result that can never be recorded (record deleted or malformed): each slot is lost until its process stops", rep.WedgedSlots)
+		for i, w := range wedged {
+			if i == 8 {
+				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more wedged slots", len(wedged)-8))
+				break
+			}
+			rep.Details = append(rep.Details, w)
+		}
+	}
+	if len(rep.Crashes) > 0 {
+		fail("%d processes exited unexpectedly", len(rep.Crashes))
+	}
+	if rep.Panics > 0 {
+		fail("%d panics, fatal errors or data races in process logs", rep.Panics)
+	}
+	if rep.Violations > 0 {
+		fail("%d commands not valid for Redis 2.4", rep.Violations)
+	}
+	for _, b := range rep.BadData {
+		if !b.OK {
+			fail("bad data %q: %s", b.Name, b.Observed)
+		}
+	}
+	if rep.DeadLettered > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d acknowledged noop tasks were dead-lettered (counted apart from lost)", rep.DeadLettered))
+	}
+	return rep
+}
+
+// earlyBound is how early a task may start on its producer's clock: the
+// furthest a dispatcher's clock runs ahead of a producer's.
+func (h *harness) earlyBound() time.Duration {
+	if !h.sc.Skew {
+		return 0
+	}
+	maxD, minP := time.Duration(-1<<62), time.Duration(1<<62)
+	for i := 0; i < h.sc.Dispatchers; i++ {
+		maxD = max(maxD, h.offset(roleDispatcher, i))
+	}
+	for i := 0; i < h.sc.Producers; i++ {
+		minP = min(minP, h.offset(roleProducer, i))
+	}
+	return max(0, maxD-minP)
+}
+
+func (h *harness) describeRuns(id string, obs *observed, killed map[int]*killEvent, in []interruption) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "task %s (payload %s) ran %d times:", id, obs.payload[id], len(obs.runs[id]))
+	for _, r := range obs.runs[id] {
+		fmt.Fprintf(&b, "\n    pid %d %s start %s end %s attempt %d recoveries %d",
+			r.PID, filepath.Base(r.File), fmtMs(r.Start), fmtMs(r.End), r.Attempt, r.Recoveries)
+		if k := killed[r.PID]; k != nil {
+			fmt.Fprintf(&b, " (pid %s at %s)", sigName(k.Signal), k.At.Format("15:04:05.000"))
+		}
+	}
+	for _, x := range in {
+		fmt.Fprintf(&b, "\n    interruption: pid %d %s", x.pid, x.reason)
+	}
+	return b.String()
+}
+
+// describeLost says where lost tasks are, from the keys of the namespace
+// (read now, after the processes stopped).
+func (h *harness) describeLost(lost []string, obs *observed) []string {
+	where := h.locate(lost)
+	for id, w := range h.lostBeforeStop {
+		where[id] = location{w.summary + ", before the processes stopped", w.detail}
+	}
+	groups := map[string]int{}
+	var out []string
+	for i, id := range lost {
+		w := where[id]
+		groups[w.summary]++
+		if i < 10 {
+			a := obs.acked[id]
+			out = append(out, fmt.Sprintf("lost task %s (batch %s #%d, due %s): %s", id, a.Batch, a.Index, fmtMs(a.Due-a.Offset), w.detail))
+		}
+	}
+	for _, g := range sortedKeys(groups) {
+		out = append(out, fmt.Sprintf("lost tasks %s: %d", g, groups[g]))
+	}
+	return out
+}
+
+type location struct{ summary, detail string }
+
+// locate finds where ids are: record state and every list or sorted set
+// of the namespace that holds them.
+func (h *harness) locate(ids []string) map[string]location {
+	out := map[string]location{}
+	keys, _ := buckets.NewKeys(h.ns)
+	c := h.admin.Get()
+	defer c.Close()
+	var all []string
+	for _, pat := range []string{"f:*", "p:*", "q:*", "b:*", "dead", "bad:*"} {
+		ks, err := redis.Strings(c.Do("KEYS", keys.Prefix()+pat))
+		if err != nil {
+			for _, id := range ids {
+				out[id] = location{"(redis unreachable)", err.Error()}
+			}
+			return out
+		}
+		all = append(all, ks...)
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	found := map[string][]string{}
+	for _, k := range all {
+		typ, _ := redis.String(c.Do("TYPE", k))
+		var members []string
+		switch typ {
+		case "list":
+			members, _ = redis.Strings(c.Do("LRANGE", k, 0, -1))
+		case "zset":
+			members, _ = redis.Strings(c.Do("ZRANGE", k, 0, -1))
+		default:
+			continue
+		}
+		for _, m := range members {
+			if want[m] {
+				found[m] = append(found[m], strings.TrimPrefix(k, keys.Prefix()))
+			}
+		}
+	}
+	names := h.workerNames()
+	for _, id := range ids {
+		var state string
+		raw, err := redis.Bytes(c.Do("GET", keys.Task(id)))
+		switch {
+		case err == redis.ErrNil:
+			state = "no record"
+		case err != nil:
+			state = "record unreadable: " + err.Error()
+		default:
+			if r, derr := buckets.DecodeRecord(id, raw); derr != nil {
+				state = "record malformed"
+			} else {
+				state = fmt.Sprintf("record %s, runs %d, recoveries %d", r.State, r.Runs, r.Recoveries)
+				if r.Worker != "" {
+					state += ", worker " + names.describe(r.Worker)
+				}
+			}
+		}
+		var places, kinds []string
+		for _, k := range found[id] {
+			kind, rest, _ := strings.Cut(k, ":")
+			switch kind {
+			case "f", "p":
+				rest = names.describe(rest)
+			}
+			places = append(places, kind+":"+rest)
+			kinds = append(kinds, map[string]string{"f": "in a worker's in-flight list", "p": "in a worker's pending set",
+				"q": "in a ready list", "b": "in a bucket", "dead": "in the dead letters"}[kind])
+		}
+		if len(places) == 0 {
+			places, kinds = []string{"in no list or set"}, []string{"in no list or set"}
+		}
+		sort.Strings(kinds)
+		out[id] = location{summary: strings.Join(kinds, " + ") + " (" + strings.SplitN(state, ",", 2)[0] + ")",
+			detail: state + "; " + strings.Join(places, ", ")}
+	}
+	return out
+}
+
+type workerNames map[string]*proc
+
+func (h *harness) workerNames() workerNames {
+	out := workerNames{}
+	for _, p := range h.allProcs() {
+		if id := p.workerID(); id != "" {
+			out[id] = p
+		}
+	}
+	return out
+}
+
+func (w workerNames) describe(id string) string {
+	p := w[id]
+	if p == nil {
+		return id
+	}
+	how := "stopped at the end of the run"
+	switch syscall.Signal(p.sig.Load()) {
+	case syscall.SIGKILL:
+		how = "killed"
+	case syscall.SIGTERM:
+		if !p.exited.IsZero() && p.exited.Before(time.Now().Add(-2*time.Second)) {
+			how = "stopped (SIGTERM)"
+		}
+	}
+	return fmt.Sprintf("%s (%s, pid %d, %s)", id[:8], p.Name, p.PID, how)
+}
+
+func sigName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+func fmtMs(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Format("15:04:05.000")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 120 {
+		s = s[:120] + "..."
+	}
+	return s
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// errClass shortens an error for grouping: its last part, without ids.
+func errClass(e string) string {
+	if i := strings.LastIndex(e, ": "); i >= 0 && len(e)-i > 3 {
+		e = e[i+2:]
+	}
+	if len(e) > 60 {
+		e = e[:60]
+	}
+	return e
+}
+
+// partialWhere is what became of the tasks of a batch that ran in part.
+type partialWhere struct {
+	allFound bool     // every missing task has a record in Redis
+	lines    []string // one per missing task
+}
+
+// partialLocations finds the tasks of the batches that ran in part: their
+// ids were never returned, so it reads every task record of the namespace
+// and matches payloads.
+func (h *harness) partialLocations(obs *observed) map[string]*partialWhere {
+	want := map[string]string{} // payload word -> batch id
+	for bid, got := range obs.batchRuns {
+		b := obs.batches[bid]
+		if b == nil || b.Acked || len(got) == b.N {
+			continue
+		}
+		for i := 0; i < b.N; i++ {
+			if !got[i] {
+				want[fmt.Sprintf("batch:%s:%d", bid, i)] = bid
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	out := map[string]*partialWhere{}
+	for _, bid := range want {
+		out[bid] = &partialWhere{allFound: true}
+	}
+	ids := h.findByPayload(want)
+	var found []string
+	for _, id := range ids {
+		found = append(found, id)
+	}
+	where := h.locate(found)
+	for _, w := range sortedKeys(want) {
+		pw := out[want[w]]
+		id, ok := ids[w]
+		if !ok {
+			pw.allFound = false
+			pw.lines = append(pw.lines, w+": no task record with this payload in Redis")
+			continue
+		}
+		pw.lines = append(pw.lines, fmt.Sprintf("%s: task %s, %s", w, id, where[id].detail))
+	}
+	return out
+}
+
+// findByPayload maps payload words to the ids of the task records that
+// hold them.
+func (h *harness) findByPayload(words map[string]string) map[string]string {
+	keys, _ := buckets.NewKeys(h.ns)
+	c := h.admin.Get()
+	defer c.Close()
+	out := map[string]string{}
+	all, err := redis.Strings(c.Do("KEYS", keys.Task("*")))
+	if err != nil {
+		return out
+	}
+	for len(all) > 0 {
+		n := min(len(all), 500)
+		args := make([]any, n)
+		for i := range args {
+			args[i] = all[i]
+		}
+		raws, err := redis.ByteSlices(c.Do("MGET", args...))
+		if err != nil {
+			return out
+		}
+		for i, raw := range raws {
+			id := strings.TrimPrefix(all[i], keys.Task(""))
+			if r, err := buckets.DecodeRecord(id, raw); err == nil {
+				if w := ledger.PayloadWord(r.Payload); words[w] != "" {
+					out[w] = id
+				}
+			}
+		}
+		all = all[n:]
+	}
+	return out
+}

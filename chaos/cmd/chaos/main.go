@@ -1,0 +1,111 @@
+// Command chaos runs the engine's fault-injection scenarios against a
+// redis-server it starts itself, and checks every task against the
+// ledgers written by the producers and handlers (see package chaos and
+// docs/reliability.md).
+//
+//	go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
+//	go run ./chaos/cmd/chaos -scenario workers,conncut -tasks 5000
+//	go run ./chaos/cmd/chaos -list
+//
+// It prints each scenario's report, and exits 1 if any failed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/chaos"
+)
+
+func main() {
+	var (
+		scenario = flag.String("scenario", "all", "scenario name, a comma-separated list, or all")
+		tasks    = flag.Int("tasks", 50000, "acknowledged tasks per scenario")
+		seed     = flag.Int64("seed", 0, "random seed (0: pick one and print it)")
+		duration = flag.Duration("duration", 0, "production time per scenario (default tasks/1500 s, at least 5 s)")
+		drain    = flag.Duration("drain", 60*time.Second, "longest wait for the last tasks after the faults stop")
+		dir      = flag.String("dir", "", "work directory (default: a temporary one per scenario)")
+		keep     = flag.Bool("keep", false, "keep the work directory of passing runs")
+		race     = flag.Bool("race", false, "build the engine processes with the race detector")
+		quiet    = flag.Bool("q", false, "no progress lines")
+		list     = flag.Bool("list", false, "list the scenarios and exit")
+		procArgs = flag.String("proc-args", "", "extra space-separated chaosproc flags for every process, e.g. -done-retention=-1s")
+	)
+	flag.Parse()
+	if *list {
+		fmt.Print(chaos.Describe())
+		return
+	}
+	names := chaos.Scenarios()
+	if *scenario != "all" {
+		names = strings.Split(*scenario, ",")
+	}
+	for _, n := range names {
+		if _, err := chaos.LookupScenario(n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	if *seed == 0 {
+		*seed = time.Now().UnixNano()%1_000_000_000 + 1
+	}
+	fmt.Printf("chaos: seed %d (replay with -seed %d)\n", *seed, *seed)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tmp, err := os.MkdirTemp("", "chaosproc-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(tmp)
+	bin, err := chaos.BuildProc(ctx, tmp, *race)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var progress *os.File
+	if !*quiet {
+		progress = os.Stderr
+	}
+	failed := 0
+	var summary []string
+	for _, n := range names {
+		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
+			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs)}
+		if progress != nil {
+			o.Log = progress
+		}
+		if *dir != "" {
+			o.Dir = fmt.Sprintf("%s/%s", *dir, n)
+		}
+		rep, err := chaos.Run(ctx, o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: scenario %s: %v\n", n, err)
+			failed++
+			summary = append(summary, fmt.Sprintf("%-10s ERROR %v", n, err))
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		fmt.Println(rep)
+		verdict := "PASS"
+		if !rep.OK() {
+			failed++
+			verdict = "FAIL"
+		}
+		summary = append(summary, fmt.Sprintf("%-10s %s  enqueued %d executed %d lost %d dead %d dup %d/%d interrupted early %d late-max %v",
+			n, verdict, rep.Enqueued, rep.Executed, rep.Lost, rep.DeadLettered, rep.DupTasks, rep.InterruptedTasks, rep.Early, rep.LateMax))
+	}
+	fmt.Printf("chaos summary (seed %d):\n  %s\n", *seed, strings.Join(summary, "\n  "))
+	if failed > 0 {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,381 @@
+// Command chaosproc is one process of a chaos run (see package chaos): a
+// producer, a dispatcher, a worker or a reaper of the engine, configured by
+// flags, that the harness starts, kills and restarts.
+//
+//	chaosproc -mode producer   -addr A -ns N -ledger F -count 1000 -rate 500 ...
+//	chaosproc -mode worker     -addr A -ns N -ledger F -idfile F -concurrency 8 ...
+//	chaosproc -mode dispatcher -addr A -ns N
+//	chaosproc -mode reaper     -addr A -ns N
+//
+// Producers append acknowledged enqueues to their ledger; workers' handlers
+// append the runs they start and end (package chaos/ledger). Logs are JSON
+// on stderr. SIGTERM or SIGINT stops a process gracefully; the harness uses
+// SIGKILL for crashes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/chaos/ledger"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/redis24"
+	"github.com/gomodule/redigo/redis"
+)
+
+type options struct {
+	mode, addr, ns, ledgerPath, idFile string
+	offset                             time.Duration
+	seed                               uint64
+
+	// engine settings
+	resolution, timeout, leaseGrace, hbInterval, hbTTL, idleWait time.Duration
+	shutdown, backoff, reapInterval, doneRetention               time.Duration
+	maxPayload, maxRecoveries, concurrency                       int
+	queues, unknown                                              string
+
+	// producer
+	count, batchMax, pad int
+	rate                 float64
+	delayMax             time.Duration
+	immediate            float64
+	prefix, queue        string
+	selfKill             float64
+	selfKillMax          time.Duration
+
+	// worker
+	sleepMax, slowSleep time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.mode, "mode", "", "producer, dispatcher, worker or reaper")
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:6379", "Redis address")
+	flag.StringVar(&o.ns, "ns", "chaos", "namespace")
+	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file (producer, worker)")
+	flag.StringVar(&o.idFile, "idfile", "", "file to write the worker id to")
+	flag.DurationVar(&o.offset, "offset", 0, "clock offset (engine.OffsetClock)")
+	flag.Uint64Var(&o.seed, "seed", 1, "random seed")
+
+	flag.DurationVar(&o.resolution, "resolution", 10*time.Millisecond, "Config.Resolution")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "Config.DefaultTimeout")
+	flag.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "Config.LeaseGrace")
+	flag.DurationVar(&o.hbInterval, "hb-interval", 200*time.Millisecond, "Config.HeartbeatInterval")
+	flag.DurationVar(&o.hbTTL, "hb-ttl", time.Second, "Config.HeartbeatTTL")
+	flag.DurationVar(&o.idleWait, "idle-wait", time.Second, "Config.IdleWait")
+	flag.DurationVar(&o.shutdown, "shutdown-timeout", 5*time.Second, "Config.ShutdownTimeout")
+	flag.DurationVar(&o.backoff, "backoff", 100*time.Millisecond, "retry backoff per attempt (capped at 1s)")
+	flag.DurationVar(&o.reapInterval, "reap-interval", 200*time.Millisecond, "Config.ReapInterval")
+	flag.DurationVar(&o.doneRetention, "done-retention", 0, "Config.DoneRetention (0: default)")
+	flag.IntVar(&o.maxPayload, "max-payload", 64<<10, "Config.MaxPayload")
+	flag.IntVar(&o.maxRecoveries, "max-recoveries", 0, "Config.MaxRecoveries (0: default)")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
+	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
+	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
+
+	flag.IntVar(&o.count, "count", 1000, "producer: tasks to enqueue (acknowledged)")
+	flag.Float64Var(&o.rate, "rate", 500, "producer: tasks per second")
+	flag.IntVar(&o.batchMax, "batch-max", 20, "producer: largest batch")
+	flag.IntVar(&o.pad, "pad", 0, "producer: payload padding in bytes")
+	flag.DurationVar(&o.delayMax, "delay-max", 5*time.Second, "producer: longest delay")
+	flag.Float64Var(&o.immediate, "immediate", 0.3, "producer: share of tasks due at once")
+	flag.StringVar(&o.prefix, "prefix", "p", "producer: batch id prefix (unique per incarnation)")
+	flag.StringVar(&o.queue, "queue", "default", "producer: queue")
+	flag.Float64Var(&o.selfKill, "self-kill", 0, "producer: chance per batch of killing itself (SIGKILL) during the call")
+	flag.DurationVar(&o.selfKillMax, "self-kill-max", 3*time.Millisecond, "producer: latest self-kill after the call starts")
+
+	flag.DurationVar(&o.sleepMax, "sleep-max", 20*time.Millisecond, "worker: longest noop handler sleep")
+	flag.DurationVar(&o.slowSleep, "slow-sleep", 1500*time.Millisecond, "worker: sleep of the slow handler")
+	flag.Parse()
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).
+		With("pid", os.Getpid(), "mode", o.mode)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("chaosproc failed", "err", err)
+		os.Exit(3)
+	}
+	log.Info("chaosproc exiting")
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	var violations atomic.Int64
+	pool := &redis.Pool{
+		MaxIdle:     o.concurrency + 8,
+		IdleTimeout: 30 * time.Second,
+		Dial: func() (redis.Conn, error) {
+			c, err := redis.Dial("tcp", o.addr,
+				redis.DialConnectTimeout(2*time.Second),
+				redis.DialReadTimeout(10*time.Second),
+				redis.DialWriteTimeout(5*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) {
+				violations.Add(1)
+				log.Error("redis24 violation", "command", v.Command, "args", strings.Join(v.Args, " "), "reason", v.Reason, "caller", v.Caller)
+			})), nil
+		},
+	}
+	defer pool.Close()
+
+	var queues []engine.QueueConfig
+	for _, q := range strings.Split(o.queues, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1})
+		}
+	}
+	unknown := engine.UnknownRetry
+	if o.unknown == "dead" {
+		unknown = engine.UnknownDead
+	}
+	backoff := o.backoff
+	cfg := engine.Config{
+		Namespace:         o.ns,
+		Resolution:        o.resolution,
+		MaxPayload:        o.maxPayload,
+		DefaultTimeout:    o.timeout,
+		Queues:            queues,
+		Concurrency:       o.concurrency,
+		LeaseGrace:        o.leaseGrace,
+		HeartbeatInterval: o.hbInterval,
+		HeartbeatTTL:      o.hbTTL,
+		IdleWait:          o.idleWait,
+		ShutdownTimeout:   o.shutdown,
+		Backoff: func(attempt int) time.Duration {
+			return min(backoff*time.Duration(max(attempt, 1)), time.Second)
+		},
+		UnknownType:   unknown,
+		MaxRecoveries: o.maxRecoveries,
+		DoneRetention: o.doneRetention,
+		ReapInterval:  o.reapInterval,
+		Logger:        log,
+		Clock:         engine.OffsetClock(o.offset),
+	}
+	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
+	var err error
+	switch o.mode {
+	case "producer":
+		err = produce(ctx, pool, cfg, o, log)
+	case "worker":
+		err = work(ctx, pool, cfg, o, log)
+	case "dispatcher":
+		var d *engine.Dispatcher
+		if d, err = engine.NewDispatcher(pool, cfg); err == nil {
+			err = d.Run(ctx)
+			log.Info("dispatcher done", "moved", d.Moved(), "conflicts", d.Conflicts())
+		}
+	case "reaper":
+		var r *engine.Reaper
+		if r, err = engine.NewReaper(pool, cfg); err == nil {
+			err = r.Run(ctx)
+		}
+	default:
+		err = fmt.Errorf("unknown -mode %q", o.mode)
+	}
+	if n := violations.Load(); n > 0 && err == nil {
+		err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
+	}
+	return err
+}
+
+// lockedRand is a seeded source shared by goroutines.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func newRand(seed uint64) *lockedRand {
+	return &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+func (l *lockedRand) int64n(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Int64N(n)
+}
+
+func (l *lockedRand) float() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
+	if o.ledgerPath == "" {
+		return errors.New("producer needs -ledger")
+	}
+	led, err := ledger.Create(o.ledgerPath)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	client, err := engine.NewClient(pool, cfg)
+	if err != nil {
+		return err
+	}
+	if err := led.Write(fmt.Sprintf("H %d %d", os.Getpid(), o.offset.Milliseconds())); err != nil {
+		return err
+	}
+	rng := newRand(o.seed)
+	clock := engine.OffsetClock(o.offset)
+	pad := ""
+	if o.pad > 0 {
+		b := make([]byte, o.pad)
+		for i := range b {
+			b[i] = byte('a' + rng.int64n(26))
+		}
+		pad = " " + string(b)
+	}
+	next := time.Now()
+	acked, failed, seq := 0, 0, 0
+	for acked < o.count && ctx.Err() == nil {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(d):
+			}
+		} else if d < -time.Second {
+			next = time.Now() // do not burst to catch up after an outage
+		}
+		n := 1 + int(rng.int64n(int64(o.batchMax)))
+		n = min(n, o.count-acked)
+		next = next.Add(time.Duration(float64(n) / o.rate * float64(time.Second)))
+		seq++
+		bid := fmt.Sprintf("%s.%d", o.prefix, seq)
+		now := clock.Now()
+		tasks := make([]engine.NewTask, n)
+		dues := make([]int64, n)
+		for i := range tasks {
+			payload := []byte(fmt.Sprintf("batch:%s:%d%s", bid, i, pad))
+			tasks[i] = engine.NewTask{Type: "noop", Payload: payload, Options: []engine.Option{engine.Queue(o.queue)}}
+			dues[i] = now.UnixMilli()
+			if rng.float() >= o.immediate {
+				due := now.Add(time.Duration(rng.int64n(int64(o.delayMax))))
+				tasks[i].Options = append(tasks[i].Options, engine.At(due))
+				dues[i] = due.UnixMilli()
+			}
+		}
+		if err := led.Write(fmt.Sprintf("B %s %d %d", bid, n, now.UnixMilli())); err != nil {
+			return err
+		}
+		if o.selfKill > 0 && rng.float() < o.selfKill {
+			// Die by SIGKILL a random moment after the call starts: in
+			// the middle of sending the batch, or just after it returned.
+			d := time.Duration(rng.int64n(int64(o.selfKillMax) + 1))
+			if err := led.Write(fmt.Sprintf("X %s %d", bid, d.Microseconds())); err != nil {
+				return err
+			}
+			time.AfterFunc(d, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		var ids []string
+		if n == 1 && rng.float() < 0.5 {
+			// Exercise the single-task entry points too.
+			var id string
+			if len(tasks[0].Options) == 2 {
+				id, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
+			} else {
+				id, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
+			}
+			ids = []string{id}
+		} else {
+			ids, err = client.EnqueueBatch(cctx, tasks)
+		}
+		cancel()
+		if err != nil {
+			failed++
+			msg := strings.Join(strings.Fields(err.Error()), " ")
+			if werr := led.Write(fmt.Sprintf("F %s %s", bid, msg)); werr != nil {
+				return werr
+			}
+			if failed <= 10 || failed%100 == 0 {
+				log.Warn("enqueue failed", "batch", bid, "n", n, "err", err, "failures", failed)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(50+rng.int64n(150)) * time.Millisecond):
+			}
+			continue
+		}
+		ls := make([]string, n)
+		for i, id := range ids {
+			ls[i] = fmt.Sprintf("A %s %d %s %d", bid, i, id, dues[i])
+		}
+		if err := led.Write(ls...); err != nil {
+			return err
+		}
+		if err := led.Sync(); err != nil {
+			return err
+		}
+		acked += n
+	}
+	log.Info("producer done", "acked", acked, "failed_batches", failed)
+	return nil
+}
+
+func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
+	if o.ledgerPath == "" {
+		return errors.New("worker needs -ledger")
+	}
+	led, err := ledger.Create(o.ledgerPath)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	rng := newRand(o.seed)
+	pid := os.Getpid()
+	handler := func(sleep func() time.Duration) func(context.Context, *engine.Task) error {
+		return func(ctx context.Context, t *engine.Task) error {
+			start := time.Now().UnixMilli()
+			if err := led.Write(ledger.Start(t.ID, start, pid, ledger.PayloadWord(t.Payload),
+				t.Attempt, t.Recoveries, t.Due.UnixMilli())); err != nil {
+				return err
+			}
+			tm := time.NewTimer(sleep())
+			defer tm.Stop()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tm.C:
+			}
+			return led.Write(ledger.End(t.ID, time.Now().UnixMilli(), pid))
+		}
+	}
+	mux := engine.NewMux()
+	mux.HandleFunc("noop", handler(func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }))
+	mux.HandleFunc("slow", handler(func() time.Duration { return o.slowSleep }))
+	w, err := engine.NewWorker(pool, cfg, mux)
+	if err != nil {
+		return err
+	}
+	if o.idFile != "" {
+		tmp := o.idFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(w.ID()+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, o.idFile); err != nil {
+			return err
+		}
+	}
+	log.Info("worker id", "worker", w.ID())
+	err = w.Run(ctx)
+	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed())
+	return err
+}

@@ -1,0 +1,613 @@
+package chaos
+
+import (
+	"context"
+
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Options configure one run of one scenario.
+type Options struct {
+	Scenario string
+	// Tasks is how many tasks the producers get acknowledged in all.
+	// Default 3000.
+	Tasks int
+	// Seed drives every random choice of the harness and its processes:
+	// which process is killed when, with which signal, cut probabilities,
+	// batch sizes, delays, handler sleeps. 0 picks one (it is reported).
+	// A replay with the same seed makes the same choices; the operating
+	// system's timing still differs.
+	Seed int64
+	// Duration is how long the producers take to enqueue Tasks. Default
+	// Tasks/1500 s, at least 5 s.
+	Duration time.Duration
+	// Drain bounds the wait, after faults stop, for the last tasks to run.
+	// Default 30 s.
+	Drain time.Duration
+	// Dir is the work directory (ledgers, logs, the server's files).
+	// Default: a new temporary directory, removed after a passing run
+	// unless Keep is set.
+	Dir  string
+	Keep bool
+	// Bin is a chaosproc binary; default: built into Dir.
+	Bin string
+	// Race builds chaosproc with the race detector.
+	Race bool
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+	// ProcArgs are extra chaosproc flags for every process, e.g.
+	// "-done-retention=-1s" (see chaosproc -h).
+	ProcArgs []string
+
+	// For the harness's own tests: a scenario not in the list, and
+	// damage done behind the engine's back that the check must catch.
+	scenario *Scenario
+	sabotage func(ctx context.Context, h *harness)
+}
+
+// The engine settings every process runs with: short, so that recovery
+// is quick. Delays are drawn from [0, DelayMax); 30% of tasks are due at
+// once.
+const (
+	MaxPayload        = 64 << 10
+	TaskTimeout       = 5 * time.Second
+	LeaseGrace        = 2 * time.Second
+	HeartbeatInterval = 200 * time.Millisecond
+	HeartbeatTTL      = time.Second
+	ReapInterval      = 200 * time.Millisecond
+	IdleWait          = time.Second
+	ShutdownTimeout   = 5 * time.Second
+	RetryBackoff      = 100 * time.Millisecond // times the attempt, at most 1 s
+	DelayMax          = 5 * time.Second
+)
+
+// engineArgs are the chaosproc flags of those settings.
+func engineArgs() []string {
+	return []string{
+		"-max-payload", fmt.Sprint(MaxPayload),
+		"-timeout", TaskTimeout.String(),
+		"-lease-grace", LeaseGrace.String(),
+		"-hb-interval", HeartbeatInterval.String(),
+		"-hb-ttl", HeartbeatTTL.String(),
+		"-reap-interval", ReapInterval.String(),
+		"-idle-wait", IdleWait.String(),
+		"-shutdown-timeout", ShutdownTimeout.String(),
+		"-backoff", RetryBackoff.String(),
+	}
+}
+
+type killEvent struct {
+	Role, Name  string
+	PID         int
+	Signal      syscall.Signal
+	Self        bool // a producer's own SIGKILL, armed before a call
+	At          time.Time
+	WorkerID    string
+	Pending     []string // the worker's pending set right after it died
+	Inflight    []string // and its in-flight list
+	SnapshotErr error
+}
+
+type restartEvent struct {
+	Signal syscall.Signal
+	At     time.Time
+	Down   time.Duration
+}
+
+type harness struct {
+	opts     Options
+	sc       Scenario
+	seed     int64
+	dir      string
+	bin      string
+	ns       string
+	redis    *redisServer
+	proxy    *proxy
+	procAddr string
+	procArgs []string
+	// workerArgs are extra flags of workers.
+	workerArgs []string
+	admin      *redis.Pool
+	client     *engine.Client
+	clientPool *redis.Pool
+	rate       float64
+	started    time.Time
+
+	mu       sync.Mutex
+	procs    []*proc
+	crashes  []crash
+	stopping bool
+	slots    map[string][]*slot
+	kills    []*killEvent
+	restarts []restartEvent
+	bad      *badData
+	// lostBeforeStop is where the outstanding tasks were when the drain
+	// gave up, before stopping the workers moved their in-flight tasks.
+	lostBeforeStop map[string]location
+	partialWhere   map[string]*partialWhere
+}
+
+func (h *harness) logf(format string, args ...any) {
+	if h.opts.Log == nil {
+		return
+	}
+	el := time.Since(h.started).Seconds()
+	fmt.Fprintf(h.opts.Log, "[%s %6.1fs] %s\n", h.sc.Name, el, fmt.Sprintf(format, args...))
+}
+
+func hash(parts ...any) uint64 {
+	f := fnv.New64a()
+	for _, p := range parts {
+		fmt.Fprint(f, p, "\x00")
+	}
+	return f.Sum64()
+}
+
+// seedFor is the seed of a process incarnation or a fault loop: a function
+// of the run's seed and the name only.
+func (h *harness) seedFor(name string) uint64 { return hash(h.seed, name) }
+
+func (h *harness) rngFor(name string) *rand.Rand {
+	s := h.seedFor(name)
+	return rand.New(rand.NewPCG(s, s^0xc0ffee))
+}
+
+func (h *harness) producerArgs(s *slot, inc, count int) []string {
+	queue := "default"
+	if h.sc.BadData >= 2 && s.Index == h.sc.Producers-1 {
+		queue = "side"
+	}
+	return []string{
+		"-count", fmt.Sprint(count),
+		"-rate", fmt.Sprintf("%.1f", h.rate/float64(h.sc.Producers)),
+		"-batch-max", fmt.Sprint(h.sc.BatchMax),
+		"-pad", fmt.Sprint(h.sc.Pad),
+		"-prefix", fmt.Sprintf("p%d.%d", s.Index, inc),
+		"-queue", queue,
+		"-delay-max", DelayMax.String(),
+		"-self-kill", fmt.Sprint(h.sc.ProducerSelfKill), "-self-kill-max", "1500us",
+	}
+}
+
+// Run runs one scenario and checks it. The error is for a run that could
+// not be carried out; a run that found the engine at fault returns a
+// Report whose Failures say why.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	sc, err := LookupScenario(o.Scenario)
+	if o.scenario != nil {
+		sc, err = *o.scenario, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.Tasks <= 0 {
+		o.Tasks = 3000
+	}
+	if o.Seed == 0 {
+		o.Seed = time.Now().UnixNano()%1_000_000_000 + 1
+	}
+	if o.Duration <= 0 {
+		o.Duration = max(5*time.Second, sc.MinDuration, time.Duration(float64(o.Tasks)/1500*float64(time.Second)))
+	}
+	if o.Drain <= 0 {
+		o.Drain = 30 * time.Second
+	}
+	h := &harness{opts: o, sc: sc, seed: o.Seed, ns: "chaos", started: time.Now(), slots: map[string][]*slot{}}
+	h.rate = float64(o.Tasks) / o.Duration.Seconds()
+	rbin, err := findRedisServer()
+	if err != nil {
+		return nil, err
+	}
+	h.dir = o.Dir
+	if h.dir == "" {
+		if h.dir, err = os.MkdirTemp("", "chaos-"+sc.Name+"-"); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"logs", "ledgers", "ids", "redis"} {
+		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	h.logf("seed %d, %d tasks over %v, work dir %s", o.Seed, o.Tasks, o.Duration, h.dir)
+	h.bin = o.Bin
+	if h.bin == "" {
+		if h.bin, err = BuildProc(ctx, h.dir, o.Race); err != nil {
+			return nil, err
+		}
+	}
+	h.redis, err = startRedis(rbin, filepath.Join(h.dir, "redis"), redisOptions{
+		appendOnly: sc.Restarts > 0, timeout: sc.ServerTimeout})
+	if err != nil {
+		return nil, err
+	}
+	defer h.redis.Stop(syscall.SIGKILL)
+	h.procAddr = h.redis.Addr
+	if sc.Cuts != nil {
+		if h.proxy, err = newProxy(h.redis.Addr, *sc.Cuts, h.seedFor("proxy")); err != nil {
+			return nil, err
+		}
+		defer h.proxy.Close()
+		h.procAddr = h.proxy.Addr()
+	}
+	h.admin = h.redis.AdminPool()
+	defer h.admin.Close()
+	h.clientPool = &redis.Pool{MaxIdle: 4, IdleTimeout: 500 * time.Millisecond,
+		Dial: func() (redis.Conn, error) {
+			return redis.Dial("tcp", h.redis.Addr, redis.DialConnectTimeout(2*time.Second),
+				redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
+		},
+		TestOnBorrow: func(c redis.Conn, _ time.Time) error { _, err := c.Do("PING"); return err }}
+	defer h.clientPool.Close()
+	if h.client, err = engine.NewClient(h.clientPool, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}); err != nil {
+		return nil, err
+	}
+	h.procArgs = engineArgs()
+	if sc.BadData >= 2 {
+		h.workerArgs = append(h.workerArgs, "-queues", "default,side")
+	}
+
+	rep, err := h.run(ctx)
+	if err != nil {
+		h.stopAll()
+		return nil, err
+	}
+	if rep.OK() && o.Dir == "" && !o.Keep {
+		os.RemoveAll(h.dir)
+		rep.Dir = h.dir + " (removed)"
+	}
+	return rep, nil
+}
+
+// offset is the clock offset of a slot: in the skew scenarios the slots
+// of each role take turns at -2 s, +2 s and 0 (dispatchers first ahead,
+// so that both extremes face each other).
+func (h *harness) offset(role string, i int) time.Duration {
+	if !h.sc.Skew {
+		return 0
+	}
+	cycle := []time.Duration{-Skew, Skew, 0}
+	if role == roleDispatcher || role == roleReaper {
+		cycle = []time.Duration{Skew, -Skew, 0}
+	}
+	return cycle[i%3]
+}
+
+func (h *harness) addSlots(role string, n int) []*slot {
+	var out []*slot
+	for i := 0; i < n; i++ {
+		s := &slot{Role: role, Index: i, Offset: h.offset(role, i), doneC: make(chan struct{})}
+		out = append(out, s)
+	}
+	h.mu.Lock()
+	h.slots[role] = out
+	h.mu.Unlock()
+	return out
+}
+
+func (h *harness) run(ctx context.Context) (*Report, error) {
+	sc := h.sc
+	for _, r := range []struct {
+		role string
+		n    int
+	}{{roleDispatcher, sc.Dispatchers}, {roleReaper, sc.Reapers}, {roleWorker, sc.Workers}} {
+		for _, s := range h.addSlots(r.role, r.n) {
+			if _, err := h.start(s, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Wait for the workers to be up.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, s := range h.slots[roleWorker] {
+		for s.current().workerID() == "" {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("chaos: worker %s did not start; log:\n%s", s.current().Name, tail(s.current().LogPath, 20))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if h.proxy != nil {
+		h.proxy.enabled.Store(true)
+	}
+	h.logf("%d dispatchers, %d reapers, %d workers x %d up; producing", sc.Dispatchers, sc.Reapers, sc.Workers, sc.Concurrency)
+
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	defer stopFaults()
+	var loops sync.WaitGroup
+	goLoop := func(f func(context.Context)) {
+		loops.Add(1)
+		go func() { defer loops.Done(); f(faultCtx) }()
+	}
+	if sc.BadData > 0 {
+		h.bad = newBadData(h)
+		goLoop(h.bad.inject)
+	}
+	if h.opts.sabotage != nil {
+		goLoop(func(ctx context.Context) { h.opts.sabotage(ctx, h) })
+	}
+	prods := h.addSlots(roleProducer, sc.Producers)
+	per := h.opts.Tasks / sc.Producers
+	for i, s := range prods {
+		s.Target = per
+		if i == 0 {
+			s.Target += h.opts.Tasks - per*sc.Producers
+		}
+		if _, err := h.start(s, s.Target); err != nil {
+			return nil, err
+		}
+	}
+	if sc.KillWorkers > 0 {
+		goLoop(func(ctx context.Context) {
+			h.killLoop(ctx, "kill-workers", []string{roleWorker}, sc.KillWorkers, sc.TermWorkers)
+		})
+	}
+	if sc.KillInfra > 0 {
+		goLoop(func(ctx context.Context) {
+			h.killLoop(ctx, "kill-infra", []string{roleDispatcher, roleReaper}, sc.KillInfra, 0)
+		})
+	}
+	if sc.KillProducers > 0 {
+		goLoop(func(ctx context.Context) {
+			h.killLoop(ctx, "kill-producers", []string{roleProducer}, sc.KillProducers, 0)
+		})
+	}
+	if sc.Restarts > 0 {
+		goLoop(h.restartLoop)
+	}
+
+	// Production.
+	prodDeadline := time.After(3*h.opts.Duration + 60*time.Second)
+	for _, s := range prods {
+		select {
+		case <-s.doneC:
+		case <-prodDeadline:
+			stopFaults()
+			loops.Wait()
+			return h.finish(ctx, fmt.Sprintf("production did not finish within %v", 3*h.opts.Duration+60*time.Second))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	h.logf("producers done")
+	// Keep the faults on until the last delayed task is due.
+	obs, _ := h.collect()
+	if obs != nil {
+		last := obs.maxDue()
+		if d := time.Until(time.UnixMilli(last)) + 500*time.Millisecond; d > 0 {
+			sleep(ctx, min(d, DelayMax+Skew+time.Second))
+		}
+	}
+	stopFaults()
+	loops.Wait()
+	if h.proxy != nil {
+		h.proxy.enabled.Store(false)
+	}
+	h.logf("faults stopped; draining")
+	return h.finish(ctx, "")
+}
+
+// finish drains, stops every process and checks.
+func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
+	drained := h.drain(ctx)
+	if !drained {
+		if obs, err := h.collect(); err == nil {
+			if dead, err := h.deadSet(); err == nil {
+				var ids []string
+				for id := range obs.acked {
+					if len(obs.runs[id]) == 0 && !dead[id] {
+						ids = append(ids, id)
+					}
+				}
+				h.lostBeforeStop = h.locate(ids)
+			}
+			h.partialWhere = h.partialLocations(obs)
+		}
+	}
+	if h.bad != nil {
+		h.bad.settle(ctx)
+	}
+	h.stopAll()
+	rep := h.check(ctx)
+	if failure != "" {
+		rep.Failures = append([]string{failure}, rep.Failures...)
+	}
+	if !drained {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("drain timed out after %v", h.opts.Drain))
+	}
+	return rep, nil
+}
+
+// drain waits until every acknowledged task ran or is a dead letter, and
+// every batch that started running ran whole, or the drain timeout.
+func (h *harness) drain(ctx context.Context) bool {
+	deadline := time.Now().Add(h.opts.Drain)
+	lastLog := time.Now()
+	for {
+		obs, err := h.collect()
+		waiting := -1
+		if err == nil {
+			dead, derr := h.deadSet()
+			if derr == nil {
+				waiting = obs.outstanding(dead)
+			}
+		}
+		if waiting == 0 {
+			h.logf("drained")
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			h.logf("drain timed out with %d outstanding", waiting)
+			return false
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			h.logf("draining: %d outstanding", waiting)
+			lastLog = time.Now()
+		}
+		sleep(ctx, 300*time.Millisecond)
+	}
+}
+
+// stopAll stops every process gracefully (SIGTERM).
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	h.stopping = true
+	var cur []*proc
+	for _, ss := range h.slots {
+		for _, s := range ss {
+			if p := s.current(); p != nil && p.alive() {
+				cur = append(cur, p)
+			}
+		}
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range cur {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.signal(p, syscall.SIGTERM) }()
+	}
+	wg.Wait()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// killLoop kills a random live process of the roles every mean (0.5-1.5
+// times it), with SIGTERM for a share term of them, and restarts it.
+func (h *harness) killLoop(ctx context.Context, name string, roles []string, mean time.Duration, term float64) {
+	rng := h.rngFor(name)
+	for {
+		if !sleep(ctx, time.Duration((0.5+rng.Float64())*float64(mean))) {
+			return
+		}
+		var cands []*slot
+		h.mu.Lock()
+		for _, r := range roles {
+			for _, s := range h.slots[r] {
+				s.mu.Lock()
+				ok := s.cur != nil && s.cur.alive() && !s.done
+				s.mu.Unlock()
+				if ok {
+					cands = append(cands, s)
+				}
+			}
+		}
+		h.mu.Unlock()
+		if len(cands) == 0 {
+			continue
+		}
+		s := cands[rng.IntN(len(cands))]
+		sig := syscall.SIGKILL
+		if rng.Float64() < term {
+			sig = syscall.SIGTERM
+		}
+		pause := time.Duration(50+rng.IntN(350)) * time.Millisecond
+		h.kill(s, sig)
+		sleep(context.Background(), pause)
+		h.restart(s)
+	}
+}
+
+// kill signals the current process of s, waits for it to exit, and for a
+// killed worker records what it held.
+func (h *harness) kill(s *slot, sig syscall.Signal) {
+	p := s.current()
+	ev := &killEvent{Role: p.Role, Name: p.Name, PID: p.PID, Signal: sig}
+	ev.WorkerID = p.workerID()
+	h.signal(p, sig)
+	ev.At = time.Now()
+	if p.Role == roleWorker && sig == syscall.SIGKILL && ev.WorkerID != "" {
+		ev.Pending, ev.Inflight, ev.SnapshotErr = h.workerHoldings(ev.WorkerID)
+	}
+	h.mu.Lock()
+	h.kills = append(h.kills, ev)
+	h.mu.Unlock()
+}
+
+func (h *harness) workerHoldings(w string) (pending, inflight []string, err error) {
+	keys, _ := buckets.NewKeys(h.ns)
+	c := h.admin.Get()
+	defer c.Close()
+	if pending, err = redis.Strings(c.Do("ZRANGE", keys.Pending(w), 0, -1)); err != nil {
+		return nil, nil, err
+	}
+	inflight, err = redis.Strings(c.Do("LRANGE", keys.Inflight(w), 0, -1))
+	return pending, inflight, err
+}
+
+// restartLoop stops redis-server with SIGTERM or SIGKILL every mean
+// (0.5-1.5 times it) and starts it again after 0.2-1.5 s.
+func (h *harness) restartLoop(ctx context.Context) {
+	rng := h.rngFor("restart-redis")
+	for {
+		if !sleep(ctx, time.Duration((0.5+rng.Float64())*float64(h.sc.Restarts))) {
+			return
+		}
+		sig := syscall.SIGTERM
+		if rng.IntN(2) == 0 {
+			sig = syscall.SIGKILL
+		}
+		down := time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		at := time.Now()
+		h.redis.Stop(sig)
+		time.Sleep(down)
+		for {
+			err := h.redis.Start()
+			if err == nil {
+				break
+			}
+			h.logf("redis restart failed (retrying): %v", err)
+			time.Sleep(500 * time.Millisecond)
+		}
+		h.mu.Lock()
+		h.restarts = append(h.restarts, restartEvent{Signal: sig, At: at, Down: time.Since(at)})
+		h.mu.Unlock()
+		h.logf("redis-server %v, back after %v", sig, time.Since(at).Round(time.Millisecond))
+	}
+}
+
+// deadSet lists the dead letters' ids.
+func (h *harness) deadSet() (map[string]bool, error) {
+	keys, _ := buckets.NewKeys(h.ns)
+	c := h.admin.Get()
+	defer c.Close()
+	ids, err := redis.Strings(c.Do("ZRANGE", keys.Dead(), 0, -1))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// allProcs returns every process incarnation, in start order.
+func (h *harness) allProcs() []*proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ps := append([]*proc(nil), h.procs...)
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Started.Before(ps[j].Started) })
+	return ps
+}

@@ -1,0 +1,169 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is what one run found.
+type Report struct {
+	Scenario, Doc string
+	Seed          int64
+	Tasks         int
+	Dir           string
+	Duration      time.Duration
+
+	Enqueued        int // acknowledged: Enqueue/EnqueueBatch returned nil
+	Executed        int // acknowledged tasks that ran at least once
+	DeadLettered    int // acknowledged tasks that did not run and are dead letters
+	Lost            int // acknowledged - executed - dead-lettered
+	ExecutedUnacked int // tasks of unacknowledged batches that ran (EXEC ran, the reply was lost)
+
+	DupTasks       int // tasks that ran more than once
+	ExtraRuns      int // runs beyond the first
+	DupWeak        int // duplicates explained only by weak evidence
+	DupUnexplained int // duplicates no interruption explains
+
+	// Interruptions: why a task may run again.
+	InterruptedTasks int // tasks with at least one of the below (lease-lost false alarms aside)
+	KilledInHandler  int // runs whose handler had started and not ended when the worker got SIGKILL
+	ClaimedAtKill    int // ids in a SIGKILLed worker's pending set right after it died
+	TakenAtKill      int // ids in its in-flight list (taken, not yet claimed: not runs)
+	CutAtShutdown    int // runs cancelled by a graceful stop
+	LeaseLost        int // runs whose worker logged that its lease ran out
+	LeaseLostAlone   int // of them, for tasks that never ran again: a false alarm
+	// RecoveredBeforeRun counts tasks whose first run came after a
+	// recovery: claimed, then returned by a reaper before any handler
+	// started (a worker killed between claim and handler, or a claim
+	// whose reply was lost).
+	RecoveredBeforeRun int
+	SnapshotsMissing   int // kills after which the worker's holdings could not be read
+
+	Early           int           // runs that started before the due time (producer's clock)
+	EarlyBeyond     int           // of them, earlier than EarlyBound
+	MaxEarly        time.Duration // the earliest
+	EarlyBound      time.Duration // allowed by clock skew
+	DueMovedEarlier int           // runs whose record's due time was before the producer's
+
+	LateP50, LateP90, LateP99, LateMax time.Duration // start - due of first runs
+	LateOver1s                         int
+
+	Batches, BatchesAcked, BatchesAbsent, BatchesApplied, BatchesPartial int
+	BatchesStuck                                                         int // of the partial ones: the rest is in Redis, not run
+
+	// WedgedSlots counts (worker, task) pairs where the worker retried
+	// recording a result that could never be recorded.
+	WedgedSlots int
+
+	Faults        map[string]int
+	Cuts          map[string]int
+	Crashes       []string
+	LogErrors     map[string]int // error-level log lines by role
+	ErrorMessages []string
+	Panics        int
+	Violations    int
+	DeadReasons   map[string]int
+	BadData       []BadVerdict
+
+	Failures []string // why the run fails; empty when it passes
+	Details  []string
+	Notes    []string
+}
+
+// BadVerdict is what became of one bad-data injection.
+type BadVerdict struct {
+	Name     string
+	Expected string
+	Observed string
+	OK       bool
+}
+
+// OK reports whether the run passed.
+func (r *Report) OK() bool { return len(r.Failures) == 0 }
+
+func (r *Report) String() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = "FAIL"
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("=== chaos scenario %q: %s (seed %d, %d tasks, %v)", r.Scenario, verdict, r.Seed, r.Tasks, r.Duration.Round(time.Second))
+	p("    %s", r.Doc)
+	p("    replay: go run ./chaos/cmd/chaos -scenario %s -tasks %d -seed %d", r.Scenario, r.Tasks, r.Seed)
+	p("  enqueued (acknowledged)  %d", r.Enqueued)
+	p("  executed                 %d", r.Executed)
+	p("  lost                     %d", r.Lost)
+	p("  dead-lettered            %d", r.DeadLettered)
+	p("  ran though unacknowledged %d", r.ExecutedUnacked)
+	p("  executed more than once  %d tasks, %d extra runs (unexplained %d, weakly explained %d)",
+		r.DupTasks, r.ExtraRuns, r.DupUnexplained, r.DupWeak)
+	p("  interrupted              %d tasks: %d in handler at SIGKILL, %d claimed at SIGKILL, %d lease lost, %d cut at graceful stop (%d taken-not-claimed at SIGKILL)",
+		r.InterruptedTasks, r.KilledInHandler, r.ClaimedAtKill, r.LeaseLost, r.CutAtShutdown, r.TakenAtKill)
+	if r.LeaseLostAlone > 0 || r.RecoveredBeforeRun > 0 {
+		p("                           (%d of the lease-lost warnings were false alarms: the task never ran again; %d tasks first ran after a recovery)",
+			r.LeaseLostAlone, r.RecoveredBeforeRun)
+	}
+	p("  executed early           %d runs (max %v; allowed by skew %v; beyond it %d)", r.Early, r.MaxEarly, r.EarlyBound, r.EarlyBeyond)
+	p("  lateness                 p50 %v  p90 %v  p99 %v  max %v  (>1s: %d)", r.LateP50, r.LateP90, r.LateP99, r.LateMax, r.LateOver1s)
+	p("  batches                  %d: %d acknowledged, unacknowledged %d absent / %d whole / %d PARTIAL",
+		r.Batches, r.BatchesAcked, r.BatchesAbsent, r.BatchesApplied, r.BatchesPartial)
+	if len(r.Faults) > 0 {
+		p("  faults                   %s", fmtCounts(r.Faults))
+	}
+	if len(r.Cuts) > 0 {
+		p("  connection cuts          %s", fmtCounts(r.Cuts))
+	}
+	if r.SnapshotsMissing > 0 {
+		p("  kills without snapshot   %d", r.SnapshotsMissing)
+	}
+	if len(r.DeadReasons) > 0 {
+		p("  dead-letter reasons      %s", fmtCounts(r.DeadReasons))
+	}
+	if len(r.LogErrors) > 0 {
+		p("  error log lines          %s", fmtCounts(r.LogErrors))
+		for _, m := range r.ErrorMessages {
+			p("      %s", m)
+		}
+	}
+	if len(r.BadData) > 0 {
+		p("  bad data:")
+		for _, v := range r.BadData {
+			mark := "ok  "
+			if !v.OK {
+				mark = "FAIL"
+			}
+			p("    %s %-26s expected: %s", mark, v.Name, v.Expected)
+			p("         %-26s observed: %s", "", v.Observed)
+		}
+	}
+	for _, n := range r.Notes {
+		p("  note: %s", n)
+	}
+	for _, c := range r.Crashes {
+		p("  crash: %s", c)
+	}
+	for _, f := range r.Failures {
+		p("  FAILURE: %s", f)
+	}
+	for _, d := range r.Details {
+		p("    %s", d)
+	}
+	p("  work dir: %s", r.Dir)
+	return b.String()
+}
+
+func fmtCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

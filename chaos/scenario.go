@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Scenario is one kind of fault injection. Intervals are means: each gap
+// is drawn from the run's seeded source.
+type Scenario struct {
+	Name string
+	Doc  string
+
+	Producers, Dispatchers, Reapers, Workers int
+	Concurrency                              int
+
+	KillWorkers   time.Duration // mean gap between worker kills; 0: none
+	TermWorkers   float64       // share of worker kills that are SIGTERM (graceful) instead of SIGKILL
+	KillInfra     time.Duration // mean gap between dispatcher/reaper kills
+	KillProducers time.Duration // mean gap between producer kills
+	// ProducerSelfKill is the chance per batch that a producer arms a
+	// SIGKILL of itself 0-3 ms after the call starts: in the middle of
+	// EnqueueBatch, or just after it returned.
+	ProducerSelfKill float64
+
+	Cuts          *CutPolicy // connections go through the cutting proxy
+	ServerTimeout int        // redis-server "timeout" (s): idle connections closed
+
+	Restarts time.Duration // mean gap between redis-server restarts (AOF, fsync always)
+
+	Skew bool // processes run with clocks offset by -2 s, 0 or +2 s
+
+	// BadData injects corrupted and hand-edited data: 1 records, ids,
+	// types, payloads and bucket keys; 2 also a ready list and a
+	// wake-up list of the wrong type, for a few seconds each.
+	BadData int
+
+	BatchMax int // largest producer batch
+	Pad      int // payload padding, bytes
+
+	// SlotArgs are extra chaosproc flags of single processes, by
+	// "role-index" (e.g. "worker-0").
+	SlotArgs map[string][]string
+
+	// MinDuration is the shortest default production time (the bad-data
+	// windows need a steady load around them).
+	MinDuration time.Duration
+}
+
+// Skew is the clock offset of the skew scenarios.
+const Skew = 2 * time.Second
+
+var scenarios = []Scenario{
+	{
+		Name: "workers", Doc: "kill -9 workers at random moments (some SIGTERM), restarting them",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8,
+		KillWorkers: 700 * time.Millisecond, TermWorkers: 0.15, BatchMax: 20,
+	},
+	{
+		Name: "infra", Doc: "kill -9 dispatchers and reapers mid-flight, 3 of each running (and some workers, so reapers have work)",
+		Producers: 3, Dispatchers: 3, Reapers: 3, Workers: 3, Concurrency: 8,
+		KillInfra: 300 * time.Millisecond, KillWorkers: 2 * time.Second, BatchMax: 20,
+	},
+	{
+		Name: "producers", Doc: "kill -9 producers mid-EnqueueBatch (large batches); batches must be all or nothing",
+		Producers: 4, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8,
+		KillProducers: time.Second, ProducerSelfKill: 0.3, BatchMax: 200, Pad: 2000,
+	},
+	{
+		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		Cuts: &CutPolicy{Before: 0.002, After: 0.002, ExecBefore: 0.01, ExecAfter: 0.02,
+			PopAfter: 0.01, Blocked: 0.1, RandomEvery: 200 * time.Millisecond},
+		ServerTimeout: 1,
+		// One worker keeps no done records (DoneRetention < 0): a
+		// result whose EXEC reply is lost finds no record on retry.
+		SlotArgs: map[string][]string{"worker-0": {"-done-retention=-1s"}},
+	},
+	{
+		Name: "restart", Doc: "stop (SIGTERM) or crash (SIGKILL) redis-server under load and restart it; appendonly yes, appendfsync always",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		Restarts: 2500 * time.Millisecond,
+	},
+	{
+		Name: "skew", Doc: "process clocks offset by -2 s, 0 or +2 s (engine.OffsetClock)",
+		Producers: 3, Dispatchers: 3, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		Skew: true,
+	},
+	{
+		Name: "baddata", Doc: "corrupted records, unknown types, payloads at and over the limit, records deleted under their ids, garbage ids and index members, keys of the wrong type",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		BadData: 2, MinDuration: 10 * time.Second,
+	},
+	{
+		Name: "combined", Doc: "all of the above at once (bad data without the wrong-type ready and wake-up lists)",
+		Producers: 3, Dispatchers: 3, Reapers: 3, Workers: 4, Concurrency: 8, BatchMax: 50, Pad: 200,
+		KillWorkers: 1500 * time.Millisecond, TermWorkers: 0.15, KillInfra: time.Second, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.05,
+		Cuts: &CutPolicy{Before: 0.001, After: 0.001, ExecBefore: 0.005, ExecAfter: 0.01,
+			PopAfter: 0.005, Blocked: 0.05, RandomEvery: 500 * time.Millisecond},
+		ServerTimeout: 1, Restarts: 5 * time.Second, Skew: true, BadData: 1,
+	},
+}
+
+// Scenarios returns the names of the scenarios, in order.
+func Scenarios() []string {
+	out := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// LookupScenario returns the named scenario.
+func LookupScenario(name string) (Scenario, error) {
+	for _, s := range scenarios {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Scenario{}, fmt.Errorf("chaos: unknown scenario %q (have %s)", name, strings.Join(Scenarios(), ", "))
+}
+
+// Describe lists the scenarios with their descriptions.
+func Describe() string {
+	var b strings.Builder
+	for _, s := range scenarios {
+		fmt.Fprintf(&b, "  %-10s %s\n", s.Name, s.Doc)
+	}
+	return b.String()
+}
