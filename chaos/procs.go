@@ -122,8 +122,8 @@ type logScan struct {
 	Expired   []string // task ids given up by the worker's own lease timer
 	// Wedged counts, per task id, retries to record a result that failed
 	// with an error no retry can fix (record gone or malformed).
-	Wedged     map[string]int
-	WedgedErr  map[string]string
+	Wedged    map[string]int
+	WedgedErr map[string]string
 	// Unrecorded lists task ids whose result failed to be recorded at
 	// least once (Redis down, a cut): if the process is killed before a
 	// retry succeeds, the run's lease is still held, and the task rightly
