@@ -16,7 +16,11 @@ import (
 // ZRANGEBYSCORE sched -inf now LIMIT 0 limit. It reads outside any
 // transaction: moves watch the buckets themselves.
 func (s *Store) DueBuckets(conn redis.Conn, now int64, limit int) ([]string, error) {
-	ms, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", 0, limit))
+	return s.dueBuckets(conn, now, 0, limit)
+}
+
+func (s *Store) dueBuckets(conn redis.Conn, now int64, offset, limit int) ([]string, error) {
+	ms, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", offset, limit))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: due buckets: %w", err)
 	}
@@ -235,8 +239,16 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // producer pushed into one) is left for the next call, which reads those
 // buckets again. MoveResult.Partial says that more may be due: a full
 // lookahead, or a bucket moved in part.
-func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead int) (MoveResult, error) {
-	members, err := s.DueBuckets(conns[0], now, lookahead)
+//
+// window picks which lookahead-sized window of the due buckets to read
+// first (0 is the earliest): dispatchers that start in different windows
+// of a large backlog do not reach for the same buckets. If that window is
+// empty, the earliest is read instead.
+func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (MoveResult, error) {
+	members, err := s.dueBuckets(conns[0], now, window*lookahead, lookahead)
+	if err == nil && len(members) == 0 && window > 0 {
+		members, err = s.dueBuckets(conns[0], now, 0, lookahead)
+	}
 	if err != nil || len(members) == 0 {
 		return MoveResult{}, err
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -134,7 +135,9 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	if err := d.fault("before-move"); err != nil {
 		return 0, err
 	}
-	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets)
+	// Several dispatchers over one large backlog each start in a window of
+	// their own, at random among four, so that they seldom conflict.
+	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
 	if err != nil {
 		return 0, err
 	}
