@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
