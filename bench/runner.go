@@ -356,7 +356,6 @@ func (h *Harness) makeTasks(n int, due func(i int) time.Time) []Task {
 	return ts
 }
 
-
 func needScheduler(i Impl) string {
 	if _, ok := i.(Scheduler); !ok {
 		return "no delayed tasks"
