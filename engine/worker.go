@@ -671,22 +671,43 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 }
 
 // unfinishable handles a result that no retry can record: the record is
-// no longer this run's. After a cut connection that is most likely this
-// very result, recorded before the reply was lost.
+// no longer this run's. After a cut connection that may be this very
+// result, recorded before the reply was lost: the record then shows this
+// run finished (same run number, same recoveries, not running). Otherwise
+// the lease was lost (a reaper returned the task) and it runs again.
 func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
 	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, err}
-	switch {
-	case cut:
+	if cut && w.ownResult(rec, err) {
 		w.log.Debug("result already recorded before the connection dropped", attrs...)
-	case errors.Is(err, ErrLeaseLost):
-		w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", attrs...)
-	default:
-		w.log.Error("task record deleted or corrupted while it ran; its result is dropped", attrs...)
-		// Its pending entry would otherwise wait for a reaper.
-		conn := w.pool.Get()
-		_, _ = conn.Do("ZREM", w.store.Keys.Pending(w.id), rec.ID)
-		conn.Close()
+		return
 	}
+	if errors.Is(err, ErrLeaseLost) {
+		w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", attrs...)
+		return
+	}
+	w.log.Error("task record deleted or corrupted while it ran; its result is dropped", attrs...)
+	// Its pending entry would otherwise wait for a reaper.
+	conn := w.pool.Get()
+	_, _ = conn.Do("ZREM", w.store.Keys.Pending(w.id), rec.ID)
+	conn.Close()
+}
+
+// ownResult reports whether the record now shows rec's run as finished by
+// this worker: done or dead, or waiting for a retry, with the same run
+// number and recoveries. A record gone after a cut is taken as a done task
+// whose record was not kept (DoneRetention < 0).
+func (w *Worker) ownResult(rec *buckets.Record, err error) bool {
+	if errors.Is(err, ErrNotFound) {
+		return w.cfg.DoneRetention < 0
+	}
+	conn := w.pool.Get()
+	defer conn.Close()
+	now, _, rerr := w.store.Records(conn, []string{rec.ID})
+	if rerr != nil || len(now) != 1 || now[0] == nil {
+		return false
+	}
+	r := now[0]
+	return r.Runs == rec.Runs && r.Recoveries == rec.Recoveries && r.State != buckets.StateRunning
 }
 
 // decide turns a handler's result into the record's next state.
