@@ -23,7 +23,7 @@ const (
 )
 
 // retryBackoff grows a wait after consecutive failures of a loop: 50 ms
-// doubling to 5 s, with jitter, and logs only when the wait grows so an
+// doubling to 2 s (a restarting Redis is back within seconds), with jitter, and logs only when the wait grows so an
 // outage is logged once per step, not once per try.
 type retryBackoff struct {
 	fails int
@@ -35,8 +35,8 @@ func (b *retryBackoff) reset() { b.fails = 0 }
 func (b *retryBackoff) wait(ctx context.Context, log *slog.Logger, what string, err error) bool {
 	b.fails++
 	d := 50 * time.Millisecond << min(b.fails-1, 7)
-	if d > 5*time.Second {
-		d = 5 * time.Second
+	if d > 2*time.Second {
+		d = 2 * time.Second
 	}
 	if b.fails <= 8 || b.fails%20 == 0 {
 		log.Warn(what+" failed; retrying", keyErr, err, "retry_in", d.Round(time.Millisecond), "failures", b.fails)
