@@ -125,3 +125,26 @@ func TestWrongTypeKeys(t *testing.T) {
 		}
 	})
 }
+
+// Shutdown unregisters at once even when the pool's idle connections were
+// closed by the server (its timeout setting): unregister retries on a
+// fresh connection instead of leaving the worker to a reaper.
+func TestUnregisterAfterStaleConnections(t *testing.T) {
+	e := realEnv(t)
+	if _, err := e.admin(t).Do("CONFIG", "SET", "timeout", "1"); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.HeartbeatInterval = 3 * time.Second
+	e.cfg.HeartbeatTTL = 10 * time.Second
+	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	stop := runBackground(t, w.Run)
+	time.Sleep(2500 * time.Millisecond) // pooled connections idle past the server's timeout
+	stop()
+	admin := e.admin(t)
+	if n, _ := redis.Int(admin.Do("EXISTS", e.key("hb:"+w.ID()))); n != 0 {
+		t.Fatal("heartbeat left behind: the worker did not unregister")
+	}
+	if n, _ := redis.Int(admin.Do("SISMEMBER", e.key("w"), w.ID())); n != 0 {
+		t.Fatal("worker still registered")
+	}
+}

@@ -104,23 +104,24 @@ func (b *blocker) get(ctx context.Context) (redis.Conn, error) {
 		return b.conn, nil
 	}
 	b.close()
-	var (
-		c   redis.Conn
-		err error
-	)
-	switch {
-	case b.pool.DialContext != nil:
-		c, err = b.pool.DialContext(ctx)
-	case b.pool.Dial != nil:
-		c, err = b.pool.Dial()
-	default:
-		return nil, errors.New("engine: the pool has no Dial function")
-	}
+	c, err := dialFresh(ctx, b.pool)
 	if err != nil {
 		return nil, err
 	}
 	b.conn = c
 	return c, nil
+}
+
+// dialFresh dials a new connection with the pool's dial function, outside
+// the pool.
+func dialFresh(ctx context.Context, pool *redis.Pool) (redis.Conn, error) {
+	switch {
+	case pool.DialContext != nil:
+		return pool.DialContext(ctx)
+	case pool.Dial != nil:
+		return pool.Dial()
+	}
+	return nil, errors.New("engine: the pool has no Dial function")
 }
 
 func (b *blocker) close() {

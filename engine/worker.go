@@ -814,8 +814,8 @@ func (w *Worker) unregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var bo retryBackoff
-	for {
-		err := w.unregisterOnce(ctx)
+	for fresh := false; ; fresh = true {
+		err := w.unregisterOnce(ctx, fresh)
 		if err == nil {
 			return
 		}
@@ -827,8 +827,19 @@ func (w *Worker) unregister() {
 	}
 }
 
-func (w *Worker) unregisterOnce(ctx context.Context) error {
-	conn, err := w.pool.GetContext(ctx)
+// unregisterOnce returns the in-flight list and forgets the worker, on a
+// pooled connection or, after a failure (the pool's idle connections may
+// all have been closed by the server), on a freshly dialled one.
+func (w *Worker) unregisterOnce(ctx context.Context, fresh bool) error {
+	var (
+		conn redis.Conn
+		err  error
+	)
+	if fresh {
+		conn, err = dialFresh(ctx, w.pool)
+	} else {
+		conn, err = w.pool.GetContext(ctx)
+	}
 	if err != nil {
 		return err
 	}
