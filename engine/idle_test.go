@@ -40,9 +40,11 @@ func TestIdleCost(t *testing.T) {
 	time.Sleep(window)
 	perSec := float64(commandTotal(e)-before) / window.Seconds()
 	t.Logf("idle: %.1f commands/s with 1 s IdleWait, heartbeat and reap interval", perSec)
-	// 5 + 4 + 4 per second, plus reaper jitter and timeout slack.
-	if perSec > 16 {
-		t.Fatalf("idle server sent %.1f commands/s; budget 16", perSec)
+	// About 5 + 4 + 4 a second (measured: 14.2); the budget leaves room
+	// for timers that fire together in the window. A poll would send
+	// thousands.
+	if perSec > 20 {
+		t.Fatalf("idle server sent %.1f commands/s; budget 20", perSec)
 	}
 	stopIdle()
 	// And a task still starts at once: the idle wait is not a poll.
