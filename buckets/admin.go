@@ -2,7 +2,6 @@ package buckets
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 
@@ -332,6 +331,3 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	}
 	return out, nil
 }
-
-// IsNotFound reports whether err says the task does not exist.
-func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

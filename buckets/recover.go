@@ -192,14 +192,8 @@ func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		for i := len(ids) - 1; i >= 0; i-- {
 			id := ids[i]
 			raw, _ := reps[i].([]byte)
-			if raw == nil {
-				s.bury(tx, &Record{ID: id, Queue: "unknown", Type: "?", MaxAttempts: 1}, now, "task record missing")
-				res.Buried++
-				continue
-			}
-			r, derr := DecodeRecord(id, raw)
+			r, derr := s.readable(tx, id, "unknown", raw, now)
 			if derr != nil {
-				s.bury(tx, &Record{ID: id, Queue: "unknown", Type: "?", MaxAttempts: 1, Payload: raw}, now, derr.Error())
 				res.Buried++
 				continue
 			}
@@ -223,6 +217,21 @@ func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		return RequeueResult{}, fmt.Errorf("buckets: recover in-flight of %s: %w", w, err)
 	}
 	return res, nil
+}
+
+// RecoverAllInflight runs RecoverInflight until worker w's in-flight list
+// is empty, and adds up what it did.
+func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (RequeueResult, error) {
+	var total RequeueResult
+	for {
+		res, err := s.RecoverInflight(ctx, conn, w, now, 100)
+		total.Requeued += res.Requeued
+		total.Buried += res.Buried
+		total.Dropped += res.Dropped
+		if err != nil || res.Requeued+res.Buried+res.Dropped == 0 {
+			return total, err
+		}
+	}
 }
 
 // Beat proves worker process w alive for ttl seconds and keeps it in the

@@ -75,12 +75,8 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			return err
 		}
 		rec, result = nil, Skipped
-		if raw == nil {
+		if r, derr := s.readable(tx, id, q, raw, now); derr != nil {
 			result = Buried
-			s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1}, now, "task record missing")
-		} else if r, derr := DecodeRecord(id, raw); derr != nil {
-			result = Buried
-			s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1, Payload: raw}, now, derr.Error())
 		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 			rec, result = r, Claimed // our own claim, whose reply was lost
 			if hold {
@@ -114,6 +110,23 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		return nil, 0, fmt.Errorf("buckets: claim %s: %w", id, err)
 	}
 	return rec, result, nil
+}
+
+// readable decodes a record read for an id taken from a list. A missing
+// or undecodable record cannot run: it queues a dead letter saying why
+// (with the raw bytes as its payload, under queue q) and returns the error.
+func (s *Store) readable(tx queuer, id, q string, raw []byte, now int64) (*Record, error) {
+	if raw == nil {
+		err := fmt.Errorf("task %s: record missing: %w", id, ErrNotFound)
+		s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1}, now, "task record missing")
+		return nil, err
+	}
+	r, err := DecodeRecord(id, raw)
+	if err != nil {
+		s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1, Payload: raw}, now, err.Error())
+		return nil, err
+	}
+	return r, nil
 }
 
 // bury queues the commands that make r a dead letter with reason.

@@ -27,8 +27,7 @@ type Dispatcher struct {
 	store *buckets.Store
 	log   *slog.Logger
 
-	moved   atomic.Int64
-	stalled func(stage string) error // fault injection for tests
+	moved atomic.Int64
 }
 
 // NewDispatcher returns a Dispatcher over pool.
@@ -132,16 +131,10 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	}
 	conn := conns[0]
 	now := ms(d.cfg.Clock.Now())
-	if err := d.fault("before-move"); err != nil {
-		return 0, err
-	}
 	// Several dispatchers over one large backlog each start in a window of
 	// their own, at random among four, so that they seldom conflict.
 	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
 	if err != nil {
-		return 0, err
-	}
-	if err := d.fault("after-move"); err != nil {
 		return 0, err
 	}
 	d.moved.Add(int64(res.Tasks))
@@ -167,13 +160,6 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	return next, nil
 }
 
-func (d *Dispatcher) fault(stage string) error {
-	if d.stalled == nil {
-		return nil
-	}
-	return d.stalled(stage)
-}
-
 // waker blocks on the wake list on its own connection and passes each
 // token on. It passes its idle timeout on too, so the main loop looks
 // again even if a token was lost.
@@ -188,7 +174,7 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 				return
 			}
 			if buckets.IsServerError(err) {
-				d.setAside(ctx, d.store.Keys.Wake())
+				setAside(ctx, d.pool, d.store, d.log, "list", d.store.Keys.Wake())
 			}
 			if !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
 				return
@@ -200,21 +186,5 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 		case wake <- struct{}{}:
 		default:
 		}
-	}
-}
-
-// setAside renames a key of the wrong type out of the way.
-func (d *Dispatcher) setAside(ctx context.Context, keys ...string) {
-	conn, err := d.pool.GetContext(ctx)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	moved, err := d.store.SetAside(conn, "list", keys...)
-	for _, k := range moved {
-		d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
-	}
-	if err != nil {
-		d.log.Warn("could not set aside keys of the wrong type", keyErr, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -184,6 +185,23 @@ func blockPop(ctx context.Context, b *blocker, keys []string, wait time.Duration
 		return "", nil
 	}
 	return r.rep[0], nil
+}
+
+// setAside renames keys of the wrong type (written by hand, say) out of
+// the way on a pooled connection, logging each one.
+func setAside(ctx context.Context, pool *redis.Pool, st *buckets.Store, log *slog.Logger, want string, keys ...string) {
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	moved, err := st.SetAside(conn, want, keys...)
+	for _, k := range moved {
+		log.Error("key of the wrong type set aside", "key", k, "moved_to", st.Keys.Quarantine(k))
+	}
+	if err != nil {
+		log.Warn("could not set aside keys of the wrong type", keyErr, err)
+	}
 }
 
 // group runs goroutines and waits for them all.

@@ -133,16 +133,10 @@ func wrapReap(err error) error {
 // reapDead returns everything a dead worker held and forgets it.
 func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
 	log := r.log.With(keyWorker, w)
-	for {
-		res, err := r.store.RecoverInflight(ctx, conn, w, ms(r.cfg.Clock.Now()), 100)
-		if err != nil {
-			return recovered, buried, wrapReap(err)
-		}
-		recovered += res.Requeued
-		buried += res.Buried
-		if res.Requeued+res.Buried+res.Dropped == 0 {
-			break
-		}
+	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Clock.Now()))
+	recovered, buried = res.Requeued, res.Buried
+	if err != nil {
+		return recovered, buried, wrapReap(err)
 	}
 	n, b, err := r.requeueAll(ctx, conn, w, math.MaxInt64, buckets.WorkerDied)
 	recovered += n

@@ -310,7 +310,7 @@ func (w *Worker) waiter(ctx context.Context) {
 			if buckets.IsServerError(err) {
 				// A wake-up list of the wrong type: set it aside, and let a
 				// slot look at the queues meanwhile.
-				w.setAside("list", w.notifyKeys...)
+				setAside(ctx, w.pool, w.store, w.log, "list", w.notifyKeys...)
 				w.kickOne()
 			}
 			if !bo.wait(ctx, w.log, "worker wake-up wait", err) {
@@ -472,17 +472,13 @@ func (w *Worker) recoverOwnInflight(ctx context.Context) {
 		return
 	}
 	defer conn.Close()
-	for {
-		res, err := w.store.RecoverInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100)
-		if err != nil {
-			return
-		}
-		if res.Requeued+res.Buried+res.Dropped == 0 {
-			break
-		}
+	res, err := w.store.RecoverAllInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()))
+	if res.Requeued+res.Buried > 0 {
 		w.log.Warn("returned tasks whose pop reply was lost", "requeued", res.Requeued, "buried", res.Buried)
 	}
-	w.dirty.Store(false)
+	if err == nil {
+		w.dirty.Store(false)
+	}
 }
 
 // fetch takes one task from the first queue in order() that has one. A
@@ -493,7 +489,7 @@ func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
 	for _, q := range w.order() {
 		id, err := w.store.Pop(conn, q, w.id)
 		if err != nil && buckets.IsServerError(err) {
-			w.setAside("list", w.store.Keys.Ready(q), w.store.Keys.Inflight(w.id))
+			setAside(context.Background(), w.pool, w.store, w.log, "list", w.store.Keys.Ready(q), w.store.Keys.Inflight(w.id))
 			bad = err
 			continue
 		}
@@ -502,19 +498,6 @@ func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
 		}
 	}
 	return "", "", bad
-}
-
-// setAside renames keys of the wrong type out of the way, with a log line.
-func (w *Worker) setAside(want string, keys ...string) {
-	conn := w.pool.Get()
-	defer conn.Close()
-	moved, err := w.store.SetAside(conn, want, keys...)
-	for _, k := range moved {
-		w.log.Error("key of the wrong type set aside", "key", k, "moved_to", w.store.Keys.Quarantine(k))
-	}
-	if err != nil {
-		w.log.Warn("could not set aside keys of the wrong type", keyErr, err)
-	}
 }
 
 // claim records the popped task as running. A failure to reach Redis is
@@ -844,14 +827,8 @@ func (w *Worker) unregisterOnce(ctx context.Context, fresh bool) error {
 		return err
 	}
 	defer conn.Close()
-	for {
-		res, err := w.store.RecoverInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100)
-		if err != nil {
-			return err
-		}
-		if res.Requeued+res.Buried+res.Dropped == 0 {
-			break
-		}
+	if _, err := w.store.RecoverAllInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now())); err != nil {
+		return err
 	}
 	ok, err := w.store.Forget(ctx, conn, w.id, false)
 	if err != nil {

@@ -354,9 +354,6 @@ func (tx *Tx) AfterExec(name string, args ...interface{}) {
 	tx.after = append(tx.after, Cmd{Name: name, Args: args})
 }
 
-// Queued reports how many commands are queued so far.
-func (tx *Tx) Queued() int { return len(tx.queued) }
-
 func (tx *Tx) checkRead(name string, args []interface{}) error {
 	switch strings.ToUpper(name) {
 	case "MULTI", "EXEC", "DISCARD":
