@@ -146,7 +146,7 @@ func (s *Schedule) Plan(m Missed, last, now time.Time, horizon time.Duration, li
 	p := Plan{Last: last}
 	if !last.IsZero() && last.Before(now) {
 		keep := m.keep()
-		latest := s.latest(last, now, max(keep, 1))
+		latest := s.Latest(last, now, max(keep, 1))
 		if n := len(latest); n > 0 {
 			p.Last = latest[n-1]
 			kept := latest[max(0, n-keep):]
@@ -172,11 +172,14 @@ func (s *Schedule) Plan(m Missed, last, now time.Time, horizon time.Duration, li
 	return p
 }
 
-// latest returns the latest n firings in (after, upto], oldest first. A
-// window ending at upto doubles until it holds n firings or reaches after,
-// so the work is proportional to the firings near upto, not to the length
-// of the outage.
-func (s *Schedule) latest(after, upto time.Time, n int) []time.Time {
+// Latest returns the latest n firings in (after, upto], oldest first (the
+// last firing before now, say, for a listing). A window ending at upto
+// doubles until it holds n firings or reaches after, so the work is
+// proportional to the firings near upto, not to the length of the range.
+func (s *Schedule) Latest(after, upto time.Time, n int) []time.Time {
+	if n < 1 {
+		return nil
+	}
 	if s.every > 0 {
 		hi := floorDiv(upto.Unix(), s.every)
 		lo := floorDiv(after.Unix(), s.every) + 1 // the first multiple after after

@@ -190,3 +190,28 @@ func TestPlanContinues(t *testing.T) {
 		t.Errorf("after the outage: missed %v skipped %d; the outage had %v", p.Missed, p.Skipped, lost)
 	}
 }
+
+// TestLatest agrees with the tail of Between, for intervals and cron
+// schedules, across a daylight-saving change, and when fewer firings exist.
+func TestLatest(t *testing.T) {
+	after, upto := utc("2026-10-24T20:00:00Z"), utc("2026-10-25T03:00:00Z")
+	for _, spec := range []Spec{
+		{Every: 7 * time.Second},
+		{Cron: "*/15 * * * *", Location: "Europe/Berlin"},
+		{Cron: "30 2 * * *", Location: "Europe/Berlin"},
+		{Cron: "0 0 1 1 *"}, // none in the range
+	} {
+		s := mustParse(t, spec)
+		all := s.Between(after, upto, 100000)
+		for _, n := range []int{0, 1, 3, 40, 5000} {
+			got := s.Latest(after, upto, n)
+			want := all[max(0, len(all)-n):]
+			if n == 0 {
+				want = nil
+			}
+			if !equalTimes(got, want) {
+				t.Errorf("%v: Latest(n=%d) = %v, want %v", s, n, got, want)
+			}
+		}
+	}
+}
