@@ -29,8 +29,9 @@
 // # Daylight-saving time
 //
 // Cron expressions name wall-clock times, which a daylight-saving change
-// skips (spring forward) or repeats (fall back). The rule follows the
-// classic cron daemons (Vixie/ISC cron), decided by the hour field:
+// skips (spring forward) or repeats (fall back). The rule is the one the
+// classic cron daemons (Vixie/ISC cron) apply to fixed-time jobs, with the
+// line between fixed-time and interval-like drawn at the hour field:
 //
 //   - A time-of-day schedule (the hour field does not name every hour, as in
 //     "30 2 * * *" or @daily) fires once per matching wall-clock time: a
@@ -42,6 +43,16 @@
 //     "0 * * * *" or "*/15 * * * *") follows real time: wall-clock times in
 //     a gap do not exist and do not fire, and a repeated hour fires twice,
 //     so "*/15" keeps firing every 15 real minutes through both changes.
+//
+// # Passes, missed firings and ids
+//
+// A process keeps an entry's next firings enqueued ahead of time, one
+// scheduling pass after another. [Schedule.Plan] decides a pass from the
+// entry's stored watermark ("last scheduled") and the process's clock:
+// which firings whose time passed unscheduled to run under the [Missed]
+// policy, which upcoming ones to enqueue, and the new watermark to store in
+// the same transaction. [FiringID] names each firing's task, so that
+// processes enqueueing the same firing write one task.
 //
 // # Time zone data
 //
