@@ -90,6 +90,22 @@ func TestClusterRoutesBySlot(t *testing.T) {
 	if st := r.Stats(); st.Moved != 0 || st.Ask != 0 {
 		t.Errorf("stats %+v: a fresh map needed redirections", st)
 	}
+
+	// Every round trip of a transaction is bounded by its context: a BLPOP
+	// that would wait forever ends with the deadline.
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	err := r.Txn(short, []string{"{route0}:empty"}, func(conn redis.Conn) error {
+		_, err := conn.Do("BLPOP", "{route0}:empty", 0)
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Txn blocked past its deadline returned %v, want context.DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("Txn returned %v after a 200ms deadline", waited)
+	}
 }
 
 func TestClusterTxnAcrossSlotsRefused(t *testing.T) {
@@ -281,6 +297,14 @@ func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 				func() bool { return r.Stats().TryAgain > st.TryAgain }, l.state)
 		case 2:
 			// Both keys are on dst, the slot still on src: ASK, then commit on dst.
+			// A single command follows ASK too.
+			askBefore := r.Stats().Ask
+			if n, err := redis.Int(r.Do(ctx, l.counter, "GET", l.counter)); err != nil || n < 20 {
+				t.Errorf("GET of a migrated key through the router = %d, %v", n, err)
+			}
+			if r.Stats().Ask == askBefore {
+				t.Errorf("GET of a migrated key saw no ASK")
+			}
 			ok := l.okRuns.Load()
 			await(t, 10*time.Second, "a transaction committed after ASK",
 				func() bool { return r.Stats().Ask > st.Ask && l.okRuns.Load() > ok+5 }, l.state)
