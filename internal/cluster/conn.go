@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -70,6 +72,7 @@ func (b *boundConn) DoContext(ctx context.Context, cmd string, args ...interface
 		return nil, err
 	}
 	reply, err := redis.DoContext(b.c, ctx, cmd, args...)
+	err = ctxErr(ctx, err)
 	if cmd != "" || err != nil {
 		// Do returns the last reply; an ASKING answers OK, never an error.
 		return reply, err
@@ -106,11 +109,29 @@ func (b *boundConn) ReceiveContext(ctx context.Context) (interface{}, error) {
 		b.drops = b.drops[1:]
 		if drop {
 			if _, err := redis.ReceiveContext(b.c, ctx); err != nil {
-				return nil, err
+				return nil, ctxErr(ctx, err)
 			}
 		}
 	}
-	return redis.ReceiveContext(b.c, ctx)
+	reply, err := redis.ReceiveContext(b.c, ctx)
+	return reply, ctxErr(ctx, err)
+}
+
+// ctxErr makes an error caused by the end of ctx (redigo may report it as
+// the read deadline it set from ctx) match ctx.Err() with errors.Is.
+func ctxErr(ctx context.Context, err error) error {
+	if err == nil {
+		return err
+	}
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		// The deadline has passed but ctx's timer has not fired yet.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
 }
 
 func (b *boundConn) ReceiveWithTimeout(timeout time.Duration) (interface{}, error) {
