@@ -356,7 +356,8 @@ func (n *Node) ID(t testing.TB) string {
 	return id
 }
 
-// MasterOf returns the node that serves slot, as the given node sees it.
+// MasterOf returns the node that serves slot, as the first node that
+// answers CLUSTER SLOTS sees it.
 func (c *Cluster) MasterOf(t testing.TB, slot int) *Node {
 	t.Helper()
 	for _, n := range c.Nodes {
