@@ -57,7 +57,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 		})
 		mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- task.ID; return nil })
 		e.cfg.Concurrency = 1
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		first, _ := c.Enqueue(ctx, "vanish", nil)
@@ -89,7 +89,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		rec := newRecorder(nil)
 		e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}}
 		e.cfg.StrictPriority = true
-		srv, _ := NewServer(e.pool, e.cfg, rec, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		time.Sleep(200 * time.Millisecond) // idle, blocked on n:a n:b
 

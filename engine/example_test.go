@@ -76,7 +76,7 @@ func ExampleWorker_Run() {
 		ran <- "hello, " + string(t.Payload)
 		return nil
 	})
-	srv, _ := engine.NewServer(pool, cfg, mux, engine.Roles{})
+	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
 	go srv.Run(ctx)
 
 	id, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
@@ -87,4 +87,54 @@ func ExampleWorker_Run() {
 	// Output:
 	// hello, world
 	// done 1
+}
+
+// A producer that chooses the task's id can retry without fear of
+// duplicates: the second Enqueue of an id writes nothing.
+func ExampleTaskID() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	enqueue := func() error {
+		_, err := client.EnqueueIn(ctx, time.Hour, "invoice.send", []byte("42"), engine.TaskID("invoice-42"))
+		return err
+	}
+	err := enqueue()
+	for errors.Is(err, engine.ErrUncertain) {
+		err = enqueue() // the reply was lost: the same id makes the retry safe
+	}
+	fmt.Println(err)
+	fmt.Println(errors.Is(enqueue(), engine.ErrTaskExists))
+	info, _ := client.Lookup(ctx, "invoice-42")
+	fmt.Println(info.ID, info.State)
+	// Output:
+	// <nil>
+	// true
+	// invoice-42 scheduled
+}
+
+// A batch with an id that exists writes none of its tasks; the error
+// names the ids that exist.
+func ExampleTaskExistsError() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	_, _ = client.Enqueue(ctx, "user.welcome", nil, engine.TaskID("welcome-ada"))
+	_, err := client.EnqueueBatch(ctx, []engine.NewTask{
+		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-bob")}},
+		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-ada")}},
+	})
+	var exists *engine.TaskExistsError
+	if errors.As(err, &exists) {
+		fmt.Println(exists.IDs)
+	}
+	_, err = client.Lookup(ctx, "welcome-bob")
+	fmt.Println(errors.Is(err, engine.ErrNotFound))
+	// Output:
+	// [welcome-ada]
+	// true
 }

@@ -36,7 +36,7 @@ func newEnv(t testing.TB, srv *redistest.Server) *env {
 	return &env{srv: srv, pool: srv.Pool(t), ns: ns, cfg: Config{
 		Namespace: ns, Logger: testLogger(t), IdleWait: time.Second,
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
-		ReapInterval: 100 * time.Millisecond, Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+		ReapInterval: 100 * time.Millisecond, RetryDelay: func(*Task, int, error) time.Duration { return 10 * time.Millisecond },
 		LeaseGrace: 500 * time.Millisecond,
 	}}
 }

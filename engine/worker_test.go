@@ -262,13 +262,13 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			return nil
 		})
 		var asked []int
-		e.cfg.Backoff = func(a int) time.Duration {
+		e.cfg.RetryDelay = func(_ *Task, a int, _ error) time.Duration {
 			mu.Lock()
 			asked = append(asked, a)
 			mu.Unlock()
 			return time.Duration(a) * 100 * time.Millisecond
 		}
-		srv, _ := NewServer(e.pool, e.cfg, rec, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		id, err := c.Enqueue(ctx, "t", nil, MaxAttempts(3))
@@ -337,7 +337,7 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		perm, _ := c.Enqueue(ctx, "perm", nil)
@@ -372,7 +372,7 @@ func TestUnknownType(t *testing.T) {
 			cfg := e.cfg
 			cfg.UnknownType = pol
 			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
-			srv, _ := NewServer(e.pool, cfg, NewMux(), Roles{})
+			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
 			id, _ := c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3))
@@ -467,7 +467,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 			quick.Add(1)
 			return nil
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
 		hang, _ := c.Enqueue(ctx, "hang", nil)
@@ -527,7 +527,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	go srv.Run(ctx)
 	id, _ := e.client(t).Enqueue(ctx, "hang", nil)
 	<-started
@@ -548,7 +548,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 		t.Fatalf("task %s after abort, want ready", s)
 	}
 
-	srv2, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv2, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	if err := srv2.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +571,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	ran := make(chan struct{}, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })
-	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	runBackground(t, srv.Run)
 	time.Sleep(4500 * time.Millisecond) // two idle timeouts
 	if _, err := e.client(t).EnqueueIn(context.Background(), 50*time.Millisecond, "t", nil); err != nil {
