@@ -485,12 +485,24 @@ func (r *recorder) exactlyOnce(t testing.TB, ids []string) {
 }
 
 // must(t)(c.Enqueue(...)) returns the id, failing t on error.
-func must(t testing.TB) func(id string, err error) string {
-	return func(id string, err error) string {
+func must(t testing.TB) func(info *engine.TaskInfo, err error) string {
+	return func(info *engine.TaskInfo, err error) string {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("enqueue: %v", err)
 		}
-		return id
+		return info.ID
 	}
+}
+
+// idsOf is the ids of tasks just enqueued.
+func idsOf(infos []*engine.TaskInfo, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids, nil
 }

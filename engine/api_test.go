@@ -91,7 +91,7 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	ctx := context.Background()
-	id, err := c.EnqueueIn(ctx, time.Hour, "t", nil)
+	id, err := idOf(c.EnqueueIn(ctx, time.Hour, "t", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 	}
 	runBackground(t, srv.Run)
 	ctx := context.Background()
-	id, err := e.client(t).Enqueue(ctx, "fails", nil, MaxAttempts(3), TaskID("retry-policy"))
+	id, err := idOf(e.client(t).Enqueue(ctx, "fails", nil, MaxAttempts(3), TaskID("retry-policy")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +168,44 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 	want := "[retry-policy fails attempt=1 run=1 err=boom 1 retry-policy fails attempt=2 run=2 err=boom 2]"
 	if fmt.Sprint(calls) != want {
 		t.Fatalf("RetryDelay calls %v, want %v", calls, want)
+	}
+}
+
+// Enqueue and its kin return what was written: the id, the queue, the due
+// time the producer asked for (on its own clock) and the state.
+func TestEnqueueReturnsInfo(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	clock := &settableClock{now: time.UnixMilli(1_700_000_000_000).Add(300 * time.Microsecond)}
+	e.cfg.Clock = clock
+	c := e.client(t)
+	ctx := context.Background()
+	now := clock.Now()
+	in, err := c.EnqueueIn(ctx, 90*time.Second, "t", []byte("p"), Queue("q"), TaskID("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Due is rounded up to the millisecond, never earlier than asked.
+	wantDue := time.UnixMilli(msCeil(now.Add(90 * time.Second)))
+	if in.ID != "in" || in.Queue != "q" || in.Type != "t" || string(in.Payload) != "p" || !in.Due.Equal(wantDue) ||
+		in.State != StateScheduled || !in.Created.Equal(time.UnixMilli(ms(now))) || in.Attempt != 1 {
+		t.Fatalf("EnqueueIn = %+v, want id in, queue q, due %v, scheduled", in, wantDue)
+	}
+	at := now.Add(time.Hour)
+	atInfo, err := c.EnqueueAt(ctx, at, "t", nil)
+	if err != nil || !atInfo.Due.Equal(time.UnixMilli(msCeil(at))) || atInfo.State != StateScheduled || atInfo.Queue != "default" {
+		t.Fatalf("EnqueueAt = %+v, %v", atInfo, err)
+	}
+	ready, err := c.Enqueue(ctx, "t", nil)
+	if err != nil || ready.State != StateReady || ready.Due.After(now) || ready.ID == "" {
+		t.Fatalf("Enqueue = %+v, %v", ready, err)
+	}
+	batch, err := c.EnqueueBatch(ctx, []NewTask{{Type: "a"}, {Type: "b", Options: []Option{In(time.Minute)}}})
+	if err != nil || len(batch) != 2 || batch[0].State != StateReady || batch[1].State != StateScheduled || batch[1].Type != "b" {
+		t.Fatalf("EnqueueBatch = %+v, %v", batch, err)
+	}
+	// Lookup agrees with what Enqueue said.
+	got, err := c.Lookup(ctx, "in")
+	if err != nil || !got.Due.Equal(in.Due) || got.State != in.State || got.Queue != in.Queue {
+		t.Fatalf("Lookup = %+v, %v; Enqueue said %+v", got, err, in)
 	}
 }

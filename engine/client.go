@@ -40,7 +40,8 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 	return conn, nil
 }
 
-// Enqueue adds a task that is due now and returns its id. The record, its
+// Enqueue adds a task that is due now and returns what was written: its
+// id, queue, due time and state (ready or scheduled). The record, its
 // place in the ready list and the wake-up of idle workers are written in
 // one MULTI/EXEC: once Enqueue returns nil the task is in Redis and will
 // run at least once. An invalid type, queue, option or an oversized
@@ -50,23 +51,24 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // written. An error matching ErrUncertain means the connection failed
 // after the write was sent: retry with the same TaskID to make sure the
 // task is written exactly once.
-func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (string, error) {
-	ids, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
+func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+	infos, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return ids[0], nil
+	return infos[0], nil
 }
 
-// EnqueueAt adds a task due at t (now, if t has passed) and returns its
-// id. t overrides any At or In among opts.
-func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (string, error) {
+// EnqueueAt adds a task due at t (now, if t has passed) and returns what
+// was written, as Enqueue does. t overrides any At or In among opts.
+func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
 	return c.Enqueue(ctx, typ, payload, withLast(opts, At(t))...)
 }
 
-// EnqueueIn adds a task due d from now and returns its id. d overrides
-// any At or In among opts.
-func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (string, error) {
+// EnqueueIn adds a task due d from now and returns what was written, as
+// Enqueue does: its Due is the time the task will be made ready, computed
+// on this Client's clock. d overrides any At or In among opts.
+func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
 	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
 }
 
@@ -79,16 +81,16 @@ func withLast(opts []Option, o Option) []Option {
 
 // EnqueueBatch adds many tasks in one round trip and one MULTI/EXEC: all
 // of them are written, or (with an error) none. Every task is checked
-// before anything is sent. It returns the ids in order.
+// before anything is sent. It returns what was written, in order, as
+// Enqueue does.
 //
 // Tasks with a TaskID are checked to be new in the same transaction (one
 // more round trip): if any id exists, none of the tasks is written and
 // the error is a *TaskExistsError naming every id that exists. Two tasks
 // of one batch may not share an id.
-func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]string, error) {
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
 	now := c.cfg.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
-	ids := make([]string, len(tasks))
 	var chosen []string
 	at := map[string]int{}
 	for i, t := range tasks {
@@ -106,7 +108,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]string, e
 			at[r.ID] = i
 			chosen = append(chosen, r.ID)
 		}
-		recs[i], ids[i] = r, r.ID
+		recs[i] = r
 	}
 	conn, err := c.conn(ctx)
 	if err != nil {
@@ -122,11 +124,24 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]string, e
 			// Written all the same; someone put keys of the wrong type in
 			// the namespace.
 			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
-			return ids, nil
+			return enqueued(recs, now), nil
 		}
 		return nil, failed("enqueue", err)
 	}
-	return ids, nil
+	return enqueued(recs, now), nil
+}
+
+// enqueued describes records just written by a producer at now.
+func enqueued(recs []*buckets.Record, now time.Time) []*TaskInfo {
+	out := make([]*TaskInfo, len(recs))
+	for i, r := range recs {
+		where := buckets.InBucket
+		if r.Due <= ms(now) {
+			where = buckets.InReady
+		}
+		out[i] = infoFromRecord(r, where)
+	}
+	return out
 }
 
 // Cancel removes a task that has not started, atomically: it will not

@@ -31,7 +31,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 	ctx := context.Background()
 	batch := make([]NewTask, 0, 1000)
 	flush := func() {
-		got, err := c.EnqueueBatch(ctx, batch)
+		got, err := idsOf(c.EnqueueBatch(ctx, batch))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,17 +31,19 @@ func ExampleClient_Enqueue() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	id, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
+	task, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
 		engine.Queue("mail"), engine.MaxAttempts(5))
 	if err != nil {
 		panic(err)
 	}
-	info, _ := client.Lookup(ctx, id)
+	fmt.Println(task.State, task.Queue, task.Due.Sub(task.Created).Round(time.Second))
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State, info.Queue, info.Type, info.MaxAttempts)
 
 	_, err = client.Enqueue(ctx, "", nil)
 	fmt.Println(errors.Is(err, engine.ErrInvalidName))
 	// Output:
+	// scheduled mail 1h0m0s
 	// scheduled mail email.send 5
 	// true
 }
@@ -52,11 +54,11 @@ func ExampleClient_Cancel() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	id, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
-	fmt.Println(client.Cancel(ctx, id))
-	info, _ := client.Lookup(ctx, id)
+	task, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
+	fmt.Println(client.Cancel(ctx, task.ID))
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State)
-	fmt.Println(errors.Is(client.Cancel(ctx, id), engine.ErrAlreadyDone))
+	fmt.Println(errors.Is(client.Cancel(ctx, task.ID), engine.ErrAlreadyDone))
 	// Output:
 	// <nil>
 	// cancelled
@@ -79,10 +81,10 @@ func ExampleWorker_Run() {
 	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
 	go srv.Run(ctx)
 
-	id, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
+	task, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
 	fmt.Println(<-ran)
 	_ = srv.Shutdown(ctx)
-	info, _ := client.Lookup(ctx, id)
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State, info.Attempt)
 	// Output:
 	// hello, world

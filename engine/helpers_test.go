@@ -138,3 +138,23 @@ func (h countingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// idOf is the id of a task just enqueued, for tests that need only that.
+func idOf(info *TaskInfo, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return info.ID, nil
+}
+
+// idsOf is the ids of tasks just enqueued.
+func idsOf(infos []*TaskInfo, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids, nil
+}

@@ -46,7 +46,10 @@ const (
 	StateCancelled State = "cancelled" // cancelled before it ran
 )
 
-// TaskInfo is what Lookup and the dead-letter listing report.
+// TaskInfo is what Enqueue and its kin, Lookup and the dead-letter listing
+// report. For a task just enqueued, State is StateReady or StateScheduled
+// and Due the time it becomes ready (rounded up to the millisecond; the
+// producer's now for a task due at once); Payload is the caller's slice.
 type TaskInfo struct {
 	Task
 	State    State

@@ -69,7 +69,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 		t.Run(stage, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, e *env) {
 				c := e.client(t)
-				id, err := c.Enqueue(context.Background(), "t", []byte("p"))
+				id, err := idOf(c.Enqueue(context.Background(), "t", []byte("p")))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +150,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 func TestWorkerSIGKILL(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	id, err := c.Enqueue(context.Background(), "t", nil)
+	id, err := idOf(c.Enqueue(context.Background(), "t", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestConcurrentReapers(t *testing.T) {
 		for i := 0; i < 300; i++ {
 			batch = append(batch, NewTask{Type: "t"})
 		}
-		ids, err := c.EnqueueBatch(ctx, batch)
+		ids, err := idsOf(c.EnqueueBatch(ctx, batch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
-		id, err := c.Enqueue(ctx, "t", nil, MaxAttempts(3))
+		id, err := idOf(c.Enqueue(ctx, "t", nil, MaxAttempts(3)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("dead count %d after retry", n)
 		}
 		// Permanent errors skip the remaining attempts; purge deletes.
-		id2, _ := c.Enqueue(ctx, "perm", nil)
+		id2, _ := idOf(c.Enqueue(ctx, "perm", nil))
 		srvMux := NewMux()
 		_ = srvMux
 		waitFor(t, 10*time.Second, "second task to run", func() bool { return rec.count(id2) == 1 })
@@ -340,10 +340,10 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
-		perm, _ := c.Enqueue(ctx, "perm", nil)
-		lat, _ := c.Enqueue(ctx, "later", nil, MaxAttempts(1))
-		pan, _ := c.Enqueue(ctx, "panic", nil, MaxAttempts(1))
-		slow, _ := c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond))
+		perm, _ := idOf(c.Enqueue(ctx, "perm", nil))
+		lat, _ := idOf(c.Enqueue(ctx, "later", nil, MaxAttempts(1)))
+		pan, _ := idOf(c.Enqueue(ctx, "panic", nil, MaxAttempts(1)))
+		slow, _ := idOf(c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond)))
 		for _, id := range []string{perm, pan, slow} {
 			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
 		}
@@ -375,7 +375,7 @@ func TestUnknownType(t *testing.T) {
 			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
-			id, _ := c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3))
+			id, _ := idOf(c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3)))
 			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
 			info, _ := c.Lookup(ctx, id)
 			want := 3
@@ -470,8 +470,8 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
-		hang, _ := c.Enqueue(ctx, "hang", nil)
-		q, _ := c.Enqueue(ctx, "quick", nil)
+		hang, _ := idOf(c.Enqueue(ctx, "hang", nil))
+		q, _ := idOf(c.Enqueue(ctx, "quick", nil))
 		<-started
 		<-started
 		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -529,7 +529,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 	})
 	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	go srv.Run(ctx)
-	id, _ := e.client(t).Enqueue(ctx, "hang", nil)
+	id, _ := idOf(e.client(t).Enqueue(ctx, "hang", nil))
 	<-started
 	first := make(chan struct{})
 	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
@@ -654,7 +654,7 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	runBackground(t, w.Run)
 	time.Sleep(300 * time.Millisecond)
 	armed.Store(true)
-	id, err := e.client(t).Enqueue(context.Background(), "t", nil)
+	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -223,13 +223,13 @@ func (d *demo) enqueue(ctx context.Context, client *engine.Client) error {
 	var batch []engine.NewTask
 	var pending []*demoTask
 	flush := func() error {
-		ids, err := client.EnqueueBatch(ctx, batch)
+		infos, err := client.EnqueueBatch(ctx, batch)
 		if err != nil {
 			return err
 		}
 		d.mu.Lock()
-		for i, id := range ids {
-			pending[i].id = id
+		for i, info := range infos {
+			pending[i].id = info.ID
 			d.ledger = append(d.ledger, pending[i])
 		}
 		d.mu.Unlock()

@@ -289,15 +289,21 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		var ids []string
 		if n == 1 && rng.float() < 0.5 {
 			// Exercise the single-task entry points too.
-			var id string
+			var info *engine.TaskInfo
 			if len(tasks[0].Options) == 2 {
-				id, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
+				info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
 			} else {
-				id, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
+				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
 			}
-			ids = []string{id}
+			if err == nil {
+				ids = []string{info.ID}
+			}
 		} else {
-			ids, err = client.EnqueueBatch(cctx, tasks)
+			var infos []*engine.TaskInfo
+			infos, err = client.EnqueueBatch(cctx, tasks)
+			for _, info := range infos {
+				ids = append(ids, info.ID)
+			}
 		}
 		cancel()
 		if err != nil {
