@@ -124,7 +124,10 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 		}
 		return h(ctx, d)
 	})
-	roles := engine.Roles{NoDispatcher: cc.Dispatchers < 1}
+	roles := engine.AllRoles
+	if cc.Dispatchers < 1 {
+		roles &^= engine.RoleDispatcher
+	}
 	srv, err := engine.NewServer(e.pool, cfg, mux, roles)
 	if err != nil {
 		return nil, err
@@ -157,7 +160,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 // the dispatchers.
 func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 	cfg := e.cfg
-	cfg.Clock = engine.OffsetClock(-2 * time.Hour)
+	cfg.Clock = offsetClock(-2 * time.Hour)
 	c, err := engine.NewClient(e.pool, cfg)
 	if err != nil {
 		return err
@@ -217,3 +220,8 @@ func (e *engineImpl) ReadyCount(ctx context.Context) (int64, error) {
 	defer conn.Close()
 	return redis.Int64(conn.Do("LLEN", "{"+e.ns+"}:q:default"))
 }
+
+// offsetClock is a clock a fixed offset away from the real one.
+type offsetClock time.Duration
+
+func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }

@@ -11,12 +11,20 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Enqueue writes tasks, all or none, in one MULTI/EXEC. It reads nothing,
-// so it watches nothing. now (Unix ms, the producer's clock) decides which
-// tasks go straight to their ready list (Due <= now) and which wait in the
-// bucket of their due time rounded up to the resolution.
+// Enqueue writes tasks, all or none, in one MULTI/EXEC. now (Unix ms, the
+// producer's clock) decides which tasks go straight to their ready list
+// (Due <= now) and which wait in the bucket of their due time rounded up
+// to the resolution.
 //
-// Queued, in this order:
+// chosen lists the ids among recs that the caller chose (the others are
+// fresh UUIDs). When there are none, Enqueue reads nothing and watches
+// nothing: one round trip. Otherwise the check that they are free and the
+// write are one optimistic transaction:
+//
+//	WATCH      t:<id> ...                     every chosen id
+//	read       EXISTS t:<id> ... (pipelined)  any found: UNWATCH, *ExistsError
+//
+// then, for every task (the same writes as without chosen ids):
 //
 //	MSET       t:<id> <record> ...            every record
 //	SADD       queues <q> ...                 every queue named
@@ -27,11 +35,14 @@ import (
 //	HINCRBY    st:<q> scheduled <n>           per queue
 //	LPUSH/LTRIM wake <earliest ts>            wake a sleeping dispatcher
 //
-// A crash before EXEC leaves nothing; after EXEC, everything. If the
-// connection drops after EXEC was sent the caller cannot know which, and
-// gets the error: retrying may then enqueue the tasks twice, never zero
-// times.
-func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []*Record) error {
+// A record created between the read and EXEC (another producer with the
+// same id) makes EXEC answer nil and the transaction runs again, now
+// finding the id. A crash before EXEC leaves nothing; after EXEC,
+// everything. If the connection fails after EXEC was sent the caller
+// cannot know which, and gets an error wrapping ErrUncertain: retrying
+// with the same chosen ids then writes the tasks or finds them, exactly
+// once; retrying with fresh ids may enqueue them twice, never zero times.
+func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []*Record, chosen ...string) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -89,15 +100,71 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	if earliest >= 0 {
 		s.wakeDispatchers(&cmds, earliest)
 	}
-	reps, err := s.exec(ctx, conn, cmds)
+	var watch []string
+	for _, id := range chosen {
+		watch = append(watch, s.Keys.Task(id))
+	}
+	// sent: the last attempt queued the writes, so MULTI/EXEC was (or was
+	// about to be) sent when an error came.
+	sent := false
+	reps, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		sent = false
+		if err := s.checkFree(tx, chosen, watch); err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			tx.Queue(c.Name, c.Args...)
+		}
+		sent = true
+		return nil
+	})
 	var ee *txn.ExecError
 	if errors.As(err, &ee) && !ee.Queued && len(reps) == len(cmds) {
 		// EXEC ran, and some commands failed on keys of the wrong type:
 		// the records are written, so place what did not get placed.
 		return s.repairEnqueue(ctx, conn, cmds, reps)
 	}
+	var ex *ExistsError
+	var reply redis.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ex):
+		return err
+	case sent && !errors.Is(err, txn.ErrConflict) && !errors.As(err, &reply):
+		// Neither a conflict nor the server's answer: the reply was lost.
+		return fmt.Errorf("%d tasks: %w: %w", len(recs), ErrUncertain, err)
+	}
+	return fmt.Errorf("%d tasks: %w", len(recs), err)
+}
+
+// checkFree reads whether the chosen ids (keys their t:<id> keys) have
+// records, and returns an *ExistsError naming those that do.
+func (s *Store) checkFree(tx *txn.Tx, ids, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	for _, k := range keys {
+		if err := tx.Send("EXISTS", k); err != nil {
+			return err
+		}
+	}
+	reps, err := tx.Flush()
 	if err != nil {
-		return fmt.Errorf("buckets: enqueue %d tasks: %w", len(recs), err)
+		return err
+	}
+	var taken []string
+	for i, rep := range reps {
+		n, err := redis.Int(rep, nil)
+		if err != nil {
+			return fmt.Errorf("EXISTS %s: %w", keys[i], err)
+		}
+		if n == 1 {
+			taken = append(taken, ids[i])
+		}
+	}
+	if len(taken) > 0 {
+		return &ExistsError{IDs: taken}
 	}
 	return nil
 }
@@ -134,7 +201,7 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 		// again below, and Enqueue reports it.
 		m, err := s.SetAside(conn, typeFor[c.Name], key)
 		if err != nil {
-			return fmt.Errorf("buckets: enqueue: repairing after a failed %s: %w", c.Name, err)
+			return fmt.Errorf("enqueue: repairing after a failed %s: %w", c.Name, err)
 		}
 		moved = append(moved, m...)
 		switch {
@@ -144,10 +211,10 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 	}
 	if len(retry) > 0 {
 		if _, err := s.exec(ctx, conn, retry); err != nil {
-			return fmt.Errorf("buckets: enqueue: placing tasks again after setting aside %v: %w", moved, err)
+			return fmt.Errorf("enqueue: placing tasks again after setting aside %v: %w", moved, err)
 		}
 	}
-	return fmt.Errorf("buckets: enqueue: %v: %w", moved, ErrSetAside)
+	return fmt.Errorf("enqueue: %v: %w", moved, ErrSetAside)
 }
 
 // exec runs commands in one MULTI/EXEC without WATCH.

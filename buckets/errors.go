@@ -1,8 +1,11 @@
 package buckets
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
-// Sentinel errors. The engine package exports the same values.
+// Sentinel errors. Package engine translates them into its own.
 var (
 	// ErrMalformed: a task record, id or index member that cannot be
 	// decoded (DecodeRecord, ParseMember).
@@ -25,4 +28,21 @@ var (
 	ErrLeaseLost = errors.New("task lease lost")
 	// ErrTooLarge: an encoded task over the size limit (Record.Validate).
 	ErrTooLarge = errors.New("task too large")
+	// ErrExists: Enqueue named ids that have records (an *ExistsError
+	// lists them); nothing was written.
+	ErrExists = errors.New("task id exists")
+	// ErrUncertain: Enqueue's connection failed after MULTI/EXEC was sent:
+	// the tasks may or may not be written.
+	ErrUncertain = errors.New("outcome unknown")
 )
+
+// ExistsError is Enqueue's error when ids it was to write have records
+// already; nothing was written. It matches ErrExists.
+type ExistsError struct {
+	IDs []string // the ids found, in the order given
+}
+
+func (e *ExistsError) Error() string { return fmt.Sprintf("task ids %q exist", e.IDs) }
+
+// Is reports whether target is ErrExists.
+func (e *ExistsError) Is(target error) bool { return target == ErrExists }

@@ -88,11 +88,12 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is malformed; never runs"}
 	for i, g := range garbage {
 		p := fmt.Sprintf("bad:corrupt:%d", i)
-		id, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
 		if err != nil {
 			corrupt.refused = "enqueue: " + err.Error()
 			continue
 		}
+		id := info.ID
 		if _, err := b.do("SET", b.keys.Task(id), g); err != nil {
 			corrupt.refused = "SET: " + err.Error()
 		}
@@ -105,11 +106,12 @@ func (b *badData) phase1(ctx context.Context) {
 	unknown := &badItem{name: "unknown task type", deadReason: "no handler",
 		expected: "fails without a handler, retried, dead letter after MaxAttempts(2)"}
 	for i := 0; i < 3; i++ {
-		id, err := cl.Enqueue(bg, fmt.Sprintf("nosuch-%d", i), []byte(fmt.Sprintf("bad:unknown:%d", i)), engine.MaxAttempts(2))
+		info, err := cl.Enqueue(bg, fmt.Sprintf("nosuch-%d", i), []byte(fmt.Sprintf("bad:unknown:%d", i)), engine.MaxAttempts(2))
 		if err != nil {
 			unknown.refused = err.Error()
 			continue
 		}
+		id := info.ID
 		unknown.deadIDs = append(unknown.deadIDs, id)
 	}
 	b.add(unknown)
@@ -161,11 +163,12 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is missing; never runs"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:deleted:%d", i)
-		id, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
 		if err != nil {
 			deleted.refused = err.Error()
 			continue
 		}
+		id := info.ID
 		if _, err := b.do("DEL", b.keys.Task(id)); err != nil {
 			deleted.refused = err.Error()
 		}
@@ -253,12 +256,13 @@ func (b *badData) phase1(ctx context.Context) {
 	for _, v := range []struct{ name, cmd string }{{"record corrupted while running", "SET"}, {"record deleted while running", "DEL"}} {
 		p := "bad:" + strings.ReplaceAll(v.name, " ", "-")
 		it := &badItem{name: v.name, expected: "the run's result is dropped or dead-lettered with a log line; the worker slot does not retry forever"}
-		id, err := cl.Enqueue(bg, "slow", []byte(p))
+		info, err := cl.Enqueue(bg, "slow", []byte(p))
 		if err != nil {
 			it.refused = err.Error()
 			b.add(it)
 			continue
 		}
+		id := info.ID
 		if !b.waitStarted(ctx, id, 5*time.Second) {
 			it.refused = "the slow task did not start within 5 s"
 			b.add(it)

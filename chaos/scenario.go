@@ -83,7 +83,7 @@ var scenarios = []Scenario{
 		Restarts: 2500 * time.Millisecond,
 	},
 	{
-		Name: "skew", Doc: "process clocks offset by -2 s, 0 or +2 s (engine.OffsetClock)",
+		Name: "skew", Doc: "process clocks offset by -2 s, 0 or +2 s (clocktest.Offset)",
 		Producers: 3, Dispatchers: 3, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
 		Skew: true,
 	},

@@ -86,7 +86,7 @@ func baseConfig(ns string, log *slog.Logger) engine.Config {
 		HeartbeatTTL:      2 * time.Second,
 		ReapInterval:      100 * time.Millisecond,
 		ShutdownTimeout:   5 * time.Second,
-		Backoff:           func(int) time.Duration { return 10 * time.Millisecond },
+		RetryDelay:        func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond },
 	}
 }
 
@@ -297,7 +297,7 @@ func (e *env) run(what string, f func(ctx context.Context) error) (stop func()) 
 // server starts an engine.Server with every role over the scenario's pool.
 func (e *env) server(cfg engine.Config, h engine.Handler) (*engine.Server, func()) {
 	e.t.Helper()
-	s, err := engine.NewServer(e.pool, cfg, h, engine.Roles{})
+	s, err := engine.NewServer(e.pool, cfg, h, engine.AllRoles)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -485,12 +485,24 @@ func (r *recorder) exactlyOnce(t testing.TB, ids []string) {
 }
 
 // must(t)(c.Enqueue(...)) returns the id, failing t on error.
-func must(t testing.TB) func(id string, err error) string {
-	return func(id string, err error) string {
+func must(t testing.TB) func(info *engine.TaskInfo, err error) string {
+	return func(info *engine.TaskInfo, err error) string {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("enqueue: %v", err)
 		}
-		return id
+		return info.ID
 	}
+}
+
+// idsOf is the ids of tasks just enqueued.
+func idsOf(infos []*engine.TaskInfo, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids, nil
 }

@@ -70,7 +70,7 @@ func scenarioEnqueue(e *env) {
 		}
 		batch = append(batch, engine.NewTask{Type: "echo", Payload: []byte(fmt.Sprintf("batch-%d", i)), Options: opts})
 	}
-	bids, err := c.EnqueueBatch(ctx, batch)
+	bids, err := idsOf(c.EnqueueBatch(ctx, batch))
 	if err != nil || len(bids) != len(batch) {
 		t.Fatalf("EnqueueBatch: %v ids, %v", len(bids), err)
 	}
@@ -147,7 +147,7 @@ func scenarioSchedule(e *env) {
 		}
 		batch = append(batch, engine.NewTask{Type: "tick", Options: []engine.Option{opt}})
 	}
-	bids, err := c.EnqueueBatch(ctx, batch)
+	bids, err := idsOf(c.EnqueueBatch(ctx, batch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func scenarioCancelRace(e *env) {
 	for i := range batch {
 		batch[i] = engine.NewTask{Type: "race"}
 	}
-	ids, err := c.EnqueueBatch(ctx, batch)
+	ids, err := idsOf(c.EnqueueBatch(ctx, batch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func scenarioExactlyOnce(e *env) {
 				scheduled++
 			}
 		}
-		got, err := c.EnqueueBatch(ctx, batch)
+		got, err := idsOf(c.EnqueueBatch(ctx, batch))
 		if err != nil {
 			t.Fatal(err)
 		}

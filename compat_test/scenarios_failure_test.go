@@ -21,7 +21,7 @@ func scenarioRetries(e *env) {
 	t, ctx := e.t, e.ctx
 	var slowBackoff atomic.Bool
 	cfg := e.cfg
-	cfg.Backoff = func(int) time.Duration {
+	cfg.RetryDelay = func(*engine.Task, int, error) time.Duration {
 		if slowBackoff.Load() {
 			return 2 * time.Second
 		}
@@ -445,7 +445,7 @@ func scenarioShutdown(e *env) {
 	}
 
 	// A whole server: Shutdown waits for Run, which cannot run again.
-	s, err := engine.NewServer(e.pool, e.cfg, again.handler(), engine.Roles{})
+	s, err := engine.NewServer(e.pool, e.cfg, again.handler(), engine.AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,11 @@ func (c *Client) DeadLetters(ctx context.Context, offset, count int) ([]*TaskInf
 	defer conn.Close()
 	ids, err := c.store.DeadIDs(conn, offset, count)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, failed("list dead letters", err)
 	}
 	recs, _, err := c.store.Records(conn, ids)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, failed("list dead letters", err)
 	}
 	out := make([]*TaskInfo, 0, len(recs))
 	for _, r := range recs {
@@ -47,7 +47,7 @@ func (c *Client) DeadCount(ctx context.Context) (int, error) {
 	defer conn.Close()
 	n, err := c.store.DeadCount(conn)
 	if err != nil {
-		return 0, fmt.Errorf("engine: %w", err)
+		return 0, failed("count dead letters", err)
 	}
 	return n, nil
 }
@@ -55,12 +55,12 @@ func (c *Client) DeadCount(ctx context.Context) (int, error) {
 // RetryDead puts one dead letter back at the front of its queue with its
 // attempts reset. It returns ErrNotDead if the task is not a dead letter.
 func (c *Client) RetryDead(ctx context.Context, id string) error {
-	return c.deadOne(ctx, id, c.store.Revive)
+	return c.deadOne(ctx, "retry", id, c.store.Revive)
 }
 
 // PurgeDead deletes one dead letter.
 func (c *Client) PurgeDead(ctx context.Context, id string) error {
-	return c.deadOne(ctx, id, c.purge)
+	return c.deadOne(ctx, "purge", id, c.purge)
 }
 
 // RetryAllDead puts every dead letter back in its queue and returns how
@@ -68,16 +68,16 @@ func (c *Client) PurgeDead(ctx context.Context, id string) error {
 // the clocks of the workers that buried them): a revived task that dies
 // again meanwhile is not revived twice.
 func (c *Client) RetryAllDead(ctx context.Context) (int, error) {
-	return c.deadAll(ctx, c.store.Revive)
+	return c.deadAll(ctx, "retry", c.store.Revive)
 }
 
 // PurgeAllDead deletes every dead letter that died before the call and
 // returns how many.
 func (c *Client) PurgeAllDead(ctx context.Context) (int, error) {
-	return c.deadAll(ctx, c.purge)
+	return c.deadAll(ctx, "purge", c.purge)
 }
 
-func (c *Client) deadOne(ctx context.Context, id string, op func(context.Context, redisConn, []string, int64) (int, error)) error {
+func (c *Client) deadOne(ctx context.Context, verb, id string, op func(context.Context, redisConn, []string, int64) (int, error)) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -88,18 +88,18 @@ func (c *Client) deadOne(ctx context.Context, id string, op func(context.Context
 	defer conn.Close()
 	n, err := op(ctx, conn, []string{id}, ms(c.cfg.Clock.Now()))
 	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+		return failed(verb+" dead letter "+id, err)
 	}
 	if n == 0 {
-		if _, _, err := c.store.Lookup(ctx, conn, id); errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("engine: task %s: %w", id, ErrNotFound)
+		if _, _, err := c.store.Lookup(ctx, conn, id); errors.Is(err, buckets.ErrNotFound) {
+			return refused(ErrNotFound, err, "cannot %s dead letter %s: there is no such task", verb, id)
 		}
-		return fmt.Errorf("engine: task %s: %w", id, ErrNotDead)
+		return refused(ErrNotDead, nil, "cannot %s dead letter %s: the task is not dead", verb, id)
 	}
 	return nil
 }
 
-func (c *Client) deadAll(ctx context.Context, op func(context.Context, redisConn, []string, int64) (int, error)) (int, error) {
+func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Context, redisConn, []string, int64) (int, error)) (int, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return 0, err
@@ -110,14 +110,14 @@ func (c *Client) deadAll(ctx context.Context, op func(context.Context, redisConn
 	for {
 		ids, err := c.store.DeadBefore(conn, cutoff, 200)
 		if err != nil {
-			return total, fmt.Errorf("engine: %w", err)
+			return total, failed(verb+" dead letters", err)
 		}
 		if len(ids) == 0 {
 			return total, nil
 		}
 		n, err := op(ctx, conn, ids, ms(c.cfg.Clock.Now()))
 		if err != nil {
-			return total, fmt.Errorf("engine: %w", err)
+			return total, failed(verb+" dead letters", err)
 		}
 		total += n
 		if n == 0 {
@@ -155,7 +155,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	defer conn.Close()
 	raw, err := c.store.Stats(conn, 1000)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, failed("read stats", err)
 	}
 	now := c.cfg.Clock.Now()
 	out := make([]QueueStats, len(raw))

@@ -20,7 +20,7 @@ func TestClaimReplyLost(t *testing.T) {
 		c := e.client(t)
 		lease := func(*buckets.Record) int64 { return time.Now().Add(time.Hour).UnixMilli() }
 		for limit := 1; limit <= 9; limit++ {
-			id, _ := c.Enqueue(ctx, "t", nil)
+			id, _ := idOf(c.Enqueue(ctx, "t", nil))
 			conn := e.pool.Get()
 			if got, err := st.Pop(conn, "default", "w1"); err != nil || got != id {
 				t.Fatal(got, err)
@@ -57,11 +57,11 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 		})
 		mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- task.ID; return nil })
 		e.cfg.Concurrency = 1
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
-		first, _ := c.Enqueue(ctx, "vanish", nil)
-		second, _ := c.Enqueue(ctx, "t", nil)
+		first, _ := idOf(c.Enqueue(ctx, "vanish", nil))
+		second, _ := idOf(c.Enqueue(ctx, "t", nil))
 		for _, want := range []string{first, second} {
 			select {
 			case got := <-ran:
@@ -89,7 +89,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		rec := newRecorder(nil)
 		e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}}
 		e.cfg.StrictPriority = true
-		srv, _ := NewServer(e.pool, e.cfg, rec, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		time.Sleep(200 * time.Millisecond) // idle, blocked on n:a n:b
 
@@ -97,7 +97,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		admin.Do("SET", e.key("n:b"), "junk")
 		// A ready list a worker fetches from first.
 		admin.Do("SET", e.key("q:a"), "junk")
-		id1, err := c.Enqueue(ctx, "t", nil, Queue("b"))
+		id1, err := idOf(c.Enqueue(ctx, "t", nil, Queue("b")))
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed wake-up list: %v", err)
 		}
@@ -106,11 +106,11 @@ func TestWrongTypeKeys(t *testing.T) {
 		// The ready list and index a producer writes to.
 		admin.Do("SET", e.key("q:b"), "junk")
 		admin.Do("SET", e.key("sched"), "junk")
-		id2, err := c.Enqueue(ctx, "t", nil, Queue("b"))
+		id2, err := idOf(c.Enqueue(ctx, "t", nil, Queue("b")))
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed ready list: %v", err)
 		}
-		id3, err := c.EnqueueIn(ctx, 100*time.Millisecond, "t", nil, Queue("a"))
+		id3, err := idOf(c.EnqueueIn(ctx, 100*time.Millisecond, "t", nil, Queue("a")))
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed index: %v", err)
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"os"
 
 	"github.com/gomodule/redigo/redis"
@@ -23,7 +24,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		e.cfg.Namespace = e.ns
 		base := time.Now().Add(time.Hour)
 		scheduleMany(b, e, n, base, spread)
-		e.cfg.Clock = OffsetClock(2 * time.Hour)
+		e.cfg.Clock = clocktest.Offset(2 * time.Hour)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		e.admin(b).Do("CONFIG", "RESETSTAT")

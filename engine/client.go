@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
-	"github.com/google/uuid"
 )
 
 // Client enqueues and manages tasks. It is safe for concurrent use. It
@@ -35,66 +35,113 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("engine: get connection: %w", err)
+		return nil, failed("get a connection", err)
 	}
 	return conn, nil
 }
 
-// Enqueue adds a task that is due now and returns its id. The record, its
+// Enqueue adds a task that is due now and returns what was written: its
+// id, queue, due time and state (ready or scheduled). The record, its
 // place in the ready list and the wake-up of idle workers are written in
 // one MULTI/EXEC: once Enqueue returns nil the task is in Redis and will
 // run at least once. An invalid type, queue, option or an oversized
 // payload is refused before anything is written.
-func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (string, error) {
-	ids, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
+//
+// With TaskID, an id that exists is refused (ErrTaskExists) and nothing is
+// written. An error matching ErrUncertain means the connection failed
+// after the write was sent: retry with the same TaskID to make sure the
+// task is written exactly once.
+func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+	infos, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return ids[0], nil
+	return infos[0], nil
 }
 
-// EnqueueAt adds a task due at t (now, if t has passed) and returns its id.
-func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (string, error) {
-	return c.Enqueue(ctx, typ, payload, append(opts, At(t))...)
+// EnqueueAt adds a task due at t (now, if t has passed) and returns what
+// was written, as Enqueue does. t overrides any At or In among opts.
+func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+	return c.Enqueue(ctx, typ, payload, withLast(opts, At(t))...)
 }
 
-// EnqueueIn adds a task due d from now and returns its id.
-func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (string, error) {
-	return c.Enqueue(ctx, typ, payload, append(opts, In(d))...)
+// EnqueueIn adds a task due d from now and returns what was written, as
+// Enqueue does: its Due is the time the task will be made ready, computed
+// on this Client's clock. d overrides any At or In among opts.
+func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
+}
+
+// withLast returns opts followed by o in a new slice: the caller's slice
+// (which may have room to spare) is never written.
+func withLast(opts []Option, o Option) []Option {
+	out := make([]Option, 0, len(opts)+1)
+	return append(append(out, opts...), o)
 }
 
 // EnqueueBatch adds many tasks in one round trip and one MULTI/EXEC: all
 // of them are written, or (with an error) none. Every task is checked
-// before anything is sent. It returns the ids in order.
-func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]string, error) {
+// before anything is sent. It returns what was written, in order, as
+// Enqueue does.
+//
+// Tasks with a TaskID are checked to be new in the same transaction (one
+// more round trip): if any id exists, none of the tasks is written and
+// the error is a *TaskExistsError naming every id that exists. Two tasks
+// of one batch may not share an id.
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
 	now := c.cfg.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
-	ids := make([]string, len(tasks))
+	var chosen []string
+	at := map[string]int{}
 	for i, t := range tasks {
-		r, err := c.cfg.record(now, t.Type, t.Payload, t.Options)
+		r, mine, err := c.cfg.record(now, t.Type, t.Payload, t.Options)
 		if err != nil {
 			if len(tasks) > 1 {
-				return nil, fmt.Errorf("engine: task %d: %w", i, err)
+				return nil, &engineError{msg: fmt.Sprintf("engine: task %d: %s", i, strings.TrimPrefix(err.Error(), "engine: ")), kind: kindOf(err), cause: err}
 			}
 			return nil, err
 		}
-		recs[i], ids[i] = r, r.ID
+		if mine {
+			if j, dup := at[r.ID]; dup {
+				return nil, fmt.Errorf("engine: tasks %d and %d both have id %q: %w", j, i, r.ID, ErrInvalidID)
+			}
+			at[r.ID] = i
+			chosen = append(chosen, r.ID)
+		}
+		recs[i] = r
 	}
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	if err := c.store.Enqueue(ctx, conn, ms(now), recs); err != nil {
-		if errors.Is(err, buckets.ErrSetAside) {
+	if err := c.store.Enqueue(ctx, conn, ms(now), recs, chosen...); err != nil {
+		var ex *buckets.ExistsError
+		switch {
+		case errors.As(err, &ex):
+			return nil, &TaskExistsError{IDs: ex.IDs}
+		case errors.Is(err, buckets.ErrSetAside):
 			// Written all the same; someone put keys of the wrong type in
 			// the namespace.
 			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
-			return ids, nil
+			return enqueued(recs, now), nil
 		}
-		return nil, fmt.Errorf("engine: enqueue: %w", err)
+		return nil, failed("enqueue", err)
 	}
-	return ids, nil
+	return enqueued(recs, now), nil
+}
+
+// enqueued describes records just written by a producer at now.
+func enqueued(recs []*buckets.Record, now time.Time) []*TaskInfo {
+	out := make([]*TaskInfo, len(recs))
+	for i, r := range recs {
+		where := buckets.InBucket
+		if r.Due <= ms(now) {
+			where = buckets.InReady
+		}
+		out[i] = infoFromRecord(r, where)
+	}
+	return out
 }
 
 // Cancel removes a task that has not started, atomically: it will not
@@ -109,10 +156,18 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	defer conn.Close()
-	if err := c.store.Cancel(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL()); err != nil {
-		return fmt.Errorf("engine: %w", err)
+	err = c.store.Cancel(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL())
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, buckets.ErrNotFound):
+		return refused(ErrNotFound, err, "cannot cancel task %s: there is no such task (never enqueued, or its record expired)", id)
+	case errors.Is(err, buckets.ErrAlreadyRunning):
+		return refused(ErrAlreadyRunning, err, "cannot cancel task %s: it is running already", id)
+	case errors.Is(err, buckets.ErrAlreadyDone):
+		return refused(ErrAlreadyDone, err, "cannot cancel task %s: it has finished already (succeeded, died or was cancelled)", id)
 	}
-	return nil
+	return failed("cancel task "+id, err)
 }
 
 // Lookup reports a task's state and times. Done and cancelled tasks are
@@ -127,15 +182,20 @@ func (c *Client) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
 	}
 	defer conn.Close()
 	r, where, err := c.store.Lookup(ctx, conn, id)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return nil, refused(ErrNotFound, err, "task %s not found (never enqueued, or its record expired)", id)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, failed("look up task "+id, err)
 	}
 	return infoFromRecord(r, where), nil
 }
 
+// checkID refuses an id no task can have, before any round trip: the
+// error matches ErrInvalidID and ErrNotFound.
 func checkID(id string) error {
-	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
-		return fmt.Errorf("engine: task id %q: %w", id, ErrNotFound)
+	if err := ValidateID(id); err != nil {
+		return &engineError{msg: err.Error(), kind: ErrNotFound, cause: err}
 	}
 	return nil
 }

@@ -10,19 +10,10 @@ type Clock interface {
 	Now() time.Time
 }
 
+// systemClock is the real clock, what a nil Config.Clock means.
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
-
-// SystemClock is the real clock.
-var SystemClock Clock = systemClock{}
-
-// OffsetClock is a clock a fixed offset away from the real one, for tests
-// of clock skew between processes.
-type OffsetClock time.Duration
-
-// Now returns the real time plus the offset.
-func (o OffsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 

@@ -60,9 +60,12 @@ type Config struct {
 	// handlers finish before it returns their tasks to the queues; negative
 	// returns them at once. Default 30 s.
 	ShutdownTimeout time.Duration
-	// Backoff gives the wait before retry number attempt (1 for the first
-	// retry). Default: DefaultBackoff.
-	Backoff func(attempt int) time.Duration
+	// RetryDelay gives the wait before retry number attempt (1 for the
+	// first retry) of task t, whose run just failed with err. t is the task
+	// as its handler saw it. It is called on the worker's goroutine and
+	// must not block; a negative delay means none. Default:
+	// DefaultRetryDelay.
+	RetryDelay func(t *Task, attempt int, err error) time.Duration
 	// UnknownType says what happens to a task whose type has no handler:
 	// UnknownRetry (default) treats it as a failure, so it is retried with
 	// backoff and dies after its attempts; UnknownDead sends it to the dead
@@ -92,7 +95,7 @@ type Config struct {
 
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Clock tells the time. Default SystemClock.
+	// Clock tells the time. Default (nil): the system clock, time.Now.
 	Clock Clock
 }
 
@@ -112,10 +115,11 @@ const (
 	UnknownDead
 )
 
-// DefaultBackoff waits about 2^(attempt-1) seconds before retry number
+// DefaultRetryDelay waits about 2^(attempt-1) seconds before retry number
 // attempt, capped at one hour, drawn uniformly from the upper half of
-// that (jitter keeps a burst of failures from retrying in step).
-func DefaultBackoff(attempt int) time.Duration {
+// that (jitter keeps a burst of failures from retrying in step). It looks
+// at neither the task nor the error.
+func DefaultRetryDelay(_ *Task, attempt int, _ error) time.Duration {
 	d := time.Second << min(max(attempt-1, 0), 12)
 	if d > time.Hour {
 		d = time.Hour
@@ -177,8 +181,8 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
-	if c.Backoff == nil {
-		c.Backoff = DefaultBackoff
+	if c.RetryDelay == nil {
+		c.RetryDelay = DefaultRetryDelay
 	}
 	if c.MaxRecoveries == 0 {
 		c.MaxRecoveries = 5
@@ -205,7 +209,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock
+		c.Clock = systemClock{}
 	}
 	return c
 }

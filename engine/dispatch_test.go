@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 		queues = []string{"default"}
 	}
 	cfg := e.cfg
-	cfg.Clock = OffsetClock(time.Until(base.Add(-time.Hour)))
+	cfg.Clock = clocktest.Offset(time.Until(base.Add(-time.Hour)))
 	c, err := NewClient(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 	ctx := context.Background()
 	batch := make([]NewTask, 0, 1000)
 	flush := func() {
-		got, err := c.EnqueueBatch(ctx, batch)
+		got, err := idsOf(c.EnqueueBatch(ctx, batch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 	for id := range scheduleMany(t, e, n/2, base, 20*time.Second, "a") { // one task per bucket
 		want[id] = true
 	}
-	e.cfg.Clock = OffsetClock(2 * time.Hour)
+	e.cfg.Clock = clocktest.Offset(2 * time.Hour)
 	var moved atomic.Int64
 	var ds []*Dispatcher
 	var stops []func()

@@ -22,8 +22,19 @@
 // and is late by about the bucket resolution (Config.Resolution) at most
 // under normal load. Handlers should therefore be idempotent.
 //
+// An Enqueue whose error matches [ErrUncertain] lost its connection after
+// the write was sent: the task may or may not be in Redis. Give tasks your
+// own ids with [TaskID] and such a retry is safe: an id that exists is
+// refused with [ErrTaskExists], so there is exactly one task.
+//
+// # Errors
+//
+// Errors match the sentinels of this package with errors.Is ([ErrNotFound],
+// [ErrAlreadyDone], [ErrTaskExists], [ErrUncertain], …) and, through
+// Unwrap, the context's or the network's error that caused them.
+//
 // A handler's error decides what happens next: nil is success; an error is
-// a failure, retried with backoff ([Config.Backoff]) until the task's
+// a failure, retried with backoff ([Config.RetryDelay]) until the task's
 // attempts are used up, after which it becomes a dead letter; [Permanent]
 // skips the remaining attempts; [RetryAfter] runs it again later without
 // counting a failure. Panics are failures.

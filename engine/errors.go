@@ -1,38 +1,164 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/bucketq/bucketq/buckets"
 )
 
-// Sentinel errors; test for them with errors.Is.
+// Sentinel errors; test for them with errors.Is. They are the engine's
+// own values: errors of the layers below are translated at the boundary,
+// so a caller needs no other package to recognise a refusal.
 var (
 	// ErrNotFound: Cancel, Lookup or a dead-letter call named a task that
 	// does not exist (never did, or its record expired).
-	ErrNotFound = buckets.ErrNotFound
+	ErrNotFound = errors.New("engine: task not found")
 	// ErrAlreadyRunning: Cancel of a task a worker has started.
-	ErrAlreadyRunning = buckets.ErrAlreadyRunning
+	ErrAlreadyRunning = errors.New("engine: task already running")
 	// ErrAlreadyDone: Cancel of a task that succeeded, died or was
 	// cancelled already.
-	ErrAlreadyDone = buckets.ErrAlreadyDone
+	ErrAlreadyDone = errors.New("engine: task already finished")
 	// ErrNotDead: RetryDead or PurgeDead named a task that is not a dead
 	// letter.
-	ErrNotDead = buckets.ErrNotDead
+	ErrNotDead = errors.New("engine: task is not a dead letter")
 	// ErrPayloadTooLarge: Enqueue with a payload over Config.MaxPayload.
-	ErrPayloadTooLarge = buckets.ErrTooLarge
+	ErrPayloadTooLarge = errors.New("engine: payload too large")
 	// ErrInvalidName: an empty or malformed queue name or task type, or a
 	// bad namespace.
-	ErrInvalidName = buckets.ErrInvalidName
+	ErrInvalidName = errors.New("engine: invalid name")
 	// ErrInvalidOption: an Enqueue option or a Config field out of range.
 	ErrInvalidOption = errors.New("engine: invalid option")
+	// ErrInvalidID: a task id that is not 1 to 128 printable ASCII
+	// bytes without spaces. TaskID's error also matches ErrInvalidOption;
+	// Cancel's, Lookup's and the dead-letter calls' also match
+	// ErrNotFound (no task can have such an id).
+	ErrInvalidID = errors.New("engine: invalid task id")
+	// ErrTaskExists: Enqueue or EnqueueBatch named, with TaskID, an id
+	// that is taken; nothing was written. The error is a
+	// *TaskExistsError listing the ids. An id stays taken while its
+	// record exists: until Config.DoneRetention after the task succeeded
+	// or was cancelled, until Config.DeadRetention (or PurgeDead) after
+	// it died, and for as long as it waits or runs.
+	ErrTaskExists = errors.New("engine: task id already exists")
+	// ErrUncertain: the connection failed after the write was sent, so
+	// it may or may not have happened. Retry with the same TaskID: if the
+	// first try was written the retry returns ErrTaskExists, otherwise it
+	// writes the task; either way there is exactly one. (Without TaskID a
+	// retry may enqueue the task twice, never zero times.)
+	ErrUncertain = errors.New("engine: outcome unknown, the connection failed after the write was sent")
 	// ErrNoHandler: a Mux has no handler for the task's type. Workers
 	// retry such tasks or send them to the dead letters, per
 	// Config.UnknownType.
 	ErrNoHandler = errors.New("engine: no handler for task type")
 	// ErrClosed: the Server or Worker was shut down already.
 	ErrClosed = errors.New("engine: closed")
-	// ErrLeaseLost: a worker finished a task that had been recovered
-	// elsewhere after its lease ran out; the result was not recorded.
-	ErrLeaseLost = buckets.ErrLeaseLost
 )
+
+// TaskExistsError is the error of an Enqueue or EnqueueBatch whose TaskID
+// ids are taken (some of them, for a batch): nothing was written.
+// errors.Is(err, ErrTaskExists) holds for it; errors.As gives the ids.
+type TaskExistsError struct {
+	IDs []string // the ids that exist, in the order they were given
+}
+
+func (e *TaskExistsError) Error() string {
+	if len(e.IDs) == 1 {
+		return fmt.Sprintf("engine: task id %q already exists; nothing was enqueued", e.IDs[0])
+	}
+	return fmt.Sprintf("engine: task ids %q already exist; nothing was enqueued", e.IDs)
+}
+
+// Is reports whether target is ErrTaskExists.
+func (e *TaskExistsError) Is(target error) bool { return target == ErrTaskExists }
+
+// engineError is an error the engine reports: its own message, the
+// engine sentinel it matches (if any), and the error underneath (for
+// errors.Is/As on context and network errors; not part of the message).
+type engineError struct {
+	msg   string
+	kind  error
+	cause error
+}
+
+func (e *engineError) Error() string        { return e.msg }
+func (e *engineError) Is(target error) bool { return e.kind != nil && target == e.kind }
+func (e *engineError) Unwrap() error        { return e.cause }
+
+// storeKinds maps the store's sentinels to the engine's.
+var storeKinds = []struct{ from, to error }{
+	{buckets.ErrNotFound, ErrNotFound},
+	{buckets.ErrAlreadyRunning, ErrAlreadyRunning},
+	{buckets.ErrAlreadyDone, ErrAlreadyDone},
+	{buckets.ErrNotDead, ErrNotDead},
+	{buckets.ErrTooLarge, ErrPayloadTooLarge},
+	{buckets.ErrInvalidName, ErrInvalidName},
+	{buckets.ErrExists, ErrTaskExists},
+	{buckets.ErrUncertain, ErrUncertain},
+}
+
+func kindOf(err error) error {
+	for _, k := range storeKinds {
+		if errors.Is(err, k.from) {
+			return k.to
+		}
+	}
+	return nil
+}
+
+// failed reports that op failed because of err, an error of the store or
+// the connection: "engine: <op>: <what went wrong>", matching the engine
+// sentinel for err and, through Unwrap, err itself (so a context's or the
+// network's error is still recognised). What went wrong is told without
+// the inner layers' names.
+func failed(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *engineError
+	var te *TaskExistsError
+	if errors.As(err, &ee) || errors.As(err, &te) {
+		return err
+	}
+	kind := kindOf(err)
+	why := stripLayers(err.Error())
+	switch {
+	case errors.Is(err, buckets.ErrUncertain):
+		why = "the connection failed after the write was sent, so it may or may not have happened (retry with the same TaskID): " + rootCause(err)
+	case errors.Is(err, buckets.ErrMalformed):
+		why = "malformed data in Redis: " + why
+	}
+	return &engineError{msg: "engine: " + op + ": " + why, kind: kind, cause: err}
+}
+
+// refused reports a refusal in a sentence of its own, matching kind.
+func refused(kind, cause error, format string, args ...any) error {
+	return &engineError{msg: "engine: " + fmt.Sprintf(format, args...), kind: kind, cause: cause}
+}
+
+// rootCause is the message of the innermost error err wraps (the
+// network's or the server's own words), or a context's.
+func rootCause(err error) string {
+	for _, c := range []error{context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, c) {
+			return c.Error()
+		}
+	}
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
+
+// stripLayers removes the inner packages' prefixes from a message.
+func stripLayers(s string) string {
+	for _, p := range []string{"buckets: ", "txn: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	return s
+}

@@ -31,17 +31,19 @@ func ExampleClient_Enqueue() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	id, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
+	task, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
 		engine.Queue("mail"), engine.MaxAttempts(5))
 	if err != nil {
 		panic(err)
 	}
-	info, _ := client.Lookup(ctx, id)
+	fmt.Println(task.State, task.Queue, task.Due.Sub(task.Created).Round(time.Second))
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State, info.Queue, info.Type, info.MaxAttempts)
 
 	_, err = client.Enqueue(ctx, "", nil)
 	fmt.Println(errors.Is(err, engine.ErrInvalidName))
 	// Output:
+	// scheduled mail 1h0m0s
 	// scheduled mail email.send 5
 	// true
 }
@@ -52,11 +54,11 @@ func ExampleClient_Cancel() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	id, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
-	fmt.Println(client.Cancel(ctx, id))
-	info, _ := client.Lookup(ctx, id)
+	task, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
+	fmt.Println(client.Cancel(ctx, task.ID))
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State)
-	fmt.Println(errors.Is(client.Cancel(ctx, id), engine.ErrAlreadyDone))
+	fmt.Println(errors.Is(client.Cancel(ctx, task.ID), engine.ErrAlreadyDone))
 	// Output:
 	// <nil>
 	// cancelled
@@ -76,15 +78,65 @@ func ExampleWorker_Run() {
 		ran <- "hello, " + string(t.Payload)
 		return nil
 	})
-	srv, _ := engine.NewServer(pool, cfg, mux, engine.Roles{})
+	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
 	go srv.Run(ctx)
 
-	id, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
+	task, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
 	fmt.Println(<-ran)
 	_ = srv.Shutdown(ctx)
-	info, _ := client.Lookup(ctx, id)
+	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State, info.Attempt)
 	// Output:
 	// hello, world
 	// done 1
+}
+
+// A producer that chooses the task's id can retry without fear of
+// duplicates: the second Enqueue of an id writes nothing.
+func ExampleTaskID() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	enqueue := func() error {
+		_, err := client.EnqueueIn(ctx, time.Hour, "invoice.send", []byte("42"), engine.TaskID("invoice-42"))
+		return err
+	}
+	err := enqueue()
+	for errors.Is(err, engine.ErrUncertain) {
+		err = enqueue() // the reply was lost: the same id makes the retry safe
+	}
+	fmt.Println(err)
+	fmt.Println(errors.Is(enqueue(), engine.ErrTaskExists))
+	info, _ := client.Lookup(ctx, "invoice-42")
+	fmt.Println(info.ID, info.State)
+	// Output:
+	// <nil>
+	// true
+	// invoice-42 scheduled
+}
+
+// A batch with an id that exists writes none of its tasks; the error
+// names the ids that exist.
+func ExampleTaskExistsError() {
+	pool, done := newPool()
+	defer done()
+	ctx := context.Background()
+	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+
+	_, _ = client.Enqueue(ctx, "user.welcome", nil, engine.TaskID("welcome-ada"))
+	_, err := client.EnqueueBatch(ctx, []engine.NewTask{
+		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-bob")}},
+		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-ada")}},
+	})
+	var exists *engine.TaskExistsError
+	if errors.As(err, &exists) {
+		fmt.Println(exists.IDs)
+	}
+	_, err = client.Lookup(ctx, "welcome-bob")
+	fmt.Println(errors.Is(err, engine.ErrNotFound))
+	// Output:
+	// [welcome-ada]
+	// true
 }

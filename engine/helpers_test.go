@@ -36,7 +36,7 @@ func newEnv(t testing.TB, srv *redistest.Server) *env {
 	return &env{srv: srv, pool: srv.Pool(t), ns: ns, cfg: Config{
 		Namespace: ns, Logger: testLogger(t), IdleWait: time.Second,
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
-		ReapInterval: 100 * time.Millisecond, Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+		ReapInterval: 100 * time.Millisecond, RetryDelay: func(*Task, int, error) time.Duration { return 10 * time.Millisecond },
 		LeaseGrace: 500 * time.Millisecond,
 	}}
 }
@@ -138,3 +138,23 @@ func (h countingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// idOf is the id of a task just enqueued, for tests that need only that.
+func idOf(info *TaskInfo, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return info.ID, nil
+}
+
+// idsOf is the ids of tasks just enqueued.
+func idsOf(infos []*TaskInfo, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.ID
+	}
+	return ids, nil
+}

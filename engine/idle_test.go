@@ -29,7 +29,7 @@ func TestIdleCost(t *testing.T) {
 	e.cfg.ReapInterval = time.Second
 	e.cfg.Concurrency = 16
 	e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	srv, err := NewServer(e.pool, e.cfg, NewMux(), Roles{})
+	srv, err := NewServer(e.pool, e.cfg, NewMux(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}

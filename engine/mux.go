@@ -41,15 +41,26 @@ type Mux struct {
 // NewMux returns an empty Mux.
 func NewMux() *Mux { return &Mux{handlers: map[string]Handler{}} }
 
-// Handle registers h for task type typ, replacing any before it.
+// Handle registers h for task type typ. It panics if typ already has a
+// handler or h is nil, as net/http's ServeMux does: two registrations of
+// one type are a mistake to catch at start-up, not a silent replacement.
 func (m *Mux) Handle(typ string, h Handler) {
+	if h == nil {
+		panic(fmt.Sprintf("engine: Mux.Handle(%q): nil handler", typ))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if _, ok := m.handlers[typ]; ok {
+		panic(fmt.Sprintf("engine: Mux.Handle(%q): a handler for this type is registered already", typ))
+	}
 	m.handlers[typ] = h
 }
 
 // HandleFunc registers f for task type typ.
 func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error) {
+	if f == nil {
+		panic(fmt.Sprintf("engine: Mux.HandleFunc(%q): nil function", typ))
+	}
 	m.Handle(typ, HandlerFunc(f))
 }
 
@@ -105,7 +116,7 @@ func IsRetryAfter(err error) (time.Duration, bool) {
 func ValidateType(typ string) error {
 	r := buckets.Record{Queue: "q", Type: typ, MaxAttempts: 1, TimeoutMs: 1}
 	if err := r.Validate(0); err != nil {
-		return fmt.Errorf("engine: %w", err)
+		return &engineError{msg: "engine: " + err.Error(), kind: kindOf(err), cause: err}
 	}
 	return nil
 }

@@ -8,20 +8,31 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Roles picks the parts a Server runs. The zero value runs all of them.
-type Roles struct {
-	NoDispatcher bool // do not move due buckets
-	NoReaper     bool // do not recover dead workers' tasks
-	NoWorker     bool // do not run tasks
-}
+// Roles picks the parts a Server runs: RoleDispatcher, RoleReaper and
+// RoleWorker combined with |; AllRoles runs all three. There is no
+// default: zero, no role at all, is refused, so that a role set computed
+// from flags cannot turn into "everything" by mistake.
+type Roles uint8
+
+// The roles of a Server.
+const (
+	RoleDispatcher Roles = 1 << iota // move due buckets to the ready lists
+	RoleReaper                       // recover the tasks of dead workers
+	RoleWorker                       // run tasks
+
+	AllRoles = RoleDispatcher | RoleReaper | RoleWorker
+)
+
+// Has reports whether r includes every role in role.
+func (r Roles) Has(role Roles) bool { return r&role == role }
 
 // Server runs a dispatcher, a reaper and a worker in one process, as
 // Roles says. Run several processes to scale out; every part is safe to
 // run in many processes at once.
 type Server struct {
-	Dispatcher *Dispatcher // nil when Roles.NoDispatcher
-	Reaper     *Reaper     // nil when Roles.NoReaper
-	Worker     *Worker     // nil when Roles.NoWorker
+	Dispatcher *Dispatcher // nil without RoleDispatcher
+	Reaper     *Reaper     // nil without RoleReaper
+	Worker     *Worker     // nil without RoleWorker
 
 	mu      sync.Mutex
 	started bool               // guarded by mu
@@ -29,28 +40,28 @@ type Server struct {
 	done    chan struct{}      // closed when Run has returned
 }
 
-// NewServer builds the parts roles asks for. h may be nil when
-// roles.NoWorker is set.
+// NewServer builds the parts roles asks for. h may be nil when roles
+// lacks RoleWorker. Roles outside AllRoles are refused.
 func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, error) {
+	if roles == 0 || roles&^AllRoles != 0 {
+		return nil, fmt.Errorf("engine: NewServer: roles %#x: want some of RoleDispatcher, RoleReaper and RoleWorker combined with |, or AllRoles: %w", uint8(roles), ErrInvalidOption)
+	}
 	s := &Server{done: make(chan struct{})}
 	var err error
-	if !roles.NoDispatcher {
+	if roles.Has(RoleDispatcher) {
 		if s.Dispatcher, err = NewDispatcher(pool, cfg); err != nil {
 			return nil, err
 		}
 	}
-	if !roles.NoReaper {
+	if roles.Has(RoleReaper) {
 		if s.Reaper, err = NewReaper(pool, cfg); err != nil {
 			return nil, err
 		}
 	}
-	if !roles.NoWorker {
+	if roles.Has(RoleWorker) {
 		if s.Worker, err = NewWorker(pool, cfg, h); err != nil {
 			return nil, err
 		}
-	}
-	if s.Dispatcher == nil && s.Reaper == nil && s.Worker == nil {
-		return nil, fmt.Errorf("engine: NewServer: every role is off: %w", ErrInvalidOption)
 	}
 	return s, nil
 }

@@ -20,7 +20,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		srv, err := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +29,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 		due := map[string]time.Time{}
 		for i := 0; i < 20; i++ {
 			d := time.Duration(i*20) * time.Millisecond
-			id, err := c.EnqueueIn(ctx, d, "hello", []byte("x"))
+			id, err := idOf(c.EnqueueIn(ctx, d, "hello", []byte("x")))
 			if err != nil {
 				t.Fatal(err)
 			}

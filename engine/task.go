@@ -46,7 +46,10 @@ const (
 	StateCancelled State = "cancelled" // cancelled before it ran
 )
 
-// TaskInfo is what Lookup and the dead-letter listing report.
+// TaskInfo is what Enqueue and its kin, Lookup and the dead-letter listing
+// report. For a task just enqueued, State is StateReady or StateScheduled
+// and Due the time it becomes ready (rounded up to the millisecond; the
+// producer's now for a task due at once); Payload is the caller's slice.
 type TaskInfo struct {
 	Task
 	State    State
@@ -88,6 +91,7 @@ type Option interface {
 }
 
 type taskOptions struct {
+	id          string
 	queue       string
 	maxAttempts int
 	timeout     time.Duration
@@ -100,11 +104,47 @@ type optionFunc func(*taskOptions) error
 
 func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 
+// TaskID gives the task the caller's own id instead of a random UUID,
+// which makes Enqueue safe to retry: if the id exists, nothing is written
+// and the error matches ErrTaskExists. After an error matching
+// ErrUncertain (the reply to the write was lost) retry with the same id:
+// you then get either the task written once or ErrTaskExists. The check
+// and the write are one transaction, so producers racing with one id get
+// one task. An id is 1 to 128 printable ASCII bytes without spaces, and
+// stays taken while the task's record exists (see ErrTaskExists).
+func TaskID(id string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if err := ValidateID(id); err != nil {
+			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
+		}
+		o.id = id
+		return nil
+	})
+}
+
+// MaxIDLen is the longest task id TaskID accepts, in bytes.
+const MaxIDLen = 128
+
+// ValidateID checks a task id as TaskID does: 1 to 128 bytes, each a
+// printable ASCII character other than space. The error matches
+// ErrInvalidID.
+func ValidateID(id string) error {
+	if len(id) == 0 || len(id) > MaxIDLen {
+		return fmt.Errorf("engine: task id %q: want 1 to %d bytes, not %d: %w", id, MaxIDLen, len(id), ErrInvalidID)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("engine: task id %q: byte %d is %q; want printable ASCII without spaces: %w", id, i, c, ErrInvalidID)
+		}
+	}
+	return nil
+}
+
 // Queue puts the task on the named queue instead of Config.DefaultQueue.
 func Queue(name string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if !buckets.ValidName(name) {
-			return fmt.Errorf("engine: queue name %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidName)
+			return ValidateQueue(name)
 		}
 		o.queue = name
 		return nil
@@ -161,15 +201,16 @@ type NewTask struct {
 	Options []Option
 }
 
-// record builds and checks a task record from the caller's words.
-func (c Config) record(now time.Time, typ string, payload []byte, opts []Option) (*buckets.Record, error) {
+// record builds and checks a task record from the caller's words; chosen
+// says whether the id is the caller's (TaskID).
+func (c Config) record(now time.Time, typ string, payload []byte, opts []Option) (r *buckets.Record, chosen bool, err error) {
 	o := taskOptions{queue: c.DefaultQueue, maxAttempts: c.DefaultMaxAttempts, timeout: c.DefaultTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
 		if err := opt.apply(&o); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	due := now
@@ -188,13 +229,17 @@ func (c Config) record(now time.Time, typ string, payload []byte, opts []Option)
 	if !due.After(now) {
 		dueMs = min(dueMs, ms(now))
 	}
-	r := &buckets.Record{
-		ID: uuid.NewString(), Queue: o.queue, Type: typ, Payload: payload,
+	id := o.id
+	if id == "" {
+		id = uuid.NewString()
+	}
+	r = &buckets.Record{
+		ID: id, Queue: o.queue, Type: typ, Payload: payload,
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
 		Created: ms(now), Due: max(dueMs, 1),
 	}
 	if err := r.Validate(c.MaxPayload); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, false, &engineError{msg: "engine: " + err.Error(), kind: kindOf(err), cause: err}
 	}
-	return r, nil
+	return r, o.id != "", nil
 }

@@ -634,7 +634,7 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 				w.logOutcome(r, out, herr)
 				return next
 			}
-			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) || errors.Is(err, buckets.ErrMalformed) {
+			if errors.Is(err, buckets.ErrLeaseLost) || errors.Is(err, buckets.ErrNotFound) || errors.Is(err, buckets.ErrMalformed) {
 				w.unfinishable(rec, err, cut)
 				return next
 			}
@@ -664,7 +664,7 @@ func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
 		w.log.Debug("result already recorded before the connection dropped", attrs...)
 		return
 	}
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, buckets.ErrLeaseLost) {
 		w.log.Warn("task was recovered elsewhere while it ran; its result is dropped", attrs...)
 		return
 	}
@@ -680,7 +680,7 @@ func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
 // number and recoveries. A record gone after a cut is taken as a done task
 // whose record was not kept (DoneRetention < 0).
 func (w *Worker) ownResult(rec *buckets.Record, err error) bool {
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, buckets.ErrNotFound) {
 		return w.cfg.DoneRetention < 0
 	}
 	conn := w.pool.Get()
@@ -704,6 +704,7 @@ func (w *Worker) decide(r *buckets.Record, now time.Time, herr error) buckets.Ou
 		r.Due = msCeil(now.Add(ra.d))
 		return buckets.Again
 	}
+	t := taskFromRecord(r)
 	r.Attempts++
 	r.LastError = truncateErr(herr)
 	if errors.Is(herr, ErrNoHandler) && w.cfg.UnknownType == UnknownDead {
@@ -713,7 +714,7 @@ func (w *Worker) decide(r *buckets.Record, now time.Time, herr error) buckets.Ou
 		return buckets.Bury
 	}
 	r.State = buckets.StateRetry
-	r.Due = msCeil(now.Add(w.cfg.Backoff(r.Attempts)))
+	r.Due = msCeil(now.Add(max(w.cfg.RetryDelay(t, r.Attempts, herr), 0)))
 	return buckets.Again
 }
 

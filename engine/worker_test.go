@@ -69,7 +69,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 		t.Run(stage, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, e *env) {
 				c := e.client(t)
-				id, err := c.Enqueue(context.Background(), "t", []byte("p"))
+				id, err := idOf(c.Enqueue(context.Background(), "t", []byte("p")))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +150,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 func TestWorkerSIGKILL(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	id, err := c.Enqueue(context.Background(), "t", nil)
+	id, err := idOf(c.Enqueue(context.Background(), "t", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestConcurrentReapers(t *testing.T) {
 		for i := 0; i < 300; i++ {
 			batch = append(batch, NewTask{Type: "t"})
 		}
-		ids, err := c.EnqueueBatch(ctx, batch)
+		ids, err := idsOf(c.EnqueueBatch(ctx, batch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,16 +262,16 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			return nil
 		})
 		var asked []int
-		e.cfg.Backoff = func(a int) time.Duration {
+		e.cfg.RetryDelay = func(_ *Task, a int, _ error) time.Duration {
 			mu.Lock()
 			asked = append(asked, a)
 			mu.Unlock()
 			return time.Duration(a) * 100 * time.Millisecond
 		}
-		srv, _ := NewServer(e.pool, e.cfg, rec, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
-		id, err := c.Enqueue(ctx, "t", nil, MaxAttempts(3))
+		id, err := idOf(c.Enqueue(ctx, "t", nil, MaxAttempts(3)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("dead count %d after retry", n)
 		}
 		// Permanent errors skip the remaining attempts; purge deletes.
-		id2, _ := c.Enqueue(ctx, "perm", nil)
+		id2, _ := idOf(c.Enqueue(ctx, "perm", nil))
 		srvMux := NewMux()
 		_ = srvMux
 		waitFor(t, 10*time.Second, "second task to run", func() bool { return rec.count(id2) == 1 })
@@ -337,13 +337,13 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
-		perm, _ := c.Enqueue(ctx, "perm", nil)
-		lat, _ := c.Enqueue(ctx, "later", nil, MaxAttempts(1))
-		pan, _ := c.Enqueue(ctx, "panic", nil, MaxAttempts(1))
-		slow, _ := c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond))
+		perm, _ := idOf(c.Enqueue(ctx, "perm", nil))
+		lat, _ := idOf(c.Enqueue(ctx, "later", nil, MaxAttempts(1)))
+		pan, _ := idOf(c.Enqueue(ctx, "panic", nil, MaxAttempts(1)))
+		slow, _ := idOf(c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond)))
 		for _, id := range []string{perm, pan, slow} {
 			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
 		}
@@ -372,10 +372,10 @@ func TestUnknownType(t *testing.T) {
 			cfg := e.cfg
 			cfg.UnknownType = pol
 			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
-			srv, _ := NewServer(e.pool, cfg, NewMux(), Roles{})
+			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
-			id, _ := c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3))
+			id, _ := idOf(c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3)))
 			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
 			info, _ := c.Lookup(ctx, id)
 			want := 3
@@ -467,11 +467,11 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 			quick.Add(1)
 			return nil
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
-		hang, _ := c.Enqueue(ctx, "hang", nil)
-		q, _ := c.Enqueue(ctx, "quick", nil)
+		hang, _ := idOf(c.Enqueue(ctx, "hang", nil))
+		q, _ := idOf(c.Enqueue(ctx, "quick", nil))
 		<-started
 		<-started
 		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -527,9 +527,9 @@ func TestSecondShutdownAborts(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	go srv.Run(ctx)
-	id, _ := e.client(t).Enqueue(ctx, "hang", nil)
+	id, _ := idOf(e.client(t).Enqueue(ctx, "hang", nil))
 	<-started
 	first := make(chan struct{})
 	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
@@ -548,7 +548,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 		t.Fatalf("task %s after abort, want ready", s)
 	}
 
-	srv2, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv2, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	if err := srv2.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +571,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	ran := make(chan struct{}, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })
-	srv, _ := NewServer(e.pool, e.cfg, mux, Roles{})
+	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	runBackground(t, srv.Run)
 	time.Sleep(4500 * time.Millisecond) // two idle timeouts
 	if _, err := e.client(t).EnqueueIn(context.Background(), 50*time.Millisecond, "t", nil); err != nil {
@@ -654,7 +654,7 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	runBackground(t, w.Run)
 	time.Sleep(300 * time.Millisecond)
 	armed.Store(true)
-	id, err := e.client(t).Enqueue(context.Background(), "t", nil)
+	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func (c *Census) Record(cmd string) {
 }
 
 // RecordViolation appends v to the violations. Wrap calls it for every
-// refused command; other checkers (such as a [MiniHook] callback) may too.
+// refused command; other checkers (such as a hook in front of a test server) may too.
 func (c *Census) RecordViolation(v *Violation) {
 	if v == nil {
 		return

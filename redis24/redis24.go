@@ -6,8 +6,9 @@
 // name must be in the table and the arguments must have a form that 2.4
 // accepts and reads the same way as later versions do (no SET ... EX, no
 // multi-field HSET, no float blocking timeouts, and so on). [Wrap] puts
-// that check in front of every command sent on a redigo connection, and
-// [MiniHook] puts it in front of a miniredis server.
+// that check in front of every command sent on a redigo connection. (The
+// module's tests put it in front of a miniredis server too; that hook is
+// internal so that importers of this package do not build miniredis in.)
 package redis24
 
 //go:generate go run ./internal/gen -in commands.txt -out commands_gen.go

@@ -92,7 +92,7 @@ recovers them once this worker's heartbeat expires).`)
 
 	roles := set.roles()
 	var handler engine.Handler
-	if !roles.NoWorker {
+	if roles.Has(engine.RoleWorker) {
 		mux := engine.NewMux()
 		if set.LogLevel == "debug" {
 			mux.Use(engine.Logging(log))

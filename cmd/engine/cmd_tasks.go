@@ -80,11 +80,11 @@ Adds a task and prints its id. The payload is --payload, or stdin with
 		return code
 	}
 	defer s.close()
-	id, err := s.client.Enqueue(ctx, *typ, body, opts...)
+	info, err := s.client.Enqueue(ctx, *typ, body, opts...)
 	if err != nil {
 		return a.fail("enqueue", err)
 	}
-	fmt.Fprintln(a.stdout, id)
+	fmt.Fprintln(a.stdout, info.ID)
 	return exitOK
 }
 

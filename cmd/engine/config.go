@@ -216,11 +216,13 @@ func (s *Settings) where(key string) string {
 
 // roles turns the role list into engine.Roles.
 func (s *Settings) roles() engine.Roles {
-	return engine.Roles{
-		NoDispatcher: !slices.Contains(s.Roles, roleDispatcher),
-		NoReaper:     !slices.Contains(s.Roles, roleReaper),
-		NoWorker:     !slices.Contains(s.Roles, roleWorker),
+	var r engine.Roles
+	for name, role := range map[string]engine.Roles{roleDispatcher: engine.RoleDispatcher, roleReaper: engine.RoleReaper, roleWorker: engine.RoleWorker} {
+		if slices.Contains(s.Roles, name) {
+			r |= role
+		}
 	}
+	return r
 }
 
 // poolSize is the pool's limit: redis.pool_size, or concurrency plus
@@ -250,7 +252,7 @@ func (s *Settings) EngineConfig(log *slog.Logger) engine.Config {
 		HeartbeatTTL:       s.HeartbeatTTL,
 		IdleWait:           s.IdleWait,
 		ShutdownTimeout:    s.ShutdownTimeout,
-		Backoff:            backoff(s.BackoffBase, s.BackoffMax),
+		RetryDelay:         backoff(s.BackoffBase, s.BackoffMax),
 		MaxRecoveries:      s.MaxRecoveries,
 		DoneRetention:      s.DoneRetention,
 		DeadRetention:      s.DeadRetention,
@@ -277,10 +279,10 @@ func (s *Settings) EngineConfig(log *slog.Logger) engine.Config {
 }
 
 // backoff waits base·2^(attempt-1), capped at max, drawn uniformly from
-// the upper half of that, like engine.DefaultBackoff (which is base 1s,
+// the upper half of that, like engine.DefaultRetryDelay (which is base 1s,
 // max 1h).
-func backoff(base, maxWait time.Duration) func(int) time.Duration {
-	return func(attempt int) time.Duration {
+func backoff(base, maxWait time.Duration) func(*engine.Task, int, error) time.Duration {
+	return func(_ *engine.Task, attempt int, _ error) time.Duration {
 		d := base
 		for i := 1; i < attempt && d < maxWait; i++ {
 			d *= 2

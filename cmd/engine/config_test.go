@@ -163,7 +163,7 @@ handlers:
 	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low", Weight: 1}}; !reflect.DeepEqual(s.Queues, want) {
 		t.Errorf("queues = %v, want %v", s.Queues, want)
 	}
-	if r := s.roles(); !r.NoWorker || r.NoDispatcher || r.NoReaper {
+	if r := s.roles(); r != engine.RoleDispatcher|engine.RoleReaper {
 		t.Errorf("roles = %+v", r)
 	}
 	h := s.Handlers["resize"]
@@ -179,7 +179,7 @@ handlers:
 	}
 	for n := 1; n < 10; n++ {
 		want := min(100*time.Millisecond<<(n-1), 2*time.Second)
-		if d := cfg.Backoff(n); d < want/2 || d > want {
+		if d := cfg.RetryDelay(nil, n, nil); d < want/2 || d > want {
 			t.Errorf("backoff(%d) = %v, want %v to %v", n, d, want/2, want)
 		}
 	}

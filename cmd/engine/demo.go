@@ -157,7 +157,7 @@ func (d *demo) run(ctx context.Context) int {
 		ShutdownTimeout:   2 * time.Second,
 		LeaseGrace:        2 * time.Second,
 		DefaultTimeout:    10 * time.Second,
-		Backoff:           func(n int) time.Duration { return time.Duration(n) * 300 * time.Millisecond },
+		RetryDelay:        func(_ *engine.Task, n int, _ error) time.Duration { return time.Duration(n) * 300 * time.Millisecond },
 		Logger:            d.log,
 	}
 	mux := engine.NewMux()
@@ -169,7 +169,7 @@ func (d *demo) run(ctx context.Context) int {
 		fmt.Fprintf(d.out, "demo: %v\n", err)
 		return exitFailure
 	}
-	srv, err := engine.NewServer(pool, cfg, mux, engine.Roles{})
+	srv, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
 	if err != nil {
 		fmt.Fprintf(d.out, "demo: %v\n", err)
 		return exitFailure
@@ -223,13 +223,13 @@ func (d *demo) enqueue(ctx context.Context, client *engine.Client) error {
 	var batch []engine.NewTask
 	var pending []*demoTask
 	flush := func() error {
-		ids, err := client.EnqueueBatch(ctx, batch)
+		infos, err := client.EnqueueBatch(ctx, batch)
 		if err != nil {
 			return err
 		}
 		d.mu.Lock()
-		for i, id := range ids {
-			pending[i].id = id
+		for i, info := range infos {
+			pending[i].id = info.ID
 			d.ledger = append(d.ledger, pending[i])
 		}
 		d.mu.Unlock()

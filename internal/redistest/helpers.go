@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
+	"github.com/bucketq/bucketq/internal/minihook"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -62,7 +63,7 @@ func Mini(t testing.TB) *Server {
 	rep := newReporter(t)
 	m := miniredis.RunT(t)
 	s := &Server{Addr: m.Addr(), Kind: KindMiniredis, Mini: m, Census: redis24.NewCensus(), adminToken: randomHex(8)}
-	check := redis24.MiniHook(func(v *redis24.Violation) {
+	check := minihook.Hook(func(v *redis24.Violation) {
 		s.Census.RecordViolation(v)
 		rep.violation(v)
 	})

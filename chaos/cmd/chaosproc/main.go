@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -65,7 +66,7 @@ func main() {
 	flag.StringVar(&o.ns, "ns", "chaos", "namespace")
 	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file (producer, worker)")
 	flag.StringVar(&o.idFile, "idfile", "", "file to write the worker id to")
-	flag.DurationVar(&o.offset, "offset", 0, "clock offset (engine.OffsetClock)")
+	flag.DurationVar(&o.offset, "offset", 0, "clock offset (clocktest.Offset)")
 	flag.Uint64Var(&o.seed, "seed", 1, "random seed")
 
 	flag.DurationVar(&o.resolution, "resolution", 10*time.Millisecond, "Config.Resolution")
@@ -154,7 +155,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		HeartbeatTTL:      o.hbTTL,
 		IdleWait:          o.idleWait,
 		ShutdownTimeout:   o.shutdown,
-		Backoff: func(attempt int) time.Duration {
+		RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
 			return min(backoff*time.Duration(max(attempt, 1)), time.Second)
 		},
 		UnknownType:   unknown,
@@ -162,7 +163,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		DoneRetention: o.doneRetention,
 		ReapInterval:  o.reapInterval,
 		Logger:        log,
-		Clock:         engine.OffsetClock(o.offset),
+		Clock:         clocktest.Offset(o.offset),
 	}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
@@ -233,7 +234,7 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		return err
 	}
 	rng := newRand(o.seed)
-	clock := engine.OffsetClock(o.offset)
+	clock := clocktest.Offset(o.offset)
 	pad := ""
 	if o.pad > 0 {
 		b := make([]byte, o.pad)
@@ -288,15 +289,21 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		var ids []string
 		if n == 1 && rng.float() < 0.5 {
 			// Exercise the single-task entry points too.
-			var id string
+			var info *engine.TaskInfo
 			if len(tasks[0].Options) == 2 {
-				id, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
+				info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
 			} else {
-				id, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
+				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
 			}
-			ids = []string{id}
+			if err == nil {
+				ids = []string{info.ID}
+			}
 		} else {
-			ids, err = client.EnqueueBatch(cctx, tasks)
+			var infos []*engine.TaskInfo
+			infos, err = client.EnqueueBatch(cctx, tasks)
+			for _, info := range infos {
+				ids = append(ids, info.ID)
+			}
 		}
 		cancel()
 		if err != nil {
