@@ -132,7 +132,7 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 		// Only a key of the wrong type for its command is set aside; a
 		// command that failed for another reason (out of memory) fails
 		// again below, and Enqueue reports it.
-		m, err := s.SetAside(conn, typeFor[c.Name], key)
+		m, err := s.SetAside(ctx, conn, typeFor[c.Name], key)
 		if err != nil {
 			return fmt.Errorf("buckets: enqueue: repairing after a failed %s: %w", c.Name, err)
 		}

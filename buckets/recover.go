@@ -139,8 +139,8 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 // deadline is at or before cutoff (Unix ms): ZRANGEBYSCORE p:<w> -inf
 // cutoff LIMIT 0 limit. Use cutoff "+inf" semantics with a huge value to
 // list them all.
-func (s *Store) PendingIDs(conn redis.Conn, w string, cutoff int64, limit int) ([]string, error) {
-	ids, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Pending(w), "-inf", cutoff, "LIMIT", 0, limit))
+func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutoff int64, limit int) ([]string, error) {
+	ids, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Pending(w), "-inf", cutoff, "LIMIT", 0, limit))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: pending of %s: %w", w, err)
 	}
@@ -251,8 +251,8 @@ func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, 
 // Workers lists the registered worker processes and whether each one's
 // heartbeat key exists (SMEMBERS w, then EXISTS hb:<w> pipelined). The
 // heartbeat's TTL is kept by the server, so no clocks are compared.
-func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error) {
-	ids, err = redis.Strings(conn.Do("SMEMBERS", s.Keys.Workers()))
+func (s *Store) Workers(ctx context.Context, conn redis.Conn) (ids []string, alive []bool, err error) {
+	ids, err = redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Workers()))
 	if err != nil || len(ids) == 0 {
 		return nil, nil, wrapErr("workers", err)
 	}
@@ -260,7 +260,7 @@ func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error)
 	for _, w := range ids {
 		cmds.Queue("EXISTS", s.Keys.Heartbeat(w))
 	}
-	reps, err := pipeline(conn, cmds)
+	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, nil, wrapErr("workers", err)
 	}

@@ -1,9 +1,11 @@
 package buckets
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -133,21 +135,41 @@ func (s *Store) wakeDispatchers(tx queuer, ts int64) {
 	s.queueTokens(tx, s.Keys.Wake(), 1, strconv.FormatInt(ts, 10))
 }
 
-// cmdList collects commands for a MULTI without a WATCH.
-type cmdList []txn.Cmd
+// cmdList collects commands: for a MULTI without a WATCH, or for a
+// pipeline of reads.
+type cmdList = txn.Cmds
 
-func (c *cmdList) Queue(name string, args ...interface{}) {
-	*c = append(*c, txn.Cmd{Name: name, Args: args})
+// do sends one command outside any transaction, in a round trip bounded
+// by ctx (redis.DoContext: ctx ending closes the connection, so a pool
+// discards it). A read cut short at ctx's deadline is reported as
+// context.DeadlineExceeded.
+func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
+	rep, err := redis.DoContext(conn, ctx, name, args...)
+	if err == nil {
+		return rep, nil
+	}
+	if _, isReply := err.(redis.Error); isReply {
+		return rep, err
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded // the read deadline fired first
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return rep, err
 }
 
-// pipeline sends cmds and returns the replies in order.
-func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
+// pipeline sends cmds (reads, outside any transaction) in one round trip
+// bounded by ctx and returns the replies in order.
+func pipeline(ctx context.Context, conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 	for _, c := range cmds {
 		if err := conn.Send(c.Name, c.Args...); err != nil {
 			return nil, err
 		}
 	}
-	reps, err := redis.Values(conn.Do(""))
+	reps, err := redis.Values(do(ctx, conn, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +183,12 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 // its quarantine name ({ns}:bad:...), one atomic RENAME each, so that a key
 // of the wrong type (written by hand, say) stops failing every command on
 // it. It returns the keys it renamed.
-func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string, error) {
+func (s *Store) SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error) {
 	var cmds cmdList
 	for _, k := range keys {
 		cmds.Queue("TYPE", k)
 	}
-	reps, err := pipeline(conn, cmds)
+	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: check key types: %w", err)
 	}
@@ -176,9 +198,9 @@ func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string
 		if t == "none" || t == "" || t == want {
 			continue
 		}
-		if _, err := conn.Do("RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
+		if _, err := do(ctx, conn, "RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
 			// Another process may have set it aside first.
-			if t, terr := redis.String(conn.Do("TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
+			if t, terr := redis.String(do(ctx, conn, "TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
 				continue
 			}
 			return moved, fmt.Errorf("buckets: set aside %s: %w", keys[i], err)

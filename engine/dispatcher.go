@@ -147,7 +147,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	if res.Tasks > 0 || res.Partial || res.Conflicts > 0 || res.Stale > 0 {
 		return 0, nil
 	}
-	next, ok, err := d.store.NextDue(conn)
+	next, ok, err := d.store.NextDue(ctx, conn)
 	if err != nil {
 		return 0, err
 	}
