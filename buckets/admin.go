@@ -26,7 +26,7 @@ import (
 func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl int64) error {
 	key := s.Keys.Task(id)
 	ttl = max(ttl, 3600)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -106,7 +106,7 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 		where Where
 	)
 	key := s.Keys.Task(id)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -220,7 +220,7 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 		watch[i] = s.Keys.Task(id)
 	}
 	n := 0
-	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		n = 0
 		for _, k := range watch {
 			if err := tx.Send("GET", k); err != nil {

@@ -152,7 +152,7 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 
 // exec runs commands in one MULTI/EXEC without WATCH.
 func (s *Store) exec(ctx context.Context, conn redis.Conn, cmds cmdList) ([]interface{}, error) {
-	return s.runner().Run(ctx, conn, nil, func(tx *txn.Tx) error {
+	return s.runner.Run(ctx, conn, nil, func(tx *txn.Tx) error {
 		for _, c := range cmds {
 			tx.Queue(c.Name, c.Args...)
 		}

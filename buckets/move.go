@@ -206,7 +206,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
 	p := s.plan(members, maxTasks)
 	var res MoveResult
-	_, err := s.runner().Run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
 			return err
 		}
@@ -297,7 +297,7 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 			return nil
 		}}
 	}
-	out, err := s.runner().Pipeline(ctx, conn, steps)
+	out, err := s.runner.Pipeline(ctx, conn, steps)
 	var total MoveResult
 	var errs []error
 	for i, r := range out {

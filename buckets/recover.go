@@ -35,7 +35,7 @@ func (r Reason) String() string {
 	return "unknown reason"
 }
 
-// RequeueResult counts what Requeue and RecoverInflight did.
+// RequeueResult counts what Requeue and RecoverAllInflight did.
 type RequeueResult struct {
 	Requeued int // back in a ready list
 	Buried   int // to the dead letters (too many recoveries, or a bad record)
@@ -67,7 +67,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 		watch = append(watch, s.Keys.Task(id))
 	}
 	var res RequeueResult
-	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		for _, id := range ids {
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
@@ -147,7 +147,7 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 	return ids, nil
 }
 
-// RecoverInflight returns up to limit ids from dead worker w's in-flight
+// recoverInflight returns up to limit ids from dead worker w's in-flight
 // list (taken, never claimed) to the front of their ready lists. These
 // tasks never started, so no recovery is counted.
 //
@@ -160,10 +160,10 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 //
 // Only reapers touch a dead worker's list, and watching it and the records
 // makes a second reaper, or a Cancel, start over.
-func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
+func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner().Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(ids) == 0 {
@@ -219,12 +219,12 @@ func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, 
 	return res, nil
 }
 
-// RecoverAllInflight runs RecoverInflight until worker w's in-flight list
+// RecoverAllInflight runs recoverInflight until worker w's in-flight list
 // is empty, and adds up what it did.
 func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (RequeueResult, error) {
 	var total RequeueResult
 	for {
-		res, err := s.RecoverInflight(ctx, conn, w, now, 100)
+		res, err := s.recoverInflight(ctx, conn, w, now, 100)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped
@@ -279,7 +279,7 @@ func (s *Store) Workers(ctx context.Context, conn redis.Conn) (ids []string, ali
 func (s *Store) Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error) {
 	hb, f, p := s.Keys.Heartbeat(w), s.Keys.Inflight(w), s.Keys.Pending(w)
 	removed := false
-	_, err := s.runner().Run(ctx, conn, []string{hb, f, p}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{hb, f, p}, func(tx *txn.Tx) error {
 		removed = false
 		for _, c := range []txn.Cmd{{Name: "EXISTS", Args: []interface{}{hb}}, {Name: "LLEN", Args: []interface{}{f}}, {Name: "ZCARD", Args: []interface{}{p}}} {
 			if err := tx.Send(c.Name, c.Args...); err != nil {

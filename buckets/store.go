@@ -25,21 +25,20 @@ const (
 	StatCancelled = "cancelled" // counter: cancelled before running
 )
 
-// DefaultWakeTokens bounds how many wake-up tokens one transaction pushes
-// to a notify list, and how many the list keeps when nobody waits.
-const DefaultWakeTokens = 16
+// wakeTokens bounds how many wake-up tokens one transaction pushes to a
+// notify list, and how many the list keeps when nobody waits.
+const wakeTokens = 16
 
 // Store sends the engine's commands for one namespace. Its methods take a
-// connection, which they leave open; they are safe for concurrent use on
-// different connections.
+// context, which bounds each of their round trips, and a connection, which
+// they leave open; they are safe for concurrent use on different
+// connections. Make one with NewStore.
 type Store struct {
 	Keys Keys
 	// Resolution is the bucket width in ms (1 to 60000).
 	Resolution int64
-	// Runner runs the optimistic transactions; nil means a default one.
-	Runner *txn.Runner
-	// WakeTokens is DefaultWakeTokens when zero.
-	WakeTokens int
+
+	runner txn.Runner // runs every transaction, and counts their conflicts
 }
 
 // NewStore returns a Store for namespace ns and bucket width resolutionMs.
@@ -51,23 +50,14 @@ func NewStore(ns string, resolutionMs int64) (*Store, error) {
 	if resolutionMs < 1 || resolutionMs > 60000 {
 		return nil, fmt.Errorf("buckets: resolution %d ms: want 1 to 60000", resolutionMs)
 	}
-	return &Store{Keys: keys, Resolution: resolutionMs, Runner: &txn.Runner{}}, nil
+	return &Store{Keys: keys, Resolution: resolutionMs}, nil
 }
 
-func (s *Store) runner() *txn.Runner {
-	if s.Runner == nil {
-		s.Runner = &txn.Runner{}
-	}
-	return s.Runner
-}
+// Conflicts reports how many of the Store's transactions found a watched
+// key changed before EXEC (each was retried, or left for the next round).
+func (s *Store) Conflicts() int64 { return s.runner.Conflicts() }
 
-func (s *Store) tokens(n int) int {
-	k := s.WakeTokens
-	if k <= 0 {
-		k = DefaultWakeTokens
-	}
-	return min(n, k)
-}
+func (s *Store) tokens(n int) int { return min(n, wakeTokens) }
 
 // queuer is what the write helpers need: a place to queue commands. Both
 // *txn.Tx and a plain command list satisfy it.
@@ -76,8 +66,8 @@ type queuer interface {
 }
 
 // pushReady queues the commands that make ids ready on queue q, in order,
-// and wake up to WakeTokens idle workers: LPUSH ready ids..., LPUSH notify
-// tokens..., LTRIM notify to WakeTokens. front puts them at the pop end
+// and wake up to wakeTokens idle workers: LPUSH ready ids..., LPUSH notify
+// tokens..., LTRIM notify to wakeTokens. front puts them at the pop end
 // (RPUSH) instead, for tasks that were already at the front.
 func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	if len(ids) == 0 {
@@ -101,8 +91,8 @@ func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	s.queueTokens(tx, s.Keys.Notify(q), len(ids), "1")
 }
 
-// queueTokens pushes up to WakeTokens tokens to a wake-up list and trims it
-// to WakeTokens, so that tokens nobody waits for do not pile up. At 2.4 a
+// queueTokens pushes up to wakeTokens tokens to a wake-up list and trims it
+// to wakeTokens, so that tokens nobody waits for do not pile up. At 2.4 a
 // push to a list with a blocked client hands the token straight to it;
 // later versions serve blocked clients after EXEC; both wake the waiter.
 func (s *Store) queueTokens(tx queuer, key string, n int, token string) {

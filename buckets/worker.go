@@ -25,6 +25,13 @@ func (s *Store) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, 
 	return id, nil
 }
 
+// PopNext is Pop as a command to send behind FinishHeld's EXEC, in the
+// same round trip: its reply is the id taken into w's in-flight list, or
+// nil when queue q is empty.
+func (s *Store) PopNext(q, w string) txn.Cmd {
+	return txn.Cmd{Name: "RPOPLPUSH", Args: []interface{}{s.Keys.Ready(q), s.Keys.Inflight(w)}}
+}
+
 // ClaimState is what a claim attempt wrote, kept by the caller across
 // retries of the claim of one popped id, and the watch a holding claim
 // left on its connection.
@@ -83,7 +90,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		cs.held = nil
 	}
 	hold = hold && cs != nil
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		raw, err := redis.Bytes(tx.Do("GET", key))
 		if err != nil && !errors.Is(err, redis.ErrNil) {
 			return err
@@ -198,7 +205,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		rec *Record
 		out Outcome
 	)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err

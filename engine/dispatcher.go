@@ -47,7 +47,7 @@ func (d *Dispatcher) Moved() int64 { return d.moved.Load() }
 
 // Conflicts reports how many of its transactions found a bucket changed
 // under them and were retried.
-func (d *Dispatcher) Conflicts() int64 { return d.store.Runner.Conflicts() }
+func (d *Dispatcher) Conflicts() int64 { return d.store.Conflicts() }
 
 // Run moves due buckets until ctx ends, then returns nil. Redis errors are
 // logged and retried with backoff; Run returns an error only for a setup

@@ -597,7 +597,7 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 		var pop []txn.Cmd
 		if fetchCtx.Err() == nil && w.alive() {
 			next.q = w.order()[0]
-			pop = []txn.Cmd{{Name: "RPOPLPUSH", Args: []interface{}{w.store.Keys.Ready(next.q), w.store.Keys.Inflight(w.id)}}}
+			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
 			w.inflight.RLock()
 		}
 		r, out, reps, err := w.store.FinishHeld(ctx, held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
