@@ -36,6 +36,11 @@
 // checks commands against the 2.4 table; tests run every connection
 // through it.
 //
+// The layers below engine are package buckets, its storage layer (the key
+// schema and every transaction; not a stable API), and package txn, the
+// optimistic transactions buckets is built on, which a program may also
+// use on its own for its own keys.
+//
 // # Connections and deadlines
 //
 // Every method that talks to Redis takes a context, and each of its round
