@@ -99,6 +99,12 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		}
 		return replies, err
 	}
+	if unwatch {
+		// The last attempt's hold left a WATCH; give it up.
+		if _, err := do(ctx, conn, "UNWATCH"); err != nil {
+			return nil, fmt.Errorf("txn: %d attempts: %w (UNWATCH: %w)", attempts, ErrConflict, err)
+		}
+	}
 	return nil, fmt.Errorf("txn: %d attempts: %w", attempts, ErrConflict)
 }
 
