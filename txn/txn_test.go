@@ -350,3 +350,37 @@ func silentServer(t *testing.T) string {
 	})
 	return ln.Addr().String()
 }
+
+// A hold asked for by an attempt that conflicted is given up before the
+// next attempt: a change to its keys does not void the next attempt.
+func TestHoldOfConflictingAttemptGivenUp(t *testing.T) {
+	servers(t, func(t *testing.T, s *redistest.Server) {
+		pool := s.Pool(t)
+		conn, other := pool.Get(), pool.Get()
+		defer conn.Close()
+		defer other.Close()
+		ns := redistest.Namespace(t)
+		key, key2 := ns+":k", ns+":k2"
+		calls := 0
+		var held *txn.Held
+		_, err := txn.Run(context.Background(), conn, []string{key}, func(tx *txn.Tx) error {
+			calls++
+			held = nil
+			if _, err := tx.Do("GET", key); err != nil {
+				return err
+			}
+			switch calls {
+			case 1:
+				other.Do("INCR", key) // this attempt conflicts...
+				held = tx.Hold(key2)  // ...after asking to hold key2
+			case 2:
+				other.Do("INCR", key2) // must not void this attempt
+			}
+			tx.Queue("SET", key, "mine")
+			return nil
+		})
+		if err != nil || calls != 2 || held != nil {
+			t.Fatalf("err %v after %d calls (held %v); want success at the second", err, calls, held)
+		}
+	})
+}
