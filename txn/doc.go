@@ -16,8 +16,8 @@
 //     on the connection, and a later one writes under it without reading
 //     again, sending other commands behind its EXEC in the same round trip.
 //
-// Package code never sends WATCH, MULTI, EXEC or UNWATCH itself: txn does,
-// and it checks every reply to them.
+// Code built on txn never sends WATCH, MULTI, EXEC or UNWATCH itself (a
+// [Tx] refuses them as reads): txn does, and it checks every reply to them.
 //
 // # Retry contract
 //

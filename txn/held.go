@@ -26,9 +26,6 @@ type Held struct {
 // Conn is the connection that holds the watch.
 func (h *Held) Conn() redis.Conn { return h.conn }
 
-// Keys are the keys held.
-func (h *Held) Keys() []string { return h.keys }
-
 // Exec runs queued as one MULTI/EXEC under the held watch and sends after
 // right behind EXEC, in the same round trip (bounded by ctx). It returns
 // EXEC's reply (one element per queued command) and the replies to after,
