@@ -26,7 +26,7 @@ import (
 func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl int64) error {
 	key := s.Keys.Task(id)
 	ttl = max(ttl, 3600)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -106,7 +106,7 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 		where Where
 	)
 	key := s.Keys.Task(id)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -133,8 +133,8 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 }
 
 // DeadIDs lists dead-letter ids, newest first, from offset, at most count.
-func (s *Store) DeadIDs(conn redis.Conn, offset, count int) ([]string, error) {
-	ids, err := redis.Strings(conn.Do("ZREVRANGE", s.Keys.Dead(), offset, offset+count-1))
+func (s *Store) DeadIDs(ctx context.Context, conn redis.Conn, offset, count int) ([]string, error) {
+	ids, err := redis.Strings(do(ctx, conn, "ZREVRANGE", s.Keys.Dead(), offset, offset+count-1))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: dead letters: %w", err)
 	}
@@ -143,8 +143,8 @@ func (s *Store) DeadIDs(conn redis.Conn, offset, count int) ([]string, error) {
 
 // DeadBefore lists up to limit dead-letter ids that died at or before
 // cutoff (Unix ms), oldest first.
-func (s *Store) DeadBefore(conn redis.Conn, cutoff int64, limit int) ([]string, error) {
-	ids, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Dead(), "-inf", cutoff, "LIMIT", 0, limit))
+func (s *Store) DeadBefore(ctx context.Context, conn redis.Conn, cutoff int64, limit int) ([]string, error) {
+	ids, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Dead(), "-inf", cutoff, "LIMIT", 0, limit))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: dead letters: %w", err)
 	}
@@ -152,14 +152,14 @@ func (s *Store) DeadBefore(conn redis.Conn, cutoff int64, limit int) ([]string, 
 }
 
 // DeadCount is the number of dead letters (ZCARD dead).
-func (s *Store) DeadCount(conn redis.Conn) (int, error) {
-	n, err := redis.Int(conn.Do("ZCARD", s.Keys.Dead()))
+func (s *Store) DeadCount(ctx context.Context, conn redis.Conn) (int, error) {
+	n, err := redis.Int(do(ctx, conn, "ZCARD", s.Keys.Dead()))
 	return n, wrapErr("dead count", err)
 }
 
 // Records reads records by id (MGET); a missing or undecodable one is nil
 // in the result, with its error in errs.
-func (s *Store) Records(conn redis.Conn, ids []string) (recs []*Record, errs []error, err error) {
+func (s *Store) Records(ctx context.Context, conn redis.Conn, ids []string) (recs []*Record, errs []error, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
@@ -167,7 +167,7 @@ func (s *Store) Records(conn redis.Conn, ids []string) (recs []*Record, errs []e
 	for i, id := range ids {
 		args[i] = s.Keys.Task(id)
 	}
-	raws, err := redis.ByteSlices(conn.Do("MGET", args...))
+	raws, err := redis.ByteSlices(do(ctx, conn, "MGET", args...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("buckets: read records: %w", err)
 	}
@@ -220,7 +220,7 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 		watch[i] = s.Keys.Task(id)
 	}
 	n := 0
-	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		n = 0
 		for _, k := range watch {
 			if err := tx.Send("GET", k); err != nil {
@@ -271,8 +271,8 @@ type QueueStats struct {
 // Stats reads every known queue's counters, ready length, oldest ready
 // task and earliest bucket. It reads at most scanLimit index members to
 // find each queue's next due bucket.
-func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
-	qs, err := redis.Strings(conn.Do("SMEMBERS", s.Keys.Queues()))
+func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]QueueStats, error) {
+	qs, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Queues()))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
@@ -284,7 +284,7 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
 	}
 	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
-	reps, err := pipeline(conn, cmds)
+	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
@@ -322,7 +322,7 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 			at = append(at, i)
 		}
 	}
-	recs, _, err := s.Records(conn, ids)
+	recs, _, err := s.Records(ctx, conn, ids)
 	if err != nil {
 		return nil, err
 	}

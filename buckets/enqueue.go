@@ -107,7 +107,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	// sent: the last attempt queued the writes, so MULTI/EXEC was (or was
 	// about to be) sent when an error came.
 	sent := false
-	reps, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	reps, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		sent = false
 		if err := s.checkFree(tx, chosen, watch); err != nil {
 			return err
@@ -199,7 +199,7 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 		// Only a key of the wrong type for its command is set aside; a
 		// command that failed for another reason (out of memory) fails
 		// again below, and Enqueue reports it.
-		m, err := s.SetAside(conn, typeFor[c.Name], key)
+		m, err := s.SetAside(ctx, conn, typeFor[c.Name], key)
 		if err != nil {
 			return fmt.Errorf("enqueue: repairing after a failed %s: %w", c.Name, err)
 		}
@@ -219,7 +219,7 @@ func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList
 
 // exec runs commands in one MULTI/EXEC without WATCH.
 func (s *Store) exec(ctx context.Context, conn redis.Conn, cmds cmdList) ([]interface{}, error) {
-	return s.runner().Run(ctx, conn, nil, func(tx *txn.Tx) error {
+	return s.runner.Run(ctx, conn, nil, func(tx *txn.Tx) error {
 		for _, c := range cmds {
 			tx.Queue(c.Name, c.Args...)
 		}

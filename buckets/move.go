@@ -15,12 +15,12 @@ import (
 // before now (Unix ms, the dispatcher's clock), earliest first:
 // ZRANGEBYSCORE sched -inf now LIMIT 0 limit. It reads outside any
 // transaction: moves watch the buckets themselves.
-func (s *Store) DueBuckets(conn redis.Conn, now int64, limit int) ([]string, error) {
-	return s.dueBuckets(conn, now, 0, limit)
+func (s *Store) DueBuckets(ctx context.Context, conn redis.Conn, now int64, limit int) ([]string, error) {
+	return s.dueBuckets(ctx, conn, now, 0, limit)
 }
 
-func (s *Store) dueBuckets(conn redis.Conn, now int64, offset, limit int) ([]string, error) {
-	ms, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", offset, limit))
+func (s *Store) dueBuckets(ctx context.Context, conn redis.Conn, now int64, offset, limit int) ([]string, error) {
+	ms, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", offset, limit))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: due buckets: %w", err)
 	}
@@ -29,8 +29,8 @@ func (s *Store) dueBuckets(conn redis.Conn, now int64, offset, limit int) ([]str
 
 // NextDue returns the earliest bucket time in the index (ZRANGE sched 0 0
 // WITHSCORES), and false when the index is empty.
-func (s *Store) NextDue(conn redis.Conn) (int64, bool, error) {
-	rep, err := redis.Values(conn.Do("ZRANGE", s.Keys.Schedule(), 0, 0, "WITHSCORES"))
+func (s *Store) NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error) {
+	rep, err := redis.Values(do(ctx, conn, "ZRANGE", s.Keys.Schedule(), 0, 0, "WITHSCORES"))
 	if err != nil {
 		return 0, false, fmt.Errorf("buckets: next due: %w", err)
 	}
@@ -124,8 +124,6 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 	return nil
 }
 
-func (p *movePlan) reads() int { return len(p.buckets) + len(p.queues) }
-
 // build decides the writes of a move from its reads.
 //
 //	per queue: LPUSH q:<q> ids... (bucket order kept) + LPUSH/LTRIM n:<q>,
@@ -208,7 +206,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
 	p := s.plan(members, maxTasks)
 	var res MoveResult
-	_, err := s.runner().Run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
 			return err
 		}
@@ -245,9 +243,9 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // of a large backlog do not reach for the same buckets. If that window is
 // empty, the earliest is read instead.
 func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (MoveResult, error) {
-	members, err := s.dueBuckets(conns[0], now, window*lookahead, lookahead)
+	members, err := s.dueBuckets(ctx, conns[0], now, window*lookahead, lookahead)
 	if err == nil && len(members) == 0 && window > 0 {
-		members, err = s.dueBuckets(conns[0], now, 0, lookahead)
+		members, err = s.dueBuckets(ctx, conns[0], now, 0, lookahead)
 	}
 	if err != nil || len(members) == 0 {
 		return MoveResult{}, err
@@ -271,7 +269,7 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s.moveLane(conns[i], lanes[i])
+			results[i], errs[i] = s.moveLane(ctx, conns[i], lanes[i])
 		}()
 	}
 	wg.Wait()
@@ -285,87 +283,35 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 	return total, errors.Join(errs...)
 }
 
-// moveLane runs plans on one connection, each EXEC pipelined with the
-// next plan's WATCH and reads.
-func (s *Store) moveLane(conn redis.Conn, plans []*movePlan) (MoveResult, error) {
-	var total MoveResult
-	sendPlan := func(p *movePlan) error {
-		if len(p.buckets) > 0 {
-			w := make([]interface{}, len(p.buckets))
-			for i, b := range p.buckets {
-				w[i] = b.key
-			}
-			if err := conn.Send("WATCH", w...); err != nil {
-				return err
-			}
-		}
-		return s.sendReads(conn.Send, p)
-	}
-	watched := func(p *movePlan) int { return b2i(len(p.buckets) > 0) }
-	if err := sendPlan(plans[0]); err != nil {
-		return total, fmt.Errorf("buckets: move: %w", err)
-	}
-	reps, err := redis.Values(conn.Do(""))
-	if err != nil {
-		return total, fmt.Errorf("buckets: move: %w", err)
-	}
+// moveLane runs plans on one connection as one txn pipeline: each plan's
+// MULTI/EXEC travels with the next plan's WATCH and reads. A plan that
+// meets a conflict is counted and left for the next call.
+func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan) (MoveResult, error) {
+	steps := make([]txn.Step, len(plans))
+	results := make([]MoveResult, len(plans))
 	for i, p := range plans {
-		if err := readsOK(reps, watched(p), p.reads()); err != nil {
-			return total, err
-		}
-		var cmds cmdList
-		res := s.build(&cmds, p, reps[watched(p):])
-		if err := txn.Check(cmds); err != nil {
-			conn.Do("UNWATCH")
-			return total, fmt.Errorf("buckets: move: %w", err)
-		}
-		if err := txn.SendMulti(conn, cmds); err != nil {
-			return total, fmt.Errorf("buckets: move: %w", err)
-		}
-		if i+1 < len(plans) {
-			if err := sendPlan(plans[i+1]); err != nil {
-				return total, fmt.Errorf("buckets: move: %w", err)
-			}
-		}
-		all, err := redis.Values(conn.Do(""))
-		if err != nil {
-			return total, fmt.Errorf("buckets: move: %w", err)
-		}
-		n := len(cmds) + 2
-		if len(all) < n {
-			return total, fmt.Errorf("buckets: move: %d replies, want at least %d", len(all), n)
-		}
-		_, err = txn.ExecReplies(cmds, all[:n])
+		var reads cmdList
+		s.sendReads(func(name string, args ...interface{}) error { reads.Queue(name, args...); return nil }, p)
+		steps[i] = txn.Step{Watch: p.watch(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
+			results[i] = s.build(q, p, reps)
+			return nil
+		}}
+	}
+	out, err := s.runner.Pipeline(ctx, conn, steps)
+	var total MoveResult
+	var errs []error
+	for i, r := range out {
 		switch {
-		case errors.Is(err, txn.ErrNilExec):
-			s.runner().AddConflict()
+		case errors.Is(r.Err, txn.ErrConflict):
 			total.Conflicts++
-		case err != nil:
-			return total, fmt.Errorf("buckets: move %d buckets: %w", len(p.buckets), err)
+		case r.Err != nil:
+			errs = append(errs, fmt.Errorf("buckets: move %d buckets: %w", len(plans[i].buckets), r.Err))
 		default:
-			total.add(res)
-		}
-		reps = all[n:]
-	}
-	return total, nil
-}
-
-// readsOK checks the replies to a plan's WATCH and reads.
-func readsOK(reps []interface{}, watched, reads int) error {
-	if len(reps) != watched+reads {
-		return fmt.Errorf("buckets: move: %d replies to %d reads", len(reps), watched+reads)
-	}
-	if watched > 0 {
-		if e, ok := reps[0].(redis.Error); ok {
-			return fmt.Errorf("buckets: move: WATCH: %w", e)
+			total.add(results[i])
 		}
 	}
-	return nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
+	if err != nil {
+		errs = append(errs, fmt.Errorf("buckets: move: %w", err))
 	}
-	return 0
+	return total, errors.Join(errs...)
 }

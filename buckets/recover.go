@@ -35,7 +35,7 @@ func (r Reason) String() string {
 	return "unknown reason"
 }
 
-// RequeueResult counts what Requeue and RecoverInflight did.
+// RequeueResult counts what Requeue and RecoverAllInflight did.
 type RequeueResult struct {
 	Requeued int // back in a ready list
 	Buried   int // to the dead letters (too many recoveries, or a bad record)
@@ -67,7 +67,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 		watch = append(watch, s.Keys.Task(id))
 	}
 	var res RequeueResult
-	_, err := s.runner().Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		for _, id := range ids {
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
@@ -139,15 +139,15 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 // deadline is at or before cutoff (Unix ms): ZRANGEBYSCORE p:<w> -inf
 // cutoff LIMIT 0 limit. Use cutoff "+inf" semantics with a huge value to
 // list them all.
-func (s *Store) PendingIDs(conn redis.Conn, w string, cutoff int64, limit int) ([]string, error) {
-	ids, err := redis.Strings(conn.Do("ZRANGEBYSCORE", s.Keys.Pending(w), "-inf", cutoff, "LIMIT", 0, limit))
+func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutoff int64, limit int) ([]string, error) {
+	ids, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Pending(w), "-inf", cutoff, "LIMIT", 0, limit))
 	if err != nil {
 		return nil, fmt.Errorf("buckets: pending of %s: %w", w, err)
 	}
 	return ids, nil
 }
 
-// RecoverInflight returns up to limit ids from dead worker w's in-flight
+// recoverInflight returns up to limit ids from dead worker w's in-flight
 // list (taken, never claimed) to the front of their ready lists. These
 // tasks never started, so no recovery is counted.
 //
@@ -160,10 +160,10 @@ func (s *Store) PendingIDs(conn redis.Conn, w string, cutoff int64, limit int) (
 //
 // Only reapers touch a dead worker's list, and watching it and the records
 // makes a second reaper, or a Cancel, start over.
-func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
+func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner().Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(ids) == 0 {
@@ -219,12 +219,12 @@ func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, 
 	return res, nil
 }
 
-// RecoverAllInflight runs RecoverInflight until worker w's in-flight list
+// RecoverAllInflight runs recoverInflight until worker w's in-flight list
 // is empty, and adds up what it did.
 func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (RequeueResult, error) {
 	var total RequeueResult
 	for {
-		res, err := s.RecoverInflight(ctx, conn, w, now, 100)
+		res, err := s.recoverInflight(ctx, conn, w, now, 100)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped
@@ -251,8 +251,8 @@ func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, 
 // Workers lists the registered worker processes and whether each one's
 // heartbeat key exists (SMEMBERS w, then EXISTS hb:<w> pipelined). The
 // heartbeat's TTL is kept by the server, so no clocks are compared.
-func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error) {
-	ids, err = redis.Strings(conn.Do("SMEMBERS", s.Keys.Workers()))
+func (s *Store) Workers(ctx context.Context, conn redis.Conn) (ids []string, alive []bool, err error) {
+	ids, err = redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Workers()))
 	if err != nil || len(ids) == 0 {
 		return nil, nil, wrapErr("workers", err)
 	}
@@ -260,7 +260,7 @@ func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error)
 	for _, w := range ids {
 		cmds.Queue("EXISTS", s.Keys.Heartbeat(w))
 	}
-	reps, err := pipeline(conn, cmds)
+	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, nil, wrapErr("workers", err)
 	}
@@ -279,7 +279,7 @@ func (s *Store) Workers(conn redis.Conn) (ids []string, alive []bool, err error)
 func (s *Store) Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error) {
 	hb, f, p := s.Keys.Heartbeat(w), s.Keys.Inflight(w), s.Keys.Pending(w)
 	removed := false
-	_, err := s.runner().Run(ctx, conn, []string{hb, f, p}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{hb, f, p}, func(tx *txn.Tx) error {
 		removed = false
 		for _, c := range []txn.Cmd{{Name: "EXISTS", Args: []interface{}{hb}}, {Name: "LLEN", Args: []interface{}{f}}, {Name: "ZCARD", Args: []interface{}{p}}} {
 			if err := tx.Send(c.Name, c.Args...); err != nil {

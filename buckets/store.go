@@ -1,9 +1,11 @@
 package buckets
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -23,21 +25,20 @@ const (
 	StatCancelled = "cancelled" // counter: cancelled before running
 )
 
-// DefaultWakeTokens bounds how many wake-up tokens one transaction pushes
-// to a notify list, and how many the list keeps when nobody waits.
-const DefaultWakeTokens = 16
+// wakeTokens bounds how many wake-up tokens one transaction pushes to a
+// notify list, and how many the list keeps when nobody waits.
+const wakeTokens = 16
 
 // Store sends the engine's commands for one namespace. Its methods take a
-// connection, which they leave open; they are safe for concurrent use on
-// different connections.
+// context, which bounds each of their round trips, and a connection, which
+// they leave open; they are safe for concurrent use on different
+// connections. Make one with NewStore.
 type Store struct {
 	Keys Keys
 	// Resolution is the bucket width in ms (1 to 60000).
 	Resolution int64
-	// Runner runs the optimistic transactions; nil means a default one.
-	Runner *txn.Runner
-	// WakeTokens is DefaultWakeTokens when zero.
-	WakeTokens int
+
+	runner txn.Runner // runs every transaction, and counts their conflicts
 }
 
 // NewStore returns a Store for namespace ns and bucket width resolutionMs.
@@ -49,23 +50,14 @@ func NewStore(ns string, resolutionMs int64) (*Store, error) {
 	if resolutionMs < 1 || resolutionMs > 60000 {
 		return nil, fmt.Errorf("buckets: resolution %d ms: want 1 to 60000", resolutionMs)
 	}
-	return &Store{Keys: keys, Resolution: resolutionMs, Runner: &txn.Runner{}}, nil
+	return &Store{Keys: keys, Resolution: resolutionMs}, nil
 }
 
-func (s *Store) runner() *txn.Runner {
-	if s.Runner == nil {
-		s.Runner = &txn.Runner{}
-	}
-	return s.Runner
-}
+// Conflicts reports how many of the Store's transactions found a watched
+// key changed before EXEC (each was retried, or left for the next round).
+func (s *Store) Conflicts() int64 { return s.runner.Conflicts() }
 
-func (s *Store) tokens(n int) int {
-	k := s.WakeTokens
-	if k <= 0 {
-		k = DefaultWakeTokens
-	}
-	return min(n, k)
-}
+func (s *Store) tokens(n int) int { return min(n, wakeTokens) }
 
 // queuer is what the write helpers need: a place to queue commands. Both
 // *txn.Tx and a plain command list satisfy it.
@@ -74,8 +66,8 @@ type queuer interface {
 }
 
 // pushReady queues the commands that make ids ready on queue q, in order,
-// and wake up to WakeTokens idle workers: LPUSH ready ids..., LPUSH notify
-// tokens..., LTRIM notify to WakeTokens. front puts them at the pop end
+// and wake up to wakeTokens idle workers: LPUSH ready ids..., LPUSH notify
+// tokens..., LTRIM notify to wakeTokens. front puts them at the pop end
 // (RPUSH) instead, for tasks that were already at the front.
 func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	if len(ids) == 0 {
@@ -99,8 +91,8 @@ func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	s.queueTokens(tx, s.Keys.Notify(q), len(ids), "1")
 }
 
-// queueTokens pushes up to WakeTokens tokens to a wake-up list and trims it
-// to WakeTokens, so that tokens nobody waits for do not pile up. At 2.4 a
+// queueTokens pushes up to wakeTokens tokens to a wake-up list and trims it
+// to wakeTokens, so that tokens nobody waits for do not pile up. At 2.4 a
 // push to a list with a blocked client hands the token straight to it;
 // later versions serve blocked clients after EXEC; both wake the waiter.
 func (s *Store) queueTokens(tx queuer, key string, n int, token string) {
@@ -133,21 +125,41 @@ func (s *Store) wakeDispatchers(tx queuer, ts int64) {
 	s.queueTokens(tx, s.Keys.Wake(), 1, strconv.FormatInt(ts, 10))
 }
 
-// cmdList collects commands for a MULTI without a WATCH.
-type cmdList []txn.Cmd
+// cmdList collects commands: for a MULTI without a WATCH, or for a
+// pipeline of reads.
+type cmdList = txn.Cmds
 
-func (c *cmdList) Queue(name string, args ...interface{}) {
-	*c = append(*c, txn.Cmd{Name: name, Args: args})
+// do sends one command outside any transaction, in a round trip bounded
+// by ctx (redis.DoContext: ctx ending closes the connection, so a pool
+// discards it). A read cut short at ctx's deadline is reported as
+// context.DeadlineExceeded.
+func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
+	rep, err := redis.DoContext(conn, ctx, name, args...)
+	if err == nil {
+		return rep, nil
+	}
+	if _, isReply := err.(redis.Error); isReply {
+		return rep, err
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded // the read deadline fired first
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return rep, err
 }
 
-// pipeline sends cmds and returns the replies in order.
-func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
+// pipeline sends cmds (reads, outside any transaction) in one round trip
+// bounded by ctx and returns the replies in order.
+func pipeline(ctx context.Context, conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 	for _, c := range cmds {
 		if err := conn.Send(c.Name, c.Args...); err != nil {
 			return nil, err
 		}
 	}
-	reps, err := redis.Values(conn.Do(""))
+	reps, err := redis.Values(do(ctx, conn, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +173,12 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 // its quarantine name ({ns}:bad:...), one atomic RENAME each, so that a key
 // of the wrong type (written by hand, say) stops failing every command on
 // it. It returns the keys it renamed.
-func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string, error) {
+func (s *Store) SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error) {
 	var cmds cmdList
 	for _, k := range keys {
 		cmds.Queue("TYPE", k)
 	}
-	reps, err := pipeline(conn, cmds)
+	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: check key types: %w", err)
 	}
@@ -176,9 +188,9 @@ func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string
 		if t == "none" || t == "" || t == want {
 			continue
 		}
-		if _, err := conn.Do("RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
+		if _, err := do(ctx, conn, "RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
 			// Another process may have set it aside first.
-			if t, terr := redis.String(conn.Do("TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
+			if t, terr := redis.String(do(ctx, conn, "TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
 				continue
 			}
 			return moved, fmt.Errorf("buckets: set aside %s: %w", keys[i], err)

@@ -14,8 +14,8 @@ import (
 // task is never only in the memory of a process: if the connection drops
 // or the process dies after this, the id is in f:<w> and the reaper returns
 // it. It returns "" when the queue is empty.
-func (s *Store) Pop(conn redis.Conn, q, w string) (string, error) {
-	id, err := redis.String(conn.Do("RPOPLPUSH", s.Keys.Ready(q), s.Keys.Inflight(w)))
+func (s *Store) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
+	id, err := redis.String(do(ctx, conn, "RPOPLPUSH", s.Keys.Ready(q), s.Keys.Inflight(w)))
 	if errors.Is(err, redis.ErrNil) {
 		return "", nil
 	}
@@ -25,9 +25,24 @@ func (s *Store) Pop(conn redis.Conn, q, w string) (string, error) {
 	return id, nil
 }
 
+// PopNext is Pop as a command to send behind FinishHeld's EXEC, in the
+// same round trip: its reply is the id taken into w's in-flight list, or
+// nil when queue q is empty.
+func (s *Store) PopNext(q, w string) txn.Cmd {
+	return txn.Cmd{Name: "RPOPLPUSH", Args: []interface{}{s.Keys.Ready(q), s.Keys.Inflight(w)}}
+}
+
 // ClaimState is what a claim attempt wrote, kept by the caller across
-// retries of the claim of one popped id.
-type ClaimState struct{ runs int }
+// retries of the claim of one popped id, and the watch a holding claim
+// left on its connection.
+type ClaimState struct {
+	runs int
+	held *txn.Held
+}
+
+// Held is the watch that the last successful Claim with hold set left on
+// the record, for FinishHeld; nil if it left none.
+func (cs *ClaimState) Held() *txn.Held { return cs.held }
 
 // ClaimResult says what Claim found.
 type ClaimResult int
@@ -55,9 +70,10 @@ const (
 // EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
 // is gone. deadline computes the lease deadline from the record.
 //
-// With hold set, a claimed task's record is WATCHed again right after
-// EXEC, in the same round trip, and the watch is left on conn for
-// FinishHeld: the caller must run nothing else on conn until then.
+// With hold set (and cs given), a claimed task's record is WATCHed again
+// right after EXEC, in the same round trip, and the watch is left on conn
+// for FinishHeld, as cs.Held(): the caller must run nothing else on conn
+// until then.
 //
 // A claim whose EXEC reply was lost (the connection dropped) is retried
 // by the caller with the same ClaimState: the retry then recognises its
@@ -69,18 +85,23 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		rec    *Record
 		result ClaimResult
 	)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	var held *txn.Held
+	if cs != nil {
+		cs.held = nil
+	}
+	hold = hold && cs != nil
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		raw, err := redis.Bytes(tx.Do("GET", key))
 		if err != nil && !errors.Is(err, redis.ErrNil) {
 			return err
 		}
-		rec, result = nil, Skipped
+		rec, result, held = nil, Skipped, nil
 		if r, derr := s.readable(tx, id, q, raw, now); derr != nil {
 			result = Buried
 		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 			rec, result = r, Claimed // our own claim, whose reply was lost
 			if hold {
-				tx.AfterExec("WATCH", key)
+				held = tx.Hold(key)
 			}
 		} else if r.State == StateWaiting || r.State == StateRetry {
 			was := r.State
@@ -100,7 +121,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 				cs.runs = r.Runs
 			}
 			if hold {
-				tx.AfterExec("WATCH", key)
+				held = tx.Hold(key)
 			}
 		}
 		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
@@ -108,6 +129,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("buckets: claim %s: %w", id, err)
+	}
+	if cs != nil {
+		cs.held = held
 	}
 	return rec, result, nil
 }
@@ -181,7 +205,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		rec *Record
 		out Outcome
 	)
-	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -246,46 +270,30 @@ func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64,
 var ErrWatchLost = errors.New("buckets: the record changed since the claim")
 
 // FinishHeld is Finish in one round trip, for a run whose Claim held the
-// watch on its record (and nothing else ran on conn since): the record is
-// the claimed one, r, known without reading it, because any change to it
-// since the claim makes EXEC answer nil. Then nothing is written and
-// ErrWatchLost is returned. next is sent right after EXEC in the same
-// round trip (the next RPOPLPUSH, say); its replies are returned.
+// watch on its record (held is ClaimState.Held, and nothing else ran on
+// its connection since): the record is the claimed one, r, known without
+// reading it, because any change to it since the claim makes EXEC answer
+// nil. Then nothing is written and ErrWatchLost is returned. next is sent
+// right after EXEC in the same round trip (the next RPOPLPUSH, say); its
+// replies are returned, also with ErrWatchLost. The round trip is bounded
+// by ctx.
 //
 // queue   as Finish, built from r.
-func (s *Store) FinishHeld(conn redis.Conn, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
+func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
 	r = r.clone()
 	var cmds cmdList
 	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, decide)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if err := txn.Check(append(cmds[:len(cmds):len(cmds)], next...)); err != nil {
+	_, after, err := held.Exec(ctx, cmds, next...)
+	switch {
+	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrNotHeld):
+		return nil, 0, after, ErrWatchLost
+	case err != nil:
 		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
 	}
-	if err := txn.SendMulti(conn, cmds); err != nil {
-		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
-	}
-	for _, c := range next {
-		if err := conn.Send(c.Name, c.Args...); err != nil {
-			return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
-		}
-	}
-	all, err := redis.Values(conn.Do(""))
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
-	}
-	n := len(cmds) + 2
-	if len(all) != n+len(next) {
-		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %d replies to %d commands", r.ID, len(all), n+len(next))
-	}
-	if _, err := txn.ExecReplies(cmds, all[:n]); err != nil {
-		if errors.Is(err, txn.ErrNilExec) {
-			return nil, 0, all[n:], ErrWatchLost
-		}
-		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
-	}
-	return r, out, all[n:], nil
+	return r, out, after, nil
 }
 
 func (r *Record) clone() *Record {

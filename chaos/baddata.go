@@ -14,6 +14,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -361,11 +362,12 @@ func (b *badData) window(ctx context.Context, name, short, key string) {
 	start := time.Now()
 	c := b.h.admin.Get()
 	defer c.Close()
-	_ = c.Send("MULTI")
-	_ = c.Send("LRANGE", key, 0, -1)
-	_ = c.Send("DEL", key)
-	_ = c.Send("SET", key, "not a list")
-	rep, err := redis.Values(c.Do("EXEC"))
+	rep, err := txn.Run(ctx, c, nil, func(tx *txn.Tx) error {
+		tx.Queue("LRANGE", key, 0, -1)
+		tx.Queue("DEL", key)
+		tx.Queue("SET", key, "not a list")
+		return nil
+	})
 	var held []string
 	if err == nil && len(rep) == 3 {
 		held, _ = redis.Strings(rep[0], nil)

@@ -58,6 +58,23 @@ func (q *queueRefuser) Send(name string, args ...interface{}) error {
 	return q.inner.Send(name, args...)
 }
 
+// DoContext is Do, after checking ctx: txn sends every round trip with a
+// context.
+func (q *queueRefuser) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return q.Do(name, args...)
+}
+
+// ReceiveContext completes redis.ConnWithContext; the tests do not use it.
+func (q *queueRefuser) ReceiveContext(ctx context.Context) (interface{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return q.inner.Receive()
+}
+
 func (q *queueRefuser) Do(name string, args ...interface{}) (interface{}, error) {
 	if name != "" {
 		if err := q.Send(name, args...); err != nil {

@@ -21,11 +21,11 @@ func (c *Client) DeadLetters(ctx context.Context, offset, count int) ([]*TaskInf
 		return nil, err
 	}
 	defer conn.Close()
-	ids, err := c.store.DeadIDs(conn, offset, count)
+	ids, err := c.store.DeadIDs(ctx, conn, offset, count)
 	if err != nil {
 		return nil, failed("list dead letters", err)
 	}
-	recs, _, err := c.store.Records(conn, ids)
+	recs, _, err := c.store.Records(ctx, conn, ids)
 	if err != nil {
 		return nil, failed("list dead letters", err)
 	}
@@ -45,7 +45,7 @@ func (c *Client) DeadCount(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	n, err := c.store.DeadCount(conn)
+	n, err := c.store.DeadCount(ctx, conn)
 	if err != nil {
 		return 0, failed("count dead letters", err)
 	}
@@ -108,7 +108,7 @@ func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Conte
 	cutoff := ms(c.cfg.Clock.Now())
 	total := 0
 	for {
-		ids, err := c.store.DeadBefore(conn, cutoff, 200)
+		ids, err := c.store.DeadBefore(ctx, conn, cutoff, 200)
 		if err != nil {
 			return total, failed(verb+" dead letters", err)
 		}
@@ -153,7 +153,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	raw, err := c.store.Stats(conn, 1000)
+	raw, err := c.store.Stats(ctx, conn, 1000)
 	if err != nil {
 		return nil, failed("read stats", err)
 	}

@@ -22,7 +22,7 @@ func TestClaimReplyLost(t *testing.T) {
 		for limit := 1; limit <= 9; limit++ {
 			id, _ := idOf(c.Enqueue(ctx, "t", nil))
 			conn := e.pool.Get()
-			if got, err := st.Pop(conn, "default", "w1"); err != nil || got != id {
+			if got, err := st.Pop(context.Background(), conn, "default", "w1"); err != nil || got != id {
 				t.Fatal(got, err)
 			}
 			var cs buckets.ClaimState

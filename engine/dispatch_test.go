@@ -102,7 +102,7 @@ func TestMoveWhileEnqueueing(t *testing.T) {
 						return
 					default:
 					}
-					ms, err := st.DueBuckets(conn, time.Now().UnixMilli(), 8)
+					ms, err := st.DueBuckets(context.Background(), conn, time.Now().UnixMilli(), 8)
 					if err != nil {
 						t.Error(err)
 						return
@@ -245,7 +245,7 @@ func TestDispatcherKilledBetweenCommands(t *testing.T) {
 				want := scheduleMany(t, e, 30, time.Now().Add(-time.Minute), 30*time.Millisecond, q)
 				conn := e.pool.Get()
 				fc := &faultConn{Conn: conn, limit: limit, loseReply: lose}
-				ms, err := st.DueBuckets(fc, time.Now().UnixMilli(), 100)
+				ms, err := st.DueBuckets(context.Background(), fc, time.Now().UnixMilli(), 100)
 				if err == nil {
 					_, err = st.Move(ctx, fc, ms, 10)
 				}
@@ -256,7 +256,7 @@ func TestDispatcherKilledBetweenCommands(t *testing.T) {
 				// A fresh dispatcher finishes the job.
 				conn = e.pool.Get()
 				for {
-					ms, err := st.DueBuckets(conn, time.Now().UnixMilli(), 100)
+					ms, err := st.DueBuckets(context.Background(), conn, time.Now().UnixMilli(), 100)
 					if err != nil {
 						t.Fatal(err)
 					}

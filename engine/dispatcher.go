@@ -47,7 +47,7 @@ func (d *Dispatcher) Moved() int64 { return d.moved.Load() }
 
 // Conflicts reports how many of its transactions found a bucket changed
 // under them and were retried.
-func (d *Dispatcher) Conflicts() int64 { return d.store.Runner.Conflicts() }
+func (d *Dispatcher) Conflicts() int64 { return d.store.Conflicts() }
 
 // Run moves due buckets until ctx ends, then returns nil. Redis errors are
 // logged and retried with backoff; Run returns an error only for a setup
@@ -147,7 +147,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	if res.Tasks > 0 || res.Partial || res.Conflicts > 0 || res.Stale > 0 {
 		return 0, nil
 	}
-	next, ok, err := d.store.NextDue(conn)
+	next, ok, err := d.store.NextDue(ctx, conn)
 	if err != nil {
 		return 0, err
 	}

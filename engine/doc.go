@@ -47,6 +47,57 @@
 // checks commands against the 2.4 table; tests run every connection
 // through it.
 //
+// The layers below engine are package buckets, its storage layer (the key
+// schema and every transaction; not a stable API), and package txn, the
+// optimistic transactions buckets is built on, which a program may also
+// use on its own for its own keys.
+//
+// # Connections and deadlines
+//
+// Every method that talks to Redis takes a context, and each of its round
+// trips is bounded by it: when the deadline passes (or the context is
+// canceled) the method returns an error for which
+// errors.Is(err, context.DeadlineExceeded) (or context.Canceled) holds,
+// and the connection, whose reply may still be on its way, is closed so
+// that the pool discards it. Give each call a deadline. A pool for the
+// engine looks like this:
+//
+//	pool := &redis.Pool{
+//		DialContext: func(ctx context.Context) (redis.Conn, error) {
+//			return redis.DialContext(ctx, "tcp", addr,
+//				redis.DialConnectTimeout(5*time.Second),
+//				redis.DialReadTimeout(10*time.Second),
+//				redis.DialWriteTimeout(10*time.Second))
+//		},
+//		MaxIdle:     32,
+//		IdleTimeout: 5 * time.Minute,
+//		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
+//			if time.Since(idleSince) < 5*time.Second {
+//				return nil
+//			}
+//			_, err := c.Do("PING")
+//			return err
+//		},
+//	}
+//
+// The connect timeout bounds a dial to a host that does not answer. The
+// background loops (Run) have no deadline of their own, so the read
+// timeout is what bounds their round trips to a server that stopped
+// answering (a round trip takes the earlier of the context's deadline and
+// the read timeout), and the write timeout bounds a send to one that
+// stopped reading. Blocking waits (BLPOP for [Config.IdleWait]) set a
+// longer timeout per command, so the read timeout may be shorter than
+// IdleWait; it must exceed IdleWait by a second or two only if Dial
+// returns connections that cannot take a per-command timeout (that do not
+// implement redis.ConnWithTimeout, as redigo's own connections do).
+// MaxIdle should cover the connections in use at once (one per worker
+// slot, one per dispatch lane, one for the reaper, plus the Client's), or
+// connections are dialled again all the time; IdleTimeout closes those
+// left over after a burst. TestOnBorrow PINGs a connection idle for more
+// than a few seconds: after Redis restarts or the network drops, every
+// idle connection is dead, and without it each loop would take them one
+// by one, fail and back off before reaching a fresh one.
+//
 // # Concurrency
 //
 // Client, Dispatcher, Reaper, Worker and Server are safe for concurrent

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -51,11 +52,16 @@ func (f *faultConn) Send(cmd string, args ...interface{}) error {
 }
 
 func (f *faultConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	return f.DoContext(context.Background(), cmd, args...)
+}
+
+// DoContext is Do bounded by ctx, as txn and buckets send every round trip.
+func (f *faultConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
 	ok, err := f.count(cmd)
 	if !ok {
 		return nil, err
 	}
-	rep, err := f.Conn.Do(cmd, args...)
+	rep, err := redis.DoContext(f.Conn, ctx, cmd, args...)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.loseReply && f.sent >= f.limit && !f.dead {
@@ -64,6 +70,14 @@ func (f *faultConn) Do(cmd string, args ...interface{}) (interface{}, error) {
 		return nil, errInjected
 	}
 	return rep, err
+}
+
+// ReceiveContext completes redis.ConnWithContext.
+func (f *faultConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	if ok, err := f.count(""); !ok {
+		return nil, err
+	}
+	return redis.ReceiveContext(f.Conn, ctx)
 }
 
 func (f *faultConn) Err() error {

@@ -119,6 +119,8 @@ type redisPool = redis.Pool
 
 var (
 	redisDoWithTimeout      = redis.DoWithTimeout
+	redisDoContext          = redis.DoContext
+	redisReceiveContext     = redis.ReceiveContext
 	redisReceiveWithTimeout = redis.ReceiveWithTimeout
 	redisDial               = redis.Dial
 	redisDialReadTimeout    = redis.DialReadTimeout

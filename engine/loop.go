@@ -195,7 +195,7 @@ func setAside(ctx context.Context, pool *redis.Pool, st *buckets.Store, log *slo
 		return
 	}
 	defer conn.Close()
-	moved, err := st.SetAside(conn, want, keys...)
+	moved, err := st.SetAside(ctx, conn, want, keys...)
 	for _, k := range moved {
 		log.Error("key of the wrong type set aside", "key", k, "moved_to", st.Keys.Quarantine(k))
 	}

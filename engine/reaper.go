@@ -85,7 +85,7 @@ func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
 		return res, fmt.Errorf("engine: reap: %w", err)
 	}
 	defer conn.Close()
-	workers, alive, err := r.store.Workers(conn)
+	workers, alive, err := r.store.Workers(ctx, conn)
 	if err != nil {
 		return res, fmt.Errorf("engine: reap: %w", err)
 	}
@@ -111,7 +111,7 @@ func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
 		res.DeadWorkers++
 	}
 	for {
-		ids, err := r.store.DeadBefore(conn, ms(now.Add(-r.cfg.DeadRetention)), 200)
+		ids, err := r.store.DeadBefore(ctx, conn, ms(now.Add(-r.cfg.DeadRetention)), 200)
 		if err != nil || len(ids) == 0 {
 			return res, wrapReap(err)
 		}
@@ -157,7 +157,7 @@ func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recov
 // or before cutoff.
 func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, err error) {
 	for {
-		ids, err := r.store.PendingIDs(conn, w, cutoff, 100)
+		ids, err := r.store.PendingIDs(ctx, conn, w, cutoff, 100)
 		if err != nil || len(ids) == 0 {
 			return recovered, buried, wrapReap(err)
 		}

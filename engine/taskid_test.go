@@ -49,6 +49,11 @@ func (c *cutConn) Send(cmd string, args ...interface{}) error {
 }
 
 func (c *cutConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+// DoContext is Do bounded by ctx, which txn's round trips use.
+func (c *cutConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cut {
@@ -65,7 +70,7 @@ func (c *cutConn) Do(cmd string, args ...interface{}) (interface{}, error) {
 			return nil, err
 		}
 	}
-	rep, err := c.Conn.Do(cmd, args...)
+	rep, err := redis.DoContext(c.Conn, ctx, cmd, args...)
 	if exec {
 		c.cut = true
 		c.written = err == nil

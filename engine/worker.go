@@ -406,7 +406,7 @@ func (w *Worker) slot(fetchCtx, baseCtx context.Context) {
 				continue
 			}
 			w.inflight.RLock()
-			p.id, p.q, err = w.fetch(conn)
+			p.id, p.q, err = w.fetch(fetchCtx, conn)
 			if err != nil {
 				w.inflight.RUnlock()
 				if !buckets.IsServerError(err) {
@@ -484,10 +484,10 @@ func (w *Worker) recoverOwnInflight(ctx context.Context) {
 // fetch takes one task from the first queue in order() that has one. A
 // queue whose ready list (or the in-flight list) has the wrong type is set
 // aside and the other queues are tried; a connection failure is returned.
-func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
+func (w *Worker) fetch(ctx context.Context, conn redis.Conn) (id, q string, err error) {
 	var bad error
 	for _, q := range w.order() {
-		id, err := w.store.Pop(conn, q, w.id)
+		id, err := w.store.Pop(ctx, conn, q, w.id)
 		if err != nil && buckets.IsServerError(err) {
 			setAside(context.Background(), w.pool, w.store, w.log, "list", w.store.Keys.Ready(q), w.store.Keys.Inflight(w.id))
 			bad = err
@@ -503,7 +503,7 @@ func (w *Worker) fetch(conn redis.Conn) (id, q string, err error) {
 // claim records the popped task as running. A failure to reach Redis is
 // retried: the id is safe in the in-flight list meanwhile, and if the
 // worker stops first, it gives the in-flight list back on its way out.
-func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) (*buckets.Record, redisConn) {
+func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) (*buckets.Record, *txn.Held) {
 	var (
 		bo retryBackoff
 		cs buckets.ClaimState // recognises our own claim if a reply is lost
@@ -522,7 +522,7 @@ func (w *Worker) claim(ctx context.Context, h *connHolder, q, id string) (*bucke
 				if rec == nil {
 					return nil, nil
 				}
-				return rec, conn
+				return rec, cs.Held()
 			}
 			err = cerr
 			h.drop()
@@ -541,7 +541,7 @@ func (w *Worker) leaseDeadline(r *buckets.Record) int64 {
 // connection on which the claim left a WATCH on the record (nil if none).
 // It returns a task taken with the result, if any (the read lock on the
 // in-flight list is then held).
-func (w *Worker) execute(fetchCtx, baseCtx context.Context, h *connHolder, rec *buckets.Record, held redisConn) popped {
+func (w *Worker) execute(fetchCtx, baseCtx context.Context, h *connHolder, rec *buckets.Record, held *txn.Held) popped {
 	task := taskFromRecord(rec)
 	hctx, cancel := context.WithTimeout(baseCtx, task.Timeout)
 	run := &activeRun{rec: rec, cancel: cancel}
@@ -588,19 +588,19 @@ func (w *Worker) clockOffset() time.Duration { return time.Since(w.cfg.Clock.Now
 // With the claim's watch still held on the slot's connection it does so in
 // one round trip that also takes the next task, which it returns (with the
 // in-flight read lock held).
-func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *buckets.Record, held redisConn, herr error) popped {
+func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *buckets.Record, held *txn.Held, herr error) popped {
 	now := w.cfg.Clock.Now()
 	decide := func(r *buckets.Record) buckets.Outcome { return w.decide(r, now, herr) }
 	var next popped
 	cut := false // a connection failed after a result may have been sent
-	if held != nil && h.conn == held && held.Err() == nil {
+	if held != nil && h.conn == held.Conn() && h.conn.Err() == nil {
 		var pop []txn.Cmd
 		if fetchCtx.Err() == nil && w.alive() {
 			next.q = w.order()[0]
-			pop = []txn.Cmd{{Name: "RPOPLPUSH", Args: []interface{}{w.store.Keys.Ready(next.q), w.store.Keys.Inflight(w.id)}}}
+			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
 			w.inflight.RLock()
 		}
-		r, out, reps, err := w.store.FinishHeld(held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
+		r, out, reps, err := w.store.FinishHeld(ctx, held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
 		if pop != nil {
 			if len(reps) == 1 {
 				next.id, _ = redis.String(reps[0], nil)
@@ -635,7 +635,7 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 				return next
 			}
 			if errors.Is(err, buckets.ErrLeaseLost) || errors.Is(err, buckets.ErrNotFound) || errors.Is(err, buckets.ErrMalformed) {
-				w.unfinishable(rec, err, cut)
+				w.unfinishable(ctx, rec, err, cut)
 				return next
 			}
 			h.drop()
@@ -658,9 +658,9 @@ func (w *Worker) finish(fetchCtx, ctx context.Context, h *connHolder, rec *bucke
 // result, recorded before the reply was lost: the record then shows this
 // run finished (same run number, same recoveries, not running). Otherwise
 // the lease was lost (a reaper returned the task) and it runs again.
-func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
+func (w *Worker) unfinishable(ctx context.Context, rec *buckets.Record, err error, cut bool) {
 	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, err}
-	if cut && w.ownResult(rec, err) {
+	if cut && w.ownResult(ctx, rec, err) {
 		w.log.Debug("result already recorded before the connection dropped", attrs...)
 		return
 	}
@@ -679,13 +679,13 @@ func (w *Worker) unfinishable(rec *buckets.Record, err error, cut bool) {
 // this worker: done or dead, or waiting for a retry, with the same run
 // number and recoveries. A record gone after a cut is taken as a done task
 // whose record was not kept (DoneRetention < 0).
-func (w *Worker) ownResult(rec *buckets.Record, err error) bool {
+func (w *Worker) ownResult(ctx context.Context, rec *buckets.Record, err error) bool {
 	if errors.Is(err, buckets.ErrNotFound) {
 		return w.cfg.DoneRetention < 0
 	}
 	conn := w.pool.Get()
 	defer conn.Close()
-	now, _, rerr := w.store.Records(conn, []string{rec.ID})
+	now, _, rerr := w.store.Records(ctx, conn, []string{rec.ID})
 	if rerr != nil || len(now) != 1 || now[0] == nil {
 		return false
 	}

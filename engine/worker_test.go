@@ -200,7 +200,7 @@ func TestConcurrentReapers(t *testing.T) {
 		conn := e.pool.Get()
 		for i, id := range ids {
 			want[id] = true
-			got, err := st.Pop(conn, "default", "ghost")
+			got, err := st.Pop(context.Background(), conn, "default", "ghost")
 			if err != nil || got == "" {
 				t.Fatal(got, err)
 			}
@@ -605,6 +605,21 @@ func (c *popReplyLoser) Do(cmd string, args ...interface{}) (interface{}, error)
 		return nil, errInjected
 	}
 	return rep, err
+}
+
+func (c *popReplyLoser) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	if c.dead {
+		return nil, errInjected
+	}
+	rep, err := redisDoContext(c.redisConn, ctx, cmd, args...)
+	if lost := c.lose(cmd, rep); lost {
+		return nil, errInjected
+	}
+	return rep, err
+}
+
+func (c *popReplyLoser) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redisReceiveContext(c.redisConn, ctx)
 }
 
 func (c *popReplyLoser) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {

@@ -1,6 +1,23 @@
-// Package txn runs Redis optimistic transactions: WATCH some keys, read
-// them, then queue writes between MULTI and EXEC, and start again when EXEC
-// answers nil because a watched key changed.
+// Package txn runs Redis optimistic transactions on servers as old as
+// Redis 2.4: WATCH some keys, read them, then queue writes between MULTI
+// and EXEC, and start again when EXEC answers nil because a watched key
+// changed. It depends only on redigo and on package redis24 (the 2.4
+// command table), and knows nothing about what the keys hold.
+//
+// # Three shapes, one protocol
+//
+//   - [Run] and [Runner.Run]: one transaction. A function reads through a
+//     [Tx] on the watched connection and queues writes; Run sends MULTI,
+//     the writes and EXEC in one round trip and retries a conflict.
+//   - [Runner.Pipeline]: several transactions in flight on one connection,
+//     each [Step]'s EXEC travelling with the next one's WATCH and reads,
+//     for batches of small transactions whose reads are known up front.
+//   - [Tx.Hold] and [Held.Exec]: a committed transaction leaves a WATCH
+//     on the connection, and a later one writes under it without reading
+//     again, sending other commands behind its EXEC in the same round trip.
+//
+// Code built on txn never sends WATCH, MULTI, EXEC or UNWATCH itself (a
+// [Tx] refuses them as reads): txn does, and it checks every reply to them.
 //
 // # Retry contract
 //
@@ -8,20 +25,34 @@
 // must read what it needs through the [Tx] it is given and decide again
 // from scratch each time; it must not keep effects outside Redis that
 // cannot be repeated. Attempts are bounded ([Runner.MaxAttempts]) and
-// separated by a jittered, growing backoff; when they are used up Run
-// returns [ErrConflict]. Every conflict is counted ([Runner.Conflicts]).
+// separated by the Runner's one backoff policy, jittered and growing; when
+// they are used up Run returns an error wrapping [ErrConflict]. Pipeline
+// steps and held transactions are not retried: they report ErrConflict
+// and the caller chooses again. Every conflict is counted
+// ([Runner.Conflicts]).
+//
+// # Contexts and connections
+//
+// Every round trip goes through redigo's context-aware calls
+// (redis.DoContext): it is bounded by the context's deadline (or the
+// connection's read timeout, whichever is first), and when the context
+// ends during one, redigo closes the connection, so that a redis.Pool
+// discards it instead of reusing a connection with a reply in flight. The
+// error then wraps ctx.Err(), so errors.Is(err, context.DeadlineExceeded)
+// holds. The connection must implement redis.ConnWithContext, as redigo's
+// connections and pooled connections do.
 //
 // # Redis 2.4 caveats
 //
 // At Redis 2.4 a command that the server rejects while it is being queued
 // (unknown name, wrong number of arguments) is dropped, and EXEC still runs
-// the rest: there is no EXECABORT before 2.6.5. Run therefore checks every
+// the rest: there is no EXECABORT before 2.6.5. txn therefore checks every
 // queued command against the Redis 2.4 table and argument forms (package
 // redis24) before it sends MULTI, and it checks every element of the EXEC
 // reply: a runtime error (a key of the wrong type, say) is one element, and
 // the commands after it still ran. Such an element is reported as an
-// [*ExecError] naming the command.
+// [*ExecError] naming the command, with the replies.
 //
-// This package knows nothing about tasks; the engine's packages build on
-// it. Package engine is the stable API of this module.
+// Within this module, package buckets builds the task engine's
+// transactions on txn, and package engine is the stable API.
 package txn

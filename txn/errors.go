@@ -5,9 +5,16 @@ import (
 	"fmt"
 )
 
-// ErrConflict is returned by [Run] and [Runner.Run] when every attempt
-// found a watched key changed before EXEC.
-var ErrConflict = errors.New("txn: watched keys kept changing, attempts used up")
+// ErrConflict means that a watched key changed before EXEC, so nothing was
+// written. [Runner.Run] retries a conflict and returns an error wrapping
+// ErrConflict only when its attempts are used up; [Held.Exec] and the
+// steps of [Runner.Pipeline] return it at once, and the caller decides
+// whether to start again.
+var ErrConflict = errors.New("txn: a watched key changed before EXEC")
+
+// ErrNotHeld is returned by [Held.Exec] for a Held whose transaction did
+// not commit, or that was already used or released.
+var ErrNotHeld = errors.New("txn: no watch is held")
 
 // ExecError reports a command of a transaction that failed: one refused
 // while queueing (Queued true) or one that failed inside EXEC. At Redis 2.4

@@ -20,11 +20,14 @@ const (
 	DefaultMaxBackoff  = 50 * time.Millisecond
 )
 
-// Runner runs optimistic transactions with bounded, jittered retries. The
-// zero value is ready to use with the defaults above. A Runner may be used
-// by many goroutines at once.
+// Runner runs optimistic transactions: one at a time ([Runner.Run]),
+// several in flight on one connection ([Runner.Pipeline]), or one that
+// starts from a watch a committed transaction left behind ([Tx.Hold],
+// [Held.Exec]). Its one backoff policy spaces the attempts of Run, and its
+// conflict count covers all three. The zero value is ready to use with the
+// defaults above. A Runner may be used by many goroutines at once.
 type Runner struct {
-	// MaxAttempts bounds how often the function runs; zero means
+	// MaxAttempts bounds how often Run calls its function; zero means
 	// DefaultMaxAttempts.
 	MaxAttempts int
 	// MinBackoff and MaxBackoff bound the wait between attempts, which
@@ -35,12 +38,9 @@ type Runner struct {
 	conflicts atomic.Int64
 }
 
-// Conflicts reports how many times EXEC found a watched key changed.
+// Conflicts reports how many times EXEC found a watched key changed, in
+// every kind of transaction this Runner ran.
 func (r *Runner) Conflicts() int64 { return r.conflicts.Load() }
-
-// AddConflict counts a conflict found outside Run (a pipelined
-// transaction judged with ExecReplies).
-func (r *Runner) AddConflict() { r.conflicts.Add(1) }
 
 var defaultRunner Runner
 
@@ -54,20 +54,26 @@ func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) erro
 // one round trip. It returns the EXEC reply, one element per queued command.
 //
 // When EXEC answers nil (a watched key changed) Run waits a jittered
-// backoff and calls fn again, up to MaxAttempts; fn may therefore run
-// several times and must decide from what it reads each time. If fn
-// returns an error, Run unwatches and returns that error unchanged. If fn
-// queues nothing, Run unwatches and returns (nil, nil).
+// backoff and calls fn again, up to MaxAttempts, after which it returns an
+// error wrapping [ErrConflict]; fn may therefore run several times and
+// must decide from what it reads each time. If fn returns an error, Run
+// unwatches and returns that error unchanged. If fn queues nothing, Run
+// unwatches and returns (nil, nil).
 //
 // Every queued command is checked against Redis 2.4 before MULTI is sent;
 // a refused one fails the attempt before anything is written. A command
 // that fails while queueing or inside EXEC is returned as an [*ExecError];
 // the replies are returned with it, because at 2.4 the other commands ran.
+//
+// Every round trip is bounded by ctx: when ctx ends during one, the
+// connection is closed (a pool then discards it) and the error wraps
+// ctx.Err().
 func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) error) ([]interface{}, error) {
 	attempts := r.MaxAttempts
 	if attempts <= 0 {
 		attempts = DefaultMaxAttempts
 	}
+	unwatch := false // a hold's WATCH from a conflicting attempt is on conn
 	for attempt := 0; attempt < attempts; attempt++ {
 		if attempt > 0 {
 			if err := r.sleep(ctx, attempt); err != nil {
@@ -77,18 +83,33 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		replies, err := r.once(conn, watch, fn)
-		if errors.Is(err, ErrNilExec) {
+		tx := &Tx{ctx: ctx, conn: conn, r: r}
+		if unwatch {
+			// Travels with the attempt's first read.
+			if err := tx.send("UNWATCH"); err != nil {
+				return nil, err
+			}
+			tx.hidden++
+		}
+		replies, err := tx.run(watch, fn)
+		if errors.Is(err, errNilExec) {
 			r.conflicts.Add(1)
+			unwatch = tx.hold != nil
 			continue
 		}
 		return replies, err
 	}
-	return nil, ErrConflict
+	if unwatch {
+		// The last attempt's hold left a WATCH; give it up.
+		if _, err := do(ctx, conn, "UNWATCH"); err != nil {
+			return nil, fmt.Errorf("txn: %d attempts: %w (UNWATCH: %w)", attempts, ErrConflict, err)
+		}
+	}
+	return nil, fmt.Errorf("txn: %d attempts: %w", attempts, ErrConflict)
 }
 
-func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]interface{}, error) {
-	tx := &Tx{conn: conn}
+// run is one attempt.
+func (tx *Tx) run(watch []string, fn func(*Tx) error) ([]interface{}, error) {
 	if len(watch) > 0 {
 		if err := tx.Watch(watch...); err != nil {
 			return nil, err
@@ -98,37 +119,45 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 		_ = tx.unwatch()
 		return nil, err
 	}
+	tx.done = true
 	if len(tx.queued) == 0 {
+		if tx.hold != nil {
+			// Nothing to write: the hold starts now (the attempt's own
+			// watch stays with it).
+			if err := tx.send("WATCH", watchCmd(tx.hold.keys).Args...); err != nil {
+				return nil, err
+			}
+			tx.hidden++
+			if _, err := tx.Flush(); err != nil {
+				return nil, err
+			}
+			tx.hold.active = true
+			return nil, nil
+		}
 		return nil, tx.unwatch()
 	}
-	if err := Check(append(tx.queued[:len(tx.queued):len(tx.queued)], tx.after...)); err != nil {
+	var after []Cmd
+	if tx.hold != nil {
+		after = []Cmd{watchCmd(tx.hold.keys)}
+	}
+	if err := check(tx.queued, after); err != nil {
 		_ = tx.unwatch()
 		return nil, err
 	}
-	if err := SendMulti(conn, tx.queued); err != nil {
+	if err := sendMulti(tx.conn, tx.queued); err != nil {
 		return nil, err
 	}
-	for _, c := range tx.after {
-		if err := conn.Send(c.Name, c.Args...); err != nil {
-			return nil, fmt.Errorf("txn: send %s: %w", c.Name, err)
-		}
+	if err := sendAll(tx.conn, after); err != nil {
+		return nil, err
 	}
-	all, err := redis.Values(conn.Do(""))
+	all, err := values(do(tx.ctx, tx.conn, ""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
 	}
-	if len(all) < len(tx.after) {
-		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued)+len(tx.after))
-	}
-	for i, rep := range all[len(all)-len(tx.after):] {
-		if e, ok := rep.(redis.Error); ok {
-			return nil, fmt.Errorf("txn: %s after EXEC: %w", tx.after[i].Name, e)
-		}
-	}
-	all = all[:len(all)-len(tx.after)]
 	// Replies: those of sends left unread (a WATCH with no read after
-	// it), then MULTI's OK, one QUEUED per command, EXEC's reply.
-	skip := len(all) - (len(tx.queued) + 2)
+	// it), then MULTI's OK, one QUEUED per command, EXEC's reply, and the
+	// hold's WATCH.
+	skip := len(all) - (len(tx.queued) + 2 + len(after))
 	if skip < 0 {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued))
 	}
@@ -137,29 +166,47 @@ func (r *Runner) once(conn redis.Conn, watch []string, fn func(*Tx) error) ([]in
 			return nil, fmt.Errorf("txn: read before MULTI: %w", e)
 		}
 	}
-	return ExecReplies(tx.queued, all[skip:])
+	all = all[skip:]
+	replies, err := execReplies(tx.queued, all[:len(all)-len(after)])
+	if tx.hold != nil {
+		if err != nil {
+			if !errors.Is(err, errNilExec) {
+				// The WATCH is on conn; a conflict's retry unwatches it.
+				_ = tx.unwatch()
+			}
+			return replies, err
+		}
+		if e, ok := all[len(all)-1].(redis.Error); ok {
+			return replies, fmt.Errorf("txn: WATCH after EXEC: %w", e)
+		}
+		tx.hold.active = true
+	}
+	return replies, err
 }
 
-// Check checks queued commands against Redis 2.4 before MULTI is sent:
-// 2.4 drops a command it refuses while queueing and runs the rest.
-func Check(queued []Cmd) error {
+// check checks commands against Redis 2.4 before MULTI is sent: 2.4 drops
+// a command it refuses while queueing and runs the rest.
+func check(queued, after []Cmd) error {
 	for i, c := range queued {
 		if err := redis24.Check(c.Name, c.Args...); err != nil {
 			return fmt.Errorf("txn: command %d (%s) refused before MULTI: %w", i, c.Name, err)
 		}
 	}
+	for _, c := range after {
+		if err := redis24.Check(c.Name, c.Args...); err != nil {
+			return fmt.Errorf("txn: %s after EXEC refused before MULTI: %w", c.Name, err)
+		}
+	}
 	return nil
 }
 
-// SendMulti sends MULTI, the queued commands and EXEC without flushing.
-func SendMulti(conn redis.Conn, queued []Cmd) error {
+// sendMulti sends MULTI, the queued commands and EXEC without flushing.
+func sendMulti(conn redis.Conn, queued []Cmd) error {
 	if err := conn.Send("MULTI"); err != nil {
 		return fmt.Errorf("txn: send MULTI: %w", err)
 	}
-	for _, c := range queued {
-		if err := conn.Send(c.Name, c.Args...); err != nil {
-			return fmt.Errorf("txn: send %s: %w", c.Name, err)
-		}
+	if err := sendAll(conn, queued); err != nil {
+		return err
 	}
 	if err := conn.Send("EXEC"); err != nil {
 		return fmt.Errorf("txn: send EXEC: %w", err)
@@ -167,17 +214,33 @@ func SendMulti(conn redis.Conn, queued []Cmd) error {
 	return nil
 }
 
-// ErrNilExec is what ExecReplies returns when EXEC answered nil: a watched
-// key changed, and nothing was written. Run retries it; callers of
-// ExecReplies decide for themselves.
-var ErrNilExec = errors.New("txn: EXEC answered nil: a watched key changed")
+func sendAll(conn redis.Conn, cmds []Cmd) error {
+	for _, c := range cmds {
+		if err := conn.Send(c.Name, c.Args...); err != nil {
+			return fmt.Errorf("txn: send %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
 
-// ExecReplies judges the replies to MULTI, the queued commands and EXEC
+func watchCmd(keys []string) Cmd {
+	args := make([]interface{}, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	return Cmd{Name: "WATCH", Args: args}
+}
+
+// errNilExec is what execReplies returns when EXEC answered nil: a watched
+// key changed, and nothing was written.
+var errNilExec = fmt.Errorf("txn: EXEC answered nil: %w", ErrConflict)
+
+// execReplies judges the replies to MULTI, the queued commands and EXEC
 // (len(queued)+2 of them) and returns EXEC's reply, one element per
-// command. It returns ErrNilExec when a watched key changed, an
+// command. It returns errNilExec when a watched key changed, an
 // *ExecError for a command refused while queueing or failed inside EXEC
 // (with the replies, since at 2.4 the others ran), or another error.
-func ExecReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
+func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 	if len(all) != len(queued)+2 {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(queued))
 	}
@@ -196,7 +259,7 @@ func ExecReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 		if queueErr != nil {
 			return nil, queueErr
 		}
-		return nil, ErrNilExec
+		return nil, errNilExec
 	case redis.Error:
 		// 2.6.5 and later abort the whole transaction (EXECABORT) after a
 		// queueing error; report the command that caused it.
@@ -226,7 +289,9 @@ func ExecReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 	}
 }
 
-func (r *Runner) sleep(ctx context.Context, attempt int) error {
+// backoff is the policy's wait before attempt (from 1): doubling from
+// MinBackoff up to MaxBackoff, drawn at random below that bound.
+func (r *Runner) backoff(attempt int) time.Duration {
 	lo, hi := r.MinBackoff, r.MaxBackoff
 	if lo <= 0 {
 		lo = DefaultMinBackoff
@@ -238,8 +303,11 @@ func (r *Runner) sleep(ctx context.Context, attempt int) error {
 	if d > hi || d <= 0 {
 		d = hi
 	}
-	d = time.Duration(rand.Int64N(int64(d)) + 1)
-	t := time.NewTimer(d)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+func (r *Runner) sleep(ctx context.Context, attempt int) error {
+	t := time.NewTimer(r.backoff(attempt))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -249,22 +317,77 @@ func (r *Runner) sleep(ctx context.Context, attempt int) error {
 	}
 }
 
-// Cmd is one queued command.
+// do is one round trip bounded by ctx (redis.DoContext): ctx's deadline
+// or the connection's read timeout, whichever comes first, bounds the
+// read, and ctx ending closes the connection. A read that timed out at
+// ctx's deadline is reported as context.DeadlineExceeded.
+func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
+	rep, err := redis.DoContext(conn, ctx, name, args...)
+	return rep, ctxErr(ctx, err)
+}
+
+// ctxErr makes an error caused by ctx's end match ctx.Err() with
+// errors.Is, whichever way redigo reported it.
+func ctxErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, isReply := err.(redis.Error); isReply {
+		return err
+	}
+	cerr := ctx.Err()
+	if cerr == nil {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// The read deadline (set from ctx's) fired a moment before
+			// ctx's own timer.
+			cerr = context.DeadlineExceeded
+		}
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+func values(rep interface{}, err error) ([]interface{}, error) {
+	if err != nil {
+		return nil, err
+	}
+	if rep == nil {
+		return nil, nil
+	}
+	return redis.Values(rep, nil)
+}
+
+// Cmd is one command: a name and its arguments.
 type Cmd struct {
 	Name string
 	Args []interface{}
 }
 
-// Tx is the view of one attempt: reads go to the watched connection at
-// once, writes are queued until MULTI. A Tx is not safe for concurrent use
-// and is valid only during the call of the function it was given to.
+// Cmds is a list of commands to queue inside MULTI, built with
+// [Cmds.Queue]: the writes of a [Step], or of a [Held.Exec].
+type Cmds []Cmd
+
+// Queue appends a command.
+func (c *Cmds) Queue(name string, args ...interface{}) {
+	*c = append(*c, Cmd{Name: name, Args: args})
+}
+
+// Tx is the view of one attempt of [Runner.Run]: reads go to the watched
+// connection at once, writes are queued until MULTI. A Tx is not safe for
+// concurrent use and is valid only during the call of the function it was
+// given to.
 type Tx struct {
+	ctx     context.Context
 	conn    redis.Conn
-	hidden  int // pending replies of WATCH, not returned by Flush
+	r       *Runner
+	hidden  int // pending replies of WATCH and UNWATCH, not returned by Flush
 	sent    int // pending replies of Send
 	sendErr error
-	queued  []Cmd
-	after   []Cmd
+	queued  Cmds
+	hold    *Held
+	done    bool // fn returned: no more reads
 }
 
 // Watch adds keys to the watched set. It may be called after reads, so a
@@ -273,28 +396,34 @@ func (tx *Tx) Watch(keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	args := make([]interface{}, len(keys))
-	for i, k := range keys {
-		args[i] = k
-	}
 	// Sent, not done: it travels with the first read.
-	if err := tx.conn.Send("WATCH", args...); err != nil {
-		tx.sendErr = fmt.Errorf("txn: send WATCH: %w", err)
-		return tx.sendErr
+	if err := tx.send("WATCH", watchCmd(keys).Args...); err != nil {
+		return err
 	}
 	tx.hidden++
 	return nil
 }
 
+func (tx *Tx) send(name string, args ...interface{}) error {
+	if err := tx.conn.Send(name, args...); err != nil {
+		tx.sendErr = fmt.Errorf("txn: send %s: %w", name, err)
+		return tx.sendErr
+	}
+	return nil
+}
+
 // Do sends a read command on the watched connection and returns its reply,
 // after the replies of any commands sent with [Tx.Send] (whose errors it
-// also reports).
+// also reports). Its round trip is bounded by Run's context.
 func (tx *Tx) Do(name string, args ...interface{}) (interface{}, error) {
-	if err := tx.checkRead(name, args); err != nil {
+	if err := tx.checkRead(name); err != nil {
 		return nil, err
 	}
+	if tx.sendErr != nil {
+		return nil, tx.sendErr
+	}
 	tx.sent, tx.hidden = 0, 0
-	rep, err := tx.conn.Do(name, args...)
+	rep, err := do(tx.ctx, tx.conn, name, args...)
 	if err != nil {
 		return rep, fmt.Errorf("txn: %s: %w", name, err)
 	}
@@ -303,20 +432,20 @@ func (tx *Tx) Do(name string, args ...interface{}) (interface{}, error) {
 
 // Send pipelines a read command; [Tx.Flush] returns the replies.
 func (tx *Tx) Send(name string, args ...interface{}) error {
-	if err := tx.checkRead(name, args); err != nil {
+	if err := tx.checkRead(name); err != nil {
 		return err
 	}
-	if err := tx.conn.Send(name, args...); err != nil {
-		tx.sendErr = fmt.Errorf("txn: send %s: %w", name, err)
-		return tx.sendErr
+	if err := tx.send(name, args...); err != nil {
+		return err
 	}
 	tx.sent++
 	return nil
 }
 
-// Flush sends the pipelined commands and returns their replies in order.
-// An error reply of the server is returned as a redis.Error element, not
-// as the error, so callers can judge each reply.
+// Flush sends the pipelined commands and returns their replies in order,
+// in one round trip bounded by Run's context. An error reply of the server
+// is returned as a redis.Error element, not as the error, so callers can
+// judge each reply.
 func (tx *Tx) Flush() ([]interface{}, error) {
 	if tx.sendErr != nil {
 		return nil, tx.sendErr
@@ -326,7 +455,7 @@ func (tx *Tx) Flush() ([]interface{}, error) {
 	if n+h == 0 {
 		return nil, nil
 	}
-	reps, err := redis.Values(tx.conn.Do(""))
+	reps, err := values(do(tx.ctx, tx.conn, ""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: pipelined reads: %w", err)
 	}
@@ -343,21 +472,31 @@ func (tx *Tx) Flush() ([]interface{}, error) {
 
 // Queue adds a write to run between MULTI and EXEC.
 func (tx *Tx) Queue(name string, args ...interface{}) {
-	tx.queued = append(tx.queued, Cmd{Name: name, Args: args})
+	tx.queued.Queue(name, args...)
 }
 
-// AfterExec adds a command to send right after EXEC, in the same round
-// trip, whatever EXEC answers: typically a WATCH that the caller holds
-// into its next transaction on this connection. Its reply is checked for
-// errors but not returned.
-func (tx *Tx) AfterExec(name string, args ...interface{}) {
-	tx.after = append(tx.after, Cmd{Name: name, Args: args})
+// Hold asks Run to WATCH keys again right after this attempt's EXEC, in
+// the same round trip, and to leave that watch on the connection for a
+// later transaction: [Held.Exec] then writes without reading again,
+// because any change to the keys meanwhile makes its EXEC answer nil.
+//
+// The Held is usable only if Run returns nil and this attempt is the one
+// that committed (fn may run again after a conflict: set the variable that
+// keeps the Held afresh on each call). Until the Held is used or released,
+// nothing else may run on the connection; a pooled connection closed
+// before that is unwatched by the pool.
+func (tx *Tx) Hold(keys ...string) *Held {
+	tx.hold = &Held{r: tx.r, conn: tx.conn, keys: append([]string(nil), keys...)}
+	return tx.hold
 }
 
-func (tx *Tx) checkRead(name string, args []interface{}) error {
+func (tx *Tx) checkRead(name string) error {
+	if tx.done {
+		return errors.New("txn: a read after the transaction function returned")
+	}
 	switch strings.ToUpper(name) {
-	case "MULTI", "EXEC", "DISCARD":
-		return fmt.Errorf("txn: %s is sent by Run, not by the transaction function", name)
+	case "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH":
+		return fmt.Errorf("txn: %s is sent by Run, not by the transaction function (use Tx.Watch)", name)
 	}
 	return nil
 }
@@ -368,7 +507,10 @@ func (tx *Tx) checkRead(name string, args []interface{}) error {
 // server forgets the WATCH with it.
 func (tx *Tx) unwatch() error {
 	tx.sent, tx.hidden = 0, 0
-	if _, err := tx.conn.Do("UNWATCH"); err != nil {
+	if tx.sendErr != nil {
+		return tx.sendErr
+	}
+	if _, err := do(tx.ctx, tx.conn, "UNWATCH"); err != nil {
 		return fmt.Errorf("txn: UNWATCH: %w", err)
 	}
 	return nil

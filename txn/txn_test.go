@@ -3,6 +3,8 @@ package txn_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,4 +155,232 @@ func TestFnErrorAndCancel(t *testing.T) {
 	if err != nil || reps != nil {
 		t.Fatalf("nothing queued: %v %v", reps, err)
 	}
+}
+
+// A held watch: a change to the held key voids the held transaction, which
+// writes nothing, reports ErrConflict and still runs the commands after it.
+func TestHeldConflict(t *testing.T) {
+	servers(t, func(t *testing.T, s *redistest.Server) {
+		pool := s.Pool(t)
+		conn, other := pool.Get(), pool.Get()
+		defer conn.Close()
+		defer other.Close()
+		ns := redistest.Namespace(t)
+		key, side := ns+":k", ns+":side"
+		var r txn.Runner
+		ctx := context.Background()
+		hold := func() *txn.Held {
+			var held *txn.Held
+			if _, err := r.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+				held = nil
+				if _, err := tx.Do("GET", key); err != nil {
+					return err
+				}
+				tx.Queue("SET", key, "claimed")
+				held = tx.Hold(key)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return held
+		}
+		held := hold()
+		if _, err := other.Do("SET", key, "changed"); err != nil {
+			t.Fatal(err)
+		}
+		reps, after, err := held.Exec(ctx, []txn.Cmd{{Name: "SET", Args: []interface{}{key, "mine"}}},
+			txn.Cmd{Name: "INCR", Args: []interface{}{side}})
+		if !errors.Is(err, txn.ErrConflict) || reps != nil || len(after) != 1 || r.Conflicts() != 1 {
+			t.Fatalf("Exec after a change: %v %v %v (conflicts %d); want ErrConflict, the INCR's reply, one conflict", reps, after, err, r.Conflicts())
+		}
+		if v, _ := redis.String(conn.Do("GET", key)); v != "changed" {
+			t.Fatalf("key %q: a voided held transaction wrote", v)
+		}
+		if n, _ := redis.Int(after[0], nil); n != 1 {
+			t.Fatalf("after reply %v, want 1", after[0])
+		}
+		if _, _, err := held.Exec(ctx, nil); !errors.Is(err, txn.ErrNotHeld) {
+			t.Fatalf("second Exec: %v, want ErrNotHeld", err)
+		}
+		// Unchanged: the held transaction commits in one round trip.
+		held = hold()
+		if _, _, err := held.Exec(ctx, []txn.Cmd{{Name: "SET", Args: []interface{}{key, "mine"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := redis.String(conn.Do("GET", key)); v != "mine" {
+			t.Fatalf("key %q, want mine", v)
+		}
+		// Released: the connection no longer watches the key.
+		held = hold()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		other.Do("SET", key, "again")
+		if _, err := r.Run(ctx, conn, nil, func(tx *txn.Tx) error { tx.Queue("SET", side, "x"); return nil }); err != nil {
+			t.Fatalf("a transaction after Release: %v", err)
+		}
+	})
+}
+
+// A pipeline judges each step alone: a conflict in one step is reported and
+// counted, and the others commit.
+func TestPipelineConflictAndErrors(t *testing.T) {
+	servers(t, func(t *testing.T, s *redistest.Server) {
+		pool := s.Pool(t)
+		conn, other := pool.Get(), pool.Get()
+		defer conn.Close()
+		defer other.Close()
+		ns := redistest.Namespace(t)
+		var r txn.Runner
+		boom := errors.New("boom")
+		step := func(key string, build func(reads []interface{}, q *txn.Cmds) error) txn.Step {
+			return txn.Step{Watch: []string{key}, Reads: []txn.Cmd{{Name: "GET", Args: []interface{}{key}}}, Build: build}
+		}
+		set := func(key string) func([]interface{}, *txn.Cmds) error {
+			return func(_ []interface{}, q *txn.Cmds) error { q.Queue("SET", key, "done"); return nil }
+		}
+		steps := []txn.Step{
+			step(ns+":a", set(ns+":a")),
+			step(ns+":b", func(_ []interface{}, q *txn.Cmds) error {
+				// Someone changes b between its read and its EXEC.
+				other.Do("SET", ns+":b", "theirs")
+				q.Queue("SET", ns+":b", "done")
+				return nil
+			}),
+			step(ns+":c", func([]interface{}, *txn.Cmds) error { return boom }),
+			step(ns+":d", func(_ []interface{}, q *txn.Cmds) error { q.Queue("SET", ns+":d", "v", "EX", 5); return nil }),
+			step(ns+":e", set(ns+":e")),
+		}
+		res, err := r.Pipeline(context.Background(), conn, steps)
+		if err != nil || len(res) != len(steps) {
+			t.Fatalf("%d results, %v", len(res), err)
+		}
+		if res[0].Err != nil || len(res[0].Replies) != 1 || res[4].Err != nil {
+			t.Fatalf("steps 0 and 4: %+v %+v", res[0], res[4])
+		}
+		if !errors.Is(res[1].Err, txn.ErrConflict) || r.Conflicts() != 1 {
+			t.Fatalf("step 1: %v, conflicts %d; want ErrConflict, 1", res[1].Err, r.Conflicts())
+		}
+		if res[2].Err != boom || !errors.Is(res[3].Err, redis24.ErrNot24) {
+			t.Fatalf("steps 2, 3: %v, %v", res[2].Err, res[3].Err)
+		}
+		for k, want := range map[string]string{"a": "done", "b": "theirs", "d": "", "e": "done"} {
+			if v, _ := redis.String(conn.Do("GET", ns+":"+k)); v != want {
+				t.Errorf("%s = %q, want %q", k, v, want)
+			}
+		}
+	})
+}
+
+// Against a server that accepts connections and never answers, every shape
+// of transaction returns by the context's deadline with an error matching
+// context.DeadlineExceeded, and leaves the connection closed.
+func TestDeadlineBoundsEveryRoundTrip(t *testing.T) {
+	addr := silentServer(t)
+	const deadline = 200 * time.Millisecond
+	shapes := map[string]func(ctx context.Context, conn redis.Conn) error{
+		"run with a read": func(ctx context.Context, conn redis.Conn) error {
+			_, err := txn.Run(ctx, conn, []string{"k"}, func(tx *txn.Tx) error { _, err := tx.Do("GET", "k"); return err })
+			return err
+		},
+		"run, writes only": func(ctx context.Context, conn redis.Conn) error {
+			_, err := txn.Run(ctx, conn, nil, func(tx *txn.Tx) error { tx.Queue("SET", "k", "v"); return nil })
+			return err
+		},
+		"pipeline": func(ctx context.Context, conn redis.Conn) error {
+			var r txn.Runner
+			_, err := r.Pipeline(ctx, conn, []txn.Step{{Watch: []string{"k"}, Build: func([]interface{}, *txn.Cmds) error { return nil }}})
+			return err
+		},
+	}
+	for name, f := range shapes {
+		t.Run(name, func(t *testing.T) {
+			conn, err := redis.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			err = f(ctx, conn)
+			if took := time.Since(start); took > deadline+500*time.Millisecond {
+				t.Fatalf("returned after %v", took)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err %v, want context.DeadlineExceeded", err)
+			}
+			if conn.Err() == nil {
+				t.Fatal("the connection is still open after a round trip was cut short")
+			}
+		})
+	}
+}
+
+// silentServer accepts connections and never replies.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A hold asked for by an attempt that conflicted is given up before the
+// next attempt: a change to its keys does not void the next attempt.
+func TestHoldOfConflictingAttemptGivenUp(t *testing.T) {
+	servers(t, func(t *testing.T, s *redistest.Server) {
+		pool := s.Pool(t)
+		conn, other := pool.Get(), pool.Get()
+		defer conn.Close()
+		defer other.Close()
+		ns := redistest.Namespace(t)
+		key, key2 := ns+":k", ns+":k2"
+		calls := 0
+		var held *txn.Held
+		_, err := txn.Run(context.Background(), conn, []string{key}, func(tx *txn.Tx) error {
+			calls++
+			held = nil
+			if _, err := tx.Do("GET", key); err != nil {
+				return err
+			}
+			switch calls {
+			case 1:
+				other.Do("INCR", key) // this attempt conflicts...
+				held = tx.Hold(key2)  // ...after asking to hold key2
+			case 2:
+				other.Do("INCR", key2) // must not void this attempt
+			}
+			tx.Queue("SET", key, "mine")
+			return nil
+		})
+		if err != nil || calls != 2 || held != nil {
+			t.Fatalf("err %v after %d calls (held %v); want success at the second", err, calls, held)
+		}
+	})
 }
