@@ -325,3 +325,8 @@ func TestTaskIDValidation(t *testing.T) {
 		t.Fatal("no keys: the valid ids were not enqueued")
 	}
 }
+
+// ReceiveContext completes redis.ConnWithContext; nothing here receives.
+func (c *cutConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
