@@ -2,6 +2,7 @@ package buckets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -271,6 +272,12 @@ type QueueStats struct {
 // Stats reads every known queue's counters, ready length, oldest ready
 // task and earliest bucket. It reads at most scanLimit index members to
 // find each queue's next due bucket.
+//
+// A queue whose figures cannot all be read (a key of the wrong type, a
+// counter that is not a number) does not hide the others: Stats returns
+// every queue, with what could be read of that one (the rest zero), and an
+// error that names each failed read, joined with errors.Join. A nil error
+// means every figure was read.
 func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	qs, err := redis.Strings(conn.Do("SMEMBERS", s.Keys.Queues()))
 	if err != nil {
@@ -288,15 +295,18 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
+	var errs []error
 	next := map[string]int64{}
-	if ms, err := redis.Values(reps[len(reps)-1], nil); err == nil {
-		for i := 0; i+1 < len(ms); i += 2 {
-			m, _ := redis.String(ms[i], nil)
-			q, ts, err := ParseMember(m)
-			if err == nil {
-				if _, ok := next[q]; !ok {
-					next[q] = ts
-				}
+	ms, err := redis.Values(reps[len(reps)-1], nil)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("buckets: stats: bucket index: %w", err))
+	}
+	for i := 0; i+1 < len(ms); i += 2 {
+		m, _ := redis.String(ms[i], nil)
+		q, ts, err := ParseMember(m)
+		if err == nil {
+			if _, ok := next[q]; !ok {
+				next[q] = ts
 			}
 		}
 	}
@@ -308,9 +318,18 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled = m[StatRecovered], m[StatCancelled]
+		} else {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}
-		st.Ready, _ = redis.Int64(reps[3*i+1], nil)
-		id, _ := redis.String(reps[3*i+2], nil)
+		n, err := redis.Int64(reps[3*i+1], nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
+		}
+		st.Ready = n
+		id, err := redis.String(reps[3*i+2], nil)
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
+		}
 		oldest = append(oldest, id)
 		out[i] = st
 	}
@@ -324,10 +343,10 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	}
 	recs, _, err := s.Records(conn, ids)
 	if err != nil {
-		return nil, err
+		return out, errors.Join(append(errs, err)...)
 	}
 	for j, r := range recs {
 		out[at[j]].OldestReady = r
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
