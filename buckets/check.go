@@ -123,12 +123,34 @@ type reader interface {
 	batch(cmds []txn.Cmd) ([]interface{}, error)
 }
 
-type connReader struct{ c redis.Conn }
+// connReader reads on a plain connection, each round trip bounded by ctx.
+type connReader struct {
+	ctx context.Context
+	c   redis.Conn
+}
 
 func (r connReader) do(name string, args ...interface{}) (interface{}, error) {
-	return r.c.Do(name, args...)
+	if _, ok := r.c.(redis.ConnWithContext); !ok {
+		return r.c.Do(name, args...)
+	}
+	return redis.DoContext(r.c, r.ctx, name, args...)
 }
-func (r connReader) batch(cmds []txn.Cmd) ([]interface{}, error) { return pipeline(r.c, cmds) }
+
+func (r connReader) batch(cmds []txn.Cmd) ([]interface{}, error) {
+	for _, c := range cmds {
+		if err := r.c.Send(c.Name, c.Args...); err != nil {
+			return nil, err
+		}
+	}
+	reps, err := redis.Values(r.do(""))
+	if err != nil {
+		return nil, err
+	}
+	if len(reps) != len(cmds) {
+		return nil, fmt.Errorf("%d replies to %d commands", len(reps), len(cmds))
+	}
+	return reps, nil
+}
 
 type txReader struct{ tx *txn.Tx }
 
@@ -597,7 +619,8 @@ func (s *Store) watchFor(f Finding) []string {
 		}
 		return keys
 	case FindOrphanBucket, FindStaleMember:
-		return []string{f.Key, k.Schedule()}
+		// Whoever fills or moves a bucket writes its list.
+		return []string{f.Key}
 	case FindBadMember:
 		return []string{k.Schedule()}
 	default:
@@ -623,7 +646,7 @@ func (s *Store) CheckNamespace(ctx context.Context, conn redis.Conn, o CheckOpti
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	first, err := s.walkNamespace(connReader{conn}, o)
+	first, err := s.walkNamespace(connReader{ctx, conn}, o)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: check: %w", err)
 	}
@@ -656,9 +679,8 @@ func (s *Store) checkRunner(o CheckOptions) *txn.Runner {
 
 // confirm walks again under WATCH and keeps the findings both walks made.
 func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, first *walk) ([]Finding, error) {
-	watch := s.Keys.Schedule() // always something to EXEC against
-	keys := []string{watch}
-	seen := map[string]bool{watch: true}
+	var keys []string
+	seen := map[string]bool{}
 	add := func(ks ...string) {
 		for _, k := range ks {
 			if !seen[k] {
@@ -691,7 +713,9 @@ func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, fi
 				out = append(out, f)
 			}
 		}
-		tx.Queue("EXISTS", watch)
+		// Something for EXEC to answer, which it does only if no watched
+		// key changed.
+		tx.Queue("EXISTS", keys[0])
 		return nil
 	})
 	return out, err

@@ -43,8 +43,9 @@ func TestCheckFindsAndRepairsDamage(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)
+	due := time.Now().Add(time.Hour) // one bucket for the three
 	for i := 0; i < 3; i++ {
-		if _, err := c.Enqueue(ctx, "t", nil, In(time.Hour)); err != nil {
+		if _, err := c.Enqueue(ctx, "t", nil, At(due)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,7 +248,10 @@ func TestCheckRacingWorkload(t *testing.T) {
 		}()
 	}
 	checks, inMotion, unsettled := 0, 0, 0
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) || checks < 5; {
+	// At least 5 s and 5 checks; longer (on a loaded machine) until some
+	// check has settled candidates that were in motion.
+	start := time.Now()
+	for time.Since(start) < 5*time.Second || checks < 5 || (inMotion == 0 && time.Since(start) < 40*time.Second) {
 		rep, err := c.Check(ctx, CheckOptions{})
 		if err != nil {
 			t.Fatalf("Check: %v", err)
