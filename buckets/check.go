@@ -40,6 +40,10 @@ const (
 	FindBadMember FindingKind = "bad-member"
 	// FindWrongType: a key of the schema that holds the wrong type.
 	FindWrongType FindingKind = "wrong-type"
+	// FindUnregistered: a worker that holds tasks (in-flight or pending)
+	// but is not in the worker registry: no reaper would return its
+	// tasks if it died (Worker, Key).
+	FindUnregistered FindingKind = "unregistered-worker"
 )
 
 // Finding is one thing the checker found wrong.
@@ -51,6 +55,7 @@ type Finding struct {
 	Key    string   // the key concerned (buckets, wrong types)
 	Member string   // the index member (orphan, stale and bad members)
 	Places []string // keys where the id was found
+	Worker string   // the worker (unregistered workers)
 	Gauge  string   // the gauge (a Stat* name)
 	Stored int64    // the gauge's stored value
 	Count  int64    // what the structures hold
@@ -58,7 +63,7 @@ type Finding struct {
 
 // ident is what two walks must agree on for a finding to be confirmed.
 func (f Finding) ident() string {
-	return strings.Join([]string{string(f.Kind), f.Queue, f.ID, f.Key, f.Member, f.Gauge}, "\x00")
+	return strings.Join([]string{string(f.Kind), f.Queue, f.ID, f.Key, f.Member, f.Gauge, f.Worker}, "\x00")
 }
 
 func (f Finding) String() string {
@@ -79,6 +84,8 @@ func (f Finding) String() string {
 		return fmt.Sprintf("index member %q does not parse as queue:time", f.Member)
 	case FindWrongType:
 		return fmt.Sprintf("key %s holds the wrong type", f.Key)
+	case FindUnregistered:
+		return fmt.Sprintf("worker %s holds tasks in %s but is not registered: no reaper would return them", f.Worker, f.Key)
 	}
 	return string(f.Kind)
 }
@@ -178,6 +185,7 @@ type bucketInfo struct {
 type walk struct {
 	queues  map[string]bool
 	workers []string            // registered and listed
+	unreg   map[string]bool     // listed, not registered
 	dead    map[string]bool     // workers without a heartbeat
 	buckets []*bucketInfo       // by key order
 	places  map[string][]string // id -> keys holding it
@@ -207,7 +215,7 @@ func (s *Store) page(o CheckOptions) int {
 // moves that change no record (a dispatcher's move, a worker's pop) can
 // make an id appear twice but never nowhere.
 func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
-	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, places: map[string][]string{},
+	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{},
 		recs: map[string]*Record{}, stored: map[string]map[string]int64{}}
 	n := s.page(o)
 	k := s.Keys
@@ -254,6 +262,7 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 			case strings.HasPrefix(rest, "f:"), strings.HasPrefix(rest, "p:"):
 				if x := rest[2:]; !seenW[x] {
 					seenW[x] = true
+					w.unreg[x] = true
 					workers = append(workers, x)
 				}
 			}
@@ -577,6 +586,19 @@ func (w *walk) judge(k Keys, resolution int64) {
 		}
 		w.found = append(w.found, f)
 	}
+	held := map[string]string{}
+	for _, list := range w.places {
+		for _, key := range list {
+			if x, ok := strings.CutPrefix(key, inflight); ok && w.unreg[x] {
+				held[x] = key
+			} else if x, ok := strings.CutPrefix(key, k.Prefix()+"p:"); ok && w.unreg[x] {
+				held[x] = key
+			}
+		}
+	}
+	for _, x := range sortedKeys(held) {
+		w.found = append(w.found, Finding{Kind: FindUnregistered, Worker: x, Key: held[x]})
+	}
 	for _, q := range sortedKeys(w.queues) {
 		st, ok := w.stored[q]
 		if !ok && w.hasWrongType(k.Stats(q)) {
@@ -623,6 +645,8 @@ func (s *Store) watchFor(f Finding) []string {
 		return []string{f.Key}
 	case FindBadMember:
 		return []string{k.Schedule()}
+	case FindUnregistered:
+		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
 	default:
 		return []string{f.Key}
 	}
@@ -736,6 +760,8 @@ func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, fi
 //	                front of its ready list; for a running one ZADD p:<w>
 //	                deadline id + SADD w <w> (its worker finishes it, or the
 //	                reaper returns it); for a dead letter ZADD dead.
+//	unregistered:   WATCH w, f:<w>, p:<w>; read SISMEMBER, LLEN, ZCARD;
+//	                queue SADD w <w> (a reaper then judges it like any other).
 //	gauge:          WATCH st:<q> (and dead, f:<w> of workers without a
 //	                heartbeat); a whole walk; queue HSET st:<q> gauge count
 //	                for each gauge that differs.
@@ -754,6 +780,8 @@ func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f F
 		wrote, err = s.repairHomeless(ctx, conn, o, f, now)
 	case FindGauge:
 		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
+	case FindUnregistered:
+		wrote, err = s.repairUnregistered(ctx, conn, o, f)
 	default:
 		return false, nil
 	}
@@ -916,6 +944,37 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 			return nil
 		}
 		tx.Queue("HMSET", args...)
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func (s *Store) repairUnregistered(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding) (bool, error) {
+	k := s.Keys
+	wrote := false
+	_, err := s.checkRunner(o).Run(ctx, conn, []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}, func(tx *txn.Tx) error {
+		wrote = false
+		for _, c := range []txn.Cmd{{Name: "SISMEMBER", Args: []interface{}{k.Workers(), f.Worker}},
+			{Name: "LLEN", Args: []interface{}{k.Inflight(f.Worker)}}, {Name: "ZCARD", Args: []interface{}{k.Pending(f.Worker)}}} {
+			if err := tx.Send(c.Name, c.Args...); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		var n [3]int
+		for i := range n {
+			if n[i], err = redis.Int(reps[i], nil); err != nil {
+				return err
+			}
+		}
+		if n[0] == 1 || n[1]+n[2] == 0 {
+			return nil
+		}
+		tx.Queue("SADD", k.Workers(), f.Worker)
 		wrote = true
 		return nil
 	})

@@ -137,3 +137,34 @@ func TestRepairGaugeRacingEnqueue(t *testing.T) {
 		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
 	}
 }
+
+// A worker holding a task but missing from the registry (forgotten by a
+// reaper that misread its lists, say) is found, and registered again so
+// that a reaper returns its task if it is dead.
+func TestCheckFindsUnregisteredWorker(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now().UnixMilli()
+	r := &Record{ID: "a", Queue: "q", Type: "t", State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1000, Created: now, Due: now}
+	if err := st.Enqueue(testCtx(t), conn, now, []*Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := st.Pop(conn, "q", "w1"); err != nil || id != "a" {
+		t.Fatalf("Pop = %q, %v", id, err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != FindUnregistered || rep.Findings[0].Worker != "w1" {
+		t.Fatalf("check = %+v, %v; want worker w1 unregistered", rep, err)
+	}
+	if wrote, err := st.Repair(testCtx(t), conn, CheckOptions{}, rep.Findings[0], now); err != nil || !wrote {
+		t.Fatalf("Repair = %v, %v", wrote, err)
+	}
+	if in, err := redis.Bool(admin.Do("SISMEMBER", st.Keys.Workers(), "w1")); err != nil || !in {
+		t.Fatalf("w1 registered = %v, %v", in, err)
+	}
+	rep, err = st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
+		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
+	}
+}

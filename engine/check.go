@@ -9,7 +9,8 @@ import (
 
 // CheckOptions tunes Check.
 type CheckOptions struct {
-	// Repair fixes what can be fixed: gauges are set to what the
+	// Repair fixes what can be fixed: a worker holding tasks is put back
+	// in the registry, gauges are set to what the
 	// structures hold, orphan buckets are put back in the bucket index,
 	// stale and malformed index members are removed, and tasks without a
 	// home are put back where their state says (a waiting task in its
@@ -38,6 +39,7 @@ const (
 	CheckStaleMember  = string(buckets.FindStaleMember)  // an index member with no bucket list
 	CheckBadMember    = string(buckets.FindBadMember)    // an index member that does not parse
 	CheckWrongType    = string(buckets.FindWrongType)    // a key of the wrong type
+	CheckUnregistered = string(buckets.FindUnregistered) // a worker holding tasks, missing from the registry
 )
 
 // CheckFinding is one inconsistency Check found.
@@ -46,6 +48,7 @@ type CheckFinding struct {
 	Queue   string   // the queue concerned, if any
 	TaskID  string   // the task concerned, if any
 	Key     string   // the Redis key concerned, if any
+	Worker  string   // the worker concerned (unregistered workers)
 	Places  []string // keys that hold the task's id (duplicates, strays)
 	Gauge   string   // the gauge (gauge findings): scheduled, retrying, running or dead
 	Stored  int64    // the gauge's stored value
@@ -145,7 +148,8 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 
 func repairable(k buckets.FindingKind) bool {
 	switch k {
-	case buckets.FindGauge, buckets.FindHomeless, buckets.FindOrphanBucket, buckets.FindStaleMember, buckets.FindBadMember:
+	case buckets.FindGauge, buckets.FindHomeless, buckets.FindOrphanBucket, buckets.FindStaleMember, buckets.FindBadMember,
+		buckets.FindUnregistered:
 		return true
 	}
 	return false
@@ -157,7 +161,7 @@ func toFindings(fs []buckets.Finding) []CheckFinding {
 	}
 	out := make([]CheckFinding, len(fs))
 	for i, f := range fs {
-		out[i] = CheckFinding{Kind: string(f.Kind), Queue: f.Queue, TaskID: f.ID, Key: f.Key,
+		out[i] = CheckFinding{Kind: string(f.Kind), Queue: f.Queue, TaskID: f.ID, Key: f.Key, Worker: f.Worker,
 			Places: f.Places, Gauge: f.Gauge, Stored: f.Stored, Counted: f.Count, Message: f.String()}
 	}
 	return out
