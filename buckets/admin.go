@@ -2,6 +2,7 @@ package buckets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -15,10 +16,12 @@ import (
 //
 // WATCH   t:<id>, then b:<q>:<ts> of its due time
 // read    GET t:<id>; ZSCORE sched member; LRANGE bucket (when indexed)
-// queue   LREM bucket 1 id + HINCRBY scheduled -1   (found in the bucket)
+// queue   LREM bucket 1 id + HINCRBY scheduled -1   (found in the bucket;
 //
-//	or LREM q:<q> 1 id                      (otherwise: ready or taken)
-//	SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
+//	        ZREM sched member too when it was the bucket's only id)
+//
+//		or LREM q:<q> 1 id                      (otherwise: ready or taken)
+//		SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
 //
 // If a worker popped the id but has not claimed it, the LREM finds
 // nothing, the record becomes a tombstone, and the worker's claim drops
@@ -42,13 +45,18 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		if err := tx.Watch(bucket); err != nil {
 			return err
 		}
-		inBucket, err := s.inBucket(tx, r.Queue, ts, id)
+		inBucket, last, err := s.inBucket(tx, r.Queue, ts, id)
 		if err != nil {
 			return err
 		}
 		st := s.Keys.Stats(r.Queue)
 		if inBucket {
 			tx.Queue("LREM", bucket, 1, id)
+			if last {
+				// The bucket empties and Redis deletes it: its index
+				// member goes with it, so the index names no empty bucket.
+				tx.Queue("ZREM", s.Keys.Schedule(), Member(r.Queue, ts))
+			}
 			tx.Queue("HINCRBY", st, StatScheduled, -1)
 		} else {
 			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
@@ -68,23 +76,24 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 	return nil
 }
 
-// inBucket reports whether id is still in its bucket: the bucket is in
-// the index and the list holds the id.
-func (s *Store) inBucket(tx *txn.Tx, q string, ts int64, id string) (bool, error) {
+// inBucket reports whether id is still in its bucket (the bucket is in
+// the index and the list holds the id), and whether it is the bucket's
+// only entry.
+func (s *Store) inBucket(tx *txn.Tx, q string, ts int64, id string) (found, only bool, err error) {
 	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), Member(q, ts))
 	if err != nil || score == nil {
-		return false, err
+		return false, false, err
 	}
 	ids, err := redis.Strings(tx.Do("LRANGE", s.Keys.Bucket(q, ts), 0, -1))
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, x := range ids {
 		if x == id {
-			return true, nil
+			return true, len(ids) == 1, nil
 		}
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // Where says where a waiting task is.
@@ -116,7 +125,7 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 			return nil
 		}
 		ts := BucketTime(r.Due, s.Resolution)
-		in, err := s.inBucket(tx, r.Queue, ts, id)
+		in, _, err := s.inBucket(tx, r.Queue, ts, id)
 		if err != nil {
 			return err
 		}
@@ -271,6 +280,12 @@ type QueueStats struct {
 // Stats reads every known queue's counters, ready length, oldest ready
 // task and earliest bucket. It reads at most scanLimit index members to
 // find each queue's next due bucket.
+//
+// A queue whose figures cannot all be read (a key of the wrong type, a
+// counter that is not a number) does not hide the others: Stats returns
+// every queue, with what could be read of that one (the rest zero), and an
+// error that names each failed read, joined with errors.Join. A nil error
+// means every figure was read.
 func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	qs, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Queues()))
 	if err != nil {
@@ -288,15 +303,18 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
+	var errs []error
 	next := map[string]int64{}
-	if ms, err := redis.Values(reps[len(reps)-1], nil); err == nil {
-		for i := 0; i+1 < len(ms); i += 2 {
-			m, _ := redis.String(ms[i], nil)
-			q, ts, err := ParseMember(m)
-			if err == nil {
-				if _, ok := next[q]; !ok {
-					next[q] = ts
-				}
+	ms, err := redis.Values(reps[len(reps)-1], nil)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("buckets: stats: bucket index: %w", err))
+	}
+	for i := 0; i+1 < len(ms); i += 2 {
+		m, _ := redis.String(ms[i], nil)
+		q, ts, err := ParseMember(m)
+		if err == nil {
+			if _, ok := next[q]; !ok {
+				next[q] = ts
 			}
 		}
 	}
@@ -308,9 +326,18 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled = m[StatRecovered], m[StatCancelled]
+		} else {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}
-		st.Ready, _ = redis.Int64(reps[3*i+1], nil)
-		id, _ := redis.String(reps[3*i+2], nil)
+		n, err := redis.Int64(reps[3*i+1], nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
+		}
+		st.Ready = n
+		id, err := redis.String(reps[3*i+2], nil)
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
+		}
 		oldest = append(oldest, id)
 		out[i] = st
 	}
@@ -324,10 +351,10 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	}
 	recs, _, err := s.Records(ctx, conn, ids)
 	if err != nil {
-		return nil, err
+		return out, errors.Join(append(errs, err)...)
 	}
 	for j, r := range recs {
 		out[at[j]].OldestReady = r
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }

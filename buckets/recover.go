@@ -275,7 +275,9 @@ func (s *Store) Workers(ctx context.Context, conn redis.Conn) (ids []string, ali
 // Forget removes worker w from the registry if its heartbeat is gone and
 // it holds nothing: WATCH hb:<w> f:<w> p:<w>; EXISTS, LLEN, ZCARD; MULTI;
 // SREM w <w>; DEL hb:<w>; EXEC. A beat in between (a process that came
-// back) makes EXEC fail. It reports whether w was removed.
+// back) makes EXEC fail. It reports whether w was removed. If any of the
+// three reads fails (a key of the wrong type), w is kept and the error
+// returned: an unreadable list is never taken for an empty one.
 func (s *Store) Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error) {
 	hb, f, p := s.Keys.Heartbeat(w), s.Keys.Inflight(w), s.Keys.Pending(w)
 	removed := false
@@ -290,9 +292,16 @@ func (s *Store) Forget(ctx context.Context, conn redis.Conn, w string, requireDe
 		if err != nil {
 			return err
 		}
-		alive, _ := redis.Int(reps[0], nil)
-		nf, _ := redis.Int(reps[1], nil)
-		np, _ := redis.Int(reps[2], nil)
+		// An error reply (f:<w> or p:<w> of the wrong type, say) must not
+		// read as "empty": that would forget a worker that may still hold
+		// tasks, and no reaper would look for them again.
+		var n [3]int
+		for i, what := range []string{"heartbeat", "in-flight list", "pending set"} {
+			if n[i], err = redis.Int(reps[i], nil); err != nil {
+				return fmt.Errorf("read %s of %s: %w", what, w, err)
+			}
+		}
+		alive, nf, np := n[0], n[1], n[2]
 		if (requireDead && alive == 1) || nf > 0 || np > 0 {
 			return nil
 		}

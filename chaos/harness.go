@@ -422,6 +422,7 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 	}
 	h.stopAll()
 	rep := h.check(ctx)
+	rep.Failures = append(rep.Failures, h.checkNamespace(ctx)...)
 	if failure != "" {
 		rep.Failures = append([]string{failure}, rep.Failures...)
 	}

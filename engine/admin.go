@@ -147,15 +147,22 @@ type QueueStats struct {
 }
 
 // Stats reports every queue that was ever enqueued to.
+//
+// If some of a queue's figures cannot be read (a key of the wrong type in
+// Redis, a counter that is not a number), Stats still returns every queue,
+// with the figures it could read (the others zero), together with an error
+// naming each failed read; a nil error means all figures were read. The
+// error wraps nothing a caller can retry away: `engine check` finds the
+// damaged key.
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	raw, err := c.store.Stats(ctx, conn, 1000)
-	if err != nil {
-		return nil, failed("read stats", err)
+	raw, serr := c.store.Stats(ctx, conn, 1000)
+	if raw == nil && serr != nil {
+		return nil, failed("read stats", serr)
 	}
 	now := c.cfg.Clock.Now()
 	out := make([]QueueStats, len(raw))
@@ -167,6 +174,9 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 			q.OldestReadyAge = max(0, now.Sub(fromMs(s.OldestReady.Due)))
 		}
 		out[i] = q
+	}
+	if serr != nil {
+		return out, failed("read stats", serr)
 	}
 	return out, nil
 }

@@ -1,0 +1,979 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// FindingKind names what is wrong in a [Finding].
+type FindingKind string
+
+// What the checker finds.
+const (
+	// FindGauge: a gauge of a queue's counters hash differs from what the
+	// structures hold (Gauge, Stored, Counted).
+	FindGauge FindingKind = "gauge"
+	// FindHomeless: a record in none of the places its state needs (a
+	// waiting or retrying task in no bucket, ready list or in-flight
+	// list; a running task not in its worker's pending set; a dead
+	// letter not in the dead-letter index). Nobody would ever run it.
+	FindHomeless FindingKind = "homeless"
+	// FindDuplicate: an id in two or more of the places its state allows.
+	FindDuplicate FindingKind = "duplicate"
+	// FindStray: an id in a place its record's state does not allow (a
+	// running task's id in a ready list, say).
+	FindStray FindingKind = "stray"
+	// FindOrphanBucket: a bucket list that is not in the bucket index; no
+	// dispatcher will ever move it.
+	FindOrphanBucket FindingKind = "orphan-bucket"
+	// FindStaleMember: an index member whose bucket list does not exist.
+	FindStaleMember FindingKind = "stale-member"
+	// FindBadMember: an index member that does not parse as queue:ts.
+	FindBadMember FindingKind = "bad-member"
+	// FindWrongType: a key of the schema that holds the wrong type.
+	FindWrongType FindingKind = "wrong-type"
+	// FindUnregistered: a worker that holds tasks (in-flight or pending)
+	// but is not in the worker registry: no reaper would return its
+	// tasks if it died (Worker, Key).
+	FindUnregistered FindingKind = "unregistered-worker"
+)
+
+// Finding is one thing the checker found wrong.
+type Finding struct {
+	Kind   FindingKind
+	Queue  string   // the queue concerned, when one is
+	ID     string   // the task id (homeless, duplicate, stray)
+	State  State    // the record's state (homeless, duplicate, stray)
+	Key    string   // the key concerned (buckets, wrong types)
+	Member string   // the index member (orphan, stale and bad members)
+	Places []string // keys where the id was found
+	Worker string   // the worker (unregistered workers)
+	Gauge  string   // the gauge (a Stat* name)
+	Stored int64    // the gauge's stored value
+	Count  int64    // what the structures hold
+}
+
+// ident is what two walks must agree on for a finding to be confirmed.
+func (f Finding) ident() string {
+	return strings.Join([]string{string(f.Kind), f.Queue, f.ID, f.Key, f.Member, f.Gauge, f.Worker}, "\x00")
+}
+
+func (f Finding) String() string {
+	switch f.Kind {
+	case FindGauge:
+		return fmt.Sprintf("queue %s: gauge %s is %d, the structures hold %d", f.Queue, f.Gauge, f.Stored, f.Count)
+	case FindHomeless:
+		return fmt.Sprintf("task %s (%s, queue %s) is in none of the places its state needs", f.ID, f.State, f.Queue)
+	case FindDuplicate:
+		return fmt.Sprintf("task %s (%s, queue %s) is in %d places: %s", f.ID, f.State, f.Queue, len(f.Places), strings.Join(f.Places, ", "))
+	case FindStray:
+		return fmt.Sprintf("task %s (%s, queue %s) is where its state does not allow: %s", f.ID, f.State, f.Queue, strings.Join(f.Places, ", "))
+	case FindOrphanBucket:
+		return fmt.Sprintf("bucket %s is not in the bucket index (member %s missing)", f.Key, f.Member)
+	case FindStaleMember:
+		return fmt.Sprintf("index member %s names no bucket list", f.Member)
+	case FindBadMember:
+		return fmt.Sprintf("index member %q does not parse as queue:time", f.Member)
+	case FindWrongType:
+		return fmt.Sprintf("key %s holds the wrong type", f.Key)
+	case FindUnregistered:
+		return fmt.Sprintf("worker %s holds tasks in %s but is not registered: no reaper would return them", f.Worker, f.Key)
+	}
+	return string(f.Kind)
+}
+
+// CheckOptions tunes CheckNamespace.
+type CheckOptions struct {
+	// ListKeys lists the namespace's task, bucket, in-flight and pending
+	// keys with one KEYS {ns}:[tbfp]:* before walking the structures. It
+	// is the only way, at Redis 2.4, to find records without a home and
+	// buckets missing from the index. KEYS walks every key of the
+	// database in one command, O(keys in the database), and blocks the
+	// server meanwhile: on a large database run it off-peak.
+	ListKeys bool
+	// Page bounds the elements read by one command (LRANGE, ZRANGE, MGET);
+	// zero means 500.
+	Page int
+	// Attempts bounds the confirmation and repair transactions' attempts
+	// (each a whole walk under WATCH); zero means 8.
+	Attempts int
+}
+
+// CheckReport is what CheckNamespace found.
+type CheckReport struct {
+	// Findings were seen by a first walk and again by a second one that
+	// no write to any key concerned interrupted: they are not moves in
+	// progress.
+	Findings []Finding
+	// Unconfirmed were seen by the first walk, but the keys concerned
+	// kept changing and the second walk could not settle them.
+	Unconfirmed []Finding
+	// InMotion counts the first walk's findings that the second walk
+	// settled and did not find again: tasks that were moving.
+	InMotion int
+	// Tasks counts the distinct task ids seen; Queues the queues walked.
+	Tasks, Queues int
+}
+
+// reader sends the checker's reads: on a plain connection, or inside a
+// watched transaction so that EXEC can vouch that nothing changed.
+type reader interface {
+	do(name string, args ...interface{}) (interface{}, error)
+	batch(cmds []txn.Cmd) ([]interface{}, error)
+}
+
+// connReader reads on a plain connection, each round trip bounded by ctx.
+type connReader struct {
+	ctx context.Context
+	c   redis.Conn
+}
+
+func (r connReader) do(name string, args ...interface{}) (interface{}, error) {
+	return do(r.ctx, r.c, name, args...)
+}
+
+func (r connReader) batch(cmds []txn.Cmd) ([]interface{}, error) {
+	for _, c := range cmds {
+		if err := r.c.Send(c.Name, c.Args...); err != nil {
+			return nil, err
+		}
+	}
+	reps, err := redis.Values(r.do(""))
+	if err != nil {
+		return nil, err
+	}
+	if len(reps) != len(cmds) {
+		return nil, fmt.Errorf("%d replies to %d commands", len(reps), len(cmds))
+	}
+	return reps, nil
+}
+
+type txReader struct{ tx *txn.Tx }
+
+func (r txReader) do(name string, args ...interface{}) (interface{}, error) {
+	return r.tx.Do(name, args...)
+}
+func (r txReader) batch(cmds []txn.Cmd) ([]interface{}, error) {
+	for _, c := range cmds {
+		if err := r.tx.Send(c.Name, c.Args...); err != nil {
+			return nil, err
+		}
+	}
+	return r.tx.Flush()
+}
+
+// bucketInfo is one bucket key the walk knows of.
+type bucketInfo struct {
+	key, member, q string
+	ts             int64
+	indexed        bool
+	length         int64
+}
+
+// walk is what one pass over the namespace read.
+type walk struct {
+	queues  map[string]bool
+	workers []string            // registered and listed
+	unreg   map[string]bool     // listed, not registered
+	dead    map[string]bool     // workers without a heartbeat
+	buckets []*bucketInfo       // by key order
+	places  map[string][]string // id -> keys holding it
+	recs    map[string]*Record  // id -> decoded record (absent: missing or malformed)
+	stored  map[string]map[string]int64
+	found   []Finding
+}
+
+func (w *walk) see(id, key string) {
+	for _, k := range w.places[id] {
+		if k == key {
+			return // a page boundary moved under us: the same entry again
+		}
+	}
+	w.places[id] = append(w.places[id], key)
+}
+
+func (s *Store) page(o CheckOptions) int {
+	if o.Page <= 0 {
+		return 500
+	}
+	return o.Page
+}
+
+// walkNamespace reads the structures, in the order tasks flow (buckets,
+// ready lists, in-flight lists, pending sets, dead letters), so that the
+// moves that change no record (a dispatcher's move, a worker's pop) can
+// make an id appear twice but never nowhere.
+func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
+	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{},
+		recs: map[string]*Record{}, stored: map[string]map[string]int64{}}
+	n := s.page(o)
+	k := s.Keys
+	var listedIDs []string
+	bucketAt := map[string]*bucketInfo{}
+	addBucket := func(key, member, q string, ts int64, indexed bool) {
+		if b := bucketAt[key]; b != nil {
+			b.indexed = b.indexed || indexed
+			return
+		}
+		b := &bucketInfo{key: key, member: member, q: q, ts: ts, indexed: indexed}
+		bucketAt[key] = b
+		w.buckets = append(w.buckets, b)
+	}
+	qs, err := redis.Strings(r.do("SMEMBERS", k.Queues()))
+	if err != nil {
+		return nil, fmt.Errorf("queues: %w", err)
+	}
+	for _, q := range qs {
+		w.queues[q] = true
+	}
+	workers, err := redis.Strings(r.do("SMEMBERS", k.Workers()))
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	seenW := map[string]bool{}
+	for _, x := range workers {
+		seenW[x] = true
+	}
+	if o.ListKeys {
+		keys, err := redis.Strings(r.do("KEYS", k.Prefix()+"[tbfp]:*"))
+		if err != nil {
+			return nil, fmt.Errorf("list keys: %w", err)
+		}
+		for _, key := range keys {
+			rest := strings.TrimPrefix(key, k.Prefix())
+			switch {
+			case strings.HasPrefix(rest, "t:"):
+				listedIDs = append(listedIDs, rest[2:])
+			case strings.HasPrefix(rest, "b:"):
+				if q, ts, err := ParseMember(rest[2:]); err == nil {
+					addBucket(key, rest[2:], q, ts, false)
+				}
+			case strings.HasPrefix(rest, "f:"), strings.HasPrefix(rest, "p:"):
+				if x := rest[2:]; !seenW[x] {
+					seenW[x] = true
+					w.unreg[x] = true
+					workers = append(workers, x)
+				}
+			}
+		}
+	}
+	sort.Strings(workers)
+	w.workers = workers
+	// The bucket index, a page at a time.
+	for off := 0; ; off += n {
+		ms, err := redis.Strings(r.do("ZRANGE", k.Schedule(), off, off+n-1))
+		if err != nil {
+			return nil, fmt.Errorf("bucket index: %w", err)
+		}
+		for _, m := range ms {
+			q, ts, err := ParseMember(m)
+			if err != nil {
+				w.found = append(w.found, Finding{Kind: FindBadMember, Member: m, Key: k.Schedule()})
+				continue
+			}
+			addBucket(k.Bucket(q, ts), m, q, ts, true)
+		}
+		if len(ms) < n {
+			break
+		}
+	}
+	sort.Slice(w.buckets, func(i, j int) bool { return w.buckets[i].key < w.buckets[j].key })
+	for _, b := range w.buckets {
+		w.queues[b.q] = true
+	}
+	// Buckets: read from the tail, so that a dispatcher trimming the head
+	// of a bucket it moves in part cannot make the walk skip entries.
+	types, err := s.types(r, n, func(yield func(string)) {
+		for _, b := range w.buckets {
+			yield(b.key)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range w.buckets {
+		switch types[i] {
+		case "none":
+			if b.indexed {
+				w.found = append(w.found, Finding{Kind: FindStaleMember, Queue: b.q, Key: b.key, Member: b.member})
+			}
+			continue
+		case "list":
+		default:
+			w.found = append(w.found, Finding{Kind: FindWrongType, Queue: b.q, Key: b.key})
+			continue
+		}
+		ids, err := s.readList(r, b.key, n, true)
+		if err != nil {
+			return nil, err
+		}
+		b.length = int64(len(ids))
+		for _, id := range ids {
+			w.see(id, b.key)
+		}
+		if !b.indexed && len(ids) > 0 {
+			w.found = append(w.found, Finding{Kind: FindOrphanBucket, Queue: b.q, Key: b.key, Member: b.member})
+		}
+	}
+	// Ready lists, read from the head: producers push there, which can
+	// only make the walk read an entry twice.
+	queues := sortedKeys(w.queues)
+	if err := s.readLists(r, w, n, queues, k.Ready); err != nil {
+		return nil, err
+	}
+	if err := s.readLists(r, w, n, w.workers, k.Inflight); err != nil {
+		return nil, err
+	}
+	// Heartbeats: whose in-flight lists a reaper may empty meanwhile.
+	var hb cmdList
+	for _, x := range w.workers {
+		hb.Queue("EXISTS", k.Heartbeat(x))
+	}
+	if len(hb) > 0 {
+		reps, err := r.batch(hb)
+		if err != nil {
+			return nil, fmt.Errorf("heartbeats: %w", err)
+		}
+		for i, rep := range reps {
+			if v, _ := redis.Int(rep, nil); v == 0 {
+				w.dead[w.workers[i]] = true
+			}
+		}
+	}
+	for _, x := range w.workers {
+		if err := s.readZset(r, w, n, k.Pending(x)); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.readZset(r, w, n, k.Dead()); err != nil {
+		return nil, err
+	}
+	// Records of every id seen, and of every listed one.
+	all := make([]string, 0, len(w.places)+len(listedIDs))
+	for id := range w.places {
+		all = append(all, id)
+	}
+	for _, id := range listedIDs {
+		if _, ok := w.places[id]; !ok {
+			all = append(all, id)
+		}
+	}
+	sort.Strings(all)
+	for i := 0; i < len(all); i += n {
+		ids := all[i:min(i+n, len(all))]
+		args := make([]interface{}, len(ids))
+		for j, id := range ids {
+			args[j] = k.Task(id)
+		}
+		raws, err := redis.Values(r.do("MGET", args...))
+		if err != nil {
+			return nil, fmt.Errorf("records: %w", err)
+		}
+		for j, raw := range raws {
+			b, ok := raw.([]byte)
+			if !ok {
+				continue // gone: done and expired, or deleted
+			}
+			if rec, err := DecodeRecord(ids[j], b); err == nil {
+				w.recs[ids[j]] = rec
+				w.queues[rec.Queue] = true
+			}
+		}
+	}
+	// Stored gauges.
+	queues = sortedKeys(w.queues)
+	var hg cmdList
+	for _, q := range queues {
+		hg.Queue("HGETALL", k.Stats(q))
+	}
+	if len(hg) > 0 {
+		reps, err := r.batch(hg)
+		if err != nil {
+			return nil, fmt.Errorf("counters: %w", err)
+		}
+		for i, rep := range reps {
+			m, err := redis.Int64Map(rep, nil)
+			if err != nil {
+				w.found = append(w.found, Finding{Kind: FindWrongType, Queue: queues[i], Key: k.Stats(queues[i])})
+				continue
+			}
+			w.stored[queues[i]] = m
+		}
+	}
+	w.judge(k, s.Resolution)
+	return w, nil
+}
+
+// types reads the TYPE of each key, a page per round trip.
+func (s *Store) types(r reader, n int, each func(func(string))) ([]string, error) {
+	var keys []string
+	each(func(k string) { keys = append(keys, k) })
+	out := make([]string, 0, len(keys))
+	for i := 0; i < len(keys); i += n {
+		var cmds cmdList
+		for _, k := range keys[i:min(i+n, len(keys))] {
+			cmds.Queue("TYPE", k)
+		}
+		reps, err := r.batch(cmds)
+		if err != nil {
+			return nil, fmt.Errorf("key types: %w", err)
+		}
+		for _, rep := range reps {
+			t, _ := redis.String(rep, nil)
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// readList reads a whole list, n entries per round trip, from the head or
+// from the tail. A key of the wrong type reads as an error reply.
+func (s *Store) readList(r reader, key string, n int, fromTail bool) ([]string, error) {
+	var out []string
+	for off := 0; ; off += n {
+		start, stop := off, off+n-1
+		if fromTail {
+			start, stop = -(off + n), -(off + 1)
+		}
+		ids, err := redis.Strings(r.do("LRANGE", key, start, stop))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", key, err)
+		}
+		if fromTail {
+			out = append(ids, out...)
+		} else {
+			out = append(out, ids...)
+		}
+		if len(ids) < n {
+			return out, nil
+		}
+	}
+}
+
+// readLists reads the list named by key(x) for each x; a key of the
+// wrong type is a finding, not a failure of the walk.
+func (s *Store) readLists(r reader, w *walk, n int, xs []string, key func(string) string) error {
+	types, err := s.types(r, n, func(yield func(string)) {
+		for _, x := range xs {
+			yield(key(x))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for i, x := range xs {
+		switch types[i] {
+		case "none":
+			continue
+		case "list":
+		default:
+			w.found = append(w.found, Finding{Kind: FindWrongType, Key: key(x)})
+			continue
+		}
+		ids, err := s.readList(r, key(x), n, false)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			w.see(id, key(x))
+		}
+	}
+	return nil
+}
+
+// readZset reads a sorted set's members, n per round trip.
+func (s *Store) readZset(r reader, w *walk, n int, key string) error {
+	t, err := redis.String(r.do("TYPE", key))
+	if err != nil {
+		return fmt.Errorf("type of %s: %w", key, err)
+	}
+	switch t {
+	case "none":
+		return nil
+	case "zset":
+	default:
+		w.found = append(w.found, Finding{Kind: FindWrongType, Key: key})
+		return nil
+	}
+	for off := 0; ; off += n {
+		ids, err := redis.Strings(r.do("ZRANGE", key, off, off+n-1))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", key, err)
+		}
+		for _, id := range ids {
+			w.see(id, key)
+		}
+		if len(ids) < n {
+			return nil
+		}
+	}
+}
+
+// judge turns what was read into findings: where each record is against
+// where its state says it must be, and each gauge against a recount.
+func (w *walk) judge(k Keys, resolution int64) {
+	counted := map[string]map[string]int64{}
+	count := func(q, g string, n int64) {
+		if counted[q] == nil {
+			counted[q] = map[string]int64{}
+		}
+		counted[q][g] += n
+	}
+	for _, b := range w.buckets {
+		count(b.q, StatScheduled, b.length)
+	}
+	ids := make([]string, 0, len(w.recs))
+	for id := range w.recs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	inflight := k.Prefix() + "f:"
+	for _, id := range ids {
+		r := w.recs[id]
+		var good, bad []string
+		need := true
+		var allowed func(key string) bool
+		switch r.State {
+		case StateWaiting, StateRetry:
+			if r.State == StateRetry {
+				count(r.Queue, StatRetrying, 1)
+			}
+			bucketPrefix := k.Prefix() + "b:" + r.Queue + ":"
+			allowed = func(key string) bool {
+				return key == k.Ready(r.Queue) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix)
+			}
+		case StateRunning:
+			count(r.Queue, StatRunning, 1)
+			allowed = func(key string) bool { return key == k.Pending(r.Worker) }
+		case StateDead:
+			count(r.Queue, StatDead, 1)
+			allowed = func(key string) bool { return key == k.Dead() }
+		default:
+			// Done or cancelled: a worker that popped the id just before
+			// it was cancelled still has it in its in-flight list, and its
+			// claim drops it.
+			need = false
+			allowed = func(key string) bool { return strings.HasPrefix(key, inflight) }
+		}
+		for _, key := range w.places[id] {
+			if allowed(key) {
+				good = append(good, key)
+			} else {
+				bad = append(bad, key)
+			}
+		}
+		f := Finding{ID: id, Queue: r.Queue, State: r.State}
+		switch {
+		case len(bad) > 0:
+			f.Kind, f.Places = FindStray, w.places[id]
+		case len(good) > 1:
+			f.Kind, f.Places = FindDuplicate, good
+		case need && len(good) == 0:
+			f.Kind = FindHomeless
+		default:
+			continue
+		}
+		w.found = append(w.found, f)
+	}
+	held := map[string]string{}
+	for _, list := range w.places {
+		for _, key := range list {
+			if x, ok := strings.CutPrefix(key, inflight); ok && w.unreg[x] {
+				held[x] = key
+			} else if x, ok := strings.CutPrefix(key, k.Prefix()+"p:"); ok && w.unreg[x] {
+				held[x] = key
+			}
+		}
+	}
+	for _, x := range sortedKeys(held) {
+		w.found = append(w.found, Finding{Kind: FindUnregistered, Worker: x, Key: held[x]})
+	}
+	for _, q := range sortedKeys(w.queues) {
+		st, ok := w.stored[q]
+		if !ok && w.hasWrongType(k.Stats(q)) {
+			continue
+		}
+		for _, g := range []string{StatScheduled, StatRetrying, StatRunning, StatDead} {
+			if st[g] != counted[q][g] {
+				w.found = append(w.found, Finding{Kind: FindGauge, Queue: q, Key: k.Stats(q), Gauge: g, Stored: st[g], Count: counted[q][g]})
+			}
+		}
+	}
+}
+
+func (w *walk) hasWrongType(key string) bool {
+	for _, f := range w.found {
+		if f.Kind == FindWrongType && f.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// watchFor lists the keys whose change would explain away finding f: the
+// record and every place of a task, a queue's counters (which every
+// transaction that moves its gauges changes), a bucket and the index.
+func (s *Store) watchFor(f Finding) []string {
+	k := s.Keys
+	switch f.Kind {
+	case FindGauge:
+		keys := []string{k.Stats(f.Queue)}
+		if f.Gauge == StatDead {
+			keys = append(keys, k.Dead())
+		}
+		return keys
+	case FindHomeless, FindDuplicate, FindStray:
+		keys := []string{k.Task(f.ID)}
+		keys = append(keys, f.Places...)
+		if f.Kind == FindHomeless {
+			keys = append(keys, k.Ready(f.Queue))
+		}
+		return keys
+	case FindOrphanBucket, FindStaleMember:
+		// Whoever fills or moves a bucket writes its list.
+		return []string{f.Key}
+	case FindBadMember:
+		return []string{k.Schedule()}
+	case FindUnregistered:
+		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
+	default:
+		return []string{f.Key}
+	}
+}
+
+// CheckNamespace walks the namespace and reports what is inconsistent:
+// gauges that differ from a recount of the structures, ids in no place or
+// in two, orphan buckets and bad index members (see [FindingKind]). It
+// uses only reads, each bounded to o.Page elements, except the one KEYS of
+// o.ListKeys.
+//
+// A live system moves tasks while the walk reads, so a first walk's
+// findings are only candidates. A second walk runs with the keys of every
+// candidate WATCHed (its record, the places it was seen, the queue's
+// counters, the in-flight lists of workers without a heartbeat, which a
+// reaper may empty) and ends with an EXEC of one read: when EXEC answers,
+// none of those keys changed during the second walk, and a candidate that
+// it finds again is reported. When EXEC keeps failing, the candidates are
+// returned as Unconfirmed.
+func (s *Store) CheckNamespace(ctx context.Context, conn redis.Conn, o CheckOptions) (*CheckReport, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	first, err := s.walkNamespace(connReader{ctx, conn}, o)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: check: %w", err)
+	}
+	rep := &CheckReport{Tasks: len(first.recs), Queues: len(first.queues)}
+	if len(first.found) == 0 {
+		return rep, nil
+	}
+	confirmed, err := s.confirm(ctx, conn, o, first)
+	if errors.Is(err, txn.ErrConflict) {
+		rep.Unconfirmed = first.found
+		return rep, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("buckets: check: %w", err)
+	}
+	rep.Findings = confirmed
+	rep.InMotion = len(first.found) - len(confirmed)
+	return rep, nil
+}
+
+// checkRunner runs the checker's transactions: each attempt is a whole
+// walk, so there are few of them, further apart than the engine's.
+func (s *Store) checkRunner(o CheckOptions) *txn.Runner {
+	n := o.Attempts
+	if n <= 0 {
+		n = 8
+	}
+	return &txn.Runner{MaxAttempts: n, MinBackoff: 5 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+}
+
+// confirm walks again under WATCH and keeps the findings both walks made.
+func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, first *walk) ([]Finding, error) {
+	var keys []string
+	seen := map[string]bool{}
+	add := func(ks ...string) {
+		for _, k := range ks {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, f := range first.found {
+		add(s.watchFor(f)...)
+	}
+	for _, x := range first.workers {
+		if first.dead[x] {
+			add(s.Keys.Inflight(x))
+		}
+	}
+	want := map[string]bool{}
+	for _, f := range first.found {
+		want[f.ident()] = true
+	}
+	var out []Finding
+	_, err := s.checkRunner(o).Run(ctx, conn, keys, func(tx *txn.Tx) error {
+		out = nil
+		second, err := s.walkNamespace(txReader{tx}, o)
+		if err != nil {
+			return err
+		}
+		for _, f := range second.found {
+			if want[f.ident()] {
+				out = append(out, f)
+			}
+		}
+		// Something for EXEC to answer, which it does only if no watched
+		// key changed.
+		tx.Queue("EXISTS", keys[0])
+		return nil
+	})
+	return out, err
+}
+
+// Repair fixes what a confirmed finding says, in one optimistic
+// transaction that reads again what the finding depends on. It reports
+// whether it wrote anything; kinds it cannot repair (duplicates, strays,
+// keys of the wrong type) return false. now (Unix ms) stamps wake-ups.
+//
+//	orphan bucket:  WATCH b:<q>:<ts>; read TYPE, LLEN, ZSCORE sched member;
+//	                queue ZADD sched ts member + a dispatcher wake-up.
+//	stale member:   WATCH b:<q>:<ts>; read EXISTS, ZSCORE; queue ZREM sched member.
+//	bad member:     WATCH sched; read ZSCORE; queue ZREM sched member.
+//	homeless task:  WATCH t:<id> and the places of its state; read GET
+//	                t:<id> and those places; queue, for a waiting or
+//	                retrying task, its bucket (+ HINCRBY scheduled) or the
+//	                front of its ready list; for a running one ZADD p:<w>
+//	                deadline id + SADD w <w> (its worker finishes it, or the
+//	                reaper returns it); for a dead letter ZADD dead.
+//	unregistered:   WATCH w, f:<w>, p:<w>; read SISMEMBER, LLEN, ZCARD;
+//	                queue SADD w <w> (a reaper then judges it like any other).
+//	gauge:          WATCH st:<q> (and dead, f:<w> of workers without a
+//	                heartbeat); a whole walk; queue HSET st:<q> gauge count
+//	                for each gauge that differs.
+//
+// A crash before EXEC writes nothing; EXEC writes all of it. A change to a
+// watched key makes EXEC fail and the repair read again.
+func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding, now int64) (bool, error) {
+	var (
+		wrote bool
+		err   error
+	)
+	switch f.Kind {
+	case FindOrphanBucket, FindStaleMember, FindBadMember:
+		wrote, err = s.repairMember(ctx, conn, o, f, now)
+	case FindHomeless:
+		wrote, err = s.repairHomeless(ctx, conn, o, f, now)
+	case FindGauge:
+		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
+	case FindUnregistered:
+		wrote, err = s.repairUnregistered(ctx, conn, o, f)
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("buckets: repair %s: %w", f, err)
+	}
+	return wrote, nil
+}
+
+func (s *Store) repairMember(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding, now int64) (bool, error) {
+	wrote := false
+	watch := []string{s.Keys.Schedule()}
+	if f.Kind != FindBadMember {
+		watch = []string{f.Key}
+	}
+	_, err := s.checkRunner(o).Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		wrote = false
+		score, err := tx.Do("ZSCORE", s.Keys.Schedule(), f.Member)
+		if err != nil {
+			return err
+		}
+		switch f.Kind {
+		case FindBadMember, FindStaleMember:
+			if score == nil {
+				return nil
+			}
+			if f.Kind == FindStaleMember {
+				n, err := redis.Int(tx.Do("EXISTS", f.Key))
+				if err != nil || n == 1 {
+					return err
+				}
+			}
+			tx.Queue("ZREM", s.Keys.Schedule(), f.Member)
+		case FindOrphanBucket:
+			q, ts, err := ParseMember(f.Member)
+			if err != nil || score != nil {
+				return err
+			}
+			n, err := redis.Int(tx.Do("LLEN", f.Key))
+			if err != nil || n == 0 {
+				return err
+			}
+			tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
+			s.wakeDispatchers(tx, ts)
+		}
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding, now int64) (bool, error) {
+	k := s.Keys
+	workers, err := redis.Strings(do(ctx, conn, "SMEMBERS", k.Workers()))
+	if err != nil {
+		return false, err
+	}
+	watch := []string{k.Task(f.ID), k.Ready(f.Queue), k.Workers()}
+	for _, x := range workers {
+		watch = append(watch, k.Inflight(x))
+	}
+	wrote := false
+	n := s.page(o)
+	_, err = s.checkRunner(o).Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		wrote = false
+		r, err := s.getRecord(tx, f.ID)
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrMalformed) {
+			return nil // gone, or the claim will bury it
+		}
+		if err != nil {
+			return err
+		}
+		rd := txReader{tx}
+		has := func(ids []string) bool {
+			for _, id := range ids {
+				if id == f.ID {
+					return true
+				}
+			}
+			return false
+		}
+		switch r.State {
+		case StateWaiting, StateRetry:
+			bucket := k.Bucket(r.Queue, BucketTime(r.Due, s.Resolution))
+			if err := tx.Watch(bucket); err != nil {
+				return err
+			}
+			for _, key := range append([]string{bucket, k.Ready(r.Queue)}, inflights(k, workers)...) {
+				if t, err := redis.String(tx.Do("TYPE", key)); err != nil || t != "list" {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				ids, err := s.readList(rd, key, n, key == bucket)
+				if err != nil {
+					return err
+				}
+				if has(ids) {
+					return nil // it has a home after all
+				}
+			}
+			s.place(tx, r, now, true)
+		case StateRunning:
+			score, err := tx.Do("ZSCORE", k.Pending(r.Worker), f.ID)
+			if err != nil || score != nil {
+				return err
+			}
+			tx.Queue("ZADD", k.Pending(r.Worker), r.Deadline, f.ID)
+			tx.Queue("SADD", k.Workers(), r.Worker)
+		case StateDead:
+			score, err := tx.Do("ZSCORE", k.Dead(), f.ID)
+			if err != nil || score != nil {
+				return err
+			}
+			tx.Queue("ZADD", k.Dead(), max(r.Finished, 1), f.ID)
+		default:
+			return nil
+		}
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func inflights(k Keys, workers []string) []string {
+	out := make([]string, len(workers))
+	for i, x := range workers {
+		out[i] = k.Inflight(x)
+	}
+	return out
+}
+
+func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOptions, q string) (bool, error) {
+	k := s.Keys
+	workers, err := redis.Strings(do(ctx, conn, "SMEMBERS", k.Workers()))
+	if err != nil {
+		return false, err
+	}
+	watch := []string{k.Stats(q), k.Dead(), k.Workers()}
+	for _, x := range workers {
+		if n, err := redis.Int(do(ctx, conn, "EXISTS", k.Heartbeat(x))); err == nil && n == 0 {
+			watch = append(watch, k.Inflight(x))
+		}
+	}
+	wrote := false
+	_, err = s.checkRunner(o).Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		wrote = false
+		w, err := s.walkNamespace(txReader{tx}, o)
+		if err != nil {
+			return err
+		}
+		args := []interface{}{k.Stats(q)}
+		for _, f := range w.found {
+			if f.Kind == FindGauge && f.Queue == q {
+				args = append(args, f.Gauge, strconv.FormatInt(f.Count, 10))
+			}
+		}
+		if len(args) == 1 {
+			return nil
+		}
+		tx.Queue("HMSET", args...)
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func (s *Store) repairUnregistered(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding) (bool, error) {
+	k := s.Keys
+	wrote := false
+	_, err := s.checkRunner(o).Run(ctx, conn, []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}, func(tx *txn.Tx) error {
+		wrote = false
+		for _, c := range []txn.Cmd{{Name: "SISMEMBER", Args: []interface{}{k.Workers(), f.Worker}},
+			{Name: "LLEN", Args: []interface{}{k.Inflight(f.Worker)}}, {Name: "ZCARD", Args: []interface{}{k.Pending(f.Worker)}}} {
+			if err := tx.Send(c.Name, c.Args...); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		var n [3]int
+		for i := range n {
+			if n[i], err = redis.Int(reps[i], nil); err != nil {
+				return err
+			}
+		}
+		if n[0] == 1 || n[1]+n[2] == 0 {
+			return nil
+		}
+		tx.Queue("SADD", k.Workers(), f.Worker)
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}

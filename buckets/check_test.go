@@ -1,0 +1,170 @@
+package buckets
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// hookConn runs hook once, just before the first MULTI is sent: the place
+// where another process's write would void the repair's watch, or where a
+// crash would leave the repair unsent.
+type hookConn struct {
+	redis.Conn
+	hook  func() error
+	fired bool
+}
+
+func (c *hookConn) Send(name string, args ...interface{}) error {
+	if name == "MULTI" && !c.fired {
+		c.fired = true
+		if err := c.hook(); err != nil {
+			return err
+		}
+	}
+	return c.Conn.Send(name, args...)
+}
+
+// orphan enqueues three tasks into one bucket and removes its index
+// member: the bucket is an orphan.
+func orphan(t *testing.T, st *Store, conn, admin redis.Conn) Finding {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	due := now + 3_600_000
+	var recs []*Record
+	for _, id := range []string{"a", "b", "c"} {
+		recs = append(recs, &Record{ID: id, Queue: "q", Type: "t", State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1000, Created: now, Due: due})
+	}
+	if err := st.Enqueue(testCtx(t), conn, now, recs); err != nil {
+		t.Fatal(err)
+	}
+	ts := BucketTime(due, st.Resolution)
+	if _, err := admin.Do("ZREM", st.Keys.Schedule(), Member("q", ts)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != FindOrphanBucket {
+		t.Fatalf("check = %+v, %v; want one orphan bucket", rep, err)
+	}
+	return rep.Findings[0]
+}
+
+// A dispatcher-like write to the bucket between the repair's read and its
+// EXEC voids the watch; the repair reads again and finds nothing to do.
+func TestRepairOrphanRacingAMove(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	f := orphan(t, st, conn, admin)
+	hc := &hookConn{Conn: conn, hook: func() error {
+		_, err := admin.Do("DEL", f.Key) // taken away meanwhile
+		return err
+	}}
+	wrote, err := st.Repair(testCtx(t), hc, CheckOptions{}, f, time.Now().UnixMilli())
+	if err != nil || wrote {
+		t.Fatalf("Repair = %v, %v; want nothing written", wrote, err)
+	}
+	if n, err := redis.Int(admin.Do("ZCARD", st.Keys.Schedule())); err != nil || n != 0 {
+		t.Fatalf("index holds %d members (%v); want none for a bucket that is gone", n, err)
+	}
+}
+
+// A crash (here: the connection failing) before MULTI leaves nothing
+// written; a later repair completes the job.
+func TestRepairCrashBeforeExec(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	f := orphan(t, st, conn, admin)
+	broken := errors.New("connection lost")
+	hc := &hookConn{Conn: conn, hook: func() error { return broken }}
+	if _, err := st.Repair(testCtx(t), hc, CheckOptions{}, f, time.Now().UnixMilli()); !errors.Is(err, broken) {
+		t.Fatalf("Repair error = %v; want the connection's", err)
+	}
+	if n, err := redis.Int(admin.Do("ZCARD", st.Keys.Schedule())); err != nil || n != 0 {
+		t.Fatalf("index holds %d members (%v) after a failed repair; want none", n, err)
+	}
+	conn2 := pool.Get()
+	defer conn2.Close()
+	if wrote, err := st.Repair(testCtx(t), conn2, CheckOptions{}, f, time.Now().UnixMilli()); err != nil || !wrote {
+		t.Fatalf("second Repair = %v, %v; want written", wrote, err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn2, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
+		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
+	}
+}
+
+// A gauge repair racing a transition of its queue (an enqueue into a
+// bucket, which moves the scheduled gauge) recounts after it, and leaves
+// gauges that match the structures.
+func TestRepairGaugeRacingEnqueue(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now().UnixMilli()
+	rec := func(id string) *Record {
+		return &Record{ID: id, Queue: "q", Type: "t", State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1000, Created: now, Due: now + 3_600_000}
+	}
+	if err := st.Enqueue(testCtx(t), conn, now, []*Record{rec("a")}); err != nil {
+		t.Fatal(err)
+	}
+	// Both gauges wrong: a repair that wrote its first recount of
+	// scheduled (1) after the racing enqueue would leave it wrong again.
+	if _, err := admin.Do("HMSET", st.Keys.Stats("q"), StatRunning, 4, StatScheduled, 6); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings) != 2 || rep.Findings[0].Kind != FindGauge {
+		t.Fatalf("check = %+v, %v; want the running and scheduled gauges", rep, err)
+	}
+	other := pool.Get()
+	defer other.Close()
+	hc := &hookConn{Conn: conn, hook: func() error {
+		return st.Enqueue(testCtx(t), other, now, []*Record{rec("b")})
+	}}
+	if wrote, err := st.Repair(testCtx(t), hc, CheckOptions{}, rep.Findings[0], now); err != nil || !wrote || !hc.fired {
+		t.Fatalf("Repair = %v, %v (race injected: %v); want written", wrote, err, hc.fired)
+	}
+	m, err := redis.Int64Map(admin.Do("HGETALL", st.Keys.Stats("q")))
+	if err != nil || m[StatRunning] != 0 || m[StatScheduled] != 2 {
+		t.Fatalf("gauges = %v, %v; want running 0, scheduled 2 (the racing enqueue counted)", m, err)
+	}
+	rep, err = st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
+		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
+	}
+}
+
+// A worker holding a task but missing from the registry (forgotten by a
+// reaper that misread its lists, say) is found, and registered again so
+// that a reaper returns its task if it is dead.
+func TestCheckFindsUnregisteredWorker(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now().UnixMilli()
+	r := &Record{ID: "a", Queue: "q", Type: "t", State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1000, Created: now, Due: now}
+	if err := st.Enqueue(testCtx(t), conn, now, []*Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := st.Pop(testCtx(t), conn, "q", "w1"); err != nil || id != "a" {
+		t.Fatalf("Pop = %q, %v", id, err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != FindUnregistered || rep.Findings[0].Worker != "w1" {
+		t.Fatalf("check = %+v, %v; want worker w1 unregistered", rep, err)
+	}
+	if wrote, err := st.Repair(testCtx(t), conn, CheckOptions{}, rep.Findings[0], now); err != nil || !wrote {
+		t.Fatalf("Repair = %v, %v", wrote, err)
+	}
+	if in, err := redis.Bool(admin.Do("SISMEMBER", st.Keys.Workers(), "w1")); err != nil || !in {
+		t.Fatalf("w1 registered = %v, %v", in, err)
+	}
+	rep, err = st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
+		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
+	}
+}

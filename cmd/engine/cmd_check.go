@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+// checkJSON is the report as `engine check --json` prints it.
+type checkJSON struct {
+	Tasks       int           `json:"tasks"`
+	Queues      int           `json:"queues"`
+	Findings    []findingJSON `json:"findings"`
+	Unconfirmed []findingJSON `json:"unconfirmed"`
+	InMotion    int           `json:"in_motion"`
+	Repaired    int           `json:"repaired"`
+	Remaining   []findingJSON `json:"remaining,omitempty"`
+}
+
+type findingJSON struct {
+	Kind     string   `json:"kind"`
+	Queue    string   `json:"queue,omitempty"`
+	TaskID   string   `json:"task_id,omitempty"`
+	Key      string   `json:"key,omitempty"`
+	Places   []string `json:"places,omitempty"`
+	Gauge    string   `json:"gauge,omitempty"`
+	Stored   *int64   `json:"stored,omitempty"`
+	Counted  *int64   `json:"counted,omitempty"`
+	Message  string   `json:"message"`
+	Repaired bool     `json:"repaired,omitempty"`
+}
+
+func findingsJSON(fs []engine.CheckFinding) []findingJSON {
+	out := make([]findingJSON, len(fs))
+	for i, f := range fs {
+		out[i] = findingJSON{Kind: f.Kind, Queue: f.Queue, TaskID: f.TaskID, Key: f.Key, Places: f.Places,
+			Gauge: f.Gauge, Message: f.Message, Repaired: f.Repaired}
+		if f.Kind == engine.CheckGauge {
+			out[i].Stored, out[i].Counted = &fs[i].Stored, &fs[i].Counted
+		}
+	}
+	return out
+}
+
+// runCheck is `engine check [--repair] [--json]`: it checks the namespace
+// of c, repairs what it can when repair is set, and prints the report to
+// out, as a table or as JSON. It returns the number of findings that
+// remain (after repair, what a fresh check still finds); the command
+// exits non-zero when that is not zero, or when err is not nil.
+func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io.Writer) (findings int, err error) {
+	rep, err := c.Check(ctx, engine.CheckOptions{Repair: repair})
+	if err != nil {
+		return 0, err
+	}
+	remaining := rep.Findings
+	if repair && rep.Remaining != nil {
+		remaining = rep.Remaining
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		j := checkJSON{Tasks: rep.Tasks, Queues: rep.Queues, Findings: findingsJSON(rep.Findings),
+			Unconfirmed: findingsJSON(rep.Unconfirmed), InMotion: rep.InMotion, Repaired: rep.Repaired}
+		if rep.Remaining != nil {
+			j.Remaining = findingsJSON(rep.Remaining)
+		}
+		if err := enc.Encode(j); err != nil {
+			return len(remaining), err
+		}
+		return len(remaining), nil
+	}
+	fmt.Fprintf(out, "checked %d tasks in %d queues\n", rep.Tasks, rep.Queues)
+	if len(rep.Findings) == 0 {
+		fmt.Fprintln(out, "no findings")
+	} else {
+		fmt.Fprintf(out, "%d %s:\n", len(rep.Findings), checkPlural(len(rep.Findings), "finding", "findings"))
+		printFindings(out, rep.Findings, repair)
+	}
+	if len(rep.Unconfirmed) > 0 {
+		fmt.Fprintf(out, "%d possible %s could not be confirmed: the keys concerned kept changing (run the check again):\n",
+			len(rep.Unconfirmed), checkPlural(len(rep.Unconfirmed), "finding", "findings"))
+		printFindings(out, rep.Unconfirmed, false)
+	}
+	if repair && rep.Remaining != nil {
+		fmt.Fprintf(out, "repaired %d; a fresh check finds %d\n", rep.Repaired, len(rep.Remaining))
+		if len(rep.Remaining) > 0 {
+			printFindings(out, rep.Remaining, false)
+		}
+	}
+	return len(remaining), nil
+}
+
+func printFindings(out io.Writer, fs []engine.CheckFinding, repair bool) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, f := range fs {
+		mark := ""
+		if repair {
+			mark = "not repaired"
+			if f.Repaired {
+				mark = "repaired"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Kind, f.Message, mark)
+	}
+	tw.Flush()
+}
+
+func checkPlural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
