@@ -1,6 +1,7 @@
 package buckets
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -25,6 +26,16 @@ func (c *hookConn) Send(name string, args ...interface{}) error {
 		}
 	}
 	return c.Conn.Send(name, args...)
+}
+
+// DoContext and ReceiveContext pass through: txn's round trips need a
+// redis.ConnWithContext.
+func (c *hookConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	return redis.DoContext(c.Conn, ctx, name, args...)
+}
+
+func (c *hookConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
 }
 
 // orphan enqueues three tasks into one bucket and removes its index
