@@ -47,7 +47,6 @@ heartbeat_ttl: 2s
 reap_interval: 500ms
 shutdown_timeout: 1s
 redis: {read_timeout: 5s}
-retry: {backoff_base: 100ms, backoff_max: 200ms}
 log: {level: debug}
 handlers:
   append:

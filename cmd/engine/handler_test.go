@@ -30,7 +30,7 @@ func newTestHandler(t *testing.T, argv []string, mod func(*HandlerSettings)) (*c
 		mod(&set)
 	}
 	var logs bytes.Buffer
-	return newCommandHandler("t1", set, slog.New(slog.NewTextHandler(&logs, nil))), &logs
+	return newCommandHandler("t1", set, os.Environ(), slog.New(slog.NewTextHandler(&logs, nil))), &logs
 }
 
 func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
