@@ -115,6 +115,9 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 		var re *refusedError
 		if !errors.As(err, &re) {
 			err = fmt.Errorf("cannot reach Redis at %s: %w", set.Redis.Addr, err)
+			if set.Redis.TLS.Enabled && set.Redis.TLS.CertFile == "" {
+				err = fmt.Errorf("%w\n(if the server checks client certificates, set redis.tls.cert_file and redis.tls.key_file)", err)
+			}
 		}
 		return nil, a.fail(cmd.Name(), err)
 	}

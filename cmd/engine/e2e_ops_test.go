@@ -84,14 +84,15 @@ func TestE2ESecondSignalForces(t *testing.T) {
 	}
 }
 
-// TestE2EWrongPassword: a password Redis refuses is a clear error and
-// exit 2, for run and for client commands alike.
+// TestE2EWrongPassword: a password sent to a server that has none is a
+// clear error and exit 2, for run and for client commands alike, and the
+// hint says the server has no password (not "wrong password?").
 func TestE2EWrongPassword(t *testing.T) {
 	h := newHarness(t)
 	h.env = append(h.env, "ENGINE_REDIS_PASSWORD=wrong")
 	for _, args := range [][]string{{"run"}, {"stats"}, {"enqueue", "--type", "x"}} {
 		_, errOut, code := h.cli(args...)
-		if code != exitUsage || !strings.Contains(errOut, "refused AUTH") || !strings.Contains(errOut, "redis.password") {
+		if code != exitUsage || !strings.Contains(errOut, "refused AUTH") || !strings.Contains(errOut, "has no password: remove redis.password") {
 			t.Errorf("engine %v with a wrong password: exit %d, stderr %q; want %d naming AUTH and redis.password", args, code, errOut, exitUsage)
 		}
 	}
