@@ -58,6 +58,9 @@ handlers:
   sleep:
     command: [sh, -c, 'echo $$ >> "$DIR/pids"; echo "started $ENGINE_TASK_ID" >> "$DIR/out"; sleep 30; echo "finished $ENGINE_TASK_ID" >> "$DIR/out"']
     env: {DIR: %[1]q}
+  forever:
+    command: [sh, -c, 'echo $$ > "$DIR/leader"; exec sleep 100000']
+    env: {DIR: %[1]q}
 `
 
 // harness is one real redis-server (2.4 commands only), one config and
