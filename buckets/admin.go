@@ -288,15 +288,28 @@ func (s *Store) Stats(conn redis.Conn, scanLimit int) ([]QueueStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
+	// A bucket emptied by Cancel stays in the index until it is due: the
+	// next due time is that of the earliest bucket that holds a task.
 	next := map[string]int64{}
-	if ms, err := redis.Values(reps[len(reps)-1], nil); err == nil {
-		for i := 0; i+1 < len(ms); i += 2 {
-			m, _ := redis.String(ms[i], nil)
-			q, ts, err := ParseMember(m)
-			if err == nil {
-				if _, ok := next[q]; !ok {
-					next[q] = ts
-				}
+	ms, _ := redis.Values(reps[len(reps)-1], nil)
+	var members []string
+	var lens cmdList
+	for i := 0; i+1 < len(ms); i += 2 {
+		m, _ := redis.String(ms[i], nil)
+		if q, ts, err := ParseMember(m); err == nil {
+			members = append(members, m)
+			lens.Queue("LLEN", s.Keys.Bucket(q, ts))
+		}
+	}
+	if len(lens) > 0 {
+		n, err := pipeline(conn, lens)
+		if err != nil {
+			return nil, fmt.Errorf("buckets: stats: %w", err)
+		}
+		for i, m := range members {
+			q, ts, _ := ParseMember(m)
+			if l, _ := redis.Int64(n[i], nil); l > 0 && next[q] == 0 {
+				next[q] = ts
 			}
 		}
 	}

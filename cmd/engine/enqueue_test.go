@@ -92,3 +92,26 @@ func TestRelativeFarFuture(t *testing.T) {
 		t.Errorf("stamp(year 3000) = %q", s)
 	}
 }
+
+// TestStatsNextDueSkipsCancelled: a cancelled task is not shown as the
+// queue's next due task (its emptied bucket stays in the index until due).
+func TestStatsNextDueSkipsCancelled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, out, errOut := inproc(t, srv)
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--queue", "q", "--in", "1h"}); code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, errOut.String())
+	}
+	id := strings.TrimSpace(out.String())
+	if code := a.main(context.Background(), []string{"cancel", id}); code != 0 {
+		t.Fatalf("cancel: exit %d: %s", code, errOut.String())
+	}
+	js := &syncBuffer{}
+	a.stdout = js
+	if code := a.main(context.Background(), []string{"stats", "--json"}); code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(js.String(), `"queue": "q"`) || !strings.Contains(js.String(), `"next_due": null`) {
+		t.Errorf("stats after cancelling the only scheduled task:\n%s\nwant next_due null", js.String())
+	}
+}
