@@ -83,64 +83,49 @@ type setting struct {
 	ptr func(*Settings) any
 }
 
-// settings lists every key in config.yaml's order.
-var settings = []setting{
-	{"redis.addr", func(s *Settings) any { return &s.Redis.Addr }},
-	{"redis.user", func(s *Settings) any { return &s.Redis.User }},
-	{"redis.password", func(s *Settings) any { return &s.Redis.Password }},
-	{"redis.db", func(s *Settings) any { return &s.Redis.DB }},
-	{"redis.tls.enabled", func(s *Settings) any { return &s.Redis.TLS.Enabled }},
-	{"redis.tls.ca_file", func(s *Settings) any { return &s.Redis.TLS.CAFile }},
-	{"redis.tls.cert_file", func(s *Settings) any { return &s.Redis.TLS.CertFile }},
-	{"redis.tls.key_file", func(s *Settings) any { return &s.Redis.TLS.KeyFile }},
-	{"redis.tls.server_name", func(s *Settings) any { return &s.Redis.TLS.ServerName }},
-	{"redis.tls.insecure_skip_verify", func(s *Settings) any { return &s.Redis.TLS.InsecureSkipVerify }},
-	{"redis.dial_timeout", func(s *Settings) any { return &s.Redis.DialTimeout }},
-	{"redis.read_timeout", func(s *Settings) any { return &s.Redis.ReadTimeout }},
-	{"redis.write_timeout", func(s *Settings) any { return &s.Redis.WriteTimeout }},
-	{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
-	{"namespace", func(s *Settings) any { return &s.Engine.Namespace }},
-	{"resolution", func(s *Settings) any { return &s.Engine.Resolution }},
-	{"max_payload", func(s *Settings) any { return &s.Engine.MaxPayload }},
-	{"default_queue", func(s *Settings) any { return &s.Engine.DefaultQueue }},
-	{"default_max_attempts", func(s *Settings) any { return &s.Engine.DefaultMaxAttempts }},
-	{"default_timeout", func(s *Settings) any { return &s.Engine.DefaultTimeout }},
-	{"queues", func(s *Settings) any { return &s.Engine.Queues }},
-	{"strict_priority", func(s *Settings) any { return &s.Engine.StrictPriority }},
-	{"concurrency", func(s *Settings) any { return &s.Engine.Concurrency }},
-	{"roles", func(s *Settings) any { return &s.Roles }},
-	{"lease_grace", func(s *Settings) any { return &s.Engine.LeaseGrace }},
-	{"heartbeat_interval", func(s *Settings) any { return &s.Engine.HeartbeatInterval }},
-	{"heartbeat_ttl", func(s *Settings) any { return &s.Engine.HeartbeatTTL }},
-	{"idle_wait", func(s *Settings) any { return &s.Engine.IdleWait }},
-	{"shutdown_timeout", func(s *Settings) any { return &s.Engine.ShutdownTimeout }},
-	{"reap_interval", func(s *Settings) any { return &s.Engine.ReapInterval }},
-	{"unknown_type", func(s *Settings) any { return &s.Engine.UnknownType }},
-	{"max_recoveries", func(s *Settings) any { return &s.Engine.MaxRecoveries }},
-	{"done_retention", func(s *Settings) any { return &s.Engine.DoneRetention }},
-	{"dead_retention", func(s *Settings) any { return &s.Engine.DeadRetention }},
-	{"dispatch.max_buckets", func(s *Settings) any { return &s.Engine.DispatchBuckets }},
-	{"dispatch.max_tasks", func(s *Settings) any { return &s.Engine.DispatchTasks }},
-	{"dispatch.lanes", func(s *Settings) any { return &s.Engine.DispatchLanes }},
-	{"handlers", func(s *Settings) any { return &s.Handlers }},
-	{"log.level", func(s *Settings) any { return &s.Log.Level }},
-	{"log.format", func(s *Settings) any { return &s.Log.Format }},
+// engineFields maps each key of the engine's settings to its
+// engine.Config field: the file, the environment and flags write straight
+// into an engine.Config.
+var engineFields = map[string]string{
+	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload",
+	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
+	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
+	"concurrency": "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",
+	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",
+	"reap_interval": "ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "MaxRecoveries",
+	"done_retention": "DoneRetention", "dead_retention": "DeadRetention",
+	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
 }
 
-// engineKeys maps an engine.Config field name to its key, found by
-// address, so that engine.Config.Validate's errors name the key.
-var engineKeys = func() map[string]string {
-	s, m := &Settings{}, map[string]string{}
-	ct := reflect.TypeOf(s.Engine)
-	for _, st := range settings {
-		p := reflect.ValueOf(st.ptr(s)).Pointer()
-		for i := range ct.NumField() {
-			if reflect.ValueOf(&s.Engine).Elem().Field(i).Addr().Pointer() == p {
-				m[ct.Field(i).Name] = st.key
-			}
-		}
+// settings lists every key, sorted: the daemon's own and the engine's.
+var settings = func() []setting {
+	out := []setting{
+		{"redis.addr", func(s *Settings) any { return &s.Redis.Addr }},
+		{"redis.user", func(s *Settings) any { return &s.Redis.User }},
+		{"redis.password", func(s *Settings) any { return &s.Redis.Password }},
+		{"redis.db", func(s *Settings) any { return &s.Redis.DB }},
+		{"redis.tls.enabled", func(s *Settings) any { return &s.Redis.TLS.Enabled }},
+		{"redis.tls.ca_file", func(s *Settings) any { return &s.Redis.TLS.CAFile }},
+		{"redis.tls.cert_file", func(s *Settings) any { return &s.Redis.TLS.CertFile }},
+		{"redis.tls.key_file", func(s *Settings) any { return &s.Redis.TLS.KeyFile }},
+		{"redis.tls.server_name", func(s *Settings) any { return &s.Redis.TLS.ServerName }},
+		{"redis.tls.insecure_skip_verify", func(s *Settings) any { return &s.Redis.TLS.InsecureSkipVerify }},
+		{"redis.dial_timeout", func(s *Settings) any { return &s.Redis.DialTimeout }},
+		{"redis.read_timeout", func(s *Settings) any { return &s.Redis.ReadTimeout }},
+		{"redis.write_timeout", func(s *Settings) any { return &s.Redis.WriteTimeout }},
+		{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
+		{"roles", func(s *Settings) any { return &s.Roles }},
+		{"handlers", func(s *Settings) any { return &s.Handlers }},
+		{"log.level", func(s *Settings) any { return &s.Log.Level }},
+		{"log.format", func(s *Settings) any { return &s.Log.Format }},
 	}
-	return m
+	for key, field := range engineFields {
+		out = append(out, setting{key, func(s *Settings) any {
+			return reflect.ValueOf(&s.Engine).Elem().FieldByName(field).Addr().Interface()
+		}})
+	}
+	slices.SortFunc(out, func(a, b setting) int { return strings.Compare(a.key, b.key) })
+	return out
 }()
 
 // envName is the environment variable that overrides key: ENGINE_, then
@@ -195,12 +180,17 @@ func (s *Settings) validate() error {
 		}
 		// "Queues[1].Weight" is queues[1].weight.
 		name, rest, _ := strings.Cut(fe.Field, "[")
-		key := engineKeys[name]
+		key := ""
+		for k, f := range engineFields {
+			if f == name {
+				key = k
+			}
+		}
 		if rest != "" {
 			key += "[" + strings.ToLower(rest)
 		}
 		msg := fe.Msg
-		for f, k := range engineKeys {
+		for k, f := range engineFields {
 			msg = strings.ReplaceAll(msg, f+" ", k+" ")
 		}
 		bad(key, "%s", msg)

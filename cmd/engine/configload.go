@@ -319,68 +319,50 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	if v.Kind != yaml.ScalarNode {
 		return bad("want a single value, not a %s", map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[v.Kind])
 	}
-	text := strings.TrimSpace(v.Value)
-	var err error
-	switch p := p.(type) {
-	case *string:
-		*p = v.Value
-	case *int:
-		if *p, err = strconv.Atoi(text); err != nil {
-			return bad("%q: want a whole number", v.Value)
-		}
-	case *bool:
-		if *p, err = strconv.ParseBool(text); err != nil {
-			return bad("%q: want true or false", v.Value)
-		}
-	case *time.Duration:
-		if text == "0" {
-			*p = 0
-		} else if *p, err = time.ParseDuration(text); err != nil {
-			return bad("%q: want a duration such as 500ms, 30s or 1h30m", v.Value)
-		}
-	case *engine.UnknownPolicy:
-		i := slices.Index([]string{"retry", "dead"}, text)
+	if p, ok := p.(*engine.UnknownPolicy); ok {
+		i := slices.Index([]string{"retry", "dead"}, v.Value)
 		if i < 0 {
 			return bad("%q: want retry or dead", v.Value)
 		}
 		*p = []engine.UnknownPolicy{engine.UnknownRetry, engine.UnknownDead}[i]
+		return nil
+	}
+	if d, ok := p.(*time.Duration); ok && strings.TrimSpace(v.Value) == "0" {
+		*d = 0
+		return nil
+	}
+	n := *v
+	n.Tag, n.Style = "", 0 // resolved from the text, as the environment gives it
+	if _, ok := p.(*string); ok {
+		n.Tag = "!!str" // "123" and "true" are names too
+	}
+	if err := n.Decode(p); err != nil {
+		return bad("%q: want %s", v.Value, map[string]string{"*int": "a whole number", "*bool": "true or false",
+			"*time.Duration": "a duration such as 500ms, 30s or 1h30m"}[fmt.Sprintf("%T", p)])
 	}
 	return nil
 }
 
 // queueNode reads {name: N, weight: W} or, in text, "name:weight".
 func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
+	scalar := func(v string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(v), Line: n.Line}
+	}
+	if name, w, ok := strings.Cut(n.Value, ":"); n.Kind == yaml.ScalarNode && ok {
+		n = &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Content: []*yaml.Node{scalar("name"), scalar(name), scalar("weight"), scalar(w)}}
+	} else if n.Kind == yaml.ScalarNode {
+		return engine.QueueConfig{Name: strings.TrimSpace(n.Value)}, nil
+	}
 	var q engine.QueueConfig
-	weight := func(text, wat string) error {
-		var err error
-		if q.Weight, err = strconv.Atoi(strings.TrimSpace(text)); err != nil {
-			return &ConfigError{Origin: wat, Key: key + ".weight", Msg: fmt.Sprintf("%q: want a whole number", text)}
-		}
-		return nil
-	}
-	if n.Kind == yaml.ScalarNode {
-		name, w, hasW := strings.Cut(n.Value, ":")
-		q.Name = strings.TrimSpace(name)
-		if hasW {
-			return q, weight(w, at)
-		}
-		return q, nil
-	}
 	if n.Kind != yaml.MappingNode {
 		return q, &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N}"}
 	}
+	fields := map[string]any{"name": &q.Name, "weight": &q.Weight}
 	err := mapping(n, key, file, func(k string, v *yaml.Node, kat string) error {
-		switch {
-		case v.Kind != yaml.ScalarNode:
-			return &ConfigError{Origin: kat, Key: k, Msg: "want a single value"}
-		case k == key+".name":
-			q.Name = v.Value
-		case k == key+".weight":
-			return weight(v.Value, kat)
-		default:
-			return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name or weight)"}
+		if p := fields[strings.TrimPrefix(k, key+".")]; p != nil {
+			return (&Settings{origin: map[string]string{}}).setValue(k, p, v, kat, file)
 		}
-		return nil
+		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name or weight)"}
 	})
 	return q, err
 }
