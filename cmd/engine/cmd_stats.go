@@ -28,7 +28,12 @@ counts since the queue was first used; how long the oldest ready task has
 waited; when the next scheduled task is due. --watch refreshes every
 INTERVAL (default 2s) until interrupted: in place on a terminal, as one
 table after another (or one JSON document per line with --json) otherwise.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q (an interval is given as --watch=%s)", args[0], args[0])
+			}
+			return nil
+		},
 	}
 	c := addCommon(cmd)
 	asJSON := cmd.Flags().Bool("json", false, "print JSON")

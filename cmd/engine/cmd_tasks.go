@@ -116,7 +116,7 @@ func (a *app) newCancelCmd() *cobra.Command {
 		Short: "cancel a task that has not started",
 		Long: `Cancels a task that has not started: it will not run. Exits 3 if there is
 no such task, 4 if it is running or finished already.`,
-		Args: cobra.ExactArgs(1),
+		Args: oneID,
 	}
 	c := addCommon(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -141,7 +141,7 @@ func (a *app) newLookupCmd() *cobra.Command {
 		Long: `Shows a task's state (scheduled, ready, running, retrying, done, dead,
 cancelled), attempts and times. Done and cancelled tasks are kept for
 done_retention, dead ones for dead_retention. Exits 3 if not found.`,
-		Args: cobra.ExactArgs(1),
+		Args: oneID,
 	}
 	c := addCommon(cmd)
 	asJSON := cmd.Flags().Bool("json", false, "print JSON")
@@ -162,6 +162,14 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 		return nil
 	}
 	return cmd
+}
+
+// oneID accepts exactly one argument, a task id.
+func oneID(_ *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one task id, got %d arguments", len(args))
+	}
+	return nil
 }
 
 func (a *app) printJSON(v any) error {
