@@ -285,8 +285,9 @@ func TestE2EEnqueueRunStats(t *testing.T) {
 func TestE2ECancel(t *testing.T) {
 	h := newHarness(t)
 	h.startRun(nil)
-	id := h.enqueue("--type", "append", "--payload", "cancelled", "--in", "1s")
-	keep := h.enqueue("--type", "append", "--payload", "kept", "--in", "1s")
+	// Due in 3 s: room for the cancel on a loaded machine.
+	id := h.enqueue("--type", "append", "--payload", "cancelled", "--in", "3s")
+	keep := h.enqueue("--type", "append", "--payload", "kept", "--in", "3s")
 	if out := h.ok("cancel", id); !strings.Contains(out, "cancelled "+id) {
 		t.Errorf("cancel printed %q", out)
 	}
