@@ -162,6 +162,9 @@ func (s *Settings) poolSize() int {
 	if s.Redis.PoolSize > 0 {
 		return s.Redis.PoolSize
 	}
+	if s.Engine.Concurrency == 0 {
+		return engine.DefaultConfig().Concurrency + 10
+	}
 	return s.Engine.Concurrency + 10
 }
 

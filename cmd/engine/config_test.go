@@ -160,6 +160,7 @@ queues:
   - {name: critical, weight: 6}
   - name: low
 strict_priority: true
+concurrency: 0
 done_retention: -1s
 shutdown_timeout: 0
 unknown_type: dead
@@ -182,6 +183,9 @@ handlers:
 	h := s.Handlers["resize"]
 	if !reflect.DeepEqual(h.Command, []string{"sh", "-c", "convert - out.png"}) || h.Env["A"] != "1" || h.OutputCap != 10 || h.RetryLater != 30*time.Second {
 		t.Errorf("handler = %+v", h)
+	}
+	if got, want := s.poolSize(), engine.DefaultConfig().Concurrency+10; got != want {
+		t.Errorf("pool size with concurrency left at its default = %d, want %d", got, want)
 	}
 	cfg := s.engineConfig(nil)
 	if err := cfg.Validate(); err != nil {
