@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,10 +163,7 @@ func (s *Settings) poolSize() int {
 	if s.Redis.PoolSize > 0 {
 		return s.Redis.PoolSize
 	}
-	if s.Engine.Concurrency == 0 {
-		return engine.DefaultConfig().Concurrency + 10
-	}
-	return s.Engine.Concurrency + 10
+	return cmp.Or(s.Engine.Concurrency, engine.DefaultConfig().Concurrency) + 10
 }
 
 // validate reports every value that cannot be used, each naming its key
@@ -208,7 +206,7 @@ func (s *Settings) validate() error {
 	if (s.Redis.TLS.CertFile == "") != (s.Redis.TLS.KeyFile == "") {
 		bad("redis.tls.cert_file", "want both cert_file and key_file, or neither")
 	}
-	if n := eng.Concurrency; s.Redis.PoolSize < 0 || (s.Redis.PoolSize > 0 && n > 0 && s.Redis.PoolSize < n+6) {
+	if n := cmp.Or(eng.Concurrency, engine.DefaultConfig().Concurrency); s.Redis.PoolSize < 0 || (s.Redis.PoolSize > 0 && s.Redis.PoolSize < n+6) {
 		bad("redis.pool_size", "%d: want 0 (automatic), or at least concurrency (%d) + 6", s.Redis.PoolSize, n)
 	}
 	for key, d := range map[string]time.Duration{"redis.dial_timeout": s.Redis.DialTimeout,
