@@ -214,12 +214,29 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first setting that is out of range, naming it.
-// Zero values are valid: they mean the defaults.
+// ConfigError is a Config setting that Validate refuses. It matches
+// ErrInvalidOption with errors.Is.
+type ConfigError struct {
+	// Field names the setting as written in Go: "Concurrency",
+	// "Queues[1].Weight".
+	Field string
+	// Msg says what is wrong with its value and what is wanted.
+	Msg string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("engine: config %s: %s: %v", e.Field, e.Msg, ErrInvalidOption)
+}
+
+// Unwrap returns ErrInvalidOption.
+func (e *ConfigError) Unwrap() error { return ErrInvalidOption }
+
+// Validate reports the first setting that is out of range as a
+// *ConfigError. Zero values are valid: they mean the defaults.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("engine: config %s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidOption)
+		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	if !buckets.ValidName(c.Namespace) {
 		return bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)

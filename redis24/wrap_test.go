@@ -215,3 +215,33 @@ func TestCensusConcurrent(t *testing.T) {
 		t.Error("zero Census is not empty")
 	}
 }
+
+// TestWrapAuthUser: AUTH user password is the 6.0 form, refused unless
+// AllowAuthUser was asked for; with it, only that form is let through.
+func TestWrapAuthUser(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.RequireUserAuth("app", "pw")
+	for _, allow := range []bool{false, true} {
+		raw, err := redis.Dial("tcp", m.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []redis24.Option
+		if allow {
+			opts = append(opts, redis24.AllowAuthUser())
+		}
+		c := redis24.Wrap(raw, opts...)
+		_, err = c.Do("AUTH", "app", "pw")
+		var v *redis24.Violation
+		if refused := errors.As(err, &v); refused == allow {
+			t.Errorf("AllowAuthUser %v: AUTH app pw = %v", allow, err)
+		}
+		if _, err := c.Do("AUTH", "a", "b", "c"); !errors.As(err, &v) {
+			t.Errorf("AllowAuthUser %v: AUTH with three arguments = %v, want a *Violation", allow, err)
+		}
+		if _, err := c.Do("SET", "k", "v", "EX", 10); !errors.As(err, &v) {
+			t.Errorf("AllowAuthUser %v: SET EX = %v, want a *Violation", allow, err)
+		}
+		c.Close()
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
 )
 
 // checkJSON is the report as `engine check --json` prints it.
@@ -114,4 +115,37 @@ func checkPlural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+func (a *app) newCheckCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "check [--repair] [--json]",
+		Short: "check the namespace's consistency; --repair fixes what it can",
+		Long: `Walks the namespace, recounts every gauge from the structures, and reports
+tasks found in no place or in two, orphan buckets, stale or unparsable index
+members, keys of the wrong type and unregistered workers. With --repair it fixes
+the gauges and re-homes orphans, each repair one optimistic transaction, safe
+beside running workers. Uses KEYS on the namespace (O(keys in the database)):
+run it off-peak on a large database. Exits 6 when findings remain.`,
+		Args: cobra.NoArgs,
+	}
+	c := addCommon(cmd)
+	repair := cmd.Flags().Bool("repair", false, "fix the gauges and re-home orphans")
+	asJSON := cmd.Flags().Bool("json", false, "print the report as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		n, err := runCheck(cmd.Context(), s.client, *repair, *asJSON, a.stdout)
+		if err != nil {
+			return a.fail("check", err)
+		}
+		if n > 0 {
+			return exitCode(exitFindings)
+		}
+		return nil
+	}
+	return cmd
 }

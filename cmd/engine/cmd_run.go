@@ -11,15 +11,18 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
 )
 
 // forcedWait bounds the wait for the server after the second signal: it
 // only has to return the running tasks (one transaction) and unregister.
 const forcedWait = 20 * time.Second
 
-func (a *app) cmdRun(ctx context.Context, args []string) int {
-	fs := a.newFlags("run", "[flags]", `
-Runs the long-lived process: a dispatcher (moves due tasks to their
+func (a *app) newRunCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "run the dispatcher, reaper and workers (per config and --roles)",
+		Long: `Runs the long-lived process: a dispatcher (moves due tasks to their
 queues), a reaper (returns the tasks of dead workers) and workers (run
 tasks with the commands configured under "handlers"). Run as many
 processes as you like against one Redis and namespace; --roles (or the
@@ -27,45 +30,44 @@ processes as you like against one Redis and namespace; --roles (or the
 
 A handler command gets the payload on stdin and ENGINE_TASK_ID, _TYPE,
 _QUEUE, _ATTEMPT, _MAX_ATTEMPTS, _RECOVERIES, _DUE and _LAST_ERROR in its
-environment. Exit 0 is success, 75 asks to run again after the handler's
-retry_later without counting a failure, anything else is a failure
-(retried with backoff, then dead-lettered).
+environment, besides engine's own environment without the variables
+that hold Redis credentials (ENGINE_REDIS_*). Exit 0 is success, 75 asks
+to run again after the handler's retry_later without counting a failure,
+anything else is a failure (retried with backoff, then dead-lettered).
 
 SIGINT or SIGTERM stops taking tasks and lets running ones finish for
 shutdown_timeout, then returns the rest to their queues. A second signal
 returns them at once; a third exits without returning them (a reaper
-recovers them once this worker's heartbeat expires).`)
-	c := addCommon(fs,
+recovers them once this worker's heartbeat expires).`,
+		Args: cobra.NoArgs,
+	}
+	c := addCommon(cmd,
 		[3]string{"concurrency", "concurrency", "`N` handlers at once"},
 		[3]string{"queues", "queues", "queues to serve with weights, e.g. critical:6,default:3,low:1"},
 		[3]string{"roles", "roles", "parts to run: some of dispatcher,reaper,worker"},
 		[3]string{"log-format", "log.format", "log `format`: text or json"},
 		[3]string{"shutdown-timeout", "shutdown_timeout", "how long running tasks may finish on SIGTERM, e.g. 30s"})
-	noWorker := fs.Bool("no-worker", false, "run no worker: take role worker out")
-	noDispatcher := fs.Bool("no-dispatcher", false, "run no dispatcher: take role dispatcher out")
-	noReaper := fs.Bool("no-reaper", false, "run no reaper: take role reaper out")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+	off := map[string]*bool{}
+	for _, r := range allRoles {
+		off[r] = cmd.Flags().Bool("no-"+r, false, "run no "+r+": take role "+r+" out")
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(a.stderr, "engine run: unexpected argument %q\n", pos[0])
-		return exitUsage
-	}
-	set, warnings, err := c.load(a)
-	if err != nil {
-		return a.fail("run", err)
-	}
-	for name, off := range map[string]bool{roleWorker: *noWorker, roleDispatcher: *noDispatcher, roleReaper: *noReaper} {
-		if off {
-			set.Roles = slices.DeleteFunc(set.Roles, func(r string) bool { return r == name })
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		set, warnings, err := c.load(a, cmd)
+		if err != nil {
+			return a.fail("run", err)
 		}
+		set.Roles = slices.DeleteFunc(set.Roles, func(r string) bool { return *off[r] })
+		if len(set.Roles) == 0 {
+			return a.usageError(cmd, "every role is off (roles %s minus the --no-* flags)", set.where("roles"))
+		}
+		return a.run(cmd.Context(), set, warnings)
 	}
-	if len(set.Roles) == 0 {
-		fmt.Fprintf(a.stderr, "engine run: every role is off (roles %s minus the --no-* flags)\n", set.where("roles"))
-		return exitUsage
-	}
+	return cmd
+}
+
+func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	log := newLogger(a.stderr, set)
+	eng := set.engineConfig(log)
 	for _, w := range warnings {
 		log.Warn(w)
 	}
@@ -80,12 +82,12 @@ recovers them once this worker's heartbeat expires).`)
 		types = append(types, t)
 	}
 	sort.Strings(types)
-	log.Info("engine starting", "version", versionString(), "redis", set.Redis.Addr, "namespace", set.Namespace,
-		"roles", strings.Join(set.Roles, ","), "queues", queueList(set.Queues), "concurrency", set.Concurrency, "handlers", types)
+	log.Info("engine starting", "version", versionString(), "redis", set.Redis.Addr, "namespace", eng.Namespace,
+		"roles", strings.Join(set.Roles, ","), "queues", queueList(eng.Queues), "concurrency", eng.Concurrency, "handlers", types)
 	if err := waitForRedis(ctx, pool, set.Redis.Addr, log); err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while waiting for Redis")
-			return exitOK
+			return nil
 		}
 		return a.fail("run", err)
 	}
@@ -94,7 +96,7 @@ recovers them once this worker's heartbeat expires).`)
 	var handler engine.Handler
 	if roles.Has(engine.RoleWorker) {
 		mux := engine.NewMux()
-		if set.LogLevel == "debug" {
+		if set.Log.Level == "debug" {
 			mux.Use(engine.Logging(log))
 		}
 		hlog := log.With("component", "handler")
@@ -103,28 +105,32 @@ recovers them once this worker's heartbeat expires).`)
 			if _, err := exec.LookPath(h.Command[0]); err != nil && h.Dir == "" {
 				log.Warn("handler command not found; its tasks will fail until it is installed", "type", t, "err", err)
 			}
-			mux.Handle(t, newCommandHandler(t, h, hlog))
+			mux.Handle(t, newCommandHandler(t, h, a.environ, hlog))
 		}
-		if !slices.ContainsFunc(set.Queues, func(q engine.QueueConfig) bool { return q.Name == set.DefaultQueue }) {
+		if !slices.ContainsFunc(eng.Queues, func(q engine.QueueConfig) bool { return q.Name == eng.DefaultQueue }) {
 			log.Warn("this worker does not serve default_queue: tasks enqueued without --queue wait for another worker",
-				"default_queue", set.DefaultQueue, "queues", queueList(set.Queues))
+				"default_queue", eng.DefaultQueue, "queues", queueList(eng.Queues))
 		}
 		if len(types) == 0 {
 			log.Warn("no handlers configured: every task this worker takes fails with \"no handler\"")
 		}
 		handler = mux
 	}
-	srv, err := engine.NewServer(pool, set.EngineConfig(log), handler, roles)
+	srv, err := engine.NewServer(pool, eng, handler, roles)
 	if err != nil {
 		return a.fail("run", err)
 	}
-	return serve(ctx, srv, set.ShutdownTimeout, log)
+	timeout := eng.ShutdownTimeout
+	if timeout == 0 {
+		timeout = engine.DefaultConfig().ShutdownTimeout
+	}
+	return serve(ctx, srv, timeout, log)
 }
 
 // serve runs srv until the first signal (ctx), then shuts it down with
 // timeout for running handlers; the second signal (forceOf(ctx)) cuts
 // that short: running tasks go back to their queues at once.
-func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger) int {
+func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger) error {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	done := make(chan struct{})
@@ -135,7 +141,7 @@ func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *
 	select {
 	case <-done:
 		log.Error("server stopped on its own")
-		return exitFailure
+		return exitCode(exitFailure)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: running tasks may finish; signal again to return them to their queues now",
@@ -151,7 +157,7 @@ func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *
 	select {
 	case <-done:
 		log.Info("stopped")
-		return exitOK
+		return nil
 	case <-forceOf(ctx).Done():
 	}
 	log.Warn("second signal: returning unfinished tasks to their queues now")
@@ -162,10 +168,10 @@ func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *
 	select {
 	case <-done:
 		log.Info("stopped")
-		return exitOK
+		return nil
 	case <-time.After(forcedWait):
 		log.Error("server did not stop; exiting anyway (a reaper will recover its tasks)")
-		return exitFailure
+		return exitCode(exitFailure)
 	}
 }
 

@@ -1,107 +1,90 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
-// watchFlag is --watch (2 s) or --watch=INTERVAL; "--watch 5s" is read
-// by stats from its argument.
-type watchFlag struct{ every time.Duration }
-
-const defaultWatch = 2 * time.Second
-
-func (w *watchFlag) IsBoolFlag() bool { return true }
-
-func (w *watchFlag) String() string {
-	if w == nil || w.every == 0 {
-		return ""
-	}
-	return w.every.String()
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-func (w *watchFlag) Set(s string) error {
-	if b, err := strconv.ParseBool(s); err == nil {
-		w.every = 0
-		if b {
-			w.every = defaultWatch
-		}
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 100*time.Millisecond {
-		return fmt.Errorf("want an interval of at least 100ms, e.g. 5s")
-	}
-	w.every = d
-	return nil
-}
-
-func (a *app) cmdStats(ctx context.Context, args []string) int {
-	fs := a.newFlags("stats", "[--json] [--watch [INTERVAL]]", `
-Shows, per queue: tasks ready, scheduled, running, retrying (waiting for
+func (a *app) newStatsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stats [--json] [--watch[=INTERVAL]]",
+		Short: "show per-queue figures (--watch to refresh)",
+		Long: `Shows, per queue: tasks ready, scheduled, running, retrying (waiting for
 their next attempt) and dead; processed, failed, recovered and cancelled
 counts since the queue was first used; how long the oldest ready task has
-waited; when the next scheduled task is due. --watch refreshes in place
-every INTERVAL (default 2s) until interrupted; with --json it prints one
-JSON document per refresh.`)
-	c := addCommon(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	var watch watchFlag
-	fs.Var(&watch, "watch", "refresh every `interval` (--watch alone: 2s) until interrupted")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+waited; when the next scheduled task is due. --watch refreshes every
+INTERVAL (default 2s) until interrupted: in place on a terminal, as one
+table after another (or one JSON document per line with --json) otherwise.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q (an interval is given as --watch=%s)", args[0], args[0])
+			}
+			return nil
+		},
 	}
-	if len(pos) == 1 && watch.every > 0 {
-		if err := watch.Set(pos[0]); err != nil {
-			fmt.Fprintf(a.stderr, "engine stats: --watch %s: %v\n", pos[0], err)
-			return exitUsage
+	c := addCommon(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print JSON")
+	every := cmd.Flags().Duration("watch", 0, "refresh every `interval` (--watch alone: 2s) until interrupted")
+	cmd.Flags().Lookup("watch").NoOptDefVal = "2s"
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd.Flags().Changed("watch") && *every < 100*time.Millisecond {
+			return a.usageError(cmd, "--watch %v: want an interval of at least 100ms, e.g. 5s", *every)
 		}
-	} else if len(pos) > 0 {
-		fmt.Fprintf(a.stderr, "engine stats: unexpected argument %q\n", pos[0])
-		return exitUsage
-	}
-	s, code := a.connect("stats", c)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	for {
-		st, err := s.client.Stats(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return exitOK
-		case err != nil && watch.every == 0:
-			return a.fail("stats", err)
-		case err != nil: // keep watching through an outage
-			fmt.Fprintf(a.stderr, "%s engine stats: %v\n", time.Now().Format("15:04:05"), err)
-		case *asJSON && watch.every > 0:
-			b, _ := json.Marshal(statsToJSON(st))
-			fmt.Fprintf(a.stdout, "%s\n", b)
-		case *asJSON:
-			return a.printJSON(statsToJSON(st))
-		case watch.every > 0:
-			fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // home, clear screen
-			fmt.Fprintf(a.stdout, "%s  every %v, namespace %s  (Ctrl-C to stop)\n\n",
-				time.Now().Format("15:04:05"), watch.every, s.set.Namespace)
-			printStats(a.stdout, st)
-		default:
-			printStats(a.stdout, st)
-			return exitOK
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return exitOK
-		case <-time.After(watch.every):
+		defer s.close()
+		ctx, redraw := cmd.Context(), isTerminal(a.stdout)
+		for {
+			st, err := s.client.Stats(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return nil
+			case err != nil && *every == 0:
+				return a.fail("stats", err)
+			case err != nil: // keep watching through an outage
+				fmt.Fprintf(a.stderr, "%s engine stats: %v\n", time.Now().Format("15:04:05"), err)
+			case *asJSON && *every > 0:
+				b, _ := json.Marshal(statsToJSON(st))
+				fmt.Fprintf(a.stdout, "%s\n", b)
+			case *asJSON:
+				return a.printJSON(statsToJSON(st))
+			case *every > 0:
+				if redraw {
+					fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // home, clear screen
+				}
+				fmt.Fprintf(a.stdout, "%s  every %v, namespace %s  (Ctrl-C to stop)\n\n",
+					time.Now().Format("15:04:05"), *every, s.set.Engine.Namespace)
+				printStats(a.stdout, st)
+				if !redraw {
+					fmt.Fprintln(a.stdout)
+				}
+			default:
+				printStats(a.stdout, st)
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(*every):
+			}
 		}
 	}
+	return cmd
 }
 
 // statsJSON is what stats --json prints.
@@ -153,7 +136,7 @@ func printStats(w io.Writer, st []engine.QueueStats) {
 			oldest = q.OldestReadyAge.Round(time.Millisecond).String()
 		}
 		if !q.NextDue.IsZero() {
-			next = fmt.Sprintf("%s (in %v)", q.NextDue.Local().Format("15:04:05"), max(0, time.Until(q.NextDue)).Round(time.Second))
+			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
 			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, oldest, next)
@@ -161,76 +144,76 @@ func printStats(w io.Writer, st []engine.QueueStats) {
 	tw.Flush()
 }
 
-func (a *app) cmdDead(ctx context.Context, args []string) int {
-	fs := a.newFlags("dead", "list [--json] [--offset N] [--limit N] | retry ID|--all | purge ID|--all", `
-Manages dead letters: tasks that failed max_attempts times, failed
-permanently, or had no handler (unknown_type: dead).
-  list          newest first, with the last error
-  retry ID      put one back at the front of its queue, attempts reset
-  retry --all   put every one back
-  purge ID      delete one
-  purge --all   delete every one`)
-	c := addCommon(fs)
-	asJSON := fs.Bool("json", false, "list: print JSON")
-	offset := fs.Int("offset", 0, "list: skip this many")
-	limit := fs.Int("limit", 50, "list: show at most this many")
-	all := fs.Bool("all", false, "retry or purge every dead letter")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+func (a *app) newDeadCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead list|retry|purge",
+		Short: "list, retry or purge dead letters",
+		Long: `Manages dead letters: tasks that failed max_attempts times, failed
+permanently, or had no handler (unknown_type: dead).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.usageError(cmd, "want list, retry or purge")
+		},
 	}
-	usage := func(format string, args ...any) int {
-		fmt.Fprintf(a.stderr, "engine dead: "+format+"\n", args...)
-		return exitUsage
-	}
-	if len(pos) == 0 {
-		return usage("want list, retry or purge")
-	}
-	sub, rest := pos[0], pos[1:]
-	switch {
-	case sub != "list" && sub != "retry" && sub != "purge":
-		return usage("unknown subcommand %q: want list, retry or purge", sub)
-	case sub == "list" && (len(rest) > 0 || *all):
-		return usage("list takes no arguments")
-	case sub == "list" && (*offset < 0 || *limit < 1):
-		return usage("want --offset 0 or more and --limit 1 or more")
-	case sub != "list" && *all == (len(rest) == 1):
-		return usage("%s wants one task id or --all", sub)
-	case len(rest) > 1:
-		return usage("%s wants one task id", sub)
-	}
-	s, code := a.connect("dead", c)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	switch {
-	case sub == "list":
-		return a.deadList(ctx, s, *offset, *limit, *asJSON)
-	case *all:
-		op, verb := s.client.RetryAllDead, "retried"
-		if sub == "purge" {
-			op, verb = s.client.PurgeAllDead, "purged"
+	list := &cobra.Command{Use: "list [--json] [--offset N] [--limit N]", Short: "list dead letters, newest first, with the last error", Args: cobra.NoArgs}
+	c := addCommon(list)
+	asJSON := list.Flags().Bool("json", false, "print JSON")
+	offset := list.Flags().Int("offset", 0, "skip this many")
+	limit := list.Flags().Int("limit", 50, "show at most this many")
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *offset < 0 || *limit < 1 {
+			return a.usageError(cmd, "want --offset 0 or more and --limit 1 or more")
 		}
-		n, err := op(ctx)
+		s, err := a.connect(cmd, c)
 		if err != nil {
-			return a.fail("dead "+sub, err)
+			return err
 		}
-		fmt.Fprintf(a.stdout, "%s %d dead letters\n", verb, n)
-	default:
-		op, verb := s.client.RetryDead, "retried"
-		if sub == "purge" {
-			op, verb = s.client.PurgeDead, "purged"
-		}
-		if err := op(ctx, rest[0]); err != nil {
-			return a.fail("dead "+sub, err)
-		}
-		fmt.Fprintf(a.stdout, "%s %s\n", verb, rest[0])
+		defer s.close()
+		return a.deadList(cmd, s, *offset, *limit, *asJSON)
 	}
-	return exitOK
+	cmd.AddCommand(list, a.deadOp("retry", "put one back at the front of its queue, attempts reset (--all: every one)"),
+		a.deadOp("purge", "delete one (--all: every one)"))
+	return cmd
 }
 
-func (a *app) deadList(ctx context.Context, s *session, offset, limit int, asJSON bool) int {
+// deadOp is dead retry or dead purge: of one task or, with --all, of all.
+func (a *app) deadOp(verb, short string) *cobra.Command {
+	cmd := &cobra.Command{Use: verb + " ID|--all", Short: short, Args: cobra.MaximumNArgs(1)}
+	c := addCommon(cmd)
+	all := cmd.Flags().Bool("all", false, verb+" every dead letter")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if *all == (len(args) == 1) {
+			return a.usageError(cmd, "want one task id or --all")
+		}
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		ctx, done := cmd.Context(), map[string]string{"retry": "retried", "purge": "purged"}[verb]
+		one, each := s.client.RetryDead, s.client.RetryAllDead
+		if verb == "purge" {
+			one, each = s.client.PurgeDead, s.client.PurgeAllDead
+		}
+		if *all {
+			n, err := each(ctx)
+			if err != nil {
+				return a.fail("dead "+verb, err)
+			}
+			fmt.Fprintf(a.stdout, "%s %d dead letters\n", done, n)
+			return nil
+		}
+		if err := one(ctx, args[0]); err != nil {
+			return a.fail("dead "+verb, err)
+		}
+		fmt.Fprintf(a.stdout, "%s %s\n", done, args[0])
+		return nil
+	}
+	return cmd
+}
+
+func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON bool) error {
+	ctx := cmd.Context()
 	tasks, err := s.client.DeadLetters(ctx, offset, limit)
 	if err != nil {
 		return a.fail("dead list", err)
@@ -257,7 +240,7 @@ func (a *app) deadList(ctx context.Context, s *session, offset, limit int, asJSO
 	}
 	tw.Flush()
 	fmt.Fprintf(a.stdout, "%d shown of %d dead letters\n", len(tasks), total)
-	return exitOK
+	return nil
 }
 
 func clip(s string, n int) string {

@@ -1,173 +1,188 @@
 package main
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
 )
 
-func (a *app) cmdEnqueue(ctx context.Context, args []string) int {
-	fs := a.newFlags("enqueue", "--type TYPE [flags]", `
-Adds a task and prints its id. The payload is --payload, or stdin with
---payload - (or with no --payload when stdin is not a terminal). Without
---in or --at the task is due now.`)
-	c := addCommon(fs)
-	queue := fs.String("queue", "", "queue `name` (default: default_queue)")
-	typ := fs.String("type", "", "task `type` (required): names the handler")
-	payload := fs.String("payload", "", "payload `text`, or - for stdin")
-	in := fs.Duration("in", 0, "due this long from now, e.g. 30s")
-	at := fs.String("at", "", "due at this RFC 3339 `time`, e.g. 2030-01-02T15:04:05Z")
-	maxAttempts := fs.Int("max-attempts", 0, "failed runs before the dead letters (default: default_max_attempts)")
-	timeout := fs.Duration("timeout", 0, "bound on one run (default: default_timeout)")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+func (a *app) newEnqueueCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "enqueue --type TYPE [flags]",
+		Short: "add a task; prints its id",
+		Long: `Adds a task and prints its id. The payload is --payload TEXT or the
+file --payload-file PATH; "-" for either reads stdin, which is read only
+when asked for. Without --in or --at the task is due now.`,
+		Args: cobra.NoArgs,
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	usage := func(format string, args ...any) int {
-		fmt.Fprintf(a.stderr, "engine enqueue: "+format+"\n", args...)
-		return exitUsage
-	}
-	switch {
-	case len(pos) > 0:
-		return usage("unexpected argument %q", pos[0])
-	case *typ == "":
-		return usage("--type is required")
-	case given["in"] && given["at"]:
-		return usage("give --in or --at, not both")
-	case *in < 0:
-		return usage("--in %v: want 0 or more", *in)
-	}
-	var opts []engine.Option
-	if *queue != "" {
-		opts = append(opts, engine.Queue(*queue))
-	}
-	if given["max-attempts"] {
-		opts = append(opts, engine.MaxAttempts(*maxAttempts))
-	}
-	if given["timeout"] {
-		opts = append(opts, engine.Timeout(*timeout))
-	}
-	switch {
-	case given["in"]:
-		opts = append(opts, engine.In(*in))
-	case given["at"]:
-		t, err := time.Parse(time.RFC3339Nano, *at)
+	c := addCommon(cmd)
+	f := cmd.Flags()
+	queue := f.String("queue", "", "queue `name` (default: default_queue)")
+	typ := f.String("type", "", "task `type` (required): names the handler")
+	payload := f.String("payload", "", "payload `text`, or - for stdin")
+	payloadFile := f.String("payload-file", "", "read the payload from this `file`, or - for stdin")
+	taskID := f.String("id", "", "choose the task's `id` (1-128 printable bytes): a retry with the same id never enqueues twice")
+	in := f.Duration("in", 0, "due this long from now, e.g. 30s")
+	at := f.String("at", "", "due at this RFC 3339 `time`, e.g. 2030-01-02T15:04:05Z")
+	maxAttempts := f.Int("max-attempts", 0, "failed runs before the dead letters (default: default_max_attempts)")
+	timeout := f.Duration("timeout", 0, "bound on one run (default: default_timeout)")
+	cmd.MarkFlagsMutuallyExclusive("in", "at")
+	cmd.MarkFlagsMutuallyExclusive("payload", "payload-file")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		given := func(name string) bool { return f.Changed(name) }
+		var opts []engine.Option
+		switch {
+		case *typ == "":
+			return a.usageError(cmd, "--type is required")
+		case *in < 0:
+			return a.usageError(cmd, "--in %v: want 0 or more", *in)
+		case *queue != "":
+			opts = append(opts, engine.Queue(*queue))
+		}
+		if given("max-attempts") {
+			opts = append(opts, engine.MaxAttempts(*maxAttempts))
+		}
+		if given("id") {
+			opts = append(opts, engine.TaskID(*taskID))
+		}
+		if given("timeout") {
+			opts = append(opts, engine.Timeout(*timeout))
+		}
+		switch {
+		case given("in"):
+			opts = append(opts, engine.In(*in))
+		case given("at"):
+			t, err := time.Parse(time.RFC3339Nano, *at)
+			if err != nil {
+				return a.usageError(cmd, "--at %q: want RFC 3339, e.g. 2030-01-02T15:04:05Z", *at)
+			}
+			opts = append(opts, engine.At(t))
+		}
+		s, err := a.connect(cmd, c)
 		if err != nil {
-			return usage("--at %q: want RFC 3339, e.g. 2030-01-02T15:04:05Z", *at)
+			return err
 		}
-		opts = append(opts, engine.At(t))
-	}
-	body := []byte(*payload)
-	if *payload == "-" || (!given["payload"] && !isTerminal(a.stdin)) {
-		var err error
-		if body, err = io.ReadAll(a.stdin); err != nil {
-			return a.fail("enqueue", fmt.Errorf("read payload from stdin: %w", err))
+		defer s.close()
+		body := []byte(*payload)
+		if *payload == "-" || *payloadFile != "" {
+			if body, err = a.readPayload(*payloadFile, s.set.Engine.MaxPayload); err != nil {
+				return a.fail("enqueue", err)
+			}
 		}
+		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
+		if err != nil {
+			return a.fail("enqueue", err)
+		}
+		fmt.Fprintln(a.stdout, info.ID)
+		return nil
 	}
-	s, code := a.connect("enqueue", c)
-	if s == nil {
-		return code
+	return cmd
+}
+
+// readPayload reads the payload from path ("" or "-": stdin), at most
+// limit+1 bytes (limit 0: the default max_payload): enough for Enqueue
+// to refuse an oversized one without holding all of it.
+func (a *app) readPayload(path string, limit int) ([]byte, error) {
+	if limit == 0 {
+		limit = engine.DefaultConfig().MaxPayload
 	}
-	defer s.close()
-	info, err := s.client.Enqueue(ctx, *typ, body, opts...)
+	r, name := a.stdin, "stdin"
+	if path != "" && path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("read payload: %w", err)
+		}
+		defer f.Close()
+		r, name = f, path
+	}
+	if r == nil {
+		r = strings.NewReader("")
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
-		return a.fail("enqueue", err)
+		return nil, fmt.Errorf("read payload from %s: %w", name, err)
 	}
-	fmt.Fprintln(a.stdout, info.ID)
-	return exitOK
+	return b, nil
 }
 
-// isTerminal reports whether r is a terminal (or /dev/null, also a
-// character device): then no payload is read from it.
-func isTerminal(r any) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return r == nil
+func (a *app) newCancelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "cancel a task that has not started",
+		Long: `Cancels a task that has not started: it will not run. Exits 3 if there is
+no such task, 4 if it is running or finished already.`,
+		Args: oneID,
 	}
-	st, err := f.Stat()
-	return err != nil || st.Mode()&os.ModeCharDevice != 0
+	c := addCommon(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		if err := s.client.Cancel(cmd.Context(), args[0]); err != nil {
+			return a.fail("cancel", err)
+		}
+		fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
+		return nil
+	}
+	return cmd
 }
 
-func (a *app) cmdCancel(ctx context.Context, args []string) int {
-	fs := a.newFlags("cancel", "ID", `
-Cancels a task that has not started: it will not run. Exits 3 if there is
-no such task, 4 if it is running or finished already.`)
-	c := addCommon(fs)
-	id, code, ok := a.oneID(fs, args, "cancel")
-	if !ok {
-		return code
-	}
-	s, code := a.connect("cancel", c)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	if err := s.client.Cancel(ctx, id); err != nil {
-		return a.fail("cancel", err)
-	}
-	fmt.Fprintf(a.stdout, "cancelled %s\n", id)
-	return exitOK
-}
-
-func (a *app) cmdLookup(ctx context.Context, args []string) int {
-	fs := a.newFlags("lookup", "ID [--json]", `
-Shows a task's state (scheduled, ready, running, retrying, done, dead,
+func (a *app) newLookupCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lookup ID [--json]",
+		Short: "show a task's state and times",
+		Long: `Shows a task's state (scheduled, ready, running, retrying, done, dead,
 cancelled), attempts and times. Done and cancelled tasks are kept for
-done_retention, dead ones for dead_retention. Exits 3 if not found.`)
-	c := addCommon(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	id, code, ok := a.oneID(fs, args, "lookup")
-	if !ok {
-		return code
+done_retention, dead ones for dead_retention. Exits 3 if not found.`,
+		Args: oneID,
 	}
-	s, code := a.connect("lookup", c)
-	if s == nil {
-		return code
+	c := addCommon(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print JSON")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		ti, err := s.client.Lookup(cmd.Context(), args[0])
+		if err != nil {
+			return a.fail("lookup", err)
+		}
+		if *asJSON {
+			return a.printJSON(taskToJSON(ti))
+		}
+		printTask(a.stdout, ti)
+		return nil
 	}
-	defer s.close()
-	ti, err := s.client.Lookup(ctx, id)
-	if err != nil {
-		return a.fail("lookup", err)
-	}
-	if *asJSON {
-		return a.printJSON(taskToJSON(ti))
-	}
-	printTask(a.stdout, ti)
-	return exitOK
+	return cmd
 }
 
-// oneID parses the flags and exactly one task id.
-func (a *app) oneID(fs *flag.FlagSet, args []string, cmd string) (string, int, bool) {
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return "", code, false
+// oneID accepts exactly one argument, a task id.
+func oneID(_ *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one task id, got %d arguments", len(args))
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(a.stderr, "engine %s: want one task id, got %d arguments\n", cmd, len(pos))
-		return "", exitUsage, false
-	}
-	return pos[0], 0, true
+	return nil
 }
 
-func (a *app) printJSON(v any) int {
+func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		fmt.Fprintf(a.stderr, "engine: %v\n", err)
-		return exitFailure
+		return a.fail("", err)
 	}
-	return exitOK
+	return nil
 }
 
 // taskJSON is a task as lookup --json and dead list --json print it.
@@ -244,10 +259,24 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 
 // stamp is a local time with how far it is from now.
 func stamp(t time.Time) string {
-	d := time.Until(t).Round(time.Millisecond)
-	rel := fmt.Sprintf("in %v", d)
-	if d < 0 {
-		rel = fmt.Sprintf("%v ago", -d)
+	return fmt.Sprintf("%s (%s)", t.Local().Format("2006-01-02 15:04:05.000 MST"), relative(t, time.Now()))
+}
+
+// relative says how far t is from now: "in 1.5s", "3 days ago", "in 974
+// years" (a Duration holds only 292 years).
+func relative(t, now time.Time) string {
+	d := t.Sub(now)
+	var s string
+	switch a := d.Abs(); {
+	case a >= 2*365*24*time.Hour:
+		s = fmt.Sprintf("%d years", max(t.Year()-now.Year(), now.Year()-t.Year()))
+	case a >= 48*time.Hour:
+		s = fmt.Sprintf("%d days", a/(24*time.Hour))
+	default:
+		s = a.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("%s (%s)", t.Local().Format("2006-01-02 15:04:05.000 MST"), rel)
+	if d < 0 {
+		return s + " ago"
+	}
+	return "in " + s
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,48 +12,39 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/gomodule/redigo/redis"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // common holds the flags every Redis command takes.
 type common struct {
-	fs     *flag.FlagSet
 	config string
 	flags  map[string]string // flag name → setting key, for overrides
 }
 
 // addCommon registers --config, --redis, --namespace and --log-level (and
-// whatever extra setting flags the command asks for) on fs.
-// Each extra is {flag name, setting key, usage}.
-func addCommon(fs *flag.FlagSet, extra ...[3]string) *common {
-	c := &common{fs: fs, flags: map[string]string{}}
-	fs.StringVar(&c.config, "config", "", "config file (default $"+envConfig+"; built-in defaults without either)")
-	c.setting("redis", "redis.addr", "Redis `host:port`")
-	c.setting("namespace", "namespace", "key prefix shared by every process of one engine")
-	c.setting("log-level", "log.level", "log `level`: debug, info, warn or error")
+// whatever extra setting flags the command asks for) on cmd. Each extra
+// is {flag name, setting key, usage}.
+func addCommon(cmd *cobra.Command, extra ...[3]string) *common {
+	c := &common{flags: map[string]string{}}
+	cmd.Flags().StringVar(&c.config, "config", "", "config file (default $"+envConfig+"; built-in defaults without either)")
+	extra = append([][3]string{{"redis", "redis.addr", "Redis `host:port`"},
+		{"namespace", "namespace", "key prefix shared by every process of one engine"},
+		{"log-level", "log.level", "log `level`: debug, info, warn or error"}}, extra...)
 	for _, e := range extra {
-		c.setting(e[0], e[1], e[2])
+		cmd.Flags().String(e[0], "", e[2]+" (overrides "+e[1]+")")
+		c.flags[e[0]] = e[1]
 	}
 	return c
 }
 
-// setting registers --name as an override of key.
-func (c *common) setting(name, key, usage string) {
-	if usage == "" {
-		usage = "overrides " + key
-	} else {
-		usage += " (overrides " + key + ")"
-	}
-	c.fs.String(name, "", usage)
-	c.flags[name] = key
-}
-
 // load reads the settings: defaults, the config file, ENGINE_* variables,
 // then the flags that were given.
-func (c *common) load(a *app) (*Settings, []string, error) {
+func (c *common) load(a *app, cmd *cobra.Command) (*Settings, []string, error) {
 	src := source{environ: a.environ}
 	path := c.config
 	if path == "" {
-		path = lookupEnv(a.environ, envConfig)
+		path, _ = lookupEnv(a.environ, envConfig)
 	}
 	if path != "" {
 		f, err := os.Open(path)
@@ -64,22 +54,12 @@ func (c *common) load(a *app) (*Settings, []string, error) {
 		defer f.Close()
 		src.file, src.fileName = f, path
 	}
-	c.fs.Visit(func(f *flag.Flag) {
+	cmd.Flags().Visit(func(f *pflag.Flag) {
 		if key, ok := c.flags[f.Name]; ok {
 			src.overrides = append(src.overrides, override{key: key, value: f.Value.String(), origin: "flag --" + f.Name})
 		}
 	})
 	return loadSettings(src)
-}
-
-func lookupEnv(environ []string, name string) string {
-	v := ""
-	for _, kv := range environ {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
-			v = val
-		}
-	}
-	return v
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -93,9 +73,9 @@ func parseLevel(s string) (slog.Level, error) {
 
 // newLogger logs to w at the settings' level and format.
 func newLogger(w io.Writer, s *Settings) *slog.Logger {
-	level, _ := parseLevel(s.LogLevel)
+	level, _ := parseLevel(s.Log.Level)
 	opts := &slog.HandlerOptions{Level: level}
-	if s.LogFormat == "json" {
+	if s.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
@@ -113,10 +93,10 @@ func (s *session) close() { s.pool.Close() }
 
 // connect loads the settings and opens a pool and a client. On failure it
 // has printed the error and returns the exit code.
-func (a *app) connect(cmd string, c *common) (*session, int) {
-	set, warnings, err := c.load(a)
+func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
+	set, warnings, err := c.load(a, cmd)
 	if err != nil {
-		return nil, a.fail(cmd, err)
+		return nil, a.fail(cmd.Name(), err)
 	}
 	log := newLogger(a.stderr, set)
 	for _, w := range warnings {
@@ -124,7 +104,7 @@ func (a *app) connect(cmd string, c *common) (*session, int) {
 	}
 	pool, err := newPool(set.Redis, set.poolSize(), nil)
 	if err != nil {
-		return nil, a.fail(cmd, err)
+		return nil, a.fail(cmd.Name(), err)
 	}
 	// One PING first, so that a refused password or database, or a
 	// server that wants a password, is told apart from other failures.
@@ -135,13 +115,16 @@ func (a *app) connect(cmd string, c *common) (*session, int) {
 		var re *refusedError
 		if !errors.As(err, &re) {
 			err = fmt.Errorf("cannot reach Redis at %s: %w", set.Redis.Addr, err)
+			if set.Redis.TLS.Enabled && set.Redis.TLS.CertFile == "" {
+				err = fmt.Errorf("%w\n(if the server checks client certificates, set redis.tls.cert_file and redis.tls.key_file)", err)
+			}
 		}
-		return nil, a.fail(cmd, err)
+		return nil, a.fail(cmd.Name(), err)
 	}
-	client, err := engine.NewClient(pool, set.EngineConfig(log))
+	client, err := engine.NewClient(pool, set.engineConfig(log))
 	if err != nil {
 		pool.Close()
-		return nil, a.fail(cmd, err)
+		return nil, a.fail(cmd.Name(), err)
 	}
-	return &session{set: set, log: log, pool: pool, client: client}, 0
+	return &session{set: set, log: log, pool: pool, client: client}, nil
 }

@@ -1,54 +1,32 @@
 package main
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 )
 
-// Settings is the whole configuration of the engine binary: what
-// config.yaml holds, after environment variables and flags were applied.
-// Unlike engine.Config, no zero value here means "default": Defaults
-// returns the defaults and every value is used as written.
+// Settings is the whole configuration of the engine binary. Engine holds
+// the engine's settings with engine.Config's own meaning (zero is the
+// default, engine.Config.Validate judges them); the rest is what only the
+// daemon has: how to reach Redis, which roles to run, handler commands,
+// logging.
 type Settings struct {
-	Redis RedisSettings
-
-	Namespace          string
-	Resolution         time.Duration
-	MaxPayload         int
-	DefaultQueue       string
-	DefaultMaxAttempts int
-	DefaultTimeout     time.Duration
-
-	Queues         []engine.QueueConfig
-	StrictPriority bool
-	Concurrency    int
-	Roles          []string
-
-	LeaseGrace        time.Duration
-	HeartbeatInterval time.Duration
-	HeartbeatTTL      time.Duration
-	IdleWait          time.Duration
-	ShutdownTimeout   time.Duration
-	ReapInterval      time.Duration
-	BackoffBase       time.Duration
-	BackoffMax        time.Duration
-	UnknownType       string
-	MaxRecoveries     int
-	DoneRetention     time.Duration
-	DeadRetention     time.Duration
-	DispatchBuckets   int
-	DispatchLanes     int
-	DispatchTasks     int
-
+	Engine   engine.Config
+	Redis    RedisSettings
+	Roles    []string
 	Handlers map[string]HandlerSettings
-
-	LogLevel  string
-	LogFormat string
+	Log      struct{ Level, Format string }
 
 	// origin maps a key ("redis.addr", "queues[1]", "handlers.x.timeout")
 	// to where its value came from: "file:line", "env NAME" or "flag
@@ -58,22 +36,15 @@ type Settings struct {
 
 // RedisSettings says how to reach Redis.
 type RedisSettings struct {
-	Addr         string
-	Password     string
-	DB           int
-	TLS          TLSSettings
-	DialTimeout  time.Duration
-	ReadTimeout  time.Duration
-	WriteTimeout time.Duration
-	PoolSize     int
-}
-
-// TLSSettings turns on TLS for servers behind it.
-type TLSSettings struct {
-	Enabled            bool
-	CAFile             string
-	ServerName         string
-	InsecureSkipVerify bool
+	Addr, User, Password string
+	DB                   int
+	TLS                  struct {
+		Enabled                               bool
+		CAFile, CertFile, KeyFile, ServerName string
+		InsecureSkipVerify                    bool
+	}
+	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	PoolSize                               int
 }
 
 // HandlerSettings is the command `engine run` runs for one task type.
@@ -87,53 +58,17 @@ type HandlerSettings struct {
 	OutputCap  int           // bytes of stdout and of stderr kept for the log
 }
 
-// Roles a process can run.
-const (
-	roleDispatcher = "dispatcher"
-	roleReaper     = "reaper"
-	roleWorker     = "worker"
-)
+var allRoles = []string{"dispatcher", "reaper", "worker"}
 
-var allRoles = []string{roleDispatcher, roleReaper, roleWorker}
-
-// Defaults returns the default settings: the values config.yaml shows.
+// Defaults returns the default settings: engine.DefaultConfig and the
+// daemon's own, the values config.yaml shows.
 func Defaults() *Settings {
-	return &Settings{
-		Redis: RedisSettings{
-			Addr:         "127.0.0.1:6379",
-			DialTimeout:  5 * time.Second,
-			ReadTimeout:  15 * time.Second,
-			WriteTimeout: 10 * time.Second,
-		},
-		Namespace:          "bq",
-		Resolution:         10 * time.Millisecond,
-		MaxPayload:         512 << 10,
-		DefaultQueue:       "default",
-		DefaultMaxAttempts: 25,
-		DefaultTimeout:     30 * time.Minute,
-		Queues:             []engine.QueueConfig{{Name: "default", Weight: 1}},
-		Concurrency:        10,
-		Roles:              slices.Clone(allRoles),
-		LeaseGrace:         30 * time.Second,
-		HeartbeatInterval:  10 * time.Second,
-		HeartbeatTTL:       30 * time.Second,
-		IdleWait:           20 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		ReapInterval:       30 * time.Second,
-		BackoffBase:        time.Second,
-		BackoffMax:         time.Hour,
-		UnknownType:        "retry",
-		MaxRecoveries:      5,
-		DoneRetention:      10 * time.Minute,
-		DeadRetention:      30 * 24 * time.Hour,
-		DispatchBuckets:    128,
-		DispatchLanes:      2,
-		DispatchTasks:      4096,
-		Handlers:           map[string]HandlerSettings{},
-		LogLevel:           "info",
-		LogFormat:          "text",
-		origin:             map[string]string{},
-	}
+	s := &Settings{Engine: engine.DefaultConfig(), Roles: slices.Clone(allRoles),
+		Handlers: map[string]HandlerSettings{}, origin: map[string]string{}}
+	s.Redis.Addr = "127.0.0.1:6379"
+	s.Redis.DialTimeout, s.Redis.ReadTimeout, s.Redis.WriteTimeout = 5*time.Second, 15*time.Second, 10*time.Second
+	s.Log.Level, s.Log.Format = "info", "text"
+	return s
 }
 
 // defaultHandler is what a handler entry starts from.
@@ -149,48 +84,50 @@ type setting struct {
 	ptr func(*Settings) any
 }
 
-// settings lists every key. Its order is config.yaml's.
-var settings = []setting{
-	{"redis.addr", func(s *Settings) any { return &s.Redis.Addr }},
-	{"redis.password", func(s *Settings) any { return &s.Redis.Password }},
-	{"redis.db", func(s *Settings) any { return &s.Redis.DB }},
-	{"redis.tls.enabled", func(s *Settings) any { return &s.Redis.TLS.Enabled }},
-	{"redis.tls.ca_file", func(s *Settings) any { return &s.Redis.TLS.CAFile }},
-	{"redis.tls.server_name", func(s *Settings) any { return &s.Redis.TLS.ServerName }},
-	{"redis.tls.insecure_skip_verify", func(s *Settings) any { return &s.Redis.TLS.InsecureSkipVerify }},
-	{"redis.dial_timeout", func(s *Settings) any { return &s.Redis.DialTimeout }},
-	{"redis.read_timeout", func(s *Settings) any { return &s.Redis.ReadTimeout }},
-	{"redis.write_timeout", func(s *Settings) any { return &s.Redis.WriteTimeout }},
-	{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
-	{"namespace", func(s *Settings) any { return &s.Namespace }},
-	{"resolution", func(s *Settings) any { return &s.Resolution }},
-	{"max_payload", func(s *Settings) any { return &s.MaxPayload }},
-	{"default_queue", func(s *Settings) any { return &s.DefaultQueue }},
-	{"default_max_attempts", func(s *Settings) any { return &s.DefaultMaxAttempts }},
-	{"default_timeout", func(s *Settings) any { return &s.DefaultTimeout }},
-	{"queues", func(s *Settings) any { return &s.Queues }},
-	{"strict_priority", func(s *Settings) any { return &s.StrictPriority }},
-	{"concurrency", func(s *Settings) any { return &s.Concurrency }},
-	{"roles", func(s *Settings) any { return &s.Roles }},
-	{"lease_grace", func(s *Settings) any { return &s.LeaseGrace }},
-	{"heartbeat_interval", func(s *Settings) any { return &s.HeartbeatInterval }},
-	{"heartbeat_ttl", func(s *Settings) any { return &s.HeartbeatTTL }},
-	{"idle_wait", func(s *Settings) any { return &s.IdleWait }},
-	{"shutdown_timeout", func(s *Settings) any { return &s.ShutdownTimeout }},
-	{"reap_interval", func(s *Settings) any { return &s.ReapInterval }},
-	{"retry.backoff_base", func(s *Settings) any { return &s.BackoffBase }},
-	{"retry.backoff_max", func(s *Settings) any { return &s.BackoffMax }},
-	{"unknown_type", func(s *Settings) any { return &s.UnknownType }},
-	{"max_recoveries", func(s *Settings) any { return &s.MaxRecoveries }},
-	{"done_retention", func(s *Settings) any { return &s.DoneRetention }},
-	{"dead_retention", func(s *Settings) any { return &s.DeadRetention }},
-	{"dispatch.max_buckets", func(s *Settings) any { return &s.DispatchBuckets }},
-	{"dispatch.max_tasks", func(s *Settings) any { return &s.DispatchTasks }},
-	{"dispatch.lanes", func(s *Settings) any { return &s.DispatchLanes }},
-	{"handlers", func(s *Settings) any { return &s.Handlers }},
-	{"log.level", func(s *Settings) any { return &s.LogLevel }},
-	{"log.format", func(s *Settings) any { return &s.LogFormat }},
+// engineFields maps each key of the engine's settings to its
+// engine.Config field: the file, the environment and flags write straight
+// into an engine.Config.
+var engineFields = map[string]string{
+	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload",
+	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
+	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
+	"concurrency": "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",
+	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",
+	"reap_interval": "ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "MaxRecoveries",
+	"done_retention": "DoneRetention", "dead_retention": "DeadRetention",
+	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
 }
+
+// settings lists every key, sorted: the daemon's own and the engine's.
+var settings = func() []setting {
+	out := []setting{
+		{"redis.addr", func(s *Settings) any { return &s.Redis.Addr }},
+		{"redis.user", func(s *Settings) any { return &s.Redis.User }},
+		{"redis.password", func(s *Settings) any { return &s.Redis.Password }},
+		{"redis.db", func(s *Settings) any { return &s.Redis.DB }},
+		{"redis.tls.enabled", func(s *Settings) any { return &s.Redis.TLS.Enabled }},
+		{"redis.tls.ca_file", func(s *Settings) any { return &s.Redis.TLS.CAFile }},
+		{"redis.tls.cert_file", func(s *Settings) any { return &s.Redis.TLS.CertFile }},
+		{"redis.tls.key_file", func(s *Settings) any { return &s.Redis.TLS.KeyFile }},
+		{"redis.tls.server_name", func(s *Settings) any { return &s.Redis.TLS.ServerName }},
+		{"redis.tls.insecure_skip_verify", func(s *Settings) any { return &s.Redis.TLS.InsecureSkipVerify }},
+		{"redis.dial_timeout", func(s *Settings) any { return &s.Redis.DialTimeout }},
+		{"redis.read_timeout", func(s *Settings) any { return &s.Redis.ReadTimeout }},
+		{"redis.write_timeout", func(s *Settings) any { return &s.Redis.WriteTimeout }},
+		{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
+		{"roles", func(s *Settings) any { return &s.Roles }},
+		{"handlers", func(s *Settings) any { return &s.Handlers }},
+		{"log.level", func(s *Settings) any { return &s.Log.Level }},
+		{"log.format", func(s *Settings) any { return &s.Log.Format }},
+	}
+	for key, field := range engineFields {
+		out = append(out, setting{key, func(s *Settings) any {
+			return reflect.ValueOf(&s.Engine).Elem().FieldByName(field).Addr().Interface()
+		}})
+	}
+	slices.SortFunc(out, func(a, b setting) int { return strings.Compare(a.key, b.key) })
+	return out
+}()
 
 // envName is the environment variable that overrides key: ENGINE_, then
 // the key upper-cased with dots as underscores.
@@ -217,7 +154,7 @@ func (s *Settings) where(key string) string {
 // roles turns the role list into engine.Roles.
 func (s *Settings) roles() engine.Roles {
 	var r engine.Roles
-	for name, role := range map[string]engine.Roles{roleDispatcher: engine.RoleDispatcher, roleReaper: engine.RoleReaper, roleWorker: engine.RoleWorker} {
+	for name, role := range map[string]engine.Roles{"dispatcher": engine.RoleDispatcher, "reaper": engine.RoleReaper, "worker": engine.RoleWorker} {
 		if slices.Contains(s.Roles, name) {
 			r |= role
 		}
@@ -231,63 +168,110 @@ func (s *Settings) poolSize() int {
 	if s.Redis.PoolSize > 0 {
 		return s.Redis.PoolSize
 	}
-	return s.Concurrency + 10
+	return cmp.Or(s.Engine.Concurrency, engine.DefaultConfig().Concurrency) + 10
 }
 
-// EngineConfig maps the settings onto engine.Config. The result passes
-// engine.Config.Validate whenever s passed validate.
-func (s *Settings) EngineConfig(log *slog.Logger) engine.Config {
-	cfg := engine.Config{
-		Namespace:          s.Namespace,
-		Resolution:         s.Resolution,
-		MaxPayload:         s.MaxPayload,
-		DefaultQueue:       s.DefaultQueue,
-		DefaultMaxAttempts: s.DefaultMaxAttempts,
-		DefaultTimeout:     s.DefaultTimeout,
-		Queues:             slices.Clone(s.Queues),
-		StrictPriority:     s.StrictPriority,
-		Concurrency:        s.Concurrency,
-		LeaseGrace:         s.LeaseGrace,
-		HeartbeatInterval:  s.HeartbeatInterval,
-		HeartbeatTTL:       s.HeartbeatTTL,
-		IdleWait:           s.IdleWait,
-		ShutdownTimeout:    s.ShutdownTimeout,
-		RetryDelay:         backoff(s.BackoffBase, s.BackoffMax),
-		MaxRecoveries:      s.MaxRecoveries,
-		DoneRetention:      s.DoneRetention,
-		DeadRetention:      s.DeadRetention,
-		ReapInterval:       s.ReapInterval,
-		DispatchBuckets:    s.DispatchBuckets,
-		DispatchTasks:      s.DispatchTasks,
-		DispatchLanes:      s.DispatchLanes,
-		Logger:             log,
+// validate reports every value that cannot be used, each naming its key
+// and where it came from. The engine's settings are judged by
+// engine.Config.Validate alone; the checks here are the daemon's own.
+func (s *Settings) validate() error {
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, &ConfigError{Origin: s.where(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	if s.UnknownType == "dead" {
-		cfg.UnknownType = engine.UnknownDead
-	}
-	// In engine.Config zero means "default"; here it means zero.
-	if cfg.DoneRetention == 0 {
-		cfg.DoneRetention = -1 // keep no record
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = -1 // return running tasks at once
-	}
-	if cfg.MaxRecoveries == 0 {
-		cfg.MaxRecoveries = -1 // no recovery: dead at the first
-	}
-	return cfg
-}
-
-// backoff waits base·2^(attempt-1), capped at max, drawn uniformly from
-// the upper half of that, like engine.DefaultRetryDelay (which is base 1s,
-// max 1h).
-func backoff(base, maxWait time.Duration) func(*engine.Task, int, error) time.Duration {
-	return func(_ *engine.Task, attempt int, _ error) time.Duration {
-		d := base
-		for i := 1; i < attempt && d < maxWait; i++ {
-			d *= 2
+	if err := s.Engine.Validate(); err != nil {
+		var fe *engine.ConfigError
+		if !errors.As(err, &fe) {
+			return err
 		}
-		d = min(d, maxWait)
-		return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+		// "Queues[1].Weight" is queues[1].weight.
+		name, rest, _ := strings.Cut(fe.Field, "[")
+		key := ""
+		for k, f := range engineFields {
+			if f == name {
+				key = k
+			}
+		}
+		if rest != "" {
+			key += "[" + strings.ToLower(rest)
+		}
+		msg := fe.Msg
+		for k, f := range engineFields {
+			msg = strings.ReplaceAll(msg, f+" ", k+" ")
+		}
+		bad(key, "%s", msg)
 	}
+	eng := s.Engine
+	if _, _, err := net.SplitHostPort(s.Redis.Addr); err != nil || s.Redis.Addr == "" {
+		bad("redis.addr", "%q: want host:port", s.Redis.Addr)
+	}
+	if s.Redis.DB < 0 {
+		bad("redis.db", "%d: want 0 or more", s.Redis.DB)
+	}
+	if (s.Redis.TLS.CertFile == "") != (s.Redis.TLS.KeyFile == "") {
+		bad("redis.tls.cert_file", "want both cert_file and key_file, or neither")
+	}
+	if n := cmp.Or(eng.Concurrency, engine.DefaultConfig().Concurrency); s.Redis.PoolSize < 0 || (s.Redis.PoolSize > 0 && s.Redis.PoolSize < n+6) {
+		bad("redis.pool_size", "%d: want 0 (automatic), or at least concurrency (%d) + 6", s.Redis.PoolSize, n)
+	}
+	for key, d := range map[string]time.Duration{"redis.dial_timeout": s.Redis.DialTimeout,
+		"redis.read_timeout": s.Redis.ReadTimeout, "redis.write_timeout": s.Redis.WriteTimeout} {
+		if d < 0 {
+			bad(key, "%v: must not be negative", d)
+		}
+	}
+	if len(s.Roles) == 0 {
+		bad("roles", "empty: want some of %s", strings.Join(allRoles, ", "))
+	}
+	for i, r := range s.Roles {
+		if !slices.Contains(allRoles, r) {
+			bad("roles", "%q: want some of %s", r, strings.Join(allRoles, ", "))
+		} else if slices.Index(s.Roles, r) != i {
+			bad("roles", "%q listed twice", r)
+		}
+	}
+	if _, err := parseLevel(s.Log.Level); err != nil {
+		bad("log.level", "%q: want debug, info, warn or error", s.Log.Level)
+	}
+	if s.Log.Format != "text" && s.Log.Format != "json" {
+		bad("log.format", "%q: want text or json", s.Log.Format)
+	}
+	types := make([]string, 0, len(s.Handlers))
+	for t := range s.Handlers {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	lease := eng.LeaseGrace
+	if lease == 0 {
+		lease = engine.DefaultConfig().LeaseGrace
+	}
+	for _, t := range types {
+		h, key := s.Handlers[t], "handlers."+t
+		if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) || strings.ContainsFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			bad(key, "task type %q: want 1-%d bytes of UTF-8 without control characters", t, buckets.MaxTypeLen)
+		}
+		if len(h.Command) == 0 || h.Command[0] == "" {
+			bad(key+".command", "missing: want the command to run, e.g. [sh, -c, 'cat > /tmp/x']")
+		}
+		for f, d := range map[string]time.Duration{"timeout": h.Timeout, "retry_later": h.RetryLater, "kill_grace": h.KillGrace} {
+			if d < 0 {
+				bad(key+"."+f, "%v: must not be negative", d)
+			}
+		}
+		if h.KillGrace >= lease {
+			bad(key+".kill_grace", "%v: want less than lease_grace (%v, %s): a task whose command is still being killed must not be given to another worker yet",
+				h.KillGrace, lease, s.where("lease_grace"))
+		}
+		if h.OutputCap < 0 {
+			bad(key+".output_cap", "%d: want 0 or more bytes", h.OutputCap)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// engineConfig is the engine's settings, logging to log.
+func (s *Settings) engineConfig(log *slog.Logger) engine.Config {
+	c := s.Engine
+	c.Queues, c.Logger = slices.Clone(c.Queues), log
+	return c
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,10 +11,12 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
 )
 
 // TestShippedConfig checks that config.yaml at the repository root sets
-// every key, to exactly the defaults.
+// every key, to exactly engine.DefaultConfig and the daemon's defaults,
+// with one example handler at the handler defaults.
 func TestShippedConfig(t *testing.T) {
 	f, err := os.Open("../../config.yaml")
 	if err != nil {
@@ -32,9 +32,9 @@ func TestShippedConfig(t *testing.T) {
 			t.Errorf("config.yaml does not set %s (origin %q)", st.key, o)
 		}
 	}
-	ex, ok := got.Handlers["example"]
+	ex, ok := got.Handlers["email.send"]
 	if !ok || len(got.Handlers) != 1 {
-		t.Fatalf("handlers = %v, want the example only", got.Handlers)
+		t.Fatalf("handlers = %v, want the email.send example only", got.Handlers)
 	}
 	if len(ex.Command) == 0 {
 		t.Errorf("example handler has no command")
@@ -43,12 +43,24 @@ func TestShippedConfig(t *testing.T) {
 	if want := defaultHandler(); !reflect.DeepEqual(ex, want) {
 		t.Errorf("example handler = %+v, want the handler defaults %+v", ex, want)
 	}
+	eng := engine.DefaultConfig()
+	if !reflect.DeepEqual(comparable(got.Engine), comparable(eng)) {
+		t.Errorf("config.yaml differs from engine.DefaultConfig():\n got %+v\nwant %+v", got.Engine, eng)
+	}
 	want := Defaults()
 	got.Handlers, want.Handlers = nil, nil
 	got.origin, want.origin = nil, nil
+	got.Engine, want.Engine = engine.Config{}, engine.Config{}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("config.yaml differs from Defaults():\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// comparable is c without the fields a file cannot set (functions, logger,
+// clock).
+func comparable(c engine.Config) engine.Config {
+	c.RetryDelay, c.Logger, c.Clock = nil, nil, nil
+	return c
 }
 
 func parseString(t *testing.T, text string) (*Settings, error) {
@@ -62,32 +74,32 @@ func TestConfigErrors(t *testing.T) {
 		want       []string // substrings of the error
 	}{
 		{"unknown key", "namespace: x\nconcurency: 5\n", []string{"cfg.yaml:2", "concurency", "unknown key", "did you mean concurrency"}},
-		{"unknown nested key", "redis:\n  adr: x:1\n", []string{"cfg.yaml:2", "redis.adr", "unknown key"}},
+		{"unknown nested key", "redis:\n  adr: x:1\n", []string{"cfg.yaml:2", "redis.adr", "unknown key", "did you mean redis.addr"}},
 		{"wrong type int", "concurrency: ten\n", []string{"cfg.yaml:1", "concurrency", "whole number"}},
 		{"wrong type bool", "\n\nstrict_priority: sometimes\n", []string{"cfg.yaml:3", "strict_priority", "true or false"}},
 		{"duration without unit", "idle_wait: 10\n", []string{"cfg.yaml:1", "idle_wait", "duration"}},
 		{"list for scalar", "namespace: [a, b]\n", []string{"cfg.yaml:1", "namespace", "single value"}},
-		{"negative duration", "lease_grace: -5s\n", []string{"cfg.yaml:1", "lease_grace", "negative"}},
-		{"negative nested", "retry:\n  backoff_base: 1s\n  backoff_max: -1s\n", []string{"cfg.yaml:3", "retry.backoff_max", "negative"}},
-		{"weight zero", "queues:\n  - name: a\n    weight: 2\n  - name: b\n    weight: 0\n", []string{"cfg.yaml:4", "queues[1]", "weight 0"}},
+		{"negative duration", "lease_grace: -5s\n", []string{"cfg.yaml:1", "lease_grace", "at least"}},
+		{"negative concurrency", "\nconcurrency: -1\n", []string{"cfg.yaml:2", "concurrency", "at least 1"}},
+		{"weight negative", "queues:\n  - name: a\n    weight: 2\n  - name: b\n    weight: -1\n", []string{"cfg.yaml:4", "queues[1]", "at least 1"}},
 		{"queue twice", "queues:\n  - name: a\n  - name: a\n", []string{"cfg.yaml:3", "queues[1]", "twice"}},
 		{"queue bad key", "queues:\n  - name: a\n    wieght: 3\n", []string{"cfg.yaml:3", "queues[0].wieght", "unknown"}},
 		{"no queues", "queues: []\n", []string{"cfg.yaml:1", "queues", "at least one"}},
-		{"resolution zero", "resolution: 0s\n", []string{"cfg.yaml:1", "resolution", "1ms to 60s"}},
 		{"resolution too big", "resolution: 2m\n", []string{"cfg.yaml:1", "resolution", "1ms to 60s"}},
 		{"resolution fraction", "resolution: 1500us\n", []string{"cfg.yaml:1", "resolution", "whole milliseconds"}},
-		{"ttl vs interval", "heartbeat_interval: 20s\n", []string{"default", "heartbeat_ttl", "twice heartbeat_interval", "cfg.yaml:1"}},
+		{"ttl vs interval", "heartbeat_interval: 20s\n", []string{"heartbeat_ttl", "twice heartbeat_interval"}},
 		{"ttl fraction", "heartbeat_ttl: 2500ms\nheartbeat_interval: 1s\n", []string{"cfg.yaml:1", "heartbeat_ttl", "whole seconds"}},
 		{"pool too small", "concurrency: 20\nredis:\n  pool_size: 10\n", []string{"cfg.yaml:3", "redis.pool_size", "concurrency"}},
 		{"bad addr", "redis:\n  addr: localhost\n", []string{"cfg.yaml:2", "redis.addr", "host:port"}},
 		{"negative db", "redis:\n  db: -1\n", []string{"cfg.yaml:2", "redis.db"}},
+		{"cert without key", "redis:\n  tls: {cert_file: c.pem}\n", []string{"cfg.yaml:2", "redis.tls.cert_file", "key_file"}},
+		{"negative read timeout", "redis:\n  read_timeout: -1s\n", []string{"cfg.yaml:2", "redis.read_timeout", "negative"}},
 		{"section as scalar", "redis: localhost:6379\n", []string{"cfg.yaml:1", "redis", "mapping"}},
 		{"set twice", "namespace: a\nnamespace: b\n", []string{"cfg.yaml:2", "namespace"}},
 		{"bad namespace", "namespace: 'a b'\n", []string{"cfg.yaml:1", "namespace"}},
 		{"bad role", "roles: [worker, janitor]\n", []string{"cfg.yaml:1", "roles", "janitor"}},
 		{"no roles", "roles: []\n", []string{"cfg.yaml:1", "roles", "empty"}},
 		{"unknown_type", "unknown_type: ignore\n", []string{"cfg.yaml:1", "unknown_type", "retry or dead"}},
-		{"max_recoveries", "max_recoveries: 0\n", []string{"cfg.yaml:1", "max_recoveries"}},
 		{"log level", "log:\n  level: loud\n", []string{"cfg.yaml:2", "log.level", "loud"}},
 		{"log format", "log:\n  format: xml\n", []string{"cfg.yaml:2", "log.format"}},
 		{"handler no command", "handlers:\n  x:\n    timeout: 5s\n", []string{"cfg.yaml:2", "handlers.x.command", "missing"}},
@@ -123,11 +135,11 @@ func TestConfigErrors(t *testing.T) {
 
 // TestConfigManyErrors: one run reports every problem, in file order.
 func TestConfigManyErrors(t *testing.T) {
-	_, err := parseString(t, "concurency: 3\nqueues:\n  - {name: a, weight: 0}\nresolution: 2m\nlog: {level: loud}\n")
+	_, err := parseString(t, "concurency: 3\nqueues:\n  - {name: a, weight: x}\nresolution: 2m\nlog: {level: loud}\n")
 	if err == nil {
 		t.Fatal("no error")
 	}
-	want := []string{"cfg.yaml:1: concurency: unknown key", "cfg.yaml:3: queues[0]: weight 0", "cfg.yaml:4: resolution", "cfg.yaml:5: log.level"}
+	want := []string{"cfg.yaml:1: concurency: unknown key", "cfg.yaml:3: queues[0].weight: \"x\"", "cfg.yaml:4: resolution", "cfg.yaml:5: log.level"}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {
 		t.Fatalf("error has %d lines, want %d:\n%v", len(lines), len(want), err)
@@ -139,15 +151,17 @@ func TestConfigManyErrors(t *testing.T) {
 	}
 }
 
+// TestConfigGood: values land in engine.Config with its meaning (0 is
+// the default, negative is none) and in the daemon's own settings.
 func TestConfigGood(t *testing.T) {
 	s, err := parseString(t, `
-redis: {addr: "redis.internal:6380", password: 123456, db: 2, read_timeout: 0}
+redis: {addr: "redis.internal:6380", user: app, password: 123456, db: 2, read_timeout: 0}
 queues:
   - {name: critical, weight: 6}
   - name: low
 strict_priority: true
-retry: {backoff_base: 100ms, backoff_max: 2s}
-done_retention: 0
+concurrency: 0
+done_retention: -1s
 shutdown_timeout: 0
 unknown_type: dead
 roles: dispatcher, reaper
@@ -157,11 +171,11 @@ handlers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Redis.Addr != "redis.internal:6380" || s.Redis.Password != "123456" || s.Redis.DB != 2 || s.Redis.ReadTimeout != 0 {
+	if s.Redis.Addr != "redis.internal:6380" || s.Redis.User != "app" || s.Redis.Password != "123456" || s.Redis.DB != 2 || s.Redis.ReadTimeout != 0 {
 		t.Errorf("redis = %+v", s.Redis)
 	}
-	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low", Weight: 1}}; !reflect.DeepEqual(s.Queues, want) {
-		t.Errorf("queues = %v, want %v", s.Queues, want)
+	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low"}}; !reflect.DeepEqual(s.Engine.Queues, want) {
+		t.Errorf("queues = %v, want %v", s.Engine.Queues, want)
 	}
 	if r := s.roles(); r != engine.RoleDispatcher|engine.RoleReaper {
 		t.Errorf("roles = %+v", r)
@@ -170,18 +184,15 @@ handlers:
 	if !reflect.DeepEqual(h.Command, []string{"sh", "-c", "convert - out.png"}) || h.Env["A"] != "1" || h.OutputCap != 10 || h.RetryLater != 30*time.Second {
 		t.Errorf("handler = %+v", h)
 	}
-	cfg := s.EngineConfig(nil)
+	if got, want := s.poolSize(), engine.DefaultConfig().Concurrency+10; got != want {
+		t.Errorf("pool size with concurrency left at its default = %d, want %d", got, want)
+	}
+	cfg := s.engineConfig(nil)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DoneRetention >= 0 || cfg.ShutdownTimeout >= 0 || cfg.UnknownType != engine.UnknownDead || !cfg.StrictPriority {
+	if cfg.DoneRetention >= 0 || cfg.ShutdownTimeout != 0 || cfg.UnknownType != engine.UnknownDead || !cfg.StrictPriority {
 		t.Errorf("engine config = %+v", cfg)
-	}
-	for n := 1; n < 10; n++ {
-		want := min(100*time.Millisecond<<(n-1), 2*time.Second)
-		if d := cfg.RetryDelay(nil, n, nil); d < want/2 || d > want {
-			t.Errorf("backoff(%d) = %v, want %v to %v", n, d, want/2, want)
-		}
 	}
 }
 
@@ -190,7 +201,6 @@ func TestEnvOverrides(t *testing.T) {
 		"ENGINE_REDIS_ADDR=10.0.0.1:7000",
 		"ENGINE_QUEUES=critical:6,default:3,low",
 		"ENGINE_CONCURRENCY=32",
-		"ENGINE_RETRY_BACKOFF_BASE=250ms",
 		"ENGINE_REDIS_TLS_ENABLED=true",
 		"ENGINE_ROLES=worker",
 		"ENGINE_HANDLERS={mail: {command: [sendmail, -t], timeout: 1m}}",
@@ -203,31 +213,31 @@ func TestEnvOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantQ := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "default", Weight: 3}, {Name: "low", Weight: 1}}
+	wantQ := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "default", Weight: 3}, {Name: "low"}}
 	switch {
-	case s.Redis.Addr != "10.0.0.1:7000", !s.Redis.TLS.Enabled, s.BackoffBase != 250*time.Millisecond:
-		t.Errorf("redis/backoff not overridden: %+v %v", s.Redis, s.BackoffBase)
-	case !reflect.DeepEqual(s.Queues, wantQ):
-		t.Errorf("queues = %v, want %v", s.Queues, wantQ)
-	case s.Concurrency != 32 || s.where("concurrency") != "env ENGINE_CONCURRENCY":
-		t.Errorf("concurrency = %d from %s, want 32 from env", s.Concurrency, s.where("concurrency"))
-	case s.Namespace != "fromfile" || s.where("namespace") != "cfg.yaml:2":
-		t.Errorf("namespace = %q from %s", s.Namespace, s.where("namespace"))
-	case !reflect.DeepEqual(s.Roles, []string{"worker"}), s.LogLevel != "debug":
-		t.Errorf("roles %v, level %q", s.Roles, s.LogLevel)
+	case s.Redis.Addr != "10.0.0.1:7000", !s.Redis.TLS.Enabled:
+		t.Errorf("redis not overridden: %+v", s.Redis)
+	case !reflect.DeepEqual(s.Engine.Queues, wantQ):
+		t.Errorf("queues = %v, want %v", s.Engine.Queues, wantQ)
+	case s.Engine.Concurrency != 32 || s.where("concurrency") != "env ENGINE_CONCURRENCY":
+		t.Errorf("concurrency = %d from %s, want 32 from env", s.Engine.Concurrency, s.where("concurrency"))
+	case s.Engine.Namespace != "fromfile" || s.where("namespace") != "cfg.yaml:2":
+		t.Errorf("namespace = %q from %s", s.Engine.Namespace, s.where("namespace"))
+	case !reflect.DeepEqual(s.Roles, []string{"worker"}), s.Log.Level != "debug":
+		t.Errorf("roles %v, level %q", s.Roles, s.Log.Level)
 	case s.Handlers["mail"].Timeout != time.Minute || s.Handlers["mail"].Command[0] != "sendmail":
 		t.Errorf("handlers = %+v", s.Handlers)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "ENGINE_REDIS_ADRR") || !strings.Contains(warnings[0], "ENGINE_REDIS_ADDR") {
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "ENGINE_REDIS_ADRR") || !strings.Contains(warnings[0], "did you mean ENGINE_REDIS_ADDR") {
 		t.Errorf("warnings = %q, want one about ENGINE_REDIS_ADRR suggesting ENGINE_REDIS_ADDR", warnings)
 	}
 
 	for env, want := range map[string][]string{
 		"ENGINE_CONCURRENCY=abc":      {"env ENGINE_CONCURRENCY", "concurrency", "whole number"},
-		"ENGINE_QUEUES=a:6,b:0":       {"env ENGINE_QUEUES", "queues[1]", "weight 0"},
+		"ENGINE_QUEUES=a:6,b:-1":      {"env ENGINE_QUEUES", "queues[1]", "at least 1"},
 		"ENGINE_QUEUES=a:x":           {"env ENGINE_QUEUES", "queues[0].weight"},
 		"ENGINE_RESOLUTION=2m":        {"env ENGINE_RESOLUTION", "resolution"},
-		"ENGINE_IDLE_WAIT=-1s":        {"env ENGINE_IDLE_WAIT", "idle_wait", "negative"},
+		"ENGINE_IDLE_WAIT=-1s":        {"env ENGINE_IDLE_WAIT", "idle_wait", "at least"},
 		"ENGINE_HANDLERS={x: {a: 1}":  {"env ENGINE_HANDLERS", "handlers"},
 		"ENGINE_HANDLERS={x: {a: 1}}": {"env ENGINE_HANDLERS", "handlers.x.a", "unknown key"},
 	} {
@@ -253,29 +263,31 @@ func TestPrecedence(t *testing.T) {
 	}
 	a := &app{stdout: io.Discard, stderr: io.Discard, environ: []string{
 		"ENGINE_CONFIG=" + path, "ENGINE_CONCURRENCY=8", "ENGINE_NAMESPACE=env", "ENGINE_REDIS_ADDR=env:1"}}
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	c := addCommon(fs, [3]string{"concurrency", "concurrency", ""})
-	if err := fs.Parse([]string{"--concurrency", "16", "--redis", "flag:2"}); err != nil {
+	cmd := &cobra.Command{}
+	c := addCommon(cmd, [3]string{"concurrency", "concurrency", ""})
+	if err := cmd.ParseFlags([]string{"--concurrency", "16", "--redis", "flag:2"}); err != nil {
 		t.Fatal(err)
 	}
-	s, _, err := c.load(a)
+	s, _, err := c.load(a, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Concurrency != 16 || s.where("concurrency") != "flag --concurrency" {
-		t.Errorf("concurrency = %d from %s, want 16 from the flag", s.Concurrency, s.where("concurrency"))
+	if s.Engine.Concurrency != 16 || s.where("concurrency") != "flag --concurrency" {
+		t.Errorf("concurrency = %d from %s, want 16 from the flag", s.Engine.Concurrency, s.where("concurrency"))
 	}
-	if s.Redis.Addr != "flag:2" || s.Namespace != "env" || s.LogLevel != "warn" {
-		t.Errorf("addr %q namespace %q level %q: want flag, env, file", s.Redis.Addr, s.Namespace, s.LogLevel)
+	if s.Redis.Addr != "flag:2" || s.Engine.Namespace != "env" || s.Log.Level != "warn" {
+		t.Errorf("addr %q namespace %q level %q: want flag, env, file", s.Redis.Addr, s.Engine.Namespace, s.Log.Level)
 	}
-	if err := fs.Parse([]string{"--concurrency", "0"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--concurrency", "-3"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.load(a); err == nil || !strings.Contains(err.Error(), "flag --concurrency: concurrency") {
+	if _, _, err := c.load(a, cmd); err == nil || !strings.Contains(err.Error(), "flag --concurrency: concurrency") {
 		t.Errorf("bad flag value: err = %v, want one naming the flag and key", err)
 	}
 }
 
+// FuzzParseConfig: any text gives settings or a *ConfigError, never a
+// panic, and settings it accepts build an engine that accepts them.
 func FuzzParseConfig(f *testing.F) {
 	if b, err := os.ReadFile("../../config.yaml"); err == nil {
 		f.Add(string(b))
@@ -290,36 +302,15 @@ func FuzzParseConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, text string) {
 		s, err := ParseConfig(strings.NewReader(text), "fuzz.yaml")
-		if err == nil {
-			if verr := s.EngineConfig(nil).Validate(); verr != nil {
-				t.Fatalf("accepted settings fail engine validation: %v", verr)
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not a *ConfigError: %v", err, err)
 			}
+			return
+		}
+		if err := s.engineConfig(nil).Validate(); err != nil {
+			t.Fatalf("accepted settings refused by the engine: %v", err)
 		}
 	})
-}
-
-// The CLI's defaults are the engine's: config.yaml documents one set.
-func TestDefaultsMatchEngine(t *testing.T) {
-	got := Defaults().EngineConfig(nil)
-	want := engine.DefaultConfig()
-	for _, f := range []struct {
-		name      string
-		got, want any
-	}{
-		{"Namespace", got.Namespace, want.Namespace}, {"Resolution", got.Resolution, want.Resolution},
-		{"MaxPayload", got.MaxPayload, want.MaxPayload}, {"DefaultQueue", got.DefaultQueue, want.DefaultQueue},
-		{"DefaultMaxAttempts", got.DefaultMaxAttempts, want.DefaultMaxAttempts},
-		{"DefaultTimeout", got.DefaultTimeout, want.DefaultTimeout}, {"Concurrency", got.Concurrency, want.Concurrency},
-		{"LeaseGrace", got.LeaseGrace, want.LeaseGrace}, {"HeartbeatInterval", got.HeartbeatInterval, want.HeartbeatInterval},
-		{"HeartbeatTTL", got.HeartbeatTTL, want.HeartbeatTTL}, {"IdleWait", got.IdleWait, want.IdleWait},
-		{"ShutdownTimeout", got.ShutdownTimeout, want.ShutdownTimeout}, {"MaxRecoveries", got.MaxRecoveries, want.MaxRecoveries},
-		{"DoneRetention", got.DoneRetention, want.DoneRetention}, {"DeadRetention", got.DeadRetention, want.DeadRetention},
-		{"ReapInterval", got.ReapInterval, want.ReapInterval}, {"DispatchBuckets", got.DispatchBuckets, want.DispatchBuckets},
-		{"DispatchTasks", got.DispatchTasks, want.DispatchTasks}, {"DispatchLanes", got.DispatchLanes, want.DispatchLanes},
-		{"UnknownType", got.UnknownType, want.UnknownType}, {"Queues", fmt.Sprint(got.Queues), fmt.Sprint(want.Queues)},
-	} {
-		if f.got != f.want {
-			t.Errorf("default %s: CLI %v, engine %v", f.name, f.got, f.want)
-		}
-	}
 }

@@ -18,9 +18,7 @@ import (
 // where it was written ("config.yaml:12", "env ENGINE_QUEUES", "flag
 // --redis" or "default") and Key names the setting.
 type ConfigError struct {
-	Origin string
-	Key    string
-	Msg    string
+	Origin, Key, Msg string
 }
 
 func (e *ConfigError) Error() string {
@@ -31,11 +29,9 @@ func (e *ConfigError) Error() string {
 }
 
 // override is one value given outside the file: a flag.
-type override struct {
-	key, value, origin string
-}
+type override struct{ key, value, origin string }
 
-// source says where LoadSettings reads settings from, in increasing
+// source says where loadSettings reads settings from, in increasing
 // precedence: the file, the environment, flags.
 type source struct {
 	file      io.Reader // nil: no file
@@ -52,8 +48,9 @@ func ParseConfig(r io.Reader, name string) (*Settings, error) {
 }
 
 // loadSettings applies the defaults, the file, the environment and the
-// flags, in that order, then validates the result. It also returns
-// warnings (unknown ENGINE_ variables).
+// flags, in that order, then validates the result. Every problem is
+// reported, in file order. It also returns warnings (unknown ENGINE_
+// variables).
 func loadSettings(src source) (*Settings, []string, error) {
 	s := Defaults()
 	var errs []error
@@ -64,12 +61,14 @@ func loadSettings(src source) (*Settings, []string, error) {
 		}
 		errs = append(errs, s.decodeFile(data, src.fileName))
 	}
-	errs = append(errs, s.applyEnv(src.environ))
-	for _, o := range src.overrides {
-		errs = append(errs, s.setString(o.key, o.value, o.origin))
+	for _, st := range settings {
+		if v, ok := lookupEnv(src.environ, envName(st.key)); ok {
+			errs = append(errs, s.setText(st.key, v, "env "+envName(st.key)))
+		}
 	}
-	// Values that could not be read keep their defaults; check the rest
-	// too, so that one run reports every problem.
+	for _, o := range src.overrides {
+		errs = append(errs, s.setText(o.key, o.value, o.origin))
+	}
 	errs = append(errs, s.validate())
 	if err := errors.Join(flatten(errs)...); err != nil {
 		return nil, nil, err
@@ -103,25 +102,6 @@ func flatten(errs []error) []error {
 	return out
 }
 
-func findSetting(key string) (setting, bool) {
-	for _, st := range settings {
-		if st.key == key {
-			return st, true
-		}
-	}
-	return setting{}, false
-}
-
-// isSection reports whether key is a group of settings, such as "redis".
-func isSection(key string) bool {
-	for _, st := range settings {
-		if strings.HasPrefix(st.key, key+".") {
-			return true
-		}
-	}
-	return false
-}
-
 func (s *Settings) decodeFile(data []byte, name string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -135,23 +115,20 @@ func (s *Settings) decodeFile(data []byte, name string) error {
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return &ConfigError{Origin: fmt.Sprintf("%s:%d", name, more.Line), Msg: "only one YAML document is allowed"}
 	}
-	root := deref(&doc)
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = deref(root.Content[0])
-	}
-	if isNull(root) {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		return &ConfigError{Origin: fmt.Sprintf("%s:%d", name, root.Line), Msg: "want a mapping of settings at the top level"}
-	}
-	return s.walk(root, "", name)
+	return s.setNode("", root(&doc), name)
 }
 
-// deref follows aliases (a bounded number of them).
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; i < 16 && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
-		n = n.Alias
+// root is a document's top node, aliases followed (a bounded number).
+func root(n *yaml.Node) *yaml.Node {
+	for i := 0; i < 16; i++ {
+		switch {
+		case n.Kind == yaml.AliasNode && n.Alias != nil:
+			n = n.Alias
+		case n.Kind == yaml.DocumentNode && len(n.Content) > 0:
+			n = n.Content[0]
+		default:
+			return n
+		}
 	}
 	return n
 }
@@ -160,52 +137,249 @@ func isNull(n *yaml.Node) bool {
 	return n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
 }
 
-// walk sets the settings of mapping node n, whose keys are under prefix.
-// It goes on past a bad key or value, so that one run reports them all.
-func (s *Settings) walk(n *yaml.Node, prefix, file string) error {
+// pos is "file:line" for a file, and the variable or flag alone otherwise.
+func pos(file string, line int) string {
+	if strings.HasPrefix(file, "env ") || strings.HasPrefix(file, "flag ") || line == 0 {
+		return file
+	}
+	return fmt.Sprintf("%s:%d", file, line)
+}
+
+// mapping calls f for each key of mapping node n, reporting keys given
+// twice and going on past errors so that one run reports them all.
+func mapping(n *yaml.Node, prefix, file string, f func(key string, v *yaml.Node, at string) error) error {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		what := "mapping of settings"
+		if prefix == "handlers" {
+			what = "mapping of task type to {command: [...]}"
+		}
+		return &ConfigError{Origin: pos(file, n.Line), Key: prefix, Msg: "want a " + what}
+	}
 	var errs []error
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
-		at := fmt.Sprintf("%s:%d", file, k.Line)
-		if k.Kind != yaml.ScalarNode {
-			errs = append(errs, &ConfigError{Origin: at, Key: prefix, Msg: "want a plain key"})
-			continue
-		}
-		key := k.Value
+		k, v := root(n.Content[i]), root(n.Content[i+1])
+		at, key := pos(file, k.Line), k.Value
 		if prefix != "" {
 			key = prefix + "." + k.Value
 		}
-		st, known := findSetting(key)
 		switch {
+		case k.Kind != yaml.ScalarNode:
+			errs = append(errs, &ConfigError{Origin: at, Key: prefix, Msg: "want a plain key"})
 		case seen[key]:
 			errs = append(errs, &ConfigError{Origin: at, Key: key, Msg: "set twice"})
-		case known:
-			if err := s.setNode(st, v, at, file); err != nil {
-				errs = append(errs, err)
-			} else {
-				s.origin[key] = at
-			}
-		case isSection(key) && v.Kind != yaml.MappingNode:
-			errs = append(errs, &ConfigError{Origin: at, Key: key, Msg: "want a mapping of settings"})
-		case isSection(key):
-			if err := s.walk(v, key, file); err != nil {
-				errs = append(errs, err)
-			}
 		default:
-			errs = append(errs, &ConfigError{Origin: at, Key: key, Msg: "unknown key" + suggest(key)})
+			errs = append(errs, f(key, v, at))
 		}
 		seen[key] = true
 	}
 	return errors.Join(errs...)
 }
 
-// suggest names a known key close to key, for typos.
-func suggest(key string) string {
+// setNode sets the settings under prefix from mapping node n.
+func (s *Settings) setNode(prefix string, n *yaml.Node, file string) error {
+	if prefix == "" && !isNull(n) && n.Kind != yaml.MappingNode {
+		return &ConfigError{Origin: pos(file, n.Line), Msg: "want a mapping of settings at the top level"}
+	}
+	return mapping(n, prefix, file, func(key string, v *yaml.Node, at string) error {
+		st, known := findSetting(key)
+		switch {
+		case known:
+			return s.setValue(key, st.ptr(s), v, at, file)
+		case slices.ContainsFunc(settings, func(st setting) bool { return strings.HasPrefix(st.key, key+".") }):
+			return s.setNode(key, v, file)
+		}
+		return &ConfigError{Origin: at, Key: key, Msg: "unknown key" + suggest(key, func(k string) string { return k })}
+	})
+}
+
+func findSetting(key string) (setting, bool) {
+	i := slices.IndexFunc(settings, func(st setting) bool { return st.key == key })
+	if i < 0 {
+		return setting{}, false
+	}
+	return settings[i], true
+}
+
+// setText sets key from text, as the environment and flags give it:
+// lists comma-separated, queues as name:weight, handlers as YAML.
+func (s *Settings) setText(key, text, at string) error {
+	st, _ := findSetting(key)
+	n := &yaml.Node{Kind: yaml.ScalarNode, Value: text}
+	switch st.ptr(s).(type) {
+	case *map[string]HandlerSettings:
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+			return &ConfigError{Origin: at, Key: key, Msg: fmt.Sprintf("want YAML such as {resize: {command: [resize-image]}}: %v", err)}
+		}
+		n = root(&doc)
+	case *[]string, *[]engine.QueueConfig:
+		n = splitList(text)
+	}
+	return s.setValue(key, st.ptr(s), n, at, at)
+}
+
+// splitList is "a, b,c" as a YAML list.
+func splitList(text string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, f := range strings.Split(text, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: f})
+		}
+	}
+	return n
+}
+
+// setValue sets *p, whose type says what v must be, and records where.
+func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) error {
+	bad := func(format string, args ...any) error {
+		return &ConfigError{Origin: at, Key: key, Msg: fmt.Sprintf(format, args...)}
+	}
+	s.origin[key] = at
+	switch p := p.(type) {
+	case *map[string]HandlerSettings:
+		hs := map[string]HandlerSettings{}
+		err := mapping(v, key, file, func(hkey string, hv *yaml.Node, hat string) error {
+			h := defaultHandler()
+			s.origin[hkey] = hat
+			hs[strings.TrimPrefix(hkey, key+".")] = h
+			if hv.Kind != yaml.MappingNode {
+				return &ConfigError{Origin: hat, Key: hkey, Msg: "want a mapping with command, env, dir, timeout, retry_later, kill_grace, output_cap"}
+			}
+			err := mapping(hv, hkey, file, func(fkey string, fv *yaml.Node, fat string) error {
+				f := handlerField(&h, strings.TrimPrefix(fkey, hkey+"."))
+				if f == nil {
+					return &ConfigError{Origin: fat, Key: fkey, Msg: "unknown key (want command, env, dir, timeout, retry_later, kill_grace or output_cap)"}
+				}
+				return s.setValue(fkey, f, fv, fat, file)
+			})
+			hs[strings.TrimPrefix(hkey, key+".")] = h
+			return err
+		})
+		*p = hs
+		return err
+	case *map[string]string:
+		env := map[string]string{}
+		err := mapping(v, key, file, func(ekey string, ev *yaml.Node, eat string) error {
+			name := strings.TrimPrefix(ekey, key+".")
+			if ev.Kind != yaml.ScalarNode || name == "" || strings.ContainsAny(name, "=\x00") {
+				return &ConfigError{Origin: eat, Key: ekey, Msg: "want NAME: value"}
+			}
+			env[name] = ev.Value
+			return nil
+		})
+		*p = env
+		return err
+	case *[]string, *[]engine.QueueConfig:
+		if v.Kind == yaml.ScalarNode && !isNull(v) {
+			if p, ok := p.(*[]string); ok && strings.HasPrefix(key, "handlers.") {
+				*p = []string{"sh", "-c", v.Value}
+				return nil
+			}
+			v = splitList(v.Value)
+		}
+		if v.Kind != yaml.SequenceNode {
+			return bad("want a list")
+		}
+		var args []string
+		var qs []engine.QueueConfig
+		for i, it := range v.Content {
+			it = root(it)
+			if q, ok := p.(*[]engine.QueueConfig); ok {
+				ikey, iat := fmt.Sprintf("queues[%d]", i), pos(file, it.Line)
+				s.origin[ikey] = iat
+				qc, err := queueNode(it, ikey, iat, file)
+				if err != nil {
+					return err
+				}
+				qs = append(qs, qc)
+				*q = qs
+			} else if it.Kind != yaml.ScalarNode {
+				return bad("want a list of plain values")
+			}
+			args = append(args, it.Value)
+		}
+		if p, ok := p.(*[]string); ok {
+			*p = append([]string{}, args...)
+		} else if len(qs) == 0 {
+			return bad("empty: want at least one queue")
+		}
+		return nil
+	}
+	if isNull(v) {
+		if p, ok := p.(*string); ok {
+			*p = ""
+			return nil
+		}
+		return bad("no value given")
+	}
+	if v.Kind != yaml.ScalarNode {
+		return bad("want a single value, not a %s", map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[v.Kind])
+	}
+	if p, ok := p.(*engine.UnknownPolicy); ok {
+		i := slices.Index([]string{"retry", "dead"}, v.Value)
+		if i < 0 {
+			return bad("%q: want retry or dead", v.Value)
+		}
+		*p = []engine.UnknownPolicy{engine.UnknownRetry, engine.UnknownDead}[i]
+		return nil
+	}
+	if d, ok := p.(*time.Duration); ok && strings.TrimSpace(v.Value) == "0" {
+		*d = 0
+		return nil
+	}
+	n := *v
+	n.Tag, n.Style = "", 0 // resolved from the text, as the environment gives it
+	if _, ok := p.(*string); ok {
+		n.Tag = "!!str" // "123" and "true" are names too
+	}
+	if err := n.Decode(p); err != nil {
+		return bad("%q: want %s", v.Value, map[string]string{"*int": "a whole number", "*bool": "true or false",
+			"*time.Duration": "a duration such as 500ms, 30s or 1h30m"}[fmt.Sprintf("%T", p)])
+	}
+	return nil
+}
+
+// queueNode reads {name: N, weight: W} or, in text, "name:weight".
+func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
+	scalar := func(v string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(v), Line: n.Line}
+	}
+	if name, w, ok := strings.Cut(n.Value, ":"); n.Kind == yaml.ScalarNode && ok {
+		n = &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Content: []*yaml.Node{scalar("name"), scalar(name), scalar("weight"), scalar(w)}}
+	} else if n.Kind == yaml.ScalarNode {
+		return engine.QueueConfig{Name: strings.TrimSpace(n.Value)}, nil
+	}
+	var q engine.QueueConfig
+	if n.Kind != yaml.MappingNode {
+		return q, &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N}"}
+	}
+	fields := map[string]any{"name": &q.Name, "weight": &q.Weight}
+	err := mapping(n, key, file, func(k string, v *yaml.Node, kat string) error {
+		if p := fields[strings.TrimPrefix(k, key+".")]; p != nil {
+			return (&Settings{origin: map[string]string{}}).setValue(k, p, v, kat, file)
+		}
+		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name or weight)"}
+	})
+	return q, err
+}
+
+// handlerField is the field of h that key sets, nil for none.
+func handlerField(h *HandlerSettings, key string) any {
+	return map[string]any{"command": &h.Command, "env": &h.Env, "dir": &h.Dir, "timeout": &h.Timeout,
+		"retry_later": &h.RetryLater, "kill_grace": &h.KillGrace, "output_cap": &h.OutputCap}[key]
+}
+
+// suggest names a known key close to key, for typos, both as spell
+// writes a key.
+func suggest(key string, spell func(string) string) string {
 	best, bestD := "", 3
 	for _, st := range settings {
-		if d := editDistance(key, st.key); d < bestD {
-			best, bestD = st.key, d
+		if d := editDistance(key, spell(st.key)); d < bestD {
+			best, bestD = spell(st.key), d
 		}
 	}
 	if best == "" {
@@ -226,207 +400,22 @@ func editDistance(a, b string) int {
 		cur := make([]int, len(b)+1)
 		cur[0] = i
 		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+map[bool]int{true: 0, false: 1}[a[i-1] == b[j-1]])
 		}
 		prev = cur
 	}
 	return prev[len(b)]
 }
 
-// setNode sets one setting from a YAML value.
-func (s *Settings) setNode(st setting, v *yaml.Node, at, file string) error {
-	bad := func(format string, args ...any) error {
-		return &ConfigError{Origin: at, Key: st.key, Msg: fmt.Sprintf(format, args...)}
-	}
-	switch p := st.ptr(s).(type) {
-	case *[]string:
-		if v.Kind == yaml.SequenceNode {
-			out := []string{}
-			for _, it := range v.Content {
-				if it = deref(it); it.Kind != yaml.ScalarNode {
-					return bad("want a list of names")
-				}
-				out = append(out, it.Value)
-			}
-			*p = out
-			return nil
-		}
-	case *[]engine.QueueConfig:
-		if v.Kind == yaml.SequenceNode {
-			return s.queuesNode(v, file)
-		}
-	case *map[string]HandlerSettings:
-		return s.handlersNode(v, file)
-	}
-	if isNull(v) {
-		if p, ok := st.ptr(s).(*string); ok {
-			*p = ""
-			return nil
-		}
-		return bad("no value given")
-	}
-	if v.Kind != yaml.ScalarNode {
-		return bad("want a single value, not a %s", kindName(v.Kind))
-	}
-	return s.setString(st.key, v.Value, at)
-}
-
-func kindName(k yaml.Kind) string {
-	switch k {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	}
-	return "value"
-}
-
-// setString sets key from text, as the environment and flags give it.
-func (s *Settings) setString(key, text, at string) error {
-	st, ok := findSetting(key)
-	if !ok {
-		return &ConfigError{Origin: at, Key: key, Msg: "unknown key"}
-	}
-	bad := func(format string, args ...any) error {
-		return &ConfigError{Origin: at, Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	switch p := st.ptr(s).(type) {
-	case *string:
-		*p = text
-	case *int:
-		n, err := strconv.ParseInt(strings.TrimSpace(text), 0, 0)
-		if err != nil {
-			return bad("%q: want a whole number", text)
-		}
-		*p = int(n)
-	case *bool:
-		b, err := strconv.ParseBool(strings.TrimSpace(text))
-		if err != nil {
-			return bad("%q: want true or false", text)
-		}
-		*p = b
-	case *time.Duration:
-		d, err := parseDuration(text)
-		if err != nil {
-			return bad("%q: want a duration such as 500ms, 30s or 1h30m", text)
-		}
-		*p = d
-	case *[]string:
-		*p = splitList(text)
-	case *[]engine.QueueConfig:
-		return s.queuesText(text, at)
-	case *map[string]HandlerSettings:
-		var n yaml.Node
-		if err := yaml.Unmarshal([]byte(text), &n); err != nil {
-			return bad("want YAML such as {resize: {command: [resize-image]}}: %v", err)
-		}
-		root := deref(&n)
-		if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-			root = deref(root.Content[0])
-		}
-		return s.handlersNode(root, at)
-	}
-	s.origin[key] = at
-	return nil
-}
-
-func parseDuration(text string) (time.Duration, error) {
-	text = strings.TrimSpace(text)
-	if text == "0" {
-		return 0, nil
-	}
-	return time.ParseDuration(text)
-}
-
-func splitList(text string) []string {
-	out := []string{}
-	for _, f := range strings.Split(text, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// queuesNode reads a list of {name, weight} mappings.
-func (s *Settings) queuesNode(v *yaml.Node, file string) error {
-	qs := []engine.QueueConfig{}
-	for i, it := range v.Content {
-		it = deref(it)
-		key := fmt.Sprintf("queues[%d]", i)
-		at := fmt.Sprintf("%s:%d", file, it.Line)
-		if it.Kind != yaml.MappingNode {
-			return &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N}"}
-		}
-		q := engine.QueueConfig{Weight: 1}
-		for j := 0; j+1 < len(it.Content); j += 2 {
-			k, val := deref(it.Content[j]), deref(it.Content[j+1])
-			kat := fmt.Sprintf("%s:%d", file, k.Line)
-			if val.Kind != yaml.ScalarNode {
-				return &ConfigError{Origin: kat, Key: key + "." + k.Value, Msg: "want a single value"}
-			}
-			switch k.Value {
-			case "name":
-				q.Name = val.Value
-			case "weight":
-				n, err := strconv.Atoi(val.Value)
-				if err != nil {
-					return &ConfigError{Origin: kat, Key: key + ".weight", Msg: fmt.Sprintf("%q: want a whole number", val.Value)}
-				}
-				q.Weight = n
-			default:
-				return &ConfigError{Origin: kat, Key: key + "." + k.Value, Msg: "unknown key (want name or weight)"}
-			}
-		}
-		qs = append(qs, q)
-		s.origin[key] = at
-	}
-	s.Queues = qs
-	return nil
-}
-
-// queuesText reads "critical:6,default:3,low" (weight 1 when left out).
-func (s *Settings) queuesText(text, at string) error {
-	qs := []engine.QueueConfig{}
-	for i, f := range splitList(text) {
-		name, w, hasW := strings.Cut(f, ":")
-		q := engine.QueueConfig{Name: strings.TrimSpace(name), Weight: 1}
-		if hasW {
-			n, err := strconv.Atoi(strings.TrimSpace(w))
-			if err != nil {
-				return &ConfigError{Origin: at, Key: fmt.Sprintf("queues[%d].weight", i), Msg: fmt.Sprintf("%q: want a whole number", w)}
-			}
-			q.Weight = n
-		}
-		qs = append(qs, q)
-		s.origin[fmt.Sprintf("queues[%d]", i)] = at
-	}
-	s.Queues = qs
-	s.origin["queues"] = at
-	return nil
-}
-
-// applyEnv applies every ENGINE_ variable of environ that names a
-// setting; the last of a name wins, as in os.Getenv.
-func (s *Settings) applyEnv(environ []string) error {
-	var errs []error
-	vals := map[string]string{}
+// lookupEnv is the last value of name in environ, as os.Getenv gives it.
+func lookupEnv(environ []string, name string) (string, bool) {
+	v, found := "", false
 	for _, kv := range environ {
-		if name, v, ok := strings.Cut(kv, "="); ok {
-			vals[name] = v
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v, found = val, true
 		}
 	}
-	for _, st := range settings {
-		name := envName(st.key)
-		if v, ok := vals[name]; ok {
-			errs = append(errs, s.setString(st.key, v, "env "+name))
-		}
-	}
-	return errors.Join(errs...)
+	return v, found
 }
 
 // unknownEnv lists the ENGINE_ variables in environ that are not
@@ -440,21 +429,9 @@ func unknownEnv(environ []string) []string {
 			strings.HasPrefix(name, "ENGINE_TASK_") || strings.HasPrefix(name, "ENGINE_TEST_") {
 			continue
 		}
-		known := slices.ContainsFunc(settings, func(st setting) bool { return envName(st.key) == name })
-		if !known {
-			key := strings.ToLower(strings.TrimPrefix(name, "ENGINE_"))
-			out = append(out, fmt.Sprintf("environment variable %s is not a setting%s", name, suggestEnv(key)))
+		if !slices.ContainsFunc(settings, func(st setting) bool { return envName(st.key) == name }) {
+			out = append(out, fmt.Sprintf("environment variable %s is not a setting%s", name, suggest(name, envName)))
 		}
 	}
 	return out
-}
-
-func suggestEnv(key string) string {
-	for _, st := range settings {
-		flat := strings.ReplaceAll(st.key, ".", "_")
-		if editDistance(key, flat) < 3 {
-			return fmt.Sprintf(" (did you mean %s?)", envName(st.key))
-		}
-	}
-	return ""
 }

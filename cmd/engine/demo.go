@@ -15,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/redis24"
+	"github.com/spf13/cobra"
 )
 
 // demoOptions are the demo's knobs.
@@ -26,47 +27,51 @@ type demoOptions struct {
 	seed        uint64
 }
 
-func (a *app) cmdDemo(ctx context.Context, args []string) int {
-	fs := a.newFlags("demo", "[flags]", `
-Starts an in-memory Redis (miniredis) in this process, schedules tasks due
+func (a *app) newDemoCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "demo [flags]",
+		Short: "run a demonstration on an in-memory Redis",
+		Long: `Starts an in-memory Redis (miniredis) in this process, schedules tasks due
 over the next --spread across three queues (critical:6, default:3, low:1),
 runs a dispatcher and workers, shows progress, and ends with a summary:
 lateness of first runs (handler start minus due time), retries, dead
 letters, and lost tasks. Every task is checked against a ledger: each must
 end done (or, for the one meant to fail, dead) exactly once. Exits 1 if
 any task was lost, ran early or ran twice, or if any command outside the
-Redis 2.4 table was sent.`)
+Redis 2.4 table was sent.`,
+		Args: cobra.NoArgs,
+	}
 	o := demoOptions{}
+	fs := cmd.Flags()
 	fs.IntVar(&o.tasks, "tasks", 300, "how many tasks to schedule (at least 1)")
 	fs.DurationVar(&o.spread, "spread", 10*time.Second, "spread the due times over this long")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "handlers run at once")
 	fs.StringVar(&o.logLevel, "log-level", "error", "engine log `level` (retries log at warn)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: random)")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		level, err := parseLevel(o.logLevel)
+		switch {
+		case o.tasks < 1 || o.tasks > 100000:
+			err = fmt.Errorf("--tasks %d: want 1 to 100000", o.tasks)
+		case o.spread < 0 || o.spread > 10*time.Minute:
+			err = fmt.Errorf("--spread %v: want 0 to 10m", o.spread)
+		case o.concurrency < 1:
+			err = fmt.Errorf("--concurrency %d: want at least 1", o.concurrency)
+		}
+		if err != nil {
+			return a.usageError(cmd, "%v", err)
+		}
+		if o.seed == 0 {
+			o.seed = rand.Uint64()
+		}
+		log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+		d := &demo{opt: o, out: a.stdout, log: log, live: isTerminal(a.stdout), runs: map[string][]demoRun{}}
+		if code := d.run(cmd.Context()); code != exitOK {
+			return exitCode(code)
+		}
+		return nil
 	}
-	level, err := parseLevel(o.logLevel)
-	switch {
-	case len(pos) > 0:
-		err = fmt.Errorf("unexpected argument %q", pos[0])
-	case o.tasks < 1 || o.tasks > 100000:
-		err = fmt.Errorf("--tasks %d: want 1 to 100000", o.tasks)
-	case o.spread < 0 || o.spread > 10*time.Minute:
-		err = fmt.Errorf("--spread %v: want 0 to 10m", o.spread)
-	case o.concurrency < 1:
-		err = fmt.Errorf("--concurrency %d: want at least 1", o.concurrency)
-	}
-	if err != nil {
-		fmt.Fprintf(a.stderr, "engine demo: %v\n", err)
-		return exitUsage
-	}
-	if o.seed == 0 {
-		o.seed = rand.Uint64()
-	}
-	log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
-	d := &demo{opt: o, out: a.stdout, log: log, live: isTerminal(a.stdout), runs: map[string][]demoRun{}}
-	return d.run(ctx)
+	return cmd
 }
 
 // demoTask is one ledger entry: what was enqueued and how it must end.

@@ -84,14 +84,15 @@ func TestE2ESecondSignalForces(t *testing.T) {
 	}
 }
 
-// TestE2EWrongPassword: a password Redis refuses is a clear error and
-// exit 2, for run and for client commands alike.
+// TestE2EWrongPassword: a password sent to a server that has none is a
+// clear error and exit 2, for run and for client commands alike, and the
+// hint says the server has no password (not "wrong password?").
 func TestE2EWrongPassword(t *testing.T) {
 	h := newHarness(t)
 	h.env = append(h.env, "ENGINE_REDIS_PASSWORD=wrong")
 	for _, args := range [][]string{{"run"}, {"stats"}, {"enqueue", "--type", "x"}} {
 		_, errOut, code := h.cli(args...)
-		if code != exitUsage || !strings.Contains(errOut, "refused AUTH") || !strings.Contains(errOut, "redis.password") {
+		if code != exitUsage || !strings.Contains(errOut, "refused AUTH") || !strings.Contains(errOut, "has no password: remove redis.password") {
 			t.Errorf("engine %v with a wrong password: exit %d, stderr %q; want %d naming AUTH and redis.password", args, code, errOut, exitUsage)
 		}
 	}
@@ -151,11 +152,11 @@ func TestE2ERoles(t *testing.T) {
 func TestE2EBadConfig(t *testing.T) {
 	h := newHarness(t)
 	bad := filepath.Join(h.dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("namespace: ok\nqueues:\n  - name: a\n    weight: 0\n"), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte("namespace: ok\nqueues:\n  - name: a\n    weight: -1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, code := h.cli("run", "--config", bad)
-	if code != exitUsage || !strings.Contains(errOut, "bad.yaml:3: queues[0]: weight 0") {
+	if code != exitUsage || !strings.Contains(errOut, "bad.yaml:3: queues[0].weight: -1: want at least 1") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 	h.env = append(h.env, "ENGINE_RESOLUTION=90s")
@@ -164,49 +165,56 @@ func TestE2EBadConfig(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 	_, errOut, code = h.cli("stats", "--concurrency", "3")
-	if code != exitUsage || !strings.Contains(errOut, "flag provided but not defined") {
+	if code != exitUsage || !strings.Contains(errOut, "unknown flag: --concurrency") {
 		t.Errorf("unknown flag: exit %d, stderr %q", code, errOut)
 	}
 }
 
 // TestE2EHelp: help explains every command and flag; version prints the
-// -ldflags version.
+// -ldflags version; completion scripts are generated.
 func TestE2EHelp(t *testing.T) {
 	h := newHarness(t)
 	out := h.ok("help")
-	for _, c := range commands() {
-		if !strings.Contains(out, "  "+c.name+" ") {
-			t.Errorf("engine help does not list %s", c.name)
+	for _, c := range (&app{}).newRootCmd().Commands() {
+		if !strings.Contains(out, "  "+c.Name()+" ") {
+			t.Errorf("engine help does not list %s", c.Name())
 		}
 	}
 	flags := map[string][]string{
-		"run":     {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
-		"enqueue": {"--queue", "--type", "--payload", "--in", "--at", "--max-attempts", "--timeout"},
-		"cancel":  {"--redis"},
-		"lookup":  {"--json"},
-		"stats":   {"--json", "--watch"},
-		"dead":    {"--all", "--json", "--limit"},
-		"demo":    {"--tasks", "--spread"},
-		"version": nil,
+		"run":        {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
+		"enqueue":    {"--queue", "--type", "--payload", "--payload-file", "--in", "--at", "--max-attempts", "--timeout"},
+		"cancel":     {"--redis"},
+		"lookup":     {"--json"},
+		"stats":      {"--json", "--watch"},
+		"dead list":  {"--json", "--limit"},
+		"dead retry": {"--all"},
+		"demo":       {"--tasks", "--spread"},
+		"version":    nil,
 	}
 	for cmd, want := range flags {
-		usage := h.ok(cmd, "--help")
-		if usage != h.ok("help", cmd) {
+		args := strings.Fields(cmd)
+		usage := h.ok(append(args, "--help")...)
+		if usage != h.ok(append([]string{"help"}, args...)...) {
 			t.Errorf("engine help %s differs from engine %s --help", cmd, cmd)
 		}
-		if !strings.Contains(usage, "Usage: engine "+cmd) {
+		if !strings.Contains(usage, "Usage:\n  engine "+cmd) {
 			t.Errorf("%s --help: %q", cmd, usage)
 		}
 		for _, f := range want {
-			if !strings.Contains(usage, "  -"+strings.TrimPrefix(f, "--")) {
+			if !strings.Contains(usage, "  "+f) && !strings.Contains(usage, ", "+f) {
 				t.Errorf("%s --help does not explain %s", cmd, f)
 			}
 		}
 	}
-	if _, _, code := h.cli("frobnicate"); code != exitUsage {
-		t.Errorf("unknown command: exit %d", code)
+	if _, errOut, code := h.cli("frobnicate"); code != exitUsage || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("unknown command: exit %d %q", code, errOut)
 	}
-	if v := h.ok("version"); !strings.HasPrefix(v, "engine v0.0.0-e2e") {
-		t.Errorf("version = %q", v)
+	for _, v := range []string{h.ok("version"), h.ok("--version")} {
+		if !strings.HasPrefix(v, "engine v0.0.0-e2e") {
+			t.Errorf("version = %q", v)
+		}
+	}
+	if out := h.ok("completion", "bash"); !strings.Contains(out, "__start_engine") {
+		t.Errorf("completion bash printed no completion script")
 	}
 }

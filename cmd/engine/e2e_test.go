@@ -47,7 +47,6 @@ heartbeat_ttl: 2s
 reap_interval: 500ms
 shutdown_timeout: 1s
 redis: {read_timeout: 5s}
-retry: {backoff_base: 100ms, backoff_max: 200ms}
 log: {level: debug}
 handlers:
   append:
@@ -58,6 +57,9 @@ handlers:
     env: {DIR: %[1]q}
   sleep:
     command: [sh, -c, 'echo $$ >> "$DIR/pids"; echo "started $ENGINE_TASK_ID" >> "$DIR/out"; sleep 30; echo "finished $ENGINE_TASK_ID" >> "$DIR/out"']
+    env: {DIR: %[1]q}
+  forever:
+    command: [sh, -c, 'echo $$ > "$DIR/leader"; exec sleep 100000']
     env: {DIR: %[1]q}
 `
 
@@ -283,8 +285,9 @@ func TestE2EEnqueueRunStats(t *testing.T) {
 func TestE2ECancel(t *testing.T) {
 	h := newHarness(t)
 	h.startRun(nil)
-	id := h.enqueue("--type", "append", "--payload", "cancelled", "--in", "1s")
-	keep := h.enqueue("--type", "append", "--payload", "kept", "--in", "1s")
+	// Due in 3 s: room for the cancel on a loaded machine.
+	id := h.enqueue("--type", "append", "--payload", "cancelled", "--in", "3s")
+	keep := h.enqueue("--type", "append", "--payload", "kept", "--in", "3s")
 	if out := h.ok("cancel", id); !strings.Contains(out, "cancelled "+id) {
 		t.Errorf("cancel printed %q", out)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -41,8 +40,10 @@ type commandHandler struct {
 	log *slog.Logger
 }
 
-func newCommandHandler(typ string, set HandlerSettings, log *slog.Logger) *commandHandler {
-	env := os.Environ()
+// newCommandHandler runs set.Command for tasks of type typ, with environ
+// (engine's own environment) minus the engine's secrets, plus set.Env.
+func newCommandHandler(typ string, set HandlerSettings, environ []string, log *slog.Logger) *commandHandler {
+	env := handlerEnv(environ)
 	names := make([]string, 0, len(set.Env))
 	for k := range set.Env {
 		names = append(names, k)
@@ -52,6 +53,19 @@ func newCommandHandler(typ string, set HandlerSettings, log *slog.Logger) *comma
 		env = append(env, k+"="+set.Env[k])
 	}
 	return &commandHandler{typ: typ, set: set, env: env, log: log}
+}
+
+// handlerEnv is environ without the variables that configure how engine
+// reaches Redis (ENGINE_REDIS_*: password, user, TLS key and certificate
+// files, ...): a handler must not be able to print them into a log.
+func handlerEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "ENGINE_REDIS_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // ProcessTask runs the command once for t.
@@ -76,7 +90,7 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	cmd.Stdin = bytes.NewReader(t.Payload)
 	stdout, stderr := &cappedBuffer{max: h.set.OutputCap}, &cappedBuffer{max: h.set.OutputCap}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = groupAttr()
 	cmd.WaitDelay = pipeLinger
 
 	start := time.Now()
@@ -85,17 +99,15 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	}
 	pgid := cmd.Process.Pid
 	var mu sync.Mutex // orders the killer against the reaping of the command
-	exited, killedBy := false, ""
+	exited, lastSignal := false, ""
 	signalGroup := func(sig syscall.Signal, name string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if exited {
 			return false // the group id may belong to someone else now
 		}
-		if killedBy == "" {
-			killedBy = name
-		}
-		_ = syscall.Kill(-pgid, sig)
+		lastSignal = name
+		killGroup(pgid, sig)
 		return true
 	}
 	stop := make(chan struct{})
@@ -119,9 +131,9 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	// The command has exited: whatever it left in its group goes too (as
 	// systemd's KillMode=control-group), so no task leaks processes.
 	// While any member lives, the group id cannot be reused.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	killGroup(pgid, syscall.SIGKILL)
 	exited = true
-	why := killedBy
+	why := lastSignal
 	mu.Unlock()
 	close(stop)
 	if errors.Is(err, exec.ErrWaitDelay) {
@@ -129,10 +141,41 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 		err = nil
 	}
 	h.logOutput(t, stdout, stderr, time.Since(start))
-	if why != "" {
-		return fmt.Errorf("command %s stopped by %s: %w", h.set.Command[0], why, context.Cause(ctx))
+	if why == "" {
+		return h.result(err, stderr)
 	}
-	return h.result(err, stderr)
+	how := "stopped by SIGTERM"
+	if why == "SIGKILL" {
+		how = fmt.Sprintf("killed by SIGKILL: it ignored SIGTERM for kill_grace %v", h.set.KillGrace)
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.DeadlineExceeded) {
+		return &stoppedError{fmt.Sprintf("command %s timed out after %v (%s)", h.set.Command[0], h.limit(ctx, t, start), how), cause}
+	}
+	return &stoppedError{fmt.Sprintf("command %s %s: the worker gave the task up (%v)", h.set.Command[0], how, cause), cause}
+}
+
+// stoppedError is a command stopped because its run's context ended; it
+// unwraps to the context's cause (context.DeadlineExceeded on a timeout).
+type stoppedError struct {
+	msg   string
+	cause error
+}
+
+func (e *stoppedError) Error() string { return e.msg }
+func (e *stoppedError) Unwrap() error { return e.cause }
+
+// limit is the time a run was allowed: the shorter of the task's timeout
+// and the handler's, else what ctx's deadline left at start.
+func (h *commandHandler) limit(ctx context.Context, t *engine.Task, start time.Time) time.Duration {
+	d := t.Timeout
+	if h.set.Timeout > 0 && (d == 0 || h.set.Timeout < d) {
+		d = h.set.Timeout
+	}
+	if dl, ok := ctx.Deadline(); d == 0 && ok {
+		d = dl.Sub(start).Round(10 * time.Millisecond)
+	}
+	return d
 }
 
 // result turns the command's exit into the handler's error.

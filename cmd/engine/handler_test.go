@@ -30,7 +30,7 @@ func newTestHandler(t *testing.T, argv []string, mod func(*HandlerSettings)) (*c
 		mod(&set)
 	}
 	var logs bytes.Buffer
-	return newCommandHandler("t1", set, slog.New(slog.NewTextHandler(&logs, nil))), &logs
+	return newCommandHandler("t1", set, os.Environ(), slog.New(slog.NewTextHandler(&logs, nil))), &logs
 }
 
 func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
@@ -124,8 +124,9 @@ func TestHandlerTimeoutKillsGroup(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("took %v after a 300ms timeout", took)
 	}
-	if err == nil || !strings.Contains(err.Error(), "SIGTERM") || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want stopped by SIGTERM wrapping the deadline", err)
+	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms (stopped by SIGTERM)") ||
+		strings.Contains(err.Error(), "deadline exceeded") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want \"timed out after 300ms (stopped by SIGTERM)\" matching context.DeadlineExceeded", err)
 	}
 	for _, pid := range readPIDs(t, pidFile, 2) {
 		deadline := time.Now().Add(2 * time.Second)
@@ -152,8 +153,37 @@ func TestHandlerKillGrace(t *testing.T) {
 	if took < 450*time.Millisecond || took > 3*time.Second {
 		t.Errorf("took %v, want about timeout + kill grace (500ms)", took)
 	}
-	if err == nil || !strings.Contains(err.Error(), "SIGTERM") {
-		t.Errorf("err = %v", err)
+	if err == nil || !strings.Contains(err.Error(), "timed out after 200ms (killed by SIGKILL: it ignored SIGTERM for kill_grace 300ms)") {
+		t.Errorf("err = %v, want the timeout and the SIGKILL named", err)
+	}
+}
+
+// TestHandlerEnvHasNoSecrets: a handler command does not see the
+// variables that hold engine's Redis credentials and TLS files.
+func TestHandlerEnvHasNoSecrets(t *testing.T) {
+	t.Setenv("ENGINE_REDIS_PASSWORD", "s3cret")
+	t.Setenv("ENGINE_REDIS_USER", "app")
+	t.Setenv("ENGINE_REDIS_TLS_KEY_FILE", "/etc/engine/client.key")
+	t.Setenv("KEPT_VARIABLE", "kept")
+	out := filepath.Join(t.TempDir(), "env")
+	h, _ := newTestHandler(t, []string{"sh", "-c", `env > "$OUT"`}, func(s *HandlerSettings) { s.Env["OUT"] = out })
+	if err := h.ProcessTask(context.Background(), testTask()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(b)
+	for _, secret := range []string{"s3cret", "ENGINE_REDIS_", "client.key"} {
+		if strings.Contains(env, secret) {
+			t.Errorf("handler environment contains %q:\n%s", secret, env)
+		}
+	}
+	for _, want := range []string{"KEPT_VARIABLE=kept", "EXTRA=extra-value", "ENGINE_TASK_ID="} {
+		if !strings.Contains(env, want) {
+			t.Errorf("handler environment lacks %q", want)
+		}
 	}
 }
 

@@ -63,7 +63,7 @@ func TestDemo(t *testing.T) {
 	}
 	a := &app{stdout: &out, stderr: &errOut}
 	for _, bad := range [][]string{{"--tasks", "0"}, {"--spread", "-1s"}, {"extra"}, {"--log-level", "loud"}} {
-		if code := a.cmdDemo(context.Background(), bad); code != exitUsage {
+		if code := a.main(context.Background(), append([]string{"demo"}, bad...)); code != exitUsage {
 			t.Errorf("demo %v: exit %d, want %d", bad, code, exitUsage)
 		}
 	}
@@ -88,7 +88,7 @@ func TestRunSignalsInProcess(t *testing.T) {
 	b, out, _ := inproc(t, srv)
 	b.environ = a.environ
 	b.stdin = strings.NewReader("payload from stdin")
-	if code := b.main(context.Background(), []string{"enqueue", "--type", "slow"}); code != 0 {
+	if code := b.main(context.Background(), []string{"enqueue", "--type", "slow", "--payload", "-"}); code != 0 {
 		t.Fatalf("enqueue: exit %d", code)
 	}
 	id := strings.TrimSpace(out.String())
@@ -133,7 +133,8 @@ func TestRunSignalsInProcess(t *testing.T) {
 	}
 }
 
-// TestStatsWatch: --watch redraws with ANSI clear/home until interrupted.
+// TestStatsWatch: --watch refreshes until interrupted, redrawing only on
+// a terminal: into a pipe it writes one table after another.
 func TestStatsWatch(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -144,19 +145,22 @@ func TestStatsWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if code := a.main(ctx, []string{"stats", "--watch", "200ms"}); code != 0 {
+	if code := a.main(ctx, []string{"stats", "--watch=200ms"}); code != 0 {
 		t.Fatalf("stats --watch: exit %d: %s", code, errOut.String())
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("--watch ran %v after the interrupt", took)
 	}
-	if n := strings.Count(out.String(), "\x1b[H\x1b[2J"); n < 3 {
-		t.Errorf("%d redraws in 700ms at 200ms, want at least 3", n)
+	if n := strings.Count(out.String(), "every 200ms"); n < 3 {
+		t.Errorf("%d refreshes in 700ms at 200ms, want at least 3", n)
+	}
+	if strings.Contains(out.String(), "\x1b") {
+		t.Errorf("--watch wrote terminal control codes into a pipe:\n%q", out.String())
 	}
 	if !regexp.MustCompile(`q1\s+1\s+0`).MatchString(out.String()) {
 		t.Errorf("stats output lacks q1 with 1 ready:\n%s", out.String())
 	}
-	for _, bad := range [][]string{{"stats", "extra"}, {"stats", "--watch=1ms"}, {"enqueue"}, {"enqueue", "--type", "x", "--in", "1s", "--at", "2030-01-01T00:00:00Z"}, {"enqueue", "--type", "x", "--at", "tomorrow"}, {"lookup"}, {"dead"}, {"dead", "bury"}, {"dead", "retry"}} {
+	for _, bad := range [][]string{{"stats", "extra"}, {"stats", "--watch=1ms"}, {"stats", "--watch", "2s"}, {"enqueue"}, {"enqueue", "--type", "x", "--in", "1s", "--at", "2030-01-01T00:00:00Z"}, {"enqueue", "--type", "x", "--at", "tomorrow"}, {"lookup"}, {"dead"}, {"dead", "bury"}, {"dead", "retry"}} {
 		if code := a.main(context.Background(), bad); code != exitUsage {
 			t.Errorf("engine %v: exit %d, want %d", bad, code, exitUsage)
 		}

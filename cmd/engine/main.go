@@ -1,5 +1,8 @@
 // Command engine runs and manages bucketq tasks on Redis 2.4 or newer.
 //
+// Build it with "go build -o bin/engine ./cmd/engine" from the repository
+// root.
+//
 //	engine run        dispatcher, reaper and workers, per config.yaml
 //	engine enqueue    add a task
 //	engine cancel     cancel a task that has not started
@@ -8,6 +11,7 @@
 //	engine dead       list, retry or purge dead letters
 //	engine demo       a self-contained demonstration on an in-memory Redis
 //	engine version    print the version
+//	engine completion shell completion scripts (bash, zsh, fish, powershell)
 //
 // Run "engine help" or "engine CMD --help" for every flag, and see
 // docs/operations.md for running it in production.
@@ -16,15 +20,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes.
@@ -34,6 +39,8 @@ const (
 	exitUsage    = 2 // bad flags or config, or Redis refused the password or database
 	exitNotFound = 3 // no such task (or no such dead letter)
 	exitRefused  = 4 // the task is in a state that does not allow it
+	exitExists   = 5 // enqueue --id: a task with that id exists already; nothing was written
+	exitFindings = 6 // check: findings remain
 )
 
 const envConfig = "ENGINE_CONFIG"
@@ -103,139 +110,77 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return a.main(ctx, args)
 }
 
-type command struct {
-	name, synopsis string
-	run            func(a *app, ctx context.Context, args []string) int
-}
+// exitCode ends a command with that code; its message was printed already.
+type exitCode int
 
-func commands() []command {
-	return []command{
-		{"run", "run the dispatcher, reaper and workers (per config and --roles)", (*app).cmdRun},
-		{"enqueue", "add a task; prints its id", (*app).cmdEnqueue},
-		{"cancel", "cancel a task that has not started", (*app).cmdCancel},
-		{"lookup", "show a task's state and times", (*app).cmdLookup},
-		{"stats", "show per-queue figures (--watch to refresh)", (*app).cmdStats},
-		{"dead", "list, retry or purge dead letters", (*app).cmdDead},
-		{"demo", "run a demonstration on an in-memory Redis", (*app).cmdDemo},
-		{"version", "print the version", (*app).cmdVersion},
-		{"help", "explain a command: engine help CMD", (*app).cmdHelp},
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// newRootCmd is the command tree. Each command group lives in its own
+// file with its constructor (newRunCmd in cmd_run.go, ...).
+func (a *app) newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "engine",
+		Short: "engine runs and manages bucketq tasks on Redis (2.4 or newer)",
+		Long: `engine runs and manages bucketq tasks on Redis (2.4 or newer).
+
+Every command that talks to Redis reads the config file named by --config
+or $` + envConfig + ` (defaults apply without one), then ENGINE_* environment
+variables, then flags. config.yaml at the repository root documents every
+setting, docs/operations.md the rest.
+
+Exit codes: 0 ok, 1 failure, 2 usage or config error (including a refused
+password), 3 no such task, 4 the task's state does not allow it.`,
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
 	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetVersionTemplate("engine {{.Version}} " + runtime.Version() + "\n")
+	root.AddCommand(a.newRunCmd(), a.newEnqueueCmd(), a.newCancelCmd(), a.newLookupCmd(), a.newCheckCmd(),
+		a.newStatsCmd(), a.newDeadCmd(), a.newDemoCmd(), a.newVersionCmd())
+	return root
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		a.usage(a.stderr)
-		return exitUsage
-	}
-	name := args[0]
-	switch name {
-	case "-h", "-help", "--help":
-		a.usage(a.stdout)
+	root := a.newRootCmd()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	var code exitCode
+	switch {
+	case err == nil:
 		return exitOK
-	case "-version", "--version":
-		name = "version"
+	case errors.As(err, &code):
+		return int(code)
 	}
-	for _, c := range commands() {
-		if c.name == name {
-			return c.run(a, ctx, args[1:])
-		}
-	}
-	fmt.Fprintf(a.stderr, "engine: unknown command %q\n\n", name)
-	a.usage(a.stderr)
+	// Cobra's own errors: an unknown command or flag, wrong arguments.
+	fmt.Fprintf(a.stderr, "%s: %v\nRun '%s --help' for usage.\n", cmd.CommandPath(), err, cmd.CommandPath())
 	return exitUsage
 }
 
-func (a *app) usage(w io.Writer) {
-	fmt.Fprintf(w, "engine runs and manages bucketq tasks on Redis (2.4 or newer).\n\nUsage: engine COMMAND [flags] [args]\n\nCommands:\n")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.synopsis)
-	}
-	fmt.Fprintf(w, `
-Every command that talks to Redis reads the config file named by
---config or $%s (defaults apply without one), then ENGINE_*
-environment variables, then flags. "engine CMD --help" lists a command's
-flags; config.yaml at the repository root documents every setting and
-docs/operations.md the rest.
-
-Exit codes: 0 ok, 1 failure, 2 usage or config error (including a refused
-password), 3 no such task, 4 the task's state does not allow it.
-`, envConfig)
-}
-
-func (a *app) cmdHelp(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		a.usage(a.stdout)
-		return exitOK
-	}
-	for _, c := range commands() {
-		if c.name == args[0] && c.name != "help" {
-			return c.run(a, ctx, append(args[1:], "--help"))
-		}
-	}
-	fmt.Fprintf(a.stderr, "engine help: unknown command %q\n", args[0])
-	return exitUsage
-}
-
-// newFlags returns a flag set whose usage shows synopsis, text and every
-// flag, on stdout when asked for with --help.
-func (a *app) newFlags(name, synopsis, text string) *flag.FlagSet {
-	fs := flag.NewFlagSet("engine "+name, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: engine %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(text))
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n > 0 {
-			fmt.Fprintf(w, "\nFlags:\n")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-// parse parses flags wherever they appear among the arguments (the flag
-// package stops at the first argument that is not a flag) and returns the
-// others. ok is false when the command should end with code. --help
-// prints the usage on stdout; a bad flag is reported on stderr with a
-// pointer to --help.
-func (a *app) parse(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
-	usage := fs.Usage
-	fs.Usage = func() {}
-	defer func() { fs.Usage = usage }()
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(a.stdout)
-				usage()
-				return nil, exitOK, false
-			}
-			fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", fs.Name())
-			return nil, exitUsage, false
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, 0, true
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
+// usageError reports a misuse of cmd: exit code 2.
+func (a *app) usageError(cmd *cobra.Command, format string, args ...any) error {
+	fmt.Fprintf(a.stderr, "%s: %s\n", cmd.CommandPath(), fmt.Sprintf(format, args...))
+	return exitCode(exitUsage)
 }
 
 // fail prints err and returns the exit code it calls for.
-func (a *app) fail(cmd string, err error) int {
+func (a *app) fail(cmd string, err error) error {
 	code := exitFailure
 	var ce *ConfigError
 	var re *refusedError
 	switch {
 	case errors.As(err, &re):
 		fmt.Fprintf(a.stderr, "engine %s: %v\n  (%s)\n", cmd, err, re.hint())
-		return exitUsage
+		return exitCode(exitUsage)
 	case errors.As(err, &ce), errors.Is(err, engine.ErrInvalidOption), errors.Is(err, engine.ErrInvalidName),
 		errors.Is(err, engine.ErrPayloadTooLarge):
 		code = exitUsage
 	case errors.Is(err, engine.ErrNotFound):
 		code = exitNotFound
+	case errors.Is(err, engine.ErrTaskExists):
+		code = exitExists
 	case errors.Is(err, engine.ErrAlreadyRunning), errors.Is(err, engine.ErrAlreadyDone), errors.Is(err, engine.ErrNotDead):
 		code = exitRefused
 	}
@@ -244,5 +189,8 @@ func (a *app) fail(cmd string, err error) int {
 		msg = "\n  " + strings.ReplaceAll(msg, "\n", "\n  ")
 	}
 	fmt.Fprintf(a.stderr, "engine %s: %s\n", cmd, msg)
-	return code
+	if errors.Is(err, engine.ErrUncertain) {
+		fmt.Fprintf(a.stderr, "  (the task may or may not have been written: run the same command again with the same --id)\n")
+	}
+	return exitCode(code)
 }

@@ -32,22 +32,32 @@ func (e *refusedError) Unwrap() error { return e.reply }
 
 // hint says which setting to look at for a refused connection.
 func (e *refusedError) hint() string {
-	switch e.what {
-	case "AUTH":
-		return "wrong password? check redis.password (ENGINE_REDIS_PASSWORD)"
-	case "SELECT":
+	msg := strings.ToUpper(e.reply.Error())
+	switch {
+	case e.what == "AUTH" && (strings.Contains(msg, "NO PASSWORD IS SET") || strings.Contains(msg, "WITHOUT ANY PASSWORD")):
+		return "the server has no password: remove redis.password (ENGINE_REDIS_PASSWORD)"
+	case e.what == "AUTH":
+		return "wrong user name or password? check redis.user and redis.password (ENGINE_REDIS_USER, ENGINE_REDIS_PASSWORD)"
+	case e.what == "SELECT":
 		return "no such database? check redis.db (ENGINE_REDIS_DB)"
 	}
-	msg := strings.ToUpper(e.reply.Error())
 	if strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOT PERMITTED") || strings.Contains(msg, "AUTH") {
 		return "the server needs a password: set redis.password (ENGINE_REDIS_PASSWORD)"
 	}
 	return "check the redis settings"
 }
 
-// tlsConfig builds the TLS configuration, reading the CA file.
+// tlsConfig builds the TLS configuration, reading the CA file and the
+// client certificate and key.
 func tlsConfig(rs RedisSettings) (*tls.Config, error) {
 	conf := &tls.Config{ServerName: rs.TLS.ServerName, InsecureSkipVerify: rs.TLS.InsecureSkipVerify} // #nosec G402 -- opt-in setting
+	if rs.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(rs.TLS.CertFile, rs.TLS.KeyFile)
+		if err != nil {
+			return nil, &ConfigError{Origin: "config", Key: "redis.tls.cert_file", Msg: err.Error()}
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
 	if rs.TLS.CAFile != "" {
 		pem, err := os.ReadFile(rs.TLS.CAFile)
 		if err != nil {
@@ -63,8 +73,10 @@ func tlsConfig(rs RedisSettings) (*tls.Config, error) {
 }
 
 // dialer returns the pool's dial function. AUTH takes the password alone
-// (the Redis 2.4 form) and SELECT picks the database; an error reply to
-// either is a *refusedError. census, if not nil, records every command.
+// (the Redis 2.4 form), or the user name and password when a user name is
+// configured (Redis 6+ only), and SELECT picks the database; an error
+// reply to either is a *refusedError. census, if not nil, records every
+// command.
 func dialer(rs RedisSettings, census *redis24.Census) (func(context.Context) (redis.Conn, error), error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(rs.DialTimeout),
@@ -82,14 +94,19 @@ func dialer(rs RedisSettings, census *redis24.Census) (func(context.Context) (re
 	if census != nil {
 		wrapOpts = append(wrapOpts, redis24.WithCensus(census))
 	}
+	auth := []any{rs.Password}
+	if rs.User != "" {
+		auth = []any{rs.User, rs.Password}
+		wrapOpts = append(wrapOpts, redis24.AllowAuthUser())
+	}
 	return func(ctx context.Context) (redis.Conn, error) {
 		c, err := redis.DialContext(ctx, "tcp", rs.Addr, opts...)
 		if err != nil {
 			return nil, err
 		}
 		c = redis24.Wrap(c, wrapOpts...)
-		if rs.Password != "" {
-			if _, err := c.Do("AUTH", rs.Password); err != nil {
+		if rs.Password != "" || rs.User != "" {
+			if _, err := c.Do("AUTH", auth...); err != nil {
 				c.Close()
 				return nil, classify(rs.Addr, "AUTH", err)
 			}

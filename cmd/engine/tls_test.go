@@ -21,7 +21,9 @@ import (
 )
 
 // writeCerts writes a CA and a server certificate for "redis.test" and
-// 127.0.0.1 signed by it; it returns the CA, cert and key file names.
+// 127.0.0.1 signed by it; it returns the CA, cert and key file names. A
+// client certificate and key signed by the same CA are client.pem and
+// client.key in dir.
 func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -50,7 +52,93 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 		}
 		return p
 	}
+	cliKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cliTmpl := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "engine"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	cliDER, err := x509.CreateCertificate(rand.Reader, cliTmpl, caCert, &cliKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliKeyDER, _ := x509.MarshalECPrivateKey(cliKey)
+	write("client.pem", "CERTIFICATE", cliDER)
+	write("client.key", "EC PRIVATE KEY", cliKeyDER)
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
+
+// startTLSServer starts a TLS-only redis-server with extra arguments and
+// returns its address once it accepts TLS connections.
+func startTLSServer(h *harness, cert, key, ca string, extra ...string) string {
+	t := h.t
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	args := append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, extra...)
+	srv := exec.Command(bin, args...)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cliCert, err := tls.LoadX509KeyPair(filepath.Join(h.dir, "client.pem"), filepath.Join(h.dir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(10*time.Second, "the TLS server", func() bool {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cliCert}}) // #nosec G402 -- readiness probe
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
+
+// TestE2ETLSClientCertACLUser: against a server that checks client
+// certificates (tls-auth-clients yes, its default) and has an ACL user,
+// engine logs in with a client certificate and AUTH user password; without
+// the certificate it fails naming the certificate, and a wrong password
+// for the user is refused with a hint naming redis.user.
+func TestE2ETLSClientCertACLUser(t *testing.T) {
+	h := newHarness(t)
+	ca, cert, key := writeCerts(t, h.dir)
+	addr := startTLSServer(h, cert, key, ca, "--tls-auth-clients", "yes",
+		"--user", "app", "on", ">app-pw", "~*", "&*", "+@all", "--user", "default", "off")
+	base := append([]string(nil), h.env...)
+	good := []string{"ENGINE_REDIS_ADDR=" + addr, "ENGINE_REDIS_TLS_ENABLED=true", "ENGINE_REDIS_TLS_CA_FILE=" + ca,
+		"ENGINE_REDIS_TLS_SERVER_NAME=redis.test", "ENGINE_REDIS_USER=app", "ENGINE_REDIS_PASSWORD=app-pw",
+		"ENGINE_REDIS_TLS_CERT_FILE=" + filepath.Join(h.dir, "client.pem"), "ENGINE_REDIS_TLS_KEY_FILE=" + filepath.Join(h.dir, "client.key")}
+	h.env = append(append([]string(nil), base...), good...)
+	h.enqueue("--type", "x", "--queue", "acl")
+	if st := h.stats("acl"); st.Ready != 1 {
+		t.Errorf("stats = %+v, want 1 ready", st)
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		code int
+		want string
+	}{
+		{"no client certificate", good[:6], exitFailure, "set redis.tls.cert_file and redis.tls.key_file"},
+		{"wrong password", append(good[:5:5], "ENGINE_REDIS_PASSWORD=nope", good[6], good[7]), exitUsage, "check redis.user and redis.password"},
+		{"no user", append(good[:4:4], good[5:]...), exitUsage, "refused AUTH"},
+		{"key without certificate", append(good[:6:6], good[7]), exitUsage, "redis.tls.cert_file"},
+	} {
+		h.env = append(append([]string(nil), base...), c.env...)
+		_, errOut, code := h.cli("stats")
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.name, code, errOut, c.code, c.want)
+		}
+	}
 }
 
 // TestE2ETLSPasswordDatabase: the binary reaches a TLS-only server with a

@@ -1,15 +1,16 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // version is set at build time:
 //
-//	go build -ldflags "-X main.version=v1.2.3" ./cmd/engine
+//	go build -ldflags "-X main.version=v1.2.3" -o bin/engine ./cmd/engine
 //
 // Without it, the module version and VCS revision from the build info are used.
 var version = ""
@@ -46,16 +47,14 @@ func versionString() string {
 	return v
 }
 
-func (a *app) cmdVersion(_ context.Context, args []string) int {
-	fs := a.newFlags("version", "", "Prints the version, the VCS revision and the Go version of this build.")
-	pos, code, ok := a.parse(fs, args)
-	if !ok {
-		return code
+func (a *app) newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version",
+		Long:  "Prints the version, the VCS revision and the Go version of this build.",
+		Args:  cobra.NoArgs,
+		Run: func(*cobra.Command, []string) {
+			fmt.Fprintf(a.stdout, "engine %s %s\n", versionString(), runtime.Version())
+		},
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(a.stderr, "engine version: unexpected argument %q\n", pos[0])
-		return exitUsage
-	}
-	fmt.Fprintf(a.stdout, "engine %s %s\n", versionString(), runtime.Version())
-	return exitOK
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
+)
+
+// countingReader gives n zero bytes and counts what was read.
+type countingReader struct{ n, read int }
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.read >= r.n {
+		return 0, io.EOF
+	}
+	k := min(len(p), r.n-r.read)
+	clear(p[:k])
+	r.read += k
+	return k, nil
+}
+
+// TestEnqueueReadsStdinOnlyWhenAsked: without --payload - or
+// --payload-file -, enqueue leaves stdin alone (inside a `while read`
+// loop it must not swallow the loop's input).
+func TestEnqueueReadsStdinOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, c := range []struct {
+		args []string
+		read bool
+	}{
+		{[]string{"--payload", "given"}, false},
+		{nil, false},
+		{[]string{"--payload", "-"}, true},
+		{[]string{"--payload-file", "-"}, true},
+	} {
+		a, out, errOut := inproc(t, srv)
+		stdin := &countingReader{n: 5}
+		a.stdin = stdin
+		if code := a.main(context.Background(), append([]string{"enqueue", "--type", "x"}, c.args...)); code != 0 {
+			t.Fatalf("enqueue %v: exit %d: %s", c.args, code, errOut.String())
+		}
+		if (stdin.read > 0) != c.read {
+			t.Errorf("enqueue %v read %d bytes of stdin; want reading: %v", c.args, stdin.read, c.read)
+		}
+		a.stdout = &syncBuffer{}
+		if code := a.main(context.Background(), []string{"lookup", strings.TrimSpace(out.String()), "--json"}); code != 0 {
+			t.Errorf("lookup: exit %d", code)
+		}
+	}
+}
+
+// TestEnqueuePayloadLimit: an oversized payload is refused after reading
+// max_payload + 1 bytes of it, not all of it.
+func TestEnqueuePayloadLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, _, errOut := inproc(t, srv, "ENGINE_MAX_PAYLOAD=1024")
+	stdin := &countingReader{n: 100 << 20}
+	a.stdin = stdin
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--payload", "-"}); code != exitUsage {
+		t.Errorf("oversized payload: exit %d, want %d: %s", code, exitUsage, errOut.String())
+	}
+	if stdin.read > 1025 {
+		t.Errorf("read %d bytes of a 100 MB payload, want at most max_payload + 1 = 1025", stdin.read)
+	}
+	if !strings.Contains(errOut.String(), "payload") {
+		t.Errorf("stderr %q does not name the payload", errOut.String())
+	}
+}
+
+// TestRelativeFarFuture: a due time centuries ahead prints in years, not
+// as an overflowed Duration.
+func TestRelativeFarFuture(t *testing.T) {
+	now := time.Now()
+	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got, want := relative(far, now), fmt.Sprintf("in %d years", 3000-now.Year()); got != want {
+		t.Errorf("relative(year 3000) = %q, want %q", got, want)
+	}
+	if got := relative(now.Add(-72*time.Hour), now); got != "3 days ago" {
+		t.Errorf("relative(-72h) = %q", got)
+	}
+	if got := relative(now.Add(1500*time.Millisecond), now); got != "in 1.5s" {
+		t.Errorf("relative(1.5s) = %q", got)
+	}
+	if s := stamp(far); strings.Contains(s, "h") && strings.Contains(s, "2562047") {
+		t.Errorf("stamp(year 3000) = %q", s)
+	}
+}
+
+// TestStatsNextDueSkipsCancelled: a cancelled task is not shown as the
+// queue's next due task (its emptied bucket stays in the index until due).
+func TestStatsNextDueSkipsCancelled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, out, errOut := inproc(t, srv)
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--queue", "q", "--in", "1h"}); code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, errOut.String())
+	}
+	id := strings.TrimSpace(out.String())
+	if code := a.main(context.Background(), []string{"cancel", id}); code != 0 {
+		t.Fatalf("cancel: exit %d: %s", code, errOut.String())
+	}
+	js := &syncBuffer{}
+	a.stdout = js
+	if code := a.main(context.Background(), []string{"stats", "--json"}); code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(js.String(), `"queue": "q"`) || !strings.Contains(js.String(), `"next_due": null`) {
+		t.Errorf("stats after cancelling the only scheduled task:\n%s\nwant next_due null", js.String())
+	}
+}

@@ -1,0 +1,30 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestConfigValidateNamesField: Validate's error is a *ConfigError naming
+// the field as written in Go, and matches ErrInvalidOption.
+func TestConfigValidateNamesField(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Concurrency: -1}, "Concurrency"},
+		{Config{Queues: []QueueConfig{{Name: "a"}, {Name: "b", Weight: -2}}}, "Queues[1].Weight"},
+		{Config{HeartbeatInterval: 20 * time.Second, HeartbeatTTL: 30 * time.Second}, "HeartbeatTTL"},
+		{Config{Resolution: 2 * time.Minute}, "Resolution"},
+	} {
+		err := c.cfg.Validate()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("Validate(%+v) = %v, want a *ConfigError for %s matching ErrInvalidOption", c.cfg, err, c.field)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
