@@ -22,7 +22,7 @@ func commandTotal(e *env) int {
 // per reap; with the defaults (20 s, 10 s, 30 s) that is under one command
 // a second. docs/benchmarks.md has the figures measured with defaults.
 func TestIdleCost(t *testing.T) {
-	e := realEnv(t)
+	e := privateEnv(t)
 	e.cfg.IdleWait = time.Second
 	e.cfg.HeartbeatInterval = time.Second
 	e.cfg.HeartbeatTTL = 3 * time.Second

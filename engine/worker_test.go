@@ -449,8 +449,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
-			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"))
+			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
 		ctx := context.Background()
 		c := e.client(t)
 		started := make(chan string, 4)
@@ -561,7 +560,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 // timeout shorter than IdleWait, idle workers still wake for new tasks and
 // log no failed waits.
 func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
-	e := realEnv(t)
+	e := privateEnv(t)
 	e.pool = &redisPool{MaxIdle: 8, Dial: func() (redisConn, error) {
 		return redisDial("tcp", e.srv.Addr, redisDialReadTimeout(500*time.Millisecond))
 	}}
