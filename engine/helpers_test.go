@@ -144,3 +144,28 @@ func (h countingHandler) Handle(context.Context, slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// blpopCounter counts the BLPOPs sent through it, for tests whose pools
+// have no census.
+type blpopCounter struct {
+	redis.Conn
+	n *atomic.Int32
+}
+
+func (c *blpopCounter) Do(cmd string, args ...interface{}) (interface{}, error) {
+	if cmd == "BLPOP" {
+		c.n.Add(1)
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *blpopCounter) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	if cmd == "BLPOP" {
+		c.n.Add(1)
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *blpopCounter) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
