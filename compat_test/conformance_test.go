@@ -141,6 +141,10 @@ func checkCensus(t *testing.T, k *kind) {
 		}
 	}
 
+	if err == nil {
+		checkSenders(t, &k.args.senders, doc, full)
+	}
+
 	// Argument forms behind the 2.4 differences (docs/compat.md).
 	a := k.args
 	a.mu.Lock()
