@@ -89,7 +89,9 @@ func newHarness(t *testing.T, opts ...redistest.Option) *harness {
 			h.env = append(h.env, kv)
 		}
 	}
-	h.env = append(h.env, "ENGINE_CONFIG="+cfg, "ENGINE_REDIS_ADDR="+h.srv.Addr, "ENGINE_NAMESPACE="+redistest.Namespace(t))
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { h.srv.Cleanup(t, ns) }) // a shared server keeps nothing of this test
+	h.env = append(h.env, "ENGINE_CONFIG="+cfg, "ENGINE_REDIS_ADDR="+h.srv.Addr, "ENGINE_NAMESPACE="+ns)
 	return h
 }
 
