@@ -31,6 +31,7 @@ type Sizes struct {
 	LatenessWorkers  int           // handlers, lateness scenario (1 dispatcher)
 	IdleDuration     time.Duration // measured idle window
 	IdleWorkers      int           // handlers, idle scenario (1 dispatcher)
+	IdlePeriods      int           // idle window: at least this many of the design's longest idle period
 	MemoryN          int           // scheduled tasks, memory scenario
 }
 
@@ -52,6 +53,7 @@ func sizePreset(name string) (Sizes, error) {
 		LatenessWorkers:  16,
 		IdleDuration:     10 * time.Second,
 		IdleWorkers:      16,
+		IdlePeriods:      3,
 		MemoryN:          100000,
 	}
 	switch name {

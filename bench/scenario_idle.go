@@ -20,8 +20,9 @@ import (
 // (for the engine: one Server with every role, i.e. dispatcher, reaper and
 // a worker with that many slots, in one process).
 //
-// The window is Sizes.IdleDuration, or three times the implementation's
-// longest idle period if it says (Idler) and that is longer: for the engine
+// The window is Sizes.IdleDuration, or Sizes.IdlePeriods (3 unless
+// -idle-periods says otherwise) times the implementation's longest idle
+// period if it says (Idler) and that is longer: for the engine
 // at its defaults, 3 x the 30 s reap interval, so that the idle wait (20 s),
 // the heartbeat (10 s) and the reap all fire several times inside it.
 //
@@ -47,8 +48,8 @@ import (
 func idleCases(s Sizes) []*Case {
 	return []*Case{{
 		Scenario: "idle",
-		Title: fmt.Sprintf("at least %s and 3x the longest idle period, 1 dispatcher + %d workers (engine: dispatcher + reaper + %d-slot worker), one child process",
-			s.IdleDuration, s.IdleWorkers, s.IdleWorkers),
+		Title: fmt.Sprintf("at least %s and %dx the longest idle period, 1 dispatcher + %d workers (engine: dispatcher + reaper + %d-slot worker), one child process",
+			s.IdleDuration, s.IdlePeriods, s.IdleWorkers, s.IdleWorkers),
 		Params: map[string]any{"min_seconds": s.IdleDuration.Seconds(), "workers": s.IdleWorkers, "dispatchers": 1,
 			"child_process": true},
 		Metrics: []MetricDef{
@@ -60,7 +61,7 @@ func idleCases(s Sizes) []*Case {
 		Needs:   needScheduler,
 		Timeout: s.IdleDuration + 5*time.Minute,
 		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-			return runIdle(ctx, m, s.IdleDuration, s.IdleWorkers)
+			return runIdle(ctx, m, s.IdleDuration, s.IdlePeriods, s.IdleWorkers)
 		},
 	}}
 }
@@ -128,7 +129,7 @@ func (c *child) mark() (mark, error) {
 }
 
 // runIdle performs one idle measurement.
-func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int) (map[string]float64, error) {
+func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, workers int) (map[string]float64, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -197,7 +198,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int)
 		if err != nil {
 			return nil, fmt.Errorf("idle child: %s: %w", l, err)
 		}
-		window = max(window, 3*longest)
+		window = max(window, time.Duration(periods)*longest)
 		m.Detail("longest_idle_period_seconds", longest.Seconds())
 	default:
 		return nil, fmt.Errorf("idle child: %s", l)
