@@ -134,6 +134,21 @@ type Cleaner interface {
 	Cleanup(ctx context.Context) error
 }
 
+// Idler is implemented by designs whose idle consumers wake on periods of
+// their own (an idle wait, a heartbeat, a reap interval): the idle scenario
+// measures over at least three times the longest, so that every period
+// fires several times in the window.
+type Idler interface {
+	IdleIntervals() map[string]time.Duration
+}
+
+// RoundTripCounter is implemented by designs whose connections count their
+// round trips (each wait for replies, however many commands a pipeline
+// carried), for the idle scenario.
+type RoundTripCounter interface {
+	RoundTrips() int64
+}
+
 // ErrNotImplemented is returned (wrapped) by adapters not yet written.
 var ErrNotImplemented = errors.New("not implemented")
 

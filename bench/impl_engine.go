@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
@@ -23,6 +24,8 @@ type engineImpl struct {
 	cfg    engine.Config
 	client *engine.Client
 	ns     string
+
+	roundTrips atomic.Int64 // waits for replies on the pool's connections
 
 	mu      sync.Mutex
 	pending []*engine.Dispatcher // prepared by StartDispatchers, run by Release
@@ -46,7 +49,11 @@ func (e *engineImpl) Open(ctx context.Context, env Env) error {
 	addr := env.Addr
 	e.pool = &redis.Pool{
 		Dial: func() (redis.Conn, error) {
-			return redis.Dial("tcp", addr, redis.DialConnectTimeout(5*time.Second))
+			c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(5*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			return &rtConn{Conn: c, n: &e.roundTrips}, nil
 		},
 		MaxIdle:     256,
 		IdleTimeout: time.Minute,
@@ -225,3 +232,48 @@ func (e *engineImpl) ReadyCount(ctx context.Context) (int64, error) {
 type offsetClock time.Duration
 
 func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
+
+// IdleIntervals implements Idler: the periods of what Consume starts (a
+// Server with every role), at the engine's defaults.
+func (e *engineImpl) IdleIntervals() map[string]time.Duration {
+	d := engine.DefaultConfig()
+	return map[string]time.Duration{"idle_wait": d.IdleWait, "heartbeat": d.HeartbeatInterval, "reap_interval": d.ReapInterval}
+}
+
+// RoundTrips implements RoundTripCounter.
+func (e *engineImpl) RoundTrips() int64 { return e.roundTrips.Load() }
+
+// rtConn counts round trips: every Do (one command, or the replies of a
+// pipeline) and every Flush (a pipeline whose replies are then received).
+type rtConn struct {
+	redis.Conn
+	n *atomic.Int64
+}
+
+func (c *rtConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	c.n.Add(1)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *rtConn) Flush() error {
+	c.n.Add(1)
+	return c.Conn.Flush()
+}
+
+func (c *rtConn) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	c.n.Add(1)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *rtConn) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *rtConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	c.n.Add(1)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *rtConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}

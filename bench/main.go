@@ -85,6 +85,7 @@ func parseFlags(args []string) (*options, error) {
 	latWorkers := fs.Int("lateness-workers", 0, "handlers in lateness")
 	idleDur := fs.Duration("idle-duration", 0, "measured window of idle")
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
+	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -133,6 +134,9 @@ func parseFlags(args []string) (*options, error) {
 	setInt(&s.LatenessRate, *latRate)
 	setInt(&s.LatenessWorkers, *latWorkers)
 	setInt(&s.IdleWorkers, *idleWorkers)
+	if *idlePeriods >= 0 {
+		s.IdlePeriods = *idlePeriods
+	}
 	setInt(&s.MemoryN, *memN)
 	setDur(&s.LatenessDuration, *latDur)
 	setDur(&s.LatenessMaxDelay, *latDelay)

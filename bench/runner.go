@@ -31,6 +31,7 @@ type Sizes struct {
 	LatenessWorkers  int           // handlers, lateness scenario (1 dispatcher)
 	IdleDuration     time.Duration // measured idle window
 	IdleWorkers      int           // handlers, idle scenario (1 dispatcher)
+	IdlePeriods      int           // idle window: at least this many of the design's longest idle period
 	MemoryN          int           // scheduled tasks, memory scenario
 }
 
@@ -52,6 +53,7 @@ func sizePreset(name string) (Sizes, error) {
 		LatenessWorkers:  16,
 		IdleDuration:     10 * time.Second,
 		IdleWorkers:      16,
+		IdlePeriods:      3,
 		MemoryN:          100000,
 	}
 	switch name {
@@ -219,13 +221,19 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 				h.Report.Note(fmt.Sprintf("%s %s (%s) %s: %v", c.Scenario, c.Title, s.name, "error", err))
 				continue
 			}
+			// A metric the measurement did not report (the design cannot
+			// measure it) stays out of the values: its cell says n/a.
 			for _, md := range c.Metrics {
-				s.values[md.Key] = append(s.values[md.Key], vals[md.Key])
+				if v, ok := vals[md.Key]; ok {
+					s.values[md.Key] = append(s.values[md.Key], v)
+				}
 			}
 			s.detail = det
 			var parts []string
 			for _, md := range c.Metrics {
-				parts = append(parts, fmt.Sprintf("%s=%s", md.Key, formatValue(vals[md.Key], md.Unit)))
+				if v, ok := vals[md.Key]; ok {
+					parts = append(parts, fmt.Sprintf("%s=%s", md.Key, formatValue(v, md.Unit)))
+				}
 			}
 			h.logf("  %s run %d/%d: %s (%.1fs)", s.name, run, h.Runs, strings.Join(parts, " "), time.Since(start).Seconds())
 			still = append(still, s)
@@ -238,7 +246,9 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 				Scenario: c.Scenario, Case: c.Title, Params: c.Params, Impl: s.name,
 				Metric: md.Key, Unit: md.Unit, Status: s.status, Note: s.note,
 			}
-			if s.status == StatusOK {
+			if s.status == StatusOK && len(s.values[md.Key]) == 0 {
+				r.Status, r.Note = StatusNA, "not measured for this design"
+			} else if s.status == StatusOK {
 				r.setValues(s.values[md.Key])
 				r.Detail = s.detail
 			}

@@ -16,7 +16,15 @@ import (
 )
 
 // idleCases measure what an implementation costs with nothing to do:
-// 1 dispatcher + Sizes.IdleWorkers workers consuming an empty namespace.
+// 1 dispatcher + Sizes.IdleWorkers workers consuming an empty namespace
+// (for the engine: one Server with every role, i.e. dispatcher, reaper and
+// a worker with that many slots, in one process).
+//
+// The window is Sizes.IdleDuration, or Sizes.IdlePeriods (3 unless
+// -idle-periods says otherwise) times the implementation's longest idle
+// period if it says (Idler) and that is longer: for the engine
+// at its defaults, 3 x the 30 s reap interval, so that the idle wait (20 s),
+// the heartbeat (10 s) and the reap all fire several times inside it.
 //
 // The implementation runs in a child process (this same binary, re-executed
 // with BQBENCH_CHILD=idle), so that its CPU time is not mixed with the
@@ -29,7 +37,10 @@ import (
 //   - commands: commands Redis executed (commandstats deltas, INFO left
 //     out); commands run inside Lua scripts count here, one each;
 //   - client_commands: commands clients sent (MONITOR lines not marked
-//     "lua", INFO left out), i.e. round trips: an EVALSHA counts once;
+//     "lua", INFO left out): an EVALSHA counts once, a pipeline of five
+//     commands five times;
+//   - round_trips: waits for replies counted by the implementation's own
+//     connections (RoundTripCounter; n/a otherwise): a pipeline counts once;
 //   - client_cpu and redis_cpu: CPU time of the child and of redis-server,
 //     as % of one core.
 //
@@ -37,18 +48,20 @@ import (
 func idleCases(s Sizes) []*Case {
 	return []*Case{{
 		Scenario: "idle",
-		Title:    fmt.Sprintf("%s, 1 dispatcher + %d workers, child process", s.IdleDuration, s.IdleWorkers),
-		Params: map[string]any{"seconds": s.IdleDuration.Seconds(), "workers": s.IdleWorkers, "dispatchers": 1,
+		Title: fmt.Sprintf("at least %s and %dx the longest idle period, 1 dispatcher + %d workers (engine: dispatcher + reaper + %d-slot worker), one child process",
+			s.IdleDuration, s.IdlePeriods, s.IdleWorkers, s.IdleWorkers),
+		Params: map[string]any{"min_seconds": s.IdleDuration.Seconds(), "workers": s.IdleWorkers, "dispatchers": 1,
 			"child_process": true},
 		Metrics: []MetricDef{
 			{Key: "commands", Unit: "cmds/s"}, {Key: "client_commands", Unit: "cmds/s"},
+			{Key: "round_trips", Unit: "/s"},
 			{Key: "client_cpu", Unit: "%"}, {Key: "redis_cpu", Unit: "%"},
 		},
 		NoOpen:  true,
 		Needs:   needScheduler,
-		Timeout: s.IdleDuration + 2*time.Minute,
+		Timeout: s.IdleDuration + 5*time.Minute,
 		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-			return runIdle(ctx, m, s.IdleDuration, s.IdleWorkers)
+			return runIdle(ctx, m, s.IdleDuration, s.IdlePeriods, s.IdleWorkers)
 		},
 	}}
 }
@@ -90,24 +103,33 @@ func (c *child) request(line string, timeout time.Duration) (string, error) {
 	}
 }
 
-// cpu asks the child for its CPU time so far, in seconds.
-func (c *child) cpu() (float64, time.Time, error) {
+// mark is what the child reports at one end of the window.
+type mark struct {
+	cpu        float64 // CPU time so far, seconds
+	roundTrips int64   // -1: not counted
+	at         time.Time
+}
+
+// mark asks the child for its CPU time and round trips so far.
+func (c *child) mark() (mark, error) {
 	l, err := c.request("mark", 10*time.Second)
 	if err != nil {
-		return 0, time.Time{}, err
+		return mark{}, err
 	}
-	at := time.Now()
+	m := mark{at: time.Now()}
 	f := strings.Fields(l)
-	if len(f) != 3 || f[0] != "cpu" {
-		return 0, at, fmt.Errorf("idle child: unexpected reply %q", l)
+	if len(f) != 4 || f[0] != "cpu" {
+		return m, fmt.Errorf("idle child: unexpected reply %q", l)
 	}
 	u, err1 := strconv.ParseInt(f[1], 10, 64)
 	s, err2 := strconv.ParseInt(f[2], 10, 64)
-	return float64(u+s) / 1e6, at, errors.Join(err1, err2)
+	rt, err3 := strconv.ParseInt(f[3], 10, 64)
+	m.cpu, m.roundTrips = float64(u+s)/1e6, rt
+	return m, errors.Join(err1, err2, err3)
 }
 
 // runIdle performs one idle measurement.
-func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int) (map[string]float64, error) {
+func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, workers int) (map[string]float64, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -171,9 +193,18 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int)
 			return nil, fmt.Errorf("%s: %w", why, ErrNotImplemented)
 		}
 		return nil, fmt.Errorf("%s: %w", why, ErrUnsupported)
-	case l != "ready":
+	case strings.HasPrefix(l, "ready "):
+		longest, err := time.ParseDuration(strings.TrimPrefix(l, "ready "))
+		if err != nil {
+			return nil, fmt.Errorf("idle child: %s: %w", l, err)
+		}
+		window = max(window, time.Duration(periods)*longest)
+		m.Detail("longest_idle_period_seconds", longest.Seconds())
+	default:
 		return nil, fmt.Errorf("idle child: %s", l)
 	}
+	m.Detail("window_seconds", window.Seconds())
+	m.Progress("idle: measuring for %s", window)
 	mon, err := StartMonitor(m.Env.Addr)
 	if err != nil {
 		return nil, err
@@ -199,7 +230,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int)
 		return nil, err
 	}
 	tA := time.Now()
-	cpu1, at1, err := c.cpu()
+	mk1, err := c.mark()
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +246,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int)
 		return nil, err
 	}
 	tB := time.Now()
-	cpu2, at2, err := c.cpu()
+	mk2, err := c.mark()
 	if err != nil {
 		return nil, err
 	}
@@ -263,12 +294,18 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, workers int)
 	m.Detail("client_commands_per_second", sentPer)
 	m.Detail("lua_commands_per_second", luaPer)
 	m.Detail("top_client_commands", topCommands(sentPer, 5))
-	return map[string]float64{
+	res := map[string]float64{
 		"commands":        float64(total) / secs,
 		"client_commands": sentTotal,
-		"client_cpu":      100 * (cpu2 - cpu1) / at2.Sub(at1).Seconds(),
+		"client_cpu":      100 * (mk2.cpu - mk1.cpu) / mk2.at.Sub(mk1.at).Seconds(),
 		"redis_cpu":       100 * (srvB - srvA) / secs,
-	}, nil
+	}
+	if mk1.roundTrips >= 0 {
+		// The mark requests themselves travel on the child's stdin, not
+		// to Redis: nothing to subtract.
+		res["round_trips"] = float64(mk2.roundTrips-mk1.roundTrips) / mk2.at.Sub(mk1.at).Seconds()
+	}
+	return res, nil
 }
 
 // topCommands renders the n most frequent commands, "evalsha 1.6k/s, ...".
@@ -334,7 +371,19 @@ func runIdleChild(stdin io.Reader, stdout io.Writer) int {
 		_ = impl.Close()
 		return 0
 	}
-	fmt.Fprintln(stdout, "ready")
+	var longest time.Duration
+	if id, ok := impl.(Idler); ok {
+		for _, d := range id.IdleIntervals() {
+			longest = max(longest, d)
+		}
+	}
+	fmt.Fprintf(stdout, "ready %s\n", longest)
+	rt := func() int64 {
+		if c, ok := impl.(RoundTripCounter); ok {
+			return c.RoundTrips()
+		}
+		return -1
+	}
 	sc := bufio.NewScanner(stdin)
 	for sc.Scan() {
 		if sc.Text() != "mark" {
@@ -345,7 +394,7 @@ func runIdleChild(stdin io.Reader, stdout io.Writer) int {
 			fmt.Fprintf(stdout, "error getrusage: %v\n", err)
 			continue
 		}
-		fmt.Fprintf(stdout, "cpu %d %d\n", ru.Utime.Nano()/1000, ru.Stime.Nano()/1000)
+		fmt.Fprintf(stdout, "cpu %d %d %d\n", ru.Utime.Nano()/1000, ru.Stime.Nano()/1000, rt())
 	}
 	code := 0
 	if err := stop(); err != nil {

@@ -38,7 +38,7 @@ func (r Reason) String() string {
 // RequeueResult counts what Requeue and RecoverAllInflight did.
 type RequeueResult struct {
 	Requeued int // back in a ready list
-	Buried   int // to the dead letters (too many recoveries, or a bad record)
+	Buried   int // to the dead letters (too many recoveries, or a missing or bad record)
 	Dropped  int // ids no longer this worker's (already handled elsewhere)
 }
 
@@ -53,6 +53,9 @@ type RequeueResult struct {
 //
 //	SET t:<id> waiting; RPUSH q:<q> (front) + tokens; or bury;
 //	HINCRBY running -1, recovered +1
+//	a missing or malformed record becomes a dead letter saying so
+//	(queue "unknown", the raw bytes as payload); a record no longer
+//	running under w is someone else's and is left alone.
 //
 // Two reapers at once: the second one's EXEC fails because the first
 // changed p:<w> and the records, and its next read finds the ids gone from
@@ -92,8 +95,15 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			zrem = append(zrem, id)
 			b, _ := raw.([]byte)
-			r, derr := DecodeRecord(id, b)
-			if derr != nil || r.State != StateRunning || r.Worker != w {
+			// A missing or undecodable record cannot run again: it
+			// becomes a dead letter saying so (its queue is unknown;
+			// RecoverInflight names it the same way), never a silent drop.
+			r, derr := s.readable(tx, id, "unknown", b, now)
+			if derr != nil {
+				res.Buried++
+				continue
+			}
+			if r.State != StateRunning || r.Worker != w {
 				// The pending entry outlived its run; the record is
 				// someone else's business now.
 				res.Dropped++

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Environment of TestChaos.
@@ -36,6 +39,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if procDir != "" {
 		_ = os.RemoveAll(procDir)
+	}
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+		code = 1
 	}
 	os.Exit(code)
 }

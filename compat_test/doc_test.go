@@ -23,6 +23,7 @@ type compatDoc struct {
 	// (and may be missing from a census).
 	sends, errorPaths []string
 	reasons           map[string]string
+	sentBy            map[string]string // the "Sent by" cell of each command
 }
 
 func (d *compatDoc) lists(cmd string) bool {
@@ -40,7 +41,7 @@ func readCompatDoc() (*compatDoc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the compatibility doc: %w", err)
 	}
-	d := &compatDoc{text: string(b), reasons: map[string]string{}}
+	d := &compatDoc{text: string(b), reasons: map[string]string{}, sentBy: map[string]string{}}
 	var section *[]string
 	for _, line := range strings.Split(d.text, "\n") {
 		if strings.HasPrefix(line, "## ") {
@@ -67,6 +68,9 @@ func readCompatDoc() (*compatDoc, error) {
 		}
 		cells := strings.Split(m[2], "|")
 		d.reasons[name] = strings.TrimSpace(cells[len(cells)-1])
+		if len(cells) > 1 {
+			d.sentBy[name] = strings.TrimSpace(cells[0])
+		}
 		*section = append(*section, name)
 	}
 	if len(d.sends) == 0 {

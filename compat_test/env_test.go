@@ -30,6 +30,10 @@ type kind struct {
 	// every violation of the Redis 2.4 rules.
 	census *redis24.Census
 	args   *argCensus
+	// side decides which version behaviours are asserted (sides_test.go);
+	// version is the server's redis_version (empty for miniredis).
+	side    side
+	version string
 
 	mu     sync.Mutex
 	ran    map[string]bool // scenarios that ran

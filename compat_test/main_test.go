@@ -10,8 +10,9 @@ package compat_test
 
 import (
 	"flag"
-	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // defaultParallel is how many scenarios run at once unless -test.parallel
@@ -26,5 +27,7 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", defaultParallel)
 	}
-	os.Exit(m.Run())
+	// Fails the run if any goroutine outlives the tests (a blocking pop
+	// left behind would sit in internal/poll.runtime_pollWait).
+	goleak.VerifyTestMain(m)
 }

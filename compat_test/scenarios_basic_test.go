@@ -253,7 +253,12 @@ func scenarioCancel(e *env) {
 	_, stop := e.server(e.cfg, mux)
 	// The 4 ready and the 4 due soon run; the 4 far ones wait.
 	waitFor(t, 15*time.Second, "the kept tasks that are due", func() bool { return rec.len() >= 8 })
-	time.Sleep(600 * time.Millisecond) // past the cancelled ones' due time
+	// Everything due has been handed out once nothing but the 4 far tasks
+	// waits and nothing runs: a cancelled task that could run would be
+	// ready, scheduled or running then.
+	e.expectStats(c, "default", "only the 4 far tasks waiting, nothing ready or running", func(st engine.QueueStats) bool {
+		return st.Scheduled == 4 && st.Ready == 0 && st.Running == 0
+	})
 	rec.exactlyOnce(t, append(append([]string{}, ready[4:]...), soon[4:]...))
 
 	// Running and done tasks cannot be cancelled.

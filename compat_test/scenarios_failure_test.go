@@ -312,7 +312,7 @@ func scenarioLeaseExpiry(e *env) {
 		return e.lookup(c, id).State == engine.StateDone
 	})
 	once.Do(func() { close(release) }) // the hung run returns now; its result must be dropped
-	time.Sleep(300 * time.Millisecond)
+	// Stopping the worker waits for the released run and its result.
 	stop()
 	runs := rec.of(id)
 	if len(runs) != 2 {
@@ -576,7 +576,7 @@ func scenarioRetryAllOnce(e *env) {
 	var reads atomic.Int32
 	e.faults.set(func(f *faults) {
 		f.beforeDo = func(cm cmd) {
-			if !cm.is("ZREVRANGE") || argString(cm.Args[0]) != e.key("dead") || reads.Add(1) != 2 {
+			if !cm.is("ZRANGEBYSCORE") || argString(cm.Args[0]) != e.key("dead") || reads.Add(1) != 2 {
 				return
 			}
 			deadline := time.Now().Add(10 * time.Second)
@@ -587,8 +587,16 @@ func scenarioRetryAllOnce(e *env) {
 	})
 	n, err := c.RetryAllDead(ctx)
 	e.faults.set(nil)
-	time.Sleep(500 * time.Millisecond) // a second revival would run again by now
+	// Once the call returned, nothing revives the task again: when it is
+	// dead once more, its runs are final.
+	waitFor(t, 10*time.Second, "the revived task to die again", func() bool {
+		d, err := c.DeadCount(ctx)
+		return err == nil && d == 1 && len(rec.of(id)) >= 2
+	})
 	stop()
+	if r := reads.Load(); r < 2 {
+		t.Errorf("RetryAllDead read the dead letters %d times; the race with a revived task dying again was not exercised", r)
+	}
 	runs := len(rec.of(id))
 	if err != nil || n != 1 || runs != 2 {
 		t.Errorf("ENGINE BUG: RetryAllDead with one dead letter = %d, %v, and the task ran %d times in all; want 1, nil, 2 "+

@@ -162,6 +162,7 @@ func (c *spyConn) note(name string, args []interface{}) {
 	cm := cmd{Name: name, Args: args}
 	if c.f.args != nil {
 		c.f.args.record(cm, c.inMulti)
+		c.f.args.senders.record(name)
 	}
 	c.pending++
 	switch strings.ToUpper(name) {
@@ -343,6 +344,7 @@ type argCensus struct {
 	renameDests   map[string]bool // kinds of RENAME destinations
 	blockInMulti  []string        // blocking commands queued inside MULTI
 	ttlArgs       map[string]int  // TTL arguments of SETEX/EXPIRE
+	senders       senders         // engine functions that sent each command
 }
 
 func newArgCensus() *argCensus {

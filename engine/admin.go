@@ -105,7 +105,9 @@ func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Conte
 		return 0, err
 	}
 	defer conn.Close()
-	cutoff := ms(c.cfg.Clock.Now())
+	// Strictly before the call: a letter it revives that dies again within
+	// the same millisecond is not taken a second time.
+	cutoff := ms(c.cfg.Clock.Now()) - 1
 	total := 0
 	for {
 		ids, err := c.store.DeadBefore(ctx, conn, cutoff, 200)

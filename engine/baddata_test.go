@@ -130,7 +130,7 @@ func TestWrongTypeKeys(t *testing.T) {
 // closed by the server (its timeout setting): unregister retries on a
 // fresh connection instead of leaving the worker to a reaper.
 func TestUnregisterAfterStaleConnections(t *testing.T) {
-	e := realEnv(t)
+	e := privateEnv(t) // it sets the server's timeout
 	if _, err := e.admin(t).Do("CONFIG", "SET", "timeout", "1"); err != nil {
 		t.Fatal(err)
 	}

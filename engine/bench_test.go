@@ -14,7 +14,7 @@ import (
 // all. spread 0 puts them in one bucket; otherwise over that span at 1 ms
 // resolution, so most buckets hold one task.
 func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
-	e := realEnv(b)
+	e := privateEnv(b) // it flushes the server and resets its statistics
 	e.cfg.Resolution = time.Millisecond
 	// Time the engine, not the test guard: raw connections.
 	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}

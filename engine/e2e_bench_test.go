@@ -15,7 +15,7 @@ import (
 func BenchmarkWorkerThroughput(b *testing.B) {
 	for _, slots := range []int{8, 64} {
 		b.Run(map[int]string{8: "slots8", 64: "slots64"}[slots], func(b *testing.B) {
-			e := realEnv(b)
+			e := privateEnv(b) // it resets the server's statistics
 			e.pool = &redis.Pool{MaxIdle: 128, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
 			const n = 20000
 			var done atomic.Int64

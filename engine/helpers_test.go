@@ -42,7 +42,13 @@ func newEnv(t testing.TB, srv *redistest.Server) *env {
 }
 
 // realEnv runs against a real redis-server restricted to the 2.4 table.
+// With ENGINE_TEST_REDIS set it is that shared server, isolated by namespace.
 func realEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t)) }
+
+// privateEnv is realEnv on a server of the test's own even when
+// ENGINE_TEST_REDIS names a shared one: for tests that cut connections or
+// count what the server sees.
+func privateEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t, redistest.Private())) }
 
 // eachServer runs f against miniredis and a real server.
 func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
@@ -159,4 +165,29 @@ func idsOf(infos []*TaskInfo, err error) ([]string, error) {
 		ids[i] = info.ID
 	}
 	return ids, nil
+}
+
+// blpopCounter counts the BLPOPs sent through it, for tests whose pools
+// have no census.
+type blpopCounter struct {
+	redis.Conn
+	n *atomic.Int32
+}
+
+func (c *blpopCounter) Do(cmd string, args ...interface{}) (interface{}, error) {
+	if cmd == "BLPOP" {
+		c.n.Add(1)
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *blpopCounter) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	if cmd == "BLPOP" {
+		c.n.Add(1)
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *blpopCounter) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
 }

@@ -22,7 +22,7 @@ func commandTotal(e *env) int {
 // per reap; with the defaults (20 s, 10 s, 30 s) that is under one command
 // a second. docs/benchmarks.md has the figures measured with defaults.
 func TestIdleCost(t *testing.T) {
-	e := realEnv(t)
+	e := privateEnv(t)
 	e.cfg.IdleWait = time.Second
 	e.cfg.HeartbeatInterval = time.Second
 	e.cfg.HeartbeatTTL = 3 * time.Second
@@ -47,22 +47,38 @@ func TestIdleCost(t *testing.T) {
 		t.Fatalf("idle server sent %.1f commands/s; budget 20", perSec)
 	}
 	stopIdle()
-	// And a task still starts at once: the idle wait is not a poll.
+
+	// And an idle worker starts a new task at once: woken by the enqueue's
+	// token, not by its idle timeout. IdleWait is 10 s here and the task
+	// must start within wakeBound (a few round trips, with room for a
+	// loaded machine): a worker that polled, or slept its IdleWait, fails.
+	const wakeBound = time.Second
+	e.cfg.IdleWait = 10 * time.Second
 	c := e.client(t)
 	ran := make(chan time.Time, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- time.Now(); return nil })
-	w, _ := NewWorker(e.pool, e.cfg, mux)
+	w, err := NewWorker(e.pool, e.cfg, mux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blpops := e.srv.Census.Count("BLPOP")
 	runBackground(t, w.Run)
-	time.Sleep(1500 * time.Millisecond) // let the worker go idle
+	// The worker is idle once its waiter has sent its BLPOP and the slots
+	// found nothing (their fetch round comes first).
+	waitFor(t, 10*time.Second, "the idle worker's BLPOP", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
 	t0 := time.Now()
 	if _, err := c.Enqueue(context.Background(), "t", nil, Queue("c")); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case at := <-ran:
-		t.Logf("idle worker started a new task after %v", at.Sub(t0))
-	case <-time.After(5 * time.Second):
-		t.Fatal("an idle worker did not start a new task")
+		d := at.Sub(t0)
+		t.Logf("idle worker started a new task after %v (IdleWait %v)", d, e.cfg.IdleWait)
+		if d > wakeBound {
+			t.Fatalf("an idle worker started a new task after %v; the wake-up path should take under %v (IdleWait %v)", d, wakeBound, e.cfg.IdleWait)
+		}
+	case <-time.After(e.cfg.IdleWait + 2*time.Second):
+		t.Fatalf("an idle worker did not start a new task within IdleWait %v", e.cfg.IdleWait)
 	}
 }

@@ -449,8 +449,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
-			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"))
+			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
 		ctx := context.Background()
 		c := e.client(t)
 		started := make(chan string, 4)
@@ -561,9 +560,14 @@ func TestSecondShutdownAborts(t *testing.T) {
 // timeout shorter than IdleWait, idle workers still wake for new tasks and
 // log no failed waits.
 func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
-	e := realEnv(t)
+	e := privateEnv(t)
+	var blpops atomic.Int32
 	e.pool = &redisPool{MaxIdle: 8, Dial: func() (redisConn, error) {
-		return redisDial("tcp", e.srv.Addr, redisDialReadTimeout(500*time.Millisecond))
+		c, err := redisDial("tcp", e.srv.Addr, redisDialReadTimeout(500*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		return &blpopCounter{Conn: c, n: &blpops}, nil
 	}}
 	var warned atomic.Int32
 	e.cfg.Logger = slogCounting(&warned)
@@ -573,7 +577,9 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })
 	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
 	runBackground(t, srv.Run)
-	time.Sleep(4500 * time.Millisecond) // two idle timeouts
+	// Two idle timeouts each of the worker's waiter and the dispatcher's
+	// waker: their third BLPOPs are sent.
+	waitFor(t, 15*time.Second, "two idle timeouts", func() bool { return blpops.Load() >= 6 })
 	if _, err := e.client(t).EnqueueIn(context.Background(), 50*time.Millisecond, "t", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The project's test command: installs redis-server when it is missing (the
 # real-server tests need it and fail, not skip, without it), then vets and
-# runs every test with the race detector.
+# runs every test with the race detector, then staticcheck.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# staticcheck, pinned; installed from the Go module proxy when missing.
+STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.2.2
+STATICCHECK="$(go env GOPATH)/bin/staticcheck"
+if ! "$STATICCHECK" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
+  echo "installing staticcheck ${STATICCHECK_VERSION}" >&2
+  go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
+fi
 
 if ! command -v redis-server >/dev/null 2>&1; then
   echo "redis-server not found; installing it (needs root and the Debian archive)" >&2
@@ -16,10 +24,11 @@ fi
 redis-server --version
 
 go vet ./...
+"$STATICCHECK" ./...
 go test -race -count=1 -timeout 20m ./...
 # A short fuzz of each decoder beyond its seed corpus (the seeds run above).
 go test -run '^$' -fuzz '^FuzzDecodeRecord$' -fuzztime 10s ./buckets
 go test -run '^$' -fuzz '^FuzzParseConfig$' -fuzztime 10s ./cmd/engine
 if [ -f bench/go.mod ]; then
-  (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
+  (cd bench && go vet ./... && "$STATICCHECK" ./... && go test -count=1 -timeout 10m ./...)
 fi

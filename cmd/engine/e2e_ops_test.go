@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 // startSleeper enqueues a task whose command sleeps 30 s and waits until
@@ -101,7 +103,7 @@ func TestE2EWrongPassword(t *testing.T) {
 // TestE2EWaitsForRedis: run started before Redis logs that it waits,
 // does not exit, and starts once Redis is up.
 func TestE2EWaitsForRedis(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, redistest.Private())
 	h.srv.Stop(t)
 	run := h.start(nil, "run")
 	h.eventually(5*time.Second, "the waiting log line", func() bool {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/internal/redistest"
+	"go.uber.org/goleak"
 )
 
 // engineBin is the binary built once by TestMain; the end-to-end tests
@@ -35,6 +36,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -72,9 +77,11 @@ type harness struct {
 	env []string
 }
 
-func newHarness(t *testing.T) *harness {
+// opts go to redistest.Start: redistest.Private() for a test that stops
+// or restarts the server, which ENGINE_TEST_REDIS's shared one must not be.
+func newHarness(t *testing.T, opts ...redistest.Option) *harness {
 	t.Parallel()
-	h := &harness{t: t, srv: redistest.Start(t), dir: t.TempDir()}
+	h := &harness{t: t, srv: redistest.Start(t, opts...), dir: t.TempDir()}
 	cfg := filepath.Join(h.dir, "config.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(baseConfig, h.dir)), 0o600); err != nil {
 		t.Fatal(err)
@@ -84,7 +91,9 @@ func newHarness(t *testing.T) *harness {
 			h.env = append(h.env, kv)
 		}
 	}
-	h.env = append(h.env, "ENGINE_CONFIG="+cfg, "ENGINE_REDIS_ADDR="+h.srv.Addr, "ENGINE_NAMESPACE="+redistest.Namespace(t))
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { h.srv.Cleanup(t, ns) }) // a shared server keeps nothing of this test
+	h.env = append(h.env, "ENGINE_CONFIG="+cfg, "ENGINE_REDIS_ADDR="+h.srv.Addr, "ENGINE_NAMESPACE="+ns)
 	return h
 }
 

@@ -72,7 +72,9 @@ func TestDemo(t *testing.T) {
 // inproc returns an app wired to a real Redis and a fresh namespace.
 func inproc(t *testing.T, srv *redistest.Server, extra ...string) (*app, *syncBuffer, *syncBuffer) {
 	var out, errOut syncBuffer
-	env := append([]string{"ENGINE_REDIS_ADDR=" + srv.Addr, "ENGINE_NAMESPACE=" + redistest.Namespace(t),
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) }) // a shared server keeps nothing of this test
+	env := append([]string{"ENGINE_REDIS_ADDR=" + srv.Addr, "ENGINE_NAMESPACE=" + ns,
 		"ENGINE_IDLE_WAIT=1s", "ENGINE_REDIS_READ_TIMEOUT=5s"}, extra...)
 	return &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, environ: env}, &out, &errOut
 }

@@ -75,34 +75,44 @@ type Server struct {
 type config struct {
 	appendOnly bool
 	extra      []string
+	private    bool
 }
 
 // Option configures [Start].
 type Option func(*config)
 
 // WithAppendOnly turns on the AOF with appendfsync always, so that data
-// survives Kill and Restart.
-func WithAppendOnly() Option { return func(c *config) { c.appendOnly = true } }
+// survives Kill and Restart. It implies [Private].
+func WithAppendOnly() Option { return func(c *config) { c.appendOnly, c.private = true, true } }
 
 // WithArgs appends raw redis-server arguments, e.g. WithArgs("--timeout", "1").
+// It implies [Private].
 func WithArgs(args ...string) Option {
-	return func(c *config) { c.extra = append(c.extra, args...) }
+	return func(c *config) { c.extra, c.private = append(c.extra, args...), true }
 }
 
-// Start returns a real Redis server for t. If ENGINE_TEST_REDIS is set it
-// uses that server (Kind "external"; options are ignored and nothing is
-// started). Otherwise it starts redis-server (REDIS_SERVER or PATH) on a free
-// loopback port in t.TempDir(), with the default user restricted to the Redis
-// 2.4 command table and an "admin" user for [Server.Admin]. The server is
-// stopped in t.Cleanup. A missing redis-server fails the test; it never skips.
+// Private asks for a server of the test's own even when ENGINE_TEST_REDIS
+// names a shared one: for tests that stop, kill or restart the server, cut
+// or kill its connections, or read figures (INFO, census totals) that other
+// tests sharing a server would disturb.
+func Private() Option { return func(c *config) { c.private = true } }
+
+// Start returns a real Redis server for t. If ENGINE_TEST_REDIS is set and no
+// option asks for a private server ([Private], [WithAppendOnly], [WithArgs]),
+// it uses that server (Kind "external"; nothing is started; tests isolate
+// themselves there by [Namespace]). Otherwise it starts redis-server
+// (REDIS_SERVER or PATH) on a free loopback port in t.TempDir(), with the
+// default user restricted to the Redis 2.4 command table and an "admin" user
+// for [Server.Admin]. The server is stopped in t.Cleanup. A missing
+// redis-server fails the test; it never skips.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	if addr := os.Getenv(EnvAddr); addr != "" {
-		return &Server{Addr: addr, Kind: KindExternal, Census: redis24.NewCensus(), password: os.Getenv(EnvPassword)}
-	}
 	var cfg config
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if addr := os.Getenv(EnvAddr); addr != "" && !cfg.private {
+		return &Server{Addr: addr, Kind: KindExternal, Census: redis24.NewCensus(), password: os.Getenv(EnvPassword)}
 	}
 	bin, err := findRedisServer()
 	if err != nil {
@@ -250,9 +260,13 @@ func (s *Server) launch() error {
 	return nil
 }
 
-// waitReady PINGs addr until it answers or the process exits.
+// waitReady asks addr for INFO until the server that answers is p (its
+// process_id), or p exits. Another test's server may hold the port that
+// freePort chose (p then fails to bind and exits): a PING alone would take
+// that server for p.
 func waitReady(addr string, p *process) error {
 	deadline := time.Now().Add(startTimeout)
+	want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid)
 	var lastErr error
 	for time.Now().Before(deadline) {
 		select {
@@ -263,16 +277,29 @@ func waitReady(addr string, p *process) error {
 		c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second),
 			redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
 		if err == nil {
-			_, err = c.Do("PING")
+			var info string
+			info, err = redis.String(c.Do("INFO"))
 			c.Close()
 			if err == nil {
-				return nil
+				if containsLine(info, want) {
+					return nil
+				}
+				err = fmt.Errorf("another server answers on %s", addr)
 			}
 		}
 		lastErr = err
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("no PONG within %v: %v", startTimeout, lastErr)
+	return fmt.Errorf("no answer from the new server within %v: %v", startTimeout, lastErr)
+}
+
+func containsLine(text, line string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.TrimSpace(l) == line {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) logSince(off int64) string {

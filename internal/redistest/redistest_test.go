@@ -231,6 +231,17 @@ func TestExternalServerAndCleanup(t *testing.T) {
 		t.Errorf("after Cleanup keys = %v, %v; want only %s:a", keys, err, other)
 	}
 	redistest.RequireNoViolations(t, s)
+
+	// A test that stops or cuts its server gets one of its own even here.
+	for name, opt := range map[string]redistest.Option{
+		"Private": redistest.Private(), "WithArgs": redistest.WithArgs("--timeout", "0"), "WithAppendOnly": redistest.WithAppendOnly(),
+	} {
+		p := redistest.Start(t, opt)
+		if p.Kind != redistest.KindReal || p.Addr == backing.Addr {
+			t.Errorf("Start(%s) with %s set = %q at %s, want a server of its own", name, redistest.EnvAddr, p.Kind, p.Addr)
+		}
+		p.Stop(t)
+	}
 }
 
 func TestACLRules(t *testing.T) {

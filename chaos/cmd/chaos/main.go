@@ -6,6 +6,7 @@
 //	go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
 //	go run ./chaos/cmd/chaos -scenario workers,conncut -tasks 5000
 //	go run ./chaos/cmd/chaos -list
+//	go run ./chaos/cmd/chaos -tasks 2500 -seed 7 -markdown tables.md
 //
 // It prints each scenario's report, and exits 1 if any failed.
 package main
@@ -36,6 +37,7 @@ func main() {
 		quiet    = flag.Bool("q", false, "no progress lines")
 		list     = flag.Bool("list", false, "list the scenarios and exit")
 		procArgs = flag.String("proc-args", "", "extra space-separated chaosproc flags for every process, e.g. -done-retention=-1s")
+		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
 	)
 	flag.Parse()
 	if *list {
@@ -76,6 +78,7 @@ func main() {
 	}
 	failed := 0
 	var summary []string
+	var reports []*chaos.Report
 	for _, n := range names {
 		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
 			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs)}
@@ -96,6 +99,7 @@ func main() {
 			continue
 		}
 		fmt.Println(rep)
+		reports = append(reports, rep)
 		verdict := "PASS"
 		if !rep.OK() {
 			failed++
@@ -105,6 +109,21 @@ func main() {
 			n, verdict, rep.Enqueued, rep.Executed, rep.Lost, rep.DeadLettered, rep.DupTasks, rep.InterruptedTasks, rep.Early, rep.LateMax))
 	}
 	fmt.Printf("chaos summary (seed %d):\n  %s\n", *seed, strings.Join(summary, "\n  "))
+	if *markdown != "" {
+		// The command that reproduces these tables: the seed always, the
+		// other flags as given.
+		cmd := "go run ./chaos/cmd/chaos"
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name != "markdown" && f.Name != "seed" && f.Name != "q" && f.Name != "keep" && f.Name != "dir" {
+				cmd += fmt.Sprintf(" -%s %s", f.Name, f.Value)
+			}
+		})
+		cmd += fmt.Sprintf(" -seed %d", *seed)
+		if err := os.WriteFile(*markdown, []byte(chaos.Markdown(cmd, reports)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	if failed > 0 {
 		os.Exit(1)
 	}
