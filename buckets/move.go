@@ -52,6 +52,7 @@ type MoveResult struct {
 	Stale       int      // index members whose bucket was missing or empty, removed
 	Conflicts   int      // transactions that found a bucket changed, left for later
 	Quarantined []string // keys of the wrong type renamed under bad:
+	Garbage     []string // index members that do not parse, removed
 }
 
 func (r *MoveResult) add(o MoveResult) {
@@ -61,6 +62,7 @@ func (r *MoveResult) add(o MoveResult) {
 	r.Stale += o.Stale
 	r.Conflicts += o.Conflicts
 	r.Quarantined = append(r.Quarantined, o.Quarantined...)
+	r.Garbage = append(r.Garbage, o.Garbage...)
 }
 
 // movePlan is one move transaction: the buckets it watches and reads.
@@ -135,6 +137,10 @@ func (p *movePlan) reads() int { return len(p.buckets) + len(p.queues) }
 //	RENAME key bad:key                    (a key of the wrong type)
 func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 	res := MoveResult{Stale: len(p.badMems)}
+	for _, m := range p.badMems {
+		ms, _ := m.(string)
+		res.Garbage = append(res.Garbage, ms)
+	}
 	nb := len(p.buckets)
 	for i, q := range p.queues {
 		t, _ := redis.String(reps[nb+i], nil)

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"sync"
+)
+
+// processor bounds the handlers running at once with one semaphore of
+// Config.Concurrency tokens: it takes a token, has the fetcher take a
+// task, and runs it in a goroutine of its own, which gives the token back
+// when it has no next task. A task finishing takes the next one with its
+// result (one round trip); only when that finds nothing does the token go
+// back to the fetching loop.
+type processor struct {
+	w   *Worker
+	sem chan struct{}
+}
+
+// run fetches until fetchCtx ends, then waits for the running tasks.
+// baseCtx is the parent of the handlers' contexts.
+func (p *processor) run(fetchCtx, baseCtx context.Context) {
+	var tasks sync.WaitGroup
+	defer tasks.Wait()
+	defer p.w.fetcher.close()
+	for {
+		select {
+		case p.sem <- struct{}{}:
+		case <-fetchCtx.Done():
+			return
+		}
+		c, ok := p.w.fetcher.next(fetchCtx)
+		if !ok {
+			<-p.sem
+			return
+		}
+		tasks.Go(func() {
+			defer func() { <-p.sem }()
+			p.work(fetchCtx, baseCtx, c)
+		})
+	}
+}
+
+// work runs a claimed task, records its result, and goes on with the task
+// taken together with the result, as long as there is one.
+func (p *processor) work(fetchCtx, baseCtx context.Context, c claimed) {
+	w := p.w
+	h := c.h
+	defer h.Close()
+	for {
+		herr, ok := w.runs.run(baseCtx, c.rec)
+		if !ok {
+			return // given back while it ran
+		}
+		next := w.finisher.finish(fetchCtx, baseCtx, c, herr)
+		if next.id == "" {
+			return
+		}
+		if fetchCtx.Err() != nil {
+			// Stopping: the id stays in the in-flight list, which the
+			// worker gives back when it unregisters.
+			w.inflight.release(next.id, false)
+			return
+		}
+		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id)
+		if rec == nil {
+			return
+		}
+		c = claimed{rec: rec, h: h, held: held}
+	}
+}
