@@ -29,8 +29,16 @@ type Dispatcher struct {
 	store *buckets.Store
 	log   *slog.Logger
 
+	moves      mover // d.store in production
 	moved      atomic.Int64
 	garbageLog rateLimit
+}
+
+// mover is the dispatcher's two transactions: *buckets.Store in
+// production, wrapped by tests.
+type mover interface {
+	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error)
+	NextDue(conn redis.Conn) (int64, bool, error)
 }
 
 // NewDispatcher returns a Dispatcher over pool.
@@ -42,7 +50,7 @@ func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
+	return &Dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
 }
 
 // Moved reports how many tasks this dispatcher made ready.
@@ -158,7 +166,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	now := ms(d.cfg.Clock.Now())
 	// Several dispatchers over one large backlog each start in a window of
 	// their own, at random among four, so that they seldom conflict.
-	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
+	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
 	if err != nil {
 		return 0, err
 	}
@@ -176,7 +184,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	if res.Tasks > 0 || res.Partial || res.Conflicts > 0 || res.Stale > 0 {
 		return 0, nil
 	}
-	next, ok, err := d.store.NextDue(conn)
+	next, ok, err := d.moves.NextDue(conn)
 	if err != nil {
 		return 0, err
 	}

@@ -21,11 +21,14 @@ type fetcher struct {
 	queues  []string
 	weights []float64
 	waiter  *waiter
+	h       rconn.Holder // the fetching loop's connection
+	bo      rconn.Backoff
 }
 
 func newFetcher(w *Worker) *fetcher {
 	f := &fetcher{w: w, waiter: &waiter{w: w}}
 	f.waiter.blocker.Pool = w.pool
+	f.h.Pool = w.pool
 	for _, q := range w.cfg.Queues {
 		f.queues = append(f.queues, q.Name)
 		f.weights = append(f.weights, float64(q.Weight))
@@ -43,17 +46,11 @@ type claimed struct {
 	held redis.Conn
 }
 
-// next pops and claims one task, waiting while every queue is empty. It
+// next pops one task into the in-flight list, waiting while every queue
+// is empty; the in-flight set holds its id until the caller's claim. It
 // returns false when ctx ended.
-func (f *fetcher) next(ctx context.Context) (claimed, bool) {
+func (f *fetcher) next(ctx context.Context) (popped, bool) {
 	w := f.w
-	h := w.holder()
-	defer func() {
-		if h != nil {
-			h.Close()
-		}
-	}()
-	bo := w.backoff()
 	for ctx.Err() == nil {
 		if !w.hb.alive() {
 			// Heartbeats are failing: take nothing until one succeeds.
@@ -62,9 +59,9 @@ func (f *fetcher) next(ctx context.Context) (claimed, bool) {
 			}
 			continue
 		}
-		conn, err := h.Get(ctx)
+		conn, err := f.h.Get(ctx)
 		if err != nil {
-			if !bo.Wait(ctx, w.log, "fetch", err) {
+			if !f.bo.Wait(ctx, w.log, "fetch", err) {
 				break
 			}
 			continue
@@ -77,28 +74,26 @@ func (f *fetcher) next(ctx context.Context) (claimed, bool) {
 			return id, err != nil && !buckets.IsServerError(err), err
 		})
 		if err != nil {
-			h.Drop()
-			if !bo.Wait(ctx, w.log, "fetch", err) {
+			f.h.Drop()
+			if !f.bo.Wait(ctx, w.log, "fetch", err) {
 				break
 			}
 			continue
 		}
-		bo.Reset()
+		f.bo.Reset()
 		if id == "" {
 			f.waiter.wait(ctx)
 			continue
 		}
-		rec, held := f.claim(ctx, h, q, id)
-		if rec != nil {
-			c := claimed{rec: rec, h: h, held: held}
-			h = nil // the claimed task keeps the connection
-			return c, true
-		}
+		return popped{id: id, q: q}, true
 	}
-	return claimed{}, false
+	return popped{}, false
 }
 
-func (f *fetcher) close() { f.waiter.close() }
+func (f *fetcher) close() {
+	f.waiter.close()
+	f.h.Close()
+}
 
 // order is the order to try the queues in for one fetch: as configured
 // under strict priority; otherwise a weighted random order, so each

@@ -17,7 +17,9 @@ type processor struct {
 }
 
 // run fetches until fetchCtx ends, then waits for the running tasks.
-// baseCtx is the parent of the handlers' contexts.
+// baseCtx is the parent of the handlers' contexts. The fetching loop only
+// pops (one round trip); each task's goroutine claims it, so claims run
+// in parallel.
 func (p *processor) run(fetchCtx, baseCtx context.Context) {
 	var tasks sync.WaitGroup
 	defer tasks.Wait()
@@ -28,43 +30,40 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 		case <-fetchCtx.Done():
 			return
 		}
-		c, ok := p.w.fetcher.next(fetchCtx)
+		next, ok := p.w.fetcher.next(fetchCtx)
 		if !ok {
 			<-p.sem
 			return
 		}
 		tasks.Go(func() {
 			defer func() { <-p.sem }()
-			p.work(fetchCtx, baseCtx, c)
+			p.work(fetchCtx, baseCtx, next)
 		})
 	}
 }
 
-// work runs a claimed task, records its result, and goes on with the task
-// taken together with the result, as long as there is one.
-func (p *processor) work(fetchCtx, baseCtx context.Context, c claimed) {
+// work claims a popped task, runs it, records its result, and goes on
+// with the task taken together with the result, as long as there is one.
+func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	w := p.w
-	h := c.h
+	h := w.holder()
 	defer h.Close()
-	for {
+	for next.id != "" {
+		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id)
+		if rec == nil {
+			return
+		}
+		c := claimed{rec: rec, h: h, held: held}
 		herr, ok := w.runs.run(baseCtx, c.rec)
 		if !ok {
 			return // given back while it ran
 		}
-		next := w.finisher.finish(fetchCtx, baseCtx, c, herr)
-		if next.id == "" {
-			return
-		}
-		if fetchCtx.Err() != nil {
+		next = w.finisher.finish(fetchCtx, baseCtx, c, herr)
+		if next.id != "" && fetchCtx.Err() != nil {
 			// Stopping: the id stays in the in-flight list, which the
 			// worker gives back when it unregisters.
 			w.inflight.release(next.id, false)
 			return
 		}
-		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id)
-		if rec == nil {
-			return
-		}
-		c = claimed{rec: rec, h: h, held: held}
 	}
 }

@@ -117,7 +117,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Shutdown stops the server gracefully with ctx as the deadline for
 // running handlers, and waits until Run has returned, or until ctx's end
-// plus a slack of 400 ms, whichever comes first. A second call with an
+// plus a slack of 250 ms, whichever comes first. A second call with an
 // earlier deadline (an already-cancelled context, say) returns running
 // tasks to their queues at once. Before Run, it closes the server: Run
 // then returns ErrClosed.

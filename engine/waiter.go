@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
@@ -35,12 +34,8 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		// the queues meanwhile.
 		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", wt.keys...)
 	}
-	// A failed wait must not become a poll: back off, at least a
-	// fraction of the idle wait.
-	if !wt.bo.Wait(ctx, w.log, "worker wake-up wait", err) {
-		return false
-	}
-	return rconn.Sleep(ctx, min(w.cfg.IdleWait/10, 100*time.Millisecond))
+	// A failed wait must not become a poll: back off.
+	return wt.bo.Wait(ctx, w.log, "worker wake-up wait", err)
 }
 
 func (wt *waiter) close() { wt.blocker.Close() }

@@ -187,11 +187,11 @@ func (w *Worker) run(ctx context.Context) error {
 
 // shutdownSlack is how long Shutdown waits past its deadline for Run to
 // give the unfinished tasks back before it returns.
-const shutdownSlack = 400 * time.Millisecond
+const shutdownSlack = 250 * time.Millisecond
 
 // Shutdown stops the worker gracefully (see Run) with ctx as the deadline
 // for running handlers, and waits for Run to return, or for ctx's end
-// plus a slack of 400 ms, whichever comes first. A second call with an
+// plus a slack of 250 ms, whichever comes first. A second call with an
 // earlier deadline (an already-cancelled context, say) cuts the wait
 // short: running tasks go back to their queues at once. Before Run, it
 // closes the worker: Run then returns ErrClosed.

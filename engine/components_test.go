@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// conflictMover reports a round that met only conflicts, n times, and
+// counts the rounds.
+type conflictMover struct {
+	n      int
+	rounds []time.Time
+	done   chan struct{}
+}
+
+func (m *conflictMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error) {
+	m.rounds = append(m.rounds, time.Now())
+	if len(m.rounds) <= m.n {
+		return buckets.MoveResult{Conflicts: 1}, nil
+	}
+	if len(m.rounds) == m.n+1 {
+		close(m.done)
+	}
+	return buckets.MoveResult{}, nil
+}
+
+func (m *conflictMover) NextDue(redis.Conn) (int64, bool, error) { return 0, false, nil }
+
+// A dispatcher round that met only conflicts backs off before the next:
+// the pauses grow as the conflicts go on, instead of reading again at once.
+func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	d, err := NewDispatcher(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &conflictMover{n: 5, done: make(chan struct{})}
+	d.moves = m
+	stop := runBackground(t, d.Run)
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dispatcher did not get past the conflicts")
+	}
+	stop()
+	// Pauses after the 2nd, 3rd and 4th conflicted rounds: each at least
+	// the backoff's floor, half its nominal 50, 100, 200 ms.
+	for i, floor := range []time.Duration{25, 50, 100} {
+		gap := m.rounds[i+2].Sub(m.rounds[i+1])
+		if gap < floor*time.Millisecond {
+			t.Fatalf("round %d came %v after a conflicted round; want a pause of at least %v", i+3, gap, floor*time.Millisecond)
+		}
+	}
+}
+
+// The retry policy: done on nil, RetryAfter waits without counting an
+// attempt, failures retry until MaxAttempts, permanent errors and unknown
+// types (under UnknownDead) go to the dead letters.
+func TestRetryPolicy(t *testing.T) {
+	p := retryPolicy{cfg: Config{Backoff: func(int) time.Duration { return time.Second }, UnknownType: UnknownDead}}
+	now := time.UnixMilli(1_000_000)
+	rec := func() *buckets.Record { return &buckets.Record{MaxAttempts: 2} }
+	if out := p.decide(rec(), now, nil); out != buckets.Done {
+		t.Fatalf("nil: %v", out)
+	}
+	r := rec()
+	if out := p.decide(r, now, RetryAfter(5*time.Second)); out != buckets.Again || r.Attempts != 0 || r.State != buckets.StateWaiting || r.Due != now.Add(5*time.Second).UnixMilli() {
+		t.Fatalf("RetryAfter: %v %+v", out, r)
+	}
+	r = rec()
+	if out := p.decide(r, now, errors.New("x")); out != buckets.Again || r.Attempts != 1 || r.State != buckets.StateRetry || r.Due != now.Add(time.Second).UnixMilli() {
+		t.Fatalf("first failure: %v %+v", out, r)
+	}
+	if out := p.decide(r, now, errors.New("x")); out != buckets.Bury || r.Attempts != 2 {
+		t.Fatalf("last failure: %v %+v", out, r)
+	}
+	if out := p.decide(rec(), now, Permanent(errors.New("x"))); out != buckets.Bury {
+		t.Fatalf("permanent: %v", out)
+	}
+	if out := p.decide(rec(), now, ErrNoHandler); out != buckets.Bury {
+		t.Fatalf("no handler: %v", out)
+	}
+}
+
+// The in-flight set holds popped ids until their claim ends, counts an id
+// popped twice, and marks the list for recovery when a pop reply is lost
+// or a claim gives its id back.
+func TestInflightSet(t *testing.T) {
+	s := newInflightSet()
+	for i := 0; i < 2; i++ {
+		if id, _ := s.pop(func() (string, bool, error) { return "a", false, nil }); id != "a" {
+			t.Fatal(id)
+		}
+	}
+	if got := s.snapshot(); got["a"] != 2 {
+		t.Fatalf("snapshot %v", got)
+	}
+	s.release("a", false)
+	if got := s.snapshot(); got["a"] != 1 || s.dirty.Load() {
+		t.Fatalf("after release: %v dirty %v", got, s.dirty.Load())
+	}
+	s.release("a", true)
+	if got := s.snapshot(); len(got) != 0 || !s.dirty.Load() {
+		t.Fatalf("after give-back: %v dirty %v", got, s.dirty.Load())
+	}
+	s.dirty.Store(false)
+	_, err := s.pop(func() (string, bool, error) { return "", true, errInjected })
+	if !errors.Is(err, errInjected) || !s.dirty.Load() {
+		t.Fatalf("lost pop: %v dirty %v", err, s.dirty.Load())
+	}
+	select {
+	case <-s.wake:
+	default:
+		t.Fatal("the recoverer was not woken")
+	}
+}
