@@ -311,9 +311,14 @@ func (s *Store) moveLane(conn redis.Conn, plans []*movePlan) (MoveResult, error)
 	if err := sendPlan(plans[0]); err != nil {
 		return total, fmt.Errorf("buckets: move: %w", err)
 	}
-	reps, err := redis.Values(conn.Do(""))
-	if err != nil {
-		return total, fmt.Errorf("buckets: move: %w", err)
+	var reps []interface{}
+	if watched(plans[0])+plans[0].reads() > 0 {
+		// (A plan of index members that all fail to parse sends
+		// nothing to read: its MULTI only removes them.)
+		var err error
+		if reps, err = redis.Values(conn.Do("")); err != nil {
+			return total, fmt.Errorf("buckets: move: %w", err)
+		}
 	}
 	for i, p := range plans {
 		if err := readsOK(reps, watched(p), p.reads()); err != nil {

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +119,77 @@ func TestInflightSet(t *testing.T) {
 	case <-s.wake:
 	default:
 		t.Fatal("the recoverer was not woken")
+	}
+}
+
+// Task.Run numbers the starts of a task: a handler can tell a re-run.
+func TestTaskRunNumber(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	runs := make(chan int, 4)
+	mux := NewMux()
+	mux.HandleFunc("t", func(ctx context.Context, task *Task) error {
+		runs <- task.Run
+		if task.Run == 1 {
+			return errors.New("first run fails")
+		}
+		return nil
+	})
+	w, _ := NewWorker(e.pool, e.cfg, mux)
+	runBackground(t, w.Run)
+	if _, err := e.client(t).Enqueue(context.Background(), "t", nil, MaxAttempts(3)); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := NewDispatcher(e.pool, e.cfg)
+	runBackground(t, d.Run)
+	for want := 1; want <= 2; want++ {
+		select {
+		case got := <-runs:
+			if got != want {
+				t.Fatalf("run %d, want %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d did not happen", want)
+		}
+	}
+}
+
+// Garbage members of the bucket index are removed with a log line, and
+// the line is rate-limited.
+func TestGarbageIndexMembersLogged(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	logs := &logLines{}
+	e.cfg.Logger = slog.New(logs)
+	admin := e.admin(t)
+	for _, m := range []string{"garbage", "q:notanumber"} {
+		if _, err := admin.Do("ZADD", e.key("sched"), 1, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, _ := NewDispatcher(e.pool, e.cfg)
+	runBackground(t, d.Run)
+	waitFor(t, 5*time.Second, "the index emptied", func() bool {
+		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
+		return n == 0
+	})
+	if _, err := admin.Do("ZADD", e.key("sched"), 1, "more-garbage"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Do("LPUSH", e.key("wake"), "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the second member removed", func() bool {
+		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
+		return n == 0
+	})
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	n := 0
+	for _, l := range logs.lines {
+		if strings.Contains(l, "index members that name no bucket removed") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d log lines about garbage members, want 1 (rate-limited): %q", n, logs.lines)
 	}
 }

@@ -96,7 +96,11 @@ func TestShutdownAgainstSilentServer(t *testing.T) {
 			// stuck in; Run then returns.
 			s.close()
 			select {
-			case <-ran:
+			case err := <-ran:
+				// Run says why it stopped: it never registered.
+				if err == nil {
+					t.Fatal("Run returned nil after a stop that never reached Redis")
+				}
 			case <-time.After(20 * time.Second):
 				t.Fatal("Run did not return after the server went away")
 			}
