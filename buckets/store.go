@@ -1,6 +1,7 @@
 package buckets
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -158,32 +159,35 @@ func pipeline(conn redis.Conn, cmds []txn.Cmd) ([]interface{}, error) {
 }
 
 // SetAside renames each of keys whose type is neither want nor "none" to
-// its quarantine name ({ns}:bad:...), one atomic RENAME each, so that a key
-// of the wrong type (written by hand, say) stops failing every command on
-// it. It returns the keys it renamed.
+// its quarantine name ({ns}:bad:...), so that a key of the wrong type
+// (written by hand, say) stops failing every command on it. Each key is
+// one optimistic transaction: WATCH key; TYPE key; MULTI; RENAME; EXEC, so
+// that a key that became right meanwhile (set aside by another process
+// and created again with tasks in it) is never renamed. It returns the
+// keys it renamed.
 func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string, error) {
-	var cmds cmdList
-	for _, k := range keys {
-		cmds.Queue("TYPE", k)
-	}
-	reps, err := pipeline(conn, cmds)
-	if err != nil {
-		return nil, fmt.Errorf("buckets: check key types: %w", err)
-	}
 	var moved []string
-	for i, r := range reps {
-		t, _ := redis.String(r, nil)
-		if t == "none" || t == "" || t == want {
-			continue
-		}
-		if _, err := conn.Do("RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
-			// Another process may have set it aside first.
-			if t, terr := redis.String(conn.Do("TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
-				continue
+	for _, k := range keys {
+		renamed := false
+		_, err := s.runner().Run(context.Background(), conn, []string{k}, func(tx *txn.Tx) error {
+			renamed = false
+			t, err := redis.String(tx.Do("TYPE", k))
+			if err != nil {
+				return err
 			}
-			return moved, fmt.Errorf("buckets: set aside %s: %w", keys[i], err)
+			if t == "none" || t == "" || t == want {
+				return nil
+			}
+			tx.Queue("RENAME", k, s.Keys.Quarantine(k))
+			renamed = true
+			return nil
+		})
+		if err != nil {
+			return moved, fmt.Errorf("buckets: set aside %s: %w", k, err)
 		}
-		moved = append(moved, keys[i])
+		if renamed {
+			moved = append(moved, k)
+		}
 	}
 	return moved, nil
 }

@@ -171,6 +171,9 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		return 0, err
 	}
 	d.moved.Add(int64(res.Tasks))
+	if len(res.WrongType) > 0 {
+		setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "list", res.WrongType...)
+	}
 	for _, k := range res.Quarantined {
 		d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
 	}

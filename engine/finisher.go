@@ -142,7 +142,7 @@ func (f *finisher) notOurs(rec, cur *buckets.Record, cut bool) {
 	case cur.Runs == rec.Runs && cur.Recoveries == rec.Recoveries && cur.State != buckets.StateRunning && cut:
 		w.log.Debug("result already recorded before the connection dropped", attrs...)
 	case cur.Recoveries > rec.Recoveries || cur.Runs > rec.Runs:
-		w.log.Warn("task was returned to its queue while it ran (its lease ran out or this worker was taken for dead); its result is dropped and it runs again",
+		w.log.Warn("task was recovered elsewhere while it ran (its lease ran out, or this worker was taken for dead); its result is dropped and it runs again",
 			append(attrs, "state", cur.State, "runs", cur.Runs, "recoveries", cur.Recoveries)...)
 	default:
 		w.log.Warn("task record changed while it ran; its result is dropped",
