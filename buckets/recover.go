@@ -191,7 +191,10 @@ func (s *Store) RecoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		// the oldest goes back first.
 		for i := len(ids) - 1; i >= 0; i-- {
 			id := ids[i]
-			if IsServerError(asError(reps[i])) {
+			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
+				return e // LOADING, say: try again, judge nothing
+			}
+			if IsWrongType(asError(reps[i])) {
 				// The record key holds another type: set it aside and
 				// leave a dead letter. The list does not say which queue
 				// the id came from.
@@ -394,7 +397,10 @@ func (s *Store) RecoverLost(ctx context.Context, conn redis.Conn, w string, now 
 				continue
 			}
 			buried[id] = true
-			if IsServerError(asError(reps[i])) {
+			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
+				return e // LOADING, say: try again, judge nothing
+			}
+			if IsWrongType(asError(reps[i])) {
 				if err := s.buryWrongType(tx, id, "", now); err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -190,6 +191,20 @@ func (s *Store) SetAside(conn redis.Conn, want string, keys ...string) ([]string
 		}
 	}
 	return moved, nil
+}
+
+// IsWrongType reports whether err is the server's error reply for a
+// command on a key of the wrong type ("WRONGTYPE …" since 2.8, "ERR
+// Operation against a key holding the wrong kind of value" before). Other
+// error replies (LOADING while a restarted server reads its data, say)
+// pass, and are retried.
+func IsWrongType(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	m := string(re)
+	return strings.HasPrefix(m, "WRONGTYPE") || strings.Contains(m, "wrong kind of value")
 }
 
 // IsServerError reports whether err is an error reply of the server (a

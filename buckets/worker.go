@@ -72,7 +72,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	_, err := s.runner().Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		rec, result = nil, Skipped
 		raw, err := redis.Bytes(tx.Do("GET", key))
-		if IsServerError(err) {
+		if IsWrongType(err) {
 			// The record key holds another type (written by hand, say):
 			// it can never run. Set it aside and say so in a dead letter.
 			if err := s.buryWrongType(tx, id, q, now); err != nil {
@@ -403,10 +403,16 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 		if err != nil {
 			return err
 		}
+		if e := asError(reps[1]); e != nil {
+			return e
+		}
 		if reps[1] == nil {
 			return nil
 		}
-		wrongType := IsServerError(asError(reps[0]))
+		if e := asError(reps[0]); e != nil && !IsWrongType(e) {
+			return e // LOADING, say: try again, judge nothing
+		}
+		wrongType := IsWrongType(asError(reps[0]))
 		raw, _ := reps[0].([]byte)
 		var cur *Record
 		if !wrongType && raw != nil {

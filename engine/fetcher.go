@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -129,7 +128,7 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn) (id, q string, er
 	var bad error
 	for _, q := range f.order() {
 		id, err := w.store.Pop(conn, q, w.id)
-		if err != nil && buckets.IsServerError(err) {
+		if err != nil && buckets.IsWrongType(err) {
 			setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Ready(q), w.keys.Inflight(w.id))
 			bad = err
 			continue
@@ -176,7 +175,7 @@ func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*bu
 			}
 			err = cerr
 			h.Drop()
-			if buckets.IsServerError(err) && !errors.Is(err, buckets.ErrWatchLost) {
+			if buckets.IsWrongType(err) {
 				// A command failed on the server: a key the claim writes
 				// has the wrong type. Set such keys aside and try once more.
 				w.setAsideRunKeys(ctx, q)

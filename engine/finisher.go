@@ -108,7 +108,7 @@ func (f *finisher) checked(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 				// before the reply was lost.
 				w.log.Debug("result already recorded before the connection dropped", keyTaskID, rec.ID)
 				return next
-			case errors.Is(err, ErrNotFound), errors.Is(err, buckets.ErrMalformed), buckets.IsServerError(err):
+			case errors.Is(err, ErrNotFound), errors.Is(err, buckets.ErrMalformed), buckets.IsWrongType(err):
 				f.abandon(ctx, h, rec, err)
 				return next
 			}
@@ -158,7 +158,7 @@ func (f *finisher) notOurs(rec, cur *buckets.Record, cut bool) {
 func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Record, cause error) {
 	w := f.w
 	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, cause}
-	if buckets.IsServerError(cause) {
+	if buckets.IsWrongType(cause) {
 		w.setAsideRunKeys(context.WithoutCancel(ctx), rec.Queue)
 	}
 	bo := w.backoff()

@@ -110,7 +110,7 @@ func (r *recoverer) run(ctx context.Context) {
 		}
 		if err := r.once(ctx, h); err != nil {
 			h.Drop()
-			if buckets.IsServerError(err) {
+			if buckets.IsWrongType(err) {
 				setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
 			}
 			if ctx.Err() != nil {
