@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +192,47 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d log lines about garbage members, want 1 (rate-limited): %q", n, logs.lines)
+	}
+}
+
+// The heartbeater lets the worker take tasks only while the last beat that
+// succeeded is recent enough for the key to exist.
+func TestHeartbeaterAlive(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	if err := w.hb.beat(context.Background()); err != nil || !w.hb.alive() {
+		t.Fatalf("after a beat: alive %v, err %v", w.hb.alive(), err)
+	}
+	// The last successful beat was sent TTL ago.
+	w.hb.born = w.hb.born.Add(-e.cfg.HeartbeatTTL)
+	if w.hb.alive() {
+		t.Fatal("alive a TTL after the last beat")
+	}
+}
+
+// failingRequeue fails every Requeue, counting them.
+type failingRequeue struct {
+	workerStore
+	n atomic.Int32
+}
+
+func (f *failingRequeue) Requeue(context.Context, redis.Conn, string, []string, int64, buckets.Reason, int) (buckets.RequeueResult, error) {
+	f.n.Add(1)
+	return buckets.RequeueResult{}, errInjected
+}
+
+// The requeuer retries a failing return a bounded number of times, then
+// reports the error and leaves the tasks to a reaper.
+func TestRequeuerGivesUp(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	fs := &failingRequeue{workerStore: w.store}
+	w.store = fs
+	err := w.requeuer.requeue([]string{"a"}, buckets.Shutdown)
+	if !errors.Is(err, errInjected) {
+		t.Fatalf("requeue: %v, want the store's error", err)
+	}
+	if n := fs.n.Load(); n != cleanupTries {
+		t.Fatalf("%d tries, want %d", n, cleanupTries)
 	}
 }
