@@ -76,12 +76,13 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 }
 
 // stuckStore fails every attempt to record the result of one task, and
-// loses the reply of one pop of another, so that one slot keeps failing
+// loses the reply of one pop of another (alone or behind a result), so that one slot keeps failing
 // while the others work and the worker has a lost pop to recover.
 type stuckStore struct {
 	workerStore
 	stuck    atomic.Value // id whose result cannot be recorded
-	losePop  atomic.Value // id whose pop reply is lost once
+	losePop  atomic.Bool  // lose the reply of the next pop that takes a task
+	lostID   atomic.Value // the id whose pop reply was lost
 	attempts atomic.Int32
 }
 
@@ -92,8 +93,8 @@ func (s *stuckStore) is(v *atomic.Value, id string) bool {
 
 func (s *stuckStore) Pop(conn redisConn, q, w string) (string, error) {
 	id, err := s.workerStore.Pop(conn, q, w)
-	if id != "" && s.is(&s.losePop, id) {
-		s.losePop.Store("")
+	if id != "" && s.losePop.CompareAndSwap(true, false) {
+		s.lostID.Store(id)
 		return "", errInjected
 	}
 	return id, err
@@ -104,7 +105,15 @@ func (s *stuckStore) FinishHeld(conn redisConn, w string, r *buckets.Record, now
 		s.attempts.Add(1)
 		return nil, 0, nil, errInjected
 	}
-	return s.workerStore.FinishHeld(conn, w, r, now, doneTTL, decide, next)
+	rec, out, reps, err := s.workerStore.FinishHeld(conn, w, r, now, doneTTL, decide, next)
+	if len(reps) == 1 {
+		// The next task taken with the result: lose that reply instead.
+		if id, _ := redis.String(reps[0], nil); id != "" && s.losePop.CompareAndSwap(true, false) {
+			s.lostID.Store(id)
+			return rec, out, nil, err
+		}
+	}
+	return rec, out, reps, err
 }
 
 func (s *stuckStore) Finish(ctx context.Context, conn redisConn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error) {
@@ -132,8 +141,14 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		runBackground(t, w.Run)
 		waitFor(t, 5*time.Second, "the stuck slot failing", func() bool { return ss.attempts.Load() >= 2 })
 
+		// The only task waiting: the next pop takes it, and its reply
+		// is lost.
+		ss.losePop.Store(true)
 		lost, _ := c.Enqueue(ctx, "t", nil)
-		ss.losePop.Store(lost)
+		waitFor(t, 5*time.Second, "the pop reply lost", func() bool { return !ss.losePop.Load() })
+		if got, _ := ss.lostID.Load().(string); got != lost {
+			t.Fatalf("lost the pop of %q, want %q", got, lost)
+		}
 		var ids []string
 		for i := 0; i < 5; i++ {
 			id, _ := c.Enqueue(ctx, "t", nil)
@@ -141,9 +156,6 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		}
 		for _, id := range append(ids, lost) {
 			waitFor(t, 5*time.Second, "task "+id+" done", func() bool { return e.state(t, id) == StateDone })
-		}
-		if ss.losePop.Load() != "" {
-			t.Fatal("the pop reply was never lost")
 		}
 		// Past its lease (2 s timeout + 0.5 s grace) the stuck slot gives
 		// up: its task is left to a reaper, and the slot takes tasks again.
