@@ -52,6 +52,8 @@ type MoveResult struct {
 	Stale       int      // index members whose bucket was missing or empty, removed
 	Conflicts   int      // transactions that found a bucket changed, left for later
 	Quarantined []string // keys of the wrong type renamed under bad:
+	Garbage     []string // index members that do not parse, removed
+	WrongType   []string // ready lists of the wrong type: their buckets wait; set them aside
 }
 
 func (r *MoveResult) add(o MoveResult) {
@@ -61,6 +63,8 @@ func (r *MoveResult) add(o MoveResult) {
 	r.Stale += o.Stale
 	r.Conflicts += o.Conflicts
 	r.Quarantined = append(r.Quarantined, o.Quarantined...)
+	r.Garbage = append(r.Garbage, o.Garbage...)
+	r.WrongType = append(r.WrongType, o.WrongType...)
 }
 
 // movePlan is one move transaction: the buckets it watches and reads.
@@ -130,22 +134,35 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 //	           HINCRBY st:<q> scheduled -n
 //	DEL b ...; ZREM sched member ...      (buckets taken whole, stale members)
 //	LTRIM b n -1                          (a bucket larger than its share)
-//	RENAME key bad:key                    (a key of the wrong type)
+//	RENAME b bad:b                        (a bucket of the wrong type)
+//	a ready list of the wrong type: its buckets are left, see WrongType
 func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 	res := MoveResult{Stale: len(p.badMems)}
+	for _, m := range p.badMems {
+		ms, _ := m.(string)
+		res.Garbage = append(res.Garbage, ms)
+	}
 	nb := len(p.buckets)
+	badQ := map[string]bool{}
 	for i, q := range p.queues {
 		t, _ := redis.String(reps[nb+i], nil)
 		if t != "list" && t != "none" {
-			key := s.Keys.Ready(q)
-			tx.Queue("RENAME", key, s.Keys.Quarantine(key))
-			res.Quarantined = append(res.Quarantined, key)
+			// The ready list is not watched, so it cannot be renamed
+			// here safely (it may be a new list with tasks by EXEC):
+			// its buckets stay, and the caller sets it aside (SetAside,
+			// which watches it) before the next round.
+			badQ[q] = true
+			res.WrongType = append(res.WrongType, s.Keys.Ready(q))
+			res.Partial = true
 		}
 	}
 	ready := map[string][]string{}
 	var del []interface{}
 	zrem := append([]interface{}{s.Keys.Schedule()}, p.badMems...)
 	for i, b := range p.buckets {
+		if badQ[b.q] {
+			continue
+		}
 		ids, err := redis.Strings(reps[i], nil)
 		if err != nil {
 			// Not a list: set it aside so that it stops hiding the

@@ -54,7 +54,8 @@ type RequeueResult struct {
 //	SET t:<id> waiting; RPUSH q:<q> (front) + tokens; or bury;
 //	HINCRBY running -1, recovered +1
 //	a missing or malformed record becomes a dead letter saying so
-//	(queue "unknown", the raw bytes as payload); a record no longer
+//	(of no queue: burying never invents one; the raw bytes as payload);
+//	a record no longer
 //	running under w is someone else's and is left alone.
 //
 // Two reapers at once: the second one's EXEC fails because the first
@@ -96,9 +97,10 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			zrem = append(zrem, id)
 			b, _ := raw.([]byte)
 			// A missing or undecodable record cannot run again: it
-			// becomes a dead letter saying so (its queue is unknown;
-			// RecoverInflight names it the same way), never a silent drop.
-			r, derr := s.readable(tx, id, "unknown", b, now)
+			// becomes a dead letter saying so, of no queue (a pending set
+			// holds only ids, and burying never invents a queue), never a
+			// silent drop.
+			r, derr := s.readable(tx, id, "", b, now)
 			if derr != nil {
 				res.Buried++
 				continue
@@ -201,8 +203,21 @@ func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		// the oldest goes back first.
 		for i := len(ids) - 1; i >= 0; i-- {
 			id := ids[i]
+			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
+				return e // LOADING, say: try again, judge nothing
+			}
+			if IsWrongType(asError(reps[i])) {
+				// The record key holds another type: set it aside and
+				// leave a dead letter. The list does not say which queue
+				// the id came from.
+				if err := s.buryWrongType(tx, id, "", now); err != nil {
+					return err
+				}
+				res.Buried++
+				continue
+			}
 			raw, _ := reps[i].([]byte)
-			r, derr := s.readable(tx, id, "unknown", raw, now)
+			r, derr := s.readable(tx, id, "", raw, now)
 			if derr != nil {
 				res.Buried++
 				continue
@@ -227,6 +242,11 @@ func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		return RequeueResult{}, fmt.Errorf("buckets: recover in-flight of %s: %w", w, err)
 	}
 	return res, nil
+}
+
+func asError(rep interface{}) error {
+	err, _ := rep.(error)
+	return err
 }
 
 // RecoverAllInflight runs recoverInflight until worker w's in-flight list
@@ -331,4 +351,106 @@ func wrapErr(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("buckets: %s: %w", what, err)
+}
+
+// RecoverLost returns up to limit ids from live worker w's in-flight list
+// that the worker does not hold (taken by a pop whose reply was lost, or
+// given back by a claim that could not be made) to the front of their
+// ready lists. held is called inside each attempt, after the list is read,
+// and returns the ids the worker's slots hold between a pop and its
+// claim; those stay.
+//
+// WATCH   f:<w>, then t:<id> ... for the ids read and not held
+// read    LRANGE f:<w> -limit -1 (the oldest), GET t:<id> ...
+// queue   LREM f:<w> 1 id per id returned; RPUSH q:<q> ids (front) +
+//
+//	tokens; a missing, malformed or wrong-typed record becomes a dead
+//	letter saying so (of no queue: the list does not say where the id
+//	came from); a cancelled or no longer waiting task is dropped.
+//
+// A slot's claim changes f:<w> and the record: the attempt starts over. A
+// crash before EXEC changes nothing.
+func (s *Store) RecoverLost(ctx context.Context, conn redis.Conn, w string, now int64, limit int, held func() map[string]int) (RequeueResult, error) {
+	inflight := s.Keys.Inflight(w)
+	var res RequeueResult
+	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+		res = RequeueResult{}
+		all, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
+		if err != nil || len(all) == 0 {
+			return err
+		}
+		h := held()
+		var ids []string
+		for _, id := range all {
+			if h[id] > 0 {
+				h[id]--
+				continue
+			}
+			ids = append(ids, id)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = s.Keys.Task(id)
+		}
+		if err := tx.Watch(keys...); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := tx.Send("GET", k); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		front := map[string][]string{}
+		var queues []string
+		buried := map[string]bool{} // ids handled: the list may hold one twice
+		for i := len(ids) - 1; i >= 0; i-- {
+			id := ids[i]
+			tx.Queue("LREM", inflight, 1, id)
+			if buried[id] {
+				res.Dropped++ // a second copy of the same id
+				continue
+			}
+			buried[id] = true
+			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
+				return e // LOADING, say: try again, judge nothing
+			}
+			if IsWrongType(asError(reps[i])) {
+				if err := s.buryWrongType(tx, id, "", now); err != nil {
+					return err
+				}
+				res.Buried++
+				continue
+			}
+			raw, _ := reps[i].([]byte)
+			r, derr := s.readable(tx, id, "", raw, now)
+			if derr != nil {
+				res.Buried++
+				continue
+			}
+			if r.State != StateWaiting && r.State != StateRetry {
+				res.Dropped++
+				continue
+			}
+			if len(front[r.Queue]) == 0 {
+				queues = append(queues, r.Queue)
+			}
+			front[r.Queue] = append(front[r.Queue], id)
+			res.Requeued++
+		}
+		for _, q := range queues {
+			s.pushReady(tx, q, front[q], true)
+		}
+		return nil
+	})
+	if err != nil {
+		return RequeueResult{}, fmt.Errorf("buckets: recover lost pops of %s: %w", w, err)
+	}
+	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/txn"
@@ -170,34 +171,51 @@ func pipeline(ctx context.Context, conn redis.Conn, cmds []txn.Cmd) ([]interface
 }
 
 // SetAside renames each of keys whose type is neither want nor "none" to
-// its quarantine name ({ns}:bad:...), one atomic RENAME each, so that a key
-// of the wrong type (written by hand, say) stops failing every command on
-// it. It returns the keys it renamed.
+// its quarantine name ({ns}:bad:...), so that a key of the wrong type
+// (written by hand, say) stops failing every command on it. Each key is
+// one optimistic transaction: WATCH key; TYPE key; MULTI; RENAME; EXEC, so
+// that a key that became right meanwhile (set aside by another process
+// and created again with tasks in it) is never renamed. It returns the
+// keys it renamed.
 func (s *Store) SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error) {
-	var cmds cmdList
-	for _, k := range keys {
-		cmds.Queue("TYPE", k)
-	}
-	reps, err := pipeline(ctx, conn, cmds)
-	if err != nil {
-		return nil, fmt.Errorf("buckets: check key types: %w", err)
-	}
 	var moved []string
-	for i, r := range reps {
-		t, _ := redis.String(r, nil)
-		if t == "none" || t == "" || t == want {
-			continue
-		}
-		if _, err := do(ctx, conn, "RENAME", keys[i], s.Keys.Quarantine(keys[i])); err != nil {
-			// Another process may have set it aside first.
-			if t, terr := redis.String(do(ctx, conn, "TYPE", keys[i])); terr == nil && (t == "none" || t == want) {
-				continue
+	for _, k := range keys {
+		renamed := false
+		_, err := s.runner.Run(ctx, conn, []string{k}, func(tx *txn.Tx) error {
+			renamed = false
+			t, err := redis.String(tx.Do("TYPE", k))
+			if err != nil {
+				return err
 			}
-			return moved, fmt.Errorf("buckets: set aside %s: %w", keys[i], err)
+			if t == "none" || t == "" || t == want {
+				return nil
+			}
+			tx.Queue("RENAME", k, s.Keys.Quarantine(k))
+			renamed = true
+			return nil
+		})
+		if err != nil {
+			return moved, fmt.Errorf("buckets: set aside %s: %w", k, err)
 		}
-		moved = append(moved, keys[i])
+		if renamed {
+			moved = append(moved, k)
+		}
 	}
 	return moved, nil
+}
+
+// IsWrongType reports whether err is the server's error reply for a
+// command on a key of the wrong type ("WRONGTYPE …" since 2.8, "ERR
+// Operation against a key holding the wrong kind of value" before). Other
+// error replies (LOADING while a restarted server reads its data, say)
+// pass, and are retried.
+func IsWrongType(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	m := string(re)
+	return strings.HasPrefix(m, "WRONGTYPE") || strings.Contains(m, "wrong kind of value")
 }
 
 // IsServerError reports whether err is an error reply of the server (a

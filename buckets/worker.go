@@ -91,11 +91,21 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	}
 	hold = hold && cs != nil
 	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+		rec, result, held = nil, Skipped, nil
 		raw, err := redis.Bytes(tx.Do("GET", key))
+		if IsWrongType(err) {
+			// The record key holds another type (written by hand, say):
+			// it can never run. Set it aside and say so in a dead letter.
+			if err := s.buryWrongType(tx, id, q, now); err != nil {
+				return err
+			}
+			result = Buried
+			tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+			return nil
+		}
 		if err != nil && !errors.Is(err, redis.ErrNil) {
 			return err
 		}
-		rec, result, held = nil, Skipped, nil
 		if r, derr := s.readable(tx, id, q, raw, now); derr != nil {
 			result = Buried
 		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
@@ -153,7 +163,11 @@ func (s *Store) readable(tx queuer, id, q string, raw []byte, now int64) (*Recor
 	return r, nil
 }
 
-// bury queues the commands that make r a dead letter with reason.
+// bury queues the commands that make r a dead letter with reason. A
+// record whose queue is not known (an id without a record found in an
+// in-flight list, which does not say which ready list it came from) has
+// Queue "": it is a dead letter of no queue, counted in no queue's
+// gauges, and no queue is invented for it.
 func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
 	r.State = StateDead
 	r.Finished = now
@@ -161,8 +175,31 @@ func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
 	r.LastError = truncate(reason, MaxErrorLen)
 	tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 	tx.Queue("ZADD", s.Keys.Dead(), now, r.ID)
-	tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, 1)
-	tx.Queue("SADD", s.Keys.Queues(), r.Queue)
+	if r.Queue != "" {
+		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, 1)
+		tx.Queue("SADD", s.Keys.Queues(), r.Queue)
+	}
+}
+
+// ErrWrongType: a task record key that holds another type than a string
+// (a list written by hand, say). The key is set aside under bad: and the
+// id becomes a dead letter saying so.
+var ErrWrongType = errors.New("task record key of the wrong type")
+
+// buryWrongType queues, inside a transaction watching t:<id>, the commands
+// that set a record key of the wrong type aside (RENAME t:<id>
+// bad:t:<id>) and leave a dead letter in its place saying so, under queue
+// q ("" when not known).
+func (s *Store) buryWrongType(tx *txn.Tx, id, q string, now int64) error {
+	key := s.Keys.Task(id)
+	typ, err := redis.String(tx.Do("TYPE", key))
+	if err != nil {
+		return err
+	}
+	tx.Queue("RENAME", key, s.Keys.Quarantine(key))
+	s.bury(tx, &Record{ID: id, Queue: q, Type: "?", MaxAttempts: 1}, now,
+		fmt.Sprintf("%v: t:%s holds a %s; set aside as %s", ErrWrongType, id, typ, s.Keys.Quarantine(key)))
+	return nil
 }
 
 func truncate(s string, n int) string {
@@ -197,7 +234,9 @@ const (
 //	Bury:  SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1
 //
 // If the record is no longer this run's (the lease ran out and the task
-// was recovered), nothing is written and ErrLeaseLost is returned. A crash
+// was recovered, or this very result was recorded by an earlier attempt
+// whose reply was lost), nothing is written and ErrLeaseLost is returned
+// together with the record as it is, so the caller can tell which. A crash
 // before EXEC leaves the task running in p:<w>, recovered by the reaper.
 func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*Record) Outcome) (*Record, Outcome, error) {
 	key := s.Keys.Task(id)
@@ -211,6 +250,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			return err
 		}
 		if r.State != StateRunning || r.Worker != w || r.Runs != run {
+			rec = r
 			return ErrLeaseLost
 		}
 		var err2 error
@@ -222,7 +262,10 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("buckets: finish %s: %w", id, err)
+		if !errors.Is(err, ErrLeaseLost) {
+			rec = nil
+		}
+		return rec, 0, fmt.Errorf("buckets: finish %s: %w", id, err)
 	}
 	return rec, out, nil
 }
@@ -324,4 +367,92 @@ func (s *Store) getRecord(tx *txn.Tx, id string) (*Record, error) {
 		return nil, err
 	}
 	return DecodeRecord(id, raw)
+}
+
+// AbandonResult says what Abandon found.
+type AbandonResult int
+
+// Abandon outcomes.
+const (
+	AbandonNone      AbandonResult = iota // the pending entry was gone: someone else handled the run
+	AbandonDropped                        // the record was deleted: pending entry and gauge cleared
+	AbandonBuried                         // the record was malformed or of the wrong type: also a dead letter now
+	AbandonStillOurs                      // the record still shows this run: nothing written
+)
+
+// Abandon clears worker w's run number run of the task whose record r was
+// claimed, after its result could not be recorded because the record was
+// deleted, corrupted or replaced by a key of another type while it ran.
+//
+// WATCH   t:<id>, p:<w>
+// read    GET t:<id> (TYPE when of the wrong type), ZSCORE p:<w> id
+// queue   (pending entry present, record not a run of w)
+//
+//	ZREM p:<w> id; HINCRBY st:<q> running -1, and
+//	wrong type: RENAME t:<id> bad:t:<id>; dead letter saying so
+//	malformed:  dead letter saying so, the bytes as its payload
+//	deleted:    nothing more
+//
+// A crash before EXEC leaves the pending entry, which a reaper drops
+// (Requeue) once the lease ends. A record running under w again (a later
+// run of the same worker) is left alone.
+func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Record, now int64) (AbandonResult, error) {
+	key, pending := s.Keys.Task(r.ID), s.Keys.Pending(w)
+	var out AbandonResult
+	_, err := s.runner.Run(ctx, conn, []string{key, pending}, func(tx *txn.Tx) error {
+		out = AbandonNone
+		if err := tx.Send("GET", key); err != nil {
+			return err
+		}
+		if err := tx.Send("ZSCORE", pending, r.ID); err != nil {
+			return err
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if e := asError(reps[1]); e != nil {
+			return e
+		}
+		if reps[1] == nil {
+			return nil
+		}
+		if e := asError(reps[0]); e != nil && !IsWrongType(e) {
+			return e // LOADING, say: try again, judge nothing
+		}
+		wrongType := IsWrongType(asError(reps[0]))
+		raw, _ := reps[0].([]byte)
+		var cur *Record
+		if !wrongType && raw != nil {
+			if c, derr := DecodeRecord(r.ID, raw); derr == nil {
+				cur = c
+			}
+		}
+		if cur != nil && cur.State == StateRunning && cur.Worker == w {
+			out = AbandonStillOurs
+			return nil
+		}
+		tx.Queue("ZREM", pending, r.ID)
+		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, -1)
+		switch {
+		case wrongType:
+			out = AbandonBuried
+			return s.buryWrongType(tx, r.ID, r.Queue, now)
+		case raw == nil:
+			out = AbandonDropped
+		case cur == nil:
+			out = AbandonBuried
+			_, derr := DecodeRecord(r.ID, raw)
+			s.bury(tx, &Record{ID: r.ID, Queue: r.Queue, Type: r.Type, MaxAttempts: 1, Payload: raw}, now,
+				fmt.Sprintf("record corrupted while it ran: %v", derr))
+		default:
+			// Decodable, not running under w: another's business now.
+			out = AbandonNone
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("buckets: abandon %s: %w", r.ID, err)
+	}
+	return out, nil
 }

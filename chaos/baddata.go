@@ -258,6 +258,39 @@ func (b *badData) phase1(ctx context.Context) {
 			return obs, q == 1 && s == nil
 		}})
 
+	// 12. Record keys of the wrong type: a LIST at t:<id> while the id
+	// waits in a bucket, and an id pushed straight into a ready list with
+	// a LIST for a record.
+	wrong := &badItem{name: "record key of the wrong type", deadReason: "wrong type",
+		expected: "record key set aside under bad:, dead letter saying so; never runs; the slot and the recovery go on"}
+	for i := 0; i < 3; i++ {
+		p := fmt.Sprintf("bad:wrongtype:%d", i)
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		if err != nil {
+			wrong.refused = "enqueue: " + err.Error()
+			continue
+		}
+		id := info.ID
+		if _, err := b.do("DEL", b.keys.Task(id)); err != nil {
+			wrong.refused = "DEL: " + err.Error()
+		}
+		if _, err := b.do("RPUSH", b.keys.Task(id), "not", "a", "record"); err != nil {
+			wrong.refused = "RPUSH: " + err.Error()
+		}
+		wrong.deadIDs = append(wrong.deadIDs, id)
+		wrong.never = append(wrong.never, p)
+	}
+	wid := uuid.NewString()
+	if _, err := b.do("RPUSH", b.keys.Task(wid), "not", "a", "record"); err == nil {
+		if _, err := b.do("LPUSH", b.keys.Ready("default"), wid); err != nil {
+			wrong.refused = "LPUSH: " + err.Error()
+		}
+		wrong.deadIDs = append(wrong.deadIDs, wid)
+	} else {
+		wrong.refused = "RPUSH: " + err.Error()
+	}
+	b.add(wrong)
+
 	// 10-11. The record of a running task corrupted or deleted.
 	for _, v := range []struct{ name, cmd string }{{"record corrupted while running", "SET"}, {"record deleted while running", "DEL"}} {
 		p := "bad:" + strings.ReplaceAll(v.name, " ", "-")

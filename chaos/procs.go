@@ -171,7 +171,8 @@ func scanLog(path string) logScan {
 			ls.Warnings++
 		}
 		switch {
-		case strings.HasPrefix(m.Msg, "task was recovered elsewhere"):
+		case strings.HasPrefix(m.Msg, "task was recovered elsewhere"),
+			strings.HasPrefix(m.Msg, "could not record a task's result before its lease ended"):
 			ls.LeaseLost = append(ls.LeaseLost, m.Task)
 		case strings.HasPrefix(m.Msg, "task ran past its timeout and lease"):
 			ls.Expired = append(ls.Expired, m.Task)

@@ -93,6 +93,18 @@ var scenarios = []Scenario{
 		BadData: 2, MinDuration: 10 * time.Second,
 	},
 	{
+		Name: "baddata-cuts", Doc: "bad data (records of the wrong type, corrupted and deleted records, wrong-type lists) while a proxy cuts connections: a bad id must not hold a worker or its recovery of lost pops",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		Cuts: &CutPolicy{Before: 0.002, After: 0.002, ExecBefore: 0.01, ExecAfter: 0.02,
+			PopAfter: 0.02, Blocked: 0.1, RandomEvery: 200 * time.Millisecond},
+		ServerTimeout: 1, BadData: 2, MinDuration: 10 * time.Second,
+	},
+	{
+		Name: "kills-restarts", Doc: "kill -9 workers (some SIGTERM) while redis-server is stopped or crashed and restarted",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
+		KillWorkers: 700 * time.Millisecond, TermWorkers: 0.15, Restarts: 2500 * time.Millisecond,
+	},
+	{
 		Name: "combined", Doc: "all of the above at once (bad data without the wrong-type ready and wake-up lists)",
 		Producers: 3, Dispatchers: 3, Reapers: 3, Workers: 4, Concurrency: 8, BatchMax: 50, Pad: 200,
 		KillWorkers: 1500 * time.Millisecond, TermWorkers: 0.15, KillInfra: time.Second, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.05,

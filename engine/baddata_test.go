@@ -76,6 +76,10 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 		if n, _ := redis.Int(admin.Do("ZCARD", e.key("p:"+srv.Worker.ID()))); n != 0 {
 			t.Fatalf("pending set holds %d entries", n)
 		}
+		// The running gauge went back down with the pending entry.
+		if n, _ := redis.Int(admin.Do("HGET", e.key("st:default"), "running")); n != 0 {
+			t.Fatalf("running gauge %d after the deleted task's run, want 0", n)
+		}
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -237,8 +238,8 @@ func TestNeverEarly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := []*connHolder{{pool: e.pool}}
-		defer h[0].close()
+		h := []*rconn.Holder{{Pool: e.pool}}
+		defer h[0].Close()
 		res := e.cfg.withDefaults().Resolution
 		for step := base.Add(-2 * time.Millisecond); step.Before(base.Add(80 * time.Millisecond)); step = step.Add(time.Millisecond) {
 			dclock.Set(step)

@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +15,7 @@ import (
 // used is discarded rather than put back in the pool's idle list (a reply
 // may still be on its way).
 func TestCallsBoundedByDeadline(t *testing.T) {
-	addr := silentServer(t)
+	addr := silentAddr(t)
 	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
 	t.Cleanup(func() { pool.Close() })
 	c, err := NewClient(pool, Config{Namespace: "deadline"})
@@ -65,39 +63,6 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 	}
 }
 
-// silentServer listens on a free loopback port, accepts connections and
+// silentAddr is the address of a server that accepts connections and
 // never replies.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
+func silentAddr(t *testing.T) string { return newSilentServer(t).ln.Addr().String() }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -27,7 +29,16 @@ type Dispatcher struct {
 	store *buckets.Store
 	log   *slog.Logger
 
-	moved atomic.Int64
+	moves      mover // d.store in production
+	moved      atomic.Int64
+	garbageLog rateLimit
+}
+
+// mover is the dispatcher's two transactions: *buckets.Store in
+// production, wrapped by tests.
+type mover interface {
+	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error)
+	NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error)
 }
 
 // NewDispatcher returns a Dispatcher over pool.
@@ -39,7 +50,7 @@ func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
+	return &Dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
 }
 
 // Moved reports how many tasks this dispatcher made ready.
@@ -54,7 +65,7 @@ func (d *Dispatcher) Conflicts() int64 { return d.store.Conflicts() }
 // it cannot use.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
-	var g group
+	var g sync.WaitGroup
 	wctx, stopWaker := context.WithCancel(ctx)
 	g.Go(func() { d.waker(wctx, wake) })
 	defer func() {
@@ -62,12 +73,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		g.Wait()
 	}()
 
-	lanes := make([]*connHolder, d.cfg.DispatchLanes)
+	lanes := make([]*rconn.Holder, d.cfg.DispatchLanes)
 	for i := range lanes {
-		lanes[i] = &connHolder{pool: d.pool}
-		defer lanes[i].close()
+		lanes[i] = &rconn.Holder{Pool: d.pool}
+		defer lanes[i].Close()
 	}
-	var bo retryBackoff
+	var bo, conflictBo rconn.Backoff
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -79,14 +90,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				return nil
 			}
 			for _, h := range lanes {
-				h.drop()
+				h.Drop()
 			}
-			if !bo.wait(ctx, d.log, "dispatch", err) {
+			if !bo.Wait(ctx, d.log, "dispatch", err) {
 				return nil
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
+		if next == conflicted {
+			// Another dispatcher moved what this round read: back off
+			// before reading again, so that dispatchers over one backlog
+			// do not keep voiding each other's rounds.
+			if !conflictWait(ctx, &conflictBo) {
+				return nil
+			}
+			continue
+		}
+		conflictBo.Reset()
 		if next == 0 {
 			continue // more is due now
 		}
@@ -118,12 +139,24 @@ func (d *Dispatcher) clockOffset() time.Duration {
 	return time.Since(d.cfg.Clock.Now())
 }
 
+// conflicted is round's answer when every transaction of the round found
+// its buckets changed under it: read again after a pause.
+const conflicted = -2
+
+// conflictWait pauses after a round that moved nothing for conflicts: the
+// first pause is short (the other dispatcher is usually done by then),
+// then it grows as rconn.Backoff's does.
+func conflictWait(ctx context.Context, bo *rconn.Backoff) bool {
+	return bo.Wait(ctx, discardLog, "dispatch round (conflicts)", nil) && rconn.Sleep(ctx, time.Millisecond)
+}
+
 // round moves what is due. It returns 0 when more may be due at once, the
-// time (Unix ms) of the next bucket, or -1 when nothing is scheduled.
-func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, error) {
+// time (Unix ms) of the next bucket, -1 when nothing is scheduled, or
+// conflicted.
+func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, error) {
 	conns := make([]redis.Conn, len(lanes))
 	for i, h := range lanes {
-		c, err := h.get(ctx)
+		c, err := h.Get(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -133,21 +166,28 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 	now := ms(d.cfg.Clock.Now())
 	// Several dispatchers over one large backlog each start in a window of
 	// their own, at random among four, so that they seldom conflict.
-	res, err := d.store.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
+	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
 	if err != nil {
 		return 0, err
 	}
 	d.moved.Add(int64(res.Tasks))
+	if len(res.WrongType) > 0 {
+		setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "list", res.WrongType...)
+	}
 	for _, k := range res.Quarantined {
 		d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
 	}
-	if res.Conflicts > 0 {
-		d.log.Debug("dispatch conflicts; reading again", "conflicts", res.Conflicts)
+	if len(res.Garbage) > 0 && d.garbageLog.Allow() {
+		d.log.Warn("index members that name no bucket removed", "members", res.Garbage, "count", len(res.Garbage))
+	}
+	if res.Conflicts > 0 && res.Tasks == 0 {
+		d.log.Debug("dispatch conflicts; reading again after a pause", "conflicts", res.Conflicts)
+		return conflicted, nil
 	}
 	if res.Tasks > 0 || res.Partial || res.Conflicts > 0 || res.Stale > 0 {
 		return 0, nil
 	}
-	next, ok, err := d.store.NextDue(ctx, conn)
+	next, ok, err := d.moves.NextDue(ctx, conn)
 	if err != nil {
 		return 0, err
 	}
@@ -164,24 +204,24 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*connHolder) (int64, err
 // token on. It passes its idle timeout on too, so the main loop looks
 // again even if a token was lost.
 func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
-	b := &blocker{pool: d.pool}
-	defer b.close()
-	var bo retryBackoff
+	b := &rconn.Blocker{Pool: d.pool}
+	defer b.Close()
+	var bo rconn.Backoff
 	for ctx.Err() == nil {
-		_, err := blockPop(ctx, b, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
+		_, err := b.Pop(ctx, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if buckets.IsServerError(err) {
-				setAside(ctx, d.pool, d.store, d.log, "list", d.store.Keys.Wake())
+				setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "list", d.store.Keys.Wake())
 			}
-			if !bo.wait(ctx, d.log, "dispatcher wake-up wait", err) {
+			if !bo.Wait(ctx, d.log, "dispatcher wake-up wait", err) {
 				return
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		select {
 		case wake <- struct{}{}:
 		default:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -53,25 +54,25 @@ type ReapResult struct {
 func (r *Reaper) Run(ctx context.Context) error {
 	r.log.Info("reaper started", "interval", r.cfg.ReapInterval)
 	defer r.log.Info("reaper stopped")
-	var bo retryBackoff
+	var bo rconn.Backoff
 	for {
 		res, err := r.Reap(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if !bo.wait(ctx, r.log, "reap", err) {
+			if !bo.Wait(ctx, r.log, "reap", err) {
 				return nil
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		if res != (ReapResult{}) {
 			r.log.Info("reaped", "dead_workers", res.DeadWorkers, "recovered", res.Recovered,
 				"buried", res.Buried, "expired_leases", res.ExpiredLeases, "trimmed_dead", res.TrimmedDead)
 		}
 		jitter := time.Duration(rand.Int64N(int64(r.cfg.ReapInterval)/5 + 1))
-		if !sleep(ctx, r.cfg.ReapInterval+jitter) {
+		if !rconn.Sleep(ctx, r.cfg.ReapInterval+jitter) {
 			return nil
 		}
 	}

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -38,6 +40,7 @@ type Server struct {
 	started bool               // guarded by mu
 	cancel  context.CancelFunc // guarded by mu; stops the dispatcher and reaper
 	done    chan struct{}      // closed when Run has returned
+	runErr  error              // guarded by mu; Run's result
 }
 
 // NewServer builds the parts roles asks for. h may be nil when roles
@@ -71,6 +74,10 @@ func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, e
 // which lets running handlers finish (for Config.ShutdownTimeout, or until
 // Shutdown's context ends) and returns the rest to their queues. Run
 // returns when every goroutine has ended.
+//
+// It returns ErrClosed if the server already ran or was shut down, and
+// otherwise the errors of its parts' Run methods joined with errors.Join
+// (nil when every part stopped cleanly).
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -84,18 +91,19 @@ func (s *Server) Run(ctx context.Context) error {
 	defer close(s.done)
 	defer cancel()
 
-	var makers group
+	var dErr, rErr, wErr error
+	var makers sync.WaitGroup
 	if s.Dispatcher != nil {
-		makers.Go(func() { _ = s.Dispatcher.Run(mctx) })
+		makers.Go(func() { dErr = s.Dispatcher.Run(mctx) })
 	}
 	if s.Reaper != nil {
-		makers.Go(func() { _ = s.Reaper.Run(mctx) })
+		makers.Go(func() { rErr = s.Reaper.Run(mctx) })
 	}
-	var workers group
+	var workers sync.WaitGroup
 	if s.Worker != nil {
 		// The worker stops through Shutdown, never through its context,
 		// so that it can let running handlers finish.
-		workers.Go(func() { _ = s.Worker.Run(context.WithoutCancel(ctx)) })
+		workers.Go(func() { wErr = s.Worker.Run(context.WithoutCancel(ctx)) })
 	}
 	viaShutdown := false
 	select {
@@ -107,18 +115,27 @@ func (s *Server) Run(ctx context.Context) error {
 	makers.Wait()
 	if s.Worker != nil && !viaShutdown {
 		grace, stop := context.WithTimeout(context.Background(), max(s.Worker.cfg.ShutdownTimeout, 0))
-		_ = s.Worker.Shutdown(grace)
+		_ = s.Worker.Shutdown(grace) // its error is Run's, below
 		stop()
 	}
 	workers.Wait()
-	return nil
+	err := errors.Join(dErr, rErr, wErr)
+	s.mu.Lock()
+	s.runErr = err
+	s.mu.Unlock()
+	return err
 }
 
 // Shutdown stops the server gracefully with ctx as the deadline for
-// running handlers, and waits until Run has returned. A second call with
-// an earlier deadline (an already-cancelled context, say) returns running
+// running handlers, and waits until Run has returned, or until ctx's end
+// plus a slack of 250 ms, whichever comes first. A second call with an
+// earlier deadline (an already-cancelled context, say) returns running
 // tasks to their queues at once. Before Run, it closes the server: Run
 // then returns ErrClosed.
+//
+// It returns nil when Run stopped cleanly in time, Run's error when it
+// returned one, and an error matching ctx.Err() (errors.Is) when ctx ended
+// first (joined with Run's error if Run returned within the slack).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started {
@@ -133,8 +150,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	if s.Worker != nil {
-		_ = s.Worker.Shutdown(ctx)
+		// The worker's Shutdown waits with the same deadline and slack;
+		// its errors are Run's.
+		go func() { _ = s.Worker.Shutdown(ctx) }()
 	}
-	<-s.done
-	return nil
+	select {
+	case <-s.done:
+		if ctx.Err() == nil {
+			return s.result()
+		}
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(shutdownSlack)
+	defer t.Stop()
+	cerr := fmt.Errorf("engine: server shutdown: %w", ctx.Err())
+	select {
+	case <-s.done:
+		if err := s.result(); err != nil && !errors.Is(err, ctx.Err()) {
+			return errors.Join(cerr, err)
+		}
+		return cerr
+	case <-t.C:
+		return cerr
+	}
+}
+
+// result is Run's error once Run has returned (nil before Run ran).
+func (s *Server) result() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runErr
 }

@@ -17,17 +17,22 @@ type Task struct {
 	Attempt     int // 1 on the first run; failures so far plus one
 	MaxAttempts int
 	Recoveries  int // times a worker died or lost the lease while running it
-	Timeout     time.Duration
-	Created     time.Time
-	Due         time.Time
-	LastError   string // the previous failure, if any
+	// Run is 1 on the first run of the task and counts every start since,
+	// whatever ended the earlier ones (a failure, a retry asked for, a
+	// worker that died or was stopped, a lost lease): a handler sees a
+	// re-run as Run > 1.
+	Run       int
+	Timeout   time.Duration
+	Created   time.Time
+	Due       time.Time
+	LastError string // the previous failure, if any
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
 	return &Task{
 		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
-		Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
+		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 	}
 }

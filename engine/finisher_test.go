@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
+)
+
+// replyLosingStore records a result for real and then reports the
+// connection lost, once, with every idle connection of the pool closed
+// by the server meanwhile (as a restart or a proxy cut would).
+type replyLosingStore struct {
+	workerStore
+	armed atomic.Bool
+	kill  func()
+}
+
+func (s *replyLosingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+	if err == nil && s.armed.CompareAndSwap(true, false) {
+		held.Conn().Close()
+		s.kill()
+		return nil, 0, nil, errInjected
+	}
+	return rec, out, reps, err
+}
+
+// logLines keeps the messages logged at Warn and above.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+// A result whose reply is lost, with the pool's idle connections dead, is
+// recognised as recorded: no warning says the task was recovered
+// elsewhere, and it ran once.
+func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
+	e := realEnv(t)
+	logs := &logLines{}
+	e.cfg.Logger = slog.New(logs)
+	rec := newRecorder(nil)
+	e.cfg.Concurrency = 1
+	w, _ := NewWorker(e.pool, e.cfg, rec)
+	ls := &replyLosingStore{workerStore: w.store, kill: func() {
+		admin := e.admin(t)
+		_, _ = admin.Do("CLIENT", "KILL", "TYPE", "normal")
+	}}
+	w.store = ls
+	ls.armed.Store(true)
+	stop := runBackground(t, w.Run)
+	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	if ls.armed.Load() {
+		t.Fatal("the reply was never lost")
+	}
+	stop() // the finisher has logged whatever it logs
+	if n := rec.count(id); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, l := range logs.lines {
+		if strings.Contains(l, "returned to its queue") || strings.Contains(l, "recovered elsewhere") || strings.Contains(l, "changed while it ran") {
+			t.Fatalf("misleading warning: %q", l)
+		}
+	}
+}

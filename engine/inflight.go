@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// inflightSet knows which ids in the worker's in-flight list (f:<w>) its
+// slots hold between a pop and the end of its claim. Any other id there
+// was taken by a pop whose reply was lost, or given back by a claim that
+// could not be made, and the recoverer returns it to its queue.
+//
+// gate is read-locked for the round trip of a pop and the recording of
+// its id, and write-locked by the recoverer only to take a snapshot: a
+// snapshot then includes every id whose pop was answered before it. Both
+// locks are taken and released in one function, held for one round trip
+// at most, never across a claim.
+type inflightSet struct {
+	gate  sync.RWMutex
+	mu    sync.Mutex
+	held  map[string]int // guarded by mu
+	dirty atomic.Bool    // an id may have been lost: recover soon
+	wake  chan struct{}  // tells the recoverer to look now
+}
+
+func newInflightSet() *inflightSet {
+	return &inflightSet{held: map[string]int{}, wake: make(chan struct{}, 1)}
+}
+
+// pop runs one pop round trip (fn) and holds the id it took. A failure
+// that may have lost the reply of a pop that happened marks the list for
+// recovery.
+func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	id, lost, err := fn()
+	if id != "" {
+		s.mu.Lock()
+		s.held[id]++
+		s.mu.Unlock()
+	}
+	if lost {
+		s.markLost()
+	}
+	return id, err
+}
+
+// release ends the hold on id: its claim is over (the claim removed it
+// from the list), or it is given back to the recoverer (give set).
+func (s *inflightSet) release(id string, give bool) {
+	s.mu.Lock()
+	if s.held[id] <= 1 {
+		delete(s.held, id)
+	} else {
+		s.held[id]--
+	}
+	s.mu.Unlock()
+	if give {
+		s.markLost()
+	}
+}
+
+func (s *inflightSet) markLost() {
+	s.dirty.Store(true)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// snapshot waits for the pops whose replies are on their way and returns
+// a copy of the held ids.
+func (s *inflightSet) snapshot() map[string]int {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.held))
+	for id, n := range s.held {
+		out[id] = n
+	}
+	return out
+}
+
+// recoverer returns ids that sit in this live worker's in-flight list
+// and no slot holds: at once after a lost pop reply or a claim given back,
+// and in any case once per HeartbeatInterval, so that no id stays
+// stranded there longer than one HeartbeatInterval (plus the time Redis is
+// unreachable). It never waits for a slot.
+type recoverer struct {
+	w *Worker
+}
+
+func (r *recoverer) run(ctx context.Context) {
+	w := r.w
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	h := w.holder()
+	defer h.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.inflight.wake:
+		}
+		if err := r.once(ctx, h); err != nil {
+			h.Drop()
+			if buckets.IsWrongType(err) {
+				setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// Not retried here: the next tick tries again.
+			w.log.Warn("could not look at the in-flight list; trying again within a heartbeat interval", keyErr, err)
+			w.inflight.dirty.Store(true)
+		}
+	}
+}
+
+// once returns every id no slot holds: three commands (WATCH, LRANGE,
+// UNWATCH) when there is none.
+func (r *recoverer) once(ctx context.Context, h interface {
+	Get(context.Context) (redisConn, error)
+}) error {
+	w := r.w
+	conn, err := h.Get(ctx)
+	if err != nil {
+		return err
+	}
+	w.inflight.dirty.Store(false)
+	var total buckets.RequeueResult
+	for {
+		res, err := w.store.RecoverLost(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100, w.inflight.snapshot)
+		total.Requeued += res.Requeued
+		total.Buried += res.Buried
+		total.Dropped += res.Dropped
+		if err != nil {
+			return err
+		}
+		if res.Requeued+res.Buried+res.Dropped < 100 {
+			break
+		}
+	}
+	if total.Requeued+total.Buried+total.Dropped > 0 {
+		w.log.Warn("returned tasks left in the in-flight list (a pop reply lost or a claim given back)",
+			"requeued", total.Requeued, "buried", total.Buried, "dropped", total.Dropped)
+	}
+	return nil
+}

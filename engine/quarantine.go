@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Log attribute keys.
+const (
+	keyComponent = "component"
+	keyTaskID    = "task_id"
+	keyQueue     = "queue"
+	keyType      = "type"
+	keyWorker    = "worker"
+	keyAttempt   = "attempt"
+	keyErr       = "err"
+)
+
+// setAside renames keys of the wrong type (written by hand, say) out of
+// the way on a pooled connection, logging each one.
+func setAside(ctx context.Context, pool *redis.Pool, st interface {
+	SetAside(context.Context, redis.Conn, string, ...string) ([]string, error)
+}, keys buckets.Keys, log *slog.Logger, want string, names ...string) {
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	moved, err := st.SetAside(ctx, conn, want, names...)
+	for _, k := range moved {
+		log.Error("key of the wrong type set aside", "key", k, "moved_to", keys.Quarantine(k))
+	}
+	if err != nil {
+		log.Warn("could not set aside keys of the wrong type", keyErr, err)
+	}
+}
+
+// discardLog drops every record: for waits that log nothing.
+var discardLog = slog.New(slog.DiscardHandler)
+
+// rateLimit lets one log line through per minute.
+type rateLimit struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Allow reports whether a line may be logged now.
+func (r *rateLimit) Allow() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); r.last.IsZero() || now.Sub(r.last) >= time.Minute {
+		r.last = now
+		return true
+	}
+	return false
+}

@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// retryPolicy turns a handler's result into the record's next state:
+// done, run again later (a failure within MaxAttempts, or RetryAfter), or
+// the dead letters.
+type retryPolicy struct {
+	cfg Config
+}
+
+func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) buckets.Outcome {
+	var ra *retryAfter
+	switch {
+	case herr == nil:
+		return buckets.Done
+	case errors.As(herr, &ra):
+		r.State = buckets.StateWaiting
+		r.Due = msCeil(now.Add(ra.d))
+		return buckets.Again
+	}
+	t := taskFromRecord(r) // as the handler saw it
+	r.Attempts++
+	r.LastError = truncateErr(herr)
+	if errors.Is(herr, ErrNoHandler) && p.cfg.UnknownType == UnknownDead {
+		return buckets.Bury
+	}
+	if IsPermanent(herr) || r.Attempts >= r.MaxAttempts {
+		return buckets.Bury
+	}
+	r.State = buckets.StateRetry
+	r.Due = msCeil(now.Add(max(p.cfg.RetryDelay(t, r.Attempts, herr), 0)))
+	return buckets.Again
+}
+
+func truncateErr(err error) string {
+	s := err.Error()
+	var p *PanicError
+	if errors.As(err, &p) {
+		s += "\n" + p.Stack
+	}
+	if len(s) > buckets.MaxErrorLen {
+		s = s[:buckets.MaxErrorLen]
+	}
+	return s
+}

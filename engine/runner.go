@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// runner calls handlers, each under a lease timer: past its timeout plus
+// LeaseGrace a handler is taken to be hung and its task is given to
+// another worker. At the shutdown deadline it gives every running task
+// back at once.
+type runner struct {
+	w       *Worker
+	mu      sync.Mutex
+	running map[string]*activeRun // guarded by mu
+	timers  sync.WaitGroup
+}
+
+// Run states: a run ends either with its handler's return (the result is
+// then recorded) or with being given back (the result is then dropped),
+// whichever comes first.
+const (
+	runRunning int32 = iota
+	runReturned
+	runGivenBack
+)
+
+type activeRun struct {
+	rec    *buckets.Record
+	cancel context.CancelFunc
+	state  atomic.Int32
+}
+
+// run calls the handler for rec. ok is false when the task was given back
+// before the handler returned (lease over, shutdown deadline): its result
+// must not be recorded. A result that arrives before the task is given
+// back is kept, even past the shutdown deadline.
+func (r *runner) run(baseCtx context.Context, rec *buckets.Record) (herr error, ok bool) {
+	w := r.w
+	task := taskFromRecord(rec)
+	hctx, cancel := context.WithTimeout(baseCtx, task.Timeout)
+	defer cancel()
+	run := &activeRun{rec: rec, cancel: cancel}
+	r.mu.Lock()
+	r.running[rec.ID] = run
+	r.mu.Unlock()
+	r.timers.Add(1)
+	timer := time.AfterFunc(time.Until(time.UnixMilli(rec.Deadline))+time.Since(w.cfg.Clock.Now()), func() {
+		defer r.timers.Done()
+		r.expire(run)
+	})
+
+	err := callHandler(hctx, w.handler, task)
+	returned := run.state.CompareAndSwap(runRunning, runReturned)
+	if timer.Stop() {
+		r.timers.Done()
+	}
+	r.mu.Lock()
+	delete(r.running, rec.ID)
+	r.mu.Unlock()
+	if !returned {
+		w.log.Info("handler returned after its task was given back; the task runs again",
+			keyTaskID, rec.ID, keyType, rec.Type, keyErr, err)
+		return nil, false
+	}
+	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && baseCtx.Err() == nil {
+		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
+	}
+	return err, true
+}
+
+// expire gives a hung run's task back so another worker can run it. The
+// handler goroutine keeps its slot until it returns.
+func (r *runner) expire(run *activeRun) {
+	if !run.state.CompareAndSwap(runRunning, runGivenBack) {
+		return
+	}
+	run.cancel()
+	r.w.log.Warn("task ran past its timeout and lease; giving it to another worker",
+		keyTaskID, run.rec.ID, keyType, run.rec.Type, "timeout", time.Duration(run.rec.TimeoutMs)*time.Millisecond)
+	_ = r.w.requeuer.requeue([]string{run.rec.ID}, buckets.LeaseExpired)
+}
+
+// giveBack returns every running task whose handler has not returned to
+// the front of its queue at once (the shutdown deadline passed); the
+// handlers are cancelled next. It returns the error of the return.
+func (r *runner) giveBack() error {
+	r.mu.Lock()
+	var ids []string
+	for id, run := range r.running {
+		if run.state.CompareAndSwap(runRunning, runGivenBack) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	r.w.log.Warn("shutdown deadline passed; returning unfinished tasks", "tasks", len(ids))
+	return r.w.requeuer.requeue(ids, buckets.Shutdown)
+}
+
+// wait waits for the lease timers that fired.
+func (r *runner) wait() { r.timers.Wait() }

@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"context"
+	"github.com/bucketq/bucketq/txn"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+	"github.com/google/uuid"
+)
+
+// A LIST at a task's record key is set aside and dead-lettered with the
+// reason, and does not hold the worker: when the reply of the worker's
+// next pop is lost, the good task it took is recovered and runs within a
+// few seconds, and no queue is invented for the bad id.
+func TestWrongTypeRecordThenLostPop(t *testing.T) {
+	e := realEnv(t)
+	admin := e.admin(t)
+	var armed atomic.Bool
+	base := e.pool
+	e.pool = &redisPool{MaxIdle: 16, Dial: func() (redisConn, error) {
+		c, err := base.Dial()
+		if err != nil {
+			return nil, err
+		}
+		return &popReplyLoser{redisConn: c, armed: &armed}, nil
+	}}
+	bad := uuid.NewString()
+	if _, err := admin.Do("RPUSH", e.key("t:"+bad), "not", "a", "record"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Do("LPUSH", e.key("q:default"), bad); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(nil)
+	e.cfg.Concurrency = 2
+	w, _ := NewWorker(e.pool, e.cfg, rec)
+	runBackground(t, w.Run)
+	waitFor(t, 5*time.Second, "the bad id in the dead letters", func() bool {
+		s, _ := admin.Do("ZSCORE", e.key("dead"), bad)
+		return s != nil
+	})
+	armed.Store(true)
+	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the good task to run", func() bool { return rec.count(id) == 1 })
+	if armed.Load() {
+		t.Fatal("the pop reply was never lost")
+	}
+	waitFor(t, 5*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+
+	if typ, _ := redis.String(admin.Do("TYPE", e.key("bad:t:"+bad))); typ != "list" {
+		t.Fatalf("bad:t:%s is %q, want the list set aside", bad, typ)
+	}
+	info, err := e.client(t).Lookup(context.Background(), bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != StateDead || !strings.Contains(info.LastError, "wrong type") || info.Queue != "default" {
+		t.Fatalf("bad id: state %s, queue %q, reason %q; want dead in default saying wrong type", info.State, info.Queue, info.LastError)
+	}
+	qs, _ := redis.Strings(admin.Do("SMEMBERS", e.key("queues")))
+	for _, q := range qs {
+		if q != "default" {
+			t.Fatalf("queues holds %q", q)
+		}
+	}
+	if n, _ := redis.Int(admin.Do("EXISTS", e.key("st:unknown"))); n != 0 {
+		t.Fatal("st:unknown exists")
+	}
+}
+
+// stuckStore fails every attempt to record the result of one task, and
+// loses the reply of one pop of another (alone or behind a result), so that one slot keeps failing
+// while the others work and the worker has a lost pop to recover.
+type stuckStore struct {
+	workerStore
+	stuck    atomic.Value // id whose result cannot be recorded
+	losePop  atomic.Bool  // lose the reply of the next pop that takes a task
+	lostID   atomic.Value // the id whose pop reply was lost
+	attempts atomic.Int32
+}
+
+func (s *stuckStore) is(v *atomic.Value, id string) bool {
+	x, _ := v.Load().(string)
+	return x != "" && x == id
+}
+
+func (s *stuckStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
+	id, err := s.workerStore.Pop(ctx, conn, q, w)
+	if id != "" && s.losePop.CompareAndSwap(true, false) {
+		s.lostID.Store(id)
+		return "", errInjected
+	}
+	return id, err
+}
+
+func (s *stuckStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+	if s.is(&s.stuck, r.ID) {
+		s.attempts.Add(1)
+		return nil, 0, nil, errInjected
+	}
+	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+	if len(reps) == 1 {
+		// The next task taken with the result: lose that reply instead.
+		if id, _ := redis.String(reps[0], nil); id != "" && s.losePop.CompareAndSwap(true, false) {
+			s.lostID.Store(id)
+			return rec, out, nil, err
+		}
+	}
+	return rec, out, reps, err
+}
+
+func (s *stuckStore) Finish(ctx context.Context, conn redisConn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error) {
+	if s.is(&s.stuck, id) {
+		s.attempts.Add(1)
+		return nil, 0, errInjected
+	}
+	return s.workerStore.Finish(ctx, conn, w, id, run, now, doneTTL, decide)
+}
+
+// An error that persists in one slot leaves the other slots working and
+// the worker's recovery of lost pops running, and it is not retried past
+// the run's lease.
+func TestPersistentErrorInOneSlot(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		rec := newRecorder(nil)
+		e.cfg.Concurrency = 2
+		w, _ := NewWorker(e.pool, e.cfg, rec)
+		ss := &stuckStore{workerStore: w.store}
+		w.store = ss
+		stuck, _ := idOf(c.Enqueue(ctx, "t", nil, Timeout(2*time.Second)))
+		ss.stuck.Store(stuck)
+		runBackground(t, w.Run)
+		waitFor(t, 5*time.Second, "the stuck slot failing", func() bool { return ss.attempts.Load() >= 2 })
+
+		// The only task waiting: the next pop takes it, and its reply
+		// is lost.
+		ss.losePop.Store(true)
+		lost, _ := idOf(c.Enqueue(ctx, "t", nil))
+		waitFor(t, 5*time.Second, "the pop reply lost", func() bool { return !ss.losePop.Load() })
+		if got, _ := ss.lostID.Load().(string); got != lost {
+			t.Fatalf("lost the pop of %q, want %q", got, lost)
+		}
+		var ids []string
+		for i := 0; i < 5; i++ {
+			id, _ := idOf(c.Enqueue(ctx, "t", nil))
+			ids = append(ids, id)
+		}
+		for _, id := range append(ids, lost) {
+			waitFor(t, 5*time.Second, "task "+id+" done", func() bool { return e.state(t, id) == StateDone })
+		}
+		// Past its lease (2 s timeout + 0.5 s grace) the stuck slot gives
+		// up: its task is left to a reaper, and the slot takes tasks again.
+		n := ss.attempts.Load()
+		waitFor(t, 10*time.Second, "the stuck slot to give up", func() bool {
+			m := ss.attempts.Load()
+			if m == n {
+				return true
+			}
+			n = m
+			time.Sleep(time.Second)
+			return false
+		})
+		more, _ := idOf(c.Enqueue(ctx, "t", nil))
+		more2, _ := idOf(c.Enqueue(ctx, "t", nil))
+		for _, id := range []string{more, more2} {
+			waitFor(t, 5*time.Second, "task after the stuck slot gave up", func() bool { return e.state(t, id) == StateDone })
+		}
+	})
+}
+
+// An id stranded in a live worker's in-flight list that no slot holds (a
+// lost pop the worker did not notice) is returned within one
+// HeartbeatInterval and runs.
+func TestStrandedInflightRecovered(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		admin := e.admin(t)
+		rec := newRecorder(nil)
+		e.cfg.HeartbeatInterval = 300 * time.Millisecond
+		w, _ := NewWorker(e.pool, e.cfg, rec)
+		// Move a ready task by hand into the worker's in-flight list
+		// before it starts, as a pop whose reply was lost would.
+		id, err := idOf(e.client(t).Enqueue(ctx, "t", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := redis.String(admin.Do("RPOPLPUSH", e.key("q:default"), e.key("f:"+w.ID()))); err != nil || got != id {
+			t.Fatal(got, err)
+		}
+		at := time.Now()
+		runBackground(t, w.Run)
+		waitFor(t, 5*time.Second, "the stranded task to run", func() bool { return rec.count(id) == 1 })
+		if d := time.Since(at); d > e.cfg.HeartbeatInterval+time.Second {
+			t.Fatalf("recovered after %v; bound %v", d, e.cfg.HeartbeatInterval)
+		}
+	})
+}

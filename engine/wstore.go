@@ -1,0 +1,29 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// workerStore is every transaction a Worker runs: *buckets.Store in
+// production. Tests wrap it to make a step fail as a dead process or a
+// cut connection would, without seams in the worker's own code.
+type workerStore interface {
+	Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error
+	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
+	PopNext(q, w string) txn.Cmd
+	Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error)
+	FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error)
+	Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error)
+	Abandon(ctx context.Context, conn redis.Conn, w string, r *buckets.Record, now int64) (buckets.AbandonResult, error)
+	Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why buckets.Reason, maxRecoveries int) (buckets.RequeueResult, error)
+	RecoverLost(ctx context.Context, conn redis.Conn, w string, now int64, limit int, held func() map[string]int) (buckets.RequeueResult, error)
+	RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (buckets.RequeueResult, error)
+	Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error)
+	SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error)
+}
+
+var _ workerStore = (*buckets.Store)(nil)

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// dyingStore passes a worker's calls to the real store until the step
+// named by stage, and from then on fails every call, as a process killed
+// right there would look from Redis: what the step wrote stays, nothing
+// after it is written. Stages: after-pop (the pop happened, its reply is
+// lost), after-claim (likewise for the claim), before-finish (the result
+// is never sent), after-finish (the result is recorded, then death).
+type dyingStore struct {
+	workerStore
+	stage string
+	fired atomic.Bool
+}
+
+func (d *dyingStore) dead() bool { return d.fired.Load() }
+
+func (d *dyingStore) die(stage string) bool {
+	return stage == d.stage && d.fired.CompareAndSwap(false, true)
+}
+
+func (d *dyingStore) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error {
+	if d.dead() {
+		return errInjected
+	}
+	return d.workerStore.Beat(ctx, conn, w, ttl, info)
+}
+
+func (d *dyingStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
+	if d.dead() {
+		return "", errInjected
+	}
+	id, err := d.workerStore.Pop(ctx, conn, q, w)
+	if id != "" && d.die("after-pop") {
+		return "", errInjected
+	}
+	return id, err
+}
+
+func (d *dyingStore) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error) {
+	if d.dead() {
+		return nil, 0, errInjected
+	}
+	rec, res, err := d.workerStore.Claim(ctx, conn, w, q, id, now, deadline, hold, cs)
+	if err == nil && res == buckets.Claimed && d.die("after-claim") {
+		return nil, 0, errInjected
+	}
+	return rec, res, err
+}
+
+func (d *dyingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+	if d.dead() || d.die("before-finish") {
+		return nil, 0, nil, errInjected
+	}
+	rec, out, reps, err := d.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+	if err == nil && d.die("after-finish") {
+		return rec, out, nil, errInjected
+	}
+	return rec, out, reps, err
+}
+
+func (d *dyingStore) Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error) {
+	if d.dead() || d.die("before-finish") {
+		return nil, 0, errInjected
+	}
+	rec, out, err := d.workerStore.Finish(ctx, conn, w, id, run, now, doneTTL, decide)
+	if err == nil && d.die("after-finish") {
+		return rec, out, errInjected
+	}
+	return rec, out, err
+}
+
+func (d *dyingStore) Abandon(ctx context.Context, conn redis.Conn, w string, r *buckets.Record, now int64) (buckets.AbandonResult, error) {
+	if d.dead() {
+		return 0, errInjected
+	}
+	return d.workerStore.Abandon(ctx, conn, w, r, now)
+}
+
+func (d *dyingStore) Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why buckets.Reason, maxRecoveries int) (buckets.RequeueResult, error) {
+	if d.dead() {
+		return buckets.RequeueResult{}, errInjected
+	}
+	return d.workerStore.Requeue(ctx, conn, w, ids, now, why, maxRecoveries)
+}
+
+func (d *dyingStore) RecoverLost(ctx context.Context, conn redis.Conn, w string, now int64, limit int, held func() map[string]int) (buckets.RequeueResult, error) {
+	if d.dead() {
+		return buckets.RequeueResult{}, errInjected
+	}
+	return d.workerStore.RecoverLost(ctx, conn, w, now, limit, held)
+}
+
+func (d *dyingStore) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (buckets.RequeueResult, error) {
+	if d.dead() {
+		return buckets.RequeueResult{}, errInjected
+	}
+	return d.workerStore.RecoverAllInflight(ctx, conn, w, now)
+}
+
+func (d *dyingStore) Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error) {
+	if d.dead() {
+		return false, errInjected
+	}
+	return d.workerStore.Forget(ctx, conn, w, requireDead)
+}
+
+type txnCmd = txn.Cmd
