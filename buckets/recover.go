@@ -71,7 +71,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 		watch = append(watch, s.Keys.Task(id))
 	}
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		for _, id := range ids {
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
@@ -175,7 +175,7 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(ids) == 0 {
@@ -373,7 +373,7 @@ func wrapErr(what string, err error) error {
 func (s *Store) RecoverLost(ctx context.Context, conn redis.Conn, w string, now int64, limit int, held func() map[string]int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		all, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(all) == 0 {

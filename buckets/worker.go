@@ -244,7 +244,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		rec *Record
 		out Outcome
 	)
-	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -329,11 +329,16 @@ func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Rec
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	_, after, err := held.Exec(ctx, cmds, next...)
+	reps, after, err := held.Exec(ctx, cmds, next...)
 	switch {
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrNotHeld):
 		return nil, 0, after, ErrWatchLost
 	case err != nil:
+		// EXEC ran but a push failed on a key of the wrong type: place
+		// the task again once the key is set aside.
+		if ok, rerr := s.repairPlacement(ctx, held.Conn(), reps, err); rerr == nil && ok {
+			return r, out, after, nil
+		}
 		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
 	}
 	return r, out, after, nil

@@ -322,6 +322,10 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
 	}
+	log := c.Logger
+	st.OnSetAside = func(key, movedTo string) {
+		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
+	}
 	return c, st, nil
 }
 
