@@ -122,7 +122,6 @@ type taskViewJSON struct {
 	Lease *time.Time `json:"lease,omitempty"`
 }
 
-
 // fit pads or cuts s to n characters, marking a cut with "…".
 func fit(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
