@@ -2,8 +2,11 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/buckets"
 )
 
 func mustAct(t *testing.T, what string, res ActionResult, err error, want ActionResult) {
@@ -121,5 +124,80 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 	}
 	if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateDone}); !errors.Is(err, ErrNotListable) {
 		t.Fatalf("delete all done: %v, want ErrNotListable", err)
+	}
+}
+
+// An action cut at any command (the connection closed before it, or after
+// it with the reply lost) has done all of its batch or none of it, and
+// leaves nothing for the checker to find.
+func TestInspectActCrashPoints(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	in := c.Inspector()
+	st := e.store(t)
+	ctx := checkCtx(t, 2*time.Minute)
+	for _, act := range []buckets.Action{buckets.ActRun, buckets.ActCancel, buckets.ActDelete} {
+		for limit := 1; ; limit++ {
+			tripped := false
+			for _, lose := range []bool{false, true} {
+				due := time.Now().Add(time.Hour)
+				var ids []string
+				for i := 0; i < 4; i++ {
+					var opts []Option
+					if i < 2 {
+						opts = append(opts, At(due)) // one bucket for both
+					}
+					id, err := idOf(c.Enqueue(ctx, "t", nil, opts...))
+					if err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+				conn, err := e.pool.GetContext(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fc := &faultConn{Conn: conn, limit: limit, loseReply: lose}
+				_, err = st.Act(ctx, fc, act, ids, time.Now().UnixMilli(), 3600, nil)
+				conn.Close()
+				tripped = tripped || fc.tripped()
+				if err != nil && !fc.tripped() {
+					t.Fatalf("%s limit %d: error without a fault: %v", act, limit, err)
+				}
+				states := make([]State, len(ids))
+				for i, id := range ids {
+					v, err := in.Task(ctx, id)
+					switch {
+					case errors.Is(err, ErrNotFound):
+						states[i] = "gone"
+					case err != nil:
+						t.Fatal(err)
+					default:
+						states[i] = v.State
+					}
+				}
+				before := []State{StateScheduled, StateScheduled, StateReady, StateReady}
+				after := map[buckets.Action][]State{
+					buckets.ActRun:    {StateReady, StateReady, StateReady, StateReady},
+					buckets.ActCancel: {StateCancelled, StateCancelled, StateCancelled, StateCancelled},
+					buckets.ActDelete: {"gone", "gone", StateCancelled, StateCancelled},
+				}[act]
+				if fmt.Sprint(states) != fmt.Sprint(before) && fmt.Sprint(states) != fmt.Sprint(after) {
+					t.Fatalf("%s cut at command %d (reply lost %v): states %v, want all of %v or all of %v", act, limit, lose, states, before, after)
+				}
+				requireClean(t, c)
+				// Clear the queue for the next round.
+				if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "default", State: StateReady}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "default", State: StateScheduled}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !tripped {
+				t.Logf("%s: cut at each of its %d commands", act, limit-1)
+				break
+			}
+		}
 	}
 }
