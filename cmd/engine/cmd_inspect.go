@@ -205,7 +205,7 @@ func (a *app) newTaskActionCmd(act engine.Action, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " (ID... | --all --queue Q --state S [--search X]) [--yes]",
 		Short: short,
-		Long: short + `.
+		Long: strings.ToUpper(short[:1]) + short[1:] + `.
 
 Each batch of up to ` + fmt.Sprint(engine.MaxActionBatch) + ` tasks is one transaction that reads the tasks
 again and applies the action only where it still applies; tasks it does not
