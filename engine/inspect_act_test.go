@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 func mustAct(t *testing.T, what string, res ActionResult, err error, want ActionResult) {
@@ -100,6 +101,7 @@ func TestInspectActions(t *testing.T) {
 		}
 	}
 	requireClean(t, c)
+	redistest.RequireNoViolations(t, f.e.srv)
 }
 
 // Deleting ready tasks and dead letters, one by one and by filter.
