@@ -313,3 +313,56 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 	t.Logf("%d listed in %d pages; %d remain", len(seen), pages, len(rest))
 	requireClean(t, c)
 }
+
+// Paging the dead letters while workers bury more and the listed ones
+// are retried: newest first by the time they died, so new ones land
+// before the walk and are not listed, and every one that stayed dead is.
+func TestInspectPagingDeadWhileBurying(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.UnknownType = UnknownDead
+	e.cfg.Concurrency = 4
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 1500)
+	for i := range batch {
+		batch[i] = NewTask{Type: "nobody"}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(e.pool, e.cfg, NewMux())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runBackground(t, w.Run)
+	waitFor(t, 20*time.Second, "1000 dead letters", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Dead >= 1000
+	})
+	admin := e.admin(t)
+	dead := func() []string {
+		ids, err := redis.Strings(admin.Do("ZRANGE", e.key("dead"), 0, -1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	// Those buried after the listing began are newer than its first page:
+	// the listing does not promise them.
+	atStart := map[string]bool{}
+	for _, id := range dead() {
+		atStart[id] = true
+	}
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateDead}, Limit: 20},
+		func() []string {
+			stop()
+			var stayed []string
+			for _, id := range dead() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			return stayed
+		}, func() bool { return len(dead()) > len(atStart) })
+}
