@@ -366,3 +366,74 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 			return stayed
 		}, func() bool { return len(dead()) > len(atStart) })
 }
+
+// Paging the running tasks while they finish and others start.
+func TestInspectPagingRunningWhileFinishing(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Concurrency = 40
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 2000)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t", Payload: []byte{byte(i % 10 * 3)}}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, t *Task) error {
+		ran.Add(1)
+		// One in ten runs until the listing is over, the rest a few
+		// milliseconds.
+		if t.Payload[0] == 0 {
+			<-release
+		}
+		time.Sleep(time.Duration(t.Payload[0]) * time.Millisecond)
+		return nil
+	})
+	var stops []func()
+	var workers []*Worker
+	for i := 0; i < 2; i++ {
+		w, err := NewWorker(e.pool, e.cfg, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+		stops = append(stops, runBackground(t, w.Run))
+	}
+	waitFor(t, 10*time.Second, "tasks running", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Running >= 40
+	})
+	admin := e.admin(t)
+	pending := func() map[string]bool {
+		out := map[string]bool{}
+		for _, w := range workers {
+			ids, err := redis.Strings(admin.Do("ZRANGE", e.key("p:"+w.ID()), 0, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				out[id] = true
+			}
+		}
+		return out
+	}
+	atStart, ranAtStart := pending(), ran.Load()
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateRunning}, Limit: 3},
+		func() []string {
+			var stayed []string
+			for id := range pending() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			close(release)
+			for _, stop := range stops {
+				stop()
+			}
+			return stayed
+		}, func() bool { return ran.Load() > ranAtStart })
+}
