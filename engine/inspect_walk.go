@@ -97,10 +97,29 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 		// Each bucket holds at least one id: scan of them fill the page.
 		times, more = times[:scan], true
 	}
-	if len(times) == 0 {
-		if more {
-			page.Next = cursor{Ts: lastTs, Done: true}.encode()
+	if len(times) == 0 && more {
+		// None of q's buckets among the index members read. Those all lie
+		// at or after the cursor's time and at or before lastTs; q may
+		// still have a bucket at lastTs, past the members read.
+		if lastTs > cur.Ts {
+			page.Next = cursor{Ts: lastTs}.encode()
+			return page, nil
 		}
+		// Every member read is at the cursor's time (many queues with a
+		// bucket at one time): look for q's directly, then move on.
+		ok := false
+		if !cur.Done {
+			if ok, err = in.store.BucketIndexed(ctx, conn, o.Queue, cur.Ts); err != nil {
+				return nil, err
+			}
+		}
+		if !ok {
+			page.Next = cursor{Ts: cur.Ts + 1}.encode()
+			return page, nil
+		}
+		times = []int64{cur.Ts}
+	}
+	if len(times) == 0 {
 		return page, nil
 	}
 	seen := cur.seen()
