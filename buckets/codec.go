@@ -3,6 +3,7 @@ package buckets
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"unicode/utf8"
 )
 
@@ -66,27 +67,58 @@ type Record struct {
 	Deadline    int64 // lease deadline of the current run
 	Worker      string
 	LastError   string
+	// Metadata is small string pairs that travel with the task, for the
+	// producer's trace context and the like; nil when none. Stored in
+	// the record's trailing sections (version 2), see Encode.
+	Metadata map[string]string
+
+	// extra holds the trailing sections this version does not know, as
+	// read, so that rewriting a record written by a newer version keeps
+	// them.
+	extra []byte
 }
 
 // Limits on record fields, checked by Validate.
 const (
 	MaxTypeLen  = 256
 	MaxErrorLen = 4096
+	// MaxMetadata bounds the number of Metadata pairs, MaxMetadataKeyLen
+	// a key's length and MaxMetadataBytes all keys and values together.
+	MaxMetadata       = 32
+	MaxMetadataKeyLen = 128
+	MaxMetadataBytes  = 4096
 )
 
 const (
-	recordMagic   = 'B'
-	recordVersion = 1
+	recordMagic = 'B'
+	// recordVersion 1 ends with the payload. Version 2 has trailing
+	// sections after it, each a tag byte, a uvarint length and that many
+	// bytes; a record without any is written as version 1, so that a
+	// version-1 reader reads it.
+	recordVersion  = 1
+	recordVersion2 = 2
+)
+
+// Trailing section tags (version 2).
+const (
+	sectionMetadata = 'm' // uvarint count, then per pair (sorted by key) length-prefixed key and value
 )
 
 // Encode returns the stored form of r: a magic byte and version, the state,
 // unsigned varints for the numbers, and length-prefixed strings, payload
-// last. It is compact because a record is most of a task's memory.
+// last, then (version 2) the trailing sections. It is compact because a
+// record is most of a task's memory.
 func (r *Record) Encode() []byte {
 	n := 2 + 1 + 9*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
-		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload) + len(r.extra)
+	meta := r.encodeMetadata()
+	n += len(meta)
+	version := byte(recordVersion)
+	if len(meta) > 0 || len(r.extra) > 0 {
+		version = recordVersion2
+	}
 	b := make([]byte, 0, n)
-	b = append(b, recordMagic, recordVersion, byte(r.State))
+	b = append(b, recordMagic, version, byte(r.State))
 	for _, v := range []int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
 		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline} {
 		b = binary.AppendUvarint(b, uint64(max(v, 0)))
@@ -96,7 +128,34 @@ func (r *Record) Encode() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	return append(b, r.Payload...)
+	b = append(b, r.Payload...)
+	b = append(b, meta...)
+	return append(b, r.extra...)
+}
+
+// encodeMetadata returns the metadata section, or nothing when there is
+// no metadata.
+func (r *Record) encodeMetadata() []byte {
+	if len(r.Metadata) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(r.Metadata))
+	for k := range r.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var body []byte
+	body = binary.AppendUvarint(body, uint64(len(keys)))
+	for _, k := range keys {
+		v := r.Metadata[k]
+		body = binary.AppendUvarint(body, uint64(len(k)))
+		body = append(body, k...)
+		body = binary.AppendUvarint(body, uint64(len(v)))
+		body = append(body, v...)
+	}
+	out := []byte{sectionMetadata}
+	out = binary.AppendUvarint(out, uint64(len(body)))
+	return append(out, body...)
 }
 
 // DecodeRecord parses a stored record; id is taken from the key. Any
@@ -107,7 +166,7 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion {
+	if b[1] != recordVersion && b[1] != recordVersion2 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown: %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
@@ -136,6 +195,9 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
 	r.Payload = d.bytes()
+	if b[1] == recordVersion2 {
+		d.sections(r)
+	}
 	if d.err || len(d.b) != 0 {
 		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
 	}
@@ -161,6 +223,55 @@ func (d *decoder) uvarint() uint64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// sections reads the trailing sections into r: metadata once at most,
+// unknown tags kept as they are in r.extra.
+func (d *decoder) sections(r *Record) {
+	seen := map[byte]bool{}
+	for !d.err && len(d.b) > 0 {
+		start := d.b
+		tag := d.b[0]
+		d.b = d.b[1:]
+		body := d.bytes()
+		if d.err || seen[tag] {
+			d.err = true
+			return
+		}
+		seen[tag] = true
+		switch tag {
+		case sectionMetadata:
+			r.Metadata = decodeMetadata(body)
+			if r.Metadata == nil {
+				d.err = true
+			}
+		default:
+			r.extra = append(r.extra, start[:len(start)-len(d.b)]...)
+		}
+	}
+}
+
+// decodeMetadata parses a metadata section's body; nil when it is
+// malformed or holds no pair (an empty section is never written).
+func decodeMetadata(body []byte) map[string]string {
+	d := decoder{b: body}
+	n := d.uvarint()
+	if d.err || n == 0 || n > uint64(len(body)) {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := string(d.bytes())
+		v := string(d.bytes())
+		if _, dup := m[k]; dup || d.err {
+			return nil
+		}
+		m[k] = v
+	}
+	if len(d.b) != 0 {
+		return nil
+	}
+	return m
 }
 
 func (d *decoder) bytes() []byte {
@@ -197,6 +308,29 @@ func (r *Record) Validate(maxPayload int) error {
 	}
 	if r.TimeoutMs < 1 {
 		return fmt.Errorf("timeout %d ms: want at least 1 ms", r.TimeoutMs)
+	}
+	return ValidateMetadata(r.Metadata)
+}
+
+// ValidateMetadata checks metadata pairs: at most MaxMetadata, keys of 1
+// to MaxMetadataKeyLen bytes of UTF-8, values of UTF-8, MaxMetadataBytes
+// in all.
+func ValidateMetadata(m map[string]string) error {
+	if len(m) > MaxMetadata {
+		return fmt.Errorf("metadata of %d pairs, limit %d: %w", len(m), MaxMetadata, ErrTooLarge)
+	}
+	total := 0
+	for k, v := range m {
+		if k == "" || len(k) > MaxMetadataKeyLen || !utf8.ValidString(k) {
+			return fmt.Errorf("metadata key %q: want 1-%d bytes of UTF-8: %w", k, MaxMetadataKeyLen, ErrInvalidName)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("metadata value of %q: want UTF-8: %w", k, ErrInvalidName)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return fmt.Errorf("metadata of %d bytes, limit %d: %w", total, MaxMetadataBytes, ErrTooLarge)
 	}
 	return nil
 }

@@ -40,6 +40,15 @@ type RequeueResult struct {
 	Requeued int // back in a ready list
 	Buried   int // to the dead letters (too many recoveries, or a missing or bad record)
 	Dropped  int // ids no longer this worker's (already handled elsewhere)
+	// Recovered names the tasks Requeue counted as recovered (WorkerDied,
+	// LeaseExpired), Buried set for those sent to the dead letters for it.
+	Recovered []RecoveredTask
+}
+
+// RecoveredTask is a task Requeue counted as recovered.
+type RecoveredTask struct {
+	ID, Queue, Type string
+	Buried          bool // recovered too many times: now a dead letter
 }
 
 // Requeue returns running tasks of worker w to the front of their ready
@@ -118,6 +127,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			if why != Shutdown {
 				r.Recoveries++
 				tx.Queue("HINCRBY", st, StatRecovered, 1)
+				res.Recovered = append(res.Recovered, RecoveredTask{ID: id, Queue: r.Queue, Type: r.Type, Buried: r.Recoveries > maxRecoveries})
 				if r.Recoveries > maxRecoveries {
 					r.LastError = fmt.Sprintf("%s %d times (limit %d)", why, r.Recoveries, maxRecoveries)
 					s.bury(tx, r, now, r.LastError)

@@ -97,6 +97,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock tells the time. Default (nil): the system clock, time.Now.
 	Clock Clock
+	// Observer receives the engine's events (enqueues, dispatch rounds,
+	// starts, results, retries, deaths, recoveries) after they happened,
+	// for metrics and tracing. Default nil: none.
+	Observer Observer
 }
 
 // QueueConfig names a queue a worker takes tasks from.
