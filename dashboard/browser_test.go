@@ -259,6 +259,26 @@ func TestBrowserPages(t *testing.T) {
 		{"dead", "/dead", []string{e.ids["dead"][0], "template \"welcome\" not found"}},
 		{"periodic", "/periodic", []string{"No periodic entries"}},
 	}
+	// Some traffic for the chart: batches of tasks, each done before the
+	// next, until the dashboard has sampled a few intervals with work.
+	for i := 0; ; i++ {
+		var last string
+		for j := range 10 {
+			ti, err := e.client.Enqueue(context.Background(), "email.send", []byte(fmt.Sprintf(`{"to":"user%d@example.com"}`, i*10+j)), engine.Queue("emails"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = ti.ID
+		}
+		if _, err := e.client.Enqueue(context.Background(), "flaky", []byte(`{"url":"https://example.com/hook"}`), engine.Queue("emails")); err != nil {
+			t.Fatal(err)
+		}
+		e.await(func() bool { return e.state(last) == engine.StateDone }, "a batch done")
+		run(t, ctx, "load /", chromedp.Navigate(e.base+"/"), chromedp.WaitReady(chromedp.CSS("svg.chart")))
+		if value(t, ctx, "chart points", chromedp.Evaluate[int](`document.querySelectorAll("svg.chart rect.ok").length`)) > 0 {
+			break
+		}
+	}
 	for _, p := range pages {
 		run(t, ctx, "load "+p.path, chromedp.Navigate(e.base+p.path), chromedp.WaitReady(chromedp.CSS("main")))
 		got := text(t, ctx)

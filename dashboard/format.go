@@ -29,6 +29,7 @@ func (d *Dashboard) funcs() template.FuncMap {
 		"verbLabel": func(v engine.Action) string { return verbLabel[v] },
 		"danger":    destructive,
 		"join":      strings.Join,
+		"lower":     strings.ToLower,
 		"isZero":    func(t time.Time) bool { return t.IsZero() },
 		"add":       func(a, b int) int { return a + b },
 		"num":       func(n int64) string { return group(n) },

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"html/template"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,95 +49,90 @@ func (h *history) samples() ([]sample, time.Time) {
 	return append(append([]sample(nil), h.ring[h.next:]...), h.ring[:h.next]...), h.since
 }
 
-// chart draws the per-minute rates of processed and failed tasks between
-// consecutive samples as an inline SVG (no script, no external request).
+// chart draws the processed and failed tasks of each minute of the
+// window (the increase of the totals between consecutive samples less
+// than a minute apart, put in the minute of the later sample) as bars in an inline SVG: no script, no
+// external request.
 type chart struct {
 	SVG              template.HTML
-	Since            time.Time
-	Points           int
-	LastOK, LastFail float64 // per minute, latest interval
+	Points           int   // minutes with a sample
+	LastOK, LastFail int64 // the current minute so far
 }
 
 func drawChart(ss []sample, window time.Duration, now time.Time) chart {
-	const w, h, left, bottom, top = 720.0, 180.0, 44.0, 22.0, 8.0
-	type pt struct {
-		t        time.Time
-		ok, fail float64
-	}
-	var pts []pt
+	const w, h, left, bottom, top = 1200.0, 200.0, 48.0, 22.0, 8.0
+	const n = 60
+	step := window / n
+	start := now.Add(-window).Truncate(step).Add(step) // the first whole minute shown
+	var ok, fail [n]int64
+	var seen [n]bool
 	for i := 1; i < len(ss); i++ {
-		dt := ss[i].at.Sub(ss[i-1].at).Minutes()
-		if dt <= 0 {
+		k := int(ss[i].at.Sub(start) / step)
+		if k < 0 || k >= n || ss[i].at.Sub(ss[i-1].at) > step {
+			// Out of the window, or after a gap in the sampling: the
+			// increase cannot be placed in one minute.
 			continue
 		}
-		// A counter that went down (keys deleted) draws as zero.
-		ok := max(0, float64(ss[i].processed-ss[i-1].processed)/dt)
-		fail := max(0, float64(ss[i].failed-ss[i-1].failed)/dt)
-		pts = append(pts, pt{ss[i].at, ok, fail})
+		seen[k] = true
+		// A total that went down (keys deleted) adds nothing.
+		ok[k] += max(0, ss[i].processed-ss[i-1].processed)
+		fail[k] += max(0, ss[i].failed-ss[i-1].failed)
 	}
-	top1 := 1.0
-	for _, p := range pts {
-		top1 = max(top1, p.ok, p.fail)
+	peak := int64(1)
+	c := chart{LastOK: ok[n-1], LastFail: fail[n-1]}
+	for k := range n {
+		peak = max(peak, ok[k], fail[k])
+		if seen[k] {
+			c.Points++
+		}
 	}
-	top1 = niceCeil(top1)
-	start := now.Add(-window)
-	x := func(t time.Time) float64 {
-		return left + (w-left-4)*float64(t.Sub(start))/float64(window)
-	}
-	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/top1) }
+	topV, ticks := niceCeil(float64(peak))
+	slot := (w - left - 4) / n
+	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/topV) }
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %g %g" role="img" aria-label="tasks per minute">`, w, h)
-	for i := 0; i <= 4; i++ {
-		v := top1 * float64(i) / 4
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %g %g" role="img" aria-label="tasks processed and failed per minute" data-points="%d">`, w, h, c.Points)
+	for i := 0; i <= ticks; i++ {
+		v := topV * float64(i) / float64(ticks)
 		fmt.Fprintf(&b, `<line class="grid" x1="%g" x2="%g" y1="%.1f" y2="%.1f"/>`, left, w-4, y(v), y(v))
 		fmt.Fprintf(&b, `<text class="axis" x="%g" y="%.1f" text-anchor="end">%s</text>`, left-6, y(v)+4, short(v))
 	}
-	for m := 0; m <= 60; m += 10 {
-		t := start.Add(time.Duration(m) * window / 60)
-		label := fmt.Sprintf("-%dm", 60-m)
-		if m == 60 {
-			label = "now"
+	for m := 0; m <= n; m += 10 {
+		label, anchor := fmt.Sprintf("-%dm", n-m), "middle"
+		if m == n {
+			label, anchor = "now", "end"
 		}
-		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%g" text-anchor="middle">%s</text>`, x(t), h-4, label)
+		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%g" text-anchor="%s">%s</text>`, left+slot*float64(m), h-4, anchor, label)
 	}
-	line := func(class string, v func(pt) float64) {
-		if len(pts) == 0 {
-			return
+	for k := range n {
+		x := left + slot*float64(k)
+		at := start.Add(time.Duration(k) * step).UTC().Format("15:04")
+		if ok[k] > 0 {
+			fmt.Fprintf(&b, `<rect class="ok" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %d processed</title></rect>`,
+				x+1, y(float64(ok[k])), slot-2, y(0)-y(float64(ok[k])), at, ok[k])
 		}
-		fmt.Fprintf(&b, `<polyline class="%s" points="`, class)
-		for _, p := range pts {
-			if p.t.Before(start) {
-				continue
-			}
-			fmt.Fprintf(&b, "%.1f,%.1f ", x(p.t), y(v(p)))
+		if fail[k] > 0 {
+			fmt.Fprintf(&b, `<rect class="fail" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %d failed</title></rect>`,
+				x+slot/4, y(float64(fail[k])), slot/2, y(0)-y(float64(fail[k])), at, fail[k])
 		}
-		b.WriteString(`"/>`)
 	}
-	line("ok", func(p pt) float64 { return p.ok })
-	line("fail", func(p pt) float64 { return p.fail })
 	b.WriteString(`</svg>`)
-	c := chart{SVG: template.HTML(b.String()), Points: len(pts)}
-	if len(ss) > 0 {
-		c.Since = ss[0].at
-	}
-	if len(pts) > 0 {
-		c.LastOK, c.LastFail = pts[len(pts)-1].ok, pts[len(pts)-1].fail
-	}
+	c.SVG = template.HTML(b.String())
 	return c
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten and says how
+// many grid steps divide it evenly.
+func niceCeil(v float64) (float64, int) {
 	p := 1.0
 	for p*10 <= v {
 		p *= 10
 	}
 	for _, m := range []float64{1, 2, 5, 10} {
 		if m*p >= v {
-			return m * p
+			return m * p, map[float64]int{1: 5, 2: 4, 5: 5, 10: 5}[m]
 		}
 	}
-	return 10 * p
+	return 10 * p, 5
 }
 
 func short(v float64) string {
@@ -145,8 +141,6 @@ func short(v float64) string {
 		return fmt.Sprintf("%.1fM", v/1e6)
 	case v >= 1e3:
 		return fmt.Sprintf("%.1fk", v/1e3)
-	case v == float64(int64(v)):
-		return fmt.Sprintf("%d", int64(v))
 	}
-	return fmt.Sprintf("%.1f", v)
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
