@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,6 +191,36 @@ func browser(t *testing.T) context.Context {
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	// Every page must load without a console error: a script error, a
+	// resource that failed, or a request the Content-Security-Policy
+	// refused (Chromium logs those as errors).
+	var mu sync.Mutex
+	var errs []string
+	lctx, stop := context.WithCancel(ctx)
+	messages := chromedp.Console(lctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				mu.Lock()
+				errs = append(errs, fmt.Sprintf("%s (%s)", m.Text, m.URL))
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range errs {
+			t.Errorf("browser console: %s", e)
+		}
+	})
 	return ctx
 }
 

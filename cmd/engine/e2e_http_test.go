@@ -89,6 +89,16 @@ func TestE2ERunHTTP(t *testing.T) {
 		t.Errorf("run now with the token: %d, want 303", code)
 	}
 	h.eventually(10*time.Second, "the task made ready to run", func() bool { return h.lookup(id).State == "done" })
+
+	// /readyz follows Redis: 503 within a few seconds of it going down,
+	// 200 again once it is back; /healthz stays 200.
+	h.srv.Stop(t)
+	h.eventually(5*time.Second, "/readyz to answer 503", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 503 })
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Errorf("/healthz = %d with Redis down, want 200", code)
+	}
+	h.srv.Restart(t)
+	h.eventually(10*time.Second, "/readyz to answer 200 again", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
 }
 
 // TestE2EDashboardCmd: `engine dashboard` serves the dashboard alone,
