@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
@@ -61,11 +63,14 @@ type TaskPage struct {
 	Next string
 }
 
-// cursor is the state of a listing between pages. Anchors are the last
-// ids read (up to cursorAnchors); Pos is the position of the last in its
-// list (from the end where the list is consumed); Ts the bucket; Worker
-// and Score the place in the pending sets or dead letters.
+// cursor is the state of a listing between pages. In a list (ready list,
+// bucket), Seen holds a hash of each id the page read (the last maxSeen)
+// and Pos the position of the last (from the end where the list is
+// consumed); Ts is the bucket. In a sorted set (pending sets, dead
+// letters), Worker and Score are the place reached, Anchors the last id
+// read and Pos how many of that score were read.
 type cursor struct {
+	Seen    []byte   `json:"h,omitempty"`
 	Anchors []string `json:"a,omitempty"`
 	Pos     int64    `json:"p,omitempty"`
 	Ts      int64    `json:"t,omitempty"`
@@ -97,7 +102,7 @@ func decodeCursor(s string) (cursor, error) {
 		d.DisallowUnknownFields()
 		err = d.Decode(&c)
 	}
-	if err != nil || c.Pos < 0 || len(c.Anchors) > cursorAnchors {
+	if err != nil || c.Pos < 0 || len(c.Anchors) > 1 || len(c.Seen)%8 != 0 || len(c.Seen) > 8*maxSeen {
 		return c, fmt.Errorf("engine: cursor %q: not a cursor of ListTasks: %w", s, ErrInvalidOption)
 	}
 	return c, nil
@@ -266,42 +271,45 @@ func (in *Inspector) judge(ctx context.Context, conn redis.Conn, f *Filter, ids 
 	return out, len(recs), nil
 }
 
-// anchored finds where to resume in a window of a list: after the latest
-// anchor found in it, skipping the anchors themselves. It returns the index
-// in window to start from, and whether an anchor was found.
-func anchored(window []string, anchors []string) (int, bool) {
-	for k := len(anchors) - 1; k >= 0; k-- {
-		for i, id := range window {
-			if id == anchors[k] {
-				return i + 1, true
-			}
-		}
-	}
-	return 0, false
+// maxSeen is how many ids of a page a list cursor remembers.
+const maxSeen = 128
+
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
 }
 
-func skipAnchors(ids, anchors []string) []string {
-	if len(anchors) == 0 {
-		return ids
-	}
-	out := ids[:0:0]
+// seenOf hashes the last maxSeen of ids for a cursor.
+func seenOf(ids []string) []byte {
+	ids = ids[max(0, len(ids)-maxSeen):]
+	out := make([]byte, 0, 8*len(ids))
 	for _, id := range ids {
-		if !has(anchors, id) {
-			out = append(out, id)
-		}
+		out = binary.BigEndian.AppendUint64(out, idHash(id))
 	}
 	return out
 }
 
-func has(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
+type seenSet map[uint64]bool
+
+func (c cursor) seen() seenSet {
+	s := seenSet{}
+	for i := 0; i+8 <= len(c.Seen); i += 8 {
+		s[binary.BigEndian.Uint64(c.Seen[i:])] = true
 	}
-	return false
+	return s
 }
 
-func lastN(ids []string, n int) []string {
-	return append([]string(nil), ids[max(0, len(ids)-n):]...)
+func (s seenSet) has(id string) bool { return len(s) > 0 && s[idHash(id)] }
+
+// anchored finds where to resume in a window of a list: after the latest
+// id of the previous page still in it. It returns the index in window to
+// start from, and whether such an id was found.
+func anchored(window []string, seen seenSet) (int, bool) {
+	for i := len(window) - 1; i >= 0; i-- {
+		if seen.has(window[i]) {
+			return i + 1, true
+		}
+	}
+	return 0, false
 }

@@ -27,8 +27,9 @@ const maxVisits = 64
 // MULTI/EXEC (LLEN, LRANGE of the window), then one MGET of the records.
 func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
 	scan := o.scan()
+	seen := cur.seen()
 	var lo, hi int64
-	if len(cur.Anchors) == 0 {
+	if len(seen) == 0 {
 		lo, hi = 0, int64(scan)-1
 	} else {
 		lo, hi = max(0, cur.Pos-slack), cur.Pos+int64(scan+cursorAnchors)
@@ -38,14 +39,19 @@ func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOpti
 		return nil, err
 	}
 	page := &TaskPage{Total: length}
-	start, found := anchored(window, cur.Anchors)
-	if !found && len(cur.Anchors) > 0 && lo > 0 {
+	start, found := anchored(window, seen)
+	if !found && len(seen) > 0 && lo > 0 {
 		// Consumed beyond the window: look further down next time.
 		cur.Pos = lo
 		page.Next = cur.encode()
 		return page, nil
 	}
-	cand := skipAnchors(window[start:], cur.Anchors)
+	var cand []string
+	for _, id := range window[start:] {
+		if !seen.has(id) {
+			cand = append(cand, id)
+		}
+	}
 	truncated := len(cand) > scan
 	cand = cand[:min(len(cand), scan)]
 	views, used, err := in.judge(ctx, conn, &o.Filter, cand, buckets.InReady, o.Limit)
@@ -65,7 +71,7 @@ func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOpti
 		return page, nil
 	}
 	j := indexOf(window, cand[used-1])
-	page.Next = cursor{Anchors: lastN(window[:j+1], cursorAnchors), Pos: lo + int64(j)}.encode()
+	page.Next = cursor{Seen: seenOf(cand[:used]), Pos: lo + int64(j)}.encode()
 	return page, nil
 }
 
@@ -87,13 +93,18 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 	if cur.Done && len(times) > 0 && times[0] == cur.Ts {
 		times = times[1:]
 	}
+	if len(times) > scan {
+		// Each bucket holds at least one id: scan of them fill the page.
+		times, more = times[:scan], true
+	}
 	if len(times) == 0 {
 		if more {
 			page.Next = cursor{Ts: lastTs, Done: true}.encode()
 		}
 		return page, nil
 	}
-	resume := !cur.Done && len(cur.Anchors) > 0 && times[0] == cur.Ts
+	seen := cur.seen()
+	resume := !cur.Done && len(seen) > 0 && times[0] == cur.Ts
 	ranges := make([]buckets.BucketRange, len(times))
 	for i, ts := range times {
 		ranges[i] = buckets.BucketRange{Ts: ts, Lo: 0, Hi: int64(scan) - 1}
@@ -117,7 +128,7 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 		}
 		start := 0
 		if b == 0 && resume {
-			s, found := anchored(w, cur.Anchors)
+			s, found := anchored(w, seen)
 			if !found && ranges[0].Lo > 0 {
 				cur.Pos = ranges[0].Lo
 				page.Next = cur.encode()
@@ -126,7 +137,7 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 			start = s
 		}
 		for i := start; i < len(w) && len(cand) < scan; i++ {
-			if b == 0 && resume && has(cur.Anchors, w[i]) {
+			if b == 0 && resume && seen.has(w[i]) {
 				continue
 			}
 			cand = append(cand, w[i])
@@ -156,7 +167,13 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 		page.Next = cursor{Ts: times[last.b], Done: true}.encode()
 		return page, nil
 	}
-	page.Next = cursor{Ts: times[last.b], Anchors: lastN(w[:last.i+1], cursorAnchors), Pos: r.Lo + int64(last.i)}.encode()
+	var mine []string // the ids read in the cursor's bucket
+	for k := 0; k < used; k++ {
+		if where[k].b == last.b {
+			mine = append(mine, cand[k])
+		}
+	}
+	page.Next = cursor{Ts: times[last.b], Seen: seenOf(mine), Pos: r.Lo + int64(last.i)}.encode()
 	return page, nil
 }
 
