@@ -387,6 +387,32 @@ func TestBrowserBulkCancelFiltered(t *testing.T) {
 			t.Errorf("task %s (not matching) is %s, want scheduled", id, s)
 		}
 	}
+
+	// A selection: the buttons are disabled until a box is ticked.
+	victim := e.ids["keep"][0]
+	run(t, ctx, "load", chromedp.Navigate(e.base+"/queues/default?state=scheduled&q=keep"),
+		chromedp.WaitReady(chromedp.CSS(`button[name=verb][value=delete]`)))
+	if !value(t, ctx, "disabled", chromedp.Evaluate[bool](`document.querySelector('button[name=verb][value=delete]').disabled`)) {
+		t.Error("Delete is enabled with nothing selected")
+	}
+	run(t, ctx, "select and delete",
+		chromedp.Click(chromedp.CSS(`input[name=id][value="`+victim+`"]`)),
+		chromedp.WaitEnabled(chromedp.CSS(`button[name=verb][value=delete]`)),
+		chromedp.Click(chromedp.CSS(`button[name=verb][value=delete]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+		chromedp.Click(chromedp.CSS(`#confirm`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
+	if got := text(t, ctx); !strings.Contains(got, "deleted: 1 task") {
+		t.Errorf("after deleting the selection the page says:\n%s", got)
+	}
+	if _, err := e.client.Lookup(context.Background(), victim); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("the deleted task: lookup error %v, want ErrNotFound", err)
+	}
+	for _, id := range e.ids["keep"][1:] {
+		if s := e.state(id); s != engine.StateScheduled {
+			t.Errorf("task %s (not selected) is %s, want scheduled", id, s)
+		}
+	}
 }
 
 // post sends a form to /actions with the given headers and cookies.
