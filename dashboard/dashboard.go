@@ -188,9 +188,10 @@ type base struct {
 }
 
 func (d *Dashboard) base(w http.ResponseWriter, r *http.Request, title, nav string) base {
+	ok, bad := takeFlash(w, r)
 	return base{Title: title, Nav: nav, CSRF: csrfToken(w, r), CanAct: d.canAct(),
 		SignedIn: d.canAct() && d.signedIn(r), ReadOnly: d.opts.ReadOnly,
-		Flash: r.URL.Query().Get("msg"), Error: r.URL.Query().Get("err"), Path: r.URL.RequestURI()}
+		Flash: ok, Error: bad, Path: r.URL.RequestURI()}
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, page string, code int, data any) {
@@ -486,7 +487,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if len(a.IDs) == 0 {
-		http.Redirect(w, r, withParam(back, "err", "select at least one task"), http.StatusSeeOther)
+		redirectFlash(w, r, back, "err", "select at least one task")
 		return
 	}
 	ctx, cancel := ctxOf(r)
@@ -529,11 +530,11 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		"done", res.Done, "skipped", res.Skipped, "missing", res.Missing, "remote", r.RemoteAddr)
 	if err != nil {
 		log.Warn("dashboard: action failed part way", "err", err)
-		http.Redirect(w, r, withParam(back, "err", msg+"; then it failed: "+err.Error()), http.StatusSeeOther)
+		redirectFlash(w, r, back, "err", msg+"; then it failed: "+err.Error())
 		return
 	}
 	log.Info("dashboard: action")
-	http.Redirect(w, r, withParam(back, "msg", msg), http.StatusSeeOther)
+	redirectFlash(w, r, back, "ok", msg)
 }
 
 func plural(n int) string {
@@ -543,15 +544,31 @@ func plural(n int) string {
 	return "s"
 }
 
-func withParam(p, k, v string) string {
-	u, err := url.Parse(p)
+// flashCookie carries the outcome of an action to the page the browser
+// is sent back to (a cookie rather than the URL, so that no link can put
+// words in the dashboard's mouth).
+const flashCookie = "bq_flash"
+
+func redirectFlash(w http.ResponseWriter, r *http.Request, to, kind, msg string) {
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(kind + ":" + msg), Path: "/",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// takeFlash reads the flash cookie and clears it.
+func takeFlash(w http.ResponseWriter, r *http.Request) (ok, bad string) {
+	c, err := r.Cookie(flashCookie)
 	if err != nil {
-		return "/"
+		return "", ""
 	}
-	q := u.Query()
-	q.Del("msg")
-	q.Del("err")
-	q.Set(k, v)
-	u.RawQuery = q.Encode()
-	return u.String()
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1})
+	v, err := url.QueryUnescape(c.Value)
+	if err != nil {
+		return "", ""
+	}
+	kind, msg, _ := strings.Cut(v, ":")
+	if kind == "ok" {
+		return msg, ""
+	}
+	return "", msg
 }
