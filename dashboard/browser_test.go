@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -415,8 +416,15 @@ func TestBrowserBulkCancelFiltered(t *testing.T) {
 	}
 }
 
-// post sends a form to /actions with the given headers and cookies.
+// post sends a form to /actions with the given headers and cookies and
+// returns the status.
 func post(t *testing.T, base string, form url.Values, hdr map[string]string, cookies ...*http.Cookie) int {
+	t.Helper()
+	code, _ := postBody(t, base, form, hdr, cookies...)
+	return code
+}
+
+func postBody(t *testing.T, base string, form url.Values, hdr map[string]string, cookies ...*http.Cookie) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", base+"/actions", strings.NewReader(form.Encode()))
 	if err != nil {
@@ -434,8 +442,9 @@ func post(t *testing.T, base string, form url.Values, hdr map[string]string, coo
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // TestActionsNeedToken: a change without the token, with a wrong one, or
@@ -468,8 +477,16 @@ func TestActionsNeedToken(t *testing.T) {
 	if code := post(t, e.base, withCSRFOf(form, jar), map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, jar...); code != http.StatusForbidden {
 		t.Errorf("cross-site with a session: status %d, want 403", code)
 	}
-	if code := post(t, e.base, form, map[string]string{"Authorization": "Bearer " + token}); code != http.StatusSeeOther {
-		t.Errorf("with the bearer token: status %d, want 303", code)
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	del := url.Values{"verb": {"delete"}, "id": {e.ids["keep"][0]}}
+	if code, body := postBody(t, e.base, del, bearer); code != http.StatusBadRequest || !strings.Contains(body, "confirm=yes") {
+		t.Errorf("a script's delete without confirm=yes: %d %q, want 400 asking for it", code, body)
+	}
+	if s := e.state(e.ids["keep"][0]); s != engine.StateScheduled {
+		t.Errorf("an unconfirmed delete changed the task: %s", s)
+	}
+	if code, body := postBody(t, e.base, form, bearer); code != http.StatusOK || !strings.Contains(body, `"done":1`) {
+		t.Errorf("with the bearer token: %d %q, want 200 and one done", code, body)
 	}
 	if s := e.state(id); s == engine.StateDead {
 		t.Errorf("the retry with the token left the task dead")

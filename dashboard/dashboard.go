@@ -19,6 +19,7 @@ package dashboard
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -476,6 +477,9 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	a := action{Verb: engine.Action(r.PostFormValue("verb")), IDs: r.PostForm["id"], All: r.PostFormValue("scope") == "all",
 		Filter: engine.Filter{Queue: r.PostFormValue("queue"), State: engine.State(r.PostFormValue("state")), Search: r.PostFormValue("q")}}
 	back := safeReturn(r.PostFormValue("return"))
+	// A script (bearer token) gets JSON and no confirmation page: it
+	// confirms with confirm=yes.
+	_, script := bearer(r)
 	if _, ok := verbPast[a.Verb]; !ok {
 		d.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", a.Verb))
 		return
@@ -487,12 +491,20 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if len(a.IDs) == 0 {
+		if script {
+			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "no task: give id=ID (repeatable) or scope=all with state (and queue, q)"})
+			return
+		}
 		redirectFlash(w, r, back, "err", "select at least one task")
 		return
 	}
 	ctx, cancel := ctxOf(r)
 	defer cancel()
 	if (destructive(a.Verb) || a.All) && r.PostFormValue("confirm") != "yes" {
+		if script {
+			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "cancel, delete and actions on every task of a filter need confirm=yes"})
+			return
+		}
 		matching, exact := int64(len(a.IDs)), true
 		if a.All {
 			p, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: a.Filter.Queue, State: a.Filter.State}, Limit: 1})
@@ -530,11 +542,28 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		"done", res.Done, "skipped", res.Skipped, "missing", res.Missing, "remote", r.RemoteAddr)
 	if err != nil {
 		log.Warn("dashboard: action failed part way", "err", err)
+		if script {
+			replyJSON(w, http.StatusInternalServerError, struct {
+				engine.ActionResult
+				Error string `json:"error"`
+			}{res, err.Error()})
+			return
+		}
 		redirectFlash(w, r, back, "err", msg+"; then it failed: "+err.Error())
 		return
 	}
 	log.Info("dashboard: action")
+	if script {
+		replyJSON(w, http.StatusOK, res)
+		return
+	}
 	redirectFlash(w, r, back, "ok", msg)
+}
+
+func replyJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func plural(n int) string {
