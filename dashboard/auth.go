@@ -21,7 +21,56 @@ const (
 const (
 	sessionTTL  = 12 * time.Hour
 	maxSessions = 1024 // the oldest is forgotten beyond this
+
+	// After maxGuesses wrong tokens within guessWindow, every sign-in and
+	// bearer request is refused until the oldest of them is that old.
+	maxGuesses  = 20
+	guessWindow = time.Minute
 )
+
+// guesses are the recent wrong tokens, to bound how fast a token can be
+// guessed.
+type guesses struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (g *guesses) prune(now time.Time) {
+	i := 0
+	for i < len(g.times) && now.Sub(g.times[i]) >= guessWindow {
+		i++
+	}
+	g.times = g.times[i:]
+}
+
+func (g *guesses) blocked(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.prune(now)
+	return len(g.times) >= maxGuesses
+}
+
+func (g *guesses) wrong(now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.prune(now)
+	g.times = append(g.times, now)
+}
+
+// checkToken compares tok with the configured token, counting wrong ones;
+// once too many were wrong lately it refuses even the right one.
+func (d *Dashboard) checkToken(tok string) bool {
+	now := d.opts.Now()
+	if d.guess.blocked(now) {
+		d.opts.Logger.Warn("dashboard: too many wrong tokens lately; refusing tokens for a while")
+		return false
+	}
+	if equal(tok, d.opts.Token) {
+		return true
+	}
+	d.guess.wrong(now)
+	return false
+}
 
 // sessions are the browser sessions signed in with the token, in memory:
 // a restart signs everyone out.
@@ -130,7 +179,7 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 		return false
 	}
 	if t, ok := bearer(r); ok {
-		return equal(t, d.opts.Token)
+		return d.checkToken(t)
 	}
 	return d.signedIn(r) && d.csrfOK(r)
 }

@@ -485,12 +485,11 @@ func TestActionsNeedToken(t *testing.T) {
 	if s := e.state(e.ids["keep"][0]); s != engine.StateScheduled {
 		t.Errorf("an unconfirmed delete changed the task: %s", s)
 	}
+	e.fixed.Store(true)
 	if code, body := postBody(t, e.base, form, bearer); code != http.StatusOK || !strings.Contains(body, `"done":1`) {
 		t.Errorf("with the bearer token: %d %q, want 200 and one done", code, body)
 	}
-	if s := e.state(id); s == engine.StateDead {
-		t.Errorf("the retry with the token left the task dead")
-	}
+	e.await(func() bool { return e.state(id) == engine.StateDone }, "the task retried with the token done")
 }
 
 // signInHTTP signs in without a browser and returns the cookies.
@@ -561,5 +560,23 @@ func TestBrowserReadOnly(t *testing.T) {
 	form := url.Values{"verb": {"retry"}, "id": {e.ids["dead"][0]}}
 	if code := post(t, e.base, form, map[string]string{"Authorization": "Bearer " + token}); code != http.StatusForbidden {
 		t.Errorf("read-only with the token: status %d, want 403", code)
+	}
+}
+
+// TestWrongTokensLimited: after a burst of wrong tokens even the right
+// one is refused for a while, so a token cannot be guessed quickly.
+func TestWrongTokensLimited(t *testing.T) {
+	e := newEnv(t, dashboard.Options{Token: token})
+	form := url.Values{"verb": {"retry"}, "id": {e.ids["dead"][0]}}
+	for i := range 20 {
+		if code := post(t, e.base, form, map[string]string{"Authorization": fmt.Sprintf("Bearer guess-%d", i)}); code != http.StatusForbidden {
+			t.Fatalf("wrong token %d: status %d, want 403", i, code)
+		}
+	}
+	if code := post(t, e.base, form, map[string]string{"Authorization": "Bearer " + token}); code != http.StatusForbidden {
+		t.Errorf("the right token after a burst of wrong ones: status %d, want 403", code)
+	}
+	if s := e.state(e.ids["dead"][0]); s != engine.StateDead {
+		t.Errorf("the task changed: %s", s)
 	}
 }

@@ -75,6 +75,7 @@ type Dashboard struct {
 	tmpl  map[string]*template.Template
 	hist  *history
 	sess  sessions
+	guess guesses
 	start time.Time
 }
 
@@ -432,7 +433,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, errors.New("this dashboard is read-only"))
 		return
 	}
-	if !d.csrfOK(r) || !equal(r.PostFormValue("token"), d.opts.Token) {
+	if !d.csrfOK(r) || !d.checkToken(r.PostFormValue("token")) {
 		d.opts.Logger.Warn("dashboard: refused sign-in", "remote", r.RemoteAddr)
 		d.fail(w, r, http.StatusForbidden, errors.New("wrong token, or the form did not come from this page"))
 		return
