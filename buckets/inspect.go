@@ -294,3 +294,13 @@ func (s *Store) WorkerIDs(ctx context.Context, conn redis.Conn) ([]string, error
 	sort.Strings(ids)
 	return ids, nil
 }
+
+// BucketIndexed reports whether queue q has a bucket at ts in the index
+// (ZSCORE sched member).
+func (s *Store) BucketIndexed(ctx context.Context, conn redis.Conn, q string, ts int64) (bool, error) {
+	rep, err := do(ctx, conn, "ZSCORE", s.Keys.Schedule(), Member(q, ts))
+	if err != nil {
+		return false, fmt.Errorf("buckets: bucket index: %w", err)
+	}
+	return rep != nil, nil
+}

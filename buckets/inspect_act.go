@@ -98,6 +98,17 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		return ActResult{}, fmt.Errorf("buckets: %s: %d ids in one batch, want at most %d", a, len(ids), MaxActBatch)
 	}
 	ttl = max(ttl, 3600)
+	// An id named twice is acted on once: its writes queued twice would
+	// move the gauges twice.
+	uniq := make([]string, 0, len(ids))
+	dup := map[string]bool{}
+	for _, id := range ids {
+		if !dup[id] {
+			dup[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	ids = uniq
 	watch := make([]string, len(ids))
 	for i, id := range ids {
 		watch[i] = s.Keys.Task(id)

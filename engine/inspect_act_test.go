@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 func mustAct(t *testing.T, what string, res ActionResult, err error, want ActionResult) {
@@ -100,6 +101,7 @@ func TestInspectActions(t *testing.T) {
 		}
 	}
 	requireClean(t, c)
+	redistest.RequireNoViolations(t, f.e.srv)
 }
 
 // Deleting ready tasks and dead letters, one by one and by filter.
@@ -107,8 +109,8 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 	f := newFixture(t)
 	in, c := f.in, f.c
 	ctx := checkCtx(t, time.Minute)
-	res, err := in.Act(ctx, ActionDelete, f.ready[0], f.dead[0])
-	mustAct(t, "delete ready and dead", res, err, ActionResult{Done: 2})
+	res, err := in.Act(ctx, ActionDelete, f.ready[0], f.dead[0], f.ready[0], f.running[0], f.running[0])
+	mustAct(t, "delete ready, dead and running, some named twice", res, err, ActionResult{Done: 3})
 	requireClean(t, c)
 	res, err = in.ActAll(ctx, ActionDelete, Filter{State: StateDead})
 	mustAct(t, "delete dead filter", res, err, ActionResult{Done: 1})

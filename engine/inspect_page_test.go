@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -136,108 +135,6 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 		})
 }
 
-// commandsPerPage pages through a listing and returns the most commands
-// one page sent, as the server's census counts them.
-func commandsPerPage(t *testing.T, srv *redistest.Server, in *Inspector, opts ListOptions) (most, pages int) {
-	t.Helper()
-	ctx := checkCtx(t, time.Minute)
-	total := func() int {
-		n := 0
-		for _, c := range srv.Census.Commands() {
-			n += srv.Census.Count(c)
-		}
-		return n
-	}
-	for {
-		before := total()
-		p, err := in.ListTasks(ctx, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages++
-		most = max(most, total()-before)
-		if p.Next == "" {
-			return most, pages
-		}
-		opts.Cursor = p.Next
-	}
-}
-
-// A page costs the same number of commands whatever the number of tasks:
-// listings of a few hundred and of several thousand tasks, in every
-// listable state, send at most as many commands per page.
-func TestInspectBoundedWorkPerPage(t *testing.T) {
-	srv := redistest.Start(t)
-	fill := func(e *env, n int) {
-		c := e.client(t)
-		ctx := checkCtx(t, time.Minute)
-		batch := make([]NewTask, 0, 2*n)
-		for i := 0; i < n; i++ {
-			batch = append(batch,
-				NewTask{Type: "t", Payload: []byte(fmt.Sprintf("ready %d", i))},
-				NewTask{Type: "t", Payload: []byte(fmt.Sprintf("sched %d", i)), Options: []Option{In(time.Hour + time.Duration(i)*10*time.Millisecond)}})
-		}
-		if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-		// Dead letters: bury n tasks whose type has no handler.
-		cfg := e.cfg
-		cfg.Queues = []QueueConfig{{Name: "doomed", Weight: 1}}
-		cfg.UnknownType = UnknownDead
-		cfg.Concurrency = 20
-		dead := make([]NewTask, n)
-		for i := range dead {
-			dead[i] = NewTask{Type: "nobody", Payload: []byte(fmt.Sprintf("dead %d", i)), Options: []Option{Queue("doomed")}}
-		}
-		if _, err := c.EnqueueBatch(ctx, dead); err != nil {
-			t.Fatal(err)
-		}
-		w, err := NewWorker(e.pool, cfg, NewMux())
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop := runBackground(t, w.Run)
-		in := c.Inspector()
-		waitFor(t, 30*time.Second, "the dead letters", func() bool {
-			q, err := in.Queue(ctx, "doomed")
-			return err == nil && q.Dead == int64(n)
-		})
-		stop()
-	}
-	listings := []Filter{
-		{Queue: "default", State: StateReady},
-		{Queue: "default", State: StateScheduled},
-		{Queue: "default", State: StateReady, Search: "ready 7"},
-		{Queue: "default", State: StateScheduled, Search: "sched 7"},
-		{Queue: "doomed", State: StateDead},
-		{State: StateDead, Search: "dead 7"},
-	}
-	var small, large []int
-	for _, n := range []int{300, 3000} {
-		e := newEnv(t, srv)
-		fill(e, n)
-		in, _ := NewInspector(srv.Pool(t), e.cfg)
-		for _, f := range listings {
-			most, pages := commandsPerPage(t, srv, in, ListOptions{Filter: f, Limit: 50})
-			t.Logf("%d tasks, %s/%s search %q: %d pages, at most %d commands a page", n, f.Queue, f.State, f.Search, pages, most)
-			if n == 300 {
-				small = append(small, most)
-			} else {
-				large = append(large, most)
-			}
-		}
-	}
-	for i, f := range listings {
-		if large[i] > small[i] {
-			t.Errorf("%s/%s search %q: %d commands a page with 3000 tasks, %d with 300", f.Queue, f.State, f.Search, large[i], small[i])
-		}
-		if large[i] > maxVisits+12 {
-			t.Errorf("%s/%s: %d commands a page, over the bound of %d", f.Queue, f.State, large[i], maxVisits+12)
-		}
-	}
-	redistest.RequireNoViolations(t, srv)
-}
-
 // The cursor finds its place again after more than a window of the list
 // was consumed between two pages, and after the page's last ids were
 // removed (cancelled, deleted): no id twice, none skipped that stayed.
@@ -312,4 +209,128 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 	}
 	t.Logf("%d listed in %d pages; %d remain", len(seen), pages, len(rest))
 	requireClean(t, c)
+}
+
+// Paging the dead letters while workers bury more and the listed ones
+// are retried: newest first by the time they died, so new ones land
+// before the walk and are not listed, and every one that stayed dead is.
+func TestInspectPagingDeadWhileBurying(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.UnknownType = UnknownDead
+	e.cfg.Concurrency = 4
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 1500)
+	for i := range batch {
+		batch[i] = NewTask{Type: "nobody"}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(e.pool, e.cfg, NewMux())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runBackground(t, w.Run)
+	waitFor(t, 20*time.Second, "1000 dead letters", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Dead >= 1000
+	})
+	admin := e.admin(t)
+	dead := func() []string {
+		ids, err := redis.Strings(admin.Do("ZRANGE", e.key("dead"), 0, -1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	// Those buried after the listing began are newer than its first page:
+	// the listing does not promise them.
+	atStart := map[string]bool{}
+	for _, id := range dead() {
+		atStart[id] = true
+	}
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateDead}, Limit: 20},
+		func() []string {
+			stop()
+			var stayed []string
+			for _, id := range dead() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			return stayed
+		}, func() bool { return len(dead()) > len(atStart) })
+}
+
+// Paging the running tasks while they finish and others start.
+func TestInspectPagingRunningWhileFinishing(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Concurrency = 40
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 2000)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t", Payload: []byte{byte(i % 10 * 3)}}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, t *Task) error {
+		ran.Add(1)
+		// One in ten runs until the listing is over, the rest a few
+		// milliseconds.
+		if t.Payload[0] == 0 {
+			<-release
+		}
+		time.Sleep(time.Duration(t.Payload[0]) * time.Millisecond)
+		return nil
+	})
+	var stops []func()
+	var workers []*Worker
+	for i := 0; i < 2; i++ {
+		w, err := NewWorker(e.pool, e.cfg, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+		stops = append(stops, runBackground(t, w.Run))
+	}
+	waitFor(t, 10*time.Second, "tasks running", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Running >= 40
+	})
+	admin := e.admin(t)
+	pending := func() map[string]bool {
+		out := map[string]bool{}
+		for _, w := range workers {
+			ids, err := redis.Strings(admin.Do("ZRANGE", e.key("p:"+w.ID()), 0, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				out[id] = true
+			}
+		}
+		return out
+	}
+	atStart, ranAtStart := pending(), ran.Load()
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateRunning}, Limit: 3},
+		func() []string {
+			var stayed []string
+			for id := range pending() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			close(release)
+			for _, stop := range stops {
+				stop()
+			}
+			return stayed
+		}, func() bool { return ran.Load() > ranAtStart })
 }

@@ -255,3 +255,35 @@ func TestInspectListsEveryState(t *testing.T) {
 	}
 	requireClean(t, f.c)
 }
+
+// A queue whose bucket shares its time with the buckets of more queues
+// than a page reads of the index is still listed, and the listing ends.
+func TestInspectScheduledAmongManyQueues(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	due := time.Now().Add(time.Hour)
+	var batch []NewTask
+	for i := 0; i < maxVisits+10; i++ {
+		batch = append(batch, NewTask{Type: "t", Options: []Option{Queue(fmt.Sprintf("q%03d", i)), At(due)}})
+	}
+	batch = append(batch,
+		NewTask{Type: "t", Options: []Option{Queue("zzz"), At(due)}},
+		NewTask{Type: "t", Options: []Option{Queue("zzz"), At(due.Add(time.Minute))}})
+	ids, err := idsOf(c.EnqueueBatch(ctx, batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ids[len(ids)-2:]
+	for _, limit := range []int{1, 50} {
+		got, _, total := listAll(t, in, ListOptions{Filter: Filter{Queue: "zzz", State: StateScheduled}, Limit: limit})
+		if strings.Join(got, ",") != strings.Join(want, ",") || total != 2 {
+			t.Errorf("limit %d: listed %v (total %d), want %v", limit, got, total, want)
+		}
+	}
+	got, _, _ := listAll(t, in, ListOptions{Filter: Filter{Queue: "q000", State: StateScheduled}})
+	if len(got) != 1 || got[0] != ids[0] {
+		t.Errorf("q000: listed %v, want %s", got, ids[0])
+	}
+}

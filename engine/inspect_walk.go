@@ -97,10 +97,29 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 		// Each bucket holds at least one id: scan of them fill the page.
 		times, more = times[:scan], true
 	}
-	if len(times) == 0 {
-		if more {
-			page.Next = cursor{Ts: lastTs, Done: true}.encode()
+	if len(times) == 0 && more {
+		// None of q's buckets among the index members read. Those all lie
+		// at or after the cursor's time and at or before lastTs; q may
+		// still have a bucket at lastTs, past the members read.
+		if lastTs > cur.Ts {
+			page.Next = cursor{Ts: lastTs}.encode()
+			return page, nil
 		}
+		// Every member read is at the cursor's time (many queues with a
+		// bucket at one time): look for q's directly, then move on.
+		ok := false
+		if !cur.Done {
+			if ok, err = in.store.BucketIndexed(ctx, conn, o.Queue, cur.Ts); err != nil {
+				return nil, err
+			}
+		}
+		if !ok {
+			page.Next = cursor{Ts: cur.Ts + 1}.encode()
+			return page, nil
+		}
+		times = []int64{cur.Ts}
+	}
+	if len(times) == 0 {
 		return page, nil
 	}
 	seen := cur.seen()
@@ -203,12 +222,13 @@ func (in *Inspector) listRunning(ctx context.Context, conn redis.Conn, o *ListOp
 			break
 		}
 		visited, lastVisited = visited+1, w
-		min, offset, skip := "-inf", 0, noSkip
+		min, extra, skip := "-inf", 0, noSkip
 		if w == cur.Worker && cur.Score != nil && len(cur.Anchors) == 1 {
-			min, offset, skip = strconv.FormatInt(*cur.Score, 10), resumeOffset(cur), skipUpTo(*cur.Score, cur.Anchors[0], false)
+			min, extra, skip = strconv.FormatInt(*cur.Score, 10), resumeExtra(cur), skipUpTo(*cur.Score, cur.Anchors[0], false)
 		}
 		want := scan - len(cand)
-		es, err := in.store.PendingPage(ctx, conn, w, min, offset, want+cursorAnchors)
+		fetch := want + extra + 1
+		es, err := in.store.PendingPage(ctx, conn, w, min, 0, fetch)
 		if err != nil {
 			return nil, err
 		}
@@ -225,8 +245,16 @@ func (in *Inspector) listRunning(ctx context.Context, conn redis.Conn, o *ListOp
 			keys = append(keys, skey{w, e.Score})
 			n++
 		}
-		if len(es) == want+cursorAnchors {
+		if len(es) == fetch {
 			more = true
+			if n == 0 {
+				// Every member read was of the cursor's score and read
+				// before (more of them were added): read further next time.
+				c := cur
+				c.Pos += int64(len(es))
+				page.Next = c.encode()
+				return page, nil
+			}
 		}
 	}
 	if len(cand) == 0 && more {
@@ -245,17 +273,18 @@ func (in *Inspector) listDead(ctx context.Context, conn redis.Conn, o *ListOptio
 	}
 	page := &TaskPage{Total: total}
 	scan := o.scan()
-	maxScore, offset, skip := "+inf", 0, noSkip
+	maxScore, extra, skip := "+inf", 0, noSkip
 	if cur.Score != nil && len(cur.Anchors) == 1 {
-		maxScore, offset, skip = strconv.FormatInt(*cur.Score, 10), resumeOffset(cur), skipUpTo(*cur.Score, cur.Anchors[0], true)
+		maxScore, extra, skip = strconv.FormatInt(*cur.Score, 10), resumeExtra(cur), skipUpTo(*cur.Score, cur.Anchors[0], true)
 	}
-	es, err := in.store.DeadPage(ctx, conn, maxScore, offset, scan+cursorAnchors)
+	fetch := scan + extra + 1
+	es, err := in.store.DeadPage(ctx, conn, maxScore, 0, fetch)
 	if err != nil {
 		return nil, err
 	}
 	var cand []string
 	var keys []skey
-	more := len(es) == scan+cursorAnchors
+	more := len(es) == fetch
 	for _, e := range es {
 		if skip(e) {
 			continue
@@ -266,6 +295,12 @@ func (in *Inspector) listDead(ctx context.Context, conn redis.Conn, o *ListOptio
 		}
 		cand = append(cand, e.ID)
 		keys = append(keys, skey{"", e.Score})
+	}
+	if len(cand) == 0 && more {
+		// As in listRunning: all of the cursor's score, read before.
+		cur.Pos += int64(len(es))
+		page.Next = cur.encode()
+		return page, nil
 	}
 	return in.scoredPage(ctx, conn, o, page, cand, keys, more, cur)
 }
@@ -294,10 +329,13 @@ func skipUpTo(s int64, anchor string, rev bool) func(buckets.Scored) bool {
 	}
 }
 
-// resumeOffset is the LIMIT offset of a resumed sorted-set walk: the
-// members of the cursor's score read so far, less a margin for removals
-// among them (the skip drops the rest).
-func resumeOffset(cur cursor) int { return int(max(0, cur.Pos-cursorAnchors)) }
+// resumeExtra is how many more members a resumed sorted-set walk reads
+// than it may return: the members of the cursor's score read so far
+// (which the skip drops; a LIMIT offset would skip members that stayed
+// when some of those left), and a margin for members of that score
+// added meanwhile. Runs of one score are short: the tasks of one worker
+// claimed, or buried, in the same millisecond.
+func resumeExtra(cur cursor) int { return int(cur.Pos) + cursorAnchors }
 
 // scoredPage judges the candidates of a sorted-set walk and builds the
 // cursor after the last one used: its worker and score, its id as the
