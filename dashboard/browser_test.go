@@ -311,6 +311,14 @@ func TestBrowserPages(t *testing.T) {
 			break
 		}
 	}
+	// A done task has no listing; the header's box finds it by id.
+	done := e.ids["done"][0]
+	run(t, ctx, "find by id", chromedp.Navigate(e.base+"/"),
+		chromedp.SendKeys(chromedp.CSS(`.find input[name=id]`), done+"\n"),
+		chromedp.WaitVisible(chromedp.CSS(`.state.s-done`)))
+	if got := text(t, ctx); !strings.Contains(got, done) || !strings.Contains(got, "succeeded") {
+		t.Errorf("the done task's page says:\n%s", got)
+	}
 	for _, p := range pages {
 		run(t, ctx, "load "+p.path, chromedp.Navigate(e.base+p.path), chromedp.WaitReady(chromedp.CSS("main")))
 		got := text(t, ctx)
@@ -545,7 +553,7 @@ func TestBrowserReadOnly(t *testing.T) {
 	ctx := browser(t)
 	for _, p := range []string{"/", "/queues/default?state=scheduled", "/dead", "/tasks/" + url.PathEscape(e.ids["dead"][0])} {
 		run(t, ctx, "load "+p, chromedp.Navigate(e.base+p), chromedp.WaitReady(chromedp.CSS("main")))
-		n := value(t, ctx, "count controls", chromedp.Evaluate[int](`document.querySelectorAll('form[action="/actions"] button, input[name=id]').length`))
+		n := value(t, ctx, "count controls", chromedp.Evaluate[int](`document.querySelectorAll('form[action="/actions"] button, form[action="/actions"] input[name=id]').length`))
 		if n != 0 {
 			t.Errorf("%s: %d action controls in read-only mode", p, n)
 		}

@@ -110,6 +110,15 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /{$}", d.overview)
 	d.mux.HandleFunc("GET /queues/{queue}", d.queue)
 	d.mux.HandleFunc("GET /tasks/{id}", d.task)
+	d.mux.HandleFunc("GET /tasks", func(w http.ResponseWriter, r *http.Request) {
+		// The header's "Task id" box: any task, done and cancelled ones too.
+		id := strings.TrimSpace(r.URL.Query().Get("id"))
+		if id == "" {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		http.Redirect(w, r, "/tasks/"+url.PathEscape(id), http.StatusSeeOther)
+	})
 	d.mux.HandleFunc("GET /workers", d.workers)
 	d.mux.HandleFunc("GET /dead", d.dead)
 	d.mux.HandleFunc("GET /periodic", d.periodic)
