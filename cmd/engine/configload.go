@@ -420,12 +420,12 @@ func lookupEnv(environ []string, name string) (string, bool) {
 
 // unknownEnv lists the ENGINE_ variables in environ that are not
 // settings, with a suggestion each. ENGINE_CONFIG, ENGINE_TASK_* (set for
-// handler commands) and ENGINE_TEST_* are known.
+// handler commands), ENGINE_HTTP_TOKEN and ENGINE_TEST_* are known.
 func unknownEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "ENGINE_") || name == envConfig ||
+		if !strings.HasPrefix(name, "ENGINE_") || name == envConfig || name == envHTTPToken ||
 			strings.HasPrefix(name, "ENGINE_TASK_") || strings.HasPrefix(name, "ENGINE_TEST_") {
 			continue
 		}
