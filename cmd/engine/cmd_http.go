@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 
@@ -51,10 +52,11 @@ type httpSide struct {
 	ln   net.Listener
 }
 
-// newHTTP builds the HTTP server of set.HTTP (the health endpoints and the
-// dashboard) and opens its listener, so that a taken port fails at start.
-// ready reports this process's components (nil: none).
-func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error) (*httpSide, error) {
+// newHTTP builds the HTTP server of set.HTTP (the health endpoints,
+// /metrics and the dashboard) and opens its listener, so that a taken port
+// fails at start. ready reports this process's components (nil: none).
+// metrics serves /metrics (see metricsHandler).
+func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler) (*httpSide, error) {
 	token, err := a.httpToken(set)
 	if err != nil {
 		return nil, err
@@ -74,6 +76,7 @@ func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready f
 		return nil, err
 	}
 	srv.Handle("/", dash)
+	srv.Handle("/metrics", metrics)
 	ln, err := srv.Listen()
 	if err != nil {
 		return nil, err
@@ -131,7 +134,14 @@ without one, or with http.read_only, the dashboard only shows.`,
 			return a.fail("dashboard", err)
 		}
 		defer pool.Close()
-		h, err := a.newHTTP(set, pool, log, nil)
+		// Gauges only: the tasks run in other processes, whose own
+		// /metrics count them.
+		eng := set.engineConfig(log)
+		mh, err := metricsHandler(pool, &eng)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		h, err := a.newHTTP(set, pool, log, nil, mh)
 		if err != nil {
 			return a.fail("dashboard", err)
 		}

@@ -82,7 +82,13 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 
 	var state runState
 	if set.HTTP.Addr != "" {
-		h, err := a.newHTTP(set, pool, log, state.ready)
+		// The collector observes this process's engine (eng.Observer,
+		// before NewServer) and reads the queue gauges at scrape time.
+		mh, err := metricsHandler(pool, &eng)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		h, err := a.newHTTP(set, pool, log, state.ready, mh)
 		if err != nil {
 			return a.fail("run", err)
 		}

@@ -90,6 +90,25 @@ func TestE2ERunHTTP(t *testing.T) {
 	}
 	h.eventually(10*time.Second, "the task made ready to run", func() bool { return h.lookup(id).State == "done" })
 
+	// /metrics: the run counted, its lateness observed, the queue gauges
+	// read from Redis (cached a few seconds).
+	var metrics string
+	h.eventually(10*time.Second, "/metrics to count the run", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		return strings.Contains(metrics, `bucketq_tasks_processed_total{queue="default",type="append"} 1`) &&
+			strings.Contains(metrics, `bucketq_queue_tasks{queue="default",state="scheduled"} 0`)
+	})
+	for _, want := range []string{
+		`bucketq_task_lateness_seconds_count{queue="default"} 1`,
+		`bucketq_task_run_duration_seconds_count{queue="default",type="append"} 1`,
+		`bucketq_queue_tasks{queue="default",state="dead"} 0`,
+		`bucketq_workers_alive 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+
 	// /readyz follows Redis: 503 within a few seconds of it going down,
 	// 200 again once it is back; /healthz stays 200.
 	h.srv.Stop(t)
