@@ -66,6 +66,16 @@ type Record struct {
 	Deadline    int64 // lease deadline of the current run
 	Worker      string
 	LastError   string
+
+	// Optional fields, encoded in the trailing section of a version 2
+	// record (see Encode); a record without any is written as version 1.
+
+	// Periodic is the name of the periodic entry whose firing this task
+	// is ("" for other tasks).
+	Periodic string
+	// SkipIfRunning: the claim skips (cancels) this firing while the
+	// previous run of its entry is still running.
+	SkipIfRunning bool
 }
 
 // Limits on record fields, checked by Validate.
@@ -77,7 +87,21 @@ const (
 const (
 	recordMagic   = 'B'
 	recordVersion = 1
+	// recordVersion2 is version 1 followed by a trailing section of
+	// optional fields: tag (uvarint, strictly increasing), length
+	// (uvarint), value. Decoders take both versions.
+	recordVersion2 = 2
 )
+
+// Tags of the trailing section of a version 2 record. A field at its zero
+// value is left out; a value that is present is never empty, so each
+// record has one encoding.
+const (
+	tagPeriodic = 1 // the periodic entry's name
+	tagFlags    = 2 // one byte of flags: flagSkipIfRunning
+)
+
+const flagSkipIfRunning = 1
 
 // Encode returns the stored form of r: a magic byte and version, the state,
 // unsigned varints for the numbers, and length-prefixed strings, payload
@@ -96,7 +120,56 @@ func (r *Record) Encode() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	return append(b, r.Payload...)
+	b = append(b, r.Payload...)
+	if trailer := r.trailer(); len(trailer) > 0 {
+		b[1] = recordVersion2
+		b = append(b, trailer...)
+	}
+	return b
+}
+
+// trailer encodes the optional fields of the trailing section.
+func (r *Record) trailer() []byte {
+	var b []byte
+	field := func(tag uint64, v []byte) {
+		b = binary.AppendUvarint(b, tag)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	if r.Periodic != "" {
+		field(tagPeriodic, []byte(r.Periodic))
+	}
+	if r.SkipIfRunning {
+		field(tagFlags, []byte{flagSkipIfRunning})
+	}
+	return b
+}
+
+// decodeTrailer reads the trailing section of a version 2 record.
+func (r *Record) decodeTrailer(d *decoder) {
+	var prev uint64
+	for len(d.b) > 0 && !d.err {
+		tag := d.uvarint()
+		v := d.bytes()
+		if d.err || tag <= prev || len(v) == 0 {
+			d.err = true
+			return
+		}
+		prev = tag
+		switch tag {
+		case tagPeriodic:
+			r.Periodic = string(v)
+		case tagFlags:
+			if len(v) != 1 || v[0] != flagSkipIfRunning {
+				d.err = true
+				return
+			}
+			r.SkipIfRunning = true
+		default:
+			d.err = true // a field this version does not know
+			return
+		}
+	}
 }
 
 // DecodeRecord parses a stored record; id is taken from the key. Any
@@ -107,7 +180,7 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion {
+	if b[1] != recordVersion && b[1] != recordVersion2 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown: %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
@@ -136,6 +209,9 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
 	r.Payload = d.bytes()
+	if b[1] == recordVersion2 {
+		r.decodeTrailer(&d)
+	}
 	if d.err || len(d.b) != 0 {
 		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
 	}

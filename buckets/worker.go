@@ -114,6 +114,13 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 				held = tx.Hold(key)
 			}
 		} else if r.State == StateWaiting || r.State == StateRetry {
+			if r.SkipIfRunning && r.Periodic != "" {
+				// The overlap rule of a periodic entry (periodic.go).
+				if skip, err := s.claimOverlap(tx, r, now); err != nil || skip {
+					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+					return err
+				}
+			}
 			was := r.State
 			r.State = StateRunning
 			r.Runs++

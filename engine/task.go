@@ -26,6 +26,9 @@ type Task struct {
 	Created   time.Time
 	Due       time.Time
 	LastError string // the previous failure, if any
+	// Periodic names the periodic entry whose firing this is ("" for
+	// other tasks); Due is then the firing time.
+	Periodic string
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
@@ -34,6 +37,7 @@ func taskFromRecord(r *buckets.Record) *Task {
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
+		Periodic: r.Periodic,
 	}
 }
 
