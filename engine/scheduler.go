@@ -82,6 +82,16 @@ func (d periodicDef) spec() (schedule.Spec, error) {
 	return sp, nil
 }
 
+// ValidatePeriodic checks p as Scheduler.Add would with cfg: its name,
+// schedule, missed policy and task fields. Errors match ErrInvalidOption.
+func ValidatePeriodic(cfg Config, p Periodic) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	_, err := validatePeriodic(cfg.withDefaults(), p)
+	return err
+}
+
 // entry is a validated Periodic.
 type entry struct {
 	p      Periodic
