@@ -334,6 +334,11 @@ func TestPeriodicListOrphan(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("prune: %d, %v", n, err)
 	}
+	// The checker finds nothing wrong with firings and entries.
+	rep, err := cl.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("check: %+v, %v", rep, err)
+	}
 }
 
 // TestPeriodicEndToEndDST: a daily 02:30 Europe/Berlin entry on the day
