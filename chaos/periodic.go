@@ -25,6 +25,10 @@ type PeriodicOptions struct {
 	Duration time.Duration // the window of kills; default 30 s
 	Seed     uint64
 	Log      io.Writer // progress; nil for none
+	// Outage, when set, stops every scheduler after the window for this
+	// long (more than the 10 s horizon) and restarts one: the entry's
+	// missed policy ("once") must run exactly the latest missed firing.
+	Outage time.Duration
 }
 
 // PeriodicReport is what RunPeriodic measured over its window.
@@ -38,16 +42,28 @@ type PeriodicReport struct {
 	Early     []string     // runs started before their firing time (real clock), or with a Due that is not the firing
 	Kills     int          // SIGKILLs of scheduler processes
 	Gauge     string       // a scheduled gauge that disagrees with the buckets, if any
-	Failures  []string
+	// After the outage: the watermark when every scheduler was down, the
+	// restart, the missed firings up to a second before the restart
+	// (policy "once" runs none of them) and the first firing that ran
+	// after the watermark (the latest missed one).
+	OutageFrom, Restart time.Time
+	OutageSkipped       int
+	FirstRun            time.Time
+	Failures            []string
 }
 
 // OK reports whether the run found nothing wrong.
 func (r *PeriodicReport) OK() bool { return len(r.Failures) == 0 }
 
 func (r *PeriodicReport) String() string {
-	return fmt.Sprintf("periodic: window %s..%s, %d firings, %d ran, %d missing, %d duplicate, %d early, %d scheduler kills; dir %s",
+	s := fmt.Sprintf("periodic: window %s..%s, %d firings, %d ran, %d missing, %d duplicate, %d early, %d scheduler kills",
 		r.Window[0].Format("15:04:05.000"), r.Window[1].Format("15:04:05.000"), r.Firings, r.Ran,
-		len(r.Missing), len(r.Duplicate), len(r.Early), r.Kills, r.Dir)
+		len(r.Missing), len(r.Duplicate), len(r.Early), r.Kills)
+	if !r.Restart.IsZero() {
+		s += fmt.Sprintf("; outage from watermark %s to restart %s: %d missed firings skipped, the next run is the firing at %s (policy once)",
+			r.OutageFrom.Format("15:04:05.000"), r.Restart.Format("15:04:05.000"), r.OutageSkipped, r.FirstRun.Format("15:04:05.000"))
+	}
+	return s + "; dir " + r.Dir
 }
 
 // periodicEntry is the entry of the periodic scenario.
@@ -176,6 +192,32 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	}
 	rep.Window[1] = time.Now()
 	logf("window ends after %d kills; draining", rep.Kills)
+	var restartSettled time.Time
+	if o.Outage > 0 {
+		for _, c := range scheds {
+			_ = c.Process.Signal(syscall.SIGKILL)
+		}
+		time.Sleep(200 * time.Millisecond)
+		w, err := redis.Int64(admin.Do("HGET", key("pe:"+periodicEntry), "last"))
+		if err != nil {
+			return nil, fmt.Errorf("chaos: reading the watermark: %w", err)
+		}
+		rep.OutageFrom = time.UnixMilli(w)
+		logf("every scheduler down (watermark %s) for %v", rep.OutageFrom.Format("15:04:05.000"), o.Outage)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(o.Outage):
+		}
+		rep.Restart = time.Now()
+		if err := startSched(1, inc+1); err != nil {
+			return nil, err
+		}
+		// Its first pass runs within a second or so; firings after
+		// restartSettled are upcoming for it and all run.
+		restartSettled = rep.Restart.Add(3 * time.Second)
+		time.Sleep(4 * time.Second)
+	}
 	// Every firing of the window is due by now; wait for the worker to
 	// have run each (the dispatcher makes them ready at their time).
 	s, err := schedule.Parse(schedule.Spec{Every: time.Second})
@@ -184,6 +226,12 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	}
 	firings := s.Between(rep.Window[0], rep.Window[1], 1<<20)
 	rep.Firings = len(firings)
+	// After an outage, every firing from restartSettled on must run too.
+	var after []time.Time
+	if !restartSettled.IsZero() {
+		after = s.Between(restartSettled, restartSettled.Add(time.Second), 10)
+	}
+	waitFor := append(append([]time.Time{}, firings...), after...)
 	var runs []*ledger.Run
 	drainBy := time.Now().Add(15 * time.Second)
 	for {
@@ -196,7 +244,7 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			ran[r.ID] = true
 		}
 		missing := 0
-		for _, f := range firings {
+		for _, f := range waitFor {
 			if !ran[schedule.FiringID(periodicEntry, f)] {
 				missing++
 			}
@@ -225,6 +273,40 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			if r.Start < f.UnixMilli() || r.Due != f.UnixMilli() {
 				rep.Early = append(rep.Early, fmt.Sprintf("%s started %d due %d", id, r.Start, r.Due))
 			}
+		}
+	}
+	if !rep.Restart.IsZero() {
+		// Firings in (watermark, restart - 1s] were all missed: "once"
+		// runs none of them; the latest missed firing (at most 1 s
+		// before the restarted process's first pass) runs, and every
+		// firing after it.
+		outage := s.Between(rep.OutageFrom, restartSettled.Add(time.Second), 1<<20)
+		first := -1
+		for i, f := range outage {
+			ran := len(byID[schedule.FiringID(periodicEntry, f)]) > 0
+			if f.Before(rep.Restart.Add(-time.Second)) {
+				rep.OutageSkipped++
+				if ran {
+					rep.Failures = append(rep.Failures, fmt.Sprintf("missed firing %s ran (policy once runs only the latest)", f.Format("15:04:05")))
+				}
+			}
+			if ran && first < 0 {
+				first = i
+				rep.FirstRun = f
+			}
+			if first >= 0 && !ran {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("firing %s after the restart did not run", f.Format("15:04:05")))
+			}
+		}
+		switch {
+		case first < 0:
+			rep.Failures = append(rep.Failures, "no firing ran after the outage")
+		case rep.FirstRun.After(rep.Restart.Add(2 * time.Second)):
+			rep.Failures = append(rep.Failures, fmt.Sprintf("the latest missed firing did not run: the first run after the outage is the firing at %s, restart at %s",
+				rep.FirstRun.Format("15:04:05.000"), rep.Restart.Format("15:04:05.000")))
+		}
+		if rep.OutageSkipped == 0 {
+			rep.Failures = append(rep.Failures, "the outage missed no firing")
 		}
 	}
 	// The scheduled gauge counts exactly the ids in buckets.

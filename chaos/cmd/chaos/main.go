@@ -39,6 +39,7 @@ func main() {
 		list     = flag.Bool("list", false, "list the scenarios and exit")
 		procArgs = flag.String("proc-args", "", "extra space-separated chaosproc flags for every process, e.g. -done-retention=-1s")
 		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
+		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
 		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
 	)
 	flag.Parse()
@@ -79,7 +80,7 @@ func main() {
 		progress = os.Stderr
 	}
 	if *periodic > 0 {
-		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Seed: uint64(*seed), Dir: *dir}
+		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir}
 		if progress != nil {
 			o.Log = progress
 		}
