@@ -27,6 +27,9 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	// The time zone database, so that periodic entries' tz works on
+	// hosts and containers without one.
+	_ "time/tzdata"
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/spf13/cobra"
