@@ -75,7 +75,17 @@ type Record struct {
 	// extra holds the trailing sections this version does not know, as
 	// read, so that rewriting a record written by a newer version keeps
 	// them.
-	extra []byte
+	extra [][]byte // whole sections, tag byte first
+
+	// Optional fields, encoded in the trailing section of a version 2
+	// record (see Encode); a record without any is written as version 1.
+
+	// Periodic is the name of the periodic entry whose firing this task
+	// is ("" for other tasks).
+	Periodic string
+	// SkipIfRunning: the claim skips (cancels) this firing while the
+	// previous run of its entry is still running.
+	SkipIfRunning bool
 }
 
 // Limits on record fields, checked by Validate.
@@ -104,17 +114,29 @@ const (
 	sectionMetadata = 'm' // uvarint count, then per pair (sorted by key) length-prefixed key and value
 )
 
+// More section tags. A field at its zero value is left out (no empty
+// section is written), so each record has one encoding; sections are
+// written in increasing tag order.
+const (
+	sectionPeriodic = 1 // the periodic entry's name
+	sectionFlags    = 2 // one byte of flags: flagSkipIfRunning
+)
+
+const flagSkipIfRunning = 1
+
 // Encode returns the stored form of r: a magic byte and version, the state,
 // unsigned varints for the numbers, and length-prefixed strings, payload
 // last, then (version 2) the trailing sections. It is compact because a
 // record is most of a task's memory.
 func (r *Record) Encode() []byte {
 	n := 2 + 1 + 9*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
-		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload) + len(r.extra)
-	meta := r.encodeMetadata()
-	n += len(meta)
+		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+	sections := r.sections()
+	for _, sec := range sections {
+		n += len(sec)
+	}
 	version := byte(recordVersion)
-	if len(meta) > 0 || len(r.extra) > 0 {
+	if len(sections) > 0 {
 		version = recordVersion2
 	}
 	b := make([]byte, 0, n)
@@ -129,8 +151,33 @@ func (r *Record) Encode() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
 	b = append(b, r.Payload...)
-	b = append(b, meta...)
-	return append(b, r.extra...)
+	for _, sec := range sections {
+		b = append(b, sec...)
+	}
+	return b
+}
+
+// sections returns the record's trailing sections in increasing tag order:
+// the optional fields, the metadata and those kept unread (r.extra).
+func (r *Record) sections() [][]byte {
+	var out [][]byte
+	section := func(tag byte, v []byte) {
+		b := []byte{tag}
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		out = append(out, append(b, v...))
+	}
+	if r.Periodic != "" {
+		section(sectionPeriodic, []byte(r.Periodic))
+	}
+	if r.SkipIfRunning {
+		section(sectionFlags, []byte{flagSkipIfRunning})
+	}
+	if m := r.encodeMetadata(); len(m) > 0 {
+		out = append(out, m)
+	}
+	out = append(out, r.extra...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
 }
 
 // encodeMetadata returns the metadata section, or nothing when there is
@@ -228,25 +275,37 @@ func (d *decoder) uvarint() uint64 {
 // sections reads the trailing sections into r: metadata once at most,
 // unknown tags kept as they are in r.extra.
 func (d *decoder) sections(r *Record) {
-	seen := map[byte]bool{}
+	// Sections come in increasing tag order, each at most once, so that a
+	// record has one encoding.
+	prev := -1
 	for !d.err && len(d.b) > 0 {
 		start := d.b
 		tag := d.b[0]
 		d.b = d.b[1:]
 		body := d.bytes()
-		if d.err || seen[tag] {
+		if d.err || int(tag) <= prev {
 			d.err = true
 			return
 		}
-		seen[tag] = true
+		prev = int(tag)
 		switch tag {
+		case sectionPeriodic:
+			if len(body) == 0 {
+				d.err = true
+			}
+			r.Periodic = string(body)
+		case sectionFlags:
+			if len(body) != 1 || body[0] != flagSkipIfRunning {
+				d.err = true
+			}
+			r.SkipIfRunning = true
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {
 				d.err = true
 			}
 		default:
-			r.extra = append(r.extra, start[:len(start)-len(d.b)]...)
+			r.extra = append(r.extra, append([]byte(nil), start[:len(start)-len(d.b)]...))
 		}
 	}
 }

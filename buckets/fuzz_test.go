@@ -22,6 +22,10 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}},
 		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), MaxAttempts: 1, TimeoutMs: 1,
 			Metadata: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k": ""}},
+
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Periodic: "nightly report",
+			SkipIfRunning: true, Due: 1774746000000},
+		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}, Periodic: "e"},
 	}
 }
 

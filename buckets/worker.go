@@ -65,6 +65,10 @@ const (
 //	(missing, malformed)      LREM f:<w> 1 id; SET t:<id> dead record
 //	                          saying why; ZADD dead; HINCRBY st dead +1
 //
+// A firing of a skip-if-running periodic entry also goes through
+// claimOverlap (periodic.go), which may make it a cancelled tombstone
+// instead (result Skipped).
+//
 // A Cancel that wins the race changes t:<id> first and this attempt reads
 // the tombstone again; a Cancel that loses sees "running". A crash before
 // EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
@@ -114,6 +118,13 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 				held = tx.Hold(key)
 			}
 		} else if r.State == StateWaiting || r.State == StateRetry {
+			if r.SkipIfRunning && r.Periodic != "" {
+				// The overlap rule of a periodic entry (periodic.go).
+				if skip, err := s.claimOverlap(tx, r, now); err != nil || skip {
+					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+					return err
+				}
+			}
 			was := r.State
 			r.State = StateRunning
 			r.Runs++

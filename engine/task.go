@@ -29,6 +29,10 @@ type Task struct {
 	// Metadata is what the producer attached with the Metadata option
 	// (a trace context, say); nil when nothing. Handlers must not change it.
 	Metadata map[string]string
+
+	// Periodic names the periodic entry whose firing this is ("" for
+	// other tasks); Due is then the firing time.
+	Periodic string
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
@@ -38,6 +42,8 @@ func taskFromRecord(r *buckets.Record) *Task {
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 		Metadata: r.Metadata,
+
+		Periodic: r.Periodic,
 	}
 }
 

@@ -148,6 +148,9 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	if err != nil {
 		return a.fail("run", err)
 	}
+	if err := addPeriodics(srv, set); err != nil {
+		return a.fail("run", err)
+	}
 	timeout := eng.ShutdownTimeout
 	if timeout == 0 {
 		timeout = engine.DefaultConfig().ShutdownTimeout

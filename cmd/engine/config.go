@@ -27,6 +27,7 @@ type Settings struct {
 	Redis    RedisSettings
 	Roles    []string
 	Handlers map[string]HandlerSettings
+	Periodic []PeriodicSettings // config_periodic.go
 	Log      struct{ Level, Format string }
 	HTTP     HTTPSettings
 
@@ -127,6 +128,7 @@ var settings = func() []setting {
 		{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
 		{"roles", func(s *Settings) any { return &s.Roles }},
 		{"handlers", func(s *Settings) any { return &s.Handlers }},
+		{"periodic", func(s *Settings) any { return &s.Periodic }},
 		{"log.level", func(s *Settings) any { return &s.Log.Level }},
 		{"log.format", func(s *Settings) any { return &s.Log.Format }},
 		{"http.addr", func(s *Settings) any { return &s.HTTP.Addr }},
@@ -284,6 +286,7 @@ func (s *Settings) validate() error {
 			bad(key+".output_cap", "%d: want 0 or more bytes", h.OutputCap)
 		}
 	}
+	s.validatePeriodic(bad)
 	return errors.Join(errs...)
 }
 
