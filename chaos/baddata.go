@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +25,10 @@ import (
 type badData struct {
 	h    *harness
 	keys buckets.Keys
+
+	// runningDamaged counts records deleted or corrupted while their task
+	// ran (see runningGaugeAllowance).
+	runningDamaged atomic.Int64
 
 	mu    sync.Mutex
 	items []*badItem
@@ -315,6 +320,8 @@ func (b *badData) phase1(ctx context.Context) {
 		}
 		if _, err := b.do(v.cmd, args...); err != nil {
 			it.refused = err.Error()
+		} else {
+			b.runningDamaged.Add(1)
 		}
 		it.checkFn = func(*observed, map[string]string) (string, bool) { return b.finishRetries(id) }
 		b.add(it)
