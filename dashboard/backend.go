@@ -15,6 +15,7 @@ type Backend interface {
 	Workers(ctx context.Context) ([]engine.WorkerInfo, error)
 	Act(ctx context.Context, a engine.Action, ids ...string) (engine.ActionResult, error)
 	ActAll(ctx context.Context, a engine.Action, f engine.Filter) (engine.ActionResult, error)
+	Periodics(ctx context.Context) ([]engine.PeriodicStatus, error)
 }
 
 var _ Backend = (*engine.Inspector)(nil)

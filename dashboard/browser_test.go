@@ -84,6 +84,11 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A periodic entry whose next firing is hours away (none enqueued).
+	if err := es.AddPeriodic(engine.Periodic{Name: "nightly report", Cron: "0 3 * * *", Location: "Europe/Berlin",
+		Type: "email.send", Queue: "emails"}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = es.Run(ctx) }()
@@ -289,7 +294,7 @@ func TestBrowserPages(t *testing.T) {
 		{"task-long", "/tasks/" + url.PathEscape(long), []string{long[:40], "0123456789"}},
 		{"workers", "/workers", []string{"Workers"}},
 		{"dead", "/dead", []string{e.ids["dead"][0], "template \"welcome\" not found"}},
-		{"periodic", "/periodic", []string{"No periodic entries"}},
+		{"periodic", "/periodic", []string{"nightly report", "0 3 * * * (Europe/Berlin)", "email.send"}},
 	}
 	// Some traffic for the chart: batches of tasks, each done before the
 	// next, until the dashboard has sampled a few intervals with work.

@@ -423,7 +423,18 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) periodic(w http.ResponseWriter, r *http.Request) {
-	d.render(w, "periodic", http.StatusOK, struct{ base }{d.base(w, r, "Periodic entries", "periodic")})
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	ps, err := d.b.Periodics(ctx)
+	var errMsg string
+	if err != nil {
+		errMsg = err.Error()
+	}
+	d.render(w, "periodic", http.StatusOK, struct {
+		base
+		Entries []engine.PeriodicStatus
+		ReadErr string
+	}{d.base(w, r, "Periodic entries", "periodic"), ps, errMsg})
 }
 
 func (d *Dashboard) notYet(w http.ResponseWriter, r *http.Request) {

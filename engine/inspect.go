@@ -44,6 +44,13 @@ func (c *Client) Inspector() *Inspector {
 	return &Inspector{pool: c.pool, cfg: c.cfg, store: c.store}
 }
 
+// Periodics lists the periodic entries declared in the namespace, as
+// [Client.Periodics] does: schedule, next and last firing with the state
+// of its task, and whether any live process declares it.
+func (in *Inspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
+	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).Periodics(ctx)
+}
+
 // ErrNotListable: ListTasks of a state whose tasks no structure indexes
 // (done, cancelled). Their records are reachable only by id (Task): a
 // list of them would need a KEYS walk of the whole database, or a write
