@@ -66,6 +66,24 @@ type Record struct {
 	Deadline    int64 // lease deadline of the current run
 	Worker      string
 	LastError   string
+
+	// Optional fields, stored in the record's trailing section (version
+	// 2); a record that sets none of them is stored as version 1.
+
+	// Unique is the unique key the task holds (the name after "u:", see
+	// [Keys.Unique]); "" for none. The key is held while this record is
+	// waiting, retrying or running and names it.
+	Unique string
+	// UniqueTTL is the unique key's lifetime in seconds; 0 holds it until
+	// the task ends, and then the final transition deletes it.
+	UniqueTTL int64
+	// ReplyTo names a reply list ([Keys.Reply]) onto which every final
+	// transition pushes a reply; "" for none.
+	ReplyTo string
+
+	// Result is not stored in the record: Finish's decide sets it on a
+	// Done outcome, and it is stored under [Keys.Result].
+	Result []byte
 }
 
 // Limits on record fields, checked by Validate.
@@ -77,6 +95,20 @@ const (
 const (
 	recordMagic   = 'B'
 	recordVersion = 1
+	// recordVersion2 is version 1 followed by a trailing section of
+	// optional fields: each a tag byte and a length-prefixed value, tags
+	// strictly increasing. A decoder refuses a tag it does not know, so
+	// that an older worker buries such a record saying why rather than
+	// running it without the field.
+	recordVersion2 = 2
+)
+
+// Tags of the trailing section. Each feature owns its tags; a field
+// added later takes a tag not used here.
+const (
+	tagUnique    = 'u' // Record.Unique: the bytes
+	tagUniqueTTL = 'v' // Record.UniqueTTL: an unsigned varint
+	tagReplyTo   = 'y' // Record.ReplyTo: the bytes
 )
 
 // Encode returns the stored form of r: a magic byte and version, the state,
@@ -96,7 +128,26 @@ func (r *Record) Encode() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	return append(b, r.Payload...)
+	b = append(b, r.Payload...)
+	if r.Unique == "" && r.UniqueTTL <= 0 && r.ReplyTo == "" {
+		return b
+	}
+	b[1] = recordVersion2
+	field := func(tag byte, v []byte) {
+		b = append(b, tag)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	if r.Unique != "" {
+		field(tagUnique, []byte(r.Unique))
+	}
+	if r.UniqueTTL > 0 {
+		field(tagUniqueTTL, binary.AppendUvarint(nil, uint64(r.UniqueTTL)))
+	}
+	if r.ReplyTo != "" {
+		field(tagReplyTo, []byte(r.ReplyTo))
+	}
+	return b
 }
 
 // DecodeRecord parses a stored record; id is taken from the key. Any
@@ -107,8 +158,8 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion {
-		return nil, fmt.Errorf("buckets: task %s: record version %d unknown: %w", id, b[1], ErrMalformed)
+	if b[1] != recordVersion && b[1] != recordVersion2 {
+		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
 	if !r.State.valid() {
@@ -136,6 +187,11 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
 	r.Payload = d.bytes()
+	if b[1] == recordVersion2 && !d.err {
+		if err := r.decodeOptional(&d); err != nil {
+			return nil, err
+		}
+	}
 	if d.err || len(d.b) != 0 {
 		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
 	}
@@ -143,6 +199,38 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 		r.Payload = []byte{}
 	}
 	return r, nil
+}
+
+// decodeOptional reads the trailing section of a version 2 record.
+func (r *Record) decodeOptional(d *decoder) error {
+	last := -1
+	for len(d.b) > 0 && !d.err {
+		tag := d.b[0]
+		d.b = d.b[1:]
+		if int(tag) <= last {
+			return fmt.Errorf("buckets: task %s: record field %q out of order: %w", r.ID, tag, ErrMalformed)
+		}
+		last = int(tag)
+		v := d.bytes()
+		if d.err {
+			break
+		}
+		switch tag {
+		case tagUnique:
+			r.Unique = string(v)
+		case tagUniqueTTL:
+			n, k := binary.Uvarint(v)
+			if k <= 0 || k != len(v) || n > 1<<53 {
+				return fmt.Errorf("buckets: task %s: unique ttl field: %w", r.ID, ErrMalformed)
+			}
+			r.UniqueTTL = int64(n)
+		case tagReplyTo:
+			r.ReplyTo = string(v)
+		default:
+			return fmt.Errorf("buckets: task %s: record field %q unknown (upgrade this worker): %w", r.ID, tag, ErrMalformed)
+		}
+	}
+	return nil
 }
 
 type decoder struct {

@@ -20,6 +20,10 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, Attempts: 1<<31 - 1, MaxAttempts: 1<<31 - 1},
 		{ID: "x", Queue: "d", Type: "ü", State: StateRetry, Payload: bytes.Repeat([]byte{0}, 300), LastError: "boom\npanic"},
 		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}},
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), MaxAttempts: 1,
+			Unique: "d:0123456789abcdef0123456789abcdef", UniqueTTL: 600, ReplyTo: "replies"},
+		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Unique: "k:key"},
+		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, ReplyTo: "r"},
 	}
 }
 

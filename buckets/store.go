@@ -38,6 +38,10 @@ type Store struct {
 	Keys Keys
 	// Resolution is the bucket width in ms (1 to 60000).
 	Resolution int64
+	// ResultTTL is how long, in seconds, a task's result is kept after it
+	// succeeded; 0 keeps none. Completion lists are kept at least
+	// MinCompletionTTL.
+	ResultTTL int64
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 }

@@ -54,11 +54,11 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 			return
 		}
 		c := claimed{rec: rec, h: h, held: held}
-		herr, ok := w.runs.run(baseCtx, c.rec)
+		herr, result, ok := w.runs.run(baseCtx, c.rec)
 		if !ok {
 			return // given back while it ran
 		}
-		next = w.finisher.finish(fetchCtx, baseCtx, c, herr)
+		next = w.finisher.finish(fetchCtx, baseCtx, c, herr, result)
 		if next.id != "" && fetchCtx.Err() != nil {
 			// Stopping: the id stays in the in-flight list, which the
 			// worker gives back when it unregisters.
