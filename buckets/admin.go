@@ -201,6 +201,7 @@ func (s *Store) Records(ctx context.Context, conn redis.Conn, ids []string) (rec
 // WATCH   t:<id> ...
 // read    GET t:<id> ... (pipelined)
 // queue   ZREM dead ids...; SET t:<id> waiting; RPUSH q:<q> + tokens;
+//
 //	DEL c:<id> (its next final transition pushes a new outcome);
 //	a task with a unique key takes it again (SET u:<key>, EXPIRE),
 //	after watching and reading u:<key> and its holder's record as

@@ -41,6 +41,11 @@ const (
 	exitRefused  = 4 // the task is in a state that does not allow it
 	exitExists   = 5 // enqueue --id: a task with that id exists already; nothing was written
 	exitFindings = 6 // check: findings remain
+
+	exitDuplicate    = 7  // enqueue --unique/--unique-key: another task holds the key; nothing was written
+	exitWaitDead     = 8  // enqueue --wait: the task died (its last attempt failed)
+	exitWaitCanceled = 9  // enqueue --wait: the task was cancelled
+	exitWaitTimeout  = 10 // enqueue --wait: --wait-timeout passed before the task ended
 )
 
 const envConfig = "ENGINE_CONFIG"
@@ -181,6 +186,8 @@ func (a *app) fail(cmd string, err error) error {
 		code = exitNotFound
 	case errors.Is(err, engine.ErrTaskExists):
 		code = exitExists
+	case errors.Is(err, engine.ErrDuplicate):
+		code = exitDuplicate
 	case errors.Is(err, engine.ErrAlreadyRunning), errors.Is(err, engine.ErrAlreadyDone), errors.Is(err, engine.ErrNotDead):
 		code = exitRefused
 	}
