@@ -134,7 +134,9 @@ variables, then flags. config.yaml at the repository root documents every
 setting, docs/operations.md the rest.
 
 Exit codes: 0 ok, 1 failure, 2 usage or config error (including a refused
-password), 3 no such task, 4 the task's state does not allow it.`,
+password), 3 no such task, 4 the task's state does not allow it, 5 the
+--id exists, 6 check findings, 7 a unique duplicate, 8/9/10 enqueue --wait:
+dead, cancelled, timed out.`,
 		Version:       versionString(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
