@@ -115,7 +115,7 @@ func TestChaosUniqueWaitReplies(t *testing.T) {
 	const producers, keys, rounds = 8, 20, 6
 	var (
 		pmu      sync.Mutex
-		accepted = map[string]string{} // id → key
+		accepted = map[string]string{}   // id → key
 		refusals = map[string][]string{} // key → holder ids named
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

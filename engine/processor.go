@@ -54,7 +54,8 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 			return
 		}
 		c := claimed{rec: rec, h: h, held: held}
-		herr, result, ok := w.runs.run(baseCtx, c.rec)
+		var result []byte
+		herr, ok := w.runs.run(baseCtx, c.rec, &result)
 		if !ok {
 			return // given back while it ran
 		}

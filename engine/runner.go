@@ -37,12 +37,12 @@ type activeRun struct {
 	state  atomic.Int32
 }
 
-// run calls the handler for rec and returns its error and the result it
-// recorded with SetResult. ok is false when the task was given back
+// run calls the handler for rec and returns its error; *result gets the
+// result it recorded with SetResult. ok is false when the task was given back
 // before the handler returned (lease over, shutdown deadline): its result
 // must not be recorded. A result that arrives before the task is given
 // back is kept, even past the shutdown deadline.
-func (r *runner) run(baseCtx context.Context, rec *buckets.Record) (herr error, result []byte, ok bool) {
+func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byte) (herr error, ok bool) {
 	w := r.w
 	task := taskFromRecord(rec)
 	box := &resultBox{max: w.cfg.MaxResult}
@@ -69,12 +69,13 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record) (herr error, 
 	if !returned {
 		w.log.Info("handler returned after its task was given back; the task runs again",
 			keyTaskID, rec.ID, keyType, rec.Type, keyErr, err)
-		return nil, nil, false
+		return nil, false
 	}
 	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && baseCtx.Err() == nil {
 		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
 	}
-	return err, box.result, true
+	*result = box.result
+	return err, true
 }
 
 // expire gives a hung run's task back so another worker can run it. The
