@@ -254,4 +254,13 @@ func TestReplyPerOutcome(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("bad name")); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("bad reply list: %v", err)
 	}
+	// Results, completion lists, reply lists and unique keys are nothing
+	// for the checker to report.
+	if _, err := c.Enqueue(ctx, "ok", nil, UniqueKey("k", time.Hour), ReplyTo("r"), In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 || len(rep.Unconfirmed) != 0 {
+		t.Fatalf("check: %+v %v", rep, err)
+	}
 }
