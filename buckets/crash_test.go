@@ -409,6 +409,21 @@ var crashCases = []crashCase{
 		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done }, nil)
 		return err
 	}},
+	{"Finish/done, reply queue", func(ctx context.Context, s *Store, c redis.Conn) error {
+		r := newRec("a", t0)
+		r.ReplyTo = ReplyQueuePrefix + "answers"
+		if err := s.Enqueue(ctx, c, t0, []*Record{r}); err != nil {
+			return err
+		}
+		if _, err := s.Pop(ctx, c, "q", w1); err != nil {
+			return err
+		}
+		_, _, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil)
+		return err
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done })
+		return err
+	}},
 	{"Cancel/unique, reply", func(ctx context.Context, s *Store, c redis.Conn) error {
 		r := uniqueRec("a", 0)
 		r.Due = t0 + 60_000

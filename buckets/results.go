@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -43,6 +44,8 @@ func DecodeFinal(b []byte) (*Final, error) {
 //	SETEX    r:<id> ResultTTL result      done with a result
 //	DEL/RPUSH/EXPIRE c:<id> outcome       the completion list, for Wait
 //	RPUSH    rl:<name> reply              when enqueued with a reply list
+//	SET t:<rid>, SADD queues, LPUSH q:<q> rid + tokens
+//	                                      when enqueued with a reply queue
 //
 // Deleting a unique key without reading it is safe only for a key taken
 // without a ttl: nobody else can take it while r holds it, and r holds
@@ -63,13 +66,37 @@ func (s *Store) finalWrites(tx queuer, r *Record) {
 	tx.Queue("DEL", c)
 	tx.Queue("RPUSH", c, EncodeFinal(f))
 	tx.Queue("EXPIRE", c, s.completionTTL())
-	if r.ReplyTo != "" {
-		if r.State == StateDone {
-			f.Result = r.Result
-		}
-		tx.Queue("RPUSH", s.Keys.Reply(r.ReplyTo), EncodeFinal(f))
+	if r.ReplyTo == "" {
+		return
 	}
+	if r.State == StateDone {
+		f.Result = r.Result
+	}
+	q, toQueue := strings.CutPrefix(r.ReplyTo, ReplyQueuePrefix)
+	if !toQueue {
+		tx.Queue("RPUSH", s.Keys.Reply(r.ReplyTo), EncodeFinal(f))
+		return
+	}
+	// A reply task: its id names the task and the outcome (the run
+	// number and the time), so every final outcome has its own.
+	reply := &Record{
+		ID:    fmt.Sprintf("%s~r%d.%d", r.ID, r.Runs, r.Finished),
+		Queue: q, Type: ReplyType, Payload: EncodeFinal(f), State: StateWaiting,
+		MaxAttempts: max(r.MaxAttempts, 1), TimeoutMs: max(r.TimeoutMs, 1),
+		Created: r.Finished, Due: max(r.Finished, 1),
+	}
+	tx.Queue("SET", s.Keys.Task(reply.ID), reply.Encode())
+	tx.Queue("SADD", s.Keys.Queues(), q)
+	s.pushReady(tx, q, []string{reply.ID}, false)
 }
+
+// ReplyQueuePrefix marks a Record.ReplyTo that names a queue rather than a
+// reply list: the final transition then enqueues a reply task (type
+// ReplyType, the reply as its payload) into that queue.
+const ReplyQueuePrefix = "q:"
+
+// ReplyType is the task type of reply tasks.
+const ReplyType = "bucketq.reply"
 
 // MinCompletionTTL is the least time, in seconds, a completion list is
 // kept, whatever the result retention: long enough for every blocked

@@ -264,3 +264,59 @@ func TestReplyPerOutcome(t *testing.T) {
 		t.Fatalf("check: %+v %v", rep, err)
 	}
 }
+
+// ReplyToQueue enqueues one reply task per final outcome into the named
+// queue, in the same transaction; a worker of that queue handles it like
+// any task, and DecodeReply reads its payload.
+func TestReplyToQueue(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Queues = []QueueConfig{{Name: "default"}, {Name: "answers"}}
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan *Reply, 8)
+	mux := NewMux()
+	mux.HandleFunc("ok", func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("42")) })
+	mux.HandleFunc("die", func(ctx context.Context, t *Task) error { return Permanent(errors.New("no")) })
+	mux.HandleFunc(ReplyType, func(ctx context.Context, task *Task) error {
+		r, err := DecodeReply(task.Payload)
+		if err != nil {
+			t.Errorf("reply task payload: %v", err)
+			return nil
+		}
+		if task.Queue != "answers" || !strings.HasPrefix(task.ID, r.ID+"~r") {
+			t.Errorf("reply task %s in queue %s for %s", task.ID, task.Queue, r.ID)
+		}
+		got <- r
+		return nil
+	})
+	w, _ := NewWorker(e.pool, e.cfg, mux)
+	runBackground(t, w.Run)
+	ok, _ := c.Enqueue(ctx, "ok", nil, ReplyToQueue("answers"))
+	dead, _ := c.Enqueue(ctx, "die", nil, ReplyToQueue("answers"))
+	replies := map[string]*Reply{}
+	for len(replies) < 2 {
+		select {
+		case r := <-got:
+			if replies[r.ID] != nil {
+				t.Fatalf("a second reply for %s", r.ID)
+			}
+			replies[r.ID] = r
+		case <-ctx.Done():
+			t.Fatalf("replies: %v", replies)
+		}
+	}
+	if r := replies[ok.ID]; r == nil || r.State != StateDone || string(r.Result) != "42" {
+		t.Fatalf("done reply: %+v", r)
+	}
+	if r := replies[dead.ID]; r == nil || r.State != StateDead || r.Error != "no" {
+		t.Fatalf("dead reply: %+v", r)
+	}
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyToQueue("no queue")); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("bad reply queue: %v", err)
+	}
+	rep, err := c.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("check: %+v %v", rep, err)
+	}
+}

@@ -104,3 +104,21 @@ func ReplyTo(name string) Option {
 		return nil
 	})
 }
+
+// ReplyToQueue makes the task's final transition (done, dead or
+// cancelled) enqueue a reply task into queue q, in the same transaction:
+// type ReplyType, the reply as its payload (DecodeReply), an id of its own
+// per outcome ("<id>~r<run>.<finished ms>"). Exactly one reply task per
+// final outcome; a worker of q handles them like any task.
+func ReplyToQueue(q string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if !buckets.ValidName(q) {
+			return fmt.Errorf("engine: ReplyToQueue(%q): want 1-64 of A-Z a-z 0-9 _ . -: %w", q, ErrInvalidOption)
+		}
+		o.replyTo = buckets.ReplyQueuePrefix + q
+		return nil
+	})
+}
+
+// ReplyType is the task type of the reply tasks ReplyToQueue enqueues.
+const ReplyType = buckets.ReplyType
