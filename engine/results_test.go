@@ -320,3 +320,41 @@ func TestReplyToQueue(t *testing.T) {
 		t.Fatalf("check: %+v %v", rep, err)
 	}
 }
+
+// Several waiters on one task all get its outcome from the one completion
+// element: each BRPOPLPUSH hands it back onto the same list.
+func TestManyWaiters(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := c.Enqueue(ctx, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 4
+	got := make(chan *Outcome, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() {
+			o, err := c.Wait(ctx, info.ID)
+			if err != nil {
+				t.Errorf("wait: %v", err)
+			}
+			got <- o
+		}()
+	}
+	w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("r")) }))
+	runBackground(t, w.Run)
+	for i := 0; i < waiters; i++ {
+		if o := <-got; o == nil || o.State != StateDone || string(o.Result) != "r" {
+			t.Fatalf("waiter %d: %+v", i, o)
+		}
+	}
+	if n := listLen(t, e, "c:"+info.ID); n != 1 {
+		t.Fatalf("completion list holds %d elements, want 1", n)
+	}
+	// The rotation keeps the list's TTL: it still expires on its own.
+	if ttl, err := e.admin(t).Do("TTL", e.key("c:"+info.ID)); err != nil || ttl.(int64) <= 0 {
+		t.Fatalf("completion list TTL %v %v, want one", ttl, err)
+	}
+}
