@@ -22,6 +22,7 @@ import (
 //
 //		or LREM q:<q> 1 id                      (otherwise: ready or taken)
 //		SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
+//		the final writes (unique key, completion, reply: see finalWrites)
 //
 // If a worker popped the id but has not claimed it, the LREM finds
 // nothing, the record becomes a tombstone, and the worker's claim drops
@@ -68,6 +69,7 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		r.Finished = now
 		tx.Queue("SETEX", key, ttl, r.Encode())
 		tx.Queue("HINCRBY", st, StatCancelled, 1)
+		s.finalWrites(tx, r)
 		return nil
 	})
 	if err != nil {
@@ -200,14 +202,28 @@ func (s *Store) Records(ctx context.Context, conn redis.Conn, ids []string) (rec
 // read    GET t:<id> ... (pipelined)
 // queue   ZREM dead ids...; SET t:<id> waiting; RPUSH q:<q> + tokens;
 //
+//	DEL c:<id> (its next final transition pushes a new outcome);
+//	a task with a unique key takes it again (SET u:<key>, EXPIRE),
+//	after watching and reading u:<key> and its holder's record as
+//	Enqueue does; one whose key another task holds is skipped.
+//
 //	HINCRBY dead -1 per task
 func (s *Store) Revive(ctx context.Context, conn redis.Conn, ids []string, now int64) (int, error) {
-	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) {
+	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) (bool, error) {
+		if r.Unique != "" {
+			free, err := s.uniqueFree(tx, r)
+			if err != nil || !free {
+				return false, err
+			}
+			s.takeUnique(tx, []string{s.Keys.Unique(r.Unique)}, []*Record{r})
+		}
 		r.State = StateWaiting
 		r.Attempts, r.Recoveries = 0, 0
 		r.Due, r.Finished = now, 0
 		tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 		s.pushReady(tx, r.Queue, []string{r.ID}, true)
+		tx.Queue("DEL", s.Keys.Completion(r.ID))
+		return true, nil
 	})
 }
 
@@ -215,12 +231,13 @@ func (s *Store) Revive(ctx context.Context, conn redis.Conn, ids []string, now i
 // HINCRBY dead -1 per task, watching the records as Revive does. Ids whose
 // record is gone (expired) are removed from the index too.
 func (s *Store) Purge(ctx context.Context, conn redis.Conn, ids []string) (int, error) {
-	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) {
+	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) (bool, error) {
 		tx.Queue("DEL", s.Keys.Task(r.ID))
+		return true, nil
 	})
 }
 
-func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, each func(*txn.Tx, *Record)) (int, error) {
+func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, each func(*txn.Tx, *Record) (bool, error)) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -251,9 +268,15 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 			if derr != nil || r.State != StateDead {
 				continue
 			}
+			ok, err := each(tx, r)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
 			zrem = append(zrem, id)
 			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, -1)
-			each(tx, r)
 			n++
 		}
 		if len(zrem) > 1 {

@@ -86,6 +86,24 @@ type Record struct {
 	// SkipIfRunning: the claim skips (cancels) this firing while the
 	// previous run of its entry is still running.
 	SkipIfRunning bool
+
+	// Optional fields, stored in the record's trailing section (version
+	// 2); a record that sets none of them is stored as version 1.
+
+	// Unique is the unique key the task holds (the name after "u:", see
+	// [Keys.Unique]); "" for none. The key is held while this record is
+	// waiting, retrying or running and names it.
+	Unique string
+	// UniqueTTL is the unique key's lifetime in seconds; 0 holds it until
+	// the task ends, and then the final transition deletes it.
+	UniqueTTL int64
+	// ReplyTo names a reply list ([Keys.Reply]) onto which every final
+	// transition pushes a reply; "" for none.
+	ReplyTo string
+
+	// Result is not stored in the record: Finish's decide sets it on a
+	// Done outcome, and it is stored under [Keys.Result].
+	Result []byte
 }
 
 // Limits on record fields, checked by Validate.
@@ -117,9 +135,19 @@ const (
 // More section tags. A field at its zero value is left out (no empty
 // section is written), so each record has one encoding; sections are
 // written in increasing tag order.
+//
+// A tag below 'a' is required: a decoder that does not know it refuses the
+// record as malformed ("upgrade this worker"), so an older worker buries
+// it saying why instead of running it without a field that changes what
+// running means (a unique key to release, a reply to send, an overlap
+// rule). A tag from 'a' up is informational (the metadata): an older
+// decoder keeps its bytes and writes them back.
 const (
-	sectionPeriodic = 1 // the periodic entry's name
-	sectionFlags    = 2 // one byte of flags: flagSkipIfRunning
+	sectionPeriodic  = 1 // the periodic entry's name
+	sectionFlags     = 2 // one byte of flags: flagSkipIfRunning
+	sectionUnique    = 3 // Record.Unique
+	sectionUniqueTTL = 4 // Record.UniqueTTL, an unsigned varint
+	sectionReplyTo   = 5 // Record.ReplyTo
 )
 
 const flagSkipIfRunning = 1
@@ -172,6 +200,15 @@ func (r *Record) sections() [][]byte {
 	if r.SkipIfRunning {
 		section(sectionFlags, []byte{flagSkipIfRunning})
 	}
+	if r.Unique != "" {
+		section(sectionUnique, []byte(r.Unique))
+	}
+	if r.UniqueTTL > 0 {
+		section(sectionUniqueTTL, binary.AppendUvarint(nil, uint64(r.UniqueTTL)))
+	}
+	if r.ReplyTo != "" {
+		section(sectionReplyTo, []byte(r.ReplyTo))
+	}
 	if m := r.encodeMetadata(); len(m) > 0 {
 		out = append(out, m)
 	}
@@ -214,7 +251,7 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
 	if b[1] != recordVersion && b[1] != recordVersion2 {
-		return nil, fmt.Errorf("buckets: task %s: record version %d unknown: %w", id, b[1], ErrMalformed)
+		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
 	if !r.State.valid() {
@@ -242,8 +279,10 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
 	r.Payload = d.bytes()
-	if b[1] == recordVersion2 {
-		d.sections(r)
+	if b[1] == recordVersion2 && !d.err {
+		if err := d.sections(r); err != nil {
+			return nil, err
+		}
 	}
 	if d.err || len(d.b) != 0 {
 		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
@@ -274,7 +313,7 @@ func (d *decoder) uvarint() uint64 {
 
 // sections reads the trailing sections into r: metadata once at most,
 // unknown tags kept as they are in r.extra.
-func (d *decoder) sections(r *Record) {
+func (d *decoder) sections(r *Record) error {
 	// Sections come in increasing tag order, each at most once, so that a
 	// record has one encoding.
 	prev := -1
@@ -285,7 +324,7 @@ func (d *decoder) sections(r *Record) {
 		body := d.bytes()
 		if d.err || int(tag) <= prev {
 			d.err = true
-			return
+			return nil
 		}
 		prev = int(tag)
 		switch tag {
@@ -299,15 +338,35 @@ func (d *decoder) sections(r *Record) {
 				d.err = true
 			}
 			r.SkipIfRunning = true
+		case sectionUnique:
+			if len(body) == 0 {
+				d.err = true
+			}
+			r.Unique = string(body)
+		case sectionUniqueTTL:
+			n, k := binary.Uvarint(body)
+			if k <= 0 || k != len(body) || n == 0 || n > 1<<53 {
+				d.err = true
+			}
+			r.UniqueTTL = int64(n)
+		case sectionReplyTo:
+			if len(body) == 0 {
+				d.err = true
+			}
+			r.ReplyTo = string(body)
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {
 				d.err = true
 			}
 		default:
+			if tag < 'a' {
+				return fmt.Errorf("buckets: task %s: record field %d unknown (upgrade this worker): %w", r.ID, tag, ErrMalformed)
+			}
 			r.extra = append(r.extra, append([]byte(nil), start[:len(start)-len(d.b)]...))
 		}
 	}
+	return nil
 }
 
 // decodeMetadata parses a metadata section's body; nil when it is

@@ -208,7 +208,8 @@ var crashBefore = map[string]struct {
 	skip int
 	mid  func(ctx context.Context, s *Store, c redis.Conn) error
 }{
-	"FinishHeld": {1, claimed("a")},
+	"FinishHeld":                       {1, claimed("a")},
+	"FinishHeld/unique, result, reply": {1, uniqueClaimed},
 }
 
 // enqueued, popped, claimed and dead build up the usual starting states.
@@ -268,6 +269,32 @@ func dead(ids ...string) func(ctx context.Context, s *Store, c redis.Conn) error
 }
 
 func nothing(context.Context, *Store, redis.Conn) error { return nil }
+
+// uniqueRec is a task holding unique key k:<id> (ttl in seconds) with a
+// reply list.
+func uniqueRec(id string, ttl int64) *Record {
+	r := newRec(id, t0)
+	r.Unique, r.UniqueTTL, r.ReplyTo = "k:"+id, ttl, "r"
+	return r
+}
+
+func uniquePopped(ctx context.Context, s *Store, c redis.Conn) error {
+	if err := s.Enqueue(ctx, c, t0, []*Record{uniqueRec("a", 0)}); err != nil {
+		return err
+	}
+	_, err := s.Pop(ctx, c, "q", w1)
+	return err
+}
+
+func uniqueClaimed(ctx context.Context, s *Store, c redis.Conn) error {
+	if err := uniquePopped(ctx, s, c); err != nil {
+		return err
+	}
+	if _, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil); err != nil || res != Claimed {
+		return fmt.Errorf("claim: %v, %v", res, err)
+	}
+	return nil
+}
 
 var crashCases = []crashCase{
 	{"Enqueue/ready", nothing, func(ctx context.Context, s *Store, c redis.Conn) error {
@@ -356,6 +383,67 @@ var crashCases = []crashCase{
 		_, err := s.Purge(ctx, c, []string{"a"})
 		return err
 	}},
+	{"Enqueue/unique", func(ctx context.Context, s *Store, c redis.Conn) error {
+		// An ended holder: its key is taken over.
+		if _, err := c.Do("SET", s.Keys.Unique("k:b"), "gone"); err != nil {
+			return err
+		}
+		return nil
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Enqueue(ctx, c, t0, []*Record{uniqueRec("a", 0), uniqueRec("b", 600)}, "a")
+	}},
+	{"Finish/done, unique, result, reply", uniqueClaimed, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done })
+		return err
+	}},
+	{"Finish/bury, unique, reply", uniqueClaimed, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.LastError = "boom"; return Bury })
+		return err
+	}},
+	{"FinishHeld/unique, result, reply", uniquePopped, func(ctx context.Context, s *Store, c redis.Conn) error {
+		var cs ClaimState
+		rec, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, true, &cs)
+		if err != nil || res != Claimed {
+			return fmt.Errorf("claim: %v, %v", res, err)
+		}
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done }, nil)
+		return err
+	}},
+	{"Finish/done, reply queue", func(ctx context.Context, s *Store, c redis.Conn) error {
+		r := newRec("a", t0)
+		r.ReplyTo = ReplyQueuePrefix + "answers"
+		if err := s.Enqueue(ctx, c, t0, []*Record{r}); err != nil {
+			return err
+		}
+		if _, err := s.Pop(ctx, c, "q", w1); err != nil {
+			return err
+		}
+		_, _, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil)
+		return err
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done })
+		return err
+	}},
+	{"Cancel/unique, reply", func(ctx context.Context, s *Store, c redis.Conn) error {
+		r := uniqueRec("a", 0)
+		r.Due = t0 + 60_000
+		return s.Enqueue(ctx, c, t0, []*Record{r})
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Cancel(ctx, c, "a", t0+10, 3600)
+	}},
+	{"Revive/unique", func(ctx context.Context, s *Store, c redis.Conn) error {
+		if err := uniqueClaimed(ctx, s, c); err != nil {
+			return err
+		}
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.LastError = "boom"; return Bury })
+		return err
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		n, err := s.Revive(ctx, c, []string{"a"}, t0+40)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("revived %d", n)
+		}
+		return err
+	}},
 	{"Beat", nothing, func(ctx context.Context, s *Store, c redis.Conn) error {
 		return s.Beat(ctx, c, w1, 60, []byte("info"))
 	}},
@@ -397,6 +485,7 @@ func TestCrashPoints(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						s.ResultTTL = 600
 						c := pool.Get()
 						defer c.Close()
 						if err := tc.setup(ctx, s, c); err != nil {
@@ -428,6 +517,7 @@ func TestCrashPoints(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						s.ResultTTL = 600
 						c := pool.Get()
 						if err := pre.mid(ctx, s, c); err != nil {
 							t.Fatalf("mid: %v", err)

@@ -104,32 +104,41 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	for _, id := range chosen {
 		watch = append(watch, s.Keys.Task(id))
 	}
+	ukeys, urecs, err := s.uniqueKeys(recs)
+	if err != nil {
+		return err
+	}
 	// sent: the last attempt queued the writes, so MULTI/EXEC was (or was
 	// about to be) sent when an error came.
 	sent := false
-	reps, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	reps, err := s.runner.Run(ctx, conn, append(watch, ukeys...), func(tx *txn.Tx) error {
 		sent = false
 		if err := s.checkFree(tx, chosen, watch); err != nil {
+			return err
+		}
+		if err := s.checkUnique(tx, ukeys, urecs); err != nil {
 			return err
 		}
 		for _, c := range cmds {
 			tx.Queue(c.Name, c.Args...)
 		}
+		s.takeUnique(tx, ukeys, urecs)
 		sent = true
 		return nil
 	})
 	var ee *txn.ExecError
-	if errors.As(err, &ee) && !ee.Queued && len(reps) == len(cmds) {
+	if errors.As(err, &ee) && !ee.Queued && len(reps) >= len(cmds) {
 		// EXEC ran, and some commands failed on keys of the wrong type:
 		// the records are written, so place what did not get placed.
-		return s.repairEnqueue(ctx, conn, cmds, reps)
+		return s.repairEnqueue(ctx, conn, cmds, reps[:len(cmds)])
 	}
 	var ex *ExistsError
+	var dup *DuplicateError
 	var reply redis.Error
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &ex):
+	case errors.As(err, &ex), errors.As(err, &dup):
 		return err
 	case sent && !errors.Is(err, txn.ErrConflict) && !errors.As(err, &reply):
 		// Neither a conflict nor the server's answer: the reply was lost.

@@ -46,3 +46,23 @@ func (e *ExistsError) Error() string { return fmt.Sprintf("task ids %q exist", e
 
 // Is reports whether target is ErrExists.
 func (e *ExistsError) Is(target error) bool { return target == ErrExists }
+
+// ErrDuplicate: Enqueue of a task whose unique key is held by another
+// task that can still run (a *DuplicateError names it); nothing was
+// written.
+var ErrDuplicate = errors.New("unique key held")
+
+// DuplicateError is Enqueue's error when a task's unique key is held by a
+// task that is waiting, retrying or running (or by another task of the
+// same batch); nothing was written. It matches ErrDuplicate.
+type DuplicateError struct {
+	Key string // the unique key, as in Record.Unique
+	ID  string // the task holding it
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("unique key %q held by task %s", e.Key, e.ID)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }

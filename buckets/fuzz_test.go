@@ -26,6 +26,11 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Periodic: "nightly report",
 			SkipIfRunning: true, Due: 1774746000000},
 		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}, Periodic: "e"},
+
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), MaxAttempts: 1,
+			Unique: "d:0123456789abcdef0123456789abcdef", UniqueTTL: 600, ReplyTo: "replies"},
+		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Unique: "k:key"},
+		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, ReplyTo: "r"},
 	}
 }
 

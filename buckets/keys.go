@@ -84,6 +84,23 @@ func (k Keys) Pending(w string) string { return k.prefix + "p:" + w }
 // (Unix ms). The records stay under [Keys.Task].
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
+// Unique is unique key k's holder: STRING, the id of the task that took
+// it, with a TTL when it was taken with one. The key is held only while
+// that task's record is waiting, retrying or running and names k.
+func (k Keys) Unique(key string) string { return k.prefix + "u:" + key }
+
+// Result is task id's result: STRING, kept for the result retention.
+func (k Keys) Result(id string) string { return k.prefix + "r:" + id }
+
+// Completion is task id's completion list: LIST of one element, the
+// outcome of its final transition (see [EncodeOutcome]), which waiters
+// block on with BRPOPLPUSH onto the same list; it expires on its own.
+func (k Keys) Completion(id string) string { return k.prefix + "c:" + id }
+
+// Reply is reply list name: LIST of replies ([EncodeOutcome]) pushed by
+// the final transitions of the tasks enqueued with ReplyTo name.
+func (k Keys) Reply(name string) string { return k.prefix + "rl:" + name }
+
 // Quarantine is where a key of the wrong type found in the namespace is
 // renamed to, so that it stops blocking the keys around it: any type.
 func (k Keys) Quarantine(orig string) string {

@@ -42,6 +42,11 @@ type Store struct {
 	// transaction's repair set aside (see repairPlacement), for the log.
 	OnSetAside func(key, movedTo string)
 
+	// ResultTTL is how long, in seconds, a task's result is kept after it
+	// succeeded; 0 keeps none. Completion lists are kept at least
+	// MinCompletionTTL.
+	ResultTTL int64
+
 	runner txn.Runner // runs every transaction, and counts their conflicts
 }
 

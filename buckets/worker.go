@@ -190,6 +190,7 @@ func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, 1)
 		tx.Queue("SADD", s.Keys.Queues(), r.Queue)
 	}
+	s.finalWrites(tx, r)
 }
 
 // ErrWrongType: a task record key that holds another type than a string
@@ -239,10 +240,15 @@ const (
 // read    GET t:<id>   (must be running under w, run number run)
 // queue   ZREM p:<w> id; HINCRBY st running -1, and then
 //
-//	Done:  SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1
+//	Done:  SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1;
+//	       the final writes (unique key, result, completion, reply)
 //	Again: SET t:<id>; RPUSH bucket + ZADD sched + wake (or LPUSH
 //	       ready + tokens when due); HINCRBY scheduled/retrying/failed
-//	Bury:  SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1
+//	Bury:  SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1; the
+//	       final writes (unique key, completion, reply)
+//
+// decide may set Record.Result on a Done outcome: it is stored for the
+// result retention and sent with the reply.
 //
 // If the record is no longer this run's (the lease ran out and the task
 // was recovered, or this very result was recorded by an earlier attempt
@@ -300,6 +306,7 @@ func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64,
 			tx.Queue("DEL", key)
 		}
 		tx.Queue("HINCRBY", st, StatProcessed, 1)
+		s.finalWrites(tx, r)
 	case Again:
 		if r.State == StateRetry {
 			tx.Queue("HINCRBY", st, StatFailed, 1)

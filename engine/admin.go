@@ -54,6 +54,8 @@ func (c *Client) DeadCount(ctx context.Context) (int, error) {
 
 // RetryDead puts one dead letter back at the front of its queue with its
 // attempts reset. It returns ErrNotDead if the task is not a dead letter.
+// A task enqueued with a unique key takes it again; if another task holds
+// it, nothing is done and the error is a *DuplicateError naming it.
 func (c *Client) RetryDead(ctx context.Context, id string) error {
 	return c.deadOne(ctx, "retry", id, c.store.Revive)
 }
@@ -91,8 +93,15 @@ func (c *Client) deadOne(ctx context.Context, verb, id string, op func(context.C
 		return failed(verb+" dead letter "+id, err)
 	}
 	if n == 0 {
-		if _, _, err := c.store.Lookup(ctx, conn, id); errors.Is(err, buckets.ErrNotFound) {
+		r, _, err := c.store.Lookup(ctx, conn, id)
+		if errors.Is(err, buckets.ErrNotFound) {
 			return refused(ErrNotFound, err, "cannot %s dead letter %s: there is no such task", verb, id)
+		}
+		if err == nil && r.State == buckets.StateDead && r.Unique != "" {
+			// Revive skips a task whose unique key another task holds.
+			if holder, herr := c.store.UniqueHolder(ctx, conn, r.Unique); herr == nil && holder != "" {
+				return &DuplicateError{Key: r.Unique, ID: holder}
+			}
 		}
 		return refused(ErrNotDead, nil, "cannot %s dead letter %s: the task is not dead", verb, id)
 	}

@@ -117,9 +117,12 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 	defer conn.Close()
 	if err := c.store.Enqueue(ctx, conn, ms(now), recs, chosen...); err != nil {
 		var ex *buckets.ExistsError
+		var dup *buckets.DuplicateError
 		switch {
 		case errors.As(err, &ex):
 			return nil, &TaskExistsError{IDs: ex.IDs}
+		case errors.As(err, &dup):
+			return nil, &DuplicateError{Key: dup.Key, ID: dup.ID}
 		case errors.Is(err, buckets.ErrSetAside):
 			// Written all the same; someone put keys of the wrong type in
 			// the namespace.

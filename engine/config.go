@@ -78,6 +78,12 @@ type Config struct {
 	// DoneRetention is how long a succeeded or cancelled task's record is
 	// kept for Lookup; negative keeps none. Default 10 minutes.
 	DoneRetention time.Duration
+	// MaxResult bounds a result recorded with SetResult, in bytes.
+	// Default 64 KiB.
+	MaxResult int
+	// ResultRetention is how long a done task's result is kept; negative
+	// keeps none. Default: DoneRetention (when that keeps records).
+	ResultRetention time.Duration
 	// DeadRetention is how long dead letters are kept. Default 30 days.
 	DeadRetention time.Duration
 
@@ -194,6 +200,12 @@ func (c Config) withDefaults() Config {
 	if c.DoneRetention == 0 {
 		c.DoneRetention = 10 * time.Minute
 	}
+	if c.MaxResult == 0 {
+		c.MaxResult = 64 << 10
+	}
+	if c.ResultRetention == 0 {
+		c.ResultRetention = c.DoneRetention
+	}
 	if c.DeadRetention == 0 {
 		c.DeadRetention = 30 * 24 * time.Hour
 	}
@@ -247,6 +259,9 @@ func (c Config) Validate() error {
 	}
 	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
 		return bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
+	}
+	if c.MaxResult < 0 || c.MaxResult > 512<<20 {
+		return bad("MaxResult", "%d: want 1 byte to 512 MiB", c.MaxResult)
 	}
 	if c.MaxPayload < 0 || c.MaxPayload > 512<<20 {
 		return bad("MaxPayload", "%d: want 1 byte to 512 MiB", c.MaxPayload)
@@ -329,6 +344,9 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	log := c.Logger
 	st.OnSetAside = func(key, movedTo string) {
 		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
+	}
+	if c.ResultRetention > 0 {
+		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}
 	return c, st, nil
 }

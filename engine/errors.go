@@ -119,7 +119,8 @@ func failed(op string, err error) error {
 	}
 	var ee *engineError
 	var te *TaskExistsError
-	if errors.As(err, &ee) || errors.As(err, &te) {
+	var de *DuplicateError
+	if errors.As(err, &ee) || errors.As(err, &te) || errors.As(err, &de) {
 		return err
 	}
 	kind := kindOf(err)

@@ -26,13 +26,19 @@ type finisher struct {
 // in-flight set holds its id.
 type popped struct{ id, q string }
 
-// finish records the outcome herr of c's run and returns the task taken
-// with it, if any.
-func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error) popped {
+// finish records the outcome herr of c's run (with result, stored when
+// the outcome is a success) and returns the task taken with it, if any.
+func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, result []byte) popped {
 	w := f.w
 	rec := c.rec
 	now := w.cfg.Clock.Now()
-	decide := func(r *buckets.Record) buckets.Outcome { return f.policy.decide(r, now, herr) }
+	decide := func(r *buckets.Record) buckets.Outcome {
+		out := f.policy.decide(r, now, herr)
+		if out == buckets.Done {
+			r.Result = result
+		}
+		return out
+	}
 	var next popped
 	cut := false // a connection failed after a result may have been sent
 	if c.held != nil && c.h.Conn() == c.held.Conn() && c.held.Conn().Err() == nil {

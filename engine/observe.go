@@ -109,18 +109,18 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
 
-// Outcome is how a run ended, in an EventFinished.
-type Outcome uint8
+// RunOutcome is how a run ended, in an EventFinished.
+type RunOutcome uint8
 
 // Run outcomes.
 const (
-	OutcomeSucceeded   Outcome = iota + 1
-	OutcomeRetry               // failed; it runs again later
-	OutcomeRescheduled         // the handler asked to run again later (RetryAfter); not a failure
-	OutcomeDead                // failed for the last time, or permanently; now a dead letter
+	OutcomeSucceeded   RunOutcome = iota + 1
+	OutcomeRetry                  // failed; it runs again later
+	OutcomeRescheduled            // the handler asked to run again later (RetryAfter); not a failure
+	OutcomeDead                   // failed for the last time, or permanently; now a dead letter
 )
 
-func (o Outcome) String() string {
+func (o RunOutcome) String() string {
 	switch o {
 	case OutcomeSucceeded:
 		return "succeeded"
@@ -131,11 +131,11 @@ func (o Outcome) String() string {
 	case OutcomeDead:
 		return "dead"
 	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
+	return fmt.Sprintf("RunOutcome(%d)", uint8(o))
 }
 
 // Failed reports whether the outcome counts as a failed run.
-func (o Outcome) Failed() bool { return o == OutcomeRetry || o == OutcomeDead }
+func (o RunOutcome) Failed() bool { return o == OutcomeRetry || o == OutcomeDead }
 
 // Event is one thing that happened; which fields are set depends on Kind.
 type Event struct {
@@ -148,7 +148,7 @@ type Event struct {
 	Time     time.Time
 	Due      time.Time     // Enqueued, Started, Retried
 	Duration time.Duration // Finished
-	Outcome  Outcome       // Finished
+	Outcome  RunOutcome    // Finished
 	Err      error         // Finished with a failure
 	Reason   string        // Dead, Recovered
 	// Moved and Conflicts are set on EventDispatched.

@@ -55,11 +55,12 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 		}
 		w.observeStart(rec)
 		c := claimed{rec: rec, h: h, held: held}
-		herr, ok := w.runs.run(baseCtx, c.rec)
+		var result []byte
+		herr, ok := w.runs.run(baseCtx, c.rec, &result)
 		if !ok {
 			return // given back while it ran
 		}
-		next = w.finisher.finish(fetchCtx, baseCtx, c, herr)
+		next = w.finisher.finish(fetchCtx, baseCtx, c, herr, result)
 		if next.id != "" && fetchCtx.Err() != nil {
 			// Stopping: the id stays in the in-flight list, which the
 			// worker gives back when it unregisters.

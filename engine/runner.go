@@ -37,14 +37,16 @@ type activeRun struct {
 	state  atomic.Int32
 }
 
-// run calls the handler for rec. ok is false when the task was given back
+// run calls the handler for rec and returns its error; *result gets the
+// result it recorded with SetResult. ok is false when the task was given back
 // before the handler returned (lease over, shutdown deadline): its result
 // must not be recorded. A result that arrives before the task is given
 // back is kept, even past the shutdown deadline.
-func (r *runner) run(baseCtx context.Context, rec *buckets.Record) (herr error, ok bool) {
+func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byte) (herr error, ok bool) {
 	w := r.w
 	task := taskFromRecord(rec)
-	hctx, cancel := context.WithTimeout(baseCtx, task.Timeout)
+	box := &resultBox{max: w.cfg.MaxResult}
+	hctx, cancel := context.WithTimeout(context.WithValue(baseCtx, resultKey{}, box), task.Timeout)
 	defer cancel()
 	run := &activeRun{rec: rec, cancel: cancel}
 	r.mu.Lock()
@@ -72,6 +74,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record) (herr error, 
 	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && baseCtx.Err() == nil {
 		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
 	}
+	*result = box.result
 	return err, true
 }
 

@@ -114,6 +114,11 @@ type taskOptions struct {
 	in          time.Duration
 	hasIn       bool
 	metadata    map[string]string
+
+	unique       string // "k:<key>" for UniqueKey
+	uniqueDigest bool   // Unique: the key is the digest
+	uniqueTTL    int64  // seconds; 0 until the task ends
+	replyTo      string
 }
 
 type optionFunc func(*taskOptions) error
@@ -276,6 +281,10 @@ func (c Config) record(now time.Time, typ string, payload []byte, opts []Option)
 		ID: id, Queue: o.queue, Type: typ, Payload: payload,
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
 		Created: ms(now), Due: max(dueMs, 1), Metadata: o.metadata,
+		Unique: o.unique, UniqueTTL: o.uniqueTTL, ReplyTo: o.replyTo,
+	}
+	if o.uniqueDigest {
+		r.Unique, r.UniqueTTL = uniqueDigest(r.Queue, r.Type, payload), o.uniqueTTL
 	}
 	if err := r.Validate(c.MaxPayload); err != nil {
 		return nil, false, &engineError{msg: "engine: " + err.Error(), kind: kindOf(err), cause: err}

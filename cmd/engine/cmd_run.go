@@ -133,7 +133,9 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 			if _, err := exec.LookPath(h.Command[0]); err != nil && h.Dir == "" {
 				log.Warn("handler command not found; its tasks will fail until it is installed", "type", t, "err", err)
 			}
-			mux.Handle(t, newCommandHandler(t, h, a.environ, hlog))
+			ch := newCommandHandler(t, h, a.environ, hlog)
+			ch.maxResult = eng.MaxResult
+			mux.Handle(t, ch)
 		}
 		if !slices.ContainsFunc(eng.Queues, func(q engine.QueueConfig) bool { return q.Name == eng.DefaultQueue }) {
 			log.Warn("this worker does not serve default_queue: tasks enqueued without --queue wait for another worker",

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +37,10 @@ when asked for. Without --in or --at the task is due now.`,
 	at := f.String("at", "", "due at this RFC 3339 `time`, e.g. 2030-01-02T15:04:05Z")
 	maxAttempts := f.Int("max-attempts", 0, "failed runs before the dead letters (default: default_max_attempts)")
 	timeout := f.Duration("timeout", 0, "bound on one run (default: default_timeout)")
+	unique := f.Duration("unique", 0, "refuse a duplicate (same queue, type and payload) while one can still run; the key lasts at most this long (0 with --unique-key: until the task ends)")
+	uniqueKey := f.String("unique-key", "", "refuse a duplicate with this unique `key` while one can still run")
+	wait := f.Bool("wait", false, "wait until the task is done, dead or cancelled and print its result")
+	waitTimeout := f.Duration("wait-timeout", 0, "with --wait: give up after this long (default: no limit)")
 	cmd.MarkFlagsMutuallyExclusive("in", "at")
 	cmd.MarkFlagsMutuallyExclusive("payload", "payload-file")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -58,6 +64,18 @@ when asked for. Without --in or --at the task is due now.`,
 			opts = append(opts, engine.Timeout(*timeout))
 		}
 		switch {
+		case given("unique-key"):
+			opts = append(opts, engine.UniqueKey(*uniqueKey, *unique))
+		case given("unique"):
+			if *unique <= 0 {
+				return a.usageError(cmd, "--unique %v: want a positive lifetime, e.g. 10m", *unique)
+			}
+			opts = append(opts, engine.Unique(*unique))
+		}
+		if given("wait-timeout") && (!*wait || *waitTimeout <= 0) {
+			return a.usageError(cmd, "--wait-timeout %v: want a positive duration, with --wait", *waitTimeout)
+		}
+		switch {
 		case given("in"):
 			opts = append(opts, engine.In(*in))
 		case given("at"):
@@ -79,13 +97,51 @@ when asked for. Without --in or --at the task is due now.`,
 			}
 		}
 		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
+		var dup *engine.DuplicateError
+		if errors.As(err, &dup) {
+			fmt.Fprintln(a.stdout, dup.ID)
+		}
 		if err != nil {
 			return a.fail("enqueue", err)
 		}
-		fmt.Fprintln(a.stdout, info.ID)
-		return nil
+		if !*wait {
+			fmt.Fprintln(a.stdout, info.ID)
+			return nil
+		}
+		fmt.Fprintln(a.stderr, info.ID)
+		return a.waitFor(cmd, s.client, info.ID, *waitTimeout)
 	}
 	return cmd
+}
+
+// waitFor waits for task id to end and prints its result on stdout (the
+// error of a dead task on stderr). The exit code tells the outcome: 0
+// done, 8 dead, 9 cancelled, 10 timeout.
+func (a *app) waitFor(cmd *cobra.Command, client *engine.Client, id string, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	o, err := client.Wait(ctx, id)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil:
+		fmt.Fprintf(a.stderr, "engine enqueue: task %s did not end within %v; it is still queued or running\n", id, timeout)
+		return exitCode(exitWaitTimeout)
+	case err != nil:
+		return a.fail("enqueue --wait", err)
+	}
+	switch o.State {
+	case engine.StateDone:
+		_, _ = a.stdout.Write(o.Result)
+		return nil
+	case engine.StateDead:
+		fmt.Fprintf(a.stderr, "engine enqueue: task %s died: %s\n", id, o.Error)
+		return exitCode(exitWaitDead)
+	}
+	fmt.Fprintf(a.stderr, "engine enqueue: task %s was %s\n", id, o.State)
+	return exitCode(exitWaitCanceled)
 }
 
 // readPayload reads the payload from path ("" or "-": stdin), at most
@@ -159,10 +215,21 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 		if err != nil {
 			return a.fail("lookup", err)
 		}
+		var result []byte
+		if ti.State == engine.StateDone {
+			if result, err = s.client.Result(cmd.Context(), args[0]); err != nil {
+				return a.fail("lookup", err)
+			}
+		}
 		if *asJSON {
-			return a.printJSON(taskToJSON(ti))
+			j := taskToJSON(ti)
+			j.Result = result
+			return a.printJSON(j)
 		}
 		printTask(a.stdout, ti)
+		if result != nil {
+			printResult(a.stdout, result)
+		}
 		return nil
 	}
 	return cmd
@@ -199,6 +266,7 @@ type taskJSON struct {
 	Due           time.Time  `json:"due"`
 	Started       *time.Time `json:"started,omitempty"`
 	Finished      *time.Time `json:"finished,omitempty"`
+	Result        []byte     `json:"result,omitempty"` // lookup: a done task's result (base64)
 	Worker        string     `json:"worker,omitempty"`
 	LastError     string     `json:"last_error,omitempty"`
 	Payload       *string    `json:"payload,omitempty"`
@@ -279,4 +347,17 @@ func relative(t, now time.Time) string {
 		return s + " ago"
 	}
 	return "in " + s
+}
+
+// printResult shows a done task's result after lookup's table: the text
+// when it is printable UTF-8, else its size and base64.
+func printResult(w io.Writer, b []byte) {
+	if utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool { return r < ' ' && r != '\n' && r != '\t' }) {
+		fmt.Fprintf(w, "result (%d bytes):\n%s", len(b), b)
+		if !strings.HasSuffix(string(b), "\n") {
+			fmt.Fprintln(w)
+		}
+		return
+	}
+	fmt.Fprintf(w, "result (%d bytes, base64):\n%s\n", len(b), base64.StdEncoding.EncodeToString(b))
 }

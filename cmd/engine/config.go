@@ -106,6 +106,7 @@ var engineFields = map[string]string{
 	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",
 	"reap_interval": "ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "MaxRecoveries",
 	"done_retention": "DoneRetention", "dead_retention": "DeadRetention",
+	"max_result": "MaxResult", "result_retention": "ResultRetention",
 	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
 }
 

@@ -66,6 +66,8 @@ handlers:
   forever:
     command: [sh, -c, 'echo $$ > "$DIR/leader"; exec sleep 100000']
     env: {DIR: %[1]q}
+  echo:
+    command: [sh, -c, 'printf "hello %%s" "$(cat)"']
 `
 
 // harness is one real redis-server (2.4 commands only), one config and

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os/exec"
 	"sort"
@@ -38,6 +39,9 @@ type commandHandler struct {
 	set HandlerSettings
 	env []string // os.Environ plus set.Env, computed once
 	log *slog.Logger
+	// maxResult bounds the stdout kept as the task's result (0: the
+	// engine's default MaxResult).
+	maxResult int
 }
 
 // newCommandHandler runs set.Command for tasks of type typ, with environ
@@ -90,7 +94,12 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	)
 	cmd.Stdin = bytes.NewReader(t.Payload)
 	stdout, stderr := &cappedBuffer{max: h.set.OutputCap}, &cappedBuffer{max: h.set.OutputCap}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	limit := h.maxResult
+	if limit <= 0 {
+		limit = engine.DefaultConfig().MaxResult
+	}
+	result := &cappedBuffer{max: limit}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, result), stderr
 	cmd.SysProcAttr = groupAttr()
 	cmd.WaitDelay = pipeLinger
 
@@ -143,7 +152,11 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	}
 	h.logOutput(t, stdout, stderr, time.Since(start))
 	if why == "" {
-		return h.result(err, stderr)
+		err = h.result(err, stderr)
+		if err == nil {
+			h.keepResult(ctx, t, result)
+		}
+		return err
 	}
 	how := "stopped by SIGTERM"
 	if why == "SIGKILL" {
@@ -154,6 +167,24 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 		return &stoppedError{fmt.Sprintf("command %s timed out after %v (%s)", h.set.Command[0], h.limit(ctx, t, start), how), cause}
 	}
 	return &stoppedError{fmt.Sprintf("command %s %s: the worker gave the task up (%v)", h.set.Command[0], how, cause), cause}
+}
+
+// keepResult records a succeeded command's stdout as the task's result:
+// at most maxResult bytes, cut there with a warning that says so.
+func (h *commandHandler) keepResult(ctx context.Context, t *engine.Task, out *cappedBuffer) {
+	out.mu.Lock()
+	b, total := out.buf.Bytes(), out.total
+	out.mu.Unlock()
+	if total > len(b) {
+		h.log.Warn("task command's stdout is longer than max_result; its result keeps the start only",
+			"task_id", t.ID, "type", t.Type, "stdout_bytes", total, "max_result", len(b))
+	}
+	if len(b) == 0 {
+		return
+	}
+	if err := engine.SetResult(ctx, b); err != nil {
+		h.log.Warn("task command's result not kept", "task_id", t.ID, "type", t.Type, "err", err)
+	}
 }
 
 // stoppedError is a command stopped because its run's context ended; it

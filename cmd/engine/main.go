@@ -44,6 +44,11 @@ const (
 	exitRefused  = 4 // the task is in a state that does not allow it
 	exitExists   = 5 // enqueue --id: a task with that id exists already; nothing was written
 	exitFindings = 6 // check: findings remain
+
+	exitDuplicate    = 7  // enqueue --unique/--unique-key: another task holds the key; nothing was written
+	exitWaitDead     = 8  // enqueue --wait: the task died (its last attempt failed)
+	exitWaitCanceled = 9  // enqueue --wait: the task was cancelled
+	exitWaitTimeout  = 10 // enqueue --wait: --wait-timeout passed before the task ended
 )
 
 const envConfig = "ENGINE_CONFIG"
@@ -132,7 +137,9 @@ variables, then flags. config.yaml at the repository root documents every
 setting, docs/operations.md the rest.
 
 Exit codes: 0 ok, 1 failure, 2 usage or config error (including a refused
-password), 3 no such task, 4 the task's state does not allow it.`,
+password), 3 no such task, 4 the task's state does not allow it, 5 the
+--id exists, 6 check findings, 7 a unique duplicate, 8/9/10 enqueue --wait:
+dead, cancelled, timed out.`,
 		Version:       versionString(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -185,6 +192,8 @@ func (a *app) fail(cmd string, err error) error {
 		code = exitNotFound
 	case errors.Is(err, engine.ErrTaskExists):
 		code = exitExists
+	case errors.Is(err, engine.ErrDuplicate):
+		code = exitDuplicate
 	case errors.Is(err, engine.ErrAlreadyRunning), errors.Is(err, engine.ErrAlreadyDone), errors.Is(err, engine.ErrNotDead):
 		code = exitRefused
 	}

@@ -1,0 +1,183 @@
+package buckets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Final is the outcome of a task's final transition (done, dead or
+// cancelled), as pushed onto its completion list ([Keys.Completion]) and,
+// with the result, onto its reply list ([Keys.Reply]). Its stored form is
+// JSON, so that producers in any language can read replies.
+type Final struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`            // "done", "dead" or "cancelled"
+	Error    string `json:"error,omitempty"`  // the last error of a dead task
+	Result   []byte `json:"result,omitempty"` // replies only: the result of a done task
+	Finished int64  `json:"finished"`         // Unix ms
+}
+
+// EncodeFinal returns f's stored form.
+func EncodeFinal(f *Final) []byte {
+	b, _ := json.Marshal(f) // a struct of strings and numbers cannot fail
+	return b
+}
+
+// DecodeFinal parses a completion or reply element.
+func DecodeFinal(b []byte) (*Final, error) {
+	var f Final
+	if err := json.Unmarshal(b, &f); err != nil || f.ID == "" || f.State == "" {
+		return nil, fmt.Errorf("buckets: outcome %q: %w", truncate(string(b), 200), ErrMalformed)
+	}
+	return &f, nil
+}
+
+// finalWrites queues what every final transition of record r (made done,
+// dead or cancelled in the same MULTI) writes besides the record:
+//
+//	DEL      u:<key>                      a unique key taken without a ttl
+//	SETEX    r:<id> ResultTTL result      done with a result
+//	DEL/RPUSH/EXPIRE c:<id> outcome       the completion list, for Wait
+//	RPUSH    rl:<name> reply              when enqueued with a reply list
+//	SET t:<rid>, SADD queues, LPUSH q:<q> rid + tokens
+//	                                      when enqueued with a reply queue
+//
+// Deleting a unique key without reading it is safe only for a key taken
+// without a ttl: nobody else can take it while r holds it, and r holds
+// it until this very MULTI. A key with a ttl is left to expire (after an
+// expiry another task may hold it).
+func (s *Store) finalWrites(tx queuer, r *Record) {
+	if r.Unique != "" && r.UniqueTTL == 0 {
+		tx.Queue("DEL", s.Keys.Unique(r.Unique))
+	}
+	f := &Final{ID: r.ID, State: r.State.String(), Finished: r.Finished}
+	if r.State == StateDead {
+		f.Error = r.LastError
+	}
+	if r.State == StateDone && len(r.Result) > 0 && s.ResultTTL > 0 {
+		tx.Queue("SETEX", s.Keys.Result(r.ID), s.ResultTTL, r.Result)
+	}
+	c := s.Keys.Completion(r.ID)
+	tx.Queue("DEL", c)
+	tx.Queue("RPUSH", c, EncodeFinal(f))
+	tx.Queue("EXPIRE", c, s.completionTTL())
+	if r.ReplyTo == "" {
+		return
+	}
+	if r.State == StateDone {
+		f.Result = r.Result
+	}
+	q, toQueue := strings.CutPrefix(r.ReplyTo, ReplyQueuePrefix)
+	if !toQueue {
+		tx.Queue("RPUSH", s.Keys.Reply(r.ReplyTo), EncodeFinal(f))
+		return
+	}
+	// A reply task: its id names the task and the outcome (the run
+	// number and the time), so every final outcome has its own.
+	reply := &Record{
+		ID:    fmt.Sprintf("%s~r%d.%d", r.ID, r.Runs, r.Finished),
+		Queue: q, Type: ReplyType, Payload: EncodeFinal(f), State: StateWaiting,
+		MaxAttempts: max(r.MaxAttempts, 1), TimeoutMs: max(r.TimeoutMs, 1),
+		Created: r.Finished, Due: max(r.Finished, 1),
+	}
+	tx.Queue("SET", s.Keys.Task(reply.ID), reply.Encode())
+	tx.Queue("SADD", s.Keys.Queues(), q)
+	s.pushReady(tx, q, []string{reply.ID}, false)
+}
+
+// ReplyQueuePrefix marks a Record.ReplyTo that names a queue rather than a
+// reply list: the final transition then enqueues a reply task (type
+// ReplyType, the reply as its payload) into that queue.
+const ReplyQueuePrefix = "q:"
+
+// ReplyType is the task type of reply tasks.
+const ReplyType = "bucketq.reply"
+
+// MinCompletionTTL is the least time, in seconds, a completion list is
+// kept, whatever the result retention: long enough for every blocked
+// waiter to see it.
+const MinCompletionTTL = 60
+
+func (s *Store) completionTTL() int64 { return max(s.ResultTTL, MinCompletionTTL) }
+
+// Result returns task id's stored result, or nil when there is none (the
+// task has not succeeded, recorded none, or its retention passed).
+func (s *Store) Result(ctx context.Context, conn redis.Conn, id string) ([]byte, error) {
+	b, err := redis.Bytes(do(ctx, conn, "GET", s.Keys.Result(id)))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("buckets: result of %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// Completed reads task id's completion and record in one snapshot
+// (MULTI; LINDEX c:<id> 0; GET t:<id>; GET r:<id>; EXEC), so that a record
+// deleted right after its final transition is not mistaken for one never
+// written. final is nil while the task has not ended (or its completion
+// list expired); rec is nil when there is no record (or it cannot be
+// decoded; err says so only for errors of Redis).
+func (s *Store) Completed(ctx context.Context, conn redis.Conn, id string) (final *Final, rec *Record, result []byte, err error) {
+	var cmds cmdList
+	cmds.Queue("LINDEX", s.Keys.Completion(id), 0)
+	cmds.Queue("GET", s.Keys.Task(id))
+	cmds.Queue("GET", s.Keys.Result(id))
+	reps, err := s.exec(ctx, conn, cmds)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("buckets: completion of %s: %w", id, err)
+	}
+	if b, ok := reps[0].([]byte); ok {
+		if f, derr := DecodeFinal(b); derr == nil {
+			final = f
+		}
+	}
+	if b, ok := reps[1].([]byte); ok {
+		if r, derr := DecodeRecord(id, b); derr == nil {
+			rec = r
+		}
+	}
+	result, _ = reps[2].([]byte)
+	return final, rec, result, nil
+}
+
+// AwaitCompletion blocks up to secs whole seconds (at least 1) for task
+// id's completion: BRPOPLPUSH c:<id> c:<id> secs, which hands the one
+// element back to the same list, so any number of waiters see it and a
+// reply lost on a dropped connection loses nothing. It returns nil, nil
+// when the time passed first. ctx bounds the call and should allow secs
+// plus a margin.
+func (s *Store) AwaitCompletion(ctx context.Context, conn redis.Conn, id string, secs int) (*Final, error) {
+	c := s.Keys.Completion(id)
+	b, err := redis.Bytes(do(ctx, conn, "BRPOPLPUSH", c, c, max(secs, 1)))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("buckets: wait for %s: %w", id, err)
+	}
+	return DecodeFinal(b)
+}
+
+// PopReply takes the oldest reply from reply list name, blocking up to
+// secs whole seconds (at least 1): BLPOP rl:<name> secs. It returns nil,
+// nil when the time passed first. ctx should allow secs plus a margin.
+func (s *Store) PopReply(ctx context.Context, conn redis.Conn, name string, secs int) ([]byte, error) {
+	rep, err := redis.ByteSlices(do(ctx, conn, "BLPOP", s.Keys.Reply(name), max(secs, 1)))
+	if errors.Is(err, redis.ErrNil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("buckets: reply list %s: %w", name, err)
+	}
+	if len(rep) != 2 {
+		return nil, fmt.Errorf("buckets: reply list %s: BLPOP answered %d elements", name, len(rep))
+	}
+	return rep[1], nil
+}

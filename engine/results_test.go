@@ -1,0 +1,360 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A handler's result is stored with its success: Result and Wait return
+// it, a task that ended earlier is found at once, one still to run is
+// waited for without polling, and dead and cancelled tasks report so.
+func TestResultAndWait(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		e.cfg.MaxResult = 16
+		c := e.client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		mux := NewMux()
+		mux.HandleFunc("ok", func(ctx context.Context, t *Task) error {
+			return SetResult(ctx, append([]byte("r:"), t.Payload...))
+		})
+		mux.HandleFunc("big", func(ctx context.Context, t *Task) error {
+			if err := SetResult(ctx, bytes.Repeat([]byte{1}, 17)); !errors.Is(err, ErrResultTooLarge) {
+				return Permanent(errors.New("no refusal"))
+			}
+			return Permanent(errors.New("result too large"))
+		})
+		mux.HandleFunc("fail", func(ctx context.Context, t *Task) error {
+			_ = SetResult(ctx, []byte("not kept"))
+			return Permanent(errors.New("boom"))
+		})
+		ok, err := c.Enqueue(ctx, "ok", []byte("1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait blocks before any worker runs.
+		got := make(chan *Outcome, 1)
+		go func() {
+			o, err := c.Wait(ctx, ok.ID)
+			if err != nil {
+				t.Errorf("wait: %v", err)
+			}
+			got <- o
+		}()
+		w, _ := NewWorker(e.pool, e.cfg, mux)
+		runBackground(t, w.Run)
+		o := <-got
+		if o == nil || o.State != StateDone || string(o.Result) != "r:1" || o.Err() != nil {
+			t.Fatalf("wait: %+v", o)
+		}
+		if r, err := c.Result(ctx, ok.ID); err != nil || string(r) != "r:1" {
+			t.Fatalf("result: %q %v", r, err)
+		}
+		// Ended before Wait: found at once.
+		if o, err := c.Wait(ctx, ok.ID); err != nil || string(o.Result) != "r:1" {
+			t.Fatalf("second wait: %+v %v", o, err)
+		}
+		for typ, want := range map[string]string{"big": "result too large", "fail": "boom"} {
+			info, err := c.Enqueue(ctx, typ, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := c.Wait(ctx, info.ID)
+			if err != nil || o.State != StateDead || !strings.Contains(o.Error, want) || o.Result != nil || o.Err() == nil {
+				t.Fatalf("%s: %+v %v", typ, o, err)
+			}
+		}
+		later, _ := c.Enqueue(ctx, "ok", nil, In(time.Hour))
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			_ = c.Cancel(ctx, later.ID)
+		}()
+		if o, err := c.Wait(ctx, later.ID); err != nil || o.State != StateCancelled {
+			t.Fatalf("cancelled: %+v %v", o, err)
+		}
+		if _, err := c.Wait(ctx, "no-such-task"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("wait for nothing: %v", err)
+		}
+		short, cancelShort := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancelShort()
+		never, _ := c.Enqueue(ctx, "ok", nil, In(time.Hour))
+		if _, err := c.Wait(short, never.ID); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait past the context: %v", err)
+		}
+		if err := SetResult(ctx, nil); !errors.Is(err, ErrNoResultHere) {
+			t.Fatalf("SetResult outside a handler: %v", err)
+		}
+	})
+}
+
+// With DoneRetention negative the record goes with the success; the
+// completion list still tells Wait the outcome.
+func TestWaitWithoutDoneRecord(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.DoneRetention = -1
+	e.cfg.ResultRetention = time.Minute
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
+	runBackground(t, w.Run)
+	info, _ := c.Enqueue(ctx, "t", nil)
+	o, err := c.Wait(ctx, info.ID)
+	if err != nil || o.State != StateDone || string(o.Result) != "x" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if _, err := c.Lookup(ctx, info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lookup: %v, want the record gone", err)
+	}
+	if o, err := c.Wait(ctx, info.ID); err != nil || o.State != StateDone {
+		t.Fatalf("wait after: %+v %v", o, err)
+	}
+}
+
+// A worker that dies at any step between taking a task and recording its
+// result: Wait, started before, still returns the final outcome (from
+// the worker that runs it next), and the reply list gets exactly one
+// reply for the task, whatever the step.
+func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
+	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
+		t.Run(stage, func(t *testing.T) {
+			e := realEnv(t)
+			c := e.client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			info, err := c.Enqueue(ctx, "t", []byte("p"), ReplyTo("replies"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *Outcome, 1)
+			go func() {
+				o, err := c.Wait(ctx, info.ID)
+				if err != nil {
+					t.Errorf("wait: %v", err)
+				}
+				got <- o
+			}()
+			h := HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("out")) })
+			w1, _ := NewWorker(e.pool, e.cfg, h)
+			ds := &dyingStore{workerStore: w1.store, stage: stage}
+			w1.store = ds
+			w1.cfg.ShutdownTimeout = 100 * time.Millisecond
+			runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
+			waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
+			rp, _ := NewReaper(e.pool, e.cfg)
+			runBackground(t, rp.Run)
+			w2, _ := NewWorker(e.pool, e.cfg, h)
+			runBackground(t, w2.Run)
+			o := <-got
+			if o == nil || o.State != StateDone || string(o.Result) != "out" {
+				t.Fatalf("wait: %+v", o)
+			}
+			r, err := c.NextReply(ctx, "replies")
+			if err != nil || r.ID != info.ID || r.State != StateDone || string(r.Result) != "out" {
+				t.Fatalf("reply: %+v %v", r, err)
+			}
+			if n := listLen(t, e, "rl:replies"); n != 0 {
+				t.Fatalf("%d more replies, want exactly one", n)
+			}
+		})
+	}
+}
+
+func listLen(t testing.TB, e *env, key string) int {
+	t.Helper()
+	n, err := e.admin(t).Do("LLEN", e.key(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n.(int64))
+}
+
+// Every final outcome sends one reply: done with its result, dead with
+// its error, cancelled; a revived dead letter that then succeeds sends a
+// second reply, for its second outcome. Retries send none.
+func TestReplyPerOutcome(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fails = make(chan bool, 1)
+	fails <- true
+	mux := NewMux()
+	mux.HandleFunc("ok", func(ctx context.Context, t *Task) error { return SetResult(ctx, t.Payload) })
+	mux.HandleFunc("flaky", func(ctx context.Context, t *Task) error {
+		if t.Attempt == 1 {
+			return errors.New("first try fails")
+		}
+		return nil
+	})
+	mux.HandleFunc("once", func(ctx context.Context, t *Task) error {
+		select {
+		case <-fails:
+			return Permanent(errors.New("dies once"))
+		default:
+			return nil
+		}
+	})
+	w, _ := NewWorker(e.pool, e.cfg, mux)
+	runBackground(t, w.Run)
+	d, _ := NewDispatcher(e.pool, e.cfg)
+	runBackground(t, d.Run)
+	ok, _ := c.Enqueue(ctx, "ok", []byte("res"), ReplyTo("r"))
+	flaky, _ := c.Enqueue(ctx, "flaky", nil, ReplyTo("r"))
+	once, _ := c.Enqueue(ctx, "once", nil, ReplyTo("r"))
+	gone, _ := c.Enqueue(ctx, "ok", nil, ReplyTo("r"), In(time.Hour))
+	if err := c.Cancel(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	replies := map[string][]*Reply{}
+	for i := 0; i < 4; i++ {
+		r, err := c.NextReply(ctx, "r")
+		if err != nil {
+			for _, id := range []string{ok.ID, flaky.ID, once.ID, gone.ID} {
+				info, _ := c.Lookup(context.Background(), id)
+				t.Logf("%s: %d replies, %+v", id, len(replies[id]), info)
+			}
+			t.Fatal(err)
+		}
+		replies[r.ID] = append(replies[r.ID], r)
+	}
+	if r := replies[ok.ID]; len(r) != 1 || r[0].State != StateDone || string(r[0].Result) != "res" {
+		t.Fatalf("done: %+v", r)
+	}
+	if r := replies[flaky.ID]; len(r) != 1 || r[0].State != StateDone {
+		t.Fatalf("retried then done: %+v", r)
+	}
+	if r := replies[once.ID]; len(r) != 1 || r[0].State != StateDead || r[0].Error != "dies once" {
+		t.Fatalf("dead: %+v", r)
+	}
+	if r := replies[gone.ID]; len(r) != 1 || r[0].State != StateCancelled {
+		t.Fatalf("cancelled: %+v", r)
+	}
+	if err := c.RetryDead(ctx, once.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.NextReply(ctx, "r")
+	if err != nil {
+		info, lerr := c.Lookup(context.Background(), once.ID)
+		t.Fatalf("no reply after revival: %v; task %+v %v", err, info, lerr)
+	}
+	if r.ID != once.ID || r.State != StateDone {
+		t.Fatalf("revived: %+v %v", r, err)
+	}
+	if o, err := c.Wait(ctx, once.ID); err != nil || o.State != StateDone {
+		t.Fatalf("wait after revival: %+v %v", o, err)
+	}
+	if n := listLen(t, e, "rl:r"); n != 0 {
+		t.Fatalf("%d replies more than outcomes", n)
+	}
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("bad name")); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("bad reply list: %v", err)
+	}
+	// Results, completion lists, reply lists and unique keys are nothing
+	// for the checker to report.
+	if _, err := c.Enqueue(ctx, "ok", nil, UniqueKey("k", time.Hour), ReplyTo("r"), In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 || len(rep.Unconfirmed) != 0 {
+		t.Fatalf("check: %+v %v", rep, err)
+	}
+}
+
+// ReplyToQueue enqueues one reply task per final outcome into the named
+// queue, in the same transaction; a worker of that queue handles it like
+// any task, and DecodeReply reads its payload.
+func TestReplyToQueue(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Queues = []QueueConfig{{Name: "default"}, {Name: "answers"}}
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan *Reply, 8)
+	mux := NewMux()
+	mux.HandleFunc("ok", func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("42")) })
+	mux.HandleFunc("die", func(ctx context.Context, t *Task) error { return Permanent(errors.New("no")) })
+	mux.HandleFunc(ReplyType, func(ctx context.Context, task *Task) error {
+		r, err := DecodeReply(task.Payload)
+		if err != nil {
+			t.Errorf("reply task payload: %v", err)
+			return nil
+		}
+		if task.Queue != "answers" || !strings.HasPrefix(task.ID, r.ID+"~r") {
+			t.Errorf("reply task %s in queue %s for %s", task.ID, task.Queue, r.ID)
+		}
+		got <- r
+		return nil
+	})
+	w, _ := NewWorker(e.pool, e.cfg, mux)
+	runBackground(t, w.Run)
+	ok, _ := c.Enqueue(ctx, "ok", nil, ReplyToQueue("answers"))
+	dead, _ := c.Enqueue(ctx, "die", nil, ReplyToQueue("answers"))
+	replies := map[string]*Reply{}
+	for len(replies) < 2 {
+		select {
+		case r := <-got:
+			if replies[r.ID] != nil {
+				t.Fatalf("a second reply for %s", r.ID)
+			}
+			replies[r.ID] = r
+		case <-ctx.Done():
+			t.Fatalf("replies: %v", replies)
+		}
+	}
+	if r := replies[ok.ID]; r == nil || r.State != StateDone || string(r.Result) != "42" {
+		t.Fatalf("done reply: %+v", r)
+	}
+	if r := replies[dead.ID]; r == nil || r.State != StateDead || r.Error != "no" {
+		t.Fatalf("dead reply: %+v", r)
+	}
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyToQueue("no queue")); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("bad reply queue: %v", err)
+	}
+	rep, err := c.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("check: %+v %v", rep, err)
+	}
+}
+
+// Several waiters on one task all get its outcome from the one completion
+// element: each BRPOPLPUSH hands it back onto the same list.
+func TestManyWaiters(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := c.Enqueue(ctx, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 4
+	got := make(chan *Outcome, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() {
+			o, err := c.Wait(ctx, info.ID)
+			if err != nil {
+				t.Errorf("wait: %v", err)
+			}
+			got <- o
+		}()
+	}
+	w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("r")) }))
+	runBackground(t, w.Run)
+	for i := 0; i < waiters; i++ {
+		if o := <-got; o == nil || o.State != StateDone || string(o.Result) != "r" {
+			t.Fatalf("waiter %d: %+v", i, o)
+		}
+	}
+	if n := listLen(t, e, "c:"+info.ID); n != 1 {
+		t.Fatalf("completion list holds %d elements, want 1", n)
+	}
+	// The rotation keeps the list's TTL: it still expires on its own.
+	if ttl, err := e.admin(t).Do("TTL", e.key("c:"+info.ID)); err != nil || ttl.(int64) <= 0 {
+		t.Fatalf("completion list TTL %v %v, want one", ttl, err)
+	}
+}

@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// ErrDuplicate: Enqueue of a task whose unique key (Unique, UniqueKey)
+// another task holds; nothing was written. The error is a
+// *DuplicateError naming the holder.
+var ErrDuplicate = fmt.Errorf("engine: duplicate of a unique task")
+
+// DuplicateError is the error of an Enqueue refused because its unique
+// key is held: errors.Is(err, ErrDuplicate) holds, and errors.As gives
+// the id of the task holding the key.
+type DuplicateError struct {
+	Key string // the unique key: "d:<digest>" for Unique, "k:<key>" for UniqueKey
+	ID  string // the task holding it
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("engine: unique key %q is held by task %s; nothing was enqueued", e.Key, e.ID)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// MaxUniqueKeyLen is the longest key UniqueKey accepts, in bytes.
+const MaxUniqueKeyLen = 200
+
+// Unique makes the task unique by its queue, type and payload (a SHA-256
+// digest of the three): while a task enqueued with the same three and
+// Unique is scheduled, ready, running or retrying, enqueueing another
+// writes nothing and fails with a *DuplicateError (ErrDuplicate) naming
+// it. The key is released in the same transaction that makes its holder
+// done, dead or cancelled, or when ttl passes (rounded up to whole
+// seconds), whichever comes first; ttl 0 holds it until the task ends.
+// docs/unique.md has the table of states.
+func Unique(ttl time.Duration) Option {
+	return optionFunc(func(o *taskOptions) error {
+		secs, err := uniqueTTL(ttl)
+		if err != nil {
+			return err
+		}
+		o.unique, o.uniqueDigest, o.uniqueTTL = "", true, secs
+		return nil
+	})
+}
+
+// UniqueKey is Unique with the caller's key instead of the digest: 1 to
+// 200 printable ASCII bytes. Keys are per namespace, not per queue.
+func UniqueKey(key string, ttl time.Duration) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if len(key) == 0 || len(key) > MaxUniqueKeyLen {
+			return fmt.Errorf("engine: UniqueKey(%q): want 1 to %d bytes: %w", key, MaxUniqueKeyLen, ErrInvalidOption)
+		}
+		for i := 0; i < len(key); i++ {
+			if c := key[i]; c < ' ' || c > '~' {
+				return fmt.Errorf("engine: UniqueKey(%q): byte %d is %q; want printable ASCII: %w", key, i, c, ErrInvalidOption)
+			}
+		}
+		secs, err := uniqueTTL(ttl)
+		if err != nil {
+			return err
+		}
+		o.unique, o.uniqueDigest, o.uniqueTTL = "k:"+key, false, secs
+		return nil
+	})
+}
+
+func uniqueTTL(ttl time.Duration) (int64, error) {
+	if ttl < 0 {
+		return 0, fmt.Errorf("engine: unique ttl %v: want 0 (until the task ends) or more: %w", ttl, ErrInvalidOption)
+	}
+	return int64((ttl + time.Second - 1) / time.Second), nil
+}
+
+// uniqueDigest is Unique's key for a task.
+func uniqueDigest(queue, typ string, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte(queue))
+	h.Write([]byte{0})
+	h.Write([]byte(typ))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return "d:" + hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// ReplyTo makes the task's final transition (done, dead or cancelled)
+// push a reply (DecodeReply: id, state, result or last error) onto the
+// reply list name, in the same transaction: exactly one reply per final
+// outcome. Read the list with Client.NextReply. name is 1-64 of
+// A-Z a-z 0-9 _ . -.
+func ReplyTo(name string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if !buckets.ValidName(name) {
+			return fmt.Errorf("engine: ReplyTo(%q): want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidOption)
+		}
+		o.replyTo = name
+		return nil
+	})
+}
+
+// ReplyToQueue makes the task's final transition (done, dead or
+// cancelled) enqueue a reply task into queue q, in the same transaction:
+// type ReplyType, the reply as its payload (DecodeReply), an id of its own
+// per outcome ("<id>~r<run>.<finished ms>"). Exactly one reply task per
+// final outcome; a worker of q handles them like any task.
+func ReplyToQueue(q string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if !buckets.ValidName(q) {
+			return fmt.Errorf("engine: ReplyToQueue(%q): want 1-64 of A-Z a-z 0-9 _ . -: %w", q, ErrInvalidOption)
+		}
+		o.replyTo = buckets.ReplyQueuePrefix + q
+		return nil
+	})
+}
+
+// ReplyType is the task type of the reply tasks ReplyToQueue enqueues.
+const ReplyType = buckets.ReplyType
