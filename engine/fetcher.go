@@ -38,16 +38,22 @@ type fetcher struct {
 // Skip intervals after a task is given back for another worker.
 const (
 	minSkip = 50 * time.Millisecond
-	maxSkip = 2 * time.Second
+	maxSkip = time.Second
 )
 
-// skip leaves q out of the fetch order for a growing interval.
+// skip leaves q out of the fetch order for an interval, which doubles
+// when the previous one ended without a claim of q in between (give-backs
+// of tasks popped during one interval count once).
 func (f *fetcher) skip(q string) {
 	f.skipMu.Lock()
 	defer f.skipMu.Unlock()
+	now := time.Now()
+	if until, ok := f.skipUntil[q]; ok && now.Before(until) {
+		return
+	}
 	d := min(max(2*f.skipStep[q], minSkip), maxSkip)
 	f.skipStep[q] = d
-	f.skipUntil[q] = time.Now().Add(d)
+	f.skipUntil[q] = now.Add(d)
 }
 
 // unskip forgets q's interval after a task of q was claimed.
