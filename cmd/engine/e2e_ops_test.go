@@ -190,6 +190,7 @@ func TestE2EHelp(t *testing.T) {
 		"stats":      {"--json", "--watch"},
 		"dead list":  {"--json", "--limit"},
 		"dead retry": {"--all"},
+		"queue pause": {"--redis"},
 		"demo":       {"--tasks", "--spread"},
 		"version":    nil,
 	}

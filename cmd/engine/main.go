@@ -139,7 +139,7 @@ password), 3 no such task, 4 the task's state does not allow it.`,
 	root.SetErr(a.stderr)
 	root.SetVersionTemplate("engine {{.Version}} " + runtime.Version() + "\n")
 	root.AddCommand(a.newRunCmd(), a.newEnqueueCmd(), a.newCancelCmd(), a.newLookupCmd(), a.newCheckCmd(),
-		a.newStatsCmd(), a.newDeadCmd(), a.newDemoCmd(), a.newVersionCmd())
+		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newDemoCmd(), a.newVersionCmd())
 	return root
 }
 
