@@ -59,7 +59,8 @@ func engineFrames() []string {
 		if strings.HasPrefix(f.Function, modulePrefix) {
 			path := strings.TrimPrefix(f.Function, modulePrefix)
 			switch {
-			case strings.HasPrefix(path, "buckets."), strings.HasPrefix(path, "engine."), strings.HasPrefix(path, "txn."):
+			case strings.HasPrefix(path, "buckets."), strings.HasPrefix(path, "engine."), strings.HasPrefix(path, "txn."),
+				strings.HasPrefix(path, "engine/internal/"): // rconn's blocking pop runs on a goroutine of its own
 				pkg, name := frameName(f.Function)
 				if name != "" {
 					set[name] = true
