@@ -113,4 +113,3 @@ func (d *dyingStore) Forget(ctx context.Context, conn redis.Conn, w string, requ
 	return d.workerStore.Forget(ctx, conn, w, requireDead)
 }
 
-type txnCmd = txn.Cmd
