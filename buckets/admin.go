@@ -229,7 +229,7 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 		watch[i] = s.Keys.Task(id)
 	}
 	n := 0
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		n = 0
 		for _, k := range watch {
 			if err := tx.Send("GET", k); err != nil {

@@ -522,6 +522,11 @@ func (s *Store) readZset(r reader, w *walk, n int, key string) error {
 func (w *walk) judge(k Keys, resolution int64) {
 	counted := map[string]map[string]int64{}
 	count := func(q, g string, n int64) {
+		if q == "" {
+			// A dead letter of no queue (its record was missing or
+			// unreadable where only the id was known): no gauge counts it.
+			return
+		}
 		if counted[q] == nil {
 			counted[q] = map[string]int64{}
 		}
@@ -597,6 +602,9 @@ func (w *walk) judge(k Keys, resolution int64) {
 		w.found = append(w.found, Finding{Kind: FindUnregistered, Worker: x, Key: held[x]})
 	}
 	for _, q := range sortedKeys(w.queues) {
+		if q == "" {
+			continue
+		}
 		st, ok := w.stored[q]
 		if !ok && w.hasWrongType(k.Stats(q)) {
 			continue

@@ -179,3 +179,27 @@ func TestCheckFindsUnregisteredWorker(t *testing.T) {
 		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
 	}
 }
+
+// A dead letter of no queue (an id found with no record where only the id
+// is known) is counted in no queue's gauge: the checker finds nothing.
+func TestCheckDeadLetterOfNoQueue(t *testing.T) {
+	st, pool, _ := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	now := time.Now().UnixMilli()
+	if _, err := redis.DoContext(conn, testCtx(t), "RPUSH", st.Keys.Inflight("w1"), "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.RecoverAllInflight(testCtx(t), conn, "w1", now)
+	if err != nil || res.Buried != 1 {
+		t.Fatalf("RecoverAllInflight = %+v, %v; want the ghost buried", res, err)
+	}
+	recs, _, err := st.Records(testCtx(t), conn, []string{"ghost"})
+	if err != nil || len(recs) != 1 || recs[0] == nil || recs[0].State != StateDead || recs[0].Queue != "" {
+		t.Fatalf("ghost record = %+v, %v; want a dead letter of no queue", recs, err)
+	}
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("check = %+v, %v; want no finding", rep, err)
+	}
+}

@@ -3,6 +3,7 @@ package buckets
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"unicode/utf8"
 )
 
@@ -66,27 +67,80 @@ type Record struct {
 	Deadline    int64 // lease deadline of the current run
 	Worker      string
 	LastError   string
+	// Metadata is small string pairs that travel with the task, for the
+	// producer's trace context and the like; nil when none. Stored in
+	// the record's trailing sections (version 2), see Encode.
+	Metadata map[string]string
+
+	// extra holds the trailing sections this version does not know, as
+	// read, so that rewriting a record written by a newer version keeps
+	// them.
+	extra [][]byte // whole sections, tag byte first
+
+	// Optional fields, encoded in the trailing section of a version 2
+	// record (see Encode); a record without any is written as version 1.
+
+	// Periodic is the name of the periodic entry whose firing this task
+	// is ("" for other tasks).
+	Periodic string
+	// SkipIfRunning: the claim skips (cancels) this firing while the
+	// previous run of its entry is still running.
+	SkipIfRunning bool
 }
 
 // Limits on record fields, checked by Validate.
 const (
 	MaxTypeLen  = 256
 	MaxErrorLen = 4096
+	// MaxMetadata bounds the number of Metadata pairs, MaxMetadataKeyLen
+	// a key's length and MaxMetadataBytes all keys and values together.
+	MaxMetadata       = 32
+	MaxMetadataKeyLen = 128
+	MaxMetadataBytes  = 4096
 )
 
 const (
-	recordMagic   = 'B'
-	recordVersion = 1
+	recordMagic = 'B'
+	// recordVersion 1 ends with the payload. Version 2 has trailing
+	// sections after it, each a tag byte, a uvarint length and that many
+	// bytes; a record without any is written as version 1, so that a
+	// version-1 reader reads it.
+	recordVersion  = 1
+	recordVersion2 = 2
 )
+
+// Trailing section tags (version 2).
+const (
+	sectionMetadata = 'm' // uvarint count, then per pair (sorted by key) length-prefixed key and value
+)
+
+// More section tags. A field at its zero value is left out (no empty
+// section is written), so each record has one encoding; sections are
+// written in increasing tag order.
+const (
+	sectionPeriodic = 1 // the periodic entry's name
+	sectionFlags    = 2 // one byte of flags: flagSkipIfRunning
+)
+
+const flagSkipIfRunning = 1
 
 // Encode returns the stored form of r: a magic byte and version, the state,
 // unsigned varints for the numbers, and length-prefixed strings, payload
-// last. It is compact because a record is most of a task's memory.
+// last, then (version 2) the trailing sections. It is compact because a
+// record is most of a task's memory.
 func (r *Record) Encode() []byte {
 	n := 2 + 1 + 9*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
 		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+	sections := r.sections()
+	for _, sec := range sections {
+		n += len(sec)
+	}
+	version := byte(recordVersion)
+	if len(sections) > 0 {
+		version = recordVersion2
+	}
 	b := make([]byte, 0, n)
-	b = append(b, recordMagic, recordVersion, byte(r.State))
+	b = append(b, recordMagic, version, byte(r.State))
 	for _, v := range []int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
 		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline} {
 		b = binary.AppendUvarint(b, uint64(max(v, 0)))
@@ -96,7 +150,59 @@ func (r *Record) Encode() []byte {
 		b = append(b, s...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	return append(b, r.Payload...)
+	b = append(b, r.Payload...)
+	for _, sec := range sections {
+		b = append(b, sec...)
+	}
+	return b
+}
+
+// sections returns the record's trailing sections in increasing tag order:
+// the optional fields, the metadata and those kept unread (r.extra).
+func (r *Record) sections() [][]byte {
+	var out [][]byte
+	section := func(tag byte, v []byte) {
+		b := []byte{tag}
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		out = append(out, append(b, v...))
+	}
+	if r.Periodic != "" {
+		section(sectionPeriodic, []byte(r.Periodic))
+	}
+	if r.SkipIfRunning {
+		section(sectionFlags, []byte{flagSkipIfRunning})
+	}
+	if m := r.encodeMetadata(); len(m) > 0 {
+		out = append(out, m)
+	}
+	out = append(out, r.extra...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// encodeMetadata returns the metadata section, or nothing when there is
+// no metadata.
+func (r *Record) encodeMetadata() []byte {
+	if len(r.Metadata) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(r.Metadata))
+	for k := range r.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var body []byte
+	body = binary.AppendUvarint(body, uint64(len(keys)))
+	for _, k := range keys {
+		v := r.Metadata[k]
+		body = binary.AppendUvarint(body, uint64(len(k)))
+		body = append(body, k...)
+		body = binary.AppendUvarint(body, uint64(len(v)))
+		body = append(body, v...)
+	}
+	out := []byte{sectionMetadata}
+	out = binary.AppendUvarint(out, uint64(len(body)))
+	return append(out, body...)
 }
 
 // DecodeRecord parses a stored record; id is taken from the key. Any
@@ -107,7 +213,7 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion {
+	if b[1] != recordVersion && b[1] != recordVersion2 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown: %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
@@ -136,6 +242,9 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
 	r.Payload = d.bytes()
+	if b[1] == recordVersion2 {
+		d.sections(r)
+	}
 	if d.err || len(d.b) != 0 {
 		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
 	}
@@ -161,6 +270,67 @@ func (d *decoder) uvarint() uint64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// sections reads the trailing sections into r: metadata once at most,
+// unknown tags kept as they are in r.extra.
+func (d *decoder) sections(r *Record) {
+	// Sections come in increasing tag order, each at most once, so that a
+	// record has one encoding.
+	prev := -1
+	for !d.err && len(d.b) > 0 {
+		start := d.b
+		tag := d.b[0]
+		d.b = d.b[1:]
+		body := d.bytes()
+		if d.err || int(tag) <= prev {
+			d.err = true
+			return
+		}
+		prev = int(tag)
+		switch tag {
+		case sectionPeriodic:
+			if len(body) == 0 {
+				d.err = true
+			}
+			r.Periodic = string(body)
+		case sectionFlags:
+			if len(body) != 1 || body[0] != flagSkipIfRunning {
+				d.err = true
+			}
+			r.SkipIfRunning = true
+		case sectionMetadata:
+			r.Metadata = decodeMetadata(body)
+			if r.Metadata == nil {
+				d.err = true
+			}
+		default:
+			r.extra = append(r.extra, append([]byte(nil), start[:len(start)-len(d.b)]...))
+		}
+	}
+}
+
+// decodeMetadata parses a metadata section's body; nil when it is
+// malformed or holds no pair (an empty section is never written).
+func decodeMetadata(body []byte) map[string]string {
+	d := decoder{b: body}
+	n := d.uvarint()
+	if d.err || n == 0 || n > uint64(len(body)) {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := string(d.bytes())
+		v := string(d.bytes())
+		if _, dup := m[k]; dup || d.err {
+			return nil
+		}
+		m[k] = v
+	}
+	if len(d.b) != 0 {
+		return nil
+	}
+	return m
 }
 
 func (d *decoder) bytes() []byte {
@@ -197,6 +367,29 @@ func (r *Record) Validate(maxPayload int) error {
 	}
 	if r.TimeoutMs < 1 {
 		return fmt.Errorf("timeout %d ms: want at least 1 ms", r.TimeoutMs)
+	}
+	return ValidateMetadata(r.Metadata)
+}
+
+// ValidateMetadata checks metadata pairs: at most MaxMetadata, keys of 1
+// to MaxMetadataKeyLen bytes of UTF-8, values of UTF-8, MaxMetadataBytes
+// in all.
+func ValidateMetadata(m map[string]string) error {
+	if len(m) > MaxMetadata {
+		return fmt.Errorf("metadata of %d pairs, limit %d: %w", len(m), MaxMetadata, ErrTooLarge)
+	}
+	total := 0
+	for k, v := range m {
+		if k == "" || len(k) > MaxMetadataKeyLen || !utf8.ValidString(k) {
+			return fmt.Errorf("metadata key %q: want 1-%d bytes of UTF-8: %w", k, MaxMetadataKeyLen, ErrInvalidName)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("metadata value of %q: want UTF-8: %w", k, ErrInvalidName)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return fmt.Errorf("metadata of %d bytes, limit %d: %w", total, MaxMetadataBytes, ErrTooLarge)
 	}
 	return nil
 }

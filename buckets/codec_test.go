@@ -64,3 +64,38 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordVersion2: a record with a periodic field is written as
+// version 2 (version 1 plus the trailing section), one without as version
+// 1; both decode, and a trailing section that is out of order, empty or
+// unknown is malformed.
+func TestRecordVersion2(t *testing.T) {
+	plain := &Record{Queue: "q", Type: "t", Payload: []byte("x"), State: StateWaiting}
+	v1 := plain.Encode()
+	if v1[1] != 1 {
+		t.Fatalf("a record without optional fields is version %d", v1[1])
+	}
+	withP := *plain
+	withP.Periodic, withP.SkipIfRunning = "e", true
+	v2 := withP.Encode()
+	if v2[1] != 2 || !bytes.Equal(v2[2:len(v1)], v1[2:]) {
+		t.Fatalf("version 2 is not version 1 plus a trailer: %q vs %q", v2, v1)
+	}
+	r, err := DecodeRecord("id", v2)
+	if err != nil || r.Periodic != "e" || !r.SkipIfRunning {
+		t.Fatalf("decode v2: %+v %v", r, err)
+	}
+	bare := append([]byte{}, v1...)
+	bare[1] = 2
+	if r, err := DecodeRecord("id", bare); err != nil || r.Periodic != "" {
+		t.Fatalf("version 2 without a trailer: %+v %v", r, err)
+	}
+	// Out of tag order, empty, a bad flag, truncated. (A section of an
+	// unknown tag is kept, not refused: TestRecordUnknownSectionKept.)
+	for _, trailer := range [][]byte{{2, 1, 1, 1, 1, 'e'}, {1, 0}, {2, 1, 7}, {1, 5, 'e'}} {
+		b := append(append([]byte{}, bare...), trailer...)
+		if _, err := DecodeRecord("id", b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("trailer %v: %v, want ErrMalformed", trailer, err)
+		}
+	}
+}

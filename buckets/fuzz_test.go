@@ -20,6 +20,12 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, Attempts: 1<<31 - 1, MaxAttempts: 1<<31 - 1},
 		{ID: "x", Queue: "d", Type: "ü", State: StateRetry, Payload: bytes.Repeat([]byte{0}, 300), LastError: "boom\npanic"},
 		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}},
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), MaxAttempts: 1, TimeoutMs: 1,
+			Metadata: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k": ""}},
+
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Periodic: "nightly report",
+			SkipIfRunning: true, Due: 1774746000000},
+		{ID: "x", Queue: "d", Type: "t", State: StateCancelled, Payload: []byte{}, Periodic: "e"},
 	}
 }
 

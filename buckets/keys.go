@@ -90,6 +90,21 @@ func (k Keys) Quarantine(orig string) string {
 	return k.prefix + "bad:" + strings.TrimPrefix(orig, k.prefix)
 }
 
+// PeriodicEntry is periodic entry name's hash: HASH with the fields
+// Entry* (definition, fingerprint, stamp, watermark, last claimed run).
+func (k Keys) PeriodicEntry(name string) string { return k.prefix + "pe:" + name }
+
+// Periodics is the set of the names of every periodic entry: SET.
+func (k Keys) Periodics() string { return k.prefix + "periodic" }
+
+// PeriodicDeclarers is the set of the scheduler ids that declared entry
+// name: SET. A declarer is live while its [Keys.SchedulerAlive] key exists.
+func (k Keys) PeriodicDeclarers(name string) string { return k.prefix + "pd:" + name }
+
+// SchedulerAlive is scheduler id's liveness key: STRING with a TTL,
+// refreshed by every scheduling pass (SETEX), so no clocks are compared.
+func (k Keys) SchedulerAlive(id string) string { return k.prefix + "ps:" + id }
+
 // Member is the index member of queue q's bucket at ts.
 func Member(q string, ts int64) string { return q + ":" + strconv.FormatInt(ts, 10) }
 

@@ -223,7 +223,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
 	p := s.plan(members, maxTasks)
 	var res MoveResult
-	_, err := s.runner.Run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
 			return err
 		}
@@ -322,6 +322,13 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 		case errors.Is(r.Err, txn.ErrConflict):
 			total.Conflicts++
 		case r.Err != nil:
+			// EXEC ran but a push into a ready list failed on a key of
+			// the wrong type (written between the step's TYPE read and its
+			// EXEC): the buckets are gone, so place their tasks again.
+			if ok, rerr := s.repairPlacement(ctx, conn, r.Replies, r.Err); rerr == nil && ok {
+				total.add(results[i])
+				continue
+			}
 			errs = append(errs, fmt.Errorf("buckets: move %d buckets: %w", len(plans[i].buckets), r.Err))
 		default:
 			total.add(results[i])

@@ -40,6 +40,15 @@ type RequeueResult struct {
 	Requeued int // back in a ready list
 	Buried   int // to the dead letters (too many recoveries, or a missing or bad record)
 	Dropped  int // ids no longer this worker's (already handled elsewhere)
+	// Recovered names the tasks Requeue counted as recovered (WorkerDied,
+	// LeaseExpired), Buried set for those sent to the dead letters for it.
+	Recovered []RecoveredTask
+}
+
+// RecoveredTask is a task Requeue counted as recovered.
+type RecoveredTask struct {
+	ID, Queue, Type string
+	Buried          bool // recovered too many times: now a dead letter
 }
 
 // Requeue returns running tasks of worker w to the front of their ready
@@ -71,7 +80,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 		watch = append(watch, s.Keys.Task(id))
 	}
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		for _, id := range ids {
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
@@ -118,6 +127,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			if why != Shutdown {
 				r.Recoveries++
 				tx.Queue("HINCRBY", st, StatRecovered, 1)
+				res.Recovered = append(res.Recovered, RecoveredTask{ID: id, Queue: r.Queue, Type: r.Type, Buried: r.Recoveries > maxRecoveries})
 				if r.Recoveries > maxRecoveries {
 					r.LastError = fmt.Sprintf("%s %d times (limit %d)", why, r.Recoveries, maxRecoveries)
 					s.bury(tx, r, now, r.LastError)
@@ -175,7 +185,7 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(ids) == 0 {
@@ -388,7 +398,7 @@ func wrapErr(what string, err error) error {
 func (s *Store) RecoverLost(ctx context.Context, conn redis.Conn, w string, now int64, limit int, held func() map[string]int) (RequeueResult, error) {
 	inflight := s.Keys.Inflight(w)
 	var res RequeueResult
-	_, err := s.runner.Run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
 		res = RequeueResult{}
 		all, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(all) == 0 {

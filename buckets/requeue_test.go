@@ -40,7 +40,7 @@ func TestRequeueBuriesBadRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := s.Requeue(ctx, c, w1, []string{"a"}, t0+30, LeaseExpired, 3)
-			if err != nil || res != (RequeueResult{Buried: 1}) {
+			if err != nil || res.Requeued != 0 || res.Buried != 1 || res.Dropped != 0 || len(res.Recovered) != 0 {
 				t.Fatalf("Requeue = %+v, %v; want 1 buried", res, err)
 			}
 			if n, _ := redis.Int(c.Do("ZCARD", s.Keys.Pending(w1))); n != 0 {

@@ -38,6 +38,9 @@ type Store struct {
 	Keys Keys
 	// Resolution is the bucket width in ms (1 to 60000).
 	Resolution int64
+	// OnSetAside, when set, is told of each key of the wrong type that a
+	// transaction's repair set aside (see repairPlacement), for the log.
+	OnSetAside func(key, movedTo string)
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 }
@@ -224,4 +227,92 @@ func IsWrongType(err error) bool {
 func IsServerError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
+}
+
+// run is runner.Run for transactions that place tasks (push ids into a
+// ready list or a bucket, index a bucket): when EXEC ran but such a push
+// failed on a key of the wrong type (written by hand, say, between the
+// transaction's reads and its EXEC), the other commands have run (Redis
+// has no rollback), so the tasks would be in no list. repairPlacement then
+// sets the key aside and places them again, and run reports success.
+func (s *Store) run(ctx context.Context, conn redis.Conn, watch []string, fn func(*txn.Tx) error) ([]interface{}, error) {
+	reps, err := s.runner.Run(ctx, conn, watch, fn)
+	if err != nil {
+		if ok, rerr := s.repairPlacement(ctx, conn, reps, err); rerr != nil {
+			return reps, fmt.Errorf("%w (repair: %w)", err, rerr)
+		} else if ok {
+			return reps, nil
+		}
+	}
+	return reps, err
+}
+
+// placement reports whether c places tasks: a push into a ready list or a
+// bucket, or a bucket's index entry. Wake-up tokens (n:, wake) and
+// counters are not placement: a wake-up is also given by the next idle
+// wait's timeout, and `engine check` recounts a counter.
+func (s *Store) placement(c txn.Cmd) bool {
+	key, _ := c.Args[0].(string)
+	rest := strings.TrimPrefix(key, s.Keys.Prefix())
+	switch c.Name {
+	case "LPUSH", "RPUSH":
+		return strings.HasPrefix(rest, "q:") || strings.HasPrefix(rest, "b:")
+	case "ZADD":
+		return key == s.Keys.Schedule()
+	}
+	return false
+}
+
+// repairPlacement completes a transaction whose EXEC ran while some of its
+// commands failed on keys of the wrong type (err is the *txn.ExecError,
+// reps EXEC's replies). Each such key is set aside (SetAside) and the
+// failed commands that place tasks run again in one MULTI/EXEC. It reports
+// whether the transaction is now complete: false, with a nil error, when
+// err is not such a failure or a command other than placement, tokens and
+// counters failed.
+//
+// A crash between the two EXECs leaves the tasks' records waiting in no
+// list; `engine check --repair` finds and re-homes them.
+func (s *Store) repairPlacement(ctx context.Context, conn redis.Conn, reps []interface{}, err error) (bool, error) {
+	var ee *txn.ExecError
+	if !errors.As(err, &ee) || ee.Queued || len(reps) != len(ee.Commands) {
+		return false, nil
+	}
+	var retry cmdList
+	complete := true
+	for i, rep := range reps {
+		e, failed := rep.(redis.Error)
+		if !failed {
+			continue
+		}
+		c := ee.Commands[i]
+		if !IsWrongType(e) {
+			complete = false
+			continue
+		}
+		key, _ := c.Args[0].(string)
+		moved, err := s.SetAside(ctx, conn, typeFor[c.Name], key)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range moved {
+			if s.OnSetAside != nil {
+				s.OnSetAside(k, s.Keys.Quarantine(k))
+			}
+		}
+		switch {
+		case s.placement(c):
+			retry = append(retry, c)
+		case c.Name == "LPUSH", c.Name == "LTRIM", c.Name == "HINCRBY":
+			// a wake-up token or a counter: not worth a retry
+		default:
+			complete = false
+		}
+	}
+	if len(retry) > 0 {
+		if _, err := s.exec(ctx, conn, retry); err != nil {
+			return false, fmt.Errorf("placing tasks again after setting keys aside: %w", err)
+		}
+	}
+	return complete, nil
 }

@@ -92,6 +92,10 @@ const (
 // at least cs.UnservedGrace ms ago: then it is claimed, and the handler's
 // ErrNoHandler meets the unknown-type policy.
 //
+// A firing of a skip-if-running periodic entry also goes through
+// claimOverlap (periodic.go), which may make it a cancelled tombstone
+// instead (result Skipped).
+//
 // A Cancel that wins the race changes t:<id> first and this attempt reads
 // the tombstone again; a Cancel that loses sees "running". A crash before
 // EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
@@ -174,6 +178,13 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 					tx.Queue("RPUSH", s.Keys.Ready(q), id)
 					s.queueTokens(tx, s.Keys.Notify(q), 1, "1")
 					return nil
+				}
+			}
+			if r.SkipIfRunning && r.Periodic != "" {
+				// The overlap rule of a periodic entry (periodic.go).
+				if skip, err := s.claimOverlap(tx, r, now); err != nil || skip {
+					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+					return err
 				}
 			}
 			was := r.State
@@ -344,7 +355,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		rec *Record
 		out Outcome
 	)
-	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		r, err := s.getRecord(tx, id)
 		if err != nil {
 			return err
@@ -429,11 +440,16 @@ func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Rec
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	_, after, err := held.Exec(ctx, cmds, next...)
+	reps, after, err := held.Exec(ctx, cmds, next...)
 	switch {
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrNotHeld):
 		return nil, 0, after, ErrWatchLost
 	case err != nil:
+		// EXEC ran but a push failed on a key of the wrong type: place
+		// the task again once the key is set aside.
+		if ok, rerr := s.repairPlacement(ctx, held.Conn(), reps, err); rerr == nil && ok {
+			return r, out, after, nil
+		}
 		return nil, 0, nil, fmt.Errorf("buckets: finish %s: %w", r.ID, err)
 	}
 	return r, out, after, nil

@@ -109,3 +109,34 @@ func TestChaos(t *testing.T) {
 		})
 	}
 }
+
+// TestChaosPeriodic is the short run of the periodic scenario: three
+// skewed schedulers of one every-1s entry killed and restarted at random
+// for 12 s; every firing of the window runs once, none early; then all of
+// them are down for 16 s (more than the 10 s horizon plus the 2 s skew the
+// watermark may be ahead by) and one restarts:
+// the missed policy "once" runs exactly the latest missed firing.
+func TestChaosPeriodic(t *testing.T) {
+	if _, err := findRedisServer(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	buildOnce.Do(buildProc)
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	seed := uint64(time.Now().UnixNano()%1_000_000_000 + 1)
+	var progress io.Writer
+	if testing.Verbose() {
+		progress = t.Output()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunPeriodic(ctx, PeriodicOptions{Bin: procBin, Dir: t.TempDir(), Duration: 12 * time.Second, Outage: 16 * time.Second, Seed: seed, Log: progress})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	t.Log(rep.String())
+	if !rep.OK() {
+		t.Errorf("periodic scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+	}
+}

@@ -29,6 +29,7 @@ var scenarios = []scenario{
 	{name: "schedule", run: scenarioSchedule},
 	{name: "cancel", run: scenarioCancel},
 	{name: "cancel-race", run: scenarioCancelRace},
+	{name: "periodic", run: scenarioPeriodic},
 	{name: "exactly-once", run: scenarioExactlyOnce},
 	{name: "retries", run: scenarioRetries},
 	{name: "dead-letters", run: scenarioDeadLetters},

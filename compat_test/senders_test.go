@@ -59,8 +59,7 @@ func engineFrames() []string {
 		if strings.HasPrefix(f.Function, modulePrefix) {
 			path := strings.TrimPrefix(f.Function, modulePrefix)
 			switch {
-			case strings.HasPrefix(path, "buckets."), strings.HasPrefix(path, "engine."), strings.HasPrefix(path, "txn."),
-				strings.HasPrefix(path, "engine/internal/"): // rconn's blocking pop runs on a goroutine of its own
+			case strings.HasPrefix(path, "buckets."), strings.HasPrefix(path, "engine."), strings.HasPrefix(path, "engine/internal/"), strings.HasPrefix(path, "txn."):
 				pkg, name := frameName(f.Function)
 				if name != "" {
 					set[name] = true
@@ -160,12 +159,13 @@ func checkSenders(t *testing.T, s *senders, doc *compatDoc, full bool) {
 
 func TestFrameName(t *testing.T) {
 	for in, want := range map[string][2]string{
-		modulePrefix + "buckets.(*Store).Claim.func1":     {"buckets", "Claim"},
-		modulePrefix + "engine.(*Worker).waiter":          {"engine", "waiter"},
-		modulePrefix + "engine.blockPop":                  {"engine", "blockPop"},
-		modulePrefix + "buckets.sortedKeys[...]":          {"buckets", "sortedKeys"},
-		modulePrefix + "txn.(*Runner).Run.gowrap1":        {"txn", "Run"},
-		modulePrefix + "engine.(*Dispatcher).run.func2.1": {"engine", "run"},
+		modulePrefix + "buckets.(*Store).Claim.func1":               {"buckets", "Claim"},
+		modulePrefix + "engine.(*Worker).waiter":                    {"engine", "waiter"},
+		modulePrefix + "engine.blockPop":                            {"engine", "blockPop"},
+		modulePrefix + "engine/internal/rconn.(*Blocker).Pop.func1": {"rconn", "Pop"},
+		modulePrefix + "buckets.sortedKeys[...]":                    {"buckets", "sortedKeys"},
+		modulePrefix + "txn.(*Runner).Run.gowrap1":                  {"txn", "Run"},
+		modulePrefix + "engine.(*Dispatcher).run.func2.1":           {"engine", "run"},
 	} {
 		if pkg, name := frameName(in); pkg != want[0] || name != want[1] {
 			t.Errorf("frameName(%s) = %s, %s; want %s, %s", in, pkg, name, want[0], want[1])

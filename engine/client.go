@@ -124,10 +124,12 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 			// Written all the same; someone put keys of the wrong type in
 			// the namespace.
 			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
+			c.cfg.observeEnqueued(recs, now)
 			return enqueued(recs, now), nil
 		}
 		return nil, failed("enqueue", err)
 	}
+	c.cfg.observeEnqueued(recs, now)
 	return enqueued(recs, now), nil
 }
 

@@ -105,6 +105,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock tells the time. Default (nil): the system clock, time.Now.
 	Clock Clock
+	// Observer receives the engine's events (enqueues, dispatch rounds,
+	// starts, results, retries, deaths, recoveries) after they happened,
+	// for metrics and tracing. Default nil: none.
+	Observer Observer
 }
 
 // QueueConfig names a queue a worker takes tasks from.
@@ -332,6 +336,10 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	st, err := buckets.NewStore(c.Namespace, c.Resolution.Milliseconds())
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
+	}
+	log := c.Logger
+	st.OnSetAside = func(key, movedTo string) {
+		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
 	}
 	return c, st, nil
 }

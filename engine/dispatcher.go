@@ -171,6 +171,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		return 0, err
 	}
 	d.moved.Add(int64(res.Tasks))
+	d.cfg.observeDispatch(res)
 	if len(res.WrongType) > 0 {
 		setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "list", res.WrongType...)
 	}

@@ -189,6 +189,7 @@ func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 
 func (f *finisher) logOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
 	w := f.w
+	w.observeOutcome(r, out, herr)
 	attrs := []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts}
 	switch out {
 	case buckets.Done:

@@ -188,6 +188,17 @@ func (c *blpopCounter) DoWithTimeout(d time.Duration, cmd string, args ...interf
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
 }
 
+func (c *blpopCounter) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	if cmd == "BLPOP" {
+		c.n.Add(1)
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *blpopCounter) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
 func (c *blpopCounter) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)
 }

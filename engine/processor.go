@@ -53,6 +53,7 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 		if rec == nil {
 			return
 		}
+		w.observeStart(rec)
 		c := claimed{rec: rec, h: h, held: held}
 		herr, ok := w.runs.run(baseCtx, c.rec)
 		if !ok {

@@ -166,6 +166,7 @@ func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cuto
 		if err != nil {
 			return recovered, buried, wrapReap(err)
 		}
+		r.cfg.observeRecovered(res, why)
 		recovered += res.Requeued
 		buried += res.Buried
 		if res.Requeued+res.Buried == 0 {

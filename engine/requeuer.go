@@ -28,8 +28,10 @@ func (q *requeuer) requeue(ids []string, why buckets.Reason) error {
 	for {
 		conn, err := h.Get(ctx)
 		if err == nil {
-			_, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.maxRecoveries())
+			var res buckets.RequeueResult
+			res, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.maxRecoveries())
 			if err == nil {
+				w.cfg.observeRecovered(res, why)
 				return nil
 			}
 			h.Drop()

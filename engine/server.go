@@ -35,6 +35,13 @@ type Server struct {
 	Dispatcher *Dispatcher // nil without RoleDispatcher
 	Reaper     *Reaper     // nil without RoleReaper
 	Worker     *Worker     // nil without RoleWorker
+	// Scheduler keeps the periodic entries added with AddPeriodic
+	// enqueued; nil until the first AddPeriodic. It runs whatever the
+	// roles, since declaring an entry is what a user asks for.
+	Scheduler *Scheduler
+
+	pool *redis.Pool
+	cfg  Config
 
 	mu      sync.Mutex
 	started bool               // guarded by mu
@@ -49,7 +56,7 @@ func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, e
 	if roles == 0 || roles&^AllRoles != 0 {
 		return nil, fmt.Errorf("engine: NewServer: roles %#x: want some of RoleDispatcher, RoleReaper and RoleWorker combined with |, or AllRoles: %w", uint8(roles), ErrInvalidOption)
 	}
-	s := &Server{done: make(chan struct{})}
+	s := &Server{done: make(chan struct{}), pool: pool, cfg: cfg}
 	var err error
 	if roles.Has(RoleDispatcher) {
 		if s.Dispatcher, err = NewDispatcher(pool, cfg); err != nil {
@@ -67,6 +74,20 @@ func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, e
 		}
 	}
 	return s, nil
+}
+
+// AddPeriodic declares a periodic entry (see Periodic and Scheduler),
+// before Run: Run then also runs the Scheduler, which keeps the entry's
+// firings enqueued together with every other process declaring it.
+func (s *Server) AddPeriodic(p Periodic) error {
+	if s.Scheduler == nil {
+		sc, err := NewScheduler(s.pool, s.cfg)
+		if err != nil {
+			return err
+		}
+		s.Scheduler = sc
+	}
+	return s.Scheduler.Add(p)
 }
 
 // Run runs the parts until ctx ends or Shutdown is called, then stops
@@ -99,6 +120,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.Reaper != nil {
 		makers.Go(func() { rErr = s.Reaper.Run(mctx) })
 	}
+	var pErr error
+	if s.Scheduler != nil {
+		makers.Go(func() { pErr = s.Scheduler.Run(mctx) })
+	}
 	var workers sync.WaitGroup
 	if s.Worker != nil {
 		// The worker stops through Shutdown, never through its context,
@@ -119,7 +144,7 @@ func (s *Server) Run(ctx context.Context) error {
 		stop()
 	}
 	workers.Wait()
-	err := errors.Join(dErr, rErr, wErr)
+	err := errors.Join(dErr, rErr, pErr, wErr)
 	s.mu.Lock()
 	s.runErr = err
 	s.mu.Unlock()

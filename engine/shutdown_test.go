@@ -89,8 +89,11 @@ func TestShutdownAgainstSilentServer(t *testing.T) {
 			if d := time.Since(t0); d > deadline+500*time.Millisecond {
 				t.Fatalf("Shutdown took %v; deadline %v", d, deadline)
 			}
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Shutdown: %v, want DeadlineExceeded", err)
+			// DeadlineExceeded when it gave up waiting for the server;
+			// Canceled when stopping cancelled a call still waiting for it
+			// (a worker that never registered).
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Shutdown: %v, want DeadlineExceeded or Canceled", err)
 			}
 			// Closing the server's connections ends the calls Run was
 			// stuck in; Run then returns.

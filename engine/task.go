@@ -26,6 +26,13 @@ type Task struct {
 	Created   time.Time
 	Due       time.Time
 	LastError string // the previous failure, if any
+	// Metadata is what the producer attached with the Metadata option
+	// (a trace context, say); nil when nothing. Handlers must not change it.
+	Metadata map[string]string
+
+	// Periodic names the periodic entry whose firing this is ("" for
+	// other tasks); Due is then the firing time.
+	Periodic string
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
@@ -34,6 +41,9 @@ func taskFromRecord(r *buckets.Record) *Task {
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
+		Metadata: r.Metadata,
+
+		Periodic: r.Periodic,
 	}
 }
 
@@ -103,6 +113,7 @@ type taskOptions struct {
 	at          time.Time
 	in          time.Duration
 	hasIn       bool
+	metadata    map[string]string
 }
 
 type optionFunc func(*taskOptions) error
@@ -199,6 +210,29 @@ func In(d time.Duration) Option {
 	})
 }
 
+// Metadata attaches string pairs to the task that its handler finds in
+// Task.Metadata: a trace context, a tenant, a correlation id. Several
+// Metadata options add up (a later value for a key wins). At most 32
+// pairs, keys 1-128 bytes, 4 KiB in all, UTF-8; the pairs are stored in
+// the task's record, so keep them small.
+func Metadata(m map[string]string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if len(m) == 0 {
+			return nil
+		}
+		if o.metadata == nil {
+			o.metadata = make(map[string]string, len(m))
+		}
+		for k, v := range m {
+			o.metadata[k] = v
+		}
+		if err := buckets.ValidateMetadata(o.metadata); err != nil {
+			return fmt.Errorf("engine: Metadata: %s: %w", err.Error(), ErrInvalidOption)
+		}
+		return nil
+	})
+}
+
 // NewTask is one task for EnqueueBatch.
 type NewTask struct {
 	Type    string
@@ -241,7 +275,7 @@ func (c Config) record(now time.Time, typ string, payload []byte, opts []Option)
 	r = &buckets.Record{
 		ID: id, Queue: o.queue, Type: typ, Payload: payload,
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
-		Created: ms(now), Due: max(dueMs, 1),
+		Created: ms(now), Due: max(dueMs, 1), Metadata: o.metadata,
 	}
 	if err := r.Validate(c.MaxPayload); err != nil {
 		return nil, false, &engineError{msg: "engine: " + err.Error(), kind: kindOf(err), cause: err}

@@ -112,4 +112,3 @@ func (d *dyingStore) Forget(ctx context.Context, conn redis.Conn, w string, requ
 	}
 	return d.workerStore.Forget(ctx, conn, w, requireDead)
 }
-

@@ -13,15 +13,31 @@ if ! "$STATICCHECK" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})";
   go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "redis-server not found; installing it (needs root and the Debian archive)" >&2
+# Debian packages the tests need: redis-server (every real-server test),
+# redis-cli (creating the Redis Cluster), redis-sentinel (the Sentinel
+# tests). Installed when missing (needs root and the Debian archive).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Debian's package starts a server on 6379; the tests start their own on free
 # ports and never use it.
 redis-server --version
+
+# The dashboard's browser tests drive a headless Chromium; they fail, not
+# skip, without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "chromium not found; installing it (needs root and the Debian archive)" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
 
 go vet ./...
 "$STATICCHECK" ./...

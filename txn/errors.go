@@ -24,6 +24,10 @@ type ExecError struct {
 	Command string // the command's name
 	Queued  bool   // refused while queueing rather than failed inside EXEC
 	Err     error  // the server's error reply
+	// Commands are every command the transaction queued, in order, so
+	// that a caller can repair what failed (the replies come with the
+	// error: element i answers Commands[i]).
+	Commands []Cmd
 }
 
 func (e *ExecError) Error() string {

@@ -250,7 +250,7 @@ func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 	var queueErr *ExecError
 	for i, q := range all[1 : len(all)-1] {
 		if e, ok := q.(redis.Error); ok {
-			queueErr = &ExecError{Index: i, Command: queued[i].Name, Queued: true, Err: e}
+			queueErr = &ExecError{Index: i, Command: queued[i].Name, Queued: true, Err: e, Commands: queued}
 			break
 		}
 	}
@@ -277,7 +277,7 @@ func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 				if i < len(queued) {
 					name = queued[i].Name
 				}
-				return exec, &ExecError{Index: i, Command: name, Err: e}
+				return exec, &ExecError{Index: i, Command: name, Err: e, Commands: queued}
 			}
 		}
 		if len(exec) != len(queued) {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os/exec"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
@@ -46,7 +48,8 @@ recovers them once this worker's heartbeat expires).`,
 		[3]string{"queues", "queues", "queues to serve with weights, e.g. critical:6,default:3,low:1"},
 		[3]string{"roles", "roles", "parts to run: some of dispatcher,reaper,worker"},
 		[3]string{"log-format", "log.format", "log `format`: text or json"},
-		[3]string{"shutdown-timeout", "shutdown_timeout", "how long running tasks may finish on SIGTERM, e.g. 30s"})
+		[3]string{"shutdown-timeout", "shutdown_timeout", "how long running tasks may finish on SIGTERM, e.g. 30s"},
+		[3]string{"http", "http.addr", "serve /healthz, /readyz and the dashboard on `host:port` (off by default)"})
 	off := map[string]*bool{}
 	for _, r := range allRoles {
 		off[r] = cmd.Flags().Bool("no-"+r, false, "run no "+r+": take role "+r+" out")
@@ -76,6 +79,31 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		return a.fail("run", err)
 	}
 	defer pool.Close()
+
+	var state runState
+	if set.HTTP.Addr != "" {
+		// The collector observes this process's engine (eng.Observer,
+		// before NewServer) and reads the queue gauges at scrape time.
+		mh, err := metricsHandler(pool, &eng)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		h, err := a.newHTTP(set, pool, log, state.ready, mh)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		httpCtx, stopHTTP := context.WithCancel(context.Background())
+		httpDone := make(chan struct{})
+		go func() {
+			defer close(httpDone)
+			if err := h.serve(httpCtx); err != nil {
+				log.Error("HTTP server stopped", "err", err)
+			}
+		}()
+		// Served until the engine has stopped, so that /readyz reports
+		// the shutdown.
+		defer func() { stopHTTP(); <-httpDone }()
+	}
 
 	types := make([]string, 0, len(set.Handlers))
 	for t := range set.Handlers {
@@ -120,22 +148,47 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	if err != nil {
 		return a.fail("run", err)
 	}
+	if err := addPeriodics(srv, set); err != nil {
+		return a.fail("run", err)
+	}
 	timeout := eng.ShutdownTimeout
 	if timeout == 0 {
 		timeout = engine.DefaultConfig().ShutdownTimeout
 	}
-	return serve(ctx, srv, timeout, log)
+	return serve(ctx, srv, timeout, log, &state)
+}
+
+// runState is what /readyz reports of this process's components: ready
+// while the server runs and no shutdown has begun.
+type runState struct {
+	running, stopping atomic.Bool
+}
+
+func (s *runState) ready(context.Context) error {
+	switch {
+	case s.stopping.Load():
+		return errors.New("shutting down")
+	case !s.running.Load():
+		return errors.New("not running (starting, or waiting for Redis)")
+	}
+	return nil
 }
 
 // serve runs srv until the first signal (ctx), then shuts it down with
 // timeout for running handlers; the second signal (forceOf(ctx)) cuts
-// that short: running tasks go back to their queues at once.
-func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger) error {
+// that short: running tasks go back to their queues at once. state (may
+// be nil) follows the server for /readyz.
+func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger, state *runState) error {
+	if state == nil {
+		state = &runState{}
+	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		state.running.Store(true)
+		defer state.running.Store(false)
 		_ = srv.Run(runCtx)
 	}()
 	select {
@@ -144,6 +197,7 @@ func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *
 		return exitCode(exitFailure)
 	case <-ctx.Done():
 	}
+	state.stopping.Store(true)
 	log.Info("shutting down: running tasks may finish; signal again to return them to their queues now",
 		"shutdown_timeout", timeout)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), timeout)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/httpserver"
 )
 
 // Settings is the whole configuration of the engine binary. Engine holds
@@ -26,7 +27,9 @@ type Settings struct {
 	Redis    RedisSettings
 	Roles    []string
 	Handlers map[string]HandlerSettings
+	Periodic []PeriodicSettings // config_periodic.go
 	Log      struct{ Level, Format string }
+	HTTP     HTTPSettings
 
 	// origin maps a key ("redis.addr", "queues[1]", "handlers.x.timeout")
 	// to where its value came from: "file:line", "env NAME" or "flag
@@ -45,6 +48,14 @@ type RedisSettings struct {
 	}
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int
+}
+
+// HTTPSettings is the HTTP server of `engine run` and `engine dashboard`
+// (health endpoints and the dashboard). Addr empty: no server.
+type HTTPSettings struct {
+	Addr      string // host:port; an empty host is 127.0.0.1
+	TokenFile string // file holding the token that allows changes; ENGINE_HTTP_TOKEN otherwise
+	ReadOnly  bool   // the dashboard offers and accepts no change
 }
 
 // HandlerSettings is the command `engine run` runs for one task type.
@@ -118,8 +129,12 @@ var settings = func() []setting {
 		{"redis.pool_size", func(s *Settings) any { return &s.Redis.PoolSize }},
 		{"roles", func(s *Settings) any { return &s.Roles }},
 		{"handlers", func(s *Settings) any { return &s.Handlers }},
+		{"periodic", func(s *Settings) any { return &s.Periodic }},
 		{"log.level", func(s *Settings) any { return &s.Log.Level }},
 		{"log.format", func(s *Settings) any { return &s.Log.Format }},
+		{"http.addr", func(s *Settings) any { return &s.HTTP.Addr }},
+		{"http.token_file", func(s *Settings) any { return &s.HTTP.TokenFile }},
+		{"http.read_only", func(s *Settings) any { return &s.HTTP.ReadOnly }},
 	}
 	for key, field := range engineFields {
 		out = append(out, setting{key, func(s *Settings) any {
@@ -237,6 +252,11 @@ func (s *Settings) validate() error {
 	if s.Log.Format != "text" && s.Log.Format != "json" {
 		bad("log.format", "%q: want text or json", s.Log.Format)
 	}
+	if s.HTTP.Addr != "" {
+		if _, err := httpserver.ResolveAddr(s.HTTP.Addr); err != nil {
+			bad("http.addr", "%q: want host:port, e.g. 127.0.0.1:9090 (an empty host is 127.0.0.1), or \"\" for no HTTP server", s.HTTP.Addr)
+		}
+	}
 	types := make([]string, 0, len(s.Handlers))
 	for t := range s.Handlers {
 		types = append(types, t)
@@ -267,6 +287,7 @@ func (s *Settings) validate() error {
 			bad(key+".output_cap", "%d: want 0 or more bytes", h.OutputCap)
 		}
 	}
+	s.validatePeriodic(bad)
 	return errors.Join(errs...)
 }
 

@@ -218,6 +218,12 @@ func (s *Settings) setText(key, text, at string) error {
 		n = root(&doc)
 	case *[]string, *[]engine.QueueConfig:
 		n = splitList(text)
+	case *[]PeriodicSettings:
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+			return &ConfigError{Origin: at, Key: key, Msg: fmt.Sprintf("want YAML such as [{name: tick, every: 1m, type: t}]: %v", err)}
+		}
+		n = root(&doc)
 	}
 	return s.setValue(key, st.ptr(s), n, at, at)
 }
@@ -240,6 +246,8 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	}
 	s.origin[key] = at
 	switch p := p.(type) {
+	case *[]PeriodicSettings:
+		return s.setPeriodic(key, p, v, at, file)
 	case *map[string]HandlerSettings:
 		hs := map[string]HandlerSettings{}
 		err := mapping(v, key, file, func(hkey string, hv *yaml.Node, hat string) error {
@@ -420,12 +428,12 @@ func lookupEnv(environ []string, name string) (string, bool) {
 
 // unknownEnv lists the ENGINE_ variables in environ that are not
 // settings, with a suggestion each. ENGINE_CONFIG, ENGINE_TASK_* (set for
-// handler commands) and ENGINE_TEST_* are known.
+// handler commands), ENGINE_HTTP_TOKEN and ENGINE_TEST_* are known.
 func unknownEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "ENGINE_") || name == envConfig ||
+		if !strings.HasPrefix(name, "ENGINE_") || name == envConfig || name == envHTTPToken ||
 			strings.HasPrefix(name, "ENGINE_TASK_") || strings.HasPrefix(name, "ENGINE_TEST_") {
 			continue
 		}

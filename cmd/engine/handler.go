@@ -57,11 +57,12 @@ func newCommandHandler(typ string, set HandlerSettings, environ []string, log *s
 
 // handlerEnv is environ without the variables that configure how engine
 // reaches Redis (ENGINE_REDIS_*: password, user, TLS key and certificate
-// files, ...): a handler must not be able to print them into a log.
+// files, ...) and the HTTP token: a handler must not be able to print
+// them into a log.
 func handlerEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "ENGINE_REDIS_") {
+		if !strings.HasPrefix(kv, "ENGINE_REDIS_") && !strings.HasPrefix(kv, envHTTPToken+"=") {
 			out = append(out, kv)
 		}
 	}

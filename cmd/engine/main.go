@@ -27,6 +27,9 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	// The time zone database, so that periodic entries' tz works on
+	// hosts and containers without one.
+	_ "time/tzdata"
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/spf13/cobra"
@@ -139,7 +142,8 @@ password), 3 no such task, 4 the task's state does not allow it.`,
 	root.SetErr(a.stderr)
 	root.SetVersionTemplate("engine {{.Version}} " + runtime.Version() + "\n")
 	root.AddCommand(a.newRunCmd(), a.newEnqueueCmd(), a.newCancelCmd(), a.newLookupCmd(), a.newCheckCmd(),
-		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newDemoCmd(), a.newVersionCmd())
+		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newPeriodicCmd(), a.newDemoCmd(), a.newVersionCmd(), a.newDashboardCmd())
+	root.AddCommand(a.newInspectCmds()...)
 	return root
 }
 

@@ -261,7 +261,8 @@ func (s *Server) launch() error {
 }
 
 // waitReady asks addr for INFO until the server that answers is p (its
-// process_id), or p exits. Another test's server may hold the port that
+// process_id) and has loaded its data set (loading:0: after a restart from
+// an append-only file it answers LOADING until then), or p exits. Another test's server may hold the port that
 // freePort chose (p then fails to bind and exits): a PING alone would take
 // that server for p.
 func waitReady(addr string, p *process) error {
@@ -281,10 +282,14 @@ func waitReady(addr string, p *process) error {
 			info, err = redis.String(c.Do("INFO"))
 			c.Close()
 			if err == nil {
-				if containsLine(info, want) {
+				switch {
+				case containsLine(info, want) && containsLine(info, "loading:0"):
 					return nil
+				case containsLine(info, want):
+					err = fmt.Errorf("%s is still loading its data set", addr)
+				default:
+					err = fmt.Errorf("another server answers on %s", addr)
 				}
-				err = fmt.Errorf("another server answers on %s", addr)
 			}
 		}
 		lastErr = err

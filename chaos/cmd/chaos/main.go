@@ -5,6 +5,7 @@
 //
 //	go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
 //	go run ./chaos/cmd/chaos -scenario workers,conncut -tasks 5000
+//	go run ./chaos/cmd/chaos -periodic 2m
 //	go run ./chaos/cmd/chaos -list
 //	go run ./chaos/cmd/chaos -tasks 2500 -seed 7 -markdown tables.md
 //
@@ -37,6 +38,8 @@ func main() {
 		quiet    = flag.Bool("q", false, "no progress lines")
 		list     = flag.Bool("list", false, "list the scenarios and exit")
 		procArgs = flag.String("proc-args", "", "extra space-separated chaosproc flags for every process, e.g. -done-retention=-1s")
+		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
+		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
 		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
 	)
 	flag.Parse()
@@ -75,6 +78,23 @@ func main() {
 	var progress *os.File
 	if !*quiet {
 		progress = os.Stderr
+	}
+	if *periodic > 0 {
+		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir}
+		if progress != nil {
+			o.Log = progress
+		}
+		rep, err := chaos.RunPeriodic(ctx, o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: periodic: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(rep.String())
+		if !rep.OK() {
+			fmt.Println("FAILED:\n  " + strings.Join(rep.Failures, "\n  "))
+			os.Exit(1)
+		}
+		return
 	}
 	failed := 0
 	var summary []string

@@ -1,11 +1,12 @@
 // Command chaosproc is one process of a chaos run (see package chaos): a
-// producer, a dispatcher, a worker or a reaper of the engine, configured by
+// producer, a dispatcher, a worker, a reaper or a periodic scheduler of the engine, configured by
 // flags, that the harness starts, kills and restarts.
 //
 //	chaosproc -mode producer   -addr A -ns N -ledger F -count 1000 -rate 500 ...
 //	chaosproc -mode worker     -addr A -ns N -ledger F -idfile F -concurrency 8 ...
 //	chaosproc -mode dispatcher -addr A -ns N
 //	chaosproc -mode reaper     -addr A -ns N
+//	chaosproc -mode scheduler  -addr A -ns N -entry E -every 1s -offset 2s
 //
 // Producers append acknowledged enqueues to their ledger; workers' handlers
 // append the runs they start and end (package chaos/ledger). Logs are JSON
@@ -58,6 +59,10 @@ type options struct {
 
 	// worker
 	sleepMax, slowSleep time.Duration
+
+	// scheduler
+	entry          string
+	every, horizon time.Duration
 }
 
 func main() {
@@ -100,6 +105,9 @@ func main() {
 
 	flag.DurationVar(&o.sleepMax, "sleep-max", 20*time.Millisecond, "worker: longest noop handler sleep")
 	flag.DurationVar(&o.slowSleep, "slow-sleep", 1500*time.Millisecond, "worker: sleep of the slow handler")
+	flag.StringVar(&o.entry, "entry", "chaos-tick", "scheduler: the periodic entry's name (type noop)")
+	flag.DurationVar(&o.every, "every", time.Second, "scheduler: the entry's interval")
+	flag.DurationVar(&o.horizon, "horizon", 10*time.Second, "scheduler: Scheduler.Horizon")
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).
@@ -181,6 +189,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 			err = d.Run(ctx)
 			log.Info("dispatcher done", "moved", d.Moved(), "conflicts", d.Conflicts())
 		}
+	case "scheduler":
+		err = schedule(ctx, pool, cfg, o, log)
 	case "reaper":
 		var r *engine.Reaper
 		if r, err = engine.NewReaper(pool, cfg); err == nil {
@@ -193,6 +203,21 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
 	}
 	return err
+}
+
+// schedule declares one periodic entry of type noop and keeps its
+// firings enqueued until ctx ends.
+func schedule(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
+	s, err := engine.NewScheduler(pool, cfg)
+	if err != nil {
+		return err
+	}
+	s.Horizon = o.horizon
+	if err := s.Add(engine.Periodic{Name: o.entry, Every: o.every, Type: "noop", Payload: []byte("tick")}); err != nil {
+		return err
+	}
+	log.Info("scheduler id", "scheduler", s.ID())
+	return s.Run(ctx)
 }
 
 // lockedRand is a seeded source shared by goroutines.

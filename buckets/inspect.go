@@ -1,0 +1,306 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// The inspector's reads. Each reads a bounded number of elements per call
+// (the caller's limit), and those that must agree with each other are read
+// in one MULTI/EXEC of reads, which Redis runs as one atomic step: a
+// snapshot, with no WATCH (nothing is written).
+
+// snapshot runs cmds (reads) in one MULTI/EXEC and returns one reply per
+// command. An error reply of one command (a key of the wrong type) is left
+// in its place for the caller to judge, as redigo's converters do.
+func (s *Store) snapshot(ctx context.Context, conn redis.Conn, cmds cmdList) ([]interface{}, error) {
+	reps, err := s.exec(ctx, conn, cmds)
+	var ee *txn.ExecError
+	if err != nil && errors.As(err, &ee) && !ee.Queued && len(reps) == len(cmds) {
+		return reps, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return reps, nil
+}
+
+// QueueSnapshot is one queue's figures read in one atomic step.
+type QueueSnapshot struct {
+	Queue                                   string
+	Ready                                   int64  // LLEN q:<q>
+	Scheduled, Retrying, Running, Dead      int64  // gauges
+	Processed, Failed, Recovered, Cancelled int64  // totals
+	OldestReady                             string // id at the pop end, "" when none
+	Err                                     error  // what could not be read, if anything
+}
+
+// QueueNames lists every queue ever enqueued to, sorted.
+func (s *Store) QueueNames(ctx context.Context, conn redis.Conn) ([]string, error) {
+	qs, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Queues()))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: queues: %w", err)
+	}
+	sort.Strings(qs)
+	return qs, nil
+}
+
+// Snapshot reads the counters, ready length and oldest ready id of every
+// queue in qs in one MULTI/EXEC: HGETALL st:<q>, LLEN q:<q>, LINDEX q:<q>
+// -1 per queue. Three commands per queue, whatever the number of tasks.
+func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]QueueSnapshot, error) {
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	var cmds cmdList
+	for _, q := range qs {
+		cmds.Queue("HGETALL", s.Keys.Stats(q))
+		cmds.Queue("LLEN", s.Keys.Ready(q))
+		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+	}
+	reps, err := s.snapshot(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: queue figures: %w", err)
+	}
+	out := make([]QueueSnapshot, len(qs))
+	for i, q := range qs {
+		st := QueueSnapshot{Queue: q}
+		var errs []error
+		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
+			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
+			st.Recovered, st.Cancelled = m[StatRecovered], m[StatCancelled]
+		} else {
+			errs = append(errs, fmt.Errorf("counters: %w", err))
+		}
+		if n, err := redis.Int64(reps[3*i+1], nil); err == nil {
+			st.Ready = n
+		} else {
+			errs = append(errs, fmt.Errorf("ready length: %w", err))
+		}
+		if id, err := redis.String(reps[3*i+2], nil); err == nil {
+			st.OldestReady = id
+		} else if !errors.Is(err, redis.ErrNil) {
+			errs = append(errs, fmt.Errorf("oldest ready: %w", err))
+		}
+		if len(errs) > 0 {
+			st.Err = fmt.Errorf("buckets: queue %s: %w", q, errors.Join(errs...))
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+// ReadyWindow reads ids of queue q's ready list by position from the pop
+// end (0 is the id a worker takes next), positions lo to hi inclusive,
+// together with the list's length, in one MULTI/EXEC (LLEN, LRANGE).
+func (s *Store) ReadyWindow(ctx context.Context, conn redis.Conn, q string, lo, hi int64) (ids []string, length int64, err error) {
+	var cmds cmdList
+	key := s.Keys.Ready(q)
+	cmds.Queue("LLEN", key)
+	cmds.Queue("LRANGE", key, -(hi + 1), -(lo + 1))
+	reps, err := s.snapshot(ctx, conn, cmds)
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: ready list %s: %w", q, err)
+	}
+	length, err = redis.Int64(reps[0], nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: ready list %s: %w", q, err)
+	}
+	ids, err = redis.Strings(reps[1], nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("buckets: ready list %s: %w", q, err)
+	}
+	// LRANGE answers head first; the pop end is the tail.
+	for i, j := 0, len(ids)-1; i < j; i, j = i+1, j-1 {
+		ids[i], ids[j] = ids[j], ids[i]
+	}
+	return ids, length, nil
+}
+
+// BucketTimes reads the bucket index from fromTs on, at most scan members
+// (ZRANGEBYSCORE sched fromTs +inf LIMIT 0 scan), and returns the times
+// of queue q's buckets among them, in due order, and the time of the last
+// member read (any queue's); more says whether the index may hold more.
+func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, fromTs int64, scan int) (ts []int64, last int64, more bool, err error) {
+	ms, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), fromTs, "+inf", "LIMIT", 0, scan))
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("buckets: bucket index: %w", err)
+	}
+	last = fromTs
+	for _, m := range ms {
+		mq, t, err := ParseMember(m)
+		if err != nil {
+			continue
+		}
+		last = t
+		if mq == q {
+			ts = append(ts, t)
+		}
+	}
+	return ts, last, len(ms) == scan, nil
+}
+
+// BucketRange is a window of one bucket to read: ids at head positions Lo
+// to Hi inclusive (0 is the next the dispatcher moves).
+type BucketRange struct {
+	Ts     int64
+	Lo, Hi int64
+}
+
+// BucketWindows reads windows of queue q's buckets in one MULTI/EXEC (one
+// LRANGE each). A bucket that is gone reads as empty.
+func (s *Store) BucketWindows(ctx context.Context, conn redis.Conn, q string, rs []BucketRange) ([][]string, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	var cmds cmdList
+	for _, r := range rs {
+		cmds.Queue("LRANGE", s.Keys.Bucket(q, r.Ts), r.Lo, r.Hi)
+	}
+	reps, err := s.snapshot(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: buckets of %s: %w", q, err)
+	}
+	out := make([][]string, len(rs))
+	for i := range rs {
+		if out[i], err = redis.Strings(reps[i], nil); err != nil {
+			return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, rs[i].Ts), err)
+		}
+	}
+	return out, nil
+}
+
+// Scored is a sorted-set member and its score.
+type Scored struct {
+	ID    string
+	Score int64
+}
+
+func scored(rep interface{}, err error) ([]Scored, error) {
+	vs, err := redis.Strings(rep, err)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Scored, 0, len(vs)/2)
+	for i := 0; i+1 < len(vs); i += 2 {
+		f, err := strconv.ParseFloat(vs[i+1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("score %q of %s: %w", vs[i+1], vs[i], ErrMalformed)
+		}
+		out = append(out, Scored{ID: vs[i], Score: int64(f)})
+	}
+	return out, nil
+}
+
+// DeadPage reads dead letters newest first, starting at score maxScore
+// (inclusive; "+inf" for the newest), skipping offset, at most limit:
+// ZREVRANGEBYSCORE dead max -inf WITHSCORES LIMIT offset limit. Members
+// of equal score come in reverse byte order.
+func (s *Store) DeadPage(ctx context.Context, conn redis.Conn, maxScore string, offset, limit int) ([]Scored, error) {
+	out, err := scored(do(ctx, conn, "ZREVRANGEBYSCORE", s.Keys.Dead(), maxScore, "-inf", "WITHSCORES", "LIMIT", offset, limit))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// PendingPage reads worker w's pending set by lease deadline, from
+// minScore (inclusive; "-inf" for the first), skipping offset, at most
+// limit: ZRANGEBYSCORE p:<w> min +inf WITHSCORES LIMIT offset limit.
+// Members of equal score come in byte order.
+func (s *Store) PendingPage(ctx context.Context, conn redis.Conn, w, minScore string, offset, limit int) ([]Scored, error) {
+	out, err := scored(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Pending(w), minScore, "+inf", "WITHSCORES", "LIMIT", offset, limit))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: pending set of %s: %w", w, err)
+	}
+	return out, nil
+}
+
+// WorkerSnapshot is what Redis holds about one registered worker process.
+type WorkerSnapshot struct {
+	ID       string
+	Info     []byte   // the heartbeat's value (JSON); nil when the heartbeat is gone
+	TTL      int64    // seconds left on the heartbeat; -2 or -1 when gone or without TTL
+	Running  int64    // ZCARD p:<w>
+	Inflight int64    // LLEN f:<w>
+	Tasks    []Scored // up to the first taskLimit of p:<w>, by lease deadline
+	Err      error
+}
+
+// WorkerSnapshots reads every registered worker in one MULTI/EXEC: per
+// worker GET hb:<w>, TTL hb:<w>, ZCARD p:<w>, LLEN f:<w>, and ZRANGE p:<w>
+// 0 taskLimit-1 WITHSCORES (after SMEMBERS w).
+func (s *Store) WorkerSnapshots(ctx context.Context, conn redis.Conn, taskLimit int) ([]WorkerSnapshot, error) {
+	ids, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Workers()))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: workers: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	sort.Strings(ids)
+	var cmds cmdList
+	for _, w := range ids {
+		cmds.Queue("GET", s.Keys.Heartbeat(w))
+		cmds.Queue("TTL", s.Keys.Heartbeat(w))
+		cmds.Queue("ZCARD", s.Keys.Pending(w))
+		cmds.Queue("LLEN", s.Keys.Inflight(w))
+		cmds.Queue("ZRANGE", s.Keys.Pending(w), 0, max(taskLimit, 1)-1, "WITHSCORES")
+	}
+	reps, err := s.snapshot(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: workers: %w", err)
+	}
+	out := make([]WorkerSnapshot, len(ids))
+	for i, w := range ids {
+		r := reps[5*i : 5*i+5]
+		ws := WorkerSnapshot{ID: w}
+		var errs []error
+		if b, err := redis.Bytes(r[0], nil); err == nil {
+			ws.Info = b
+		} else if !errors.Is(err, redis.ErrNil) {
+			errs = append(errs, err)
+		}
+		ws.TTL, _ = redis.Int64(r[1], nil)
+		var e1, e2, e3 error
+		ws.Running, e1 = redis.Int64(r[2], nil)
+		ws.Inflight, e2 = redis.Int64(r[3], nil)
+		ws.Tasks, e3 = scored(r[4], nil)
+		if taskLimit <= 0 {
+			ws.Tasks = nil
+		}
+		errs = append(errs, e1, e2, e3)
+		if err := errors.Join(errs...); err != nil {
+			ws.Err = fmt.Errorf("buckets: worker %s: %w", w, err)
+		}
+		out[i] = ws
+	}
+	return out, nil
+}
+
+// WorkerIDs lists the registered worker processes, sorted (SMEMBERS w).
+func (s *Store) WorkerIDs(ctx context.Context, conn redis.Conn) ([]string, error) {
+	ids, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Workers()))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: workers: %w", err)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// BucketIndexed reports whether queue q has a bucket at ts in the index
+// (ZSCORE sched member).
+func (s *Store) BucketIndexed(ctx context.Context, conn redis.Conn, q string, ts int64) (bool, error) {
+	rep, err := do(ctx, conn, "ZSCORE", s.Keys.Schedule(), Member(q, ts))
+	if err != nil {
+		return false, fmt.Errorf("buckets: bucket index: %w", err)
+	}
+	return rep != nil, nil
+}

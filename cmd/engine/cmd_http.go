@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/bucketq/bucketq/dashboard"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/httpserver"
+	"github.com/gomodule/redigo/redis"
+	"github.com/spf13/cobra"
+)
+
+// envHTTPToken holds the HTTP token when http.token_file is not set. It is
+// not a setting (a secret has no place in config.yaml) and is never passed
+// on to handler commands.
+const envHTTPToken = "ENGINE_HTTP_TOKEN"
+
+// defaultDashboardAddr is where `engine dashboard` listens without
+// http.addr or --http.
+const defaultDashboardAddr = "127.0.0.1:9090"
+
+// httpToken is the token that allows changes through HTTP: the content of
+// http.token_file, else $ENGINE_HTTP_TOKEN, else none.
+func (a *app) httpToken(set *Settings) (string, error) {
+	if set.HTTP.TokenFile == "" {
+		v, _ := lookupEnv(a.environ, envHTTPToken)
+		return strings.TrimSpace(v), nil
+	}
+	b, err := os.ReadFile(set.HTTP.TokenFile)
+	if err != nil {
+		return "", &ConfigError{Origin: set.where("http.token_file"), Key: "http.token_file", Msg: err.Error()}
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", &ConfigError{Origin: set.where("http.token_file"), Key: "http.token_file",
+			Msg: fmt.Sprintf("%s is empty: want the token on its first line", set.HTTP.TokenFile)}
+	}
+	return tok, nil
+}
+
+// httpSide is the HTTP server of one process, listening.
+type httpSide struct {
+	srv  *httpserver.Server
+	dash *dashboard.Dashboard
+	ln   net.Listener
+}
+
+// newHTTP builds the HTTP server of set.HTTP (the health endpoints,
+// /metrics and the dashboard) and opens its listener, so that a taken port
+// fails at start. ready reports this process's components (nil: none).
+// metrics serves /metrics (see metricsHandler).
+func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler) (*httpSide, error) {
+	token, err := a.httpToken(set)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := httpserver.New(httpserver.Options{Addr: set.HTTP.Addr, Pool: pool, Ready: ready,
+		Logger: log.With("component", "http")})
+	if err != nil {
+		return nil, err
+	}
+	client, err := engine.NewClient(pool, set.engineConfig(log))
+	if err != nil {
+		return nil, err
+	}
+	dash, err := dashboard.New(client.Inspector(), dashboard.Options{Token: token,
+		ReadOnly: set.HTTP.ReadOnly, Logger: log.With("component", "dashboard")})
+	if err != nil {
+		return nil, err
+	}
+	srv.Handle("/", dash)
+	srv.Handle("/metrics", metrics)
+	ln, err := srv.Listen()
+	if err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(srv.Addr())
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && token != "" && !set.HTTP.ReadOnly {
+		log.Warn("the dashboard's actions are reachable from other hosts: the token travels in clear over HTTP unless a TLS proxy fronts it",
+			"addr", srv.Addr())
+	}
+	mode := "actions need the token"
+	switch {
+	case set.HTTP.ReadOnly:
+		mode = "read-only"
+	case token == "":
+		mode = "read-only (no token: set http.token_file or " + envHTTPToken + ")"
+	}
+	log.Info("HTTP server listening", "addr", "http://"+ln.Addr().String()+"/", "dashboard", mode)
+	return &httpSide{srv: srv, dash: dash, ln: ln}, nil
+}
+
+// serve runs the server and the dashboard's sampler until ctx ends.
+func (h *httpSide) serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = h.dash.Run(ctx) }()
+	return h.srv.Serve(ctx, h.ln)
+}
+
+func (a *app) newDashboardCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "serve the web dashboard alone (no dispatcher, reaper or worker)",
+		Long: `Serves the web dashboard and /healthz, /readyz over HTTP, for operators who
+run the workers elsewhere. It listens on http.addr or --http (default
+` + defaultDashboardAddr + `; an empty host is 127.0.0.1). Actions (retry,
+cancel, delete, run now) need the token of http.token_file or $` + envHTTPToken + `;
+without one, or with http.read_only, the dashboard only shows.`,
+		Args: cobra.NoArgs,
+	}
+	c := addCommon(cmd, [3]string{"http", "http.addr", "listen on `host:port`"})
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		set, warnings, err := c.load(a, cmd)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		if set.HTTP.Addr == "" {
+			set.HTTP.Addr = defaultDashboardAddr
+		}
+		log := newLogger(a.stderr, set)
+		for _, w := range warnings {
+			log.Warn(w)
+		}
+		pool, err := newPool(set.Redis, set.poolSize(), nil)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		defer pool.Close()
+		// Gauges only: the tasks run in other processes, whose own
+		// /metrics count them.
+		eng := set.engineConfig(log)
+		mh, err := metricsHandler(pool, &eng)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		h, err := a.newHTTP(set, pool, log, nil, mh)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		if err := h.serve(cmd.Context()); err != nil && !errors.Is(err, context.Canceled) {
+			return a.fail("dashboard", err)
+		}
+		log.Info("stopped")
+		return nil
+	}
+	return cmd
+}

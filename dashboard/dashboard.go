@@ -1,0 +1,613 @@
+// Package dashboard is bucketq's web dashboard: server-rendered pages
+// (html/template) over a [Backend], with every asset embedded, so a
+// binary that mounts it needs nothing else installed and the browser
+// makes no request to another site.
+//
+// Pages: the overview (queues, sizes, latency, a chart of processed and
+// failed tasks per minute sampled by this process), a queue's tasks by
+// state with paging, search, selection and bulk actions, one task, the
+// workers, the dead letters, and the periodic entries.
+//
+// Changing anything needs the token the process was given: a browser
+// signs in with it once (a session cookie) and every form carries a CSRF
+// value checked against a cookie, together with the Origin and
+// Sec-Fetch-Site headers; a script sends "Authorization: Bearer TOKEN".
+// Without a token, or in read-only mode, no action is offered and every
+// state-changing request is refused with 403.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Defaults of Options.
+const (
+	DefaultSampleEvery = 5 * time.Second
+	DefaultPageSize    = 25
+	chartWindow        = time.Hour
+	requestTimeout     = 10 * time.Second
+)
+
+// Options configures [New].
+type Options struct {
+	// Token is what signs a browser in and what a script sends as a
+	// bearer token. Empty: nothing can be changed.
+	Token string
+	// ReadOnly offers no action and refuses every change, token or not.
+	ReadOnly bool
+	// SampleEvery is how often Run samples the processed and failed
+	// totals for the chart; 0 is DefaultSampleEvery.
+	SampleEvery time.Duration
+	// PageSize is the number of tasks on a page; 0 is DefaultPageSize.
+	PageSize int
+	// Logger receives errors; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Dashboard is the dashboard's http.Handler. Run samples the chart's
+// figures; without it the chart stays empty.
+type Dashboard struct {
+	b     Backend
+	opts  Options
+	mux   *http.ServeMux
+	tmpl  map[string]*template.Template
+	hist  *history
+	sess  sessions
+	guess guesses
+	start time.Time
+}
+
+// New returns the dashboard over b.
+func New(b Backend, opts Options) (*Dashboard, error) {
+	if b == nil {
+		return nil, errors.New("dashboard: nil backend")
+	}
+	if opts.SampleEvery <= 0 {
+		opts.SampleEvery = DefaultSampleEvery
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = DefaultPageSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	d := &Dashboard{b: b, opts: opts, mux: http.NewServeMux(), tmpl: map[string]*template.Template{},
+		hist: newHistory(int(chartWindow/opts.SampleEvery) + 1), start: opts.Now()}
+	for _, page := range []string{"overview", "queue", "task", "workers", "periodic", "confirm", "login", "error"} {
+		t, err := template.New("layout.html").Funcs(d.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
+		}
+		d.tmpl[page] = t
+	}
+	static, _ := fs.Sub(staticFS, "static")
+	d.mux.Handle("GET /static/", http.StripPrefix("/static/", cacheForever(http.FileServerFS(static))))
+	d.mux.HandleFunc("GET /{$}", d.overview)
+	d.mux.HandleFunc("GET /queues/{queue}", d.queue)
+	d.mux.HandleFunc("GET /tasks/{id}", d.task)
+	d.mux.HandleFunc("GET /tasks", func(w http.ResponseWriter, r *http.Request) {
+		// The header's "Task id" box: any task, done and cancelled ones too.
+		id := strings.TrimSpace(r.URL.Query().Get("id"))
+		if id == "" {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		http.Redirect(w, r, "/tasks/"+url.PathEscape(id), http.StatusSeeOther)
+	})
+	d.mux.HandleFunc("GET /workers", d.workers)
+	d.mux.HandleFunc("GET /dead", d.dead)
+	d.mux.HandleFunc("GET /periodic", d.periodic)
+	d.mux.HandleFunc("GET /login", d.loginPage)
+	d.mux.HandleFunc("POST /login", d.login)
+	d.mux.HandleFunc("POST /logout", d.logout)
+	d.mux.HandleFunc("POST /actions", d.act)
+	d.mux.HandleFunc("POST /queues/{queue}/pause", d.notYet)
+	d.mux.HandleFunc("POST /queues/{queue}/resume", d.notYet)
+	return d, nil
+}
+
+// ServeHTTP serves the dashboard with its security headers: a content
+// security policy that allows this origin only, no framing.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if !strings.HasPrefix(r.URL.Path, "/static/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	d.mux.ServeHTTP(w, r)
+}
+
+func cacheForever(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Run samples the processed and failed totals every SampleEvery until
+// ctx ends. It returns ctx's error.
+func (d *Dashboard) Run(ctx context.Context) error {
+	t := time.NewTicker(d.opts.SampleEvery)
+	defer t.Stop()
+	for {
+		d.sample(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Dashboard) sample(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.SampleEvery)
+	defer cancel()
+	qs, err := d.b.Queues(ctx)
+	if err != nil && len(qs) == 0 {
+		d.opts.Logger.Warn("dashboard: sampling queue totals", "err", err)
+		return
+	}
+	s := sample{at: d.opts.Now()}
+	for _, q := range qs {
+		s.processed += q.Processed
+		s.failed += q.Failed
+	}
+	d.hist.add(s)
+}
+
+// canAct says whether actions are offered at all.
+func (d *Dashboard) canAct() bool { return d.opts.Token != "" && !d.opts.ReadOnly }
+
+// base is what every page's layout shows.
+type base struct {
+	Title, Nav   string
+	CSRF         string
+	CanAct       bool // a token is configured and not read-only
+	SignedIn     bool
+	ReadOnly     bool
+	Flash, Error string
+	Path         string
+}
+
+func (d *Dashboard) base(w http.ResponseWriter, r *http.Request, title, nav string) base {
+	ok, bad := takeFlash(w, r)
+	return base{Title: title, Nav: nav, CSRF: csrfToken(w, r), CanAct: d.canAct(),
+		SignedIn: d.canAct() && d.signedIn(r), ReadOnly: d.opts.ReadOnly,
+		Flash: ok, Error: bad, Path: r.URL.RequestURI()}
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, page string, code int, data any) {
+	var b strings.Builder
+	if err := d.tmpl[page].Execute(&b, data); err != nil {
+		d.opts.Logger.Error("dashboard: render", "page", page, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	d.opts.Logger.Warn("dashboard", "path", r.URL.Path, "err", err)
+	d.render(w, "error", code, struct {
+		base
+		Code int
+		Msg  string
+	}{d.base(w, r, "Error", ""), code, err.Error()})
+}
+
+func ctxOf(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), requestTimeout)
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	qs, err := d.b.Queues(ctx)
+	ss, _ := d.hist.samples()
+	now := d.opts.Now()
+	var errMsg string
+	if err != nil {
+		errMsg = err.Error()
+	}
+	var tot engine.QueueInfo
+	for _, q := range qs {
+		tot.Ready += q.Ready
+		tot.Scheduled += q.Scheduled
+		tot.Running += q.Running
+		tot.Retrying += q.Retrying
+		tot.Dead += q.Dead
+		tot.Processed += q.Processed
+		tot.Failed += q.Failed
+	}
+	d.render(w, "overview", http.StatusOK, struct {
+		base
+		Queues  []engine.QueueInfo
+		Total   engine.QueueInfo
+		Chart   chart
+		Started time.Time
+		Every   time.Duration
+		ReadErr string
+	}{d.base(w, r, "Overview", "overview"), qs, tot, drawChart(ss, chartWindow, now), d.start, d.opts.SampleEvery, errMsg})
+}
+
+// states are the tabs of a queue page, in a task's usual order.
+var states = []engine.State{engine.StateScheduled, engine.StateReady, engine.StateRunning,
+	engine.StateRetrying, engine.StateDead, engine.StateDone}
+
+type tab struct {
+	State engine.State
+	Count int64
+	Known bool
+}
+
+func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
+	state := engine.State(r.URL.Query().Get("state"))
+	if state == "" {
+		state = engine.StateReady
+	}
+	d.listing(w, r, r.PathValue("queue"), state)
+}
+
+// dead lists the dead letters of every queue.
+func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
+	d.listing(w, r, "", engine.StateDead)
+}
+
+// listing is a page of tasks of queue (every queue when "") in state.
+func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string, state engine.State) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	qv := r.URL.Query()
+	if !validState(state) {
+		d.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown state %q", state))
+		return
+	}
+	page, _ := strconv.Atoi(qv.Get("page"))
+	page = max(page, 1)
+	search := strings.TrimSpace(qv.Get("q"))
+	qs, qerr := d.b.Queues(ctx)
+	var stats engine.QueueInfo
+	found := false
+	for _, q := range qs {
+		if q.Queue == name {
+			stats, found = q, true
+		}
+	}
+	if name != "" && !found && qerr == nil {
+		d.fail(w, r, http.StatusNotFound, fmt.Errorf("no queue %q: nothing was ever enqueued to it", name))
+		return
+	}
+	counts := map[engine.State]int64{engine.StateScheduled: stats.Scheduled, engine.StateReady: stats.Ready,
+		engine.StateRunning: stats.Running, engine.StateRetrying: stats.Retrying, engine.StateDead: stats.Dead}
+	var tabs []tab
+	for _, s := range states {
+		if s == engine.StateDone {
+			continue // found by id only
+		}
+		c, ok := counts[s]
+		tabs = append(tabs, tab{s, c, ok})
+	}
+	res, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: name, State: state, Search: search},
+		Cursor: qv.Get("cursor"), Limit: d.opts.PageSize})
+	var errMsg string
+	if err != nil {
+		res = &engine.TaskPage{}
+		errMsg = err.Error()
+	}
+	action := "/dead"
+	if name != "" {
+		action = "/queues/" + url.PathEscape(name)
+	}
+	link := func(p int, cursor string) string {
+		v := url.Values{"state": {string(state)}}
+		if name == "" {
+			v = url.Values{}
+		}
+		if p > 1 {
+			v.Set("page", strconv.Itoa(p))
+			v.Set("cursor", cursor)
+		}
+		if search != "" {
+			v.Set("q", search)
+		}
+		if len(v) == 0 {
+			return action
+		}
+		return action + "?" + v.Encode()
+	}
+	var first, next string
+	if page > 1 {
+		first = link(1, "")
+	}
+	if res.Next != "" {
+		next = link(page+1, res.Next)
+	}
+	title, nav := "Queue "+name, "overview"
+	if name == "" {
+		title, nav = "Dead letters", "dead"
+	}
+	d.render(w, "queue", http.StatusOK, struct {
+		base
+		Queue       string
+		Action      string
+		Tabs        []tab
+		State       engine.State
+		Search      string
+		Tasks       []*engine.TaskView
+		Total       int64
+		Page        int
+		First, Next string
+		Verbs       []engine.Action
+		ReadErr     string
+	}{d.base(w, r, title, nav), name, action, tabs, state, search, res.Tasks, res.Total,
+		page, first, next, verbsFor(state), errMsg})
+}
+
+func validState(s engine.State) bool {
+	for _, v := range states {
+		if v == s {
+			return true
+		}
+	}
+	return s == engine.StateCancelled
+}
+
+func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	ti, err := d.b.Task(ctx, r.PathValue("id"))
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
+			code = http.StatusNotFound
+		}
+		d.fail(w, r, code, err)
+		return
+	}
+	pretty, kind := prettyPayload(ti.Payload)
+	d.render(w, "task", http.StatusOK, struct {
+		base
+		T        *engine.TaskView
+		Payload  string
+		Kind     string
+		Timeline []event
+		Verbs    []engine.Action
+	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(&ti.TaskInfo), verbsFor(ti.State)})
+}
+
+func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	ws, err := d.b.Workers(ctx)
+	var errMsg string
+	if err != nil {
+		errMsg = err.Error()
+	}
+	d.render(w, "workers", http.StatusOK, struct {
+		base
+		Workers []engine.WorkerInfo
+		Now     time.Time
+		ReadErr string
+	}{d.base(w, r, "Workers", "workers"), ws, d.opts.Now(), errMsg})
+}
+
+func (d *Dashboard) periodic(w http.ResponseWriter, r *http.Request) {
+	d.render(w, "periodic", http.StatusOK, struct{ base }{d.base(w, r, "Periodic entries", "periodic")})
+}
+
+func (d *Dashboard) notYet(w http.ResponseWriter, r *http.Request) {
+	d.fail(w, r, http.StatusNotImplemented, errors.New("pausing a queue is not available in this version"))
+}
+
+func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
+	d.render(w, "login", http.StatusOK, struct {
+		base
+		Next string
+	}{d.base(w, r, "Sign in", ""), safeReturn(r.URL.Query().Get("next"))})
+}
+
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
+	if !d.canAct() {
+		d.fail(w, r, http.StatusForbidden, errors.New("this dashboard is read-only"))
+		return
+	}
+	if !d.csrfOK(r) || !d.checkToken(r.PostFormValue("token")) {
+		d.opts.Logger.Warn("dashboard: refused sign-in", "remote", r.RemoteAddr)
+		d.fail(w, r, http.StatusForbidden, errors.New("wrong token, or the form did not come from this page"))
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: d.sess.create(d.opts.Now()), Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	http.Redirect(w, r, safeReturn(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil && d.csrfOK(r) {
+		d.sess.drop(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// safeReturn is a local path to go back to: "/" for anything else.
+func safeReturn(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return "/"
+	}
+	return p
+}
+
+// act applies a verb to one task, a selection or a filter. Destructive
+// verbs, and any verb on a whole filter, show a confirmation page first.
+func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		d.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if !d.authorized(r) {
+		msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
+		if !d.canAct() {
+			msg = "refused: this dashboard is read-only"
+		}
+		d.opts.Logger.Warn("dashboard: refused action", "remote", r.RemoteAddr, "verb", r.PostFormValue("verb"))
+		d.fail(w, r, http.StatusForbidden, errors.New(msg))
+		return
+	}
+	a := action{Verb: engine.Action(r.PostFormValue("verb")), IDs: r.PostForm["id"], All: r.PostFormValue("scope") == "all",
+		Filter: engine.Filter{Queue: r.PostFormValue("queue"), State: engine.State(r.PostFormValue("state")), Search: r.PostFormValue("q")}}
+	back := safeReturn(r.PostFormValue("return"))
+	// A script (bearer token) gets JSON and no confirmation page: it
+	// confirms with confirm=yes.
+	_, script := bearer(r)
+	if _, ok := verbPast[a.Verb]; !ok {
+		d.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", a.Verb))
+		return
+	}
+	if a.All {
+		a.IDs = nil
+		if !validState(a.Filter.State) {
+			d.fail(w, r, http.StatusBadRequest, errors.New("an action on a filter needs a state"))
+			return
+		}
+	} else if len(a.IDs) == 0 {
+		if script {
+			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "no task: give id=ID (repeatable) or scope=all with state (and queue, q)"})
+			return
+		}
+		redirectFlash(w, r, back, "err", "select at least one task")
+		return
+	}
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	if (destructive(a.Verb) || a.All) && r.PostFormValue("confirm") != "yes" {
+		if script {
+			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "cancel, delete and actions on every task of a filter need confirm=yes"})
+			return
+		}
+		matching, exact := int64(len(a.IDs)), true
+		if a.All {
+			p, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: a.Filter.Queue, State: a.Filter.State}, Limit: 1})
+			if err != nil {
+				d.fail(w, r, http.StatusBadRequest, err)
+				return
+			}
+			// With a search, the state's count bounds the matches.
+			matching, exact = p.Total, a.Filter.Search == ""
+		}
+		d.render(w, "confirm", http.StatusOK, struct {
+			base
+			A        action
+			Matching int64
+			Exact    bool
+			Return   string
+		}{d.base(w, r, "Confirm", ""), a, matching, exact, back})
+		return
+	}
+	var res engine.ActionResult
+	var err error
+	if a.All {
+		res, err = d.b.ActAll(ctx, a.Verb, a.Filter)
+	} else {
+		res, err = d.b.Act(ctx, a.Verb, a.IDs...)
+	}
+	msg := fmt.Sprintf("%s: %d task%s", verbPast[a.Verb], res.Done, plural(res.Done))
+	if res.Skipped > 0 {
+		msg += fmt.Sprintf("; %d skipped (no longer in a state it applies to)", res.Skipped)
+	}
+	if res.Missing > 0 {
+		msg += fmt.Sprintf("; %d no longer exist", res.Missing)
+	}
+	log := d.opts.Logger.With("verb", a.Verb, "queue", a.Filter.Queue, "state", a.Filter.State, "all", a.All,
+		"done", res.Done, "skipped", res.Skipped, "missing", res.Missing, "remote", r.RemoteAddr)
+	if err != nil {
+		log.Warn("dashboard: action failed part way", "err", err)
+		if script {
+			replyJSON(w, http.StatusInternalServerError, struct {
+				engine.ActionResult
+				Error string `json:"error"`
+			}{res, err.Error()})
+			return
+		}
+		redirectFlash(w, r, back, "err", msg+"; then it failed: "+err.Error())
+		return
+	}
+	log.Info("dashboard: action")
+	if script {
+		replyJSON(w, http.StatusOK, res)
+		return
+	}
+	redirectFlash(w, r, back, "ok", msg)
+}
+
+func replyJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// flashCookie carries the outcome of an action to the page the browser
+// is sent back to (a cookie rather than the URL, so that no link can put
+// words in the dashboard's mouth).
+const flashCookie = "bq_flash"
+
+func redirectFlash(w http.ResponseWriter, r *http.Request, to, kind, msg string) {
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(kind + ":" + msg), Path: "/",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// takeFlash reads the flash cookie and clears it.
+func takeFlash(w http.ResponseWriter, r *http.Request) (ok, bad string) {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return "", ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1})
+	v, err := url.QueryUnescape(c.Value)
+	if err != nil {
+		return "", ""
+	}
+	kind, msg, _ := strings.Cut(v, ":")
+	if kind == "ok" {
+		return msg, ""
+	}
+	return "", msg
+}

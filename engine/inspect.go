@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Inspector reads and steers the tasks, queues and workers of one
+// namespace: the library behind `engine tasks`, `engine queues`,
+// `engine workers` and the dashboard. Every call is bounded: a listing
+// reads at most a fixed number of commands and elements per page whatever
+// the number of tasks, and a bulk action works in batches of at most
+// MaxActionBatch tasks, each one optimistic transaction. It is safe for
+// concurrent use and never closes the pool it is given.
+type Inspector struct {
+	pool  *redis.Pool
+	cfg   Config
+	store *buckets.Store
+}
+
+// NewInspector returns an Inspector over pool for cfg's namespace (zero
+// fields take their defaults); it reports a bad cfg.
+func NewInspector(pool *redis.Pool, cfg Config) (*Inspector, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("engine: NewInspector: nil pool: %w", ErrInvalidOption)
+	}
+	cfg, st, err := cfg.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{pool: pool, cfg: cfg, store: st}, nil
+}
+
+// Inspector returns an Inspector sharing the Client's pool and Config.
+func (c *Client) Inspector() *Inspector {
+	return &Inspector{pool: c.pool, cfg: c.cfg, store: c.store}
+}
+
+// ErrNotListable: ListTasks of a state whose tasks no structure indexes
+// (done, cancelled). Their records are reachable only by id (Task): a
+// list of them would need a KEYS walk of the whole database, or a write
+// per finished task on the workers' hot path.
+var ErrNotListable = errors.New("engine: tasks in this state cannot be listed")
+
+func (in *Inspector) conn(ctx context.Context) (redis.Conn, error) {
+	conn, err := in.pool.GetContext(ctx)
+	if err != nil {
+		return nil, failed("get a connection", err)
+	}
+	return conn, nil
+}
+
+// QueueInfo is one queue's figures, read in one atomic step (one
+// MULTI/EXEC of reads), so its sizes agree with each other.
+type QueueInfo struct {
+	Queue string `json:"queue"`
+	// Sizes by state. Scheduled counts the ids in the queue's buckets,
+	// retries waiting for their next attempt included; Retrying counts
+	// the failed tasks not yet run again (waiting in a bucket, or already
+	// due in the ready list).
+	Scheduled int64 `json:"scheduled"`
+	Ready     int64 `json:"ready"`
+	Running   int64 `json:"running"`
+	Retrying  int64 `json:"retrying"`
+	Dead      int64 `json:"dead"`
+	// Totals since the queue was first used.
+	Processed int64 `json:"processed"`
+	Failed    int64 `json:"failed"` // handler runs that failed
+	Recovered int64 `json:"recovered"`
+	Cancelled int64 `json:"cancelled"`
+	// Latency is the age of the oldest ready task: how long the task a
+	// worker takes next has been due. Zero when none is ready.
+	Latency time.Duration `json:"latency_ns"`
+	// Paused reports whether the queue is paused. Queues cannot be
+	// paused yet: it is always false until pause/resume exists, and is
+	// here so that displays need not change then.
+	Paused bool `json:"paused"`
+}
+
+// Queues reports every queue that was ever enqueued to, sorted by name,
+// all read in one MULTI/EXEC (three commands per queue), then the oldest
+// ready records in one MGET. A queue whose figures cannot all be read (a
+// key of the wrong type) is still returned, with what could be read, and
+// the error names it.
+func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	names, err := in.store.QueueNames(ctx, conn)
+	if err != nil {
+		return nil, failed("list queues", err)
+	}
+	return in.queues(ctx, conn, names)
+}
+
+// Queue reports one queue's figures, as Queues does.
+func (in *Inspector) Queue(ctx context.Context, name string) (*QueueInfo, error) {
+	if err := ValidateQueue(name); err != nil {
+		return nil, err
+	}
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	qs, err := in.queues(ctx, conn, []string{name})
+	if len(qs) != 1 {
+		return nil, err
+	}
+	return &qs[0], err
+}
+
+func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string) ([]QueueInfo, error) {
+	snap, err := in.store.Snapshot(ctx, conn, names)
+	if err != nil {
+		return nil, failed("read queues", err)
+	}
+	var ids []string
+	var at []int
+	out := make([]QueueInfo, len(snap))
+	var errs []error
+	for i, s := range snap {
+		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
+			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Paused: in.paused(s.Queue)}
+		if s.Err != nil {
+			errs = append(errs, s.Err)
+		}
+		if s.OldestReady != "" {
+			ids = append(ids, s.OldestReady)
+			at = append(at, i)
+		}
+	}
+	recs, _, err := in.store.Records(ctx, conn, ids)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	now := in.cfg.Clock.Now()
+	for j, r := range recs {
+		if r != nil {
+			out[at[j]].Latency = max(0, now.Sub(fromMs(r.Due)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, failed("read queues", err)
+	}
+	return out, nil
+}
+
+// paused is the hook for pause/resume: no queue can be paused yet.
+func (in *Inspector) paused(string) bool { return false }
+
+// TaskView is a task as the inspector shows it: what Lookup reports,
+// plus the running lease and a preview of the payload.
+type TaskView struct {
+	TaskInfo
+	// Lease is a running task's lease deadline (on its worker's clock).
+	Lease time.Time
+	// Preview is the payload's start, printable, at most PreviewLen
+	// characters, ending with "…" when cut.
+	Preview string
+}
+
+// PreviewLen is how many characters of a payload TaskView.Preview keeps.
+const PreviewLen = 64
+
+// Preview returns a printable preview of p of at most n characters:
+// the text itself if it is UTF-8 (control characters shown as '.'),
+// otherwise its bytes in hex; "…" marks a cut.
+func Preview(p []byte, n int) string {
+	if n < 1 {
+		return ""
+	}
+	var s string
+	if utf8.Valid(p) {
+		s = strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return '.'
+			}
+			return r
+		}, string(p))
+	} else {
+		s = fmt.Sprintf("%x", p[:min(len(p), n)])
+	}
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func viewOf(r *buckets.Record, where buckets.Where) *TaskView {
+	v := &TaskView{TaskInfo: *infoFromRecord(r, where), Preview: Preview(r.Payload, PreviewLen)}
+	if r.State == buckets.StateRunning {
+		v.Lease = fromMs(r.Deadline)
+	}
+	return v
+}
+
+// Task looks a task up by id in any state, done and cancelled included
+// (while their records are kept). It matches ErrNotFound when there is no
+// such task.
+func (in *Inspector) Task(ctx context.Context, id string) (*TaskView, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	r, where, err := in.store.Lookup(ctx, conn, id)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return nil, refused(ErrNotFound, err, "task %s not found (never enqueued, or its record expired)", id)
+	}
+	if err != nil {
+		return nil, failed("look up task "+id, err)
+	}
+	return viewOf(r, where), nil
+}
+
+// WorkerInfo is one registered worker process.
+type WorkerInfo struct {
+	ID string `json:"id"`
+	// Alive: its heartbeat key exists. A dead worker stays registered
+	// until a reaper has returned its tasks.
+	Alive bool   `json:"alive"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	// Started is when the process started, if its heartbeat says.
+	Started time.Time `json:"started,omitzero"`
+	// LastBeat is when its last heartbeat was sent (the worker's clock),
+	// and HeartbeatAge how long ago that is on this process's clock.
+	LastBeat     time.Time     `json:"last_beat,omitzero"`
+	HeartbeatAge time.Duration `json:"heartbeat_age_ns"`
+	// HeartbeatTTL is what is left of its heartbeat key's TTL.
+	HeartbeatTTL time.Duration `json:"heartbeat_ttl_ns"`
+	Queues       []string      `json:"queues,omitempty"`
+	// Types lists the task types it handles, if its heartbeat says.
+	Types       []string `json:"types,omitempty"`
+	Concurrency int      `json:"concurrency,omitempty"`
+	// Running counts the tasks it runs now; Tasks lists the first of
+	// them (at most WorkerTaskLimit), by lease deadline.
+	Running int64 `json:"running"`
+	// Inflight counts ids it took and has not claimed yet.
+	Inflight int64         `json:"inflight"`
+	Tasks    []RunningTask `json:"tasks,omitempty"`
+}
+
+// RunningTask is one entry of a worker's pending set.
+type RunningTask struct {
+	ID    string    `json:"id"`
+	Lease time.Time `json:"lease"`
+}
+
+// WorkerTaskLimit is how many running tasks Workers lists per worker.
+const WorkerTaskLimit = 20
+
+// Workers lists every registered worker process, sorted by id, read in
+// one MULTI/EXEC (five commands per worker, whatever it runs).
+func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	snap, err := in.store.WorkerSnapshots(ctx, conn, WorkerTaskLimit)
+	if err != nil {
+		return nil, failed("list workers", err)
+	}
+	now := in.cfg.Clock.Now()
+	out := make([]WorkerInfo, len(snap))
+	var errs []error
+	for i, s := range snap {
+		w := WorkerInfo{ID: s.ID, Alive: s.Info != nil, Running: s.Running, Inflight: s.Inflight}
+		if s.TTL > 0 {
+			w.HeartbeatTTL = time.Duration(s.TTL) * time.Second
+		}
+		if s.Info != nil {
+			var hb struct {
+				Host        string   `json:"host"`
+				PID         int      `json:"pid"`
+				Queues      []string `json:"queues"`
+				Types       []string `json:"types"`
+				Concurrency int      `json:"concurrency"`
+				At          string   `json:"at"`
+				Started     string   `json:"started"`
+			}
+			if err := json.Unmarshal(s.Info, &hb); err == nil {
+				w.Host, w.PID, w.Queues, w.Types, w.Concurrency = hb.Host, hb.PID, hb.Queues, hb.Types, hb.Concurrency
+				if t, err := time.Parse(time.RFC3339Nano, hb.At); err == nil {
+					w.LastBeat = t
+					w.HeartbeatAge = max(0, now.Sub(t))
+				}
+				if t, err := time.Parse(time.RFC3339Nano, hb.Started); err == nil {
+					w.Started = t
+				}
+			}
+		}
+		for _, t := range s.Tasks {
+			w.Tasks = append(w.Tasks, RunningTask{ID: t.ID, Lease: fromMs(t.Score)})
+		}
+		if s.Err != nil {
+			errs = append(errs, s.Err)
+		}
+		out[i] = w
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, failed("list workers", err)
+	}
+	return out, nil
+}

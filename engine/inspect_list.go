@@ -1,0 +1,315 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// Filter names tasks: those of a queue in a state, optionally matching a
+// search.
+type Filter struct {
+	// Queue is required for scheduled, ready and retrying; for running
+	// and dead, "" means every queue.
+	Queue string
+	// State is one of StateScheduled, StateReady, StateRunning,
+	// StateRetrying, StateDead. Done and cancelled tasks are found by id
+	// (Task), see ErrNotListable.
+	State State
+	// Search, when set, keeps the tasks whose id or type equals it or
+	// whose payload contains it.
+	Search string
+}
+
+// ListOptions is a Filter, a page size and where to resume.
+type ListOptions struct {
+	Filter
+	// Limit is the most tasks a page returns: 1 to MaxListLimit; zero
+	// means DefaultListLimit.
+	Limit int
+	// Cursor is the Next of the previous page; "" starts at the
+	// beginning.
+	Cursor string
+}
+
+// Page sizes of ListTasks.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+	// SearchScan is how many tasks a page with a Search (or a state that
+	// must be told apart by reading records: retrying, and running or
+	// dead of one queue) reads at most, matches or not.
+	SearchScan = 1000
+)
+
+// TaskPage is one page of ListTasks.
+type TaskPage struct {
+	Tasks []*TaskView
+	// Total is the exact number of tasks in the state (of the queue, or
+	// of all queues), as of this page's read; it counts the state, not
+	// the matches of a Search. For retrying it is the Retrying gauge,
+	// which also counts failed tasks already due in the ready list.
+	Total int64
+	// Next resumes the listing after this page; "" when the listing is
+	// complete. A page may hold fewer than Limit tasks (even none) and
+	// still have a Next: each call reads a bounded amount.
+	Next string
+}
+
+// cursor is the state of a listing between pages. In a list (ready list,
+// bucket), Seen holds a hash of each id the page read (the last maxSeen)
+// and Pos the position of the last (from the end where the list is
+// consumed); Ts is the bucket. In a sorted set (pending sets, dead
+// letters), Worker and Score are the place reached, Anchors the last id
+// read and Pos how many of that score were read.
+type cursor struct {
+	Seen    []byte   `json:"h,omitempty"`
+	Anchors []string `json:"a,omitempty"`
+	Pos     int64    `json:"p,omitempty"`
+	Ts      int64    `json:"t,omitempty"`
+	Worker  string   `json:"w,omitempty"`
+	Score   *int64   `json:"s,omitempty"`
+	Done    bool     `json:"d,omitempty"` // the current bucket or worker is finished
+}
+
+const cursorAnchors = 3
+
+// slack is how far a list's consumption may move an anchor between two
+// pages before a page spends its call looking for it (it then returns no
+// task, and a Next that goes on looking).
+const slack = 1000
+
+func (c cursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (cursor, error) {
+	var c cursor
+	if s == "" {
+		return c, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		err = d.Decode(&c)
+	}
+	if err != nil || c.Pos < 0 || len(c.Anchors) > 1 || len(c.Seen)%8 != 0 || len(c.Seen) > 8*maxSeen {
+		return c, fmt.Errorf("engine: cursor %q: not a cursor of ListTasks: %w", s, ErrInvalidOption)
+	}
+	return c, nil
+}
+
+func (o *ListOptions) check() error {
+	if o.Limit == 0 {
+		o.Limit = DefaultListLimit
+	}
+	if o.Limit < 1 || o.Limit > MaxListLimit {
+		return fmt.Errorf("engine: list limit %d: want 1 to %d: %w", o.Limit, MaxListLimit, ErrInvalidOption)
+	}
+	return o.Filter.check()
+}
+
+func (f *Filter) check() error {
+	switch f.State {
+	case StateScheduled, StateReady, StateRetrying:
+		if err := ValidateQueue(f.Queue); err != nil {
+			return err
+		}
+	case StateRunning, StateDead:
+		if f.Queue != "" {
+			if err := ValidateQueue(f.Queue); err != nil {
+				return err
+			}
+		}
+	case StateDone, StateCancelled:
+		return fmt.Errorf("engine: %s tasks are found by id only (their records are indexed nowhere): %w", f.State, ErrNotListable)
+	default:
+		return fmt.Errorf("engine: state %q: want scheduled, ready, running, retrying or dead: %w", f.State, ErrInvalidOption)
+	}
+	return nil
+}
+
+// matches reports whether v is one of the filter's tasks.
+func (f *Filter) matches(r *buckets.Record, v *TaskView) bool {
+	if f.Queue != "" && r.Queue != f.Queue {
+		return false
+	}
+	switch f.State {
+	case StateScheduled:
+		if v.State != StateScheduled && v.State != StateRetrying {
+			return false
+		}
+	case StateReady:
+		if v.State != StateReady {
+			return false
+		}
+	default:
+		if v.State != f.State {
+			return false
+		}
+	}
+	if f.Search == "" {
+		return true
+	}
+	return r.ID == f.Search || r.Type == f.Search || bytes.Contains(r.Payload, []byte(f.Search))
+}
+
+// scan is how many entries a page reads at most.
+func (o *ListOptions) scan() int {
+	if o.Search != "" || o.State == StateRetrying || (o.Queue != "" && (o.State == StateRunning || o.State == StateDead)) {
+		return max(o.Limit, SearchScan)
+	}
+	return o.Limit
+}
+
+// ListTasks lists one page of the tasks of a queue in a state, in the
+// order they will be taken: scheduled and retrying in due order (bucket
+// by bucket, then in each bucket's order), ready in pop order, running by
+// worker then lease deadline, dead newest first.
+//
+// Each page costs a fixed number of commands (at most a few plus one per
+// bucket or worker it visits, never more than Limit of those) and reads at
+// most Limit entries, or SearchScan when it must judge entries by their
+// records; the page's entries are read in one MULTI/EXEC where they come
+// from one list. Paging while tasks move returns no task twice and skips
+// none that stayed in its state, as long as fewer than about a thousand
+// tasks left a list ahead of the page between two calls; a task that
+// leaves its state and comes back (a retry, a recovery) may be listed
+// again.
+func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	cur, err := decodeCursor(opts.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var page *TaskPage
+	switch opts.State {
+	case StateReady:
+		page, err = in.listReady(ctx, conn, &opts, cur)
+	case StateScheduled, StateRetrying:
+		page, err = in.listScheduled(ctx, conn, &opts, cur)
+	case StateRunning:
+		page, err = in.listRunning(ctx, conn, &opts, cur)
+	case StateDead:
+		page, err = in.listDead(ctx, conn, &opts, cur)
+	}
+	if err != nil {
+		return nil, failed(fmt.Sprintf("list %s tasks", opts.State), err)
+	}
+	return page, nil
+}
+
+// total reads the gauge of the filter's state (summed over every queue
+// when Queue is ""): one HGETALL per queue concerned.
+func (in *Inspector) total(ctx context.Context, conn redis.Conn, f *Filter) (int64, error) {
+	names := []string{f.Queue}
+	if f.Queue == "" {
+		var err error
+		if names, err = in.store.QueueNames(ctx, conn); err != nil {
+			return 0, err
+		}
+	}
+	snap, err := in.store.Snapshot(ctx, conn, names)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, s := range snap {
+		switch f.State {
+		case StateScheduled:
+			n += s.Scheduled
+		case StateRetrying:
+			n += s.Retrying
+		case StateRunning:
+			n += s.Running
+		case StateDead:
+			n += s.Dead
+		case StateReady:
+			n += s.Ready
+		}
+	}
+	return n, nil
+}
+
+// judge reads the records of ids (one MGET) and returns the views of
+// those matching the filter, up to limit, and how many ids it went
+// through to find them.
+func (in *Inspector) judge(ctx context.Context, conn redis.Conn, f *Filter, ids []string, where buckets.Where, limit int) ([]*TaskView, int, error) {
+	recs, _, err := in.store.Records(ctx, conn, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []*TaskView
+	for i, r := range recs {
+		if len(out) == limit {
+			return out, i, nil
+		}
+		if r == nil {
+			continue // moved on meanwhile, or a bad record the claim buries
+		}
+		v := viewOf(r, where)
+		if f.matches(r, v) {
+			out = append(out, v)
+		}
+	}
+	return out, len(recs), nil
+}
+
+// maxSeen is how many ids of a page a list cursor remembers.
+const maxSeen = 128
+
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// seenOf hashes the last maxSeen of ids for a cursor.
+func seenOf(ids []string) []byte {
+	ids = ids[max(0, len(ids)-maxSeen):]
+	out := make([]byte, 0, 8*len(ids))
+	for _, id := range ids {
+		out = binary.BigEndian.AppendUint64(out, idHash(id))
+	}
+	return out
+}
+
+type seenSet map[uint64]bool
+
+func (c cursor) seen() seenSet {
+	s := seenSet{}
+	for i := 0; i+8 <= len(c.Seen); i += 8 {
+		s[binary.BigEndian.Uint64(c.Seen[i:])] = true
+	}
+	return s
+}
+
+func (s seenSet) has(id string) bool { return len(s) > 0 && s[idHash(id)] }
+
+// anchored finds where to resume in a window of a list: after the latest
+// id of the previous page still in it. It returns the index in window to
+// start from, and whether such an id was found.
+func anchored(window []string, seen seenSet) (int, bool) {
+	for i := len(window) - 1; i >= 0; i-- {
+		if seen.has(window[i]) {
+			return i + 1, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// pageWhileMoving pages through a listing while tasks leave it, and
+// checks that no id comes twice and that every id still in the listed
+// structure at the end (so in it the whole time) was listed.
+func pageWhileMoving(t *testing.T, in *Inspector, opts ListOptions, remaining func() []string, moved func() bool) {
+	t.Helper()
+	ctx := checkCtx(t, time.Minute)
+	seen := map[string]bool{}
+	pages := 0
+	for {
+		p, err := in.ListTasks(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, v := range p.Tasks {
+			if seen[v.ID] {
+				t.Fatalf("page %d: %s listed twice", pages, v.ID)
+			}
+			seen[v.ID] = true
+		}
+		if p.Next == "" {
+			break
+		}
+		opts.Cursor = p.Next
+		time.Sleep(time.Millisecond) // pace the pages so that tasks move between them
+	}
+	if !moved() {
+		t.Fatalf("nothing moved while %d pages were read: the test proves nothing", pages)
+	}
+	rest := remaining()
+	for _, id := range rest {
+		if !seen[id] {
+			t.Fatalf("%s stayed %s throughout but was not listed (%d listed in %d pages, %d remain)", id, opts.State, len(seen), pages, len(rest))
+		}
+	}
+	t.Logf("%s: %d listed in %d pages while tasks moved; %d still there at the end", opts.State, len(seen), pages, len(rest))
+}
+
+// Paging the ready list while workers consume it.
+func TestInspectPagingReadyWhileConsumed(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Concurrency = 4
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	const n = 3000
+	batch := make([]NewTask, n)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t", Payload: []byte(fmt.Sprint(i))}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	w, err := NewWorker(e.pool, e.cfg, HandlerFunc(func(context.Context, *Task) error {
+		ran.Add(1)
+		time.Sleep(time.Millisecond)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runBackground(t, w.Run)
+	waitFor(t, 10*time.Second, "the worker to start", func() bool { return ran.Load() > 0 })
+	admin := e.admin(t)
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateReady}, Limit: 25},
+		func() []string {
+			stop()
+			ids, err := redis.Strings(admin.Do("LRANGE", e.key("q:default"), 0, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}, func() bool { return ran.Load() > 100 })
+}
+
+// Paging the scheduled tasks while the dispatcher moves their buckets.
+func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Resolution = time.Millisecond
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	const n = 3000
+	start := time.Now().Add(300 * time.Millisecond)
+	batch := make([]NewTask, n)
+	for i := range batch {
+		// Three tasks per bucket, buckets a millisecond apart.
+		batch[i] = NewTask{Type: "t", Options: []Option{At(start.Add(time.Duration(i/3) * time.Millisecond))}}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDispatcher(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runBackground(t, d.Run)
+	admin := e.admin(t)
+	waitFor(t, 10*time.Second, "the dispatcher to start moving", func() bool {
+		n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))
+		return n > 0
+	})
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateScheduled}, Limit: 20},
+		func() []string {
+			stop()
+			ms, err := redis.Strings(admin.Do("ZRANGE", e.key("sched"), 0, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range ms {
+				l, err := redis.Strings(admin.Do("LRANGE", e.key("b:"+m), 0, -1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, l...)
+			}
+			return ids
+		}, func() bool {
+			n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))
+			return n > 100
+		})
+}
+
+// The cursor finds its place again after more than a window of the list
+// was consumed between two pages, and after the page's last ids were
+// removed (cancelled, deleted): no id twice, none skipped that stayed.
+func TestInspectPagingAnchorsMoved(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	const n = 4000
+	batch := make([]NewTask, n)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t"}
+	}
+	ids, err := idsOf(c.EnqueueBatch(ctx, batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := e.admin(t)
+	seen := map[string]bool{}
+	take := func(p *TaskPage) {
+		for _, v := range p.Tasks {
+			if seen[v.ID] {
+				t.Fatalf("%s listed twice", v.ID)
+			}
+			seen[v.ID] = true
+		}
+	}
+	opts := ListOptions{Filter: Filter{Queue: "default", State: StateReady}, Limit: 10}
+	p, err := in.ListTasks(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(p)
+	// Take 1500 (more than the window's slack) from the pop end.
+	if res, err := in.Act(ctx, ActionDelete, ids[:1500]...); err != nil || res.Done != 1500 {
+		t.Fatalf("delete the first 1500: %+v, %v", res, err)
+	}
+	opts.Cursor = p.Next
+	p, err = in.ListTasks(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(p)
+	// Remove this page's last three ids (the cursor's anchors).
+	for _, v := range p.Tasks[len(p.Tasks)-3:] {
+		if _, err := in.Act(ctx, ActionCancel, v.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.Cursor = p.Next
+	pages := 2
+	for opts.Cursor != "" {
+		p, err = in.ListTasks(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		take(p)
+		opts.Cursor = p.Next
+		pages++
+	}
+	rest, err := redis.Strings(admin.Do("LRANGE", e.key("q:default"), 0, -1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range rest {
+		if !seen[id] {
+			t.Fatalf("%s stayed ready but was not listed", id)
+		}
+	}
+	if len(rest) < n-1500-20 || len(ids) != n {
+		t.Fatalf("%d left of %d", len(rest), n)
+	}
+	t.Logf("%d listed in %d pages; %d remain", len(seen), pages, len(rest))
+	requireClean(t, c)
+}
+
+// Paging the dead letters while workers bury more and the listed ones
+// are retried: newest first by the time they died, so new ones land
+// before the walk and are not listed, and every one that stayed dead is.
+func TestInspectPagingDeadWhileBurying(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.UnknownType = UnknownDead
+	e.cfg.Concurrency = 4
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 1500)
+	for i := range batch {
+		batch[i] = NewTask{Type: "nobody"}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(e.pool, e.cfg, NewMux())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runBackground(t, w.Run)
+	waitFor(t, 20*time.Second, "1000 dead letters", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Dead >= 1000
+	})
+	admin := e.admin(t)
+	dead := func() []string {
+		ids, err := redis.Strings(admin.Do("ZRANGE", e.key("dead"), 0, -1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	// Those buried after the listing began are newer than its first page:
+	// the listing does not promise them.
+	atStart := map[string]bool{}
+	for _, id := range dead() {
+		atStart[id] = true
+	}
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateDead}, Limit: 20},
+		func() []string {
+			stop()
+			var stayed []string
+			for _, id := range dead() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			return stayed
+		}, func() bool { return len(dead()) > len(atStart) })
+}
+
+// Paging the running tasks while they finish and others start.
+func TestInspectPagingRunningWhileFinishing(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Concurrency = 40
+	c := e.client(t)
+	in := c.Inspector()
+	ctx := checkCtx(t, time.Minute)
+	batch := make([]NewTask, 2000)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t", Payload: []byte{byte(i % 10 * 3)}}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, t *Task) error {
+		ran.Add(1)
+		// One in ten runs until the listing is over, the rest a few
+		// milliseconds.
+		if t.Payload[0] == 0 {
+			<-release
+		}
+		time.Sleep(time.Duration(t.Payload[0]) * time.Millisecond)
+		return nil
+	})
+	var stops []func()
+	var workers []*Worker
+	for i := 0; i < 2; i++ {
+		w, err := NewWorker(e.pool, e.cfg, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+		stops = append(stops, runBackground(t, w.Run))
+	}
+	waitFor(t, 10*time.Second, "tasks running", func() bool {
+		q, err := in.Queue(ctx, "default")
+		return err == nil && q.Running >= 40
+	})
+	admin := e.admin(t)
+	pending := func() map[string]bool {
+		out := map[string]bool{}
+		for _, w := range workers {
+			ids, err := redis.Strings(admin.Do("ZRANGE", e.key("p:"+w.ID()), 0, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				out[id] = true
+			}
+		}
+		return out
+	}
+	atStart, ranAtStart := pending(), ran.Load()
+	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateRunning}, Limit: 3},
+		func() []string {
+			var stayed []string
+			for id := range pending() {
+				if atStart[id] {
+					stayed = append(stayed, id)
+				}
+			}
+			close(release)
+			for _, stop := range stops {
+				stop()
+			}
+			return stayed
+		}, func() bool { return ran.Load() > ranAtStart })
+}

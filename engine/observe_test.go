@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// eventLog is an Observer that keeps every event.
+type eventLog struct {
+	mu sync.Mutex
+	ev []Event
+}
+
+func (l *eventLog) Observe(e Event) {
+	l.mu.Lock()
+	l.ev = append(l.ev, e)
+	l.mu.Unlock()
+}
+
+// of returns the kinds of the events about task id, in order.
+func (l *eventLog) of(id string) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	for _, e := range l.ev {
+		if e.TaskID == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (l *eventLog) count(k EventKind) (n, moved int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.ev {
+		if e.Kind == k {
+			n++
+			moved += e.Moved
+		}
+	}
+	return n, moved
+}
+
+func kinds(evs []Event) []EventKind {
+	out := make([]EventKind, len(evs))
+	for i, e := range evs {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+// TestObserverEvents follows a task that fails once through the events
+// it causes, and checks that a refused enqueue causes none.
+func TestObserverEvents(t *testing.T) {
+	e := realEnv(t)
+	log := &eventLog{}
+	e.cfg.Observer = log
+	c := e.client(t)
+	ctx := t.Context()
+	if _, err := c.Enqueue(ctx, "flaky", nil, TaskID("b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "flaky", nil, TaskID("b")); !errors.Is(err, ErrTaskExists) {
+		t.Fatalf("second enqueue of b: %v, want ErrTaskExists", err)
+	}
+	if got := kinds(log.of("b")); len(got) != 1 || got[0] != EventEnqueued {
+		t.Fatalf("events after a refused enqueue: %v, want one enqueued", got)
+	}
+	mux := NewMux()
+	mux.HandleFunc("flaky", func(_ context.Context, task *Task) error {
+		if task.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	s, err := NewServer(e.pool, e.cfg, mux, RoleDispatcher|RoleWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, s.Run)
+	waitFor(t, 10*time.Second, "b to succeed", func() bool {
+		evs := log.of("b")
+		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished && evs[len(evs)-1].Outcome == OutcomeSucceeded
+	})
+	evs := log.of("b")
+	want := []EventKind{EventEnqueued, EventStarted, EventFinished, EventRetried, EventStarted, EventFinished}
+	if got := kinds(evs); len(got) != len(want) {
+		t.Fatalf("events of b: %v, want %v", got, want)
+	}
+	for i, k := range want {
+		if evs[i].Kind != k {
+			t.Fatalf("event %d of b: %v, want %v (all: %v)", i, evs[i].Kind, k, kinds(evs))
+		}
+		if evs[i].Queue != "default" || evs[i].Type != "flaky" {
+			t.Errorf("event %d of b: queue %q type %q", i, evs[i].Queue, evs[i].Type)
+		}
+	}
+	if evs[1].Attempt != 1 || evs[4].Attempt != 2 || evs[2].Outcome != OutcomeRetry || evs[2].Err == nil || evs[5].Attempt != 2 {
+		t.Errorf("attempts and outcomes: %+v", evs)
+	}
+	if evs[4].Time.Before(evs[3].Due) {
+		t.Errorf("second start %v before the retry was due %v", evs[4].Time, evs[3].Due)
+	}
+	if evs[5].Duration < 0 || evs[1].Time.Before(evs[1].Due) {
+		t.Errorf("duration %v, start %v due %v", evs[5].Duration, evs[1].Time, evs[1].Due)
+	}
+	if n, moved := log.count(EventDispatched); n == 0 || moved < 1 {
+		t.Errorf("dispatch events %d moving %d; the retry went through a bucket", n, moved)
+	}
+}
+
+// TestObserverLeaseExpiry: a run that outlives its lease is reported
+// recovered, with its reason, and then runs again.
+func TestObserverLeaseExpiry(t *testing.T) {
+	e := realEnv(t)
+	log := &eventLog{}
+	e.cfg.Observer = log
+	e.cfg.LeaseGrace = 50 * time.Millisecond
+	release := make(chan struct{})
+	defer close(release)
+	mux := NewMux()
+	mux.HandleFunc("hang", func(_ context.Context, task *Task) error {
+		if task.Run == 1 {
+			<-release // ignores its context: hung
+		}
+		return nil
+	})
+	if _, err := e.client(t).Enqueue(t.Context(), "hang", nil, TaskID("h"), Timeout(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(e.pool, e.cfg, mux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, func(ctx context.Context) error {
+		err := w.Run(ctx)
+		return err
+	})
+	waitFor(t, 10*time.Second, "h to succeed on its second run", func() bool {
+		evs := log.of("h")
+		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished
+	})
+	got := log.of("h")
+	want := []EventKind{EventEnqueued, EventStarted, EventRecovered, EventStarted, EventFinished}
+	if len(got) != len(want) {
+		t.Fatalf("events of h: %v, want %v", kinds(got), want)
+	}
+	for i, k := range want {
+		if got[i].Kind != k {
+			t.Fatalf("events of h: %v, want %v", kinds(got), want)
+		}
+	}
+	if got[2].Reason != "lease_expired" || got[4].Outcome != OutcomeSucceeded {
+		t.Errorf("recovered reason %q, outcome %v", got[2].Reason, got[4].Outcome)
+	}
+}
+
+func TestObservers(t *testing.T) {
+	a, b := &eventLog{}, &eventLog{}
+	o := Observers(nil, a, nil, b)
+	o.Observe(Event{Kind: EventEnqueued, TaskID: "x"})
+	if len(a.of("x")) != 1 || len(b.of("x")) != 1 {
+		t.Fatalf("each observer should see the event once: %v %v", a.ev, b.ev)
+	}
+	if Observers(nil, a) != Observer(a) {
+		t.Errorf("one observer is returned as it is")
+	}
+}

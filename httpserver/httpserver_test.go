@@ -1,0 +1,136 @@
+package httpserver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/httpserver"
+	"github.com/bucketq/bucketq/internal/redistest"
+)
+
+// start serves s on a free loopback port until the test ends and returns
+// its base URL.
+func start(t *testing.T, opts httpserver.Options) string {
+	t.Helper()
+	opts.Addr = "127.0.0.1:0"
+	s, err := httpserver.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "mounted\n") }))
+	ln, err := s.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// await polls url until it answers code, for at most within.
+func await(t *testing.T, url string, code int, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, body := get(t, url)
+		if got == code {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %d %q after %v, want %d", url, got, body, within, code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestHealthzAndMount(t *testing.T) {
+	base := start(t, httpserver.Options{})
+	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	if code, body := get(t, base+"/metrics"); code != 200 || body != "mounted\n" {
+		t.Errorf("/metrics = %d %q, want the mounted handler", code, body)
+	}
+	if code, _ := get(t, base+"/nothing"); code != 404 {
+		t.Errorf("/nothing = %d, want 404", code)
+	}
+}
+
+// TestReadyzFollowsRedis stops the test's own Redis: /readyz turns 503
+// within a few seconds, and 200 again once the server is back.
+func TestReadyzFollowsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	base := start(t, httpserver.Options{Pool: srv.Pool(t), PingTimeout: 500 * time.Millisecond})
+	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz = %d %q, want 200 ready", code, body)
+	}
+	srv.Stop(t)
+	body := await(t, base+"/readyz", http.StatusServiceUnavailable, 3*time.Second)
+	if !strings.Contains(body, "redis:") {
+		t.Errorf("/readyz body %q does not name Redis", body)
+	}
+	// /healthz says the process is alive regardless.
+	if code, _ := get(t, base+"/healthz"); code != 200 {
+		t.Errorf("/healthz = %d with Redis down, want 200", code)
+	}
+	srv.Restart(t)
+	await(t, base+"/readyz", http.StatusOK, 5*time.Second)
+}
+
+func TestReadyzComponents(t *testing.T) {
+	srv := redistest.Start(t)
+	var up atomic.Bool
+	ready := func(context.Context) error {
+		if !up.Load() {
+			return errors.New("worker not started")
+		}
+		return nil
+	}
+	base := start(t, httpserver.Options{Pool: srv.Pool(t), Ready: ready})
+	code, body := get(t, base+"/readyz")
+	if code != 503 || !strings.Contains(body, "worker not started") {
+		t.Errorf("/readyz = %d %q, want 503 naming the component", code, body)
+	}
+	up.Store(true)
+	if code, _ := get(t, base+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d once ready, want 200", code)
+	}
+}
+
+func TestResolveAddr(t *testing.T) {
+	for in, want := range map[string]string{":9090": "127.0.0.1:9090", "0.0.0.0:80": "0.0.0.0:80",
+		"localhost:1": "localhost:1", "[::1]:9": "[::1]:9"} {
+		if got, err := httpserver.ResolveAddr(in); err != nil || got != want {
+			t.Errorf("ResolveAddr(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "9090", "host", "host:"} {
+		if _, err := httpserver.ResolveAddr(bad); err == nil {
+			t.Errorf("ResolveAddr(%q) = nil error", bad)
+		}
+	}
+}
