@@ -232,3 +232,33 @@ func TestPauseBadName(t *testing.T) {
 	}
 
 }
+
+// The inspector shows a paused queue as paused.
+func TestInspectorPaused(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	for _, q := range []string{"a", "b"} {
+		if _, err := c.Enqueue(ctx, "t", nil, Queue(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.PauseQueue(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := NewInspector(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := in.Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, q := range qs {
+		got[q.Queue] = q.Paused
+	}
+	if len(got) != 2 || got["a"] || !got["b"] {
+		t.Fatalf("inspector queues paused: %v, want b only", got)
+	}
+}
