@@ -298,10 +298,11 @@ type QueueStats struct {
 	Processed, Failed, Recovered, Cancelled int64
 	OldestReady                             *Record // nil when none is ready
 	NextDue                                 int64   // earliest bucket time, 0 when none
+	Paused                                  bool    // in the paused set
 }
 
 // Stats reads every known queue's counters, ready length, oldest ready
-// task and earliest bucket. It reads at most scanLimit index members to
+// task, earliest bucket and whether it is paused. It reads at most scanLimit index members to
 // find each queue's next due bucket.
 //
 // A queue whose figures cannot all be read (a key of the wrong type, a
@@ -321,12 +322,21 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 		cmds.Queue("LLEN", s.Keys.Ready(q))
 		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
 	}
+	cmds.Queue("SMEMBERS", s.Keys.Paused())
 	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
 	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
 	var errs []error
+	paused := map[string]bool{}
+	if ps, err := redis.Strings(reps[len(reps)-2], nil); err == nil {
+		for _, p := range ps {
+			paused[p] = true
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("buckets: stats: paused set: %w", err))
+	}
 	next := map[string]int64{}
 	ms, err := redis.Values(reps[len(reps)-1], nil)
 	if err != nil {
@@ -344,7 +354,7 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	out := make([]QueueStats, len(qs))
 	var oldest []string
 	for i, q := range qs {
-		st := QueueStats{Queue: q, NextDue: next[q]}
+		st := QueueStats{Queue: q, NextDue: next[q], Paused: paused[q]}
 		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]

@@ -447,6 +447,54 @@ var crashCases = []crashCase{
 	{"Beat", nothing, func(ctx context.Context, s *Store, c redis.Conn) error {
 		return s.Beat(ctx, c, w1, 60, []byte("info"))
 	}},
+	{"Claim/paused", func(ctx context.Context, s *Store, c redis.Conn) error {
+		if err := popped("a")(ctx, s, c); err != nil {
+			return err
+		}
+		return s.Pause(ctx, c, "q")
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil)
+		if err == nil && res != Paused {
+			err = fmt.Errorf("claim: %v, want Paused", res)
+		}
+		return err
+	}},
+	{"Claim/not served", popped("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		cs := ClaimState{Serves: func(string) bool { return false }, UnservedGrace: 60_000}
+		_, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, &cs)
+		if err == nil && res != NotServed {
+			err = fmt.Errorf("claim: %v, want NotServed", res)
+		}
+		return err
+	}},
+	{"Claim/not served past the grace", func(ctx context.Context, s *Store, c redis.Conn) error {
+		if err := popped("a")(ctx, s, c); err != nil {
+			return err
+		}
+		_, err := c.Do("HSET", s.Keys.Unserved("q"), "job", t0-120_000)
+		return err
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		cs := ClaimState{Serves: func(string) bool { return false }, UnservedGrace: 60_000}
+		_, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, &cs)
+		if err == nil && res != Claimed {
+			err = fmt.Errorf("claim: %v, want Claimed", res)
+		}
+		return err
+	}},
+	{"Pause", nothing, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Pause(ctx, c, "q")
+	}},
+	{"Resume", func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Pause(ctx, c, "q")
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Resume(ctx, c, "q")
+	}},
+	{"Beat/serving", func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, err := c.Do("HSET", s.Keys.Unserved("q"), "t", t0)
+		return err
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Beat(ctx, c, w1, 60, []byte("info"), Served{Queue: "q", Types: []string{"t", "u"}, TTL: 60})
+	}},
 	{"Forget", func(ctx context.Context, s *Store, c redis.Conn) error {
 		_, err := c.Do("SADD", s.Keys.Workers(), w1)
 		return err

@@ -151,3 +151,22 @@ func BucketTime(due, resolution int64) int64 {
 	}
 	return (due + resolution - 1) / resolution * resolution
 }
+
+// Paused is the set of paused queues: SET of queue names. Workers take no
+// task from a paused queue; dispatchers ignore it.
+func (k Keys) Paused() string { return k.prefix + "paused" }
+
+// Control is the namespace's control channel (pub/sub, not a key):
+// messages "pause <q>" and "resume <q>". It carries no state: the paused
+// set does.
+func (k Keys) Control() string { return k.prefix + "ctl" }
+
+// Served says that a live worker serves task type typ on queue q: STRING
+// with a TTL, refreshed by the heartbeat of each such worker.
+func (k Keys) Served(q, typ string) string { return k.prefix + "ty:" + q + ":" + typ }
+
+// Unserved holds, for queue q, the types whose tasks a worker gave back
+// while no live worker served them: HASH type → when that was first seen
+// (Unix ms on the worker's clock). A serving worker's heartbeat removes
+// its types.
+func (k Keys) Unserved(q string) string { return k.prefix + "un:" + q }

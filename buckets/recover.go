@@ -278,10 +278,25 @@ func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w strin
 // registry: MULTI; SETEX hb:<w> ttl info; SADD w <w>; EXEC. Re-adding on
 // every beat matters: a process that was cut off longer than its TTL may
 // have been forgotten by a reaper, and must be found again if it dies.
-func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error {
+//
+// For each Served given it also says which task types w serves, in the
+// same MULTI: SETEX ty:<q>:<type> ttl 1 per type; HDEL un:<q> types...
+// (those types are served again).
+func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...Served) error {
 	var cmds cmdList
 	cmds.Queue("SETEX", s.Keys.Heartbeat(w), ttl, info)
 	cmds.Queue("SADD", s.Keys.Workers(), w)
+	for _, sv := range served {
+		if len(sv.Types) == 0 {
+			continue
+		}
+		hdel := []interface{}{s.Keys.Unserved(sv.Queue)}
+		for _, t := range sv.Types {
+			cmds.Queue("SETEX", s.Keys.Served(sv.Queue, t), max(sv.TTL, 1), "1")
+			hdel = append(hdel, t)
+		}
+		cmds.Queue("HDEL", hdel...)
+	}
 	if _, err := s.exec(ctx, conn, cmds); err != nil {
 		return fmt.Errorf("buckets: heartbeat %s: %w", w, err)
 	}

@@ -36,6 +36,13 @@ func (s *Store) PopNext(q, w string) txn.Cmd {
 // retries of the claim of one popped id, and the watch a holding claim
 // left on its connection.
 type ClaimState struct {
+	// Serves, when set, tells the task types the worker has a handler
+	// for: a task of another type is given back (NotServed) instead of
+	// claimed, unless no live worker has served its type on the queue for
+	// UnservedGrace ms (see Claim).
+	Serves        func(typ string) bool
+	UnservedGrace int64
+
 	runs int
 	held *txn.Held
 }
@@ -49,9 +56,11 @@ type ClaimResult int
 
 // Claim outcomes.
 const (
-	Claimed ClaimResult = iota // the task is now running under this worker
-	Skipped                    // cancelled, or an id whose task is not waiting; dropped
-	Buried                     // record missing or malformed; a dead letter now says so
+	Claimed   ClaimResult = iota // the task is now running under this worker
+	Skipped                      // cancelled, or an id whose task is not waiting; dropped
+	Buried                       // record missing or malformed; a dead letter now says so
+	Paused                       // the queue is paused: the id is back at the pop end of its ready list
+	NotServed                    // a type the worker does not serve: the id is back at the pop end, for another worker
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -64,6 +73,24 @@ const (
 //	(cancelled, not waiting)  LREM f:<w> 1 id
 //	(missing, malformed)      LREM f:<w> 1 id; SET t:<id> dead record
 //	                          saying why; ZADD dead; HINCRBY st dead +1
+//
+// The paused set is watched too, and read with the record (SISMEMBER
+// paused q): a claimable task of a paused queue goes back instead,
+//
+//	(paused)  LREM f:<w> 1 id; RPUSH q:<q> id
+//
+// so that no task of a queue is claimed after Pause's EXEC. When cs.Serves
+// says the worker has no handler for the task's type, the claim reads
+// EXISTS ty:<q>:<type> and HGET un:<q> type (not watched: a stale answer
+// only gives a task back once more, or applies the policy once early)
+// and gives the task back for a worker that serves it, waking one:
+//
+//	(not served)  LREM f:<w> 1 id; RPUSH q:<q> id; LPUSH n:<q> 1; LTRIM n:<q>;
+//	              HSETNX un:<q> type now (when no live worker serves it)
+//
+// unless no live worker serves the type and it was first seen unserved
+// at least cs.UnservedGrace ms ago: then it is claimed, and the handler's
+// ErrNoHandler meets the unknown-type policy.
 //
 // A firing of a skip-if-running periodic entry also goes through
 // claimOverlap (periodic.go), which may make it a cancelled tombstone
@@ -94,9 +121,26 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		cs.held = nil
 	}
 	hold = hold && cs != nil
-	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.runner.Run(ctx, conn, []string{key, s.Keys.Paused()}, func(tx *txn.Tx) error {
 		rec, result, held = nil, Skipped, nil
-		raw, err := redis.Bytes(tx.Do("GET", key))
+		if err := tx.Send("GET", key); err != nil {
+			return err
+		}
+		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
+			return err
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if len(reps) != 2 {
+			return fmt.Errorf("%d replies to 2 reads", len(reps))
+		}
+		paused, perr := redis.Int(reps[1], nil)
+		if perr != nil {
+			return perr
+		}
+		raw, err := redis.Bytes(reps[0], asError(reps[0]))
 		if IsWrongType(err) {
 			// The record key holds another type (written by hand, say):
 			// it can never run. Set it aside and say so in a dead letter.
@@ -117,7 +161,25 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			if hold {
 				held = tx.Hold(key)
 			}
+		} else if (r.State == StateWaiting || r.State == StateRetry) && paused == 1 {
+			result = Paused
+			tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+			tx.Queue("RPUSH", s.Keys.Ready(q), id)
+			return nil
 		} else if r.State == StateWaiting || r.State == StateRetry {
+			if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
+				back, err := s.unserved(tx, q, r.Type, now, cs.UnservedGrace)
+				if err != nil {
+					return err
+				}
+				if back {
+					result = NotServed
+					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+					tx.Queue("RPUSH", s.Keys.Ready(q), id)
+					s.queueTokens(tx, s.Keys.Notify(q), 1, "1")
+					return nil
+				}
+			}
 			if r.SkipIfRunning && r.Periodic != "" {
 				// The overlap rule of a periodic entry (periodic.go).
 				if skip, err := s.claimOverlap(tx, r, now); err != nil || skip {
@@ -155,6 +217,44 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		cs.held = held
 	}
 	return rec, result, nil
+}
+
+// unserved decides, inside a claim, about a task of a type the worker
+// does not serve on queue q: back (true) while a live worker serves the
+// type or for grace ms after it was first seen unserved, which it records.
+func (s *Store) unserved(tx *txn.Tx, q, typ string, now, grace int64) (bool, error) {
+	if err := tx.Send("EXISTS", s.Keys.Served(q, typ)); err != nil {
+		return false, err
+	}
+	if err := tx.Send("HGET", s.Keys.Unserved(q), typ); err != nil {
+		return false, err
+	}
+	reps, err := tx.Flush()
+	if err != nil {
+		return false, err
+	}
+	if len(reps) != 2 {
+		return false, fmt.Errorf("%d replies to 2 reads", len(reps))
+	}
+	live, err := redis.Int(reps[0], asError(reps[0]))
+	if err != nil {
+		return false, err
+	}
+	if live == 1 {
+		return true, nil
+	}
+	if grace <= 0 {
+		return false, nil
+	}
+	since, err := redis.Int64(reps[1], asError(reps[1]))
+	switch {
+	case errors.Is(err, redis.ErrNil):
+		tx.Queue("HSETNX", s.Keys.Unserved(q), typ, now)
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return now-since < grace, nil
 }
 
 // readable decodes a record read for an id taken from a list. A missing

@@ -42,6 +42,8 @@ var scenarios = []scenario{
 	{name: "idle-wake", run: scenarioIdleWake},
 	{name: "wrong-type", run: scenarioWrongType},
 	{name: "unique-results", run: scenarioUniqueResults},
+	{name: "pause", run: scenarioPause},
+	{name: "handler-sets", run: scenarioHandlerSets},
 	{name: "watch-expiry/redis7", run: func(e *env) { scenarioWatchExpiry(e, false) }},
 	{name: "watch-expiry/sim24", run: func(e *env) { scenarioWatchExpiry(e, true) }},
 	{name: "forget-race/redis7", run: func(e *env) { scenarioForgetRace(e, popInWindow7) }, realOnly: true},

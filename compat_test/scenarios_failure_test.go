@@ -138,6 +138,7 @@ func scenarioDeadLetters(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
 	cfg.UnknownType = engine.UnknownDead
+	cfg.UnknownTypeGrace = -1 // no worker serves "nobody": no grace
 	e.cfg = cfg
 	c := e.client()
 	var rec recorder

@@ -155,6 +155,8 @@ type QueueStats struct {
 	OldestReadyAge time.Duration
 	// NextDue is the earliest bucket's time; zero when none is scheduled.
 	NextDue time.Time
+	// Paused: workers take no task from the queue (PauseQueue).
+	Paused bool
 }
 
 // Stats reports every queue that was ever enqueued to.
@@ -180,7 +182,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	for i, s := range raw {
 		q := QueueStats{Queue: s.Queue, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, NextDue: fromMs(s.NextDue)}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, NextDue: fromMs(s.NextDue), Paused: s.Paused}
 		if s.OldestReady != nil {
 			q.OldestReadyAge = max(0, now.Sub(fromMs(s.OldestReady.Due)))
 		}

@@ -71,6 +71,14 @@ type Config struct {
 	// backoff and dies after its attempts; UnknownDead sends it to the dead
 	// letters at once.
 	UnknownType UnknownPolicy
+	// UnknownTypeGrace is how long a task type may go unserved on a queue
+	// before the UnknownType policy applies to its tasks. A worker whose
+	// handler lists its types (a *Mux does) gives a task of another type
+	// back at once, for a worker that serves it, without counting an
+	// attempt; only when no live worker has served the type on the queue
+	// for this long does it run the task into the policy. Negative: no
+	// grace. Default 1 minute.
+	UnknownTypeGrace time.Duration
 	// MaxRecoveries is how many times a task may be recovered after its
 	// worker died or its lease ran out before it goes to the dead letters;
 	// negative allows none. Default 5.
@@ -193,6 +201,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryDelay == nil {
 		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.UnknownTypeGrace == 0 {
+		c.UnknownTypeGrace = time.Minute
 	}
 	if c.MaxRecoveries == 0 {
 		c.MaxRecoveries = 5
@@ -352,6 +363,8 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 }
 
 func (c Config) maxRecoveries() int { return max(c.MaxRecoveries, 0) }
+
+func (c Config) unservedGraceMs() int64 { return max(c.UnknownTypeGrace.Milliseconds(), 0) }
 
 func (c Config) doneTTL() int64 {
 	if c.DoneRetention < 0 {

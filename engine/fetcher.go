@@ -4,7 +4,9 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -23,16 +25,72 @@ type fetcher struct {
 	waiter  *waiter
 	h       rconn.Holder // the fetching loop's connection
 	bo      rconn.Backoff
+
+	// A queue whose task the worker gave back for another worker (a type
+	// it does not serve) is left out of the fetch order for a while, which
+	// doubles while it keeps happening: the task waits at the front for a
+	// worker that serves it, and this one does not spin on it.
+	skipMu    sync.Mutex
+	skipUntil map[string]time.Time     // guarded by skipMu
+	skipStep  map[string]time.Duration // guarded by skipMu
+}
+
+// Skip intervals after a task is given back for another worker.
+const (
+	minSkip = 50 * time.Millisecond
+	maxSkip = time.Second
+)
+
+// skip leaves q out of the fetch order for an interval, which doubles
+// when the previous one ended without a claim of q in between (give-backs
+// of tasks popped during one interval count once).
+func (f *fetcher) skip(q string) {
+	f.skipMu.Lock()
+	defer f.skipMu.Unlock()
+	now := time.Now()
+	if until, ok := f.skipUntil[q]; ok && now.Before(until) {
+		return
+	}
+	d := min(max(2*f.skipStep[q], minSkip), maxSkip)
+	f.skipStep[q] = d
+	f.skipUntil[q] = now.Add(d)
+}
+
+// unskip forgets q's interval after a task of q was claimed.
+func (f *fetcher) unskip(q string) {
+	f.skipMu.Lock()
+	defer f.skipMu.Unlock()
+	if _, ok := f.skipStep[q]; ok {
+		delete(f.skipStep, q)
+		delete(f.skipUntil, q)
+	}
+}
+
+// skipped reports whether q is left out now, and until when.
+func (f *fetcher) skipped(q string, now time.Time) (time.Time, bool) {
+	f.skipMu.Lock()
+	defer f.skipMu.Unlock()
+	until, ok := f.skipUntil[q]
+	return until, ok && now.Before(until)
+}
+
+// available reports whether the worker takes tasks from q now: it is
+// neither paused nor skipped.
+func (f *fetcher) available(q string, now time.Time) bool {
+	if f.w.control.isPaused(q) {
+		return false
+	}
+	_, skip := f.skipped(q, now)
+	return !skip
 }
 
 func newFetcher(w *Worker) *fetcher {
-	f := &fetcher{w: w, waiter: &waiter{w: w}}
+	f := &fetcher{w: w, waiter: &waiter{w: w}, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
 	f.waiter.blocker.Pool = w.pool
 	f.h.Pool = w.pool
 	for _, q := range w.cfg.Queues {
 		f.queues = append(f.queues, q.Name)
 		f.weights = append(f.weights, float64(q.Weight))
-		f.waiter.keys = append(f.waiter.keys, w.keys.Notify(q.Name))
 	}
 	return f
 }
@@ -95,22 +153,39 @@ func (f *fetcher) close() {
 	f.h.Close()
 }
 
-// order is the order to try the queues in for one fetch: as configured
-// under strict priority; otherwise a weighted random order, so each
-// queue comes first in proportion to its weight.
+// order is the order to try the available queues (neither paused nor
+// skipped) in for one fetch: as configured under strict priority;
+// otherwise a weighted random order, so each queue comes first in
+// proportion to its weight. It is empty when no queue is available.
 func (f *fetcher) order() []string {
-	if f.w.cfg.StrictPriority || len(f.queues) == 1 {
-		return f.queues
+	now := time.Now()
+	avail := f.queues
+	for i, q := range f.queues {
+		if !f.available(q, now) {
+			avail = nil
+			for j, q := range f.queues {
+				if j < i || (j > i && f.available(q, now)) {
+					avail = append(avail, q)
+				}
+			}
+			break
+		}
+	}
+	if f.w.cfg.StrictPriority || len(avail) <= 1 {
+		return avail
 	}
 	type kq struct {
 		k float64
 		q string
 	}
-	ks := make([]kq, len(f.queues))
+	ks := make([]kq, 0, len(avail))
 	for i, q := range f.queues {
+		if !slices.Contains(avail, q) {
+			continue
+		}
 		// Efraimidis-Spirakis: sorting by u^(1/w) samples without
 		// replacement in proportion to weight.
-		ks[i] = kq{math.Pow(rand.Float64(), 1/f.weights[i]), q}
+		ks = append(ks, kq{math.Pow(rand.Float64(), 1/f.weights[i]), q})
 	}
 	sort.Slice(ks, func(i, j int) bool { return ks[i].k > ks[j].k })
 	out := make([]string, len(ks))
@@ -160,10 +235,19 @@ func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*bu
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
+			cs.Serves, cs.UnservedGrace = w.serves, w.cfg.unservedGraceMs()
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), f.leaseDeadline, true, &cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
 				switch res {
+				case buckets.Claimed:
+					f.unskip(q)
+				case buckets.Paused:
+					w.control.set(q, true)
+					w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
+				case buckets.NotServed:
+					f.skip(q)
+					w.log.Debug("no handler for the task's type here; given back for a worker that serves it", keyTaskID, id, keyQueue, q)
 				case buckets.Buried:
 					w.log.Error("task record missing, malformed or of the wrong type; sent to the dead letters", keyTaskID, id, keyQueue, q)
 				case buckets.Skipped:

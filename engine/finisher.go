@@ -43,8 +43,8 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 	cut := false // a connection failed after a result may have been sent
 	if c.held != nil && c.h.Conn() == c.held.Conn() && c.held.Conn().Err() == nil {
 		var pop []txn.Cmd
-		if fetchCtx.Err() == nil && w.hb.alive() {
-			next.q = w.fetcher.order()[0]
+		if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 {
+			next.q = order[0]
 			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
 		}
 		var (

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/bucketq/bucketq/buckets"
 )
 
 // heartbeater keeps the worker's heartbeat key alive, and tells the other
@@ -17,9 +19,12 @@ type heartbeater struct {
 	// this worker, and it must not take tasks it could die with unseen.
 	born     time.Time
 	lastBeat atomic.Int64
+	started  time.Time // on the worker's Clock, for the heartbeat info
 }
 
-func newHeartbeater(w *Worker) *heartbeater { return &heartbeater{w: w, born: time.Now()} }
+func newHeartbeater(w *Worker) *heartbeater {
+	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Clock.Now()}
+}
 
 // register writes the first heartbeat, retrying with backoff while Redis
 // cannot be reached, so that a worker started before its Redis waits. It
@@ -40,17 +45,29 @@ func (h *heartbeater) register(ctx context.Context) error {
 func (h *heartbeater) beat(ctx context.Context) error {
 	w := h.w
 	host, _ := os.Hostname()
-	info, _ := json.Marshal(map[string]any{
+	hb := map[string]any{
 		"host": host, "pid": os.Getpid(), "queues": w.fetcher.queues,
-		"concurrency": w.cfg.Concurrency, "at": w.cfg.Clock.Now().UTC().Format(time.RFC3339),
-	})
+		"concurrency": w.cfg.Concurrency, "at": w.cfg.Clock.Now().UTC().Format(time.RFC3339Nano),
+		"started": h.started.UTC().Format(time.RFC3339Nano),
+	}
+	// The task types it serves, when its handler lists them; then its
+	// heartbeat also says so for each of its queues (ty:<q>:<type>, same
+	// TTL), which other workers read before giving a task back for it.
+	var served []buckets.Served
+	if w.types != nil {
+		hb["types"] = w.types
+		for _, q := range w.fetcher.queues {
+			served = append(served, buckets.Served{Queue: q, Types: w.types, TTL: int64(w.cfg.HeartbeatTTL / time.Second)})
+		}
+	}
+	info, _ := json.Marshal(hb)
 	conn, err := w.pool.GetContext(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	sent := time.Since(h.born)
-	if err := w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info); err != nil {
+	if err := w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info, served...); err != nil {
 		return err
 	}
 	h.lastBeat.Store(int64(sent))

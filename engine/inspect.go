@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -86,14 +87,14 @@ type QueueInfo struct {
 	// Latency is the age of the oldest ready task: how long the task a
 	// worker takes next has been due. Zero when none is ready.
 	Latency time.Duration `json:"latency_ns"`
-	// Paused reports whether the queue is paused. Queues cannot be
-	// paused yet: it is always false until pause/resume exists, and is
-	// here so that displays need not change then.
+	// Paused reports whether the queue is paused (Client.PauseQueue),
+	// as read just before the figures.
 	Paused bool `json:"paused"`
 }
 
-// Queues reports every queue that was ever enqueued to, sorted by name,
-// all read in one MULTI/EXEC (three commands per queue), then the oldest
+// Queues reports every queue that was ever enqueued to, sorted by name:
+// the paused set (SMEMBERS), then every queue's figures read in one
+// MULTI/EXEC (three commands per queue), then the oldest
 // ready records in one MGET. A queue whose figures cannot all be read (a
 // key of the wrong type) is still returned, with what could be read, and
 // the error names it.
@@ -128,6 +129,10 @@ func (in *Inspector) Queue(ctx context.Context, name string) (*QueueInfo, error)
 }
 
 func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string) ([]QueueInfo, error) {
+	pausedQs, err := in.store.PausedQueues(ctx, conn)
+	if err != nil {
+		return nil, failed("read queues", err)
+	}
 	snap, err := in.store.Snapshot(ctx, conn, names)
 	if err != nil {
 		return nil, failed("read queues", err)
@@ -139,7 +144,7 @@ func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string
 	for i, s := range snap {
 		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Paused: in.paused(s.Queue)}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Paused: slices.Contains(pausedQs, s.Queue)}
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}
@@ -163,9 +168,6 @@ func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string
 	}
 	return out, nil
 }
-
-// paused is the hook for pause/resume: no queue can be paused yet.
-func (in *Inspector) paused(string) bool { return false }
 
 // TaskView is a task as the inspector shows it: what Lookup reports,
 // plus the running lease and a preview of the payload.

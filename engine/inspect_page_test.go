@@ -217,6 +217,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.UnknownType = UnknownDead
+	e.cfg.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 	e.cfg.Concurrency = 4
 	c := e.client(t)
 	in := c.Inspector()

@@ -2,40 +2,106 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
 )
 
-// waiter blocks, while the worker has a free slot and every queue is
-// empty, in BLPOP on the queues' wake-up lists, on a connection of its
-// own, until a producer pushes a token or IdleWait passes.
+// waiter blocks, while the worker has a free slot and every queue it may
+// take from is empty, in BLPOP on the wake-up lists of the queues that are
+// neither paused nor skipped, on a connection of its own, until a producer
+// pushes a token, IdleWait passes, or the paused queues change (a resume
+// ends the wait at once). When every queue is paused or skipped it blocks
+// on nothing in Redis: it waits for a change, the end of a skip, or
+// IdleWait. A wait that times out re-reads the paused set, so that a lost
+// control message costs at most one idle wait.
 type waiter struct {
 	w       *Worker
-	keys    []string
 	blocker rconn.Blocker
 	bo      rconn.Backoff
 }
 
-// wait returns when a token arrived, IdleWait passed, or after a failure
-// (with backoff); false when ctx ended.
+// wait returns when a token arrived, IdleWait passed, the paused queues
+// changed, or after a failure (with backoff); false when ctx ended.
 func (wt *waiter) wait(ctx context.Context) bool {
 	w := wt.w
-	_, err := wt.blocker.Pop(ctx, wt.keys, w.cfg.IdleWait)
+	f := w.fetcher
+	changed := w.control.watch()
+	now := time.Now()
+	var keys []string
+	var wake time.Time // the earliest end of a skip
+	for _, q := range f.queues {
+		if w.control.isPaused(q) {
+			continue
+		}
+		if until, skip := f.skipped(q, now); skip {
+			if wake.IsZero() || until.Before(wake) {
+				wake = until
+			}
+			continue
+		}
+		keys = append(keys, w.keys.Notify(q))
+	}
+	if len(keys) == 0 {
+		d := w.cfg.IdleWait
+		if !wake.IsZero() {
+			d = min(d, time.Until(wake))
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		case <-t.C:
+			if wake.IsZero() {
+				wt.reread(ctx)
+			}
+		}
+		return true
+	}
+	wait := w.cfg.IdleWait
+	if !wake.IsZero() {
+		wait = time.Second // a skip ends within the second: look again then
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-bctx.Done():
+		}
+	}()
+	key, err := wt.blocker.Pop(bctx, keys, wait)
+	cancel()
 	if err == nil {
 		wt.bo.Reset()
+		if key == "" && wake.IsZero() {
+			wt.reread(ctx)
+		}
 		return true
 	}
 	if ctx.Err() != nil {
 		return false
 	}
+	if bctx.Err() != nil {
+		return true // the paused queues changed: look again
+	}
 	if buckets.IsServerError(err) {
 		// A wake-up list of the wrong type: set it aside, and look at
 		// the queues meanwhile.
-		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", wt.keys...)
+		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", keys...)
 	}
 	// A failed wait must not become a poll: back off.
 	return wt.bo.Wait(ctx, w.log, "worker wake-up wait", err)
+}
+
+// reread re-reads the paused set after an idle wait timed out.
+func (wt *waiter) reread(ctx context.Context) {
+	if err := wt.w.control.reread(ctx); err != nil && ctx.Err() == nil {
+		wt.w.log.Warn("could not re-read the paused queues; the control channel still tells", keyErr, err)
+	}
 }
 
 func (wt *waiter) close() { wt.blocker.Close() }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,13 @@ type Worker struct {
 	handler Handler
 	id      string
 
+	// types lists the task types the handler serves, sorted, when it
+	// says (a *Mux does: TypeLister); nil means every type.
+	types []string
+	// serves reports whether the handler serves a type; nil: every type.
+	serves func(typ string) bool
+
+	control   *control
 	hb        *heartbeater
 	inflight  *inflightSet
 	recoverer *recoverer
@@ -80,6 +89,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 		done:    make(chan struct{}),
 	}
 	w.log = cfg.Logger.With(keyComponent, "worker", keyWorker, w.id)
+	w.control = newControl(w)
 	w.hb = newHeartbeater(w)
 	w.inflight = newInflightSet()
 	w.recoverer = &recoverer{w: w}
@@ -134,6 +144,7 @@ func (w *Worker) run(ctx context.Context) error {
 		case <-regCtx.Done():
 		}
 	}()
+	w.listTypes()
 	err := w.hb.register(regCtx)
 	stopReg()
 	if err != nil {
@@ -148,7 +159,13 @@ func (w *Worker) run(ctx context.Context) error {
 	defer cancelHandlers()
 	defer stopFetch()
 
+	// Know the paused queues before the first fetch (the claim checks
+	// anyway); the subscriber keeps them.
+	if err := w.control.reread(regCtx); err != nil && regCtx.Err() == nil {
+		w.log.Warn("could not read the paused queues; the control channel will tell", keyErr, err)
+	}
 	var bg, work sync.WaitGroup
+	bg.Go(func() { w.control.run(bgCtx) })
 	bg.Go(func() { w.hb.run(bgCtx) })
 	bg.Go(func() { w.recoverer.run(bgCtx) })
 	work.Go(func() { w.proc.run(fetchCtx, baseCtx) })
@@ -227,6 +244,35 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	case <-t.C:
 		return cerr
 	}
+}
+
+// TypeLister is what a Handler implements to say which task types it
+// serves (a *Mux does). A worker whose handler implements it gives a task
+// of another type back at once, for a worker that serves it, without
+// counting an attempt; it advertises its types in its heartbeat. See
+// Config.UnknownTypeGrace.
+type TypeLister interface {
+	Types() []string
+}
+
+// listTypes reads the handler's types, at start (handlers are registered
+// before the worker starts).
+func (w *Worker) listTypes() {
+	tl, ok := w.handler.(TypeLister)
+	if !ok {
+		return
+	}
+	types := slices.Clone(tl.Types())
+	sort.Strings(types)
+	if types == nil {
+		types = []string{}
+	}
+	set := make(map[string]bool, len(types))
+	for _, t := range types {
+		set[t] = true
+	}
+	w.types = types
+	w.serves = func(typ string) bool { return set[typ] }
 }
 
 func (w *Worker) holder() *rconn.Holder   { return &rconn.Holder{Pool: w.pool} }

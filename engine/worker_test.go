@@ -301,6 +301,7 @@ func TestUnknownType(t *testing.T) {
 		for _, pol := range []UnknownPolicy{UnknownRetry, UnknownDead} {
 			cfg := e.cfg
 			cfg.UnknownType = pol
+			cfg.UnknownTypeGrace = -1 // the policy at once (TestUnservedTypeGrace tests the grace)
 			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
 			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)

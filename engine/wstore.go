@@ -12,7 +12,8 @@ import (
 // production. Tests wrap it to make a step fail as a dead process or a
 // cut connection would, without seams in the worker's own code.
 type workerStore interface {
-	Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error
+	Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error
+	PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error)
 	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
 	PopNext(q, w string) txn.Cmd
 	Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error)

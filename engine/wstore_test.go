@@ -27,11 +27,11 @@ func (d *dyingStore) die(stage string) bool {
 	return stage == d.stage && d.fired.CompareAndSwap(false, true)
 }
 
-func (d *dyingStore) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte) error {
+func (d *dyingStore) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error {
 	if d.dead() {
 		return errInjected
 	}
-	return d.workerStore.Beat(ctx, conn, w, ttl, info)
+	return d.workerStore.Beat(ctx, conn, w, ttl, info, served...)
 }
 
 func (d *dyingStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {

@@ -142,7 +142,7 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 				"default_queue", eng.DefaultQueue, "queues", queueList(eng.Queues))
 		}
 		if len(types) == 0 {
-			log.Warn("no handlers configured: every task this worker takes fails with \"no handler\"")
+			log.Warn("no handlers configured: this worker gives every task back for a worker that serves its type; a type no live worker serves for unknown_type_grace meets unknown_type")
 		}
 		handler = mux
 	}

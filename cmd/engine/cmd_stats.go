@@ -25,7 +25,10 @@ func (a *app) newStatsCmd() *cobra.Command {
 		Long: `Shows, per queue: tasks ready, scheduled, running, retrying (waiting for
 their next attempt) and dead; processed, failed, recovered and cancelled
 counts since the queue was first used; how long the oldest ready task has
-waited; when the next scheduled task is due. --watch refreshes every
+waited; when the next scheduled task is due; whether it is paused. Below
+the table: task types that workers gave back because they have no handler
+for them while no live worker serves them (after unknown_type_grace,
+unknown_type applies to their tasks). --watch refreshes every
 INTERVAL (default 2s) until interrupted: in place on a terminal, as one
 table after another (or one JSON document per line with --json) otherwise.`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -51,6 +54,10 @@ table after another (or one JSON document per line with --json) otherwise.`,
 		ctx, redraw := cmd.Context(), isTerminal(a.stdout)
 		for {
 			st, err := s.client.Stats(ctx)
+			var un []engine.UnservedType
+			if err == nil {
+				un, err = s.client.Unserved(ctx)
+			}
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -59,22 +66,22 @@ table after another (or one JSON document per line with --json) otherwise.`,
 			case err != nil: // keep watching through an outage
 				fmt.Fprintf(a.stderr, "%s engine stats: %v\n", time.Now().Format("15:04:05"), err)
 			case *asJSON && *every > 0:
-				b, _ := json.Marshal(statsToJSON(st))
+				b, _ := json.Marshal(statsToJSON(st, un))
 				fmt.Fprintf(a.stdout, "%s\n", b)
 			case *asJSON:
-				return a.printJSON(statsToJSON(st))
+				return a.printJSON(statsToJSON(st, un))
 			case *every > 0:
 				if redraw {
 					fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // home, clear screen
 				}
 				fmt.Fprintf(a.stdout, "%s  every %v, namespace %s  (Ctrl-C to stop)\n\n",
 					time.Now().Format("15:04:05"), *every, s.set.Engine.Namespace)
-				printStats(a.stdout, st)
+				printStats(a.stdout, st, un)
 				if !redraw {
 					fmt.Fprintln(a.stdout)
 				}
 			default:
-				printStats(a.stdout, st)
+				printStats(a.stdout, st, un)
 				return nil
 			}
 			select {
@@ -91,6 +98,8 @@ table after another (or one JSON document per line with --json) otherwise.`,
 type statsJSON struct {
 	Time   time.Time        `json:"time"`
 	Queues []queueStatsJSON `json:"queues"`
+	// Unserved lists task types given back while no live worker serves them.
+	Unserved []engine.UnservedType `json:"unserved"`
 }
 
 type queueStatsJSON struct {
@@ -106,14 +115,16 @@ type queueStatsJSON struct {
 	Cancelled        int64      `json:"cancelled"`
 	OldestReadyAgeMS int64      `json:"oldest_ready_age_ms"`
 	NextDue          *time.Time `json:"next_due"`
+	Paused           bool       `json:"paused"`
 }
 
-func statsToJSON(st []engine.QueueStats) statsJSON {
-	out := statsJSON{Time: time.Now().UTC(), Queues: []queueStatsJSON{}}
+func statsToJSON(st []engine.QueueStats, un []engine.UnservedType) statsJSON {
+	out := statsJSON{Time: time.Now().UTC(), Queues: []queueStatsJSON{}, Unserved: []engine.UnservedType{}}
+	out.Unserved = append(out.Unserved, un...)
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
-			Recovered: q.Recovered, Cancelled: q.Cancelled, OldestReadyAgeMS: q.OldestReadyAge.Milliseconds()}
+			Recovered: q.Recovered, Cancelled: q.Cancelled, OldestReadyAgeMS: q.OldestReadyAge.Milliseconds(), Paused: q.Paused}
 		if !q.NextDue.IsZero() {
 			t := q.NextDue.UTC()
 			j.NextDue = &t
@@ -123,25 +134,35 @@ func statsToJSON(st []engine.QueueStats) statsJSON {
 	return out
 }
 
-func printStats(w io.Writer, st []engine.QueueStats) {
+func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType) {
 	if len(st) == 0 {
 		fmt.Fprintln(w, "no queues yet: nothing was ever enqueued in this namespace")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tOLDEST READY\tNEXT DUE")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tOLDEST READY\tNEXT DUE\tPAUSED")
 	for _, q := range st {
-		oldest, next := "-", "-"
+		oldest, next, paused := "-", "-", "no"
+		if q.Paused {
+			paused = "yes"
+		}
 		if q.Ready > 0 {
 			oldest = q.OldestReadyAge.Round(time.Millisecond).String()
 		}
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
-			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, oldest, next)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
+			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, oldest, next, paused)
 	}
 	tw.Flush()
+	if len(un) > 0 {
+		fmt.Fprintln(w, "\ntask types no live worker serves (given back since):")
+		for _, u := range un {
+			fmt.Fprintf(w, "  queue %s, type %q (%s, %s)\n", u.Queue, u.Type,
+				u.Since.Local().Format("2006-01-02 15:04:05"), relative(u.Since, time.Now()))
+		}
+	}
 }
 
 func (a *app) newDeadCmd() *cobra.Command {

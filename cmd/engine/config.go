@@ -105,7 +105,8 @@ var engineFields = map[string]string{
 	"concurrency": "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",
 	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",
 	"reap_interval": "ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "MaxRecoveries",
-	"done_retention": "DoneRetention", "dead_retention": "DeadRetention",
+	"unknown_type_grace": "UnknownTypeGrace",
+	"done_retention":     "DoneRetention", "dead_retention": "DeadRetention",
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
 	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
 }

@@ -183,15 +183,16 @@ func TestE2EHelp(t *testing.T) {
 		}
 	}
 	flags := map[string][]string{
-		"run":        {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
-		"enqueue":    {"--queue", "--type", "--payload", "--payload-file", "--in", "--at", "--max-attempts", "--timeout"},
-		"cancel":     {"--redis"},
-		"lookup":     {"--json"},
-		"stats":      {"--json", "--watch"},
-		"dead list":  {"--json", "--limit"},
-		"dead retry": {"--all"},
-		"demo":       {"--tasks", "--spread"},
-		"version":    nil,
+		"run":         {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
+		"enqueue":     {"--queue", "--type", "--payload", "--payload-file", "--in", "--at", "--max-attempts", "--timeout"},
+		"cancel":      {"--redis"},
+		"lookup":      {"--json"},
+		"stats":       {"--json", "--watch"},
+		"dead list":   {"--json", "--limit"},
+		"dead retry":  {"--all"},
+		"queue pause": {"--redis"},
+		"demo":        {"--tasks", "--spread"},
+		"version":     nil,
 	}
 	for cmd, want := range flags {
 		args := strings.Fields(cmd)

@@ -46,6 +46,7 @@ type options struct {
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
+	unknownGrace                                                 time.Duration
 
 	// producer
 	count, batchMax, pad int
@@ -89,6 +90,7 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
+	flag.DurationVar(&o.unknownGrace, "unknown-grace", time.Second, "Config.UnknownTypeGrace (negative: none)")
 
 	flag.IntVar(&o.count, "count", 1000, "producer: tasks to enqueue (acknowledged)")
 	flag.Float64Var(&o.rate, "rate", 500, "producer: tasks per second")
@@ -166,12 +168,13 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
 			return min(backoff*time.Duration(max(attempt, 1)), time.Second)
 		},
-		UnknownType:   unknown,
-		MaxRecoveries: o.maxRecoveries,
-		DoneRetention: o.doneRetention,
-		ReapInterval:  o.reapInterval,
-		Logger:        log,
-		Clock:         clocktest.Offset(o.offset),
+		UnknownType:      unknown,
+		UnknownTypeGrace: o.unknownGrace,
+		MaxRecoveries:    o.maxRecoveries,
+		DoneRetention:    o.doneRetention,
+		ReapInterval:     o.reapInterval,
+		Logger:           log,
+		Clock:            clocktest.Offset(o.offset),
 	}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error

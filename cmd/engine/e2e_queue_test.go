@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestE2EQueuePauseResume: engine queue pause keeps the daemon from
+// running the queue's tasks across its restart; stats shows the queue
+// paused and the task ready; engine queue resume runs it.
+func TestE2EQueuePauseResume(t *testing.T) {
+	h := newHarness(t)
+	if out := h.ok("queue", "pause", "default"); !strings.Contains(out, "queue default paused") {
+		t.Errorf("pause printed %q", out)
+	}
+	id := h.enqueue("--type", "append", "--payload", "held")
+	run := h.startRun(nil)
+	// The daemon is up and has looked at the queue: its worker registered
+	// and the task is still ready.
+	h.eventually(10*time.Second, "the daemon's worker to start", func() bool { return strings.Contains(run.log(), "worker started") })
+	if st := h.stats("default"); !st.Paused || st.Ready != 1 {
+		t.Errorf("stats while paused = %+v, want paused with 1 ready", st)
+	}
+	if code, _ := run.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
+		t.Errorf("SIGTERM: exit %d", code)
+	}
+	run = h.startRun(nil)
+	h.eventually(10*time.Second, "the restarted worker", func() bool { return strings.Contains(run.log(), "worker started") })
+	if l := h.lookup(id); l.State != "ready" {
+		t.Errorf("lookup while paused = %+v, want ready", l)
+	}
+	if out := h.ok("queue", "resume", "default"); !strings.Contains(out, "queue default resumed") {
+		t.Errorf("resume printed %q", out)
+	}
+	h.eventually(10*time.Second, "the resumed task to run", func() bool { return strings.Contains(h.file("out"), "held "+id) })
+	if st := h.stats("default"); st.Paused {
+		t.Errorf("stats after resume = %+v, want not paused", st)
+	}
+	for _, args := range [][]string{{"queue", "pause"}, {"queue", "pause", "a b"}, {"queue", "stop", "x"}, {"queue", "resume", "a", "b"}} {
+		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
+			t.Errorf("engine %v: exit %d, stderr %q; want a usage error", args, code, errOut)
+		}
+	}
+	run.stop(syscall.SIGTERM, 10*time.Second)
+}

@@ -1,0 +1,113 @@
+package compat_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+)
+
+// scenarioPause: a paused queue's tasks do not start while the other
+// queue's do; stats and Paused say so; the pause outlives the worker; a
+// resume runs them.
+func scenarioPause(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.Queues = []engine.QueueConfig{{Name: "held"}, {Name: "free"}}
+	c := e.client()
+	var rec recorder
+	mux := engine.NewMux()
+	mux.HandleFunc("t", rec.handler())
+	if err := c.PauseQueue(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	held := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("held")))
+	_, stop := e.worker(cfg, mux)
+	free := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
+	waitFor(t, 10*time.Second, "the free queue's task", func() bool { return len(rec.of(free)) == 1 })
+	stop()
+	if n := len(rec.of(held)); n != 0 {
+		t.Fatalf("a task of the paused queue ran %d times", n)
+	}
+	if st := e.stats(c, "held"); !st.Paused || st.Ready != 1 {
+		t.Errorf("stats of the paused queue %+v, want paused with 1 ready", st)
+	}
+	if ps, err := c.Paused(ctx); err != nil || len(ps) != 1 || ps[0] != "held" {
+		t.Errorf("Paused() = %v, %v; want [held]", ps, err)
+	}
+	// A new worker: the pause holds (it is in Redis), until the resume.
+	e.worker(cfg, mux)
+	free2 := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
+	waitFor(t, 10*time.Second, "the second free task", func() bool { return len(rec.of(free2)) == 1 })
+	if n := len(rec.of(held)); n != 0 {
+		t.Fatalf("a task of the paused queue ran %d times after a restart", n)
+	}
+	if err := c.ResumeQueue(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
+	if st := e.stats(c, "held"); st.Paused {
+		t.Errorf("stats after the resume %+v, want not paused", st)
+	}
+}
+
+// scenarioHandlerSets: two workers with disjoint handler sets share a
+// queue: each task runs once, on the worker that serves it, with no
+// attempt spent; a type nobody serves is listed as unserved and meets the
+// unknown-type policy only after the grace.
+func scenarioHandlerSets(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.UnknownType = engine.UnknownDead
+	cfg.UnknownTypeGrace = time.Second
+	cfg.Concurrency = 2
+	c := e.client()
+	var mu sync.Mutex
+	ranOn := map[string][]string{}
+	for name, typ := range map[string]string{"A": "a", "B": "b"} {
+		mux := engine.NewMux()
+		mux.HandleFunc(typ, func(_ context.Context, task *engine.Task) error {
+			mu.Lock()
+			ranOn[task.ID] = append(ranOn[task.ID], name)
+			mu.Unlock()
+			return nil
+		})
+		e.worker(cfg, mux)
+	}
+	var batch []engine.NewTask
+	for i := 0; i < 20; i++ {
+		batch = append(batch, engine.NewTask{Type: []string{"a", "b"}[i%2], Options: []engine.Option{engine.MaxAttempts(3)}})
+	}
+	ids, err := idsOf(c.EnqueueBatch(ctx, batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := must(t)(c.Enqueue(ctx, "nobody", nil))
+	enqueued := time.Now()
+	for _, id := range ids {
+		waitFor(t, 20*time.Second, "every task done", func() bool { return e.lookup(c, id).State == engine.StateDone })
+	}
+	mu.Lock()
+	for i, id := range ids {
+		want := []string{"A", "B"}[i%2]
+		if got := ranOn[id]; len(got) != 1 || got[0] != want {
+			t.Errorf("task %s ran on %v, want once on %s", id, got, want)
+		}
+	}
+	mu.Unlock()
+	waitFor(t, 10*time.Second, "the unserved type listed", func() bool {
+		un, err := c.Unserved(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(un) == 1 && un[0].Type == "nobody"
+	})
+	waitFor(t, 20*time.Second, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
+	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.UnknownTypeGrace {
+		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.UnknownTypeGrace)
+	}
+	if st := e.stats(c, "default"); st.Failed != 1 || st.Dead != 1 {
+		t.Errorf("stats %+v: want the one unserved task failed and dead, nothing else", st)
+	}
+}
