@@ -16,6 +16,8 @@ type Backend interface {
 	Act(ctx context.Context, a engine.Action, ids ...string) (engine.ActionResult, error)
 	ActAll(ctx context.Context, a engine.Action, f engine.Filter) (engine.ActionResult, error)
 	Periodics(ctx context.Context) ([]engine.PeriodicStatus, error)
+	PauseQueue(ctx context.Context, q string) error
+	ResumeQueue(ctx context.Context, q string) error
 }
 
 var _ Backend = (*engine.Inspector)(nil)

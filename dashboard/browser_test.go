@@ -593,3 +593,44 @@ func TestWrongTokensLimited(t *testing.T) {
 		t.Errorf("the task changed: %s", s)
 	}
 }
+
+// TestBrowserPauseResume pauses a queue with its button, sees it marked
+// paused with a task waiting in it, and resumes it: the task runs.
+func TestBrowserPauseResume(t *testing.T) {
+	e := newEnv(t, dashboard.Options{Token: token})
+	ctx := browser(t)
+	signIn(t, ctx, e)
+	run(t, ctx, "pause", chromedp.Navigate(e.base+"/queues/emails"),
+		chromedp.Click(chromedp.CSS(`#pause-toggle`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
+	if got := text(t, ctx); !strings.Contains(got, "queue emails paused") || !strings.Contains(got, "Resume") {
+		t.Fatalf("after pause the page says:\n%s", got)
+	}
+	// Without the token (no session, no bearer) pausing is refused.
+	resp, err := http.PostForm(e.base+"/queues/default/pause", url.Values{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("pause without the token: %d, want 403", resp.StatusCode)
+	}
+	bg := context.Background()
+	if ps, err := e.client.Paused(bg); err != nil || len(ps) != 1 || ps[0] != "emails" {
+		t.Fatalf("Paused = %v, %v; want [emails]", ps, err)
+	}
+	info, err := e.client.Enqueue(bg, "email.send", nil, engine.Queue("emails"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := e.state(info.ID); s != engine.StateReady {
+		t.Fatalf("a task of the paused queue is %s, want ready", s)
+	}
+	run(t, ctx, "resume", chromedp.Click(chromedp.CSS(`#pause-toggle`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`.actions .badge`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
+	if got := text(t, ctx); !strings.Contains(got, "queue emails resumed") {
+		t.Fatalf("after resume the page says:\n%s", got)
+	}
+	e.await(func() bool { return e.state(info.ID) == engine.StateDone }, "the task of the resumed queue done")
+}

@@ -126,8 +126,8 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("POST /login", d.login)
 	d.mux.HandleFunc("POST /logout", d.logout)
 	d.mux.HandleFunc("POST /actions", d.act)
-	d.mux.HandleFunc("POST /queues/{queue}/pause", d.notYet)
-	d.mux.HandleFunc("POST /queues/{queue}/resume", d.notYet)
+	d.mux.HandleFunc("POST /queues/{queue}/pause", d.pauseResume(true))
+	d.mux.HandleFunc("POST /queues/{queue}/resume", d.pauseResume(false))
 	return d, nil
 }
 
@@ -370,8 +370,9 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 		First, Next string
 		Verbs       []engine.Action
 		ReadErr     string
+		Paused      bool
 	}{d.base(w, r, title, nav), name, action, tabs, state, search, res.Tasks, res.Total,
-		page, first, next, verbsFor(state), errMsg})
+		page, first, next, verbsFor(state), errMsg, stats.Paused})
 }
 
 func validState(s engine.State) bool {
@@ -437,8 +438,40 @@ func (d *Dashboard) periodic(w http.ResponseWriter, r *http.Request) {
 	}{d.base(w, r, "Periodic entries", "periodic"), ps, errMsg})
 }
 
-func (d *Dashboard) notYet(w http.ResponseWriter, r *http.Request) {
-	d.fail(w, r, http.StatusNotImplemented, errors.New("pausing a queue is not available in this version"))
+// pauseResume pauses (or resumes) the queue of the path: workers stop
+// taking its tasks within a second and start again at once on resume.
+func (d *Dashboard) pauseResume(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			d.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		q := r.PathValue("queue")
+		if !d.authorized(r) {
+			msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
+			if !d.canAct() {
+				msg = "refused: this dashboard is read-only"
+			}
+			d.opts.Logger.Warn("dashboard: refused pause/resume", "remote", r.RemoteAddr, "queue", q)
+			d.fail(w, r, http.StatusForbidden, errors.New(msg))
+			return
+		}
+		ctx, cancel := ctxOf(r)
+		defer cancel()
+		op, done := d.b.ResumeQueue, "resumed"
+		if pause {
+			op, done = d.b.PauseQueue, "paused: no task of it starts until it is resumed"
+		}
+		if err := op(ctx, q); err != nil {
+			d.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		if _, script := bearer(r); script {
+			replyJSON(w, http.StatusOK, map[string]any{"queue": q, "paused": pause})
+			return
+		}
+		redirectFlash(w, r, "/queues/"+url.PathEscape(q), "ok", "queue "+q+" "+done)
+	}
 }
 
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {

@@ -52,6 +52,17 @@ func (in *Inspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
 	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).Periodics(ctx)
 }
 
+// PauseQueue and ResumeQueue are [Client.PauseQueue] and
+// [Client.ResumeQueue], for a dashboard built on the Inspector.
+func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
+	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).PauseQueue(ctx, q)
+}
+
+// ResumeQueue: see PauseQueue.
+func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
+	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).ResumeQueue(ctx, q)
+}
+
 // ErrNotListable: ListTasks of a state whose tasks no structure indexes
 // (done, cancelled). Their records are reachable only by id (Task): a
 // list of them would need a KEYS walk of the whole database, or a write
