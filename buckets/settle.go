@@ -2,6 +2,7 @@ package buckets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bucketq/bucketq/txn"
@@ -28,8 +29,8 @@ type SettleResult struct {
 //	        aside (its quarantine key exists: it was not a list recently,
 //	        so the push may have failed), for the ids of the buckets that
 //	        no longer begin with them (the EXEC ran) and whose record is
-//	        waiting or retrying (or cannot be read: Claim buries those
-//	        with the reason, as after a move):
+//	        waiting or retrying (or malformed, or of the wrong type:
+//	        Claim buries those with the reason, as after a move):
 //	        RENAME q:<q> bad:q:<q> (not a list)
 //	        LPUSH q:<q> ids...; LPUSH n:<q> tokens; LTRIM n:<q>
 //
@@ -162,10 +163,15 @@ func stillThere(rep interface{}, ids []string) bool {
 
 // needsPlace reports whether an id whose record GET answered rep must be
 // in a ready list: its record is waiting or retrying, or it cannot be read
-// (missing, malformed or of the wrong type), which Claim turns into a dead
-// letter saying why, as it would have after the move.
+// (malformed or of the wrong type), which Claim turns into a dead letter
+// saying why, as it would have after the move. A missing record is most
+// likely a task that ran from the pushed copy and was deleted on success:
+// a copy would only make a dead letter for a task that is done.
 func needsPlace(id string, rep interface{}) bool {
 	raw, err := redis.Bytes(rep, nil)
+	if errors.Is(err, redis.ErrNil) {
+		return false
+	}
 	if err != nil {
 		return true
 	}

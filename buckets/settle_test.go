@@ -119,8 +119,20 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 	// Settling again finds the ids placed (a list now, but set aside
 	// recently): it pushes duplicates, which Claim drops; it loses nothing.
 	sr, err = st.SettleMove(ctx, fresh, res.Uncertain[0])
-	if err != nil || len(sr.SetAside) != 0 {
-		t.Fatalf("second SettleMove = %+v, %v", sr, err)
+	if err != nil || len(sr.SetAside) != 0 || sr.Pushed != len(ids) {
+		t.Fatalf("second SettleMove = %+v, %v; want the %d ids pushed again", sr, err, len(ids))
+	}
+	// A record no longer waiting needs nothing: a claimed one is not
+	// pushed again, nor one whose record is gone (run and deleted).
+	if _, cr, err := st.Claim(ctx, fresh, "w1", "q", "a", t0+10, lease, false, nil); err != nil || cr != Claimed {
+		t.Fatalf("claim: %v, %v", cr, err)
+	}
+	if _, err := admin.Do("DEL", st.Keys.Task("b")); err != nil {
+		t.Fatal(err)
+	}
+	sr, err = st.SettleMove(ctx, fresh, res.Uncertain[0])
+	if err != nil || sr.Pushed != 1 {
+		t.Fatalf("third SettleMove = %+v, %v; want only c pushed", sr, err)
 	}
 }
 
