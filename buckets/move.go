@@ -54,6 +54,26 @@ type MoveResult struct {
 	Quarantined []string // keys of the wrong type renamed under bad:
 	Garbage     []string // index members that do not parse, removed
 	WrongType   []string // ready lists of the wrong type: their buckets wait; set them aside
+	// Uncertain are the moves whose EXEC may have run unseen: the
+	// connection failed after it was sent. Their push into a ready list
+	// may have failed (a key of the wrong type) while their buckets were
+	// removed; SettleMove, on another connection, finds out and places
+	// their tasks again if need be.
+	Uncertain []UncertainMove
+}
+
+// UncertainMove is the plan of a move transaction whose outcome was not
+// seen: what it took from each bucket and where it pushed it.
+type UncertainMove struct {
+	Buckets []MovedBucket
+}
+
+// MovedBucket is what a move took from one bucket: IDs, from the bucket's
+// front, pushed to queue Queue's ready list; the bucket Key is then
+// removed (with its index Member) or trimmed by len(IDs).
+type MovedBucket struct {
+	Queue, Key, Member string
+	IDs                []string
 }
 
 func (r *MoveResult) add(o MoveResult) {
@@ -65,6 +85,7 @@ func (r *MoveResult) add(o MoveResult) {
 	r.Quarantined = append(r.Quarantined, o.Quarantined...)
 	r.Garbage = append(r.Garbage, o.Garbage...)
 	r.WrongType = append(r.WrongType, o.WrongType...)
+	r.Uncertain = append(r.Uncertain, o.Uncertain...)
 }
 
 // movePlan is one move transaction: the buckets it watches and reads.
@@ -136,7 +157,9 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 //	LTRIM b n -1                          (a bucket larger than its share)
 //	RENAME b bad:b                        (a bucket of the wrong type)
 //	a ready list of the wrong type: its buckets are left, see WrongType
-func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
+//
+// moved, when not nil, is told what is taken from each bucket.
+func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *UncertainMove) MoveResult {
 	res := MoveResult{Stale: len(p.badMems)}
 	for _, m := range p.badMems {
 		ms, _ := m.(string)
@@ -188,6 +211,9 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}) MoveResult {
 		}
 		ready[b.q] = append(ready[b.q], ids...)
 		res.Tasks += len(ids)
+		if moved != nil {
+			moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, IDs: ids})
+		}
 	}
 	for _, q := range p.queues {
 		if ids := ready[q]; len(ids) > 0 {
@@ -231,7 +257,7 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 		if err != nil {
 			return err
 		}
-		res = s.build(tx, p, reps)
+		res = s.build(tx, p, reps, nil)
 		return nil
 	})
 	if err != nil {
@@ -306,11 +332,14 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan) (MoveResult, error) {
 	steps := make([]txn.Step, len(plans))
 	results := make([]MoveResult, len(plans))
+	moved := make([]UncertainMove, len(plans))
+	built := make([]bool, len(plans))
 	for i, p := range plans {
 		var reads cmdList
 		s.sendReads(func(name string, args ...interface{}) error { reads.Queue(name, args...); return nil }, p)
 		steps[i] = txn.Step{Watch: p.watch(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
-			results[i] = s.build(q, p, reps)
+			results[i] = s.build(q, p, reps, &moved[i])
+			built[i] = true
 			return nil
 		}}
 	}
@@ -335,6 +364,12 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 		}
 	}
 	if err != nil {
+		// The step in flight, if its writes were built, may have
+		// committed unseen (the connection failed after its EXEC was
+		// sent): its caller settles it (SettleMove).
+		if k := len(out); k < len(plans) && built[k] && len(moved[k].Buckets) > 0 {
+			total.Uncertain = append(total.Uncertain, moved[k])
+		}
 		errs = append(errs, fmt.Errorf("buckets: move: %w", err))
 	}
 	return total, errors.Join(errs...)

@@ -36,6 +36,10 @@ func (m *conflictMover) NextDue(context.Context, redis.Conn) (int64, bool, error
 	return 0, false, nil
 }
 
+func (m *conflictMover) SettleMove(context.Context, redis.Conn, buckets.UncertainMove) (buckets.SettleResult, error) {
+	return buckets.SettleResult{}, nil
+}
+
 // A dispatcher round that met only conflicts backs off before the next:
 // the pauses grow as the conflicts go on, instead of reading again at once.
 func TestDispatcherBacksOffAfterConflicts(t *testing.T) {

@@ -32,13 +32,17 @@ type Dispatcher struct {
 	moves      mover // d.store in production
 	moved      atomic.Int64
 	garbageLog rateLimit
+	// unsettled are moves whose EXEC reply was lost, not yet settled
+	// (SettleMove): touched only by Run's goroutine.
+	unsettled []buckets.UncertainMove
 }
 
-// mover is the dispatcher's two transactions: *buckets.Store in
-// production, wrapped by tests.
+// mover is the dispatcher's transactions: *buckets.Store in production,
+// wrapped by tests.
 type mover interface {
 	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error)
 	NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error)
+	SettleMove(ctx context.Context, conn redis.Conn, u buckets.UncertainMove) (buckets.SettleResult, error)
 }
 
 // NewDispatcher returns a Dispatcher over pool.
@@ -72,6 +76,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		stopWaker()
 		g.Wait()
 	}()
+	defer d.settleOnExit(ctx)
 
 	lanes := make([]*rconn.Holder, d.cfg.DispatchLanes)
 	for i := range lanes {
@@ -154,6 +159,9 @@ func conflictWait(ctx context.Context, bo *rconn.Backoff) bool {
 // time (Unix ms) of the next bucket, -1 when nothing is scheduled, or
 // conflicted.
 func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, error) {
+	if err := d.settle(ctx); err != nil {
+		return 0, err
+	}
 	conns := make([]redis.Conn, len(lanes))
 	for i, h := range lanes {
 		c, err := h.Get(ctx)
@@ -167,6 +175,15 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	// Several dispatchers over one large backlog each start in a window of
 	// their own, at random among four, so that they seldom conflict.
 	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
+	if len(res.Uncertain) > 0 {
+		// Settle at once, on a fresh connection: the sooner it looks,
+		// the likelier a ready list that refused the push is still of
+		// the wrong type, or set aside, rather than put right by hand.
+		d.unsettled = append(d.unsettled, res.Uncertain...)
+		if serr := d.settle(ctx); serr != nil && err == nil {
+			err = serr
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -200,6 +217,53 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	}
 	return next, nil
 }
+
+// settle settles, on a fresh connection, the moves whose EXEC reply was
+// lost (buckets.Store.SettleMove): one whose push into a ready list failed
+// while its buckets were removed has its tasks placed again. A move not
+// settled stays in d.unsettled, and the next round settles it before
+// moving anything.
+func (d *Dispatcher) settle(ctx context.Context) error {
+	if len(d.unsettled) == 0 {
+		return nil
+	}
+	conn, err := d.pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("engine: settle %d moves: %w", len(d.unsettled), err)
+	}
+	defer conn.Close()
+	for len(d.unsettled) > 0 {
+		sr, err := d.moves.SettleMove(ctx, conn, d.unsettled[0])
+		if err != nil {
+			return fmt.Errorf("engine: settle %d moves: %w", len(d.unsettled), err)
+		}
+		for _, k := range sr.SetAside {
+			d.log.Error("key of the wrong type set aside", "key", k, "moved_to", d.store.Keys.Quarantine(k))
+		}
+		if sr.Pushed > 0 {
+			d.log.Warn("tasks of a move whose push failed unseen placed again", "tasks", sr.Pushed)
+		}
+		d.unsettled = d.unsettled[1:]
+	}
+	return nil
+}
+
+// settleOnExit gives the moves still unsettled when Run stops one bounded
+// last try, past the end of ctx. Those it cannot settle are left for
+// `engine check --repair`, which finds their tasks homeless.
+func (d *Dispatcher) settleOnExit(ctx context.Context) {
+	if len(d.unsettled) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := d.settle(sctx); err != nil {
+		d.log.Error("moves whose reply was lost left unsettled; run engine check --repair", "moves", len(d.unsettled), keyErr, err)
+	}
+}
+
+// settleTimeout bounds the last settling of a stopping dispatcher.
+const settleTimeout = 5 * time.Second
 
 // waker blocks on the wake list on its own connection and passes each
 // token on. It passes its idle timeout on too, so the main loop looks

@@ -1,0 +1,166 @@
+package buckets
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// A move whose ready list becomes a string just before its MULTI is sent,
+// and whose EXEC reply is lost: the EXEC ran (the buckets are gone) but its
+// push failed, so its tasks are in no list. MoveDue reports the move as
+// uncertain, and SettleMove on a fresh connection places them again.
+func TestSettleMoveAfterLostExecReply(t *testing.T) {
+	for _, asideFirst := range []bool{false, true} {
+		name := "string"
+		if asideFirst {
+			name = "set aside by a worker"
+		}
+		t.Run(name, func(t *testing.T) { settleAfterLostExecReply(t, asideFirst) })
+	}
+}
+
+func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
+	st, pool, admin := realStore(t)
+	ctx := testCtx(t)
+	conn := pool.Get()
+	defer conn.Close()
+	due := t0 - 1000
+	ids := []string{"a", "b", "c"}
+	var recs []*Record
+	for _, id := range ids {
+		recs = append(recs, newRec(id, due))
+	}
+	if err := st.Enqueue(ctx, conn, t0-60_000, recs); err != nil {
+		t.Fatal(err)
+	}
+	ready := st.Keys.Ready("q")
+	hc := &hookConn{Conn: pool.Get(), hook: func() error {
+		_, err := admin.Do("SET", ready, "not a list")
+		return err
+	}}
+	cc := &crashConn{inner: hc, at: "EXEC", after: true}
+	defer cc.Close()
+	res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0)
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("MoveDue error = %v; want the injected crash", err)
+	}
+	if !hc.fired || !cc.fired {
+		t.Fatalf("hook fired %v, crash fired %v; want both", hc.fired, cc.fired)
+	}
+	if len(res.Uncertain) != 1 {
+		t.Fatalf("Uncertain = %+v; want the one move in flight", res.Uncertain)
+	}
+	if n, err := redis.Int(admin.Do("EXISTS", st.Keys.Bucket("q", BucketTime(due, st.Resolution)))); err != nil || n != 0 {
+		t.Fatalf("bucket exists = %d (%v); want it removed by the EXEC that ran", n, err)
+	}
+
+	// The defect: the bucket is gone and the ready list is a string, so
+	// the tasks are in no list; if a worker sets the string aside first,
+	// the check finds them homeless.
+	if typ, err := redis.String(admin.Do("TYPE", ready)); err != nil || typ != "string" {
+		t.Fatalf("ready list type = %q (%v); want the string", typ, err)
+	}
+	fresh := pool.Get()
+	defer fresh.Close()
+	wantAside := []string{ready}
+	if asideFirst {
+		if moved, err := st.SetAside(ctx, fresh, "list", ready); err != nil || len(moved) != 1 {
+			t.Fatalf("SetAside = %v, %v", moved, err)
+		}
+		wantAside = nil
+		rep, err := st.CheckNamespace(ctx, fresh, CheckOptions{ListKeys: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		homeless := 0
+		for _, f := range rep.Findings {
+			if f.Kind == FindHomeless {
+				homeless++
+			}
+		}
+		if homeless != len(ids) {
+			t.Fatalf("check before settling: %+v; want %d homeless tasks", rep, len(ids))
+		}
+	}
+
+	var setAside []string
+	st.OnSetAside = func(k, _ string) { setAside = append(setAside, k) }
+	sr, err := st.SettleMove(ctx, fresh, res.Uncertain[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.Pushed != len(ids) || !slices.Equal(sr.SetAside, wantAside) || !slices.Equal(setAside, wantAside) {
+		t.Fatalf("SettleMove = %+v (told of %v); want %d pushed and %s set aside", sr, setAside, len(ids), ready)
+	}
+	got, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("ready list = %v; want %v", got, ids)
+	}
+	if v, err := redis.String(admin.Do("GET", st.Keys.Quarantine(ready))); err != nil || v != "not a list" {
+		t.Fatalf("quarantine = %q (%v); want the string set aside", v, err)
+	}
+	rep, err := st.CheckNamespace(ctx, fresh, CheckOptions{ListKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(rep.Findings, rep.Unconfirmed...) {
+		if f.Kind == FindHomeless || f.Kind == FindDuplicate {
+			t.Errorf("check: %+v", f)
+		}
+	}
+
+	// Settling again finds the ids placed (a list now, but set aside
+	// recently): it pushes duplicates, which Claim drops; it loses nothing.
+	sr, err = st.SettleMove(ctx, fresh, res.Uncertain[0])
+	if err != nil || len(sr.SetAside) != 0 || sr.Pushed != len(ids) {
+		t.Fatalf("second SettleMove = %+v, %v; want the %d ids pushed again", sr, err, len(ids))
+	}
+	// A record no longer waiting needs nothing: a claimed one is not
+	// pushed again, nor one whose record is gone (run and deleted).
+	if _, cr, err := st.Claim(ctx, fresh, "w1", "q", "a", t0+10, lease, false, nil); err != nil || cr != Claimed {
+		t.Fatalf("claim: %v, %v", cr, err)
+	}
+	if _, err := admin.Do("DEL", st.Keys.Task("b")); err != nil {
+		t.Fatal(err)
+	}
+	sr, err = st.SettleMove(ctx, fresh, res.Uncertain[0])
+	if err != nil || sr.Pushed != 1 {
+		t.Fatalf("third SettleMove = %+v, %v; want only c pushed", sr, err)
+	}
+}
+
+// A move that committed with its push intact, or that never reached EXEC,
+// needs nothing.
+func TestSettleMoveNothingToDo(t *testing.T) {
+	for _, ran := range []bool{true, false} {
+		st, pool, admin := realStore(t)
+		ctx := testCtx(t)
+		conn := pool.Get()
+		due := t0 - 1000
+		if err := st.Enqueue(ctx, conn, t0-60_000, []*Record{newRec("a", due), newRec("b", due)}); err != nil {
+			t.Fatal(err)
+		}
+		cc := &crashConn{inner: pool.Get(), at: "EXEC", after: ran}
+		res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0)
+		_ = cc.Close()
+		if !errors.Is(err, errCrash) || len(res.Uncertain) != 1 {
+			t.Fatalf("ran=%v: MoveDue = %+v, %v; want one uncertain move", ran, res, err)
+		}
+		sr, err := st.SettleMove(ctx, conn, res.Uncertain[0])
+		if err != nil || sr.Pushed != 0 || len(sr.SetAside) != 0 {
+			t.Fatalf("ran=%v: SettleMove = %+v, %v; want nothing done", ran, sr, err)
+		}
+		n, err := redis.Int(admin.Do("LLEN", st.Keys.Ready("q")))
+		if err != nil || (ran && n != 2) || (!ran && n != 0) {
+			t.Fatalf("ran=%v: ready list holds %d (%v)", ran, n, err)
+		}
+		conn.Close()
+	}
+}

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// lostExecConn runs hook just before the first MULTI is sent, and loses
+// the reply of the round trip that carries the first EXEC: the server ran
+// it, then the connection closes.
+type lostExecConn struct {
+	redis.Conn
+	hook     func()
+	execSent bool
+	dead     bool
+}
+
+func (c *lostExecConn) Send(name string, args ...interface{}) error {
+	if c.dead {
+		return errInjected
+	}
+	if name == "MULTI" && c.hook != nil {
+		c.hook()
+		c.hook = nil
+	}
+	if name == "EXEC" {
+		c.execSent = true
+	}
+	return c.Conn.Send(name, args...)
+}
+
+func (c *lostExecConn) Do(name string, args ...interface{}) (interface{}, error) {
+	return c.DoContext(context.Background(), name, args...)
+}
+
+func (c *lostExecConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	if c.dead {
+		return nil, errInjected
+	}
+	rep, err := redis.DoContext(c.Conn, ctx, name, args...)
+	if c.execSent {
+		c.dead = true
+		c.Conn.Close()
+		return nil, errInjected
+	}
+	return rep, err
+}
+
+func (c *lostExecConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	if c.dead {
+		return nil, errInjected
+	}
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// lostExecMover is the store, whose first move runs on a lostExecConn
+// that makes the ready list a string just before the MULTI.
+type lostExecMover struct {
+	*buckets.Store
+	once  sync.Once
+	fired chan struct{}
+	hook  func()
+}
+
+func (m *lostExecMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error) {
+	first := false
+	m.once.Do(func() { first = true })
+	if first {
+		lc := &lostExecConn{Conn: conns[0], hook: m.hook}
+		conns = append([]redis.Conn{lc}, conns[1:]...)
+		defer func() {
+			if lc.dead {
+				close(m.fired)
+			}
+		}()
+	}
+	return m.Store.MoveDue(ctx, conns, now, chunk, maxTasks, lookahead, window)
+}
+
+// A move whose push failed on a ready list made a string between its read
+// and its EXEC, and whose EXEC reply was lost, removed its bucket: the
+// dispatcher settles it on a fresh connection, setting the string aside
+// and placing the tasks again.
+func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
+	e := realEnv(t)
+	const q = "settle"
+	want := scheduleMany(t, e, 20, time.Now().Add(-time.Minute), 0, q)
+	d, err := NewDispatcher(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := e.admin(t)
+	ready := d.store.Keys.Ready(q)
+	m := &lostExecMover{Store: d.store, fired: make(chan struct{}), hook: func() {
+		if _, err := admin.Do("SET", ready, "not a list"); err != nil {
+			t.Error(err)
+		}
+	}}
+	d.moves = m
+	stop := runBackground(t, d.Run)
+	select {
+	case <-m.fired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the move with the lost reply did not run")
+	}
+	waitFor(t, 10*time.Second, "the tasks in the ready list", func() bool {
+		n, _ := redis.Int(admin.Do("LLEN", ready))
+		return n >= len(want)
+	})
+	stop()
+	exactlyOnce(t, e.readyIDs(t, q), want)
+	if v, err := redis.String(admin.Do("GET", d.store.Keys.Quarantine(ready))); err != nil || v != "not a list" {
+		t.Fatalf("quarantine = %q (%v); want the string set aside", v, err)
+	}
+}
