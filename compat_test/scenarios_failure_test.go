@@ -107,7 +107,7 @@ func scenarioRetries(e *env) {
 	waitFor(t, 10*time.Second, "the first run to fail", func() bool {
 		return e.lookup(c, once).State == engine.StateRetrying
 	})
-	failedAt := time.Now()
+	retryDue := e.lookup(c, once).Due // the retry's due time, as stored
 	if st := e.stats(c, "default"); st.Retrying != 1 || st.Scheduled != 1 {
 		t.Errorf("while a task waits for its retry: %d retrying, %d scheduled; want 1, 1", st.Retrying, st.Scheduled)
 	}
@@ -122,8 +122,13 @@ func scenarioRetries(e *env) {
 	if len(runs) != 2 || runs[1].Attempt != 2 {
 		t.Fatalf("once ran %d times: %+v", len(runs), runs)
 	}
-	if gap := runs[1].At.Sub(failedAt); gap < 1500*time.Millisecond {
-		t.Errorf("retry ran %v after the failure was seen, before its 2s backoff", gap)
+	// The retry is due 2 s after the failure (after the first run
+	// started), and never starts before its stored due time.
+	if gap := retryDue.Sub(runs[0].At); gap < 2*time.Second {
+		t.Errorf("retry due %v after the first run started, want at least its 2s backoff", gap)
+	}
+	if runs[1].At.Before(retryDue) {
+		t.Errorf("retry started at %v, before its due time %v", runs[1].At, retryDue)
 	}
 	st := e.stats(c, "default")
 	if st.Processed != 4 || st.Failed != 4 || st.Dead != 0 || st.Retrying != 0 || st.Scheduled != 0 || st.Running != 0 {
