@@ -71,14 +71,21 @@ func (b *badData) inject(ctx context.Context) {
 		return
 	}
 	b.h.logf("bad data: injecting records, ids, types, payloads, index members, bucket keys")
-	b.phase1(ctx)
+	// The injector's own set-up is not a fault target: Redis restarts
+	// wait while it runs (h.injecting); connection cuts and kills do not.
+	locked := func(f func()) {
+		b.h.injecting.Lock()
+		defer b.h.injecting.Unlock()
+		f()
+	}
+	locked(func() { b.phase1(ctx) })
 	if b.h.sc.BadData < 2 {
 		return
 	}
 	sleep(ctx, time.Second)
-	b.window(ctx, "ready list of the wrong type", "q:side", b.keys.Ready("side"))
+	locked(func() { b.window(ctx, "ready list of the wrong type", "q:side", b.keys.Ready("side")) })
 	sleep(ctx, time.Second)
-	b.window(ctx, "wake-up list of the wrong type", "n:default", b.keys.Notify("default"))
+	locked(func() { b.window(ctx, "wake-up list of the wrong type", "n:default", b.keys.Notify("default")) })
 }
 
 func (b *badData) phase1(ctx context.Context) {

@@ -108,6 +108,11 @@ type restartEvent struct {
 }
 
 type harness struct {
+	// injecting is held while the bad-data injector sets up its items
+	// (its own commands are not a fault target): a Redis restart waits
+	// for it, and the injector waits for a restart to finish.
+	injecting sync.Mutex
+
 	opts     Options
 	sc       Scenario
 	seed     int64
@@ -570,6 +575,7 @@ func (h *harness) restartLoop(ctx context.Context) {
 			sig = syscall.SIGKILL
 		}
 		down := time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		h.injecting.Lock()
 		at := time.Now()
 		h.redis.Stop(sig)
 		time.Sleep(down)
@@ -581,6 +587,7 @@ func (h *harness) restartLoop(ctx context.Context) {
 			h.logf("redis restart failed (retrying): %v", err)
 			time.Sleep(500 * time.Millisecond)
 		}
+		h.injecting.Unlock()
 		h.mu.Lock()
 		h.restarts = append(h.restarts, restartEvent{Signal: sig, At: at, Down: time.Since(at)})
 		h.mu.Unlock()
