@@ -429,18 +429,48 @@ func (b *badData) window(ctx context.Context, name, short, key string) {
 		it.refused = fmt.Sprintf("inject: %v", err)
 	}
 	b.h.logf("bad data: %s set to a string for %v", short, badWindow)
+	c.Close()
 	sleep(context.Background(), badWindow)
-	typ, _ := redis.String(c.Do("TYPE", key))
-	quarantined, _ := redis.Int(c.Do("EXISTS", b.keys.Quarantine(key)))
-	if typ == "string" {
-		_, _ = c.Do("DEL", key)
-	}
-	if len(held) > 0 {
-		args := []any{key}
-		for _, id := range held {
-			args = append(args, id)
+	// A fresh connection: the server may close one idle for the window
+	// (Scenario.ServerTimeout), and a failed restore would lose the ids
+	// this injector took out of the list.
+	var typ string
+	var quarantined int
+	restore := func() error {
+		c := b.h.admin.Get()
+		defer c.Close()
+		var err error
+		if typ, err = redis.String(c.Do("TYPE", key)); err != nil {
+			return err
 		}
-		_, _ = c.Do("RPUSH", args...)
+		if quarantined, err = redis.Int(c.Do("EXISTS", b.keys.Quarantine(key))); err != nil {
+			return err
+		}
+		if typ == "string" {
+			if _, err := c.Do("DEL", key); err != nil {
+				return err
+			}
+		}
+		if len(held) > 0 {
+			args := []any{key}
+			for _, id := range held {
+				args = append(args, id)
+			}
+			if _, err := c.Do("RPUSH", args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var rerr error
+	for try := 0; try < 20; try++ {
+		if rerr = restore(); rerr == nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if rerr != nil {
+		it.refused = fmt.Sprintf("restore %d ids: %v", len(held), rerr)
 	}
 	before, during := b.runsAround(start, badWindow)
 	it.observed = fmt.Sprintf("runs started in the %v before: %d, during: %d; engine set it aside: %v; still a string after %v: %v",
