@@ -120,7 +120,9 @@ func TestHandlerTimeoutKillsGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := h.ProcessTask(ctx, testTask())
+	task := testTask()
+	task.Timeout = 300 * time.Millisecond // as the engine sets it: the message names it
+	err := h.ProcessTask(ctx, task)
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("took %v after a 300ms timeout", took)
 	}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 // TestChaos is the short run of every scenario: a few thousand tasks
 // each, two scenarios at a time (go test's -parallel). It needs
 // redis-server and fails, not skips, without it. The long run is
-// `go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
+// `go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
 func TestChaos(t *testing.T) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
@@ -77,7 +77,7 @@ func TestChaos(t *testing.T) {
 	if s := os.Getenv(envScenarios); s != "" {
 		names = strings.Split(s, ",")
 	}
-	t.Logf("chaos seed %d (replay: %s=%d go test ./chaos -run TestChaos)", seed, envSeed, seed)
+	t.Logf("chaos seed %d (replay: %s=%d go test ./internal/chaos -run TestChaos)", seed, envSeed, seed)
 
 	buildOnce.Do(buildProc)
 	if buildErr != nil {

@@ -92,7 +92,7 @@ func (r *Report) String() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("=== chaos scenario %q: %s (seed %d, %d tasks, %v)", r.Scenario, verdict, r.Seed, r.Tasks, r.Duration.Round(time.Second))
 	p("    %s", r.Doc)
-	p("    replay: go run ./chaos/cmd/chaos -scenario %s -tasks %d -seed %d", r.Scenario, r.Tasks, r.Seed)
+	p("    replay: go run ./internal/chaos/cmd/chaos -scenario %s -tasks %d -seed %d", r.Scenario, r.Tasks, r.Seed)
 	p("  enqueued (acknowledged)  %d", r.Enqueued)
 	p("  executed                 %d", r.Executed)
 	p("  lost                     %d", r.Lost)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/chaos/ledger"
+	"github.com/bucketq/bucketq/internal/chaos/ledger"
 	"github.com/gomodule/redigo/redis"
 )
 

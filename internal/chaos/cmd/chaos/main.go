@@ -3,11 +3,11 @@
 // ledgers written by the producers and handlers (see package chaos and
 // docs/reliability.md).
 //
-//	go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
-//	go run ./chaos/cmd/chaos -scenario workers,conncut -tasks 5000
-//	go run ./chaos/cmd/chaos -periodic 2m
-//	go run ./chaos/cmd/chaos -list
-//	go run ./chaos/cmd/chaos -tasks 2500 -seed 7 -markdown tables.md
+//	go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
+//	go run ./internal/chaos/cmd/chaos -scenario workers,conncut -tasks 5000
+//	go run ./internal/chaos/cmd/chaos -periodic 2m
+//	go run ./internal/chaos/cmd/chaos -list
+//	go run ./internal/chaos/cmd/chaos -tasks 2500 -seed 7 -markdown tables.md
 //
 // It prints each scenario's report, and exits 1 if any failed.
 package main
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bucketq/bucketq/chaos"
+	"github.com/bucketq/bucketq/internal/chaos"
 )
 
 func main() {
@@ -132,7 +132,7 @@ func main() {
 	if *markdown != "" {
 		// The command that reproduces these tables: the seed always, the
 		// other flags as given.
-		cmd := "go run ./chaos/cmd/chaos"
+		cmd := "go run ./internal/chaos/cmd/chaos"
 		flag.Visit(func(f *flag.Flag) {
 			if f.Name != "markdown" && f.Name != "seed" && f.Name != "q" && f.Name != "keep" && f.Name != "dir" {
 				cmd += fmt.Sprintf(" -%s %s", f.Name, f.Value)

@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bucketq/bucketq/chaos/ledger"
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/chaos/ledger"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )

@@ -31,7 +31,7 @@
 // TestChaos runs every scenario briefly as part of go test; the long run
 // is the command:
 //
-//	go run ./chaos/cmd/chaos -scenario all -tasks 50000 -seed N
+//	go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N
 //
 // docs/reliability.md says what the engine guarantees under each fault and
 // what the long runs measured.

@@ -37,7 +37,7 @@ func BuildProc(ctx context.Context, dir string, race bool) (string, error) {
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/bucketq/bucketq/chaos/cmd/chaosproc")
+	args = append(args, "github.com/bucketq/bucketq/internal/chaos/cmd/chaosproc")
 	cmd := exec.CommandContext(ctx, gobin, args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("chaos: go build chaosproc: %v\n%s", err, b)
