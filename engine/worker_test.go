@@ -53,11 +53,21 @@ func (r *recorder) total() int {
 
 func (e *env) state(t testing.TB, id string) State {
 	t.Helper()
-	info, err := e.client(t).Lookup(context.Background(), id)
-	if err != nil {
-		t.Fatalf("lookup %s: %v", id, err)
+	// A test that kills every client connection (CLIENT KILL) may kill
+	// this lookup's too: try again on a fresh one.
+	var err error
+	for try := 0; try < 5; try++ {
+		var info *TaskInfo
+		if info, err = e.client(t).Lookup(context.Background(), id); err == nil {
+			return info.State
+		}
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return info.State
+	t.Fatalf("lookup %s: %v", id, err)
+	return ""
 }
 
 // A worker that dies at any step between taking a task and recording its

@@ -66,6 +66,12 @@ func (b *boundConn) Do(cmd string, args ...interface{}) (interface{}, error) {
 }
 
 func (b *boundConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	// A connection whose earlier call ended with its context is broken:
+	// redigo may still be writing that call in the background, so it must
+	// not be written to again.
+	if err := b.c.Err(); err != nil {
+		return nil, err
+	}
 	drops := b.drops
 	b.drops = nil
 	if _, err := b.prefix(cmd); err != nil {
