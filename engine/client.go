@@ -72,41 +72,6 @@ func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, pay
 	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
 }
 
-// settleEnqueue follows an enqueue whose EXEC reply was lost: if a ready
-// list it pushed into is (or was just) of the wrong type, the push may have
-// failed while the records were written (2.4 runs the rest of a MULTI), so
-// the written records of due tasks are pushed again (see
-// buckets.Store.SettleEnqueue). Bounded by a few seconds, on a fresh
-// connection; the caller still gets ErrUncertain.
-func (c *Client) settleEnqueue(ctx context.Context, recs []*buckets.Record, now int64) {
-	due := map[string][]string{}
-	var queues []string
-	for _, r := range recs {
-		if r.Due <= now {
-			if len(due[r.Queue]) == 0 {
-				queues = append(queues, r.Queue)
-			}
-			due[r.Queue] = append(due[r.Queue], r.ID)
-		}
-	}
-	if len(queues) == 0 {
-		return
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	conn, err := c.pool.GetContext(sctx)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	for _, q := range queues {
-		if _, err := c.store.SettleEnqueue(sctx, conn, q, due[q]); err != nil {
-			c.cfg.Logger.Warn("could not check an enqueue whose reply was lost", keyQueue, q, keyErr, err)
-			return
-		}
-	}
-}
-
 // withLast returns opts followed by o in a new slice: the caller's slice
 // (which may have room to spare) is never written.
 func withLast(opts []Option, o Option) []Option {
@@ -164,8 +129,6 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
 			c.cfg.observeEnqueued(recs, now)
 			return enqueued(recs, now), nil
-		case errors.Is(err, buckets.ErrUncertain):
-			c.settleEnqueue(ctx, recs, ms(now))
 		}
 		return nil, failed("enqueue", err)
 	}
