@@ -45,22 +45,26 @@ func (c *Client) Inspector() *Inspector {
 	return &Inspector{pool: c.pool, cfg: c.cfg, store: c.store}
 }
 
+// client is a Client over the Inspector's pool and namespace, for the
+// calls both offer.
+func (in *Inspector) client() *Client { return &Client{pool: in.pool, cfg: in.cfg, store: in.store} }
+
 // Periodics lists the periodic entries declared in the namespace, as
 // [Client.Periodics] does: schedule, next and last firing with the state
 // of its task, and whether any live process declares it.
 func (in *Inspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
-	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).Periodics(ctx)
+	return in.client().Periodics(ctx)
 }
 
 // PauseQueue and ResumeQueue are [Client.PauseQueue] and
 // [Client.ResumeQueue], for a dashboard built on the Inspector.
 func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
-	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).PauseQueue(ctx, q)
+	return in.client().PauseQueue(ctx, q)
 }
 
 // ResumeQueue: see PauseQueue.
 func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
-	return (&Client{pool: in.pool, cfg: in.cfg, store: in.store}).ResumeQueue(ctx, q)
+	return in.client().ResumeQueue(ctx, q)
 }
 
 // ErrNotListable: ListTasks of a state whose tasks no structure indexes
