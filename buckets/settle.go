@@ -181,3 +181,12 @@ func needsPlace(id string, rep interface{}) bool {
 	}
 	return r.State == StateWaiting || r.State == StateRetry
 }
+
+// SettleEnqueue is SettleMove for an enqueue of due tasks into queue q
+// whose EXEC reply was lost: no bucket was emptied (the key of bucket time
+// 0 never exists, so the "still there" test never holds), and the ids whose
+// records were written and wait are pushed again when q's ready list is,
+// or just was, of the wrong type.
+func (s *Store) SettleEnqueue(ctx context.Context, conn redis.Conn, q string, ids []string) (SettleResult, error) {
+	return s.SettleMove(ctx, conn, UncertainMove{Buckets: []MovedBucket{{Queue: q, Key: s.Keys.Bucket(q, 0), IDs: ids}}})
+}

@@ -164,3 +164,41 @@ func TestSettleMoveNothingToDo(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// An enqueue of due tasks whose push meets a ready list replaced by a
+// string, and whose EXEC reply is lost: the records are written but in no
+// list; SettleEnqueue sets the string aside and pushes them.
+func TestSettleEnqueueAfterLostExecReply(t *testing.T) {
+	st, pool, admin := realStore(t)
+	ctx := testCtx(t)
+	ready := st.Keys.Ready("q")
+	hc := &hookConn{Conn: pool.Get(), hook: func() error {
+		_, err := admin.Do("SET", ready, "not a list")
+		return err
+	}}
+	cc := &crashConn{inner: hc, at: "EXEC", after: true}
+	defer cc.Close()
+	recs := []*Record{newRec("a", t0), newRec("b", t0)}
+	if err := st.Enqueue(ctx, cc, t0, recs); !errors.Is(err, ErrUncertain) {
+		t.Fatalf("Enqueue error = %v; want ErrUncertain", err)
+	}
+	conn := pool.Get()
+	defer conn.Close()
+	res, err := st.SettleEnqueue(ctx, conn, "q", []string{"a", "b"})
+	if err != nil || res.Pushed != 2 {
+		t.Fatalf("SettleEnqueue = %+v, %v; want both pushed", res, err)
+	}
+	ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("ready list = %v, %v; want a and b", ids, err)
+	}
+	rep, err := st.CheckNamespace(ctx, conn, CheckOptions{ListKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Findings {
+		if f.Kind == FindHomeless {
+			t.Fatalf("homeless after settling: %s", f)
+		}
+	}
+}

@@ -72,6 +72,44 @@ func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, pay
 	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
 }
 
+// settleEnqueue follows an enqueue whose EXEC reply was lost: if a ready
+// list it pushed into is (or was just) of the wrong type, the push may have
+// failed while the records were written (2.4 runs the rest of a MULTI), so
+// the written records of due tasks are pushed again (see
+// buckets.Store.SettleEnqueue). It runs on a fresh connection within the
+// caller's own deadline, and only when the reply was lost to a broken
+// connection, not to that deadline: an enqueue never takes longer than its
+// context allows. The caller still gets ErrUncertain.
+func (c *Client) settleEnqueue(ctx context.Context, cause error, recs []*buckets.Record, now int64) {
+	if ctx.Err() != nil || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		return
+	}
+	due := map[string][]string{}
+	var queues []string
+	for _, r := range recs {
+		if r.Due <= now {
+			if len(due[r.Queue]) == 0 {
+				queues = append(queues, r.Queue)
+			}
+			due[r.Queue] = append(due[r.Queue], r.ID)
+		}
+	}
+	if len(queues) == 0 {
+		return
+	}
+	conn, err := c.pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, q := range queues {
+		if _, err := c.store.SettleEnqueue(ctx, conn, q, due[q]); err != nil {
+			c.cfg.Logger.Warn("could not check an enqueue whose reply was lost", keyQueue, q, keyErr, err)
+			return
+		}
+	}
+}
+
 // withLast returns opts followed by o in a new slice: the caller's slice
 // (which may have room to spare) is never written.
 func withLast(opts []Option, o Option) []Option {
@@ -129,6 +167,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 			c.cfg.Logger.Error("keys of the wrong type set aside while enqueueing", keyErr, err)
 			c.cfg.observeEnqueued(recs, now)
 			return enqueued(recs, now), nil
+		case errors.Is(err, buckets.ErrUncertain):
+			c.settleEnqueue(ctx, err, recs, ms(now))
 		}
 		return nil, failed("enqueue", err)
 	}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -115,6 +117,56 @@ func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
 	stop()
 	exactlyOnce(t, e.readyIDs(t, q), want)
 	if v, err := redis.String(admin.Do("GET", d.store.Keys.Quarantine(ready))); err != nil || v != "not a list" {
+		t.Fatalf("quarantine = %q (%v); want the string set aside", v, err)
+	}
+}
+
+// An enqueue whose push fails on a ready list made a string just before
+// its MULTI, and whose EXEC reply is lost, wrote its records and placed
+// none of them: the Client reports ErrUncertain and, on a fresh connection
+// within the caller's deadline, sets the string aside and places the
+// written tasks, so the batch runs whole.
+func TestEnqueueSettlesLostExecReply(t *testing.T) {
+	e := realEnv(t)
+	const q = "settle-enqueue"
+	admin := e.admin(t)
+	keys, err := buckets.NewKeys(e.cfg.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := keys.Ready(q)
+	var first sync.Once
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) {
+		c := e.pool.Get()
+		var lc redis.Conn = c
+		first.Do(func() {
+			lc = &lostExecConn{Conn: c, hook: func() {
+				if _, err := admin.Do("SET", ready, "not a list"); err != nil {
+					t.Error(err)
+				}
+			}}
+		})
+		return lc, nil
+	}}
+	t.Cleanup(func() { pool.Close() })
+	c, err := NewClient(pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []NewTask{{Type: "t", Options: []Option{Queue(q)}}, {Type: "t", Options: []Option{Queue(q)}}, {Type: "t", Options: []Option{Queue(q)}}}
+	ids := map[string]bool{}
+	for i := range batch {
+		id := fmt.Sprintf("settle-%d", i)
+		ids[id] = true
+		batch[i].Options = append(batch[i].Options, TaskID(id))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.EnqueueBatch(ctx, batch); !errors.Is(err, ErrUncertain) {
+		t.Fatalf("EnqueueBatch over a lost EXEC reply = %v, want ErrUncertain", err)
+	}
+	exactlyOnce(t, e.readyIDs(t, q), ids)
+	if v, err := redis.String(admin.Do("GET", keys.Quarantine(ready))); err != nil || v != "not a list" {
 		t.Fatalf("quarantine = %q (%v); want the string set aside", v, err)
 	}
 }
