@@ -53,17 +53,14 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		st := s.Keys.Stats(r.Queue)
 		if inBucket {
 			tx.Queue("LREM", bucket, 1, id)
+			s.unbucketed(tx, r)
 			if last {
 				// The bucket empties and Redis deletes it: its index
 				// member goes with it, so the index names no empty bucket.
-				tx.Queue("ZREM", s.Keys.Schedule(), Member(r.Queue, ts))
+				s.dropMember(tx, Member(r.Queue, ts))
 			}
-			tx.Queue("HINCRBY", st, StatScheduled, -1)
 		} else {
 			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
-		}
-		if r.State == StateRetry {
-			tx.Queue("HINCRBY", st, StatRetrying, -1)
 		}
 		r.State = StateCancelled
 		r.Finished = now

@@ -40,6 +40,9 @@ const (
 	FindBadMember FindingKind = "bad-member"
 	// FindWrongType: a key of the schema that holds the wrong type.
 	FindWrongType FindingKind = "wrong-type"
+	// FindRetryCount: a bucket's retry count (Keys.RetryCounts) differs
+	// from the number of retrying tasks in it (Member, Stored, Count).
+	FindRetryCount FindingKind = "retry-count"
 	// FindUnregistered: a worker that holds tasks (in-flight or pending)
 	// but is not in the worker registry: no reaper would return its
 	// tasks if it died (Worker, Key).
@@ -70,6 +73,8 @@ func (f Finding) String() string {
 	switch f.Kind {
 	case FindGauge:
 		return fmt.Sprintf("queue %s: gauge %s is %d, the structures hold %d", f.Queue, f.Gauge, f.Stored, f.Count)
+	case FindRetryCount:
+		return fmt.Sprintf("bucket %s: retry count is %d, the bucket holds %d retrying tasks", f.Member, f.Stored, f.Count)
 	case FindHomeless:
 		return fmt.Sprintf("task %s (%s, queue %s) is in none of the places its state needs", f.ID, f.State, f.Queue)
 	case FindDuplicate:
@@ -180,15 +185,17 @@ type bucketInfo struct {
 
 // walk is what one pass over the namespace read.
 type walk struct {
-	queues  map[string]bool
-	workers []string            // registered and listed
-	unreg   map[string]bool     // listed, not registered
-	dead    map[string]bool     // workers without a heartbeat
-	buckets []*bucketInfo       // by key order
-	places  map[string][]string // id -> keys holding it
-	recs    map[string]*Record  // id -> decoded record (absent: missing or malformed)
-	stored  map[string]map[string]int64
-	found   []Finding
+	queues    map[string]bool
+	workers   []string            // registered and listed
+	unreg     map[string]bool     // listed, not registered
+	dead      map[string]bool     // workers without a heartbeat
+	buckets   []*bucketInfo       // by key order
+	places    map[string][]string // id -> keys holding it
+	recs      map[string]*Record  // id -> decoded record (absent: missing or malformed)
+	stored    map[string]map[string]int64
+	retries   map[string]int64 // the retry counts hash, by member
+	noRetries bool             // it could not be read (wrong type)
+	found     []Finding
 }
 
 func (w *walk) see(id, key string) {
@@ -286,6 +293,17 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 		}
 	}
 	sort.Slice(w.buckets, func(i, j int) bool { return w.buckets[i].key < w.buckets[j].key })
+	// The retry counts: one field per bucket that ever held a retry,
+	// removed with the bucket, so as small as the index.
+	rc, err := redis.Int64Map(r.do("HGETALL", k.RetryCounts()))
+	switch {
+	case IsWrongType(err):
+		w.found = append(w.found, Finding{Kind: FindWrongType, Key: k.RetryCounts()})
+		w.noRetries = true
+	case err != nil && !errors.Is(err, redis.ErrNil):
+		return nil, fmt.Errorf("retry counts: %w", err)
+	}
+	w.retries = rc
 	for _, b := range w.buckets {
 		w.queues[b.q] = true
 	}
@@ -535,6 +553,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 	for _, b := range w.buckets {
 		count(b.q, StatScheduled, b.length)
 	}
+	retryIn := map[string]int64{} // bucket key -> retrying tasks in it
 	ids := make([]string, 0, len(w.recs))
 	for id := range w.recs {
 		ids = append(ids, id)
@@ -548,10 +567,19 @@ func (w *walk) judge(k Keys, resolution int64) {
 		var allowed func(key string) bool
 		switch r.State {
 		case StateWaiting, StateRetry:
-			if r.State == StateRetry {
-				count(r.Queue, StatRetrying, 1)
-			}
 			bucketPrefix := k.Prefix() + "b:" + r.Queue + ":"
+			if r.State == StateRetry {
+				// Retrying while in a bucket; a due retry in a ready or
+				// in-flight list is just ready.
+				for _, key := range w.places[id] {
+					if strings.HasPrefix(key, bucketPrefix) {
+						count(r.Queue, StatRetrying, 1)
+						count(r.Queue, StatScheduled, -1)
+						retryIn[key]++
+						break
+					}
+				}
+			}
 			allowed = func(key string) bool {
 				return key == k.Ready(r.Queue) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix)
 			}
@@ -587,6 +615,22 @@ func (w *walk) judge(k Keys, resolution int64) {
 			continue
 		}
 		w.found = append(w.found, f)
+	}
+	indexed := map[string]bool{}
+	for _, b := range w.buckets {
+		if !b.indexed || w.noRetries {
+			continue
+		}
+		indexed[b.member] = true
+		if n := retryIn[b.key]; n != w.retries[b.member] {
+			w.found = append(w.found, Finding{Kind: FindRetryCount, Queue: b.q, Key: b.key, Member: b.member, Stored: w.retries[b.member], Count: n})
+		}
+	}
+	for _, m := range sortedKeys(w.retries) {
+		if !indexed[m] {
+			// The field of a bucket no longer in the index.
+			w.found = append(w.found, Finding{Kind: FindRetryCount, Key: k.RetryCounts(), Member: m, Stored: w.retries[m]})
+		}
 	}
 	held := map[string]string{}
 	for _, list := range w.places {
@@ -650,6 +694,8 @@ func (s *Store) watchFor(f Finding) []string {
 		return []string{f.Key}
 	case FindBadMember:
 		return []string{k.Schedule()}
+	case FindRetryCount:
+		return []string{f.Key, k.RetryCounts()}
 	case FindUnregistered:
 		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
 	default:
@@ -767,6 +813,10 @@ func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, fi
 //	                reaper returns it); for a dead letter ZADD dead.
 //	unregistered:   WATCH w, f:<w>, p:<w>; read SISMEMBER, LLEN, ZCARD;
 //	                queue SADD w <w> (a reaper then judges it like any other).
+//	retry count:    WATCH the bucket, rc; read ZSCORE sched member, LRANGE
+//	                the bucket, GET each id's record; queue HSET rc member
+//	                n (the retrying records in it), or HDEL when n is 0 or
+//	                the bucket is not in the index.
 //	gauge:          WATCH st:<q> (and dead, f:<w> of workers without a
 //	                heartbeat); a whole walk; queue HSET st:<q> gauge count
 //	                for each gauge that differs.
@@ -787,6 +837,8 @@ func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f F
 		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
 	case FindUnregistered:
 		wrote, err = s.repairUnregistered(ctx, conn, o, f)
+	case FindRetryCount:
+		wrote, err = s.repairRetryCount(ctx, conn, o, f)
 	default:
 		return false, nil
 	}
@@ -949,6 +1001,54 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 			return nil
 		}
 		tx.Queue("HMSET", args...)
+		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func (s *Store) repairRetryCount(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding) (bool, error) {
+	k := s.Keys
+	q, ts, err := ParseMember(f.Member)
+	if err != nil {
+		return false, err
+	}
+	bucket := k.Bucket(q, ts)
+	wrote := false
+	_, err = s.checkRunner(o).Run(ctx, conn, []string{bucket, k.RetryCounts()}, func(tx *txn.Tx) error {
+		wrote = false
+		score, err := tx.Do("ZSCORE", k.Schedule(), f.Member)
+		if err != nil {
+			return err
+		}
+		var n int64
+		if score != nil {
+			ids, err := redis.Strings(tx.Do("LRANGE", bucket, 0, -1))
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				raw, err := redis.Bytes(tx.Do("GET", k.Task(id)))
+				if err != nil {
+					continue // missing or of the wrong type: not a retry
+				}
+				if r, derr := DecodeRecord(id, raw); derr == nil && r.State == StateRetry {
+					n++
+				}
+			}
+		}
+		stored, err := redis.Int64(tx.Do("HGET", k.RetryCounts(), f.Member))
+		if err != nil && !errors.Is(err, redis.ErrNil) {
+			return err
+		}
+		switch {
+		case n == stored:
+			return nil
+		case n == 0:
+			tx.Queue("HDEL", k.RetryCounts(), f.Member)
+		default:
+			tx.Queue("HSET", k.RetryCounts(), f.Member, n)
+		}
 		wrote = true
 		return nil
 	})

@@ -180,7 +180,7 @@ func (s *Store) checkFree(tx *txn.Tx, ids, keys []string) error {
 
 // typeFor is the key type each of Enqueue's commands needs.
 var typeFor = map[string]string{
-	"LPUSH": "list", "RPUSH": "list", "LTRIM": "list", "ZADD": "zset", "SADD": "set", "HINCRBY": "hash", "MSET": "string",
+	"LPUSH": "list", "RPUSH": "list", "LTRIM": "list", "ZADD": "zset", "SADD": "set", "HINCRBY": "hash", "HDEL": "hash", "MSET": "string",
 }
 
 // ErrSetAside is wrapped by an error of Enqueue that says keys of the

@@ -197,7 +197,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		fromBucket := func(r *Record) {
 			k := bkey{r.Queue, BucketTime(r.Due, s.Resolution)}
 			tx.Queue("LREM", s.Keys.Bucket(k.q, k.ts), 1, r.ID)
-			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, -1)
+			s.unbucketed(tx, r)
 			removed[k]++
 		}
 		for i, r := range recs {
@@ -238,18 +238,12 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				} else {
 					tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, r.ID)
 				}
-				if r.State == StateRetry {
-					tx.Queue("HINCRBY", st, StatRetrying, -1)
-				}
 				r.State, r.Finished = StateCancelled, now
 				tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, r.Encode())
 				tx.Queue("HINCRBY", st, StatCancelled, 1)
 			case a == ActDelete:
 				switch r.State {
 				case StateWaiting, StateRetry:
-					if r.State == StateRetry {
-						tx.Queue("HINCRBY", st, StatRetrying, -1)
-					}
 					if inBucket {
 						fromBucket(r)
 						tx.Queue("DEL", s.Keys.Task(r.ID))
@@ -282,7 +276,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		// with it, so the index names no empty bucket.
 		for k, n := range removed {
 			if n >= size[k] && indexed[k] {
-				tx.Queue("ZREM", s.Keys.Schedule(), Member(k.q, k.ts))
+				s.dropMember(tx, Member(k.q, k.ts))
 			}
 		}
 		return nil

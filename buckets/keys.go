@@ -44,6 +44,14 @@ func (k Keys) Bucket(q string, ts int64) string {
 // Schedule is the bucket index: ZSET, member "queue:ts", score ts.
 func (k Keys) Schedule() string { return k.prefix + "sched" }
 
+// RetryCounts counts the retries at the front of each bucket: HASH, field
+// the bucket's index member, value how many of the bucket's first entries
+// are tasks waiting for another attempt. A retry is pushed at a bucket's
+// front (LPUSH) and counted here in the same MULTI, so a move that takes
+// n entries from the front knows that min(n, count) of them are retries
+// and moves them from the retrying gauge, the rest from the scheduled one.
+func (k Keys) RetryCounts() string { return k.prefix + "rc" }
+
 // Ready is queue q's ready list: LIST of task ids; producers LPUSH at the
 // head, workers RPOPLPUSH from the tail, so it runs first in, first out.
 func (k Keys) Ready(q string) string { return k.prefix + "q:" + q }

@@ -134,7 +134,8 @@ func (p *movePlan) watch() []string {
 
 // sendReads queues the plan's reads without flushing: LRANGE b 0 share per
 // bucket (one more than the share, to learn whether the bucket is larger),
-// TYPE q:<q> per queue.
+// TYPE q:<q> per queue, and HMGET rc of the buckets' members (how many of
+// each bucket's first entries are retries).
 func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) error {
 	for _, b := range p.buckets {
 		if err := send("LRANGE", b.key, 0, p.share); err != nil {
@@ -146,15 +147,41 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 			return err
 		}
 	}
-	return nil
+	if len(p.buckets) == 0 {
+		return nil
+	}
+	args := make([]interface{}, 0, len(p.buckets)+1)
+	args = append(args, s.Keys.RetryCounts())
+	for _, b := range p.buckets {
+		args = append(args, b.member)
+	}
+	return send("HMGET", args...)
+}
+
+// retryCounts decodes the HMGET rc reply of sendReads: one count per
+// bucket, 0 where absent, negative or unreadable, and whether the field
+// exists at all (so that a bucket taken whole removes it).
+func retryCounts(rep interface{}, n int) ([]int, []bool) {
+	out := make([]int, n)
+	has := make([]bool, n)
+	vals, _ := redis.Values(rep, nil)
+	for i := 0; i < n && i < len(vals); i++ {
+		has[i] = vals[i] != nil
+		if c, err := redis.Int(vals[i], nil); err == nil && c > 0 {
+			out[i] = c
+		}
+	}
+	return out, has
 }
 
 // build decides the writes of a move from its reads.
 //
 //	per queue: LPUSH q:<q> ids... (bucket order kept) + LPUSH/LTRIM n:<q>,
-//	           HINCRBY st:<q> scheduled -n
+//	           HINCRBY st:<q> scheduled -(n-r), retrying -r (r of the n
+//	           ids are retries: per bucket, min(taken, its retry count))
 //	DEL b ...; ZREM sched member ...      (buckets taken whole, stale members)
-//	LTRIM b n -1                          (a bucket larger than its share)
+//	HDEL rc member ...                    (the same, where counted)
+//	LTRIM b n -1; HINCRBY rc member -r    (a bucket larger than its share)
 //	RENAME b bad:b                        (a bucket of the wrong type)
 //	a ready list of the wrong type: its buckets are left, see WrongType
 //
@@ -180,8 +207,17 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 		}
 	}
 	ready := map[string][]string{}
+	retries := map[string]int{}
+	var (
+		counts  []int
+		counted []bool
+	)
+	if nb > 0 {
+		counts, counted = retryCounts(reps[nb+len(p.queues)], nb)
+	}
 	var del []interface{}
 	zrem := append([]interface{}{s.Keys.Schedule()}, p.badMems...)
+	hdel := []interface{}{s.Keys.RetryCounts()}
 	for i, b := range p.buckets {
 		if badQ[b.q] {
 			continue
@@ -192,23 +228,36 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			// buckets behind it.
 			tx.Queue("RENAME", b.key, s.Keys.Quarantine(b.key))
 			zrem = append(zrem, b.member)
+			if counted[i] {
+				hdel = append(hdel, b.member)
+			}
 			res.Quarantined = append(res.Quarantined, b.key)
 			continue
 		}
 		if len(ids) == 0 {
 			zrem = append(zrem, b.member)
+			if counted[i] {
+				hdel = append(hdel, b.member)
+			}
 			res.Stale++
 			continue
 		}
 		if len(ids) > p.share {
 			ids = ids[:p.share]
 			tx.Queue("LTRIM", b.key, p.share, -1)
+			if r := min(counts[i], len(ids)); r > 0 {
+				tx.Queue("HINCRBY", s.Keys.RetryCounts(), b.member, -r)
+			}
 			res.Partial = true
 		} else {
 			del = append(del, b.key)
 			zrem = append(zrem, b.member)
+			if counted[i] {
+				hdel = append(hdel, b.member)
+			}
 			res.Buckets++
 		}
+		retries[b.q] += min(counts[i], len(ids))
 		ready[b.q] = append(ready[b.q], ids...)
 		res.Tasks += len(ids)
 		if moved != nil {
@@ -218,7 +267,12 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	for _, q := range p.queues {
 		if ids := ready[q]; len(ids) > 0 {
 			s.pushReady(tx, q, ids, false)
-			tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, -len(ids))
+			if n := len(ids) - retries[q]; n > 0 {
+				tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, -n)
+			}
+			if r := retries[q]; r > 0 {
+				tx.Queue("HINCRBY", s.Keys.Stats(q), StatRetrying, -r)
+			}
 		}
 	}
 	if len(del) > 0 {
@@ -226,6 +280,9 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	}
 	if len(zrem) > 1 {
 		tx.Queue("ZREM", zrem...)
+	}
+	if len(hdel) > 1 {
+		tx.Queue("HDEL", hdel...)
 	}
 	return res
 }
@@ -236,7 +293,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 // rest stays in the bucket and in the index for the next call.
 //
 // WATCH   b:<q>:<ts> ...                 every bucket named
-// read    LRANGE b 0 share (pipelined), TYPE q:<q> per queue
+// read    LRANGE b 0 share (pipelined), TYPE q:<q> per queue, HMGET rc
 // queue   see build
 //
 // Why it is exact: any push into a watched bucket (a producer whose clock

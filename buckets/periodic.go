@@ -279,16 +279,13 @@ func (s *Store) cancelFirings(tx *txn.Tx, ids []string, now, ttl int64) ([]strin
 		}
 		if inBucket {
 			tx.Queue("LREM", bucket, 1, id)
+			s.unbucketed(tx, r)
 			removed[bucket]++
 			if removed[bucket] == len(members) {
-				tx.Queue("ZREM", s.Keys.Schedule(), Member(r.Queue, ts))
+				s.dropMember(tx, Member(r.Queue, ts))
 			}
-			tx.Queue("HINCRBY", st, StatScheduled, -1)
 		} else {
 			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
-		}
-		if r.State == StateRetry {
-			tx.Queue("HINCRBY", st, StatRetrying, -1)
 		}
 		r.State = StateCancelled
 		r.Finished = now
@@ -310,8 +307,8 @@ const overlapTTL = 3600
 //	WATCH   pe:<entry>; read HGET pe:<entry> run → prev
 //	WATCH   t:<prev>;   read GET t:<prev>
 //	prev running → queue SETEX t:<id> tombstone ("skipped: previous run
-//	               <prev> still running"), HINCRBY cancelled +1 (retrying
-//	               -1); the caller removes the id from its in-flight list
+//	               <prev> still running"), HINCRBY cancelled +1; the
+//	               caller removes the id from its in-flight list
 //	otherwise    → queue HSET pe:<entry> run <id>; the caller claims
 //
 // It reports whether r was skipped. Crash points are Claim's.
@@ -335,9 +332,6 @@ func (s *Store) claimOverlap(tx *txn.Tx, r *Record, now int64) (bool, error) {
 		}
 		if p, derr := DecodeRecord(prev, raw); err == nil && derr == nil && p.State == StateRunning {
 			st := s.Keys.Stats(r.Queue)
-			if r.State == StateRetry {
-				tx.Queue("HINCRBY", st, StatRetrying, -1)
-			}
 			r.State = StateCancelled
 			r.Finished = now
 			r.LastError = "skipped: previous run " + prev + " still running"

@@ -128,6 +128,40 @@ func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
 	tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
 }
 
+// scheduleRetry queues the commands that put retry id at the front of
+// queue q's bucket at ts and count it: LPUSH bucket id, ZADD index ts
+// member, HINCRBY rc member 1, HINCRBY st:<q> retrying 1. The front
+// segment of a bucket is its retries (Keys.RetryCounts). The caller wakes
+// the dispatchers.
+func (s *Store) scheduleRetry(tx queuer, q string, ts int64, id string) {
+	m := Member(q, ts)
+	tx.Queue("LPUSH", s.Keys.Bucket(q, ts), id)
+	tx.Queue("ZADD", s.Keys.Schedule(), ts, m)
+	tx.Queue("HINCRBY", s.Keys.RetryCounts(), m, 1)
+	tx.Queue("HINCRBY", s.Keys.Stats(q), StatRetrying, 1)
+}
+
+// unbucketed queues the gauge changes for r, a waiting or retrying task,
+// taken out of its bucket one by one (LREM, by the caller): a retry
+// leaves the retrying gauge and its bucket's retry count, any other task
+// the scheduled gauge. A task taken from its ready list changes no gauge.
+func (s *Store) unbucketed(tx queuer, r *Record) {
+	st := s.Keys.Stats(r.Queue)
+	if r.State == StateRetry {
+		tx.Queue("HINCRBY", st, StatRetrying, -1)
+		tx.Queue("HINCRBY", s.Keys.RetryCounts(), Member(r.Queue, BucketTime(r.Due, s.Resolution)), -1)
+		return
+	}
+	tx.Queue("HINCRBY", st, StatScheduled, -1)
+}
+
+// dropMember queues the removal of index member m of a bucket that is
+// gone or going (ZREM index m, HDEL rc m).
+func (s *Store) dropMember(tx queuer, m string) {
+	tx.Queue("ZREM", s.Keys.Schedule(), m)
+	tx.Queue("HDEL", s.Keys.RetryCounts(), m)
+}
+
 // wakeDispatchers pushes one token naming the earliest new bucket time to
 // the dispatchers' wake list (and trims it).
 func (s *Store) wakeDispatchers(tx queuer, ts int64) {
@@ -308,7 +342,7 @@ func (s *Store) repairPlacement(ctx context.Context, conn redis.Conn, reps []int
 		switch {
 		case s.placement(c):
 			retry = append(retry, c)
-		case c.Name == "LPUSH", c.Name == "LTRIM", c.Name == "HINCRBY":
+		case c.Name == "LPUSH", c.Name == "LTRIM", c.Name == "HINCRBY", c.Name == "HDEL":
 			// a wake-up token or a counter: not worth a retry
 		default:
 			complete = false

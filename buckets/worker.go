@@ -25,6 +25,17 @@ func (s *Store) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, 
 	return id, nil
 }
 
+// DropCopy removes one copy of id from w's in-flight list (LREM f:<w> 1
+// id): a pop took a second copy of an id that another slot of the same
+// process holds (a settle or a recovery may push an id twice), and that
+// slot takes care of the task.
+func (s *Store) DropCopy(ctx context.Context, conn redis.Conn, w, id string) error {
+	if _, err := do(ctx, conn, "LREM", s.Keys.Inflight(w), 1, id); err != nil {
+		return fmt.Errorf("buckets: drop a copy of %s: %w", id, err)
+	}
+	return nil
+}
+
 // PopNext is Pop as a command to send behind FinishHeld's EXEC, in the
 // same round trip: its reply is the id taken into w's in-flight list, or
 // nil when queue q is empty.
@@ -187,7 +198,6 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 					return err
 				}
 			}
-			was := r.State
 			r.State = StateRunning
 			r.Runs++
 			r.Worker = w
@@ -196,9 +206,6 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			tx.Queue("SET", key, r.Encode())
 			tx.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
 			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
-			if was == StateRetry {
-				tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
-			}
 			rec, result = r, Claimed
 			if cs != nil {
 				cs.runs = r.Runs
@@ -409,8 +416,9 @@ func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64,
 		s.finalWrites(tx, r)
 	case Again:
 		if r.State == StateRetry {
+			// The retrying gauge counts it while it waits in a bucket
+			// (place); due at once, it is ready, not retrying.
 			tx.Queue("HINCRBY", st, StatFailed, 1)
-			tx.Queue("HINCRBY", st, StatRetrying, 1)
 		} else {
 			r.State = StateWaiting
 		}
@@ -475,8 +483,12 @@ func (s *Store) place(tx queuer, r *Record, now int64, front bool) {
 		return
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	s.scheduleBucket(tx, r.Queue, ts, []string{r.ID})
-	tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
+	if r.State == StateRetry {
+		s.scheduleRetry(tx, r.Queue, ts, r.ID)
+	} else {
+		s.scheduleBucket(tx, r.Queue, ts, []string{r.ID})
+		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
+	}
 	s.wakeDispatchers(tx, ts)
 }
 

@@ -142,10 +142,10 @@ func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Conte
 // QueueStats is one queue's figures, as Stats reports them.
 type QueueStats struct {
 	Queue     string
-	Ready     int64 // due, waiting for a worker
-	Scheduled int64 // waiting for their due time (retries included)
+	Ready     int64 // due, waiting for a worker (due retries included)
+	Scheduled int64 // waiting for their due time, first attempts
 	Running   int64
-	Retrying  int64 // failed, waiting for their next attempt
+	Retrying  int64 // failed, waiting in a bucket for their next attempt
 	Dead      int64
 	Processed int64 // succeeded, ever
 	Failed    int64 // handler runs that failed, ever

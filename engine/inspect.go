@@ -85,10 +85,10 @@ func (in *Inspector) conn(ctx context.Context) (redis.Conn, error) {
 // MULTI/EXEC of reads), so its sizes agree with each other.
 type QueueInfo struct {
 	Queue string `json:"queue"`
-	// Sizes by state. Scheduled counts the ids in the queue's buckets,
-	// retries waiting for their next attempt included; Retrying counts
-	// the failed tasks not yet run again (waiting in a bucket, or already
-	// due in the ready list).
+	// Sizes by state, which are disjoint: Scheduled counts the tasks
+	// waiting in the queue's buckets for their first attempt, Retrying the
+	// failed ones waiting there for their next attempt; a task due (a
+	// retry included) is Ready until a worker takes it.
 	Scheduled int64 `json:"scheduled"`
 	Ready     int64 `json:"ready"`
 	Running   int64 `json:"running"`

@@ -156,7 +156,7 @@ func stateGuard(s State) func(*buckets.Record, bool) bool {
 		waiting := r.State == buckets.StateWaiting || r.State == buckets.StateRetry
 		switch s {
 		case StateScheduled:
-			return waiting && inBucket
+			return r.State == buckets.StateWaiting && inBucket
 		case StateRetrying:
 			return r.State == buckets.StateRetry && inBucket
 		case StateReady:

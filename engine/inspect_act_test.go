@@ -84,10 +84,14 @@ func TestInspectActions(t *testing.T) {
 	}
 	requireClean(t, c)
 
-	// Delete everything scheduled (a retry among them), a selection of
-	// finished tasks, and a task in each remaining state by id.
+	// Delete everything scheduled, then every retry waiting in a bucket,
+	// a selection of finished tasks, and a task in each remaining state
+	// by id.
 	res, err = in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateScheduled})
-	mustAct(t, "delete filter", res, err, ActionResult{Done: 3})
+	mustAct(t, "delete filter", res, err, ActionResult{Done: 2})
+	requireClean(t, c)
+	res, err = in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateRetrying})
+	mustAct(t, "delete retrying filter", res, err, ActionResult{Done: 1})
 	q, err := in.Queue(ctx, "work")
 	if err != nil || q.Scheduled != 0 || q.Retrying != 0 {
 		t.Fatalf("after deleting the scheduled: %+v, %v", q, err)

@@ -54,8 +54,9 @@ type TaskPage struct {
 	Tasks []*TaskView
 	// Total is the exact number of tasks in the state (of the queue, or
 	// of all queues), as of this page's read; it counts the state, not
-	// the matches of a Search. For retrying it is the Retrying gauge,
-	// which also counts failed tasks already due in the ready list.
+	// the matches of a Search. The states are disjoint: a failed task
+	// waiting in its bucket is retrying, not scheduled; once due it is
+	// ready.
 	Total int64
 	// Next resumes the listing after this page; "" when the listing is
 	// complete. A page may hold fewer than Limit tasks (even none) and
@@ -144,10 +145,6 @@ func (f *Filter) matches(r *buckets.Record, v *TaskView) bool {
 		return false
 	}
 	switch f.State {
-	case StateScheduled:
-		if v.State != StateScheduled && v.State != StateRetrying {
-			return false
-		}
 	case StateReady:
 		if v.State != StateReady {
 			return false
