@@ -23,12 +23,13 @@ type inflightSet struct {
 	gate  sync.RWMutex
 	mu    sync.Mutex
 	held  map[string]int // guarded by mu
+	dups  map[string]int // guarded by mu: copies popped while held
 	dirty atomic.Bool    // an id may have been lost: recover soon
 	wake  chan struct{}  // tells the recoverer to look now
 }
 
 func newInflightSet() *inflightSet {
-	return &inflightSet{held: map[string]int{}, wake: make(chan struct{}, 1)}
+	return &inflightSet{held: map[string]int{}, dups: map[string]int{}, wake: make(chan struct{}, 1)}
 }
 
 // pop runs one pop round trip (fn) and holds the id it took. A failure
@@ -40,6 +41,9 @@ func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, 
 	id, lost, err := fn()
 	if id != "" {
 		s.mu.Lock()
+		if s.held[id] > 0 {
+			s.dups[id]++
+		}
 		s.held[id]++
 		s.mu.Unlock()
 	}
@@ -55,6 +59,7 @@ func (s *inflightSet) release(id string, give bool) {
 	s.mu.Lock()
 	if s.held[id] <= 1 {
 		delete(s.held, id)
+		delete(s.dups, id)
 	} else {
 		s.held[id]--
 	}
@@ -62,6 +67,22 @@ func (s *inflightSet) release(id string, give bool) {
 	if give {
 		s.markLost()
 	}
+}
+
+// takeDup reports whether id was popped again while a slot held it, and
+// if so counts that copy as dealt with: of the slots holding copies of one
+// id, as many as there are extra copies drop theirs without claiming, so
+// that one slot claims. Two claims of one id in one process could not be
+// told apart (each would take the other's committed claim for its own
+// whose reply was lost) and the task would run twice.
+func (s *inflightSet) takeDup(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dups[id] == 0 {
+		return false
+	}
+	s.dups[id]--
+	return true
 }
 
 func (s *inflightSet) markLost() {
