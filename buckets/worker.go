@@ -25,17 +25,6 @@ func (s *Store) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, 
 	return id, nil
 }
 
-// DropCopy removes one copy of id from w's in-flight list (LREM f:<w> 1
-// id): a pop took a second copy of an id that another slot of the same
-// process holds (a settle or a recovery may push an id twice), and that
-// slot takes care of the task.
-func (s *Store) DropCopy(ctx context.Context, conn redis.Conn, w, id string) error {
-	if _, err := do(ctx, conn, "LREM", s.Keys.Inflight(w), 1, id); err != nil {
-		return fmt.Errorf("buckets: drop a copy of %s: %w", id, err)
-	}
-	return nil
-}
-
 // PopNext is Pop as a command to send behind FinishHeld's EXEC, in the
 // same round trip: its reply is the id taken into w's in-flight list, or
 // nil when queue q is empty.

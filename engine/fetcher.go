@@ -228,10 +228,14 @@ const claimTries = 6
 // error reply of the server or a failure that persists gives the id back.
 func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*buckets.Record, *txn.Held) {
 	w := f.w
-	if w.inflight.takeDup(id) {
-		f.dropCopy(ctx, h, id)
+	unlock, ok := w.inflight.lockClaim(ctx, id)
+	if !ok {
+		// Stopping: the id stays in the in-flight list, which the worker
+		// gives back when it unregisters.
+		w.inflight.release(id, true)
 		return nil, nil
 	}
+	defer unlock()
 	var (
 		bo rconn.Backoff
 		cs buckets.ClaimState // recognises our own claim if a reply is lost
@@ -278,24 +282,6 @@ func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*bu
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}
-}
-
-// dropCopy removes from the in-flight list the copy of id this slot
-// popped while another slot of the process held the same id, and ends its
-// hold; if that fails, the copy is given back to the recoverer, which
-// returns it to its queue (where a claim finds the task taken and drops
-// it).
-func (f *fetcher) dropCopy(ctx context.Context, h *rconn.Holder, id string) {
-	w := f.w
-	conn, err := h.Get(ctx)
-	if err == nil {
-		err = w.store.DropCopy(ctx, conn, w.id, id)
-		if err != nil {
-			h.Drop()
-		}
-	}
-	w.inflight.release(id, err != nil)
-	w.log.Debug("a second copy of a task held by another slot; dropped", keyTaskID, id, keyErr, err)
 }
 
 func (f *fetcher) leaseDeadline(r *buckets.Record) int64 {

@@ -22,14 +22,14 @@ import (
 type inflightSet struct {
 	gate  sync.RWMutex
 	mu    sync.Mutex
-	held  map[string]int // guarded by mu
-	dups  map[string]int // guarded by mu: copies popped while held
-	dirty atomic.Bool    // an id may have been lost: recover soon
-	wake  chan struct{}  // tells the recoverer to look now
+	held  map[string]int           // guarded by mu
+	claim map[string]chan struct{} // guarded by mu: ids a slot is claiming
+	dirty atomic.Bool              // an id may have been lost: recover soon
+	wake  chan struct{}            // tells the recoverer to look now
 }
 
 func newInflightSet() *inflightSet {
-	return &inflightSet{held: map[string]int{}, dups: map[string]int{}, wake: make(chan struct{}, 1)}
+	return &inflightSet{held: map[string]int{}, claim: map[string]chan struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // pop runs one pop round trip (fn) and holds the id it took. A failure
@@ -41,9 +41,6 @@ func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, 
 	id, lost, err := fn()
 	if id != "" {
 		s.mu.Lock()
-		if s.held[id] > 0 {
-			s.dups[id]++
-		}
 		s.held[id]++
 		s.mu.Unlock()
 	}
@@ -59,7 +56,6 @@ func (s *inflightSet) release(id string, give bool) {
 	s.mu.Lock()
 	if s.held[id] <= 1 {
 		delete(s.held, id)
-		delete(s.dups, id)
 	} else {
 		s.held[id]--
 	}
@@ -69,20 +65,37 @@ func (s *inflightSet) release(id string, give bool) {
 	}
 }
 
-// takeDup reports whether id was popped again while a slot held it, and
-// if so counts that copy as dealt with: of the slots holding copies of one
-// id, as many as there are extra copies drop theirs without claiming, so
-// that one slot claims. Two claims of one id in one process could not be
-// told apart (each would take the other's committed claim for its own
-// whose reply was lost) and the task would run twice.
-func (s *inflightSet) takeDup(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dups[id] == 0 {
-		return false
+// lockClaim waits until no other slot of the process is claiming id, and
+// then makes the caller the one that is; the returned func ends that. Two
+// copies of one id (a settle or a recovery may push an id twice) popped
+// by two slots are claimed one after the other: two claims of one id by
+// one process at once could not be told apart (a claim whose reply was
+// lost, retried, would take the other's committed claim for its own) and
+// the task would run twice. Claimed in turn, the second finds the task
+// running, or given back, like any other copy. It returns false when ctx
+// ends first.
+func (s *inflightSet) lockClaim(ctx context.Context, id string) (func(), bool) {
+	for {
+		s.mu.Lock()
+		busy, ok := s.claim[id]
+		if !ok {
+			done := make(chan struct{})
+			s.claim[id] = done
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				delete(s.claim, id)
+				s.mu.Unlock()
+				close(done)
+			}, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, false
+		}
 	}
-	s.dups[id]--
-	return true
 }
 
 func (s *inflightSet) markLost() {

@@ -16,7 +16,6 @@ type workerStore interface {
 	PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error)
 	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
 	PopNext(q, w string) txn.Cmd
-	DropCopy(ctx context.Context, conn redis.Conn, w, id string) error
 	Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error)
 	FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error)
 	Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error)
