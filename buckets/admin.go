@@ -65,6 +65,9 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		if r.State == StateRetry {
 			tx.Queue("HINCRBY", st, StatRetrying, -1)
 		}
+		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
+			return err
+		}
 		r.State = StateCancelled
 		r.Finished = now
 		tx.Queue("SETEX", key, ttl, r.Encode())

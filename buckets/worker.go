@@ -203,7 +203,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			if cs != nil {
 				cs.runs = r.Runs
 			}
-			if hold {
+			if hold && !r.FlowReads() {
 				held = tx.Hold(key)
 			}
 		}
@@ -370,6 +370,9 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			rec = r
 			return ErrLeaseLost
 		}
+		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
+			return err
+		}
 		var err2 error
 		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, decide)
 		if err2 != nil {
@@ -441,6 +444,9 @@ var ErrWatchLost = errors.New("buckets: the record changed since the claim")
 //
 // queue   as Finish, built from r.
 func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
+	if r.FlowReads() {
+		return nil, 0, nil, ErrWatchLost // its group must be read: the checked way
+	}
 	r = r.clone()
 	var cmds cmdList
 	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, decide)
