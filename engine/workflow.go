@@ -94,6 +94,7 @@ var (
 	ErrWorkflowLimit = errors.New("engine: workflow limit exceeded")
 	// ErrWorkflowEnded: CancelWorkflow of a workflow that ended (a chain
 	// whose last step succeeded, a group whose callback was enqueued).
+	// Its errors match ErrAlreadyDone too.
 	ErrWorkflowEnded = errors.New("engine: workflow already ended")
 )
 
@@ -439,7 +440,7 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	n, err := c.store.CancelFlow(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL())
 	switch {
 	case errors.Is(err, buckets.ErrFlowEnded):
-		return n, refused(ErrWorkflowEnded, err, "workflow %s already ended", id)
+		return n, &engineError{msg: fmt.Sprintf("engine: workflow %s already ended", id), kind: ErrWorkflowEnded, cause: ErrAlreadyDone}
 	case errors.Is(err, buckets.ErrNotFound):
 		return n, refused(ErrNotFound, err, "workflow %s not found", id)
 	case err != nil:
