@@ -421,3 +421,23 @@ func TestEnqueueFlowRefusesTakenID(t *testing.T) {
 		t.Fatalf("second workflow with the id: %v", err)
 	}
 }
+
+// The inspector's cancel of a group's members completes the group as
+// Cancel does.
+func TestActCancelCompletesGroup(t *testing.T) {
+	s, pool, _ := realStore(t)
+	ctx := testCtx(t)
+	c := pool.Get()
+	defer c.Close()
+	if err := enqueueGroup("ga", 2, PolicyContinue)(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Act(ctx, c, ActCancel, []string{FlowStepID("ga", 0), FlowStepID("ga", 1)}, t0+10, 3600, nil)
+	if err != nil || res.Done != 2 {
+		t.Fatalf("act: %+v %v", res, err)
+	}
+	outs := callbackInput(t, ctx, s, c, "ga")
+	if len(outs) != 2 || outs[0].State != "cancelled" || outs[1].State != "cancelled" {
+		t.Fatalf("outcomes %+v", outs)
+	}
+}
