@@ -158,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			result = Buried
 		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 			rec, result = r, Claimed // our own claim, whose reply was lost
-			if hold {
+			if hold && !r.FlowReads() {
 				held = tx.Hold(key)
 			}
 		} else if (r.State == StateWaiting || r.State == StateRetry) && paused == 1 {

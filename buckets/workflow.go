@@ -511,6 +511,10 @@ func (s *Store) flowWrites(tx queuer, r *Record) {
 		}
 		v.old[f.Step] = o.State
 		v.outcomes[f.Step] = o
+		if v.cancelled && v.final >= v.total && v.fired == "" {
+			s.expireFlow(tx, v.key) // cancelled, and every member ended
+			return
+		}
 		if v.fired != "" || v.cancelled || !v.loaded || v.final < v.total {
 			return
 		}

@@ -384,6 +384,7 @@ func TestGroupMembersBuriedTogether(t *testing.T) {
 func TestCancelFlowGroup(t *testing.T) {
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
+	s.FlowTTL = 600
 	c := pool.Get()
 	defer c.Close()
 	if err := enqueueGroup("gc", 3, PolicyContinue)(ctx, s, c); err != nil {
@@ -403,6 +404,9 @@ func TestCancelFlowGroup(t *testing.T) {
 	fi, err := s.FlowShow(ctx, c, "gc")
 	if err != nil || fi.Final != 3 || !fi.Cancelled || fi.Fired != "" {
 		t.Fatalf("show: %+v %v", fi, err)
+	}
+	if ttl, _ := redis.Int(c.Do("TTL", s.Keys.Workflow("gc"))); ttl <= 0 {
+		t.Fatalf("a cancelled group whose members all ended keeps its hash without a TTL (%d)", ttl)
 	}
 }
 
