@@ -176,11 +176,12 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	// Processes, each slot restartable; an incarnation writes its own
 	// log and ledger.
 	type slot struct {
-		name string
-		args []string
-		inc  int
-		cmd  *exec.Cmd
-		done chan struct{}
+		name  string
+		args  []string
+		extra func() []string // more flags, computed at each start
+		inc   int
+		cmd   *exec.Cmd
+		done  chan struct{}
 	}
 	var mu sync.Mutex
 	common := []string{"-addr", procAddr, "-ns", ns, "-hb-interval", HeartbeatInterval.String(),
@@ -197,6 +198,9 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			return err
 		}
 		args := append(append([]string{}, common...), s.args...)
+		if s.extra != nil {
+			args = append(args, s.extra()...)
+		}
 		args = append(args, "-seed", fmt.Sprint(hash(o.Seed, name)))
 		if strings.Contains(s.name, "worker") || strings.Contains(s.name, "producer") {
 			args = append(args, "-ledger", filepath.Join(o.Dir, name+".ledger"))
@@ -211,6 +215,35 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
 		s.cmd, s.done = cmd, done
 		return nil
+	}
+	acked := func() (map[string]bool, error) {
+		out := map[string]bool{}
+		files, _ := filepath.Glob(filepath.Join(o.Dir, "producer.*.ledger"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if id, ok := strings.CutPrefix(l, "W "); ok {
+					out[id] = true
+				}
+			}
+		}
+		return out, nil
+	}
+	// from is how many workflows, in the producer's order, were all
+	// acknowledged already: a restarted producer goes on from there.
+	from := func() []string {
+		a, _ := acked()
+		n := 0
+		for n < o.Chains && a[fmt.Sprintf("c%d", n)] {
+			n++
+		}
+		for n >= o.Chains && n < o.Chains+o.Groups && a[fmt.Sprintf("g%d", n-o.Chains)] {
+			n++
+		}
+		return []string{"-flow-from", fmt.Sprint(n)}
 	}
 	var slots []*slot
 	add := func(name string, args ...string) (*slot, error) {
@@ -244,9 +277,10 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	if px != nil {
 		px.enabled.Store(true)
 	}
-	producer, err := add("producer", "-mode", "flow-producer", "-chains", fmt.Sprint(o.Chains), "-steps", fmt.Sprint(o.Steps),
-		"-groups", fmt.Sprint(o.Groups), "-members", fmt.Sprint(o.Members))
-	if err != nil {
+	producer := &slot{name: "producer", extra: from, args: []string{"-mode", "flow-producer", "-chains", fmt.Sprint(o.Chains), "-steps", fmt.Sprint(o.Steps),
+		"-groups", fmt.Sprint(o.Groups), "-members", fmt.Sprint(o.Members)}}
+	slots = append(slots, producer)
+	if err := start(producer); err != nil {
 		return nil, err
 	}
 	logf("%d chains x %d, %d groups x %d; seed %d; dir %s", o.Chains, o.Steps, o.Groups, o.Members, o.Seed, o.Dir)
@@ -312,24 +346,8 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	}
 
 	// Production: the producer (restarted after kills) acknowledges
-	// every workflow; each incarnation starts again from the first id.
+	// every workflow.
 	want := o.Chains + o.Groups
-	acked := func() (map[string]bool, error) {
-		out := map[string]bool{}
-		files, _ := filepath.Glob(filepath.Join(o.Dir, "producer.*.ledger"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, l := range strings.Split(string(b), "\n") {
-				if id, ok := strings.CutPrefix(l, "W "); ok {
-					out[id] = true
-				}
-			}
-		}
-		return out, nil
-	}
 	prodBy := time.Now().Add(5*time.Minute + time.Duration(want)*10*time.Millisecond)
 	for {
 		a, err := acked()

@@ -19,7 +19,7 @@ import (
 // (-mode flow-producer) and the handlers of their tasks, which every
 // worker serves.
 var flowOpts struct {
-	chains, steps, groups, members int
+	chains, steps, groups, members, from int
 }
 
 func init() {
@@ -27,6 +27,7 @@ func init() {
 	flag.IntVar(&flowOpts.steps, "steps", 5, "flow-producer: steps per chain")
 	flag.IntVar(&flowOpts.groups, "groups", 0, "flow-producer: groups to enqueue (ids g0, g1, ...)")
 	flag.IntVar(&flowOpts.members, "members", 50, "flow-producer: members per group")
+	flag.IntVar(&flowOpts.from, "flow-from", 0, "flow-producer: skip this many workflows (chains first, then groups): acknowledged by an earlier incarnation")
 }
 
 // Flow task types and what their handlers check.
@@ -47,7 +48,8 @@ func flowFails(i int) bool { return i%10 == 7 }
 // each until it is written or found written (ErrTaskExists: an earlier
 // incarnation, or this one after a lost reply, wrote it), and appends
 // "W <id>" to the ledger once it is acknowledged. A restarted producer
-// starts again from the first id. Even groups run the callback whatever
+// starts from the first workflow its predecessors had not acknowledged
+// (-flow-from). Even groups run the callback whatever
 // the members' outcomes; odd ones fail while a member is dead.
 func produceFlows(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
 	if o.ledgerPath == "" {
@@ -80,7 +82,7 @@ func produceFlows(ctx context.Context, pool *redis.Pool, cfg engine.Config, o op
 		}
 		return nil
 	}
-	for i := range flowOpts.chains {
+	for i := flowOpts.from; i < flowOpts.chains; i++ {
 		id := fmt.Sprintf("c%d", i)
 		steps := make([]engine.Step, flowOpts.steps)
 		for j := range steps {
@@ -93,7 +95,7 @@ func produceFlows(ctx context.Context, pool *redis.Pool, cfg engine.Config, o op
 			return err
 		}
 	}
-	for i := range flowOpts.groups {
+	for i := max(flowOpts.from-flowOpts.chains, 0); i < flowOpts.groups; i++ {
 		id := fmt.Sprintf("g%d", i)
 		g := engine.Group{ID: id, Members: make([]engine.Step, flowOpts.members),
 			Callback: &engine.Step{Type: flowCallback, Delay: 100 * time.Millisecond}, Policy: engine.ContinueGroup}
