@@ -25,7 +25,7 @@ import (
 // WorkflowOptions configure RunWorkflow.
 type WorkflowOptions struct {
 	Bin string // chaosproc (BuildProc)
-	Dir string // logs, ledgers and the server's files; a temporary directory when empty
+	Dir string // logs, ledgers and the server's files; a temporary directory (removed after a passing run) when empty
 
 	Chains, Steps   int // chains of Steps steps (default 2000 of 5)
 	Groups, Members int // groups of Members members (default 200 of 50)
@@ -120,7 +120,8 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	if o.Drain == 0 {
 		o.Drain = 60 * time.Second
 	}
-	if o.Dir == "" {
+	ownDir := o.Dir == ""
+	if ownDir {
 		d, err := os.MkdirTemp("", "chaos-workflow-")
 		if err != nil {
 			return nil, err
@@ -449,7 +450,11 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, admin, ns, o, rep)...)
 	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
 	rep.Duration = time.Since(started)
-	if rep.OK() {
+	switch {
+	case rep.OK() && ownDir:
+		_ = os.RemoveAll(o.Dir)
+		rep.Dir += " (removed)"
+	case rep.OK():
 		_ = os.RemoveAll(filepath.Join(o.Dir, "redis"))
 	}
 	return rep, nil
