@@ -182,7 +182,9 @@ func checkWorkflowID(id string) error {
 //
 // The chain's record and its first step are written in one MULTI/EXEC:
 // an id in use is refused (ErrTaskExists), and after an error matching
-// ErrUncertain the same call may be retried safely. More than
+// ErrUncertain the same call may be retried safely. A nil error means the
+// chain is written; the WorkflowInfo returned is read after the write
+// (only its id, kind and creation time if that read failed). More than
 // MaxChainSteps steps, or steps too large together, match
 // ErrWorkflowLimit.
 func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
@@ -218,7 +220,17 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 	if err := c.enqueueFlow(ctx, id, ms(now), buckets.ChainFields(len(steps), ms(now)), []*buckets.Record{head}); err != nil {
 		return nil, err
 	}
-	return c.Workflow(ctx, id)
+	return c.written(ctx, id, "chain", now), nil
+}
+
+// written reports a workflow just written: as Workflow reads it, or, when
+// that read fails (the workflow is written all the same), its id, kind
+// and creation time only.
+func (c *Client) written(ctx context.Context, id, kind string, now time.Time) *WorkflowInfo {
+	if wi, err := c.Workflow(ctx, id); err == nil {
+		return wi
+	}
+	return &WorkflowInfo{ID: id, Kind: kind, Created: fromMs(ms(now)), State: "running", StoppedAt: -1}
 }
 
 // EnqueueGroup enqueues group g: its members, all at once, and its
@@ -264,7 +276,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 	if err := c.enqueueFlow(ctx, g.ID, ms(now), fields, recs); err != nil {
 		return nil, err
 	}
-	return c.Workflow(ctx, g.ID)
+	return c.written(ctx, g.ID, "group", now), nil
 }
 
 func (c *Client) enqueueFlow(ctx context.Context, id string, now int64, fields []interface{}, recs []*buckets.Record) error {
