@@ -447,7 +447,8 @@ func bytesOf(rep interface{}, err error) ([]byte, error) {
 //	  input when asked for); its placement (LPUSH q:<q> + tokens, or
 //	  RPUSH bucket + ZADD sched + wake + HINCRBY scheduled); SADD queues
 //	chain step, last done, or cancelled:
-//	  HSET wf:<chain> ended now; EXPIRE wf:<chain> FlowTTL
+//	  HSET wf:<chain> ended now (and cancelled 1, a step cancelled);
+//	  EXPIRE wf:<chain> FlowTTL
 //	group member (flowRead read the group first):
 //	  HSET wf:<g> o:<i> outcome; HINCRBY wf:<g> final/ok as they change;
 //	  and when the group is complete (every member final, and all done
@@ -478,6 +479,11 @@ func (s *Store) flowWrites(tx queuer, r *Record) {
 			return
 		}
 		if r.State == StateDone || r.State == StateCancelled {
+			if r.State == StateCancelled {
+				// Its step cancelled by itself (Cancel, the inspector):
+				// the chain is cancelled as CancelFlow would say.
+				tx.Queue("HSET", key, FlowFieldCancelled, 1)
+			}
 			tx.Queue("HSET", key, FlowFieldEnded, r.Finished)
 			s.expireFlow(tx, key)
 		}

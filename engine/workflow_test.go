@@ -320,3 +320,20 @@ func (h msgCounter) Handle(_ context.Context, r slog.Record) error {
 }
 func (h msgCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h msgCounter) WithGroup(string) slog.Handler      { return h }
+
+// A chain whose waiting step is cancelled by itself (Cancel of the step's
+// id) is cancelled, not done.
+func TestChainStepCancelledAlone(t *testing.T) {
+	e := newEnv(t, miniServer(t))
+	c := e.client(t)
+	if _, err := c.EnqueueChain(t.Context(), "solo", Step{Type: "x", Delay: time.Hour}, Step{Type: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(t.Context(), "solo~0"); err != nil {
+		t.Fatal(err)
+	}
+	wf, err := c.Workflow(t.Context(), "solo")
+	if err != nil || wf.State != "cancelled" {
+		t.Fatalf("chain after its step's cancel: %+v %v", wf, err)
+	}
+}
