@@ -3,7 +3,6 @@ package buckets
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -71,9 +70,6 @@ const (
 	// MaxChainBytes bounds the encoded steps a chain step carries.
 	MaxChainBytes = 4 << 20
 )
-
-// ErrFlowLimit: a workflow past one of the limits above.
-var ErrFlowLimit = errors.New("workflow limit exceeded")
 
 // Group policies: what a dead (or cancelled) member does to the group.
 const (

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -364,14 +363,4 @@ func GroupFields(total int, now int64, policy string, callback []byte) []interfa
 		extra = append(extra, FlowFieldCallback, callback)
 	}
 	return flowFields("group", total, now, extra...)
-}
-
-// SortedOutcomes returns outcomes ordered by index.
-func SortedOutcomes(m map[int]*FlowOutcome) []*FlowOutcome {
-	out := make([]*FlowOutcome, 0, len(m))
-	for _, o := range m {
-		out = append(out, o)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
-	return out
 }
