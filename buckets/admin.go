@@ -62,6 +62,9 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		} else {
 			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
 		}
+		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
+			return err
+		}
 		r.State = StateCancelled
 		r.Finished = now
 		tx.Queue("SETEX", key, ttl, r.Encode())

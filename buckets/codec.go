@@ -104,6 +104,10 @@ type Record struct {
 	// Result is not stored in the record: Finish's decide sets it on a
 	// Done outcome, and it is stored under [Keys.Result].
 	Result []byte
+
+	// Flow is the task's part in a workflow (workflow.go); nil for none.
+	Flow *Flow
+	gv   *groupView // its group as the transaction read it (flowRead)
 }
 
 // Limits on record fields, checked by Validate.
@@ -148,6 +152,7 @@ const (
 	sectionUnique    = 3 // Record.Unique
 	sectionUniqueTTL = 4 // Record.UniqueTTL, an unsigned varint
 	sectionReplyTo   = 5 // Record.ReplyTo
+	sectionFlow      = 6 // Record.Flow (workflow.go)
 )
 
 const flagSkipIfRunning = 1
@@ -208,6 +213,9 @@ func (r *Record) sections() [][]byte {
 	}
 	if r.ReplyTo != "" {
 		section(sectionReplyTo, []byte(r.ReplyTo))
+	}
+	if r.Flow != nil {
+		section(sectionFlow, r.Flow.encode())
 	}
 	if m := r.encodeMetadata(); len(m) > 0 {
 		out = append(out, m)
@@ -354,6 +362,10 @@ func (d *decoder) sections(r *Record) error {
 				d.err = true
 			}
 			r.ReplyTo = string(body)
+		case sectionFlow:
+			if r.Flow = decodeFlow(body); r.Flow == nil {
+				d.err = true
+			}
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {

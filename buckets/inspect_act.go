@@ -116,6 +116,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 	var res ActResult
 	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = ActResult{}
+		views := FlowViews{}
 		for _, k := range watch {
 			if err := tx.Send("GET", k); err != nil {
 				return err
@@ -238,9 +239,13 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				} else {
 					tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, r.ID)
 				}
+				if err := s.flowRead(tx, r, views); err != nil {
+					return err
+				}
 				r.State, r.Finished = StateCancelled, now
 				tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, r.Encode())
 				tx.Queue("HINCRBY", st, StatCancelled, 1)
+				s.flowWrites(tx, r) // a workflow's task: its group or chain learns of it
 			case a == ActDelete:
 				switch r.State {
 				case StateWaiting, StateRetry:

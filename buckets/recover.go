@@ -82,6 +82,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 	var res RequeueResult
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
+		views := FlowViews{}
 		for _, id := range ids {
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
 				return err
@@ -129,6 +130,9 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 				tx.Queue("HINCRBY", st, StatRecovered, 1)
 				res.Recovered = append(res.Recovered, RecoveredTask{ID: id, Queue: r.Queue, Type: r.Type, Buried: r.Recoveries > maxRecoveries})
 				if r.Recoveries > maxRecoveries {
+					if err := s.flowRead(tx, r, views); err != nil {
+						return err
+					}
 					r.LastError = fmt.Sprintf("%s %d times (limit %d)", why, r.Recoveries, maxRecoveries)
 					s.bury(tx, r, now, r.LastError)
 					res.Buried++

@@ -46,6 +46,7 @@ func DecodeFinal(b []byte) (*Final, error) {
 //	RPUSH    rl:<name> reply              when enqueued with a reply list
 //	SET t:<rid>, SADD queues, LPUSH q:<q> rid + tokens
 //	                                      when enqueued with a reply queue
+//	the workflow's writes                 a workflow's task: see flowWrites
 //
 // Deleting a unique key without reading it is safe only for a key taken
 // without a ttl: nobody else can take it while r holds it, and r holds
@@ -62,6 +63,7 @@ func (s *Store) finalWrites(tx queuer, r *Record) {
 	if r.State == StateDone && len(r.Result) > 0 && s.ResultTTL > 0 {
 		tx.Queue("SETEX", s.Keys.Result(r.ID), s.ResultTTL, r.Result)
 	}
+	s.flowWrites(tx, r)
 	c := s.Keys.Completion(r.ID)
 	tx.Queue("DEL", c)
 	tx.Queue("RPUSH", c, EncodeFinal(f))

@@ -46,6 +46,9 @@ type Store struct {
 	// succeeded; 0 keeps none. Completion lists are kept at least
 	// MinCompletionTTL.
 	ResultTTL int64
+	// FlowTTL is how long, in seconds, a workflow's hash is kept after
+	// the workflow ended (workflow.go); at least 1.
+	FlowTTL int64
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 }

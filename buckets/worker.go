@@ -158,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			result = Buried
 		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 			rec, result = r, Claimed // our own claim, whose reply was lost
-			if hold {
+			if hold && !r.FlowReads() {
 				held = tx.Hold(key)
 			}
 		} else if (r.State == StateWaiting || r.State == StateRetry) && paused == 1 {
@@ -199,7 +199,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			if cs != nil {
 				cs.runs = r.Runs
 			}
-			if hold {
+			if hold && !r.FlowReads() {
 				held = tx.Hold(key)
 			}
 		}
@@ -366,6 +366,9 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			rec = r
 			return ErrLeaseLost
 		}
+		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
+			return err
+		}
 		var err2 error
 		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, decide)
 		if err2 != nil {
@@ -438,6 +441,9 @@ var ErrWatchLost = errors.New("buckets: the record changed since the claim")
 //
 // queue   as Finish, built from r.
 func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
+	if r.FlowReads() {
+		return nil, 0, nil, ErrWatchLost // its group must be read: the checked way
+	}
 	r = r.clone()
 	var cmds cmdList
 	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, decide)

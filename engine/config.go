@@ -356,6 +356,7 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	st.OnSetAside = func(key, movedTo string) {
 		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
 	}
+	st.FlowTTL = c.doneTTL()
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}

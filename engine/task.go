@@ -33,6 +33,10 @@ type Task struct {
 	// Periodic names the periodic entry whose firing this is ("" for
 	// other tasks); Due is then the firing time.
 	Periodic string
+
+	// Workflow is the task's part in a chain or group (workflow.go);
+	// nil for other tasks.
+	Workflow *TaskWorkflow
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
@@ -43,7 +47,7 @@ func taskFromRecord(r *buckets.Record) *Task {
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 		Metadata: r.Metadata,
 
-		Periodic: r.Periodic,
+		Periodic: r.Periodic, Workflow: workflowOf(r),
 	}
 }
 

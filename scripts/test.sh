@@ -44,6 +44,7 @@ go vet ./...
 go test -race -count=1 -timeout 20m ./...
 # A short fuzz of each decoder beyond its seed corpus (the seeds run above).
 go test -run '^$' -fuzz '^FuzzDecodeRecord$' -fuzztime 10s ./buckets
+go test -run '^$' -fuzz '^FuzzDecodeFlow$' -fuzztime 10s ./buckets
 go test -run '^$' -fuzz '^FuzzParseConfig$' -fuzztime 10s ./cmd/engine
 if [ -f bench/go.mod ]; then
   (cd bench && go vet ./... && "$STATICCHECK" ./... && go test -count=1 -timeout 10m ./...)

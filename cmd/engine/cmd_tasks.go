@@ -322,6 +322,9 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 		row("last error", "%s", firstLine(ti.LastError))
 	}
 	row("payload", "%d bytes", len(ti.Payload))
+	if wf := ti.Workflow; wf != nil {
+		row("workflow", "%s %s, task %d of %d (engine workflow show %s)", wf.Kind, wf.ID, wf.Index+1, wf.Total, wf.ID)
+	}
 	tw.Flush()
 }
 

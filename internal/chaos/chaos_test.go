@@ -140,3 +140,40 @@ func TestChaosPeriodic(t *testing.T) {
 		t.Errorf("periodic scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
 	}
 }
+
+// TestChaosWorkflow is the short run of the workflow scenario: 150 chains
+// of 5 steps and 12 groups of 50 members under worker (and producer)
+// kills, connection cuts and redis-server restarts, all at once: every
+// chain completes with each step written once, every group's callback
+// runs once (extra runs only after a recovery, counted) with the members'
+// outcomes. The full form is
+// `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50`.
+func TestChaosWorkflow(t *testing.T) {
+	if _, err := findRedisServer(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	buildOnce.Do(buildProc)
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	seed := uint64(time.Now().UnixNano()%1_000_000_000 + 1)
+	var progress io.Writer
+	if testing.Verbose() {
+		progress = t.Output()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := RunWorkflow(ctx, WorkflowOptions{Bin: procBin, Dir: t.TempDir(), Chains: 150, Steps: 5, Groups: 12, Members: 50,
+		KillEvery: 700 * time.Millisecond, RestartEvery: 2500 * time.Millisecond, Cuts: true, Drain: 60 * time.Second,
+		Seed: seed, Log: progress})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	t.Log(rep.String())
+	if !rep.OK() {
+		t.Errorf("workflow scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+	}
+	if rep.Kills == 0 || rep.Restarts == 0 {
+		t.Errorf("the run injected %d kills and %d restarts; it should have injected both", rep.Kills, rep.Restarts)
+	}
+}

@@ -28,6 +28,11 @@
 // it and Options.Seed replays it (the same faults at the same moments of
 // the run; the operating system's timing still varies).
 //
+// RunWorkflow is the workflow scenario (chains and groups under kills,
+// cuts and Redis restarts at once), with a check of its own: every chain
+// completes with each step written once, every group's callback runs once
+// with the members' outcomes.
+//
 // TestChaos runs every scenario briefly as part of go test; the long run
 // is the command:
 //

@@ -6,6 +6,7 @@
 //	go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed 42
 //	go run ./internal/chaos/cmd/chaos -scenario workers,conncut -tasks 5000
 //	go run ./internal/chaos/cmd/chaos -periodic 2m
+//	go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50 -markdown workflow.md
 //	go run ./internal/chaos/cmd/chaos -list
 //	go run ./internal/chaos/cmd/chaos -tasks 2500 -seed 7 -markdown tables.md
 //
@@ -41,6 +42,7 @@ func main() {
 		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
 		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
 		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
+		workflow = flag.String("workflow", "", "run the workflow scenario instead of the task scenarios: CHAINSxSTEPS,GROUPSxMEMBERS, e.g. 2000x5,200x50 (kills, cuts and redis-server restarts at once)")
 	)
 	flag.Parse()
 	if *list {
@@ -78,6 +80,9 @@ func main() {
 	var progress *os.File
 	if !*quiet {
 		progress = os.Stderr
+	}
+	if *workflow != "" {
+		os.Exit(runWorkflow(ctx, bin, *workflow, *seed, *drain, *dir, *markdown, progress))
 	}
 	if *periodic > 0 {
 		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir}

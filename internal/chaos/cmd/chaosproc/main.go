@@ -181,6 +181,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	switch o.mode {
 	case "producer":
 		err = produce(ctx, pool, cfg, o, log)
+	case "flow-producer":
+		err = produceFlows(ctx, pool, cfg, o, log)
 	case "worker":
 		err = work(ctx, pool, cfg, o, log)
 	case "dispatcher":
@@ -396,6 +398,7 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 	mux := engine.NewMux()
 	mux.HandleFunc("noop", handler(func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }))
 	mux.HandleFunc("slow", handler(func() time.Duration { return o.slowSleep }))
+	flowHandlers(mux, led, func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }, log)
 	w, err := engine.NewWorker(pool, cfg, mux)
 	if err != nil {
 		return err

@@ -1,0 +1,468 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// Workflows: chains (steps one after another) and groups (members in
+// parallel, then a callback). See docs/workflows.md.
+//
+// A chain's next step is written by the same MULTI/EXEC that records its
+// predecessor's success, with an id derived from the chain's
+// ("<chain>~<i>"), so a chain never stalls between two steps and never
+// forks: a step that runs twice (a lost lease) still has one successor.
+// A group's members update the group's hash under WATCH in their final
+// transitions, and the one that completes the group enqueues its callback
+// ("<group>~cb"), once.
+
+// Step is one task of a workflow: a chain's step, a group's member or a
+// group's callback.
+type Step struct {
+	Type    string
+	Payload []byte
+	// Options may set Queue, MaxAttempts, Timeout and Metadata. TaskID
+	// (the ids are the workflow's), At and In (use Delay), Unique and
+	// ReplyTo are refused with ErrInvalidOption.
+	Options []Option
+	// Delay: a chain step is due this long after its predecessor
+	// succeeded (the first step: after the chain is enqueued); a group's
+	// callback this long after the group completed; a member this long
+	// after the group is enqueued.
+	Delay time.Duration
+	// PassResult: a chain step (after the first) is given its
+	// predecessor's result (SetResult) as Task.Workflow.Input, when it is
+	// at most MaxWorkflowCarry bytes; a larger one is read with
+	// Client.Result(ctx, Task.Workflow.Previous).
+	PassResult bool
+}
+
+// GroupPolicy says what a member that died (or was cancelled) does to its
+// group.
+type GroupPolicy int
+
+const (
+	// FailGroup: while a member is dead the group is failed and its
+	// callback does not run; retrying the member from the dead letters
+	// (when it then succeeds) completes the group and runs the callback.
+	FailGroup GroupPolicy = iota
+	// ContinueGroup: the callback runs once every member is done, dead or
+	// cancelled, and lists each one's outcome.
+	ContinueGroup
+)
+
+func (p GroupPolicy) store() string {
+	if p == ContinueGroup {
+		return buckets.PolicyContinue
+	}
+	return buckets.PolicyFail
+}
+
+// Group is a fan-out and fan-in: Members run in parallel; when the last
+// reaches a final state the Callback (if any) is enqueued once, its
+// Task.Workflow.Outcomes listing every member's outcome and result.
+type Group struct {
+	ID       string // 1 to MaxWorkflowIDLen printable ASCII bytes, no spaces
+	Members  []Step
+	Callback *Step
+	Policy   GroupPolicy
+}
+
+// Limits of workflows. Beyond them Enqueue{Chain,Group} refuse with an
+// error matching ErrWorkflowLimit.
+const (
+	MaxChainSteps    = buckets.MaxChainSteps
+	MaxGroupMembers  = buckets.MaxGroupMembers
+	MaxWorkflowIDLen = buckets.MaxFlowIDLen
+	// MaxWorkflowCarry bounds a result carried by value to the next step
+	// or into a group's outcomes; a larger one is carried as a reference
+	// (the task's id: read it with Client.Result while it is kept).
+	MaxWorkflowCarry = buckets.MaxFlowCarry
+	// MaxWorkflowInput bounds the results carried into a group's
+	// callback together; the ones past it are references.
+	MaxWorkflowInput = buckets.MaxFlowInput
+)
+
+// Workflow errors.
+var (
+	// ErrWorkflowLimit: a chain or group past one of the limits.
+	ErrWorkflowLimit = errors.New("engine: workflow limit exceeded")
+	// ErrWorkflowEnded: CancelWorkflow of a workflow that ended (a chain
+	// whose last step succeeded, a group whose callback was enqueued).
+	// Its errors match ErrAlreadyDone too.
+	ErrWorkflowEnded = errors.New("engine: workflow already ended")
+)
+
+// TaskWorkflow is a task's part in a workflow (Task.Workflow).
+type TaskWorkflow struct {
+	ID    string // the workflow's id
+	Kind  string // "chain" or "group"
+	Index int    // the step's index in its chain, the member's in its group
+	Total int    // steps of the chain, members of the group
+	// Callback: this task is its group's callback.
+	Callback bool
+	// Input is the predecessor's result (a chain step with PassResult,
+	// when it was carried).
+	Input []byte
+	// Previous is the id of the predecessor (chain steps after the
+	// first).
+	Previous string
+	// Outcomes are the members' outcomes (a group's callback).
+	Outcomes []MemberOutcome
+	// Cancelled: the chain was cancelled while this step ran or was
+	// dead; no step follows it.
+	Cancelled bool
+}
+
+// MemberOutcome is a group member's outcome, as its callback sees it.
+type MemberOutcome struct {
+	Index  int    `json:"index"`
+	ID     string `json:"id"`
+	State  State  `json:"state"` // StateDone, StateDead or StateCancelled
+	Error  string `json:"error,omitempty"`
+	Result []byte `json:"result,omitempty"`
+	// ResultRef: the result was too large to carry; Client.Result(ID)
+	// reads it while it is kept.
+	ResultRef bool `json:"result_ref,omitempty"`
+}
+
+func workflowOf(r *buckets.Record) *TaskWorkflow {
+	f := r.Flow
+	if f == nil {
+		return nil
+	}
+	tw := &TaskWorkflow{ID: f.ID, Kind: f.Kind.String(), Index: f.Step, Total: f.Total,
+		Callback: f.Kind == buckets.FlowCallback, Cancelled: f.Cancelled}
+	switch f.Kind {
+	case buckets.FlowChain:
+		tw.Input = f.Input
+		if f.Step > 0 {
+			tw.Previous = buckets.FlowStepID(f.ID, f.Step-1)
+		}
+	case buckets.FlowCallback:
+		tw.Index = 0
+		_ = json.Unmarshal(f.Input, &tw.Outcomes) // written by the store: valid
+	}
+	return tw
+}
+
+// stepRecord checks step s and returns its record (ID and Flow unset).
+func (c *Client) stepRecord(now time.Time, what string, s Step) (*buckets.Record, error) {
+	if s.Delay < 0 {
+		return nil, refused(ErrInvalidOption, nil, "%s: delay %v: want 0 or more", what, s.Delay)
+	}
+	r, chosen, err := c.cfg.record(now, s.Type, s.Payload, s.Options)
+	if err != nil {
+		return nil, &engineError{msg: fmt.Sprintf("engine: %s: %s", what, stripLayers(err.Error())), kind: kindOf(err), cause: err}
+	}
+	if chosen || r.Unique != "" || r.ReplyTo != "" || r.Due != max(ms(now), 1) {
+		return nil, refused(ErrInvalidOption, nil, "%s: TaskID, At, In, Unique and ReplyTo do not apply to a workflow's tasks (use Step.Delay)", what)
+	}
+	return r, nil
+}
+
+func checkWorkflowID(id string) error {
+	if err := buckets.ValidateFlowID(id); err != nil {
+		return refused(ErrInvalidID, err, "%s", stripLayers(err.Error()))
+	}
+	return nil
+}
+
+// EnqueueChain enqueues chain id: steps run one after another, each once
+// its predecessor succeeded (after its own Delay). Only the first step is
+// a task at first: the transaction that records a step's success writes
+// the next one. A step that dies stops the chain; retrying it from the
+// dead letters (RetryDead) resumes it when it then succeeds. The step
+// tasks' ids are "<id>~0", "<id>~1", ...
+//
+// The chain's record and its first step are written in one MULTI/EXEC:
+// an id in use is refused (ErrTaskExists), and after an error matching
+// ErrUncertain the same call may be retried safely. A nil error means the
+// chain is written; the WorkflowInfo returned is read after the write
+// (only its id, kind and creation time if that read failed). More than
+// MaxChainSteps steps, or steps too large together, match
+// ErrWorkflowLimit.
+func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
+	if err := checkWorkflowID(id); err != nil {
+		return nil, err
+	}
+	if len(steps) == 0 || len(steps) > MaxChainSteps {
+		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), MaxChainSteps)
+	}
+	now := c.cfg.Clock.Now()
+	recs := make([]*buckets.Record, len(steps))
+	size := 0
+	for i, s := range steps {
+		r, err := c.stepRecord(now, fmt.Sprintf("chain %s: step %d", id, i), s)
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = r
+		size += len(r.Payload) + len(r.Type) + len(r.Queue)
+	}
+	if size > buckets.MaxChainBytes {
+		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d bytes of steps, limit %d", id, size, buckets.MaxChainBytes)
+	}
+	head := recs[0]
+	head.ID = buckets.FlowStepID(id, 0)
+	head.Due = max(ms(now)+steps[0].Delay.Milliseconds(), 1)
+	f := &buckets.Flow{ID: id, Kind: buckets.FlowChain, Step: 0, Total: len(steps)}
+	for i, r := range recs[1:] {
+		s := steps[i+1]
+		f.Next = append(f.Next, buckets.StepOf(r, s.Delay.Milliseconds(), s.PassResult))
+	}
+	head.Flow = f
+	if err := c.enqueueFlow(ctx, id, ms(now), buckets.ChainFields(len(steps), ms(now)), []*buckets.Record{head}); err != nil {
+		return nil, err
+	}
+	return c.written(ctx, id, "chain", now), nil
+}
+
+// written reports a workflow just written: as Workflow reads it, or, when
+// that read fails (the workflow is written all the same), its id, kind
+// and creation time only.
+func (c *Client) written(ctx context.Context, id, kind string, now time.Time) *WorkflowInfo {
+	if wi, err := c.Workflow(ctx, id); err == nil {
+		return wi
+	}
+	return &WorkflowInfo{ID: id, Kind: kind, Created: fromMs(ms(now)), State: "running", StoppedAt: -1}
+}
+
+// EnqueueGroup enqueues group g: its members, all at once, and its
+// callback's template, in one MULTI/EXEC (ids in use: ErrTaskExists;
+// after ErrUncertain the same call may be retried). Member i's id is
+// "<g.ID>~<i>", the callback's "<g.ID>~cb". The callback is enqueued once,
+// when the last member reaches a final state (done, dead or cancelled),
+// by the same transaction that records that member's outcome; under
+// FailGroup only when every member is done.
+func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
+	if err := checkWorkflowID(g.ID); err != nil {
+		return nil, err
+	}
+	if len(g.Members) == 0 || len(g.Members) > MaxGroupMembers {
+		return nil, refused(ErrWorkflowLimit, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), MaxGroupMembers)
+	}
+	if g.Policy != FailGroup && g.Policy != ContinueGroup {
+		return nil, refused(ErrInvalidOption, nil, "group %s: policy %d unknown", g.ID, g.Policy)
+	}
+	now := c.cfg.Clock.Now()
+	recs := make([]*buckets.Record, len(g.Members))
+	for i, s := range g.Members {
+		r, err := c.stepRecord(now, fmt.Sprintf("group %s: member %d", g.ID, i), s)
+		if err != nil {
+			return nil, err
+		}
+		r.ID = buckets.FlowStepID(g.ID, i)
+		r.Due = max(ms(now)+s.Delay.Milliseconds(), 1)
+		r.Flow = &buckets.Flow{ID: g.ID, Kind: buckets.FlowMember, Step: i, Total: len(g.Members)}
+		recs[i] = r
+	}
+	var cb []byte
+	if g.Callback != nil {
+		r, err := c.stepRecord(now, fmt.Sprintf("group %s: callback", g.ID), *g.Callback)
+		if err != nil {
+			return nil, err
+		}
+		r.ID = buckets.FlowCallbackID(g.ID)
+		r.Created, r.Due = 0, g.Callback.Delay.Milliseconds() // the template's Due is its delay
+		cb = r.Encode()
+	}
+	fields := buckets.GroupFields(len(g.Members), ms(now), g.Policy.store(), cb)
+	if err := c.enqueueFlow(ctx, g.ID, ms(now), fields, recs); err != nil {
+		return nil, err
+	}
+	return c.written(ctx, g.ID, "group", now), nil
+}
+
+func (c *Client) enqueueFlow(ctx context.Context, id string, now int64, fields []interface{}, recs []*buckets.Record) error {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	err = c.store.EnqueueFlow(ctx, conn, now, id, fields, recs)
+	var ex *buckets.ExistsError
+	if errors.As(err, &ex) {
+		return &TaskExistsError{IDs: ex.IDs}
+	}
+	if err != nil {
+		return failed("enqueue workflow "+id, err)
+	}
+	return nil
+}
+
+// WorkflowInfo is a workflow as Client.Workflow reports it.
+type WorkflowInfo struct {
+	ID      string    `json:"id"`
+	Kind    string    `json:"kind"` // "chain" or "group"
+	Created time.Time `json:"created"`
+	// State: "running"; "done" (a chain whose last step succeeded, a
+	// group whose callback was enqueued, or that completed without one);
+	// "stopped" (a chain whose current step is dead); "failed" (a group
+	// under FailGroup whose members are all final, one dead or
+	// cancelled); "cancelled".
+	State string `json:"state"`
+	// StoppedAt is the index of the dead step of a stopped chain, -1
+	// otherwise.
+	StoppedAt int            `json:"stopped_at"`
+	Steps     []WorkflowStep `json:"steps"` // by index
+	// Group only:
+	Policy   string        `json:"policy,omitempty"`
+	Final    int           `json:"final,omitempty"` // members in a final state
+	Callback *WorkflowStep `json:"callback,omitempty"`
+}
+
+// WorkflowStep is a step or member as WorkflowInfo shows it.
+type WorkflowStep struct {
+	Index int    `json:"index"`
+	ID    string `json:"id"`
+	Type  string `json:"type,omitempty"`
+	// State is the task's state; "pending" for a chain step not reached
+	// yet (or a callback not enqueued), "expired" for one whose record's
+	// retention passed.
+	State State  `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// Workflow reports workflow id: its steps or members with their states,
+// and where it stopped. ErrNotFound when it does not exist (or its
+// retention passed: it is kept for Config.DoneRetention after it ended).
+func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	if err := checkWorkflowID(id); err != nil {
+		return nil, err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	fi, err := c.store.FlowShow(ctx, conn, id)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return nil, refused(ErrNotFound, err, "workflow %s not found (never enqueued, or its retention passed)", id)
+	}
+	if err != nil {
+		return nil, failed("workflow "+id, err)
+	}
+	return workflowInfo(fi), nil
+}
+
+func workflowInfo(fi *buckets.FlowInfo) *WorkflowInfo {
+	wi := &WorkflowInfo{ID: fi.ID, Kind: fi.Kind, Created: fromMs(fi.Created), State: "running", StoppedAt: -1}
+	var types []string // chain: every step's type, from the current step's record
+	for i, r := range fi.Tasks {
+		st := WorkflowStep{Index: i, ID: buckets.FlowStepID(fi.ID, i), State: "pending"}
+		if r != nil {
+			st.Type, st.State = r.Type, infoFromRecord(r, buckets.InRecord).State
+			if r.State == buckets.StateWaiting || r.State == buckets.StateRetry {
+				st.State = StateScheduled
+				if r.State == buckets.StateRetry {
+					st.State = StateRetrying
+				}
+			}
+			if r.State == buckets.StateDead {
+				st.Error = r.LastError
+			}
+			if r.Flow != nil && fi.Kind == "chain" {
+				types = append(types[:0:0], make([]string, i+1)...)
+				for _, n := range r.Flow.Next {
+					types = append(types, n.Type)
+				}
+			}
+		} else if o := fi.Outcomes[i]; o != nil {
+			st.State, st.Error = State(o.State), o.Error
+		}
+		wi.Steps = append(wi.Steps, st)
+	}
+	for i := range wi.Steps {
+		s := &wi.Steps[i]
+		if s.Type == "" && i < len(types) {
+			s.Type = types[i]
+		}
+	}
+	switch fi.Kind {
+	case "chain":
+		last := -1
+		for i, r := range fi.Tasks {
+			if r != nil {
+				last = i
+			}
+		}
+		for i := range wi.Steps {
+			if i < last && wi.Steps[i].State == "pending" {
+				wi.Steps[i].State = "expired"
+			}
+		}
+		switch {
+		case fi.Ended != 0 && fi.Cancelled:
+			wi.State = "cancelled"
+		case fi.Ended != 0:
+			wi.State = "done"
+		case fi.Cancelled:
+			wi.State = "cancelled"
+		case last >= 0 && fi.Tasks[last].State == buckets.StateDead:
+			wi.State, wi.StoppedAt = "stopped", last
+		case last >= 0 && fi.Tasks[last].State == buckets.StateCancelled:
+			wi.State, wi.StoppedAt = "cancelled", last
+		}
+	case "group":
+		wi.Policy, wi.Final = fi.Policy, fi.Final
+		cb := &WorkflowStep{ID: buckets.FlowCallbackID(fi.ID), State: "pending"}
+		if fi.Callback != nil {
+			cb.Type, cb.State = fi.Callback.Type, infoFromRecord(fi.Callback, buckets.InRecord).State
+		}
+		switch {
+		case fi.Cancelled:
+			wi.State = "cancelled"
+		case fi.Fired != "":
+			wi.State = "done"
+			if fi.Fired != "-" {
+				wi.Callback = cb
+			}
+		case fi.Final >= fi.Total:
+			wi.State = "failed"
+			wi.Callback = cb
+		default:
+			wi.Callback = cb
+		}
+	}
+	return wi
+}
+
+// CancelWorkflow cancels workflow id and returns how many of its tasks it
+// cancelled. A chain: its waiting step is cancelled; a step that is
+// running (or dead) is marked, so that its success writes no successor.
+// A group: its callback will not be enqueued, and its waiting members are
+// cancelled; running ones finish. Calling it again after an error
+// finishes the job. ErrWorkflowEnded when the chain's last step succeeded
+// or the group's callback was enqueued.
+func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
+	if err := checkWorkflowID(id); err != nil {
+		return 0, err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	n, err := c.store.CancelFlow(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL())
+	switch {
+	case errors.Is(err, buckets.ErrFlowEnded):
+		return n, &engineError{msg: fmt.Sprintf("engine: workflow %s already ended", id), kind: ErrWorkflowEnded, cause: ErrAlreadyDone}
+	case errors.Is(err, buckets.ErrNotFound):
+		return n, refused(ErrNotFound, err, "workflow %s not found", id)
+	case err != nil:
+		return n, failed("cancel workflow "+id, err)
+	}
+	return n, nil
+}
+
+// Workflow is [Client.Workflow], for `engine workflow show` and the
+// dashboard.
+func (in *Inspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	return in.client().Workflow(ctx, id)
+}
