@@ -40,18 +40,18 @@ func NewLaneStore(ns string, lane int, resolutionMs int64) (*Store, error) {
 	return st, nil
 }
 
-// ShardMap is the lane's shard-map version: STRING, the version of the
-// shard map under which processes may write to the lane. A Store with a
-// fence (SetMapFence) writes only while it holds that version or does not
-// exist.
+// ShardMap is the lane's shard-map version: STRING, the integer version
+// of the shard map that last moved the lane. A Store with a fence
+// (SetMapFence) writes only while it is at most the Store's version, or
+// does not exist.
 func (k Keys) ShardMap() string { return k.prefix + "map" }
 
 // SetMapFence makes every transaction of the Store conditional on the
-// lane's shard-map key ([Keys.ShardMap]) holding version, or not
-// existing: otherwise it writes nothing and fails with an error matching
-// txn.ErrFenced. It costs one more round trip for transactions run with
+// lane's shard-map key ([Keys.ShardMap]) holding an integer no greater
+// than version, or not existing: otherwise it writes nothing and fails
+// with an error matching txn.ErrFenced. It costs one more round trip for transactions run with
 // WATCH and none for the dispatcher's pipelined moves. Call it before the
 // Store is used.
-func (s *Store) SetMapFence(version string) {
-	s.runner.Fence = &txn.Fence{Key: s.Keys.ShardMap(), Want: version}
+func (s *Store) SetMapFence(version int64) {
+	s.runner.Fence = &txn.Fence{Key: s.Keys.ShardMap(), Max: version}
 }

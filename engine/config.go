@@ -356,7 +356,7 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
 	}
-	if c.lane.mapVersion != "" {
+	if c.lane.mapVersion > 0 {
 		st.SetMapFence(c.lane.mapVersion)
 	}
 	log := c.Logger

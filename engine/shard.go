@@ -25,23 +25,26 @@ type Shards struct {
 	// *redis.Pool: they then share its connections.
 	Pools []*redis.Pool
 	// MapVersion is the version of the shard map this process was
-	// configured with. When set, every transaction on a lane first checks
-	// the lane's map key ("{ns:k}:map") and writes nothing unless it holds
-	// this version or does not exist; the error then matches
-	// ErrShardMapVersion. Empty: no check.
-	MapVersion string
+	// configured with (1 or more; 0 turns the check off). Each lane has a
+	// map key ("{ns:k}:map") holding the version of the map that last
+	// moved the lane (none until a lane moves). Every transaction on a
+	// lane reads and watches that key and writes nothing when it holds a
+	// version above MapVersion: a process with an old map cannot write to
+	// a lane that moved since. The error then matches ErrShardMapVersion.
+	// The check costs one round trip per transaction that watches keys.
+	MapVersion int64
 }
 
-// ErrShardMapVersion: a lane's map key names another shard-map version
+// ErrShardMapVersion: a lane's map key names a newer shard-map version
 // than this process was configured with (Shards.MapVersion): an operator
-// moved the lane, or this process runs with an old map. Nothing was
+// moved the lane, and this process runs with an old map. Nothing was
 // written to the lane.
 var ErrShardMapVersion = txn.ErrFenced
 
 // laneSpec says which lane a Config's parts serve.
 type laneSpec struct {
 	index      int
-	mapVersion string
+	mapVersion int64
 }
 
 // maxLanes bounds the number of lanes.
@@ -57,8 +60,8 @@ func (sh Shards) check() error {
 			return fmt.Errorf("engine: Shards: lane %d has a nil pool: %w", i, ErrInvalidOption)
 		}
 	}
-	if sh.MapVersion != "" && (len(sh.MapVersion) > 64 || strings.ContainsAny(sh.MapVersion, " \t\r\n")) {
-		return fmt.Errorf("engine: Shards: map version %q: want 1 to 64 bytes without spaces: %w", sh.MapVersion, ErrInvalidOption)
+	if sh.MapVersion < 0 {
+		return fmt.Errorf("engine: Shards: map version %d: want 1 or more, or 0 for no check: %w", sh.MapVersion, ErrInvalidOption)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -61,8 +60,7 @@ func (s *ShardedServer) AddPeriodic(p Periodic) error { return s.Lanes[0].AddPer
 
 // Run runs every lane's Server until ctx ends or Shutdown is called (see
 // Server.Run), and returns their errors joined. With Shards.MapVersion
-// set, it also writes the version to each lane's map key where none is
-// yet (SETNX), retrying a lane that cannot be reached until it can.
+// set, it also watches each lane's map key (see watchMap).
 func (s *ShardedServer) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ran {
@@ -76,9 +74,9 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if s.sh.MapVersion != "" {
-		for k, p := range s.sh.Pools {
-			wg.Go(func() { initMapVersion(mctx, p, s.Lanes[k].cfg, s.sh.MapVersion) })
+	if s.sh.MapVersion > 0 {
+		for k := range s.sh.Pools {
+			wg.Go(func() { s.watchMap(mctx, k) })
 		}
 	}
 	var lanes sync.WaitGroup
@@ -95,6 +93,52 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// watchMap reads lane k's map key every HeartbeatInterval and, when it
+// names a newer version than this process's, stops the lane's Server: an
+// operator moved the lane, and this process runs with an old map. Its
+// transactions are refused already (ErrShardMapVersion); stopping ends
+// its pops too. What it took and could not give back is recovered by the
+// reapers of processes with the current map once its heartbeat expires.
+func (s *ShardedServer) watchMap(ctx context.Context, k int) {
+	srv := s.Lanes[k]
+	_, st, err := srv.cfg.prepare()
+	if err != nil {
+		return
+	}
+	t := time.NewTicker(srv.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := func() (int64, error) {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			conn, err := s.sh.Pools[k].GetContext(cctx)
+			if err != nil {
+				return 0, err
+			}
+			defer conn.Close()
+			v, err := redis.Int64(redis.DoContext(conn, cctx, "GET", st.Keys.ShardMap()))
+			if errors.Is(err, redis.ErrNil) {
+				return 0, nil
+			}
+			return v, err
+		}()
+		if err != nil || v <= s.sh.MapVersion {
+			continue
+		}
+		srv.cfg.Logger.Error("the lane moved in a newer shard map than this process's; no longer serving the lane (restart with the current shard map)",
+			"lane_version", v, "version", s.sh.MapVersion)
+		sctx, cancel := context.WithTimeout(context.Background(), max(srv.cfg.ShutdownTimeout, time.Second))
+		_ = srv.Shutdown(sctx)
+		cancel()
+		return
+	}
+}
+
 // Shutdown shuts every lane's Server down (see Server.Shutdown) at once
 // and returns their errors joined.
 func (s *ShardedServer) Shutdown(ctx context.Context) error {
@@ -109,33 +153,4 @@ func (s *ShardedServer) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// initMapVersion writes version to the lane's map key unless it has one,
-// retrying with backoff until it succeeds or ctx ends.
-func initMapVersion(ctx context.Context, pool *redis.Pool, cfg Config, version string) {
-	_, st, err := cfg.prepare()
-	if err != nil {
-		return
-	}
-	var bo rconn.Backoff
-	for ctx.Err() == nil {
-		err := func() error {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			conn, err := pool.GetContext(cctx)
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			_, err = redis.DoContext(conn, cctx, "SETNX", st.Keys.ShardMap(), version)
-			return err
-		}()
-		if err == nil {
-			return
-		}
-		if !bo.Wait(ctx, cfg.Logger, "write the shard-map version", err) {
-			return
-		}
-	}
 }

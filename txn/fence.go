@@ -4,40 +4,41 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/gomodule/redigo/redis"
 )
 
 // ErrFenced is matched (errors.Is) by the error of a transaction that a
-// [Fence] refused: the fence key holds another value than the Runner
-// expects, so nothing was written.
-var ErrFenced = errors.New("txn: fence key holds another value")
+// [Fence] refused: the fence key holds a number above the Runner's, so
+// nothing was written.
+var ErrFenced = errors.New("txn: fence key is past this process's epoch")
 
-// Fence makes every transaction of a [Runner] conditional on one key: Run
-// and each step of Pipeline WATCH Key and read it before anything is
-// queued, and refuse to write (an error matching [ErrFenced]) unless it
-// holds Want or does not exist; a Held watch covers Key too, so a change
-// of Key between a transaction and its held successor aborts the latter.
-// Because Key is watched, a change made after the read aborts EXEC as any
-// watched key does: no write of a fenced Runner lands after Key changed
-// to another value.
+// Fence makes every transaction of a [Runner] conditional on one key, an
+// epoch: Run and each step of Pipeline WATCH Key and read it before
+// anything is queued, and refuse to write (an error matching [ErrFenced])
+// unless it does not exist or holds an integer no greater than Max; a
+// Held watch covers Key too, so a change of Key between a transaction and
+// its held successor aborts the latter. Because Key is watched, a change
+// made after the read aborts EXEC as any watched key does: no write of a
+// fenced Runner lands after Key was raised past Max.
 //
 // The read costs one round trip in Run (before the function's first read)
 // and nothing in Pipeline (it travels with the step's reads).
 type Fence struct {
-	Key  string
-	Want string
+	Key string
+	Max int64
 }
 
 // FenceError is the refusal of a fenced transaction.
 type FenceError struct {
-	Key  string
-	Want string
-	Got  string
+	Key string
+	Max int64  // the Runner's epoch
+	Got string // what Key holds
 }
 
 func (e *FenceError) Error() string {
-	return fmt.Sprintf("txn: %s holds %q, this process expects %q: %v", e.Key, e.Got, e.Want, ErrFenced)
+	return fmt.Sprintf("txn: %s holds %q, past this process's %d: %v", e.Key, e.Got, e.Max, ErrFenced)
 }
 
 // Unwrap returns ErrFenced.
@@ -55,8 +56,8 @@ func (f *Fence) judge(rep interface{}) error {
 	if err != nil {
 		return fmt.Errorf("txn: GET %s: %w", f.Key, err)
 	}
-	if got != f.Want {
-		return &FenceError{Key: f.Key, Want: f.Want, Got: got}
+	if n, err := strconv.ParseInt(got, 10, 64); err != nil || n > f.Max {
+		return &FenceError{Key: f.Key, Max: f.Max, Got: got}
 	}
 	return nil
 }
