@@ -46,6 +46,9 @@ type LaneStatus struct {
 	Err string `json:"error,omitempty"`
 	// RoundTrip is how long that GET took.
 	RoundTrip time.Duration `json:"round_trip_ns"`
+	// Role is the server's replication role from INFO: "master", or
+	// "slave" for a replica (whose writes a resync would lose).
+	Role string `json:"role,omitempty"`
 	// MapVersion is the version of the shard map that last moved the
 	// lane (its map key); 0 when it never moved.
 	MapVersion int64 `json:"map_version"`
@@ -89,6 +92,15 @@ func (c *ShardedClient) laneStatus(ctx context.Context, k int) LaneStatus {
 		st.MapVersion, _ = strconv.ParseInt(s, 10, 64)
 	}
 	var errs []string
+	if info, err := redis.String(redis.DoContext(conn, ctx, "INFO")); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if r, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
+				st.Role = r
+			}
+		}
+	} else {
+		errs = append(errs, "INFO: "+err.Error())
+	}
 	qs, err := lc.Stats(ctx)
 	if err != nil {
 		errs = append(errs, err.Error())
@@ -198,6 +210,29 @@ func (c *ShardedClient) Paused(ctx context.Context) ([]string, error) {
 		out = append(out, q)
 	}
 	sort.Strings(out)
+	return out, err
+}
+
+// Unserved lists the unserved task types of every lane (see
+// Client.Unserved), once per queue and type, with the earliest Since.
+func (c *ShardedClient) Unserved(ctx context.Context) ([]UnservedType, error) {
+	per, _, err := eachLane(len(c.lanes), func(k int) ([]UnservedType, error) { return c.lanes[k].Unserved(ctx) })
+	by := map[[2]string]UnservedType{}
+	for _, us := range per {
+		for _, u := range us {
+			k := [2]string{u.Queue, u.Type}
+			if o, ok := by[k]; !ok || u.Since.Before(o.Since) {
+				by[k] = u
+			}
+		}
+	}
+	out := make([]UnservedType, 0, len(by))
+	for _, u := range by {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Queue < out[j].Queue || (out[i].Queue == out[j].Queue && out[i].Type < out[j].Type)
+	})
 	return out, err
 }
 
