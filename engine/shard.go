@@ -79,11 +79,13 @@ const laneSep = "~"
 // every sharded call routes it: a generated id ends with "~k", its lane;
 // a canonical UUID (an id generated before the namespace had lanes) is
 // in lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
-// may pick a lane for its own id by ending it with "~k".
+// may pick a lane for its own id by ending it with "~k". A reply task
+// ("<id>~r<run>.<finished>", ReplyToQueue) is in the lane of <id>.
 func LaneOf(id string, lanes int) int {
 	if lanes <= 1 {
 		return 0
 	}
+	id = replyParent(id)
 	if i := strings.LastIndex(id, laneSep); i >= 0 {
 		if k, err := strconv.Atoi(id[i+1:]); err == nil && k >= 0 && k < lanes && strconv.Itoa(k) == id[i+1:] {
 			return k
@@ -95,6 +97,35 @@ func LaneOf(id string, lanes int) int {
 		}
 	}
 	return hashLane(id, lanes)
+}
+
+// replyParent strips the suffixes "~r<run>.<finished>" that name the reply
+// task of a task (ReplyToQueue), written in the lane of the task it
+// answers: the lane of a reply task is its parent's.
+func replyParent(id string) string {
+	for {
+		i := strings.LastIndex(id, laneSep+"r")
+		if i <= 0 {
+			return id
+		}
+		run, fin, ok := strings.Cut(id[i+2:], ".")
+		if !ok || !digits(run) || !digits(fin) {
+			return id
+		}
+		id = id[:i]
+	}
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // hashLane maps a string to a lane: FNV-1a, the same in every process.

@@ -58,6 +58,12 @@ func TestShardLaneOf(t *testing.T) {
 	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5", 8); got != 5 {
 		t.Errorf("generated id of lane 5: %d", got)
 	}
+	if got, want := LaneOf("order-7~r2.1700000000000", 8), LaneOf("order-7", 8); got != want {
+		t.Errorf("a reply task is in its parent's lane %d, got %d", want, got)
+	}
+	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5~r1.17", 8); got != 5 {
+		t.Errorf("reply of a lane-5 task: lane %d", got)
+	}
 	for _, id := range []string{"order~9", "order~05", "order~-1", "order~x"} {
 		if got, want := LaneOf(id, 8), hashLane(id, 8); got != want {
 			t.Errorf("%q: lane %d, want its hash lane %d", id, got, want)
