@@ -228,14 +228,16 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 		}
 		res.tasks = o.e2eN
 	case "dispatch":
-		// A backlog due in the past is seeded, then the dispatchers (one
-		// per lane) move it; the window ends when every task is ready.
-		due := time.Now().Add(2 * time.Second)
+		// A backlog due in an hour is seeded, then dispatchers (one per
+		// lane) whose clock runs an hour ahead move it; the window ends
+		// when every task is ready.
+		due := time.Now().Add(time.Hour)
 		if err := shardProduce(ctx, client, o.backlog, o.producers, []engine.Option{engine.At(due)}); err != nil {
 			return res, err
 		}
-		time.Sleep(time.Until(due) + 50*time.Millisecond)
-		srv, err := engine.NewShardedServer(e.sh, e.cfg, nil, engine.RoleDispatcher)
+		dcfg := e.cfg
+		dcfg.Clock = shardAheadClock(time.Hour + time.Second)
+		srv, err := engine.NewShardedServer(e.sh, dcfg, nil, engine.RoleDispatcher)
 		if err != nil {
 			return res, err
 		}
@@ -307,3 +309,8 @@ func shardProduce(ctx context.Context, c *engine.ShardedClient, total, p int, op
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// shardAheadClock is a clock running ahead by its value.
+type shardAheadClock time.Duration
+
+func (c shardAheadClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }

@@ -45,6 +45,7 @@ var ErrShardMapVersion = txn.ErrFenced
 type laneSpec struct {
 	index      int
 	mapVersion int64
+	hub        *waitHub // the idle workers' shared wait on the lane's server, if shared
 }
 
 // maxLanes bounds the number of lanes.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -16,6 +17,10 @@ import (
 // backs off on its own (each part retries with a backoff that doubles up
 // to a few seconds) while the other lanes keep running, and resumes when
 // its server returns.
+//
+// Lanes given the same *redis.Pool live on the same server: their idle
+// workers share one blocking wait (one BLPOP over their wake-up lists, on
+// one connection); lanes of different pools wait on a connection each.
 //
 // Each lane's worker runs up to Config.Concurrency handlers, so a process
 // runs up to Lanes×Concurrency at once; each takes its queues by the
@@ -28,6 +33,7 @@ type ShardedServer struct {
 
 	sh   Shards
 	cfg  Config
+	hubs []*waitHub
 	mu   sync.Mutex
 	ran  bool
 	done chan struct{}
@@ -40,8 +46,32 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 	}
 	s := &ShardedServer{sh: sh, done: make(chan struct{})}
 	base := cfg.withDefaults()
+	if err := base.Validate(); err != nil {
+		return nil, err
+	}
+	// Lanes given the same pool live on one server: their idle workers
+	// share one blocking wait.
+	byPool := map[*redis.Pool][]int{}
+	for k, p := range sh.Pools {
+		byPool[p] = append(byPool[p], k)
+	}
+	hubs := map[*redis.Pool]*waitHub{}
+	if roles.Has(RoleWorker) {
+		for p, ks := range byPool {
+			if len(ks) < 2 {
+				continue
+			}
+			keys, err := buckets.NewLaneKeys(base.Namespace, ks[0])
+			if err != nil {
+				return nil, fmt.Errorf("engine: %w", err)
+			}
+			hubs[p] = newWaitHub(p, keys.Prefix(), base.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
+			s.hubs = append(s.hubs, hubs[p])
+		}
+	}
 	for k, p := range sh.Pools {
 		lc := sh.laneConfig(cfg, k)
+		lc.lane.hub = hubs[p]
 		if len(sh.Pools) > 1 {
 			lc.Logger = base.Logger.With("lane", k)
 		}
@@ -90,6 +120,9 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 	lanes.Wait()
 	stop()
 	wg.Wait()
+	for _, h := range s.hubs {
+		h.close()
+	}
 	return errors.Join(errs...)
 }
 
