@@ -93,15 +93,13 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 
 // shardCommands are the commands that span lanes; the others refuse a
 // sharded configuration rather than see lane 0 alone.
-var shardCommands = []string{"stats", "check", "shards"}
+var shardCommands = []string{"stats", "check", "shards", "enqueue", "cancel", "lookup"}
 
 // connectShards is connect for a sharded configuration: the session's
 // client and pool are lane 0's, shards spans every lane.
 func (a *app) connectShards(cmd *cobra.Command, set *Settings, log *slog.Logger) (*session, error) {
 	if !slices.Contains(shardCommands, cmd.Name()) {
-		return nil, a.fail(cmd.Name(), &ConfigError{Origin: set.where("shards.lanes"), Key: "shards.lanes",
-			Msg: fmt.Sprintf("engine %s does not span lanes yet; with shards configured, use %s, or the library's engine.ShardedClient",
-				cmd.Name(), strings.Join(shardCommands, ", "))})
+		return nil, a.fail(cmd.Name(), errNotSharded(set, cmd.Name()))
 	}
 	sh, closeAll, err := shardPools(set)
 	if err != nil {
@@ -181,4 +179,30 @@ func (s *session) runShardedCheck(ctx context.Context, _ *engine.Client, repair,
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// enqueue enqueues with the sharded client when the settings list shards
+// (the task goes to its lane, see engine.ShardedClient), else with the
+// client.
+func (s *session) enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error) {
+	if s.shards != nil {
+		return s.shards.Enqueue(ctx, typ, payload, opts...)
+	}
+	return s.client.Enqueue(ctx, typ, payload, opts...)
+}
+
+// clientFor is the client of task id's lane: the client itself without
+// shards.
+func (s *session) clientFor(id string) *engine.Client {
+	if s.shards != nil {
+		return s.shards.Lane(s.shards.LaneOf(id))
+	}
+	return s.client
+}
+
+// errNotSharded is the refusal of a command that does not span lanes.
+func errNotSharded(set *Settings, name string) error {
+	return &ConfigError{Origin: set.where("shards.lanes"), Key: "shards.lanes",
+		Msg: fmt.Sprintf("engine %s does not span lanes yet; with shards configured, use %s, or the library's engine.ShardedClient",
+			name, strings.Join(shardCommands, ", "))}
 }

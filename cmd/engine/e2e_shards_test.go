@@ -16,8 +16,9 @@ import (
 
 // TestE2EShards: `engine run` with a shards: map serves every lane of two
 // servers; `engine shards`, `stats` and `check` span the lanes; commands
-// that do not span lanes refuse the map; a lane whose server is down is
-// shown and fails `engine shards`.
+// that do not span lanes refuse the map, and enqueue, lookup and cancel
+// route to the task's lane; a lane whose server is down is shown and fails
+// `engine shards`.
 func TestE2EShards(t *testing.T) {
 	h := newHarness(t, redistest.Private())
 	other := redistest.Start(t, redistest.Private())
@@ -30,8 +31,8 @@ func TestE2EShards(t *testing.T) {
 		}
 	}
 
-	if _, errOut, code := h.cli("enqueue", "--type", "append"); code != exitUsage || !strings.Contains(errOut, "does not span lanes") {
-		t.Fatalf("enqueue with shards: exit %d, %s", code, errOut)
+	if _, errOut, code := h.cli("dead", "list"); code != exitUsage || !strings.Contains(errOut, "does not span lanes") {
+		t.Fatalf("dead list with shards: exit %d, %s", code, errOut)
 	}
 	run := h.startRun(nil)
 
@@ -51,6 +52,18 @@ func TestE2EShards(t *testing.T) {
 	}
 	if len(inLane) != 3 {
 		t.Fatalf("tasks in lanes %v, want all three", inLane)
+	}
+	// The CLI routes too: enqueue to a lane, look up and cancel there.
+	cliIDs := map[int]string{}
+	for i := 0; len(cliIDs) < 3 && i < 50; i++ {
+		id := strings.TrimSpace(h.ok("enqueue", "--type", "append", "--in", "1h", "--payload", "cli"))
+		cliIDs[sc.LaneOf(id)] = id
+	}
+	for k, id := range cliIDs {
+		if ti := h.lookup(id); ti.State != "scheduled" {
+			t.Errorf("lookup of lane %d's %s: %+v", k, id, ti)
+		}
+		h.ok("cancel", id)
 	}
 	h.eventually(20*time.Second, "every task to run", func() bool {
 		return strings.Count(h.file("out"), "\n") >= n
