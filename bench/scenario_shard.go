@@ -8,6 +8,11 @@ package main
 //	go run . shards                       # 1,2,4 servers, small sizes
 //	go run . shards -servers 1,2,4 -e2e-n 100000 -backlog 200000 -runs 3
 //
+// e2e: producers enqueue due tasks while a sharded server (every role)
+// runs them with a no-op handler; dispatch-burst and dispatch-spread: a
+// backlog due at one moment, or spread over an hour, is moved to the
+// ready lists by one dispatcher per lane.
+//
 // On one machine the servers, the producers, the workers and the
 // dispatchers share the same cores: the figures show how the work spreads
 // over the servers (each server's CPU share) and what the client side
@@ -24,7 +29,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,7 +91,7 @@ func runShards(args []string) int {
 	defer cancel()
 	var results []shardResult
 	for _, n := range o.servers {
-		for _, sc := range []string{"e2e", "dispatch"} {
+		for _, sc := range []string{"e2e", "dispatch-burst", "dispatch-spread"} {
 			var runs []shardResult
 			for r := 0; r < o.runs; r++ {
 				fmt.Fprintf(os.Stderr, "shards: %s on %d servers, run %d\n", sc, n, r+1)
@@ -227,12 +231,19 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 			return res, fmt.Errorf("e2e on %d servers: %d of %d tasks ran in 10 minutes", n, done.Load(), o.e2eN)
 		}
 		res.tasks = o.e2eN
-	case "dispatch":
-		// A backlog due in an hour is seeded, then dispatchers (one per
-		// lane) whose clock runs an hour ahead move it; the window ends
-		// when every task is ready.
-		due := time.Now().Add(time.Hour)
-		if err := shardProduce(ctx, client, o.backlog, o.producers, []engine.Option{engine.At(due)}); err != nil {
+	case "dispatch-burst", "dispatch-spread":
+		// A backlog due within the next hour is seeded (burst: all due at
+		// once, one bucket per lane; spread: evenly over the hour, many
+		// buckets), then dispatchers (one per lane) whose clock runs an
+		// hour ahead move it; the window ends when every task is ready.
+		base := time.Now().Add(time.Hour)
+		dueOf := func(i int) []engine.Option { return []engine.Option{engine.At(base)} }
+		if sc == "dispatch-spread" {
+			base = time.Now()
+			step := time.Hour / time.Duration(o.backlog)
+			dueOf = func(i int) []engine.Option { return []engine.Option{engine.At(base.Add(time.Duration(i) * step))} }
+		}
+		if err := shardProduce(ctx, client, o.backlog, o.producers, dueOf); err != nil {
 			return res, err
 		}
 		dcfg := e.cfg
@@ -279,8 +290,8 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 }
 
 // shardProduce enqueues total tasks of type noop with p goroutines in
-// batches of 50.
-func shardProduce(ctx context.Context, c *engine.ShardedClient, total, p int, opts []engine.Option) error {
+// batches of 50; opts, if not nil, gives task i's options.
+func shardProduce(ctx context.Context, c *engine.ShardedClient, total, p int, opts func(i int) []engine.Option) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, p)
@@ -294,7 +305,10 @@ func shardProduce(ctx context.Context, c *engine.ShardedClient, total, p int, op
 				k := min(50, total-int(from))
 				batch := make([]engine.NewTask, k)
 				for j := range batch {
-					batch[j] = engine.NewTask{Type: "noop", Payload: make([]byte, 100), Options: slices.Clone(opts)}
+					batch[j] = engine.NewTask{Type: "noop", Payload: make([]byte, 100)}
+					if opts != nil {
+						batch[j].Options = opts(int(from) + j)
+					}
 				}
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err := c.EnqueueBatch(cctx, batch)
