@@ -263,7 +263,10 @@ func TestShardMoveLane(t *testing.T) {
 	runLogged(t, newSrv.Run)
 	current.Store(c2)
 	stopOld()
-	waitAcked(len(acked) + 200)
+	ackMu.Lock()
+	switched := len(acked)
+	ackMu.Unlock()
+	waitAcked(switched + 200)
 	close(stopProd)
 	prod.Wait()
 
