@@ -229,16 +229,30 @@ func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*Bat
 		}
 		wg.Wait()
 		pending = pending[:0]
+		// The movable tasks of a failed lane go to one other lane
+		// together, as one transaction.
+		from := map[int][]int{}
 		for _, i := range again {
-			to := c.pick(time.Now(), tried[i])
+			from[res.Lanes[i]] = append(from[res.Lanes[i]], i)
+		}
+		for k, idx := range from {
+			skip := map[int]bool{}
+			for _, i := range idx {
+				for l := range tried[i] {
+					skip[l] = true
+				}
+			}
+			to := c.pick(time.Now(), skip)
 			if to < 0 {
 				continue
 			}
-			c.rerouted.Add(1)
-			c.cfg.Logger.Warn("lane unreachable; task written to another lane", "from_lane", res.Lanes[i], "to_lane", to, keyErr, res.Errs[i])
-			res.Lanes[i], res.Errs[i] = to, nil
-			recs[i].ID = laneTaskID(to, n)
-			pending = append(pending, i)
+			c.rerouted.Add(int64(len(idx)))
+			c.cfg.Logger.Warn("lane unreachable; tasks written to another lane", "from_lane", k, "to_lane", to, "tasks", len(idx), keyErr, res.Errs[idx[0]])
+			for _, i := range idx {
+				res.Lanes[i], res.Errs[i] = to, nil
+				recs[i].ID = laneTaskID(to, n)
+				pending = append(pending, i)
+			}
 		}
 	}
 	var errs []error

@@ -103,3 +103,40 @@ func TestShardOneView(t *testing.T) {
 	redistest.RequireNoViolations(t, sa)
 	redistest.RequireNoViolations(t, sb)
 }
+
+// TestShardBatchFallback: while a lane's server is down, the movable tasks
+// of a batch meant for it go to one other lane together (one transaction),
+// the pinned ones fail with the lane's error, and the result says so.
+func TestShardBatchFallback(t *testing.T) {
+	sa := redistest.Start(t, redistest.Private())
+	sb := redistest.Start(t, redistest.Private())
+	e := newEnv(t, sa)
+	pa, pb := sa.Pool(t), sb.Pool(t)
+	const n = 3
+	c := e.shardedClient(t, Shards{Pools: []*redis.Pool{pa, pb, pa}})
+	sb.Kill(t)
+	key := idInLane("cust", 1, n) // a shard key of lane 1
+	var batch []NewTask
+	for range 10 {
+		batch = append(batch, NewTask{Type: "job", Options: []Option{ShardKey(key)}})
+	}
+	pinned := idInLane("pinned", 1, n)
+	batch = append(batch, NewTask{Type: "job", Options: []Option{TaskID(pinned)}})
+	res, err := c.EnqueueBatch(context.Background(), batch)
+	if err == nil || !strings.Contains(err.Error(), "lane 1") {
+		t.Fatalf("batch with lane 1 down: %v, want lane 1's error", err)
+	}
+	to := res.Lanes[0]
+	for i := range 10 {
+		if res.Tasks[i] == nil || res.Errs[i] != nil || res.Lanes[i] != to || to == 1 || c.LaneOf(res.Tasks[i].ID) != to {
+			t.Fatalf("movable task %d: lane %d (first %d), %+v, %v", i, res.Lanes[i], to, res.Tasks[i], res.Errs[i])
+		}
+	}
+	if res.Tasks[10] != nil || res.Errs[10] == nil || res.Lanes[10] != 1 {
+		t.Errorf("pinned task: lane %d, %+v, %v", res.Lanes[10], res.Tasks[10], res.Errs[10])
+	}
+	if c.Rerouted() != 10 || res.Written() != 10 {
+		t.Errorf("rerouted %d, written %d; want 10 and 10", c.Rerouted(), res.Written())
+	}
+	redistest.RequireNoViolations(t, sa)
+}
