@@ -35,7 +35,6 @@ import (
 type ShardedClient struct {
 	lanes []*Client
 	cfg   Config
-	sh    Shards
 
 	next     atomic.Uint64
 	health   []laneHealth
@@ -78,7 +77,7 @@ func NewShardedClient(sh Shards, cfg Config) (*ShardedClient, error) {
 	if err := sh.check(); err != nil {
 		return nil, err
 	}
-	c := &ShardedClient{sh: sh, health: make([]laneHealth, len(sh.Pools))}
+	c := &ShardedClient{health: make([]laneHealth, len(sh.Pools))}
 	for k, p := range sh.Pools {
 		lc, err := NewClient(p, sh.laneConfig(cfg, k))
 		if err != nil {

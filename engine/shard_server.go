@@ -32,11 +32,9 @@ type ShardedServer struct {
 	Lanes []*Server
 
 	sh   Shards
-	cfg  Config
 	hubs []*waitHub
 	mu   sync.Mutex
 	ran  bool
-	done chan struct{}
 }
 
 // NewShardedServer builds one Server per lane of sh (see NewServer).
@@ -44,7 +42,7 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 	if err := sh.check(); err != nil {
 		return nil, err
 	}
-	s := &ShardedServer{sh: sh, done: make(chan struct{})}
+	s := &ShardedServer{sh: sh}
 	base := cfg.withDefaults()
 	if err := base.Validate(); err != nil {
 		return nil, err
@@ -81,7 +79,6 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 		}
 		s.Lanes = append(s.Lanes, srv)
 	}
-	s.cfg = s.Lanes[0].cfg
 	return s, nil
 }
 
@@ -99,7 +96,6 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 	}
 	s.ran = true
 	s.mu.Unlock()
-	defer close(s.done)
 	errs := make([]error, len(s.Lanes))
 	var wg sync.WaitGroup
 	mctx, stop := context.WithCancel(ctx)
