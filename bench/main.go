@@ -159,6 +159,9 @@ func parseFlags(args []string) (*options, error) {
 
 // run is main without the exit, for tests.
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "shards" {
+		return runShards(args[1:]) // scenario_shard.go
+	}
 	o, err := parseFlags(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

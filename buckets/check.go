@@ -749,7 +749,8 @@ func (s *Store) checkRunner(o CheckOptions) *txn.Runner {
 	if n <= 0 {
 		n = 8
 	}
-	return &txn.Runner{MaxAttempts: n, MinBackoff: 5 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+	return &txn.Runner{MaxAttempts: n, MinBackoff: 5 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Fence: s.runner.Fence} // a repair is a write like any other (lanes.go)
 }
 
 // confirm walks again under WATCH and keeps the findings both walks made.

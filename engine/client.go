@@ -148,6 +148,12 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 		}
 		recs[i] = r
 	}
+	return c.enqueueRecords(ctx, now, recs, chosen)
+}
+
+// enqueueRecords writes checked records in one transaction; chosen lists
+// the caller-chosen ids among them.
+func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err

@@ -115,6 +115,10 @@ type Config struct {
 	// starts, results, retries, deaths, recoveries) after they happened,
 	// for metrics and tracing. Default nil: none.
 	Observer Observer
+
+	// lane is the logical shard the parts built with this Config serve;
+	// set only by the sharded constructors (shard.go).
+	lane laneSpec
 }
 
 // QueueConfig names a queue a worker takes tasks from.
@@ -348,9 +352,12 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 		return c, nil, err
 	}
 	c = c.withDefaults()
-	st, err := buckets.NewStore(c.Namespace, c.Resolution.Milliseconds())
+	st, err := buckets.NewLaneStore(c.Namespace, c.lane.index, c.Resolution.Milliseconds())
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
+	}
+	if c.lane.mapVersion > 0 {
+		st.SetMapFence(c.lane.mapVersion)
 	}
 	log := c.Logger
 	st.OnSetAside = func(key, movedTo string) {

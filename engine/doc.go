@@ -105,4 +105,14 @@
 // or many. None closes the redigo Pool it is given. Run methods block until
 // their context ends (or Shutdown) and return only after every goroutine
 // they started has ended.
+//
+// # Shards
+//
+// NewShardedClient and NewShardedServer spread a namespace over lanes
+// (logical shards), each a pool (Shards): every transaction stays in one
+// lane, a task's lane is part of its id (LaneOf), and one lane writes what
+// NewClient writes. ShardedClient.Stats, Check, LaneStatuses and
+// Inspector fan out over the lanes and merge. docs/scaling.md has the
+// routing rules, the shard map (Shards.MapVersion, ErrShardMapVersion)
+// and the procedure for moving a lane to another server.
 package engine

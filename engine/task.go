@@ -123,6 +123,7 @@ type taskOptions struct {
 	uniqueDigest bool   // Unique: the key is the digest
 	uniqueTTL    int64  // seconds; 0 until the task ends
 	replyTo      string
+	shardKey     string // ShardKey: picks the lane of a sharded client
 }
 
 type optionFunc func(*taskOptions) error

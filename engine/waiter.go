@@ -73,7 +73,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		case <-bctx.Done():
 		}
 	}()
-	key, err := wt.blocker.Pop(bctx, keys, wait)
+	key, err := wt.popWait(bctx, keys, wait) // shard_wait.go
 	cancel()
 	if err == nil {
 		wt.bo.Reset()

@@ -51,6 +51,9 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 	if len(steps) == 0 {
 		return nil, nil
 	}
+	if r.Fence != nil {
+		steps = r.Fence.wrapSteps(steps)
+	}
 	results := make([]StepResult, 0, len(steps))
 	if err := sendStep(conn, steps[0]); err != nil {
 		return results, err

@@ -34,6 +34,9 @@ type Runner struct {
 	// doubles from MinBackoff and is drawn at random below the bound (full
 	// jitter); zero means the defaults.
 	MinBackoff, MaxBackoff time.Duration
+	// Fence, when set (before first use), makes every transaction
+	// conditional on a key's value (see [Fence]).
+	Fence *Fence
 
 	conflicts atomic.Int64
 }
@@ -72,6 +75,9 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	attempts := r.MaxAttempts
 	if attempts <= 0 {
 		attempts = DefaultMaxAttempts
+	}
+	if r.Fence != nil {
+		watch, fn = r.Fence.wrapRun(watch, fn)
 	}
 	unwatch := false // a hold's WATCH from a conflicting attempt is on conn
 	for attempt := 0; attempt < attempts; attempt++ {
@@ -487,6 +493,9 @@ func (tx *Tx) Queue(name string, args ...interface{}) {
 // before that is unwatched by the pool.
 func (tx *Tx) Hold(keys ...string) *Held {
 	tx.hold = &Held{r: tx.r, conn: tx.conn, keys: append([]string(nil), keys...)}
+	if tx.r.Fence != nil {
+		tx.hold.keys = append(tx.hold.keys, tx.r.Fence.Key)
+	}
 	return tx.hold
 }
 

@@ -138,7 +138,11 @@ run it off-peak on a large database. Exits 6 when findings remain.`,
 			return err
 		}
 		defer s.close()
-		n, err := runCheck(cmd.Context(), s.client, *repair, *asJSON, a.stdout)
+		run := runCheck
+		if s.shards != nil {
+			run = s.runShardedCheck // every lane
+		}
+		n, err := run(cmd.Context(), s.client, *repair, *asJSON, a.stdout)
 		if err != nil {
 			return a.fail("check", err)
 		}

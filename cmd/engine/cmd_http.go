@@ -122,6 +122,9 @@ without one, or with http.read_only, the dashboard only shows.`,
 		if err != nil {
 			return a.fail("dashboard", err)
 		}
+		if set.sharded() {
+			return a.fail("dashboard", errNotSharded(set, "dashboard"))
+		}
 		if set.HTTP.Addr == "" {
 			set.HTTP.Addr = defaultDashboardAddr
 		}

@@ -81,7 +81,10 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	defer pool.Close()
 
 	var state runState
-	if set.HTTP.Addr != "" {
+	if set.HTTP.Addr != "" && set.sharded() {
+		log.Warn("http.addr is not served with shards configured (the dashboard and metrics span one lane only); use engine stats and engine shards")
+	}
+	if set.HTTP.Addr != "" && !set.sharded() {
 		// The collector observes this process's engine (eng.Observer,
 		// before NewServer) and reads the queue gauges at scrape time.
 		mh, err := metricsHandler(pool, &eng)
@@ -112,7 +115,9 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	sort.Strings(types)
 	log.Info("engine starting", "version", versionString(), "redis", set.Redis.Addr, "namespace", eng.Namespace,
 		"roles", strings.Join(set.Roles, ","), "queues", queueList(eng.Queues), "concurrency", eng.Concurrency, "handlers", types)
-	if err := waitForRedis(ctx, pool, set.Redis.Addr, log); err != nil {
+	// With shards, each lane waits for its own server instead, without
+	// holding up the others.
+	if err := waitForRedisUnlessSharded(ctx, set, pool, log); err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while waiting for Redis")
 			return nil
@@ -146,6 +151,9 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		}
 		handler = mux
 	}
+	if set.sharded() {
+		return a.runSharded(ctx, set, log, eng, handler, roles)
+	}
 	srv, err := engine.NewServer(pool, eng, handler, roles)
 	if err != nil {
 		return a.fail("run", err)
@@ -158,6 +166,12 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		timeout = engine.DefaultConfig().ShutdownTimeout
 	}
 	return serve(ctx, srv, timeout, log, &state)
+}
+
+// runner is what serve runs: an *engine.Server or an *engine.ShardedServer.
+type runner interface {
+	Run(context.Context) error
+	Shutdown(context.Context) error
 }
 
 // runState is what /readyz reports of this process's components: ready
@@ -180,7 +194,7 @@ func (s *runState) ready(context.Context) error {
 // timeout for running handlers; the second signal (forceOf(ctx)) cuts
 // that short: running tasks go back to their queues at once. state (may
 // be nil) follows the server for /readyz.
-func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger, state *runState) error {
+func serve(ctx context.Context, srv runner, timeout time.Duration, log *slog.Logger, state *runState) error {
 	if state == nil {
 		state = &runState{}
 	}

@@ -54,8 +54,13 @@ table after another (or one JSON document per line with --json) otherwise.`,
 		ctx, redraw := cmd.Context(), isTerminal(a.stdout)
 		for {
 			st, err := s.client.Stats(ctx)
+			if s.shards != nil {
+				st, err = s.shards.Stats(ctx) // every lane, merged
+			}
 			var un []engine.UnservedType
-			if err == nil {
+			if err == nil && s.shards != nil {
+				un, err = s.shards.Unserved(ctx)
+			} else if err == nil {
 				un, err = s.client.Unserved(ctx)
 			}
 			switch {

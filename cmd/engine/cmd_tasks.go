@@ -96,7 +96,7 @@ when asked for. Without --in or --at the task is due now.`,
 				return a.fail("enqueue", err)
 			}
 		}
-		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
+		info, err := s.enqueue(cmd.Context(), *typ, body, opts...)
 		var dup *engine.DuplicateError
 		if errors.As(err, &dup) {
 			fmt.Fprintln(a.stdout, dup.ID)
@@ -109,7 +109,7 @@ when asked for. Without --in or --at the task is due now.`,
 			return nil
 		}
 		fmt.Fprintln(a.stderr, info.ID)
-		return a.waitFor(cmd, s.client, info.ID, *waitTimeout)
+		return a.waitFor(cmd, s.clientFor(info.ID), info.ID, *waitTimeout)
 	}
 	return cmd
 }
@@ -185,7 +185,7 @@ no such task, 4 if it is running or finished already.`,
 			return err
 		}
 		defer s.close()
-		if err := s.client.Cancel(cmd.Context(), args[0]); err != nil {
+		if err := s.clientFor(args[0]).Cancel(cmd.Context(), args[0]); err != nil {
 			return a.fail("cancel", err)
 		}
 		fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
@@ -211,7 +211,7 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		ti, err := s.client.Lookup(cmd.Context(), args[0])
+		ti, err := s.clientFor(args[0]).Lookup(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("lookup", err)
 		}

@@ -87,9 +87,19 @@ type session struct {
 	log    *slog.Logger
 	pool   *redis.Pool
 	client *engine.Client
+	// shards spans every lane when the settings list shards
+	// (config_shards.go); client and pool are then lane 0's.
+	shards      *engine.ShardedClient
+	closeShards func()
 }
 
-func (s *session) close() { s.pool.Close() }
+func (s *session) close() {
+	if s.closeShards != nil {
+		s.closeShards()
+		return
+	}
+	s.pool.Close()
+}
 
 // connect loads the settings and opens a pool and a client. On failure it
 // has printed the error and returns the exit code.
@@ -101,6 +111,9 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	log := newLogger(a.stderr, set)
 	for _, w := range warnings {
 		log.Warn(w)
+	}
+	if set.sharded() {
+		return a.connectShards(cmd, set, log)
 	}
 	pool, err := newPool(set.Redis, set.poolSize(), nil)
 	if err != nil {

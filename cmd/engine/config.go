@@ -28,6 +28,7 @@ type Settings struct {
 	Roles    []string
 	Handlers map[string]HandlerSettings
 	Periodic []PeriodicSettings // config_periodic.go
+	Shards   ShardSettings      // config_shards.go
 	Log      struct{ Level, Format string }
 	HTTP     HTTPSettings
 
@@ -289,6 +290,7 @@ func (s *Settings) validate() error {
 		}
 	}
 	s.validatePeriodic(bad)
+	s.validateShards(bad)
 	return errors.Join(errs...)
 }
 

@@ -150,7 +150,7 @@ dead, cancelled, timed out.`,
 	root.SetVersionTemplate("engine {{.Version}} " + runtime.Version() + "\n")
 	root.AddCommand(a.newRunCmd(), a.newEnqueueCmd(), a.newCancelCmd(), a.newLookupCmd(), a.newCheckCmd(),
 		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newPeriodicCmd(), a.newDemoCmd(), a.newVersionCmd(), a.newDashboardCmd(),
-		a.newWorkflowCmd())
+		a.newWorkflowCmd(), a.newShardsCmd())
 	root.AddCommand(a.newInspectCmds()...)
 	return root
 }

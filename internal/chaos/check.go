@@ -160,15 +160,17 @@ func (h *harness) check(ctx context.Context) *Report {
 
 	// Dead letters, through the public API.
 	dead := map[string]string{}
-	if n, err := h.client.DeadCount(ctx); err != nil {
-		fail("DeadCount: %v", err)
-	} else if n > 0 {
-		infos, err := h.client.DeadLetters(ctx, 0, n)
-		if err != nil {
-			fail("DeadLetters: %v", err)
-		}
-		for _, ti := range infos {
-			dead[ti.ID] = firstLine(ti.LastError)
+	for _, l := range h.lanes {
+		if n, err := l.client.DeadCount(ctx); err != nil {
+			fail("DeadCount: %v", err)
+		} else if n > 0 {
+			infos, err := l.client.DeadLetters(ctx, 0, n)
+			if err != nil {
+				fail("DeadLetters: %v", err)
+			}
+			for _, ti := range infos {
+				dead[ti.ID] = firstLine(ti.LastError)
+			}
 		}
 	}
 	// Ids that are not UUIDs do not come back from DeadLetters' lookups;
@@ -532,46 +534,51 @@ type location struct{ summary, detail string }
 // of the namespace that holds them.
 func (h *harness) locate(ids []string) map[string]location {
 	out := map[string]location{}
-	keys, _ := buckets.NewKeys(h.ns)
-	c := h.admin.Get()
-	defer c.Close()
-	var all []string
-	for _, pat := range []string{"f:*", "p:*", "q:*", "b:*", "dead", "bad:*"} {
-		ks, err := redis.Strings(c.Do("KEYS", keys.Prefix()+pat))
-		if err != nil {
-			for _, id := range ids {
-				out[id] = location{"(redis unreachable)", err.Error()}
-			}
-			return out
-		}
-		all = append(all, ks...)
-	}
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id] = true
 	}
 	found := map[string][]string{}
-	for _, k := range all {
-		typ, _ := redis.String(c.Do("TYPE", k))
-		var members []string
-		switch typ {
-		case "list":
-			members, _ = redis.Strings(c.Do("LRANGE", k, 0, -1))
-		case "zset":
-			members, _ = redis.Strings(c.Do("ZRANGE", k, 0, -1))
-		default:
-			continue
+	for _, l := range h.lanes {
+		c := l.admin.Get()
+		var all []string
+		for _, pat := range []string{"f:*", "p:*", "q:*", "b:*", "dead", "bad:*"} {
+			ks, err := redis.Strings(c.Do("KEYS", l.keys.Prefix()+pat))
+			if err != nil {
+				c.Close()
+				for _, id := range ids {
+					out[id] = location{"(redis unreachable)", err.Error()}
+				}
+				return out
+			}
+			all = append(all, ks...)
 		}
-		for _, m := range members {
-			if want[m] {
-				found[m] = append(found[m], strings.TrimPrefix(k, keys.Prefix()))
+		for _, k := range all {
+			typ, _ := redis.String(c.Do("TYPE", k))
+			var members []string
+			switch typ {
+			case "list":
+				members, _ = redis.Strings(c.Do("LRANGE", k, 0, -1))
+			case "zset":
+				members, _ = redis.Strings(c.Do("ZRANGE", k, 0, -1))
+			default:
+				continue
+			}
+			for _, m := range members {
+				if want[m] {
+					found[m] = append(found[m], strings.TrimPrefix(k, l.keys.Prefix()))
+				}
 			}
 		}
+		c.Close()
 	}
 	names := h.workerNames()
 	for _, id := range ids {
 		var state string
-		raw, err := redis.Bytes(c.Do("GET", keys.Task(id)))
+		l := h.laneOf(id)
+		c := l.admin.Get()
+		raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
+		c.Close()
 		switch {
 		case err == redis.ErrNil:
 			state = "no record"
@@ -613,7 +620,7 @@ type workerNames map[string]*proc
 func (h *harness) workerNames() workerNames {
 	out := workerNames{}
 	for _, p := range h.allProcs() {
-		if id := p.workerID(); id != "" {
+		for _, id := range p.workerIDs() {
 			out[id] = p
 		}
 	}
@@ -744,13 +751,21 @@ func (h *harness) partialLocations(obs *observed) map[string]*partialWhere {
 // findByPayload maps payload words to the ids of the task records that
 // hold them.
 func (h *harness) findByPayload(words map[string]string) map[string]string {
-	keys, _ := buckets.NewKeys(h.ns)
-	c := h.admin.Get()
-	defer c.Close()
 	out := map[string]string{}
+	for _, l := range h.lanes {
+		h.findByPayloadIn(l, words, out)
+	}
+	return out
+}
+
+// findByPayloadIn is findByPayload in one lane.
+func (h *harness) findByPayloadIn(l *lane, words, out map[string]string) {
+	keys := l.keys
+	c := l.admin.Get()
+	defer c.Close()
 	all, err := redis.Strings(c.Do("KEYS", keys.Task("*")))
 	if err != nil {
-		return out
+		return
 	}
 	for len(all) > 0 {
 		n := min(len(all), 500)
@@ -760,7 +775,7 @@ func (h *harness) findByPayload(words map[string]string) map[string]string {
 		}
 		raws, err := redis.ByteSlices(c.Do("MGET", args...))
 		if err != nil {
-			return out
+			return
 		}
 		for i, raw := range raws {
 			id := strings.TrimPrefix(all[i], keys.Task(""))
@@ -772,5 +787,4 @@ func (h *harness) findByPayload(words map[string]string) map[string]string {
 		}
 		all = all[n:]
 	}
-	return out
 }

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/gomodule/redigo/redis"
 )
@@ -51,6 +50,12 @@ type Options struct {
 	// ProcArgs are extra chaosproc flags for every process, e.g.
 	// "-done-retention=-1s" (see chaosproc -h).
 	ProcArgs []string
+	// Shards, when 2 or more, runs the scenario on that many lanes, each
+	// on a redis-server of its own (shard.go): every process serves or
+	// writes every lane, restarts hit one server at a time, and the
+	// ledger and the namespace check span the lanes. Scenarios with a
+	// cutting proxy or bad data are not available on shards.
+	Shards int
 
 	// For the harness's own tests: a scenario not in the list, and
 	// damage done behind the engine's back that the check must catch.
@@ -128,6 +133,10 @@ type harness struct {
 	admin      *redis.Pool
 	client     *engine.Client
 	clientPool *redis.Pool
+	// lanes are the namespace's lanes (one, the above, unless sharded),
+	// and laneAddrs their servers' addresses for the processes.
+	lanes     []*lane
+	laneAddrs string
 	rate       float64
 	started    time.Time
 
@@ -234,6 +243,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
+	if o.Shards > 1 && (sc.Cuts != nil || sc.BadData > 0) {
+		return nil, fmt.Errorf("chaos: scenario %s: connection cuts and bad data are not available on shards", sc.Name)
+	}
 	h.redis, err = startRedis(rbin, filepath.Join(h.dir, "redis"), redisOptions{
 		appendOnly: sc.Restarts > 0, timeout: sc.ServerTimeout})
 	if err != nil {
@@ -260,6 +272,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if h.client, err = engine.NewClient(h.clientPool, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}); err != nil {
 		return nil, err
 	}
+	if err := h.startLanes(rbin, o.Shards); err != nil {
+		return nil, err
+	}
+	defer h.stopLanes()
 	h.procArgs = engineArgs()
 	if sc.BadData >= 2 {
 		h.workerArgs = append(h.workerArgs, "-queues", "default,side")
@@ -544,22 +560,35 @@ func (h *harness) kill(s *slot, sig syscall.Signal) {
 	h.signal(p, sig)
 	ev.At = time.Now()
 	if p.Role == roleWorker && sig == syscall.SIGKILL && ev.WorkerID != "" {
-		ev.Pending, ev.Inflight, ev.SnapshotErr = h.workerHoldings(ev.WorkerID)
+		ev.Pending, ev.Inflight, ev.SnapshotErr = h.workerHoldings(p.workerIDs())
 	}
 	h.mu.Lock()
 	h.kills = append(h.kills, ev)
 	h.mu.Unlock()
 }
 
-func (h *harness) workerHoldings(w string) (pending, inflight []string, err error) {
-	keys, _ := buckets.NewKeys(h.ns)
-	c := h.admin.Get()
-	defer c.Close()
-	if pending, err = redis.Strings(c.Do("ZRANGE", keys.Pending(w), 0, -1)); err != nil {
-		return nil, nil, err
+// workerHoldings reads what a worker process held: its pending sets and
+// in-flight lists, ids[k] being its worker id in lane k.
+func (h *harness) workerHoldings(ids []string) (pending, inflight []string, err error) {
+	for k, w := range ids {
+		if k >= len(h.lanes) {
+			break
+		}
+		l := h.lanes[k]
+		c := l.admin.Get()
+		p, err := redis.Strings(c.Do("ZRANGE", l.keys.Pending(w), 0, -1))
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		f, err := redis.Strings(c.Do("LRANGE", l.keys.Inflight(w), 0, -1))
+		c.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		pending, inflight = append(pending, p...), append(inflight, f...)
 	}
-	inflight, err = redis.Strings(c.Do("LRANGE", keys.Inflight(w), 0, -1))
-	return pending, inflight, err
+	return pending, inflight, nil
 }
 
 // restartLoop stops redis-server with SIGTERM or SIGKILL every mean
@@ -575,12 +604,13 @@ func (h *harness) restartLoop(ctx context.Context) {
 			sig = syscall.SIGKILL
 		}
 		down := time.Duration(200+rng.IntN(1300)) * time.Millisecond
+		srv := h.lanes[rng.IntN(len(h.lanes))].srv
 		h.injecting.Lock()
 		at := time.Now()
-		h.redis.Stop(sig)
+		srv.Stop(sig)
 		time.Sleep(down)
 		for {
-			err := h.redis.Start()
+			err := srv.Start()
 			if err == nil {
 				break
 			}
@@ -595,18 +625,19 @@ func (h *harness) restartLoop(ctx context.Context) {
 	}
 }
 
-// deadSet lists the dead letters' ids.
+// deadSet lists the dead letters' ids, of every lane.
 func (h *harness) deadSet() (map[string]bool, error) {
-	keys, _ := buckets.NewKeys(h.ns)
-	c := h.admin.Get()
-	defer c.Close()
-	ids, err := redis.Strings(c.Do("ZRANGE", keys.Dead(), 0, -1))
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
+	out := map[string]bool{}
+	for _, l := range h.lanes {
+		c := l.admin.Get()
+		ids, err := redis.Strings(c.Do("ZRANGE", l.keys.Dead(), 0, -1))
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out[id] = true
+		}
 	}
 	return out, nil
 }

@@ -12,7 +12,7 @@ import (
 // scenario, every gauge must match the structures and every task must be
 // where its state says.
 func (h *harness) checkNamespace(ctx context.Context) []string {
-	c, err := engine.NewClient(h.admin, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload})
+	c, err := h.shardedAdmin() // every lane
 	if err != nil {
 		return []string{fmt.Sprintf("namespace check: %v", err)}
 	}

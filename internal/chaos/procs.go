@@ -73,16 +73,25 @@ func (p *proc) alive() bool {
 	}
 }
 
-// workerID reads the id the worker wrote at start ("" if none yet).
+// workerID reads the id the worker wrote at start ("" if none yet); on
+// shards, its id in lane 0.
 func (p *proc) workerID() string {
+	if ids := p.workerIDs(); len(ids) > 0 {
+		return ids[0]
+	}
+	return ""
+}
+
+// workerIDs reads the worker's ids, one per lane.
+func (p *proc) workerIDs() []string {
 	if p.IDPath == "" {
-		return ""
+		return nil
 	}
 	b, err := os.ReadFile(p.IDPath)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return strings.TrimSpace(string(b))
+	return strings.Fields(string(b))
 }
 
 // slot is a process the harness keeps running: incarnation after
@@ -207,6 +216,9 @@ func (h *harness) start(s *slot, count int) (*proc, error) {
 		LogPath: filepath.Join(h.dir, "logs", name+".log"), done: make(chan struct{})}
 	args := []string{"-mode", s.Role, "-addr", h.procAddr, "-ns", h.ns,
 		"-offset", s.Offset.String(), "-seed", fmt.Sprint(h.seedFor(name))}
+	if h.laneAddrs != "" {
+		args = append(args, "-addrs", h.laneAddrs)
+	}
 	args = append(args, h.procArgs...)
 	switch s.Role {
 	case roleProducer, roleWorker:

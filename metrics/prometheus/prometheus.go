@@ -34,11 +34,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Source is what the collector reads the Redis gauges from: an
+// *engine.Client, or an *engine.ShardedClient, whose figures span every
+// lane (queues merged by name, workers summed over the lanes).
+type Source interface {
+	Stats(ctx context.Context) ([]engine.QueueStats, error)
+	LiveWorkers(ctx context.Context) (alive, registered int, err error)
+}
+
 // Options configures New. Zero fields take the defaults beside them.
 type Options struct {
 	// Client reads the queue gauges and the workers alive from Redis at
 	// scrape time. Nil: no Redis gauges, only the in-process counters.
-	Client *engine.Client
+	Client Source
 	// CacheTTL is how long Redis readings are reused between scrapes.
 	// Default 5 s.
 	CacheTTL time.Duration
@@ -80,6 +88,16 @@ type snapshot struct {
 
 // New returns a Collector.
 func New(opts Options) *Collector {
+	switch c := opts.Client.(type) {
+	case *engine.Client:
+		if c == nil {
+			opts.Client = nil
+		}
+	case *engine.ShardedClient:
+		if c == nil {
+			opts.Client = nil
+		}
+	}
 	if opts.CacheTTL <= 0 {
 		opts.CacheTTL = 5 * time.Second
 	}

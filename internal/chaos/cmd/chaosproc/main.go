@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ import (
 
 type options struct {
 	mode, addr, ns, ledgerPath, idFile string
+	addrs                              string // lanes' servers, comma-separated: sharded
 	offset                             time.Duration
 	seed                               uint64
 
@@ -70,6 +72,7 @@ func main() {
 	flag.StringVar(&o.mode, "mode", "", "producer, dispatcher, worker or reaper")
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:6379", "Redis address")
 	flag.StringVar(&o.ns, "ns", "chaos", "namespace")
+	flag.StringVar(&o.addrs, "addrs", "", "lanes: one Redis address per lane, comma-separated (a sharded engine; -addr unused)")
 	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file (producer, worker)")
 	flag.StringVar(&o.idFile, "idfile", "", "file to write the worker id to")
 	flag.DurationVar(&o.offset, "offset", 0, "clock offset (clocktest.Offset)")
@@ -123,24 +126,35 @@ func main() {
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
 	var violations atomic.Int64
-	pool := &redis.Pool{
-		MaxIdle:     o.concurrency + 8,
-		IdleTimeout: 30 * time.Second,
-		Dial: func() (redis.Conn, error) {
-			c, err := redis.Dial("tcp", o.addr,
-				redis.DialConnectTimeout(2*time.Second),
-				redis.DialReadTimeout(10*time.Second),
-				redis.DialWriteTimeout(5*time.Second))
-			if err != nil {
-				return nil, err
-			}
-			return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) {
-				violations.Add(1)
-				log.Error("redis24 violation", "command", v.Command, "args", strings.Join(v.Args, " "), "reason", v.Reason, "caller", v.Caller)
-			})), nil
-		},
+	newPool := func(addr string) *redis.Pool {
+		return &redis.Pool{
+			MaxIdle:     o.concurrency + 8,
+			IdleTimeout: 30 * time.Second,
+			Dial: func() (redis.Conn, error) {
+				c, err := redis.Dial("tcp", addr,
+					redis.DialConnectTimeout(2*time.Second),
+					redis.DialReadTimeout(10*time.Second),
+					redis.DialWriteTimeout(5*time.Second))
+				if err != nil {
+					return nil, err
+				}
+				return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) {
+					violations.Add(1)
+					log.Error("redis24 violation", "command", v.Command, "args", strings.Join(v.Args, " "), "reason", v.Reason, "caller", v.Caller)
+				})), nil
+			},
+		}
 	}
+	pool := newPool(o.addr)
 	defer pool.Close()
+	var shards engine.Shards
+	if o.addrs != "" {
+		for _, a := range strings.Split(o.addrs, ",") {
+			p := newPool(a)
+			defer p.Close()
+			shards.Pools = append(shards.Pools, p)
+		}
+	}
 
 	var queues []engine.QueueConfig
 	for _, q := range strings.Split(o.queues, ",") {
@@ -178,6 +192,13 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
+	if len(shards.Pools) > 0 {
+		err = runSharded(ctx, shards, cfg, o, log)
+		if n := violations.Load(); n > 0 && err == nil {
+			err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
+		}
+		return err
+	}
 	switch o.mode {
 	case "producer":
 		err = produce(ctx, pool, cfg, o, log)
@@ -248,6 +269,22 @@ func (l *lockedRand) float() float64 {
 }
 
 func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
+	client, err := engine.NewClient(pool, cfg)
+	if err != nil {
+		return err
+	}
+	return produceWith(ctx, client, o, log)
+}
+
+// enqueuer is what a producer writes with: an *engine.Client, or a
+// sharded one (shard.go).
+type enqueuer interface {
+	Enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
+	EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
+	EnqueueBatch(ctx context.Context, tasks []engine.NewTask) ([]*engine.TaskInfo, error)
+}
+
+func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logger) error {
 	if o.ledgerPath == "" {
 		return errors.New("producer needs -ledger")
 	}
@@ -256,10 +293,6 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		return err
 	}
 	defer led.Close()
-	client, err := engine.NewClient(pool, cfg)
-	if err != nil {
-		return err
-	}
 	if err := led.Write(fmt.Sprintf("H %d %d", os.Getpid(), o.offset.Milliseconds())); err != nil {
 		return err
 	}
@@ -291,15 +324,22 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		seq++
 		bid := fmt.Sprintf("%s.%d", o.prefix, seq)
 		now := clock.Now()
+		opts := []engine.Option{engine.Queue(o.queue)}
+		if o.addrs != "" {
+			// Sharded: a batch goes to one lane, all or nothing.
+			opts = append(opts, engine.ShardKey(bid))
+		}
+		delayed := make([]bool, n)
 		tasks := make([]engine.NewTask, n)
 		dues := make([]int64, n)
 		for i := range tasks {
 			payload := []byte(fmt.Sprintf("batch:%s:%d%s", bid, i, pad))
-			tasks[i] = engine.NewTask{Type: "noop", Payload: payload, Options: []engine.Option{engine.Queue(o.queue)}}
+			tasks[i] = engine.NewTask{Type: "noop", Payload: payload, Options: slices.Clone(opts)}
 			dues[i] = now.UnixMilli()
 			if rng.float() >= o.immediate {
 				due := now.Add(time.Duration(rng.int64n(int64(o.delayMax))))
 				tasks[i].Options = append(tasks[i].Options, engine.At(due))
+				delayed[i] = true
 				dues[i] = due.UnixMilli()
 			}
 		}
@@ -320,10 +360,10 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 		if n == 1 && rng.float() < 0.5 {
 			// Exercise the single-task entry points too.
 			var info *engine.TaskInfo
-			if len(tasks[0].Options) == 2 {
-				info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, engine.Queue(o.queue))
+			if delayed[0] {
+				info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, opts...)
 			} else {
-				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, engine.Queue(o.queue))
+				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, opts...)
 			}
 			if err == nil {
 				ids = []string{info.ID}
@@ -376,6 +416,36 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 		return err
 	}
 	defer led.Close()
+	mux := workMux(led, o, log)
+	w, err := engine.NewWorker(pool, cfg, mux)
+	if err != nil {
+		return err
+	}
+	if err := writeIDs(o.idFile, w.ID()); err != nil {
+		return err
+	}
+	log.Info("worker id", "worker", w.ID())
+	err = w.Run(ctx)
+	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed())
+	return err
+}
+
+// writeIDs writes the worker ids (one per lane) to the id file, one a
+// line, atomically.
+func writeIDs(path string, ids ...string) error {
+	if path == "" {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(ids, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// workMux is the worker's handlers: noop and slow, each writing its runs
+// to the ledger.
+func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 	rng := newRand(o.seed)
 	pid := os.Getpid()
 	handler := func(sleep func() time.Duration) func(context.Context, *engine.Task) error {
@@ -399,21 +469,5 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 	mux.HandleFunc("noop", handler(func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }))
 	mux.HandleFunc("slow", handler(func() time.Duration { return o.slowSleep }))
 	flowHandlers(mux, led, func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }, log)
-	w, err := engine.NewWorker(pool, cfg, mux)
-	if err != nil {
-		return err
-	}
-	if o.idFile != "" {
-		tmp := o.idFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(w.ID()+"\n"), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, o.idFile); err != nil {
-			return err
-		}
-	}
-	log.Info("worker id", "worker", w.ID())
-	err = w.Run(ctx)
-	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed())
-	return err
+	return mux
 }

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+	"github.com/google/uuid"
+)
+
+// Shards places a namespace's lanes (logical shards) on Redis servers,
+// for NewShardedClient and NewShardedServer. A lane is the unit of every
+// transaction: its keys share one hash tag ("{ns}:" for lane 0, "{ns:k}:"
+// for lane k), so it lives on one server (and in one Redis Cluster slot),
+// and no transaction spans two lanes. Choose many lanes from the start
+// and place them on few servers: the number of lanes is fixed for the
+// life of the namespace (task ids and unique keys hash to lanes), while a
+// lane moves to another server by replication (docs/scaling.md).
+type Shards struct {
+	// Pools holds one pool per lane, in lane order; its length is the
+	// number of lanes. Give lanes that live on the same server the same
+	// *redis.Pool: they then share its connections.
+	Pools []*redis.Pool
+	// MapVersion is the version of the shard map this process was
+	// configured with (1 or more; 0 turns the check off). Each lane has a
+	// map key ("{ns:k}:map") holding the version of the map that last
+	// moved the lane (none until a lane moves). Every transaction on a
+	// lane reads and watches that key and writes nothing when it holds a
+	// version above MapVersion: a process with an old map cannot write to
+	// a lane that moved since. The error then matches ErrShardMapVersion.
+	// The check costs one round trip per transaction that watches keys.
+	MapVersion int64
+}
+
+// ErrShardMapVersion: a lane's map key names a newer shard-map version
+// than this process was configured with (Shards.MapVersion): an operator
+// moved the lane, and this process runs with an old map. Nothing was
+// written to the lane.
+var ErrShardMapVersion = txn.ErrFenced
+
+// laneSpec says which lane a Config's parts serve.
+type laneSpec struct {
+	index      int
+	mapVersion int64
+	hub        *waitHub // the idle workers' shared wait on the lane's server, if shared
+}
+
+// maxLanes bounds the number of lanes.
+const maxLanes = 4096
+
+// check validates the placement.
+func (sh Shards) check() error {
+	if len(sh.Pools) == 0 || len(sh.Pools) > maxLanes {
+		return fmt.Errorf("engine: Shards: %d pools: want 1 to %d lanes: %w", len(sh.Pools), maxLanes, ErrInvalidOption)
+	}
+	for i, p := range sh.Pools {
+		if p == nil {
+			return fmt.Errorf("engine: Shards: lane %d has a nil pool: %w", i, ErrInvalidOption)
+		}
+	}
+	if sh.MapVersion < 0 {
+		return fmt.Errorf("engine: Shards: map version %d: want 1 or more, or 0 for no check: %w", sh.MapVersion, ErrInvalidOption)
+	}
+	return nil
+}
+
+// laneConfig returns cfg for the parts of lane k.
+func (sh Shards) laneConfig(cfg Config, k int) Config {
+	cfg.lane = laneSpec{index: k, mapVersion: sh.MapVersion}
+	return cfg
+}
+
+// laneSep separates a generated task id from its lane.
+const laneSep = "~"
+
+// LaneOf returns the lane of task id in a namespace of lanes lanes, as
+// every sharded call routes it: a generated id ends with "~k", its lane;
+// a canonical UUID (an id generated before the namespace had lanes) is
+// in lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
+// may pick a lane for its own id by ending it with "~k". A reply task
+// ("<id>~r<run>.<finished>", ReplyToQueue) is in the lane of <id>.
+func LaneOf(id string, lanes int) int {
+	if lanes <= 1 {
+		return 0
+	}
+	id = replyParent(id)
+	if i := strings.LastIndex(id, laneSep); i >= 0 {
+		if k, err := strconv.Atoi(id[i+1:]); err == nil && k >= 0 && k < lanes && strconv.Itoa(k) == id[i+1:] {
+			return k
+		}
+	}
+	if len(id) == 36 {
+		if _, err := uuid.Parse(id); err == nil {
+			return 0
+		}
+	}
+	return hashLane(id, lanes)
+}
+
+// replyParent strips the suffixes "~r<run>.<finished>" that name the reply
+// task of a task (ReplyToQueue), written in the lane of the task it
+// answers: the lane of a reply task is its parent's.
+func replyParent(id string) string {
+	for {
+		i := strings.LastIndex(id, laneSep+"r")
+		if i <= 0 {
+			return id
+		}
+		run, fin, ok := strings.Cut(id[i+2:], ".")
+		if !ok || !digits(run) || !digits(fin) {
+			return id
+		}
+		id = id[:i]
+	}
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// hashLane maps a string to a lane: FNV-1a, the same in every process.
+func hashLane(s string, lanes int) int {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return int(h.Sum64() % uint64(lanes))
+}
+
+// laneTaskID returns a new random id in lane k of lanes lanes.
+func laneTaskID(k, lanes int) string {
+	if lanes <= 1 {
+		return uuid.NewString()
+	}
+	return uuid.NewString() + laneSep + strconv.Itoa(k)
+}
+
+// ShardKey picks the task's lane in a sharded client by hashing key, so
+// that the tasks of one key (one customer's, say) share a lane, and run in
+// the order of their due times within their queue as any tasks of one
+// lane do. Without it, tasks without an id or a unique key are spread
+// round-robin. While the key's lane is unreachable the task goes to
+// another lane (see ShardedClient). A Client with one lane ignores it.
+func ShardKey(key string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if key == "" || len(key) > 1024 {
+			return fmt.Errorf("engine: ShardKey: want 1 to 1024 bytes, not %d: %w", len(key), ErrInvalidOption)
+		}
+		o.shardKey = key
+		return nil
+	})
+}

@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bucketq/bucketq/engine/internal/rconn"
+	"github.com/gomodule/redigo/redis"
+	"github.com/google/uuid"
+)
+
+// waitHub shares one blocking wait among the idle workers of the lanes
+// that live on one server (given the same *redis.Pool): one BLPOP on one
+// connection waits on the wake-up lists of every lane's idle worker, and
+// hands each token to the worker whose list it came from. On Redis 2.4 a
+// BLPOP may name keys of any number of lanes; a Redis Cluster pool is
+// one per slot, so lanes there never share a hub.
+//
+// A worker that starts waiting while the hub's BLPOP is blocked pushes a
+// token to the hub's own list ("<lane 0 prefix>hw:<uuid>", which expires
+// an hour after its last use) so that the BLPOP returns and is sent again
+// with the new keys: one LPUSH per idle transition, where each lane would
+// otherwise send its own BLPOP. A token that arrives for a worker that is
+// no longer waiting is kept, and ends that worker's next wait at once, so
+// no wake-up is lost between a worker's last look at its queues and its
+// next wait.
+type waitHub struct {
+	pool    *redis.Pool
+	key     string        // the hub's own wake-up list
+	maxWait time.Duration // IdleWait: the longest BLPOP
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	waiters  map[*hubWaiter]bool // guarded by mu
+	kept     map[string]bool     // guarded by mu: tokens no waiter took
+	blocking bool                // guarded by mu: a BLPOP is under way
+	started  bool                // guarded by mu
+	closed   bool                // guarded by mu
+	kick     chan struct{}       // wakes the loop when it waits for waiters
+	stop     context.CancelFunc
+	ctx      context.Context
+	done     chan struct{}
+}
+
+type hubWaiter struct {
+	keys []string
+	got  chan string // buffered 1
+}
+
+func newWaitHub(pool *redis.Pool, prefix string, maxWait time.Duration, log *slog.Logger) *waitHub {
+	ctx, stop := context.WithCancel(context.Background())
+	return &waitHub{pool: pool, key: prefix + "hw:" + uuid.NewString(), maxWait: maxWait, log: log,
+		waiters: map[*hubWaiter]bool{}, kept: map[string]bool{}, kick: make(chan struct{}, 1),
+		ctx: ctx, stop: stop, done: make(chan struct{})}
+}
+
+// pop waits, as rconn.Blocker.Pop does, up to wait for a token on one of
+// keys: it returns the key, "" after wait, or ctx's error.
+func (h *waitHub) pop(ctx context.Context, keys []string, wait time.Duration) (string, error) {
+	w := &hubWaiter{keys: keys, got: make(chan string, 1)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return "", ErrClosed
+	}
+	for _, k := range keys {
+		if h.kept[k] {
+			delete(h.kept, k)
+			h.mu.Unlock()
+			return k, nil
+		}
+	}
+	h.waiters[w] = true
+	interrupt := h.blocking
+	if !h.started {
+		h.started = true
+		go h.run()
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.waiters, w)
+		h.mu.Unlock()
+	}()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+	if interrupt {
+		h.interrupt(ctx)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case k := <-w.got:
+		return k, nil
+	case <-t.C:
+		return "", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// interrupt ends the hub's current BLPOP with a token on its own list.
+func (h *waitHub) interrupt(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := h.pool.GetContext(cctx)
+	if err != nil {
+		return // the BLPOP fails too, or times out: the waiter's timer bounds it
+	}
+	defer conn.Close()
+	_ = conn.Send("LPUSH", h.key, "1")
+	_ = conn.Send("EXPIRE", h.key, 3600)
+	_, _ = redis.DoContext(conn, cctx, "")
+}
+
+// run is the hub's loop: BLPOP on the keys of every waiting worker and
+// the hub's own list, until close.
+func (h *waitHub) run() {
+	defer close(h.done)
+	var b rconn.Blocker
+	b.Pool = h.pool
+	defer b.Close()
+	var bo rconn.Backoff
+	for h.ctx.Err() == nil {
+		h.mu.Lock()
+		var keys []string
+		for w := range h.waiters {
+			keys = append(keys, w.keys...)
+		}
+		h.blocking = len(keys) > 0
+		h.mu.Unlock()
+		if len(keys) == 0 {
+			select {
+			case <-h.kick:
+			case <-h.ctx.Done():
+			}
+			continue
+		}
+		slices.Sort(keys)
+		keys = append(slices.Compact(keys), h.key)
+		// Drain a kick sent before this BLPOP: it included the new keys.
+		select {
+		case <-h.kick:
+		default:
+		}
+		key, err := b.Pop(h.ctx, keys, h.maxWait)
+		h.mu.Lock()
+		h.blocking = false
+		h.mu.Unlock()
+		if err != nil {
+			if h.ctx.Err() != nil {
+				return
+			}
+			// The waiters' own timers bound their waits meanwhile.
+			if !bo.Wait(h.ctx, h.log, "shared wake-up wait", err) {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		if key == "" || key == h.key {
+			continue
+		}
+		h.deliver(key)
+	}
+}
+
+// deliver hands a token of key to the waiter waiting on it, or keeps it
+// for that worker's next wait.
+func (h *waitHub) deliver(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		if slices.Contains(w.keys, key) {
+			select {
+			case w.got <- key:
+				delete(h.waiters, w)
+				return
+			default:
+			}
+		}
+	}
+	h.kept[key] = true
+}
+
+// close stops the loop and waits for it; waiters get ErrClosed.
+func (h *waitHub) close() {
+	h.mu.Lock()
+	h.closed = true
+	started := h.started
+	h.mu.Unlock()
+	h.stop()
+	if started {
+		<-h.done
+	}
+}
+
+// popWait is the worker's blocking wait: on its lane's shared hub when it
+// has one, else on its own connection.
+func (wt *waiter) popWait(ctx context.Context, keys []string, wait time.Duration) (string, error) {
+	if h := wt.w.cfg.lane.hub; h != nil {
+		return h.pop(ctx, keys, wait)
+	}
+	return wt.blocker.Pop(ctx, keys, wait)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/chaos/ledger"
+)
+
+// shardedClient adapts an *engine.ShardedClient to the producer: a batch
+// (all of one ShardKey, so one lane) is written or not as a whole.
+type shardedClient struct{ c *engine.ShardedClient }
+
+func (s shardedClient) Enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error) {
+	return s.c.Enqueue(ctx, typ, payload, opts...)
+}
+
+func (s shardedClient) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error) {
+	return s.c.EnqueueAt(ctx, t, typ, payload, opts...)
+}
+
+func (s shardedClient) EnqueueBatch(ctx context.Context, tasks []engine.NewTask) ([]*engine.TaskInfo, error) {
+	res, err := s.c.EnqueueBatch(ctx, tasks)
+	if err != nil {
+		if res != nil && res.Written() > 0 {
+			// A batch of one ShardKey is one lane's transaction: never
+			// partly written. Say so loudly if it ever is.
+			return nil, fmt.Errorf("%d of %d tasks of one lane's batch written: %w", res.Written(), len(tasks), err)
+		}
+		return nil, err
+	}
+	return res.Tasks, nil
+}
+
+// runSharded runs the process's role over every lane of sh: a producer
+// with a ShardedClient, the other roles as a ShardedServer of that role.
+func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o options, log *slog.Logger) error {
+	switch o.mode {
+	case "producer":
+		c, err := engine.NewShardedClient(sh, cfg)
+		if err != nil {
+			return err
+		}
+		err = produceWith(ctx, shardedClient{c}, o, log)
+		log.Info("producer rerouted", "tasks", c.Rerouted())
+		return err
+	case "worker":
+		if o.ledgerPath == "" {
+			return fmt.Errorf("worker needs -ledger")
+		}
+		led, err := ledger.Create(o.ledgerPath)
+		if err != nil {
+			return err
+		}
+		defer led.Close()
+		srv, err := engine.NewShardedServer(sh, cfg, workMux(led, o, log), engine.RoleWorker)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, l := range srv.Lanes {
+			ids = append(ids, l.Worker.ID())
+		}
+		if err := writeIDs(o.idFile, ids...); err != nil {
+			return err
+		}
+		log.Info("worker ids", "workers", ids)
+		return runUntil(ctx, srv, cfg.ShutdownTimeout)
+	case "dispatcher", "reaper":
+		role := engine.RoleDispatcher
+		if o.mode == "reaper" {
+			role = engine.RoleReaper
+		}
+		srv, err := engine.NewShardedServer(sh, cfg, nil, role)
+		if err != nil {
+			return err
+		}
+		return runUntil(ctx, srv, cfg.ShutdownTimeout)
+	}
+	return fmt.Errorf("-mode %q: not available with -addrs", o.mode)
+}
+
+// runUntil runs srv until ctx ends; it then stops as Server.Run does
+// (running handlers get grace, then go back to their queues).
+func runUntil(ctx context.Context, srv *engine.ShardedServer, _ time.Duration) error {
+	return srv.Run(ctx)
+}

@@ -1,0 +1,100 @@
+package chaos
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/gomodule/redigo/redis"
+)
+
+// lane is one lane of the chaos namespace: its server, an admin pool on
+// it, its keys and a client of it.
+type lane struct {
+	srv    *redisServer
+	admin  *redis.Pool
+	keys   buckets.Keys
+	client *engine.Client
+	pool   *redis.Pool // the client's
+}
+
+// startLanes sets up the lanes: without shards, the one lane on h.redis
+// (h.admin, h.client); with n >= 2 shards, lane 0 on h.redis and a
+// redis-server of its own (the same options) for each other lane, and
+// every process is told the lanes' addresses.
+func (h *harness) startLanes(rbin string, n int) error {
+	keys, err := buckets.NewLaneKeys(h.ns, 0)
+	if err != nil {
+		return err
+	}
+	h.lanes = []*lane{{srv: h.redis, admin: h.admin, keys: keys, client: h.client, pool: h.clientPool}}
+	if n < 2 {
+		return nil
+	}
+	addrs := []string{h.redis.Addr}
+	for k := 1; k < n; k++ {
+		srv, err := startRedis(rbin, filepath.Join(h.dir, fmt.Sprintf("redis-%d", k)), redisOptions{
+			appendOnly: h.sc.Restarts > 0, timeout: h.sc.ServerTimeout})
+		if err != nil {
+			return err
+		}
+		keys, err := buckets.NewLaneKeys(h.ns, k)
+		if err != nil {
+			return err
+		}
+		l := &lane{srv: srv, admin: srv.AdminPool(), keys: keys}
+		l.pool = clientPool(srv.Addr)
+		h.lanes = append(h.lanes, l)
+		addrs = append(addrs, srv.Addr)
+	}
+	var sh engine.Shards
+	for _, l := range h.lanes {
+		sh.Pools = append(sh.Pools, l.pool)
+	}
+	sc, err := engine.NewShardedClient(sh, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload})
+	if err != nil {
+		return err
+	}
+	for k, l := range h.lanes {
+		l.client = sc.Lane(k)
+	}
+	h.laneAddrs = strings.Join(addrs, ",")
+	h.logf("%d lanes on servers %s", n, h.laneAddrs)
+	return nil
+}
+
+// stopLanes stops the servers of lanes 1 and up (lane 0's is h.redis).
+func (h *harness) stopLanes() {
+	for _, l := range h.lanes[1:] {
+		l.pool.Close()
+		l.admin.Close()
+		l.srv.Stop(syscall.SIGKILL)
+	}
+}
+
+// clientPool is the harness's own pool for API calls on a server.
+func clientPool(addr string) *redis.Pool {
+	return &redis.Pool{MaxIdle: 4, IdleTimeout: 500 * time.Millisecond,
+		Dial: func() (redis.Conn, error) {
+			return redis.Dial("tcp", addr, redis.DialConnectTimeout(2*time.Second),
+				redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
+		},
+		TestOnBorrow: func(c redis.Conn, _ time.Time) error { _, err := c.Do("PING"); return err }}
+}
+
+// laneOf is the lane of task id.
+func (h *harness) laneOf(id string) *lane { return h.lanes[engine.LaneOf(id, len(h.lanes))] }
+
+// shardedAdmin is a client over every lane's admin pool, for the
+// namespace check.
+func (h *harness) shardedAdmin() (*engine.ShardedClient, error) {
+	var sh engine.Shards
+	for _, l := range h.lanes {
+		sh.Pools = append(sh.Pools, l.admin)
+	}
+	return engine.NewShardedClient(sh, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload})
+}
