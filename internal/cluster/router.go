@@ -460,3 +460,7 @@ func (r *Router) Do(ctx context.Context, key string, cmd string, args ...interfa
 	}
 	return nil, fmt.Errorf("%w: %s on slot %d, %d tries: %w", ErrTriesExhausted, cmd, slot, r.opts.MaxTries, last)
 }
+
+// NoteUnreachable counts a node that a caller dialling on its own (outside
+// the Router's pools) could not reach, in [Stats].Unreachable.
+func (r *Router) NoteUnreachable() { r.unreachable.Add(1) }
