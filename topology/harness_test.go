@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -240,4 +241,22 @@ func (l *load) report(what string, lost []string, dups int) {
 	l.mu.Unlock()
 	l.t.Logf("%s: %d enqueues acknowledged, %d tasks ran, %d acknowledged and never ran (lost), %d ran twice or more, "+
 		"%d enqueues failed %v %q", what, acked, ran, len(lost), dups, l.failed.Load(), l.failureKinds(), l.samples)
+}
+
+func splitAddr(t testing.TB, addr string) (string, string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, port
+}
+
+func dbsize(t testing.TB, c redis.Conn) int {
+	t.Helper()
+	n, err := redis.Int(c.Do("DBSIZE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

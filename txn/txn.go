@@ -80,11 +80,11 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	for attempt := 0; attempt < attempts; attempt++ {
 		if attempt > 0 {
 			if err := r.sleep(ctx, attempt); err != nil {
-				return nil, err
+				return nil, withNotRun(err, notRun)
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, withNotRun(err, notRun)
 		}
 		tx := &Tx{ctx: ctx, conn: conn, r: r}
 		if unwatch {
@@ -119,6 +119,16 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		}
 	}
 	return nil, fmt.Errorf("txn: %d attempts: %w", attempts, ErrConflict)
+}
+
+// withNotRun adds to err, the end of Run's context, the error of the last
+// attempt when nothing of it ran, so that the caller learns both why it
+// stopped and that nothing was written.
+func withNotRun(err, notRun error) error {
+	if notRun == nil {
+		return err
+	}
+	return fmt.Errorf("%w (after %w)", err, notRun)
 }
 
 // run is one attempt.

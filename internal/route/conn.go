@@ -81,6 +81,9 @@ type NotRunError struct {
 }
 
 func (e *NotRunError) Error() string {
+	if e.Addr == "" {
+		return fmt.Sprintf("route: nothing was sent: %v", e.Err)
+	}
 	return fmt.Sprintf("route: %s ran nothing of the request: %v", e.Addr, e.Err)
 }
 
