@@ -205,29 +205,32 @@ func (rc *Conn) Send(name string, args ...interface{}) error {
 	return nil
 }
 
-// write writes the buffered commands, routing first when the connection
-// is clean.
-func (rc *Conn) write(ctx context.Context) error {
+// write writes the buffered commands but the last keep (0 or 1), which it
+// returns for the caller to send with Do, routing first when the
+// connection is clean. The transaction state follows every command.
+func (rc *Conn) write(ctx context.Context, keep int) ([]cmd, error) {
 	if rc.err != nil {
-		return rc.err
+		return nil, rc.err
 	}
 	if len(rc.buf) == 0 {
-		return nil
+		return nil, nil
 	}
 	if len(rc.wire) == 0 && (rc.c == nil || (!rc.watching && !rc.inMulti)) {
 		if err := rc.route(ctx); err != nil {
 			rc.buf = nil
-			return err
+			return nil, err
 		}
 	}
 	buf := rc.buf
 	rc.buf = nil
-	for _, c := range buf {
-		if err := rc.c.Send(c.name, c.args...); err != nil {
-			// Part of the batch may be written: the connection is done.
-			rc.err = fmt.Errorf("route: send %s: %w", c.name, err)
-			rc.c.Close()
-			return err
+	for i, c := range buf {
+		if i < len(buf)-keep {
+			if err := rc.c.Send(c.name, c.args...); err != nil {
+				// Part of the batch may be written: the connection is done.
+				rc.err = fmt.Errorf("route: send %s: %w", c.name, err)
+				rc.c.Close()
+				return nil, err
+			}
 		}
 		rc.wire = append(rc.wire, c.name)
 		switch strings.ToUpper(c.name) {
@@ -241,14 +244,14 @@ func (rc *Conn) write(ctx context.Context) error {
 			rc.watching, rc.inMulti = false, false
 		}
 	}
-	return nil
+	return buf[len(buf)-keep:], nil
 }
 
 // Flush implements redis.Conn.
 func (rc *Conn) Flush() error {
 	ctx, cancel := context.WithTimeout(context.Background(), rc.opts.MaxBackoff+5*time.Second)
 	defer cancel()
-	if err := rc.write(ctx); err != nil {
+	if _, err := rc.write(ctx, 0); err != nil {
 		return err
 	}
 	if rc.c == nil {
@@ -264,7 +267,9 @@ func (rc *Conn) Do(name string, args ...interface{}) (interface{}, error) {
 
 // DoContext implements redis.ConnWithContext.
 func (rc *Conn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
-	return rc.do(ctx, func(c redis.Conn) (interface{}, error) { return redis.DoContext(c, ctx, "") }, name, args)
+	return rc.do(ctx, func(c redis.Conn, name string, args []interface{}) (interface{}, error) {
+		return redis.DoContext(c, ctx, name, args...)
+	}, name, args)
 }
 
 // DoWithTimeout implements redis.ConnWithTimeout: the read waits up to
@@ -277,30 +282,36 @@ func (rc *Conn) DoWithTimeout(timeout time.Duration, name string, args ...interf
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return rc.do(ctx, func(c redis.Conn) (interface{}, error) { return redis.DoWithTimeout(c, timeout, "") }, name, args)
+	return rc.do(ctx, func(c redis.Conn, name string, args []interface{}) (interface{}, error) {
+		return redis.DoWithTimeout(c, timeout, name, args...)
+	}, name, args)
 }
 
-// do runs one batch (the buffered commands and name, if not empty) and
-// returns what redigo's Do would: all replies for name "", else the last
-// reply and the first error reply.
-func (rc *Conn) do(ctx context.Context, read func(redis.Conn) (interface{}, error), name string, args []interface{}) (interface{}, error) {
+// doFunc is one redigo Do on the server connection.
+type doFunc func(c redis.Conn, name string, args []interface{}) (interface{}, error)
+
+// do runs one batch, the buffered commands and name (if not empty), and
+// returns what redigo's Do does: every reply for name "", else the last
+// reply and the first error reply. name itself goes to the server
+// connection's Do, as the caller sent it.
+func (rc *Conn) do(ctx context.Context, do doFunc, name string, args []interface{}) (interface{}, error) {
 	lone := name != "" && len(rc.buf) == 0 && len(rc.wire) == 0 && !rc.watching && !rc.inMulti && !txnCommand(name)
 	for try := 1; ; try++ {
 		if name != "" {
 			rc.buf = append(rc.buf, cmd{name, args})
 		}
-		reps, v, wrote, err := rc.batch(ctx, read)
+		rep, v, wrote, err := rc.batch(ctx, do, name != "")
 		if err != nil {
-			if lone && errors.Is(err, txn.ErrNotRun) && try < rc.opts.MaxTries && ctx.Err() == nil {
+			var nr *NotRunError
+			if errors.As(err, &nr) && ctx.Err() == nil {
 				if werr := rc.backoff(ctx); werr != nil {
 					return nil, fmt.Errorf("%w (after %w)", werr, err)
 				}
-				continue
+				if lone && try < rc.opts.MaxTries {
+					continue
+				}
 			}
-			if errors.Is(err, txn.ErrNotRun) && ctx.Err() == nil {
-				_ = rc.backoff(ctx)
-			}
-			return nil, err
+			return rep, err
 		}
 		if v.verdict != Keep && !wrote {
 			nr := &NotRunError{Addr: v.addr, Err: v.reply}
@@ -314,24 +325,10 @@ func (rc *Conn) do(ctx context.Context, read func(redis.Conn) (interface{}, erro
 			}
 			return nil, nr
 		}
-		if name == "" {
-			if reps == nil {
-				return nil, nil
-			}
-			return reps, nil
+		if v.reply != "" && name != "" {
+			return rep, v.reply
 		}
-		var first error
-		for _, r := range reps {
-			if e, ok := r.(redis.Error); ok {
-				first = e
-				break
-			}
-		}
-		var last interface{}
-		if len(reps) > 0 {
-			last = reps[len(reps)-1]
-		}
-		return last, first
+		return rep, nil
 	}
 }
 
@@ -341,9 +338,18 @@ type judged struct {
 	addr    string
 }
 
-// batch writes the buffer and reads every outstanding reply.
-func (rc *Conn) batch(ctx context.Context, read func(redis.Conn) (interface{}, error)) ([]interface{}, judged, bool, error) {
-	if err := rc.write(ctx); err != nil {
+// batch writes the buffer and reads every outstanding reply: all of them
+// as an array when last is false, else through the server connection's Do
+// with the last buffered command (its reply and the first error reply).
+// The judged reply is the first error reply the Target judged, or, with
+// last, the first error reply.
+func (rc *Conn) batch(ctx context.Context, do doFunc, last bool) (interface{}, judged, bool, error) {
+	keep := 0
+	if last {
+		keep = 1
+	}
+	kept, err := rc.write(ctx, keep)
+	if err != nil {
 		rc.waits++
 		return nil, judged{}, false, err
 	}
@@ -352,7 +358,32 @@ func (rc *Conn) batch(ctx context.Context, read func(redis.Conn) (interface{}, e
 	}
 	names := rc.wire
 	rc.wire = nil
-	rep, err := read(rc.c)
+	if last {
+		rep, err := do(rc.c, kept[0].name, kept[0].args)
+		e, isReply := err.(redis.Error)
+		if err != nil && !isReply {
+			return nil, judged{}, false, err
+		}
+		if !isReply {
+			rc.waits = 0
+			return rep, judged{}, false, nil
+		}
+		// Which command failed is not known: judge as if every command
+		// that may write did, but the last one if it is the one that
+		// failed alone.
+		j := rc.judge(ctx, []interface{}{e})
+		j.reply = e
+		reps := make([]interface{}, len(names))
+		for i := range reps[:len(reps)-1] {
+			reps[i] = "OK"
+			if strings.EqualFold(names[i], "EXEC") {
+				reps[i] = []interface{}{}
+			}
+		}
+		reps[len(reps)-1] = e
+		return rep, j, wrote(names, reps), nil
+	}
+	rep, err := do(rc.c, "", nil)
 	if err != nil {
 		return nil, judged{}, false, err
 	}
