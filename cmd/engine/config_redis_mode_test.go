@@ -98,12 +98,12 @@ func TestSentinelReplicasCLI(t *testing.T) {
 	if _, err := admin.Do("SLAVEOF", host, port); err != nil {
 		t.Fatal(err)
 	}
-	a, out, errOut := modeApp(t, "ENGINE_REDIS_ADDR="+replica.Addr, "ENGINE_REDIS_REPLICAS="+primary.Addr+"x")
+	a, _, errOut := modeApp(t, "ENGINE_REDIS_ADDR="+replica.Addr, "ENGINE_REDIS_REPLICAS="+primary.Addr+"x")
 	if code := a.main(context.Background(), []string{"stats"}); code != exitUsage {
 		t.Errorf("a bad replica address: exit %d, want %d: %s", code, exitUsage, errOut.String())
 	}
 	// The listed server is a replica, and its master is not listed.
-	a, out, errOut = modeApp(t, "ENGINE_REDIS_ADDR="+replica.Addr, "ENGINE_REDIS_REPLICAS=127.0.0.1:1",
+	a, out, errOut := modeApp(t, "ENGINE_REDIS_ADDR="+replica.Addr, "ENGINE_REDIS_REPLICAS=127.0.0.1:1",
 		"ENGINE_REDIS_ROLE_MAX_AGE=100ms")
 	if code := a.main(context.Background(), []string{"enqueue", "--type", "x"}); code == 0 {
 		t.Fatalf("enqueue to a replica succeeded: %s", out.String())
