@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/bucketq/bucketq/internal/cluster"
 	"github.com/bucketq/bucketq/internal/route"
@@ -34,7 +36,14 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	pools []*redis.Pool
+
+	lastRefresh atomic.Int64 // unix ns of the last reload after an unreachable node
 }
+
+// refreshGap is the least time between two reloads of the slot map after
+// unreachable nodes: during a failover every connection finds its master
+// gone at once.
+const refreshGap = 50 * time.Millisecond
 
 // NewCluster returns a Cluster for the cluster the seeds belong to. It
 // sends nothing until a pool is used.
@@ -115,9 +124,13 @@ func (t *slotTarget) Addr(ctx context.Context) (string, error) { return t.c.r.Ma
 func (t *slotTarget) Dial(ctx context.Context, addr string) (redis.Conn, error) {
 	conn, err := t.c.opts.Dial(ctx, addr)
 	if err != nil {
-		// The node may be gone (a failover): learn the map again.
+		// The node may be gone (a failover): learn the map again, once
+		// per refreshGap however many connections find it gone.
 		t.c.r.NoteUnreachable()
-		_ = t.c.r.Refresh(ctx)
+		now := time.Now().UnixNano()
+		if last := t.c.lastRefresh.Load(); now-last >= int64(refreshGap) && t.c.lastRefresh.CompareAndSwap(last, now) {
+			_ = t.c.r.Refresh(ctx)
+		}
 		return nil, err
 	}
 	return conn, nil

@@ -109,7 +109,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		}
 		time.Sleep(loadFor(t) / 2)
 		lost, dups := l.settle(30 * time.Second)
-		l.report("reshard", lost, dups)
+		l.report("reshard", lost, dups, time.Time{})
 		st := tc.Stats()
 		t.Logf("router: %+v", st)
 		if len(lost) > 0 {
@@ -131,6 +131,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		master := c.MasterOf(t, slot)
 		replica := c.ReplicaOf(t, master)
 		atKill := l.ackedCount()
+		killed := time.Now()
 		master.Kill(t)
 		t.Logf("killed master %s of slot %d after %d acknowledged enqueues; replica %s should take over", master.Addr, slot, atKill, replica.Addr)
 		// The engine carries on: enqueues are acknowledged again, on the
@@ -143,7 +144,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		// What the promoted replica holds runs within seconds; a task
 		// still missing after that was lost with the old master.
 		lost, dups := l.settle(8 * time.Second)
-		l.report("failover", lost, dups)
+		l.report("failover", lost, dups, killed)
 		t.Logf("router: %+v", tc.Stats())
 		// Asynchronous replication may lose what the master acknowledged
 		// and had not yet sent to its replica: counted, not failed. What

@@ -79,7 +79,8 @@ type load struct {
 	client *engine.Client
 
 	mu       sync.Mutex
-	acked    map[string]bool // Enqueue returned nil
+	acked    map[string]bool      // Enqueue returned nil
+	ackedAt  map[string]time.Time // when
 	ran      map[string]int  // handler runs per task
 	failures map[string]int  // Enqueue errors, by kind
 	samples  map[string]string
@@ -98,7 +99,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &load{t: t, client: client, acked: map[string]bool{}, ran: map[string]int{}, failures: map[string]int{}, samples: map[string]string{}}
+	l := &load{t: t, client: client, acked: map[string]bool{}, ackedAt: map[string]time.Time{}, ran: map[string]int{}, failures: map[string]int{}, samples: map[string]string{}}
 	mux := engine.NewMux()
 	mux.HandleFunc("job", func(ctx context.Context, task *engine.Task) error {
 		l.mu.Lock()
@@ -153,6 +154,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 				}
 				l.mu.Lock()
 				l.acked[info.ID] = true
+				l.ackedAt[info.ID] = time.Now()
 				l.mu.Unlock()
 			}
 		}()
@@ -233,11 +235,17 @@ func (l *load) settle(timeout time.Duration) (lost []string, dups int) {
 	}
 }
 
-// report logs the ledger.
-func (l *load) report(what string, lost []string, dups int) {
+// report logs the ledger and, when a server was killed at killed, how
+// long before the kill each lost task had been acknowledged.
+func (l *load) report(what string, lost []string, dups int, killed time.Time) {
 	l.t.Helper()
 	l.mu.Lock()
 	acked, ran := len(l.acked), len(l.ran)
+	for _, id := range lost {
+		if !killed.IsZero() {
+			l.t.Logf("%s: lost task %s was acknowledged %v before the kill", what, id, killed.Sub(l.ackedAt[id]))
+		}
+	}
 	l.mu.Unlock()
 	l.t.Logf("%s: %d enqueues acknowledged, %d tasks ran, %d acknowledged and never ran (lost), %d ran twice or more, "+
 		"%d enqueues failed %v %q", what, acked, ran, len(lost), dups, l.failed.Load(), l.failureKinds(), l.samples)

@@ -44,15 +44,21 @@ type ServerRole struct {
 // Replicated hands out a pool whose connections reach the one listed
 // server that says role:master, for Redis 2.4 replication without
 // Sentinel. It is safe for concurrent use.
+//
+// The roles are read again, in the background, once they are RoleMaxAge
+// old; requests meanwhile go to the master last read, for at most
+// CheckTimeout more, so that a listed server that does not answer (a dead
+// primary, after its replica was promoted) never holds up the writes.
 type Replicated struct {
 	opts ReplicatedOptions
 	pool *redis.Pool
 
-	mu      sync.Mutex // held while the roles are read
-	read    time.Time
-	roles   []ServerRole
-	master  string
-	current error // why there is no master to write to
+	mu         sync.Mutex
+	read       time.Time // when the roles were read; zero: read them before the next request
+	roles      []ServerRole
+	master     string
+	current    error         // why there is no master to write to
+	refreshing chan struct{} // closed when the running read ends; nil when none runs
 }
 
 // NewReplicated returns a Replicated over opts.Servers. It sends nothing
@@ -89,53 +95,94 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 // Pool returns the pool; [Replicated.Close] closes it.
 func (r *Replicated) Pool() *redis.Pool { return r.pool }
 
-// Close closes the pool.
-func (r *Replicated) Close() error { return r.pool.Close() }
+// Close closes the pool, after a reading of the roles under way ends.
+func (r *Replicated) Close() error {
+	r.mu.Lock()
+	ch := r.refreshing
+	r.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	return r.pool.Close()
+}
 
 // Master returns the address of the one listed server that says
-// role:master, reading the roles again if they are older than RoleMaxAge.
-// With none, or more than one, the error wraps [ErrNotMaster] or
-// [ErrSeveralMasters] and names each server's role.
+// role:master. With none, or more than one, the error wraps
+// [ErrNotMaster] or [ErrSeveralMasters] and names each server's role.
+// Roles older than RoleMaxAge are read again (INFO on every server at
+// once, each bounded by CheckTimeout); the master last read is returned
+// meanwhile, for at most CheckTimeout.
 func (r *Replicated) Master(ctx context.Context) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.read.IsZero() || time.Since(r.read) >= r.opts.RoleMaxAge {
-		r.refresh(ctx)
+	for {
+		r.mu.Lock()
+		age := time.Since(r.read)
+		known := !r.read.IsZero()
+		if known && age < r.opts.RoleMaxAge {
+			m, err := r.master, r.current
+			r.mu.Unlock()
+			return m, err
+		}
+		ch := r.startRefresh()
+		if known && r.current == nil && age < r.opts.RoleMaxAge+r.opts.CheckTimeout {
+			m := r.master
+			r.mu.Unlock()
+			return m, nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", fmt.Errorf("topology: reading the servers' roles: %w", ctx.Err())
+		}
 	}
-	return r.master, r.current
 }
 
 // Roles reads every listed server's role now.
-func (r *Replicated) Roles(ctx context.Context) []ServerRole {
+func (r *Replicated) Roles(ctx context.Context) ([]ServerRole, error) {
+	r.mu.Lock()
+	r.read = time.Time{}
+	r.mu.Unlock()
+	_, _ = r.Master(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refresh(ctx)
-	return append([]ServerRole(nil), r.roles...)
+	return append([]ServerRole(nil), r.roles...), nil
 }
 
-// refresh reads INFO on every server at once; r.mu is held.
-func (r *Replicated) refresh(ctx context.Context) {
+// startRefresh starts reading the roles unless a reading runs, and returns
+// the channel closed when it ends; r.mu is held.
+func (r *Replicated) startRefresh() chan struct{} {
+	if r.refreshing == nil {
+		r.refreshing = make(chan struct{})
+		go r.refresh(r.refreshing)
+	}
+	return r.refreshing
+}
+
+// refresh reads INFO on every server at once and closes done.
+func (r *Replicated) refresh(done chan struct{}) {
 	roles := make([]ServerRole, len(r.opts.Servers))
 	var wg sync.WaitGroup
 	for i, addr := range r.opts.Servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, r.opts.CheckTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), r.opts.CheckTimeout)
 			defer cancel()
 			roles[i] = ServerRole{Addr: addr}
-			conn, err := r.opts.DialControl(cctx, addr)
+			conn, err := r.opts.DialControl(ctx, addr)
 			if err != nil {
 				roles[i].Err = err
 				return
 			}
 			defer conn.Close()
-			role, err := sentinel.InfoRole(cctx, conn)
+			role, err := sentinel.InfoRole(ctx, conn)
 			roles[i].Role, roles[i].Err = string(role), err
 		}()
 	}
 	wg.Wait()
-	r.roles, r.read = roles, time.Now()
 	var masters, all []string
 	for _, s := range roles {
 		if s.Err != nil {
@@ -147,23 +194,24 @@ func (r *Replicated) refresh(ctx context.Context) {
 			masters = append(masters, s.Addr)
 		}
 	}
+	var master string
+	var current error
 	switch len(masters) {
 	case 1:
-		r.master, r.current = masters[0], nil
+		master = masters[0]
 	case 0:
-		r.master = ""
-		r.current = fmt.Errorf("%w: no listed server says role:master, so nothing is written (a Redis 2.4 replica "+
+		current = fmt.Errorf("%w: no listed server says role:master, so nothing is written (a Redis 2.4 replica "+
 			"would accept writes and lose them at its next resync; promote one with SLAVEOF NO ONE): %s",
 			ErrNotMaster, strings.Join(all, "; "))
 	default:
-		r.master = ""
-		r.current = fmt.Errorf("%w: %s; make all but one a replica with SLAVEOF (%s)",
+		current = fmt.Errorf("%w: %s; make all but one a replica with SLAVEOF (%s)",
 			ErrSeveralMasters, strings.Join(masters, ", "), strings.Join(all, "; "))
 	}
-	if ctx.Err() != nil && r.current != nil {
-		// Read under a context that ended: do not trust it for long.
-		r.read = time.Time{}
-	}
+	r.mu.Lock()
+	r.roles, r.master, r.current, r.read = roles, master, current, time.Now()
+	r.refreshing = nil
+	r.mu.Unlock()
+	close(done)
 }
 
 // stale makes the next Master read the roles again.

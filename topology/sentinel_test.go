@@ -62,6 +62,7 @@ func TestSentinelFailover(t *testing.T) {
 	l.waitAcked(50, 20*time.Second)
 	time.Sleep(loadFor(t))
 	atKill := l.ackedCount()
+	killed := time.Now()
 	s.Master.Kill(t)
 	t.Logf("killed master %s after %d acknowledged enqueues", s.Master.Addr, atKill)
 	s.WaitMaster(t, s.Replica.Addr, 60*time.Second)
@@ -71,7 +72,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	time.Sleep(loadFor(t) / 2)
 	lost, dups := l.settle(8 * time.Second)
-	l.report("sentinel failover", lost, dups)
+	l.report("sentinel failover", lost, dups, killed)
 	t.Logf("master switches followed: %d", ts.Switches())
 	if ts.Switches() < 1 {
 		t.Errorf("the pool did not switch to the new master")
@@ -136,7 +137,7 @@ func TestSentinelReplicaPromotion24(t *testing.T) {
 	l.waitAcked(20, 20*time.Second)
 	t.Logf("writes resumed %v after SLAVEOF NO ONE", time.Since(promoted).Round(time.Millisecond))
 	lost, dups := l.settle(20 * time.Second)
-	l.report("2.4 promotion", lost, dups)
+	l.report("2.4 promotion", lost, dups, time.Time{})
 	if len(lost) > 0 {
 		t.Errorf("%d acknowledged tasks never ran: %v", len(lost), lost[:min(10, len(lost))])
 	}

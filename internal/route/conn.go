@@ -397,9 +397,9 @@ func (rc *Conn) batch(ctx context.Context, do doFunc, last bool) (interface{}, j
 	return reps, j, wrote(names, reps), nil
 }
 
-// judge shows the error replies to the Target until one is a redirection,
-// and marks the Conn stale after one: a WATCH or MULTI open on the server
-// is dropped with its connection.
+// judge shows the error replies to the Target until one is a redirection
+// or a wait. A WATCH or MULTI open on the server is then dropped with its
+// connection, and after a redirection the next batch connects again.
 func (rc *Conn) judge(ctx context.Context, reps []interface{}) judged {
 	j := judged{addr: rc.addr}
 	for _, r := range reps {
@@ -416,12 +416,12 @@ func (rc *Conn) judge(ctx context.Context, reps []interface{}) judged {
 		rc.waits = 0
 		return j
 	}
-	rc.stale = true
 	if rc.watching || rc.inMulti {
 		rc.drop()
 	}
 	if j.verdict == Follow {
-		rc.waits = 0
+		// Connect again even if the Target names the same address.
+		rc.stale, rc.waits = true, 0
 	} else {
 		rc.waits++
 	}
