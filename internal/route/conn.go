@@ -158,6 +158,16 @@ func (rc *Conn) route(ctx context.Context) error {
 	return nil
 }
 
+// broken returns the error of a server connection that failed. Nothing
+// may be written to it then: when a call on it ended with its context,
+// redigo's writer may still be using it.
+func (rc *Conn) broken() error {
+	if rc.c != nil {
+		return rc.c.Err()
+	}
+	return nil
+}
+
 // drop closes the server connection, and with it any WATCH or MULTI open
 // on it.
 func (rc *Conn) drop() {
@@ -215,6 +225,10 @@ func (rc *Conn) write(ctx context.Context, keep int) ([]cmd, error) {
 	if len(rc.buf) == 0 {
 		return nil, nil
 	}
+	if err := rc.broken(); err != nil {
+		rc.buf = nil
+		return nil, err
+	}
 	if len(rc.wire) == 0 && (rc.c == nil || (!rc.watching && !rc.inMulti)) {
 		if err := rc.route(ctx); err != nil {
 			rc.buf = nil
@@ -256,6 +270,9 @@ func (rc *Conn) Flush() error {
 	}
 	if rc.c == nil {
 		return nil
+	}
+	if err := rc.broken(); err != nil {
+		return err
 	}
 	return rc.c.Flush()
 }
@@ -356,6 +373,9 @@ func (rc *Conn) batch(ctx context.Context, do doFunc, last bool) (interface{}, j
 	if len(rc.wire) == 0 {
 		return nil, judged{}, false, nil
 	}
+	if err := rc.broken(); err != nil {
+		return nil, judged{}, false, err
+	}
 	names := rc.wire
 	rc.wire = nil
 	if last {
@@ -376,8 +396,8 @@ func (rc *Conn) batch(ctx context.Context, do doFunc, last bool) (interface{}, j
 		reps := make([]interface{}, len(names))
 		for i := range reps[:len(reps)-1] {
 			reps[i] = "OK"
-			if strings.EqualFold(names[i], "EXEC") {
-				reps[i] = []interface{}{}
+			if isExec(names[i]) {
+				reps[i] = []interface{}{} // it may have run
 			}
 		}
 		reps[len(reps)-1] = e
@@ -475,6 +495,9 @@ func (rc *Conn) receive(read func(redis.Conn) (interface{}, error)) (interface{}
 	if rc.c == nil {
 		return nil, errors.New("route: receive with nothing sent")
 	}
+	if err := rc.broken(); err != nil {
+		return nil, err
+	}
 	rep, err := read(rc.c)
 	if len(rc.wire) > 0 {
 		rc.wire = rc.wire[1:]
@@ -486,6 +509,15 @@ func (rc *Conn) receive(read func(redis.Conn) (interface{}, error)) (interface{}
 		rc.judge(context.Background(), []interface{}{e})
 	}
 	return rep, err
+}
+
+// isExec reports whether name is EXEC.
+func isExec(name string) bool {
+	switch strings.ToUpper(name) {
+	case "EXEC":
+		return true
+	}
+	return false
 }
 
 // txnCommand reports commands that open or close a transaction: never sent
