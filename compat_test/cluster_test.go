@@ -76,7 +76,7 @@ func (cs *clusterSide) pool(t testing.TB, census *redis24.Census, f *faults, rep
 }
 
 func (cs *clusterSide) admin(t testing.TB, ns string) redis.Conn {
-	c, err := cs.adm.Pool("{"+ns+"}").GetContext(context.Background())
+	c, err := cs.adm.Pool("{" + ns + "}").GetContext(context.Background())
 	if err != nil {
 		t.Fatalf("admin connection to the cluster: %v", err)
 	}

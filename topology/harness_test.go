@@ -81,8 +81,8 @@ type load struct {
 	mu       sync.Mutex
 	acked    map[string]bool      // Enqueue returned nil
 	ackedAt  map[string]time.Time // when
-	ran      map[string]int  // handler runs per task
-	failures map[string]int  // Enqueue errors, by kind
+	ran      map[string]int       // handler runs per task
+	failures map[string]int       // Enqueue errors, by kind
 	samples  map[string]string
 	failed   atomic.Int64
 
