@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,78 @@ func TestSentinelReplicatedRefusesTwoMasters(t *testing.T) {
 	time.Sleep(60 * time.Millisecond) // RoleMaxAge: the roles read before are stale now
 	if addr, err := tr.Master(ctx); err != nil || addr != a.Addr {
 		t.Fatalf("Master after SLAVEOF on %s = %q, %v; want %s", b.Addr, addr, err, a.Addr)
+	}
+}
+
+// TestSentinelReplicatedFailover24 is a Redis 2.4 failover by hand: the
+// primary and its replica are listed; while producers and workers run, the
+// primary is killed; nothing is written while the replica is still a
+// replica; after an operator's SLAVEOF NO ONE on it the engine carries on
+// there. Acknowledged tasks lost with the primary's unreplicated writes
+// are counted and reported.
+func TestSentinelReplicatedFailover24(t *testing.T) {
+	primary := redistest.Start(t, redistest.WithAppendOnly())
+	replica := redistest.Start(t, redistest.WithAppendOnly())
+	admin := replica.Admin(t)
+	host, port := splitAddr(t, primary.Addr)
+	if _, err := admin.Do("SLAVEOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the replica to sync", func() bool {
+		info, err := redis.String(admin.Do("INFO"))
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	census := redis24.NewCensus()
+	tr, err := topology.NewReplicated(topology.ReplicatedOptions{
+		Servers:     []string{primary.Addr, replica.Addr},
+		Dial:        guardedDial(t, census),
+		DialControl: controlDial(t, ""),
+		Pool:        topology.PoolOptions{MaxBackoff: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ns := fmt.Sprintf("fail24%d", time.Now().UnixNano()%1e6)
+	l := startLoad(t, tr.Pool(), ns, 4)
+	l.waitAcked(50, 20*time.Second)
+	time.Sleep(loadFor(t))
+	killed := time.Now()
+	primary.Kill(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waitFor(t, 10*time.Second, "the pool to refuse the replica", func() bool {
+		_, err := tr.Master(ctx)
+		return errors.Is(err, topology.ErrNotMaster)
+	})
+	atPromotion := l.ackedCount()
+	if _, err := admin.Do("SLAVEOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	l.waitAcked(1, 20*time.Second)
+	t.Logf("writes resumed on %s %v after SLAVEOF NO ONE (%d acknowledged before it)", replica.Addr,
+		time.Since(promoted).Round(time.Millisecond), atPromotion)
+	l.waitAcked(50, 20*time.Second)
+	time.Sleep(loadFor(t) / 2)
+	lost, dups := l.settle(8 * time.Second)
+	l.report("2.4 failover", lost, dups, killed)
+	if len(lost) > atPromotion {
+		t.Errorf("%d acknowledged tasks lost, more than the %d acknowledged before the promotion", len(lost), atPromotion)
+	}
+	l.stopServer()
+	if out := census.Outside24(); len(out) > 0 {
+		t.Errorf("the engine's connections sent commands outside Redis 2.4: %v", out)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
