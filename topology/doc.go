@@ -16,8 +16,8 @@
 //     +switch-master, and checks with ROLE, at most once per RoleMaxAge,
 //     that the server it writes to is still a master.
 //   - [Replicated.Pool] reaches the one listed server whose INFO (sent
-//     with no argument, as Redis 2.4 requires) says role:master, read at
-//     most once per RoleMaxAge. While none does, or more than one does,
+//     with no argument, as Redis 2.4 requires) says role:master, read
+//     again in the background once RoleMaxAge old. While none does, or more than one does,
 //     nothing is sent and every request fails with an error wrapping
 //     [ErrNotMaster] or [ErrSeveralMasters]: a Redis 2.4 replica accepts
 //     writes and throws them away at its next resync. After an operator's
@@ -29,8 +29,8 @@
 // A reply that means the server ran nothing and the request belongs
 // elsewhere or later (MOVED, ASK, TRYAGAIN, CLUSTERDOWN in a cluster;
 // READONLY from a replica; LOADING) is never shown to the engine as a
-// reply. A lone command outside a transaction is sent again where it now
-// belongs, after a backoff for ASK, TRYAGAIN, CLUSTERDOWN and LOADING,
+// reply. A command or pipeline outside a transaction is sent again, whole,
+// where it now belongs, after a backoff for ASK, TRYAGAIN, CLUSTERDOWN and LOADING,
 // within the caller's context. A batch that is part of a transaction
 // fails with an error wrapping txn.ErrNotRun (package
 // github.com/bucketq/bucketq/txn), after which the engine runs the whole

@@ -33,7 +33,7 @@ func loadFor(t *testing.T) time.Duration {
 		}
 		return d
 	}
-	return 1500 * time.Millisecond
+	return time.Second
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -310,13 +310,21 @@ type doFunc func(c redis.Conn, name string, args []interface{}) (interface{}, er
 // do runs one batch, the buffered commands and name (if not empty), and
 // returns what redigo's Do does: every reply for name "", else the last
 // reply and the first error reply. name itself goes to the server
-// connection's Do, as the caller sent it.
+// connection's Do, as the caller sent it. A batch outside a transaction
+// that no server ran is sent again, whole, where the Target now says.
 func (rc *Conn) do(ctx context.Context, do doFunc, name string, args []interface{}) (interface{}, error) {
-	lone := name != "" && len(rc.buf) == 0 && len(rc.wire) == 0 && !rc.watching && !rc.inMulti && !txnCommand(name)
+	// A batch outside any transaction, whose every command is in it, may
+	// be sent again whole when nothing of it ran.
+	sent := append([]cmd(nil), rc.buf...)
+	if name != "" {
+		sent = append(sent, cmd{name, args})
+	}
+	lone := len(sent) > 0 && len(rc.wire) == 0 && !rc.watching && !rc.inMulti
+	for _, c := range sent {
+		lone = lone && !txnCommand(c.name)
+	}
 	for try := 1; ; try++ {
-		if name != "" {
-			rc.buf = append(rc.buf, cmd{name, args})
-		}
+		rc.buf = append(rc.buf[:0], sent...)
 		rep, v, wrote, err := rc.batch(ctx, do, name != "")
 		if err != nil {
 			var nr *NotRunError

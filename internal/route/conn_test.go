@@ -317,3 +317,19 @@ func TestReadBatchNotRun(t *testing.T) {
 		t.Errorf("GET after = %d, %v at %q; want 0 at b", n, err, c.Addr())
 	}
 }
+
+// Pipelined commands outside a transaction that meet MOVED before any of
+// them ran are sent again, whole, to the new master.
+func TestPipelineOutsideTransactionFollowsMoved(t *testing.T) {
+	w := newWorld("b")
+	c := dial(t, &target{w: w, known: "a"})
+	_ = c.Send("INCR", "k")
+	_ = c.Send("GET", "k")
+	reps, err := redis.Values(c.Do(""))
+	if err != nil || len(reps) != 2 {
+		t.Fatalf("Do = %v, %v", reps, err)
+	}
+	if n, _ := redis.Int(reps[1], nil); n != 1 || w.data["k"] != 1 || w.ran["a"] != 0 {
+		t.Errorf("GET = %v, k=%d, ran on a %d times; want 1, 1, 0", reps[1], w.data["k"], w.ran["a"])
+	}
+}

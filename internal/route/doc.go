@@ -11,9 +11,9 @@
 // means that the server ran nothing and the request belongs elsewhere
 // (MOVED, READONLY) or later (ASK, TRYAGAIN, CLUSTERDOWN). Then:
 //
-//   - a lone command outside a transaction is sent again, where the Target
-//     now says, after a backoff when asked, within the caller's context and
-//     a bound on tries;
+//   - a batch outside a transaction (no WATCH or MULTI in it or open
+//     before it) is sent again, whole, where the Target now says, after a
+//     backoff when asked, within the caller's context and a bound on tries;
 //   - any other batch in which nothing was written (reads, WATCH, a MULTI
 //     … EXEC that EXEC refused) fails with an error wrapping
 //     [txn.ErrNotRun], so that the transaction's owner runs it again from
