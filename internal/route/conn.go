@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bucketq/bucketq/txn"
@@ -109,7 +110,12 @@ type Conn struct {
 	buf               []cmd    // sent, not yet written
 	wire              []string // written, replies not yet read
 	waits             int      // consecutive Wait verdicts and failed dials
-	err               error    // the connection is unusable
+
+	// c and err are written under mu, so that Close, which may be called
+	// from another goroutine to end a blocked call, sees them whole.
+	mu     sync.Mutex
+	err    error // the connection is unusable
+	closed bool
 }
 
 var (
@@ -154,8 +160,32 @@ func (rc *Conn) route(ctx context.Context) error {
 	if err != nil {
 		return &NotRunError{Addr: addr, Err: err}
 	}
+	rc.mu.Lock()
+	if rc.closed {
+		rc.mu.Unlock()
+		c.Close()
+		return errClosed
+	}
 	rc.c, rc.addr, rc.stale = c, addr, false
+	rc.mu.Unlock()
 	return nil
+}
+
+var errClosed = errors.New("route: connection closed")
+
+// fail makes the connection unusable with err, closing the server
+// connection.
+func (rc *Conn) fail(err error) error {
+	rc.mu.Lock()
+	if rc.err == nil {
+		rc.err = err
+	}
+	c := rc.c
+	rc.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	return err
 }
 
 // broken returns the error of a server connection that failed. Nothing
@@ -171,45 +201,60 @@ func (rc *Conn) broken() error {
 // drop closes the server connection, and with it any WATCH or MULTI open
 // on it.
 func (rc *Conn) drop() {
-	if rc.c != nil {
-		rc.c.Close()
-		rc.c = nil
+	rc.mu.Lock()
+	c := rc.c
+	rc.c = nil
+	rc.mu.Unlock()
+	if c != nil {
+		c.Close()
 	}
 	rc.watching, rc.inMulti = false, false
 	rc.wire = nil
 }
 
-// Close implements redis.Conn.
+// Close implements redis.Conn. It may be called while another goroutine
+// waits in a call on the Conn: closing the server connection ends the wait.
 func (rc *Conn) Close() error {
+	rc.mu.Lock()
+	rc.closed = true
 	if rc.err == nil {
-		rc.err = errors.New("route: connection closed")
+		rc.err = errClosed
 	}
-	rc.buf = nil
-	if rc.c == nil {
+	c := rc.c
+	rc.mu.Unlock()
+	if c == nil {
 		return nil
 	}
-	err := rc.c.Close()
-	rc.c = nil
-	return err
+	return c.Close()
 }
 
 // Err implements redis.Conn: the error that made the connection unusable,
 // nil while it can still be used (also when it is between servers).
 func (rc *Conn) Err() error {
-	if rc.err != nil {
-		return rc.err
+	rc.mu.Lock()
+	err, c := rc.err, rc.c
+	rc.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	if rc.c != nil {
-		return rc.c.Err()
+	if c != nil {
+		return c.Err()
 	}
 	return nil
+}
+
+// usable returns the error that made the connection unusable.
+func (rc *Conn) usable() error {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.err
 }
 
 // Send implements redis.Conn: the command is written with the batch, at
 // the next Do, Flush or Receive.
 func (rc *Conn) Send(name string, args ...interface{}) error {
-	if rc.err != nil {
-		return rc.err
+	if err := rc.usable(); err != nil {
+		return err
 	}
 	rc.buf = append(rc.buf, cmd{name, args})
 	return nil
@@ -219,8 +264,9 @@ func (rc *Conn) Send(name string, args ...interface{}) error {
 // returns for the caller to send with Do, routing first when the
 // connection is clean. The transaction state follows every command.
 func (rc *Conn) write(ctx context.Context, keep int) ([]cmd, error) {
-	if rc.err != nil {
-		return nil, rc.err
+	if err := rc.usable(); err != nil {
+		rc.buf = nil
+		return nil, err
 	}
 	if len(rc.buf) == 0 {
 		return nil, nil
@@ -241,9 +287,7 @@ func (rc *Conn) write(ctx context.Context, keep int) ([]cmd, error) {
 		if i < len(buf)-keep {
 			if err := rc.c.Send(c.name, c.args...); err != nil {
 				// Part of the batch may be written: the connection is done.
-				rc.err = fmt.Errorf("route: send %s: %w", c.name, err)
-				rc.c.Close()
-				return nil, err
+				return nil, rc.fail(fmt.Errorf("route: send %s: %w", c.name, err))
 			}
 		}
 		rc.wire = append(rc.wire, c.name)
@@ -417,9 +461,7 @@ func (rc *Conn) batch(ctx context.Context, do doFunc, last bool) (interface{}, j
 	}
 	reps, err := redis.Values(rep, nil)
 	if err != nil || len(reps) != len(names) {
-		rc.err = fmt.Errorf("route: %d replies for %d commands (%v)", len(reps), len(names), err)
-		rc.c.Close()
-		return nil, judged{}, false, rc.err
+		return nil, judged{}, false, rc.fail(fmt.Errorf("route: %d replies for %d commands (%v)", len(reps), len(names), err))
 	}
 	j := rc.judge(ctx, reps)
 	return reps, j, wrote(names, reps), nil
@@ -497,8 +539,8 @@ func (rc *Conn) receive(read func(redis.Conn) (interface{}, error)) (interface{}
 			return nil, err
 		}
 	}
-	if rc.err != nil {
-		return nil, rc.err
+	if err := rc.usable(); err != nil {
+		return nil, err
 	}
 	if rc.c == nil {
 		return nil, errors.New("route: receive with nothing sent")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/bucketq/bucketq/internal/route"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -331,5 +332,42 @@ func TestPipelineOutsideTransactionFollowsMoved(t *testing.T) {
 	}
 	if n, _ := redis.Int(reps[1], nil); n != 1 || w.data["k"] != 1 || w.ran["a"] != 0 {
 		t.Errorf("GET = %v, k=%d, ran on a %d times; want 1, 1, 0", reps[1], w.data["k"], w.ran["a"])
+	}
+}
+
+// mini routes to one miniredis.
+type mini struct{ addr string }
+
+func (m mini) Addr(context.Context) (string, error) { return m.addr, nil }
+func (m mini) Dial(ctx context.Context, addr string) (redis.Conn, error) {
+	return redis.DialContext(ctx, "tcp", addr)
+}
+func (mini) Judge(context.Context, redis.Error, string) route.Verdict { return route.Keep }
+
+// Close from another goroutine ends a blocking wait, as the engine's
+// blocking pops rely on (run with -race).
+func TestCloseEndsABlockedCall(t *testing.T) {
+	m := miniredis.RunT(t)
+	c, err := route.Dial(context.Background(), mini{m.Addr()}, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := redis.DoWithTimeout(c, 10*time.Second, "BLPOP", "q", 5)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let the BLPOP block; the test holds either way
+	c.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("BLPOP on a closed connection returned no error")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close did not end the blocked BLPOP")
+	}
+	if c.Err() == nil {
+		t.Errorf("Err() = nil after Close")
 	}
 }
