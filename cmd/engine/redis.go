@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/redis24"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -171,6 +172,9 @@ func ping(ctx context.Context, pool *redis.Pool, addr string) error {
 
 // transient reports whether an error reply may go away on its own.
 func transient(err error) bool {
+	if errors.Is(err, txn.ErrNotRun) {
+		return true // a redirection or no master yet (config_redis_mode.go)
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return true
