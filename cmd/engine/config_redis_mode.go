@@ -183,6 +183,14 @@ func modePool(rs RedisSettings, size int, census *redis24.Census) (*redis.Pool, 
 	default:
 		return nil, fmt.Errorf("redis.mode %q: want single, cluster or sentinel", rs.Mode)
 	}
+	// As newPool's: idle connections are PINGed when older than a minute.
+	pool.TestOnBorrow = func(c redis.Conn, t time.Time) error {
+		if time.Since(t) < time.Minute {
+			return nil
+		}
+		_, err := c.Do("PING")
+		return err
+	}
 	topologies.Lock()
 	topologies.of[pool] = closer
 	topologies.Unlock()
