@@ -84,12 +84,48 @@ func (cs *clusterSide) admin(t testing.TB, ns string) redis.Conn {
 	return c
 }
 
+// childClusterFlag is the value of COMPAT_CHILD_CLUSTER for a scenario
+// on srv: "1" on a cluster.
+func childClusterFlag(srv *redistest.Server) string {
+	if clusterOf(srv) != nil {
+		return "1"
+	}
+	return ""
+}
+
+// childClusterPool is a child worker's pool on a cluster: the master of
+// the namespace's slot, found from the seed node, each connection wrapped.
+func childClusterPool(t testing.TB, seed, ns string, wrap func(redis.Conn) redis.Conn) *redis.Pool {
+	tc, err := topology.NewCluster(topology.ClusterOptions{
+		Seeds: []string{seed},
+		Dial: func(ctx context.Context, addr string) (redis.Conn, error) {
+			c, err := dialServer(addr, "")
+			if err != nil {
+				return nil, err
+			}
+			return wrap(c), nil
+		},
+		DialControl: func(ctx context.Context, addr string) (redis.Conn, error) {
+			c, err := dialServer(addr, "")
+			if err != nil {
+				return nil, err
+			}
+			return redis24.Wrap(c, redis24.ForMode(redis24.ModeCluster)), nil
+		},
+		Pool: topology.PoolOptions{MaxIdle: 8},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc.Pool("{" + ns + "}")
+}
+
 // TestConformanceCluster runs the conformance scenarios on a Redis Cluster
 // of three masters with a replica each, through topology.Cluster pools,
 // and checks the census as on a single server: the engine's connections
 // send only Redis 2.4 commands (the slot map's CLUSTER SLOTS goes on
-// connections of its own). Scenarios that start child worker processes are
-// left out: a child connects to one server address, not to a cluster.
+// connections of its own). Child worker processes reach the cluster
+// through a cluster pool of their own.
 func TestConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	adm, err := topology.NewCluster(topology.ClusterOptions{Seeds: c.Addrs()})
@@ -109,12 +145,6 @@ func TestConformanceCluster(t *testing.T) {
 		}
 	}
 	t.Run("scenarios", func(t *testing.T) {
-		runScenarios(t, k, func(sc scenario) bool { return usesChild[sc.name] })
+		runScenarios(t, k)
 	})
-}
-
-// usesChild are the scenarios that start child worker processes.
-var usesChild = map[string]bool{
-	"recovery": true, "recovery-inflight": true,
-	"forget-race/redis7": true, "forget-race/sim24": true, "forget-race/after-forget": true,
 }

@@ -81,18 +81,18 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("server %s: %v", k.shared.Addr, err)
 				}
 			}
-			runScenarios(t, k, nil)
+			runScenarios(t, k)
 		})
 	}
 }
 
-// runScenarios runs the scenarios on k, but those skip names, in parallel,
-// and checks k's census once they all ended.
-func runScenarios(t *testing.T, k *kind, skip func(scenario) bool) {
+// runScenarios runs the scenarios on k in parallel, and checks k's census
+// once they all ended.
+func runScenarios(t *testing.T, k *kind) {
 	// Runs after every scenario (parallel subtests included) ended.
 	t.Cleanup(func() { checkCensus(t, k) })
 	for _, sc := range scenarios {
-		if sc.realOnly && k.name == "miniredis" || skip != nil && skip(sc) {
+		if sc.realOnly && k.name == "miniredis" {
 			continue
 		}
 		t.Run(sc.name, func(t *testing.T) {
