@@ -115,6 +115,9 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		if len(lost) > 0 {
 			t.Errorf("%d acknowledged tasks never ran after the reshard: %v", len(lost), lost[:min(len(lost), 10)])
 		}
+		if n := l.failed.Load(); n > 0 {
+			t.Errorf("%d enqueues failed during the reshard (%v): a moved slot must only slow them down", n, l.failureKinds())
+		}
 		if st.Moved == 0 {
 			t.Errorf("no MOVED was followed: the engine never met the moved slot")
 		}
