@@ -3,6 +3,8 @@ package topology_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,40 +37,53 @@ func newCluster(t *testing.T, c *redistest.Cluster, census *redis24.Census) *top
 	return tc
 }
 
-// migrateSlot moves slot to dst the way redis-cli --cluster reshard does
-// (SETSLOT IMPORTING and MIGRATING, MIGRATE in batches, SETSLOT NODE),
-// pausing between batches so that the engine works on a half-moved slot.
-func migrateSlot(t *testing.T, c *redistest.Cluster, slot int, dst *redistest.Node) (moved int) {
+// lowestSlot returns the lowest slot that n serves.
+func lowestSlot(t *testing.T, c *redistest.Cluster, n *redistest.Node) int {
 	t.Helper()
-	src := c.MasterOf(t, slot)
-	srcID, dstID := src.ID(t), dst.ID(t)
-	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
-	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
-	for {
-		keys, err := redis.Strings(src.TryDo("CLUSTER", "GETKEYSINSLOT", slot, 20))
-		if err != nil {
-			t.Fatalf("CLUSTER GETKEYSINSLOT on %s: %v", src.Addr, err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []interface{}{"127.0.0.1", dst.Port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		src.Do(t, "MIGRATE", args...)
-		moved += len(keys)
-		time.Sleep(10 * time.Millisecond)
+	owners, err := c.SlotOwners(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range []*redistest.Node{dst, src} {
-		n.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
-	}
-	for _, n := range c.Nodes {
-		if n != src && n != dst {
-			_, _ = n.TryDo("CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	low := -1
+	for start, addr := range owners {
+		if addr == n.Addr && (low < 0 || start < low) {
+			low = start
 		}
 	}
-	return moved
+	if low < 0 {
+		t.Fatalf("%s serves no slot", n.Addr)
+	}
+	return low
+}
+
+// namespaceInSlot returns a namespace whose hash tag lands in slot.
+func namespaceInSlot(t *testing.T, prefix string, slot int) string {
+	t.Helper()
+	for i := 0; i < 1_000_000; i++ {
+		ns := fmt.Sprintf("%s%d", prefix, i)
+		if topology.Slot("{"+ns+"}") == slot {
+			return ns
+		}
+	}
+	t.Fatalf("no namespace found for slot %d", slot)
+	return ""
+}
+
+// reshard moves one slot, the lowest of src, to dst with `redis-cli
+// --cluster reshard` (which moves a source's lowest slots first).
+func reshard(t *testing.T, src, dst *redistest.Node) string {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found (apt-get install -y redis-tools): %v", err)
+	}
+	args := []string{"--cluster", "reshard", src.Addr, "--cluster-from", src.ID(t), "--cluster-to", dst.ID(t),
+		"--cluster-slots", "1", "--cluster-yes"}
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 // TestClusterReshardAndFailover runs an engine on a Redis Cluster of three
@@ -83,26 +98,20 @@ func TestClusterReshardAndFailover(t *testing.T) {
 	tc := newCluster(t, c, census)
 
 	t.Run("reshard", func(t *testing.T) {
-		ns := fmt.Sprintf("reshard%d", time.Now().UnixNano()%1e6)
-		key := "{" + ns + "}"
-		slot := topology.Slot(key)
-		l := startLoad(t, tc.Pool(key), ns, 4)
+		src, dst := c.Nodes[0], c.Nodes[1] // masters, as redis-cli --cluster create made them
+		slot := lowestSlot(t, c, src)
+		ns := namespaceInSlot(t, fmt.Sprintf("reshard%d_", time.Now().UnixNano()%1e6), slot)
+		l := startLoad(t, tc.Pool("{"+ns+"}"), ns, 4)
 		l.waitAcked(50, 20*time.Second)
 		time.Sleep(loadFor(t))
-		src := c.MasterOf(t, slot)
-		var dst *redistest.Node
-		for _, n := range c.Nodes[:3] {
-			if n != src && c.MasterOf(t, slot) != n {
-				dst = n
-				break
-			}
-		}
-		if dst == nil {
-			t.Fatal("no other master")
+		keys, err := redis.Int(src.TryDo("CLUSTER", "COUNTKEYSINSLOT", slot))
+		if err != nil {
+			t.Fatal(err)
 		}
 		before := l.ackedCount()
-		moved := migrateSlot(t, c, slot, dst)
-		t.Logf("slot %d moved from %s to %s with %d keys while %d tasks had been acknowledged", slot, src.Addr, dst.Addr, moved, before)
+		out := reshard(t, src, dst)
+		t.Logf("redis-cli --cluster reshard moved slot %d (%d keys) from %s to %s while %d tasks had been acknowledged:\n%s",
+			slot, keys, src.Addr, dst.Addr, before, lastLines(out, 3))
 		l.waitAcked(50, 20*time.Second)
 		if got := c.MasterOf(t, slot); got != dst {
 			t.Fatalf("slot %d is on %s after the reshard, want %s", slot, got.Addr, dst.Addr)
@@ -163,4 +172,10 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		t.Errorf("the engine's connections sent commands outside Redis 2.4: %v", out)
 	}
 	t.Logf("engine census on the cluster: %v", census.Commands())
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
