@@ -32,12 +32,12 @@ import (
 //
 // "block" handlers never return; the parent SIGKILLs the process.
 const (
-	envHelper           = "COMPAT_HELPER_PROCESS" // "worker" in a child
-	envChildAddr        = "COMPAT_CHILD_ADDR"
-	envChildPassword    = "COMPAT_CHILD_PASSWORD"
+	envHelper        = "COMPAT_HELPER_PROCESS" // "worker" in a child
+	envChildAddr     = "COMPAT_CHILD_ADDR"
+	envChildPassword = "COMPAT_CHILD_PASSWORD"
 	// Set: COMPAT_CHILD_ADDR is a seed node of a Redis Cluster, reached
 	// through a topology pool for the namespace's slot (cluster_test.go).
-	envChildCluster = "COMPAT_CHILD_CLUSTER"
+	envChildCluster     = "COMPAT_CHILD_CLUSTER"
 	envChildNamespace   = "COMPAT_CHILD_NAMESPACE"
 	envChildConcurrency = "COMPAT_CHILD_CONCURRENCY"
 	// Heartbeats after this many successful ones fail as if the connection
