@@ -93,6 +93,7 @@ func reshard(t *testing.T, src, dst *redistest.Node) string {
 // and its replica takes over (the engine must carry on; acknowledged tasks
 // lost with the master's unreplicated writes are counted and reported).
 func TestClusterReshardAndFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	census := redis24.NewCensus()
 	tc := newCluster(t, c, census)

@@ -38,6 +38,7 @@ func controlDial(t *testing.T, mode redis24.Mode) topology.Dialer {
 // on. Acknowledged tasks lost with the master's unreplicated writes are
 // counted and reported.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	s := redistest.StartSentinel(t)
 	census := redis24.NewCensus()
 	ts, err := topology.NewSentinel(topology.SentinelOptions{
@@ -93,6 +94,7 @@ func TestSentinelFailover(t *testing.T) {
 // after an operator's SLAVEOF NO ONE on it, writes resume within seconds.
 // Only 2.4 commands reach the servers, INFO (no argument) included.
 func TestSentinelReplicaPromotion24(t *testing.T) {
+	t.Parallel()
 	primary := redistest.Start(t, redistest.Private())
 	replica := redistest.Start(t, redistest.Private())
 	admin := replica.Admin(t)
@@ -152,6 +154,7 @@ func TestSentinelReplicaPromotion24(t *testing.T) {
 // TestSentinelReplicatedRefusesTwoMasters lists two servers that both say
 // role:master: nothing is written until one is made a replica.
 func TestSentinelReplicatedRefusesTwoMasters(t *testing.T) {
+	t.Parallel()
 	a := redistest.Start(t, redistest.Private())
 	b := redistest.Start(t, redistest.Private())
 	tr, err := topology.NewReplicated(topology.ReplicatedOptions{Servers: []string{a.Addr, b.Addr}, RoleMaxAge: 50 * time.Millisecond})
@@ -181,6 +184,7 @@ func TestSentinelReplicatedRefusesTwoMasters(t *testing.T) {
 // there. Acknowledged tasks lost with the primary's unreplicated writes
 // are counted and reported.
 func TestSentinelReplicatedFailover24(t *testing.T) {
+	t.Parallel()
 	primary := redistest.Start(t, redistest.WithAppendOnly())
 	replica := redistest.Start(t, redistest.WithAppendOnly())
 	admin := replica.Admin(t)

@@ -73,6 +73,7 @@ func enqueueAndLookup(t *testing.T, a *app, out *syncBuffer, errOut *syncBuffer)
 // TestClusterModeCLI enqueues and looks up with redis.mode cluster, a
 // seed node given as redis.addr.
 func TestClusterModeCLI(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	a, out, errOut := modeApp(t, "ENGINE_REDIS_MODE=cluster", "ENGINE_REDIS_ADDR="+c.Nodes[1].Addr,
 		"ENGINE_REDIS_SEEDS="+c.Nodes[2].Addr)
@@ -81,6 +82,7 @@ func TestClusterModeCLI(t *testing.T) {
 
 // TestSentinelModeCLI enqueues and looks up with redis.mode sentinel.
 func TestSentinelModeCLI(t *testing.T) {
+	t.Parallel()
 	s := redistest.StartSentinel(t)
 	a, out, errOut := modeApp(t, "ENGINE_REDIS_MODE=sentinel", "ENGINE_REDIS_SENTINEL_ADDRS="+strings.Join(s.SentinelAddrs(), ","),
 		"ENGINE_REDIS_SENTINEL_MASTER_NAME="+s.Name)
@@ -91,6 +93,7 @@ func TestSentinelModeCLI(t *testing.T) {
 // style, redis.mode single with replicas): the CLI refuses to write,
 // naming the roles; after SLAVEOF NO ONE it writes.
 func TestSentinelReplicasCLI(t *testing.T) {
+	t.Parallel()
 	primary := redistest.Start(t, redistest.Private())
 	replica := redistest.Start(t, redistest.Private())
 	admin := replica.Admin(t)
