@@ -23,9 +23,6 @@ var ErrNotMaster = sentinel.ErrNotMaster
 // list.
 var ErrSeveralMasters = errors.New("topology: more than one listed server says role:master")
 
-// ErrClosed is returned after Close.
-var ErrClosed = errors.New("topology: closed")
-
 // Dialer opens a connection to the Redis server at addr (host:port). Use
 // it to add AUTH, TLS, timeouts or a command guard.
 type Dialer func(ctx context.Context, addr string) (redis.Conn, error)
