@@ -140,7 +140,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		return nil
 	case errors.As(err, &ex), errors.As(err, &dup):
 		return err
-	case sent && !errors.Is(err, txn.ErrConflict) && !errors.As(err, &reply):
+	case sent && !errors.Is(err, txn.ErrConflict) && !errors.Is(err, txn.ErrNotRun) && !errors.As(err, &reply):
 		// Neither a conflict nor the server's answer: the reply was lost.
 		return fmt.Errorf("%d tasks: %w: %w", len(recs), ErrUncertain, err)
 	}

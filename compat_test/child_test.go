@@ -32,9 +32,12 @@ import (
 //
 // "block" handlers never return; the parent SIGKILLs the process.
 const (
-	envHelper           = "COMPAT_HELPER_PROCESS" // "worker" in a child
-	envChildAddr        = "COMPAT_CHILD_ADDR"
-	envChildPassword    = "COMPAT_CHILD_PASSWORD"
+	envHelper        = "COMPAT_HELPER_PROCESS" // "worker" in a child
+	envChildAddr     = "COMPAT_CHILD_ADDR"
+	envChildPassword = "COMPAT_CHILD_PASSWORD"
+	// Set: COMPAT_CHILD_ADDR is a seed node of a Redis Cluster, reached
+	// through a topology pool for the namespace's slot (cluster_test.go).
+	envChildCluster     = "COMPAT_CHILD_CLUSTER"
 	envChildNamespace   = "COMPAT_CHILD_NAMESPACE"
 	envChildConcurrency = "COMPAT_CHILD_CONCURRENCY"
 	// Heartbeats after this many successful ones fail as if the connection
@@ -117,6 +120,11 @@ func TestHelperProcess(t *testing.T) {
 			return f.wrap(redis24.Wrap(c, redis24.OnViolation(onViolation), redis24.WithCensus(census))), nil
 		},
 	}
+	if os.Getenv(envChildCluster) != "" {
+		pool = childClusterPool(t, addr, os.Getenv(envChildNamespace), func(c redis.Conn) redis.Conn {
+			return f.wrap(redis24.Wrap(c, redis24.OnViolation(onViolation), redis24.WithCensus(census)))
+		})
+	}
 	concurrency, _ := strconv.Atoi(os.Getenv(envChildConcurrency))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv(envLog) != "" {
@@ -173,6 +181,7 @@ func (e *env) startChild(o childOpts) *child {
 		envHelper+"=worker",
 		envChildAddr+"="+e.srv.Addr,
 		envChildPassword+"="+serverPassword(e.srv),
+		envChildCluster+"="+childClusterFlag(e.srv),
 		envChildNamespace+"="+e.ns,
 		envChildConcurrency+"="+strconv.Itoa(max(1, o.concurrency)),
 		envChildBeats+"="+strconv.Itoa(o.beats),

@@ -81,20 +81,26 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("server %s: %v", k.shared.Addr, err)
 				}
 			}
-			// Runs after every scenario (parallel subtests included) ended.
-			t.Cleanup(func() { checkCensus(t, k) })
-			for _, sc := range scenarios {
-				if sc.realOnly && k.name == "miniredis" {
-					continue
-				}
-				t.Run(sc.name, func(t *testing.T) {
-					t.Parallel()
-					k.mu.Lock()
-					k.ran[sc.name] = true
-					k.mu.Unlock()
-					sc.run(newEnv(t, k))
-				})
-			}
+			runScenarios(t, k)
+		})
+	}
+}
+
+// runScenarios runs the scenarios on k in parallel, and checks k's census
+// once they all ended.
+func runScenarios(t *testing.T, k *kind) {
+	// Runs after every scenario (parallel subtests included) ended.
+	t.Cleanup(func() { checkCensus(t, k) })
+	for _, sc := range scenarios {
+		if sc.realOnly && k.name == "miniredis" {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			k.mu.Lock()
+			k.ran[sc.name] = true
+			k.mu.Unlock()
+			sc.run(newEnv(t, k))
 		})
 	}
 }

@@ -109,3 +109,26 @@ func TestCompatDoc(t *testing.T) {
 	}
 	t.Logf("docs/compat.md: %d commands sent, %d on error paths only", len(d.sends), len(d.errorPaths))
 }
+
+// TestCompatDocModes checks the table of commands each Redis mode adds in
+// docs/compat.md against what the 2.4 guard lets through for each mode.
+func TestCompatDocModes(t *testing.T) {
+	b, err := os.ReadFile(compatDocPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	_, section, ok := strings.Cut(text, "## Commands each Redis mode adds")
+	if !ok {
+		t.Fatalf("docs/compat.md has no \"## Commands each Redis mode adds\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, mode := range []redis24.Mode{redis24.ModeCluster, redis24.ModeSentinel} {
+		for _, c := range redis24.ModeCommands(mode) {
+			row := "| " + string(mode) + " | `" + c
+			if !strings.Contains(strings.ToLower(section), strings.ToLower(row)) {
+				t.Errorf("docs/compat.md's mode table has no row for %s in mode %s (want a line starting %q)", c, mode, row)
+			}
+		}
+	}
+}

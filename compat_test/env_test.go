@@ -102,6 +102,9 @@ func newEnv(t *testing.T, k *kind) *env {
 	t.Helper()
 	srv := k.server(t)
 	ns := redistest.Namespace(t)
+	if cl := clusterOf(srv); cl != nil {
+		srv = cl.forNamespace(ns) // cluster_test.go
+	}
 	t.Cleanup(func() { checkNoKeys(t, srv, ns) })
 	t.Cleanup(func() { cleanupNamespace(t, srv, ns) })
 	f := &faults{args: k.args}
@@ -161,6 +164,9 @@ func (r *violationReporter) report(v *redis24.Violation) {
 // would not accept, counting every command in census), then wrapped by f.
 func newPool(t testing.TB, srv *redistest.Server, census *redis24.Census, f *faults) *redis.Pool {
 	rep := newViolationReporter(t)
+	if cl := clusterOf(srv); cl != nil {
+		return cl.pool(t, census, f, rep) // cluster_test.go
+	}
 	password := serverPassword(srv)
 	p := &redis.Pool{
 		MaxIdle:     16,
@@ -190,7 +196,7 @@ func cleanupNamespace(t testing.TB, srv *redistest.Server, ns string) {
 		srv.Cleanup(t, ns)
 		return
 	}
-	c := srv.Admin(t)
+	c := adminConn(t, srv, ns)
 	for _, p := range keyPatterns(ns) {
 		keys, err := redis.Strings(c.Do("KEYS", p))
 		if err != nil {
@@ -207,7 +213,7 @@ func cleanupNamespace(t testing.TB, srv *redistest.Server, ns string) {
 
 // checkNoKeys fails t if a key of the namespace is left.
 func checkNoKeys(t testing.TB, srv *redistest.Server, ns string) {
-	c := srv.Admin(t)
+	c := adminConn(t, srv, ns)
 	for _, p := range keyPatterns(ns) {
 		keys, err := redis.Strings(c.Do("KEYS", p))
 		if err != nil {
@@ -224,7 +230,16 @@ func checkNoKeys(t testing.TB, srv *redistest.Server, ns string) {
 // damage the engine's keys from outside (docs/design.md has the schema).
 func (e *env) key(suffix string) string { return "{" + e.ns + "}:" + suffix }
 
-func (e *env) admin() redis.Conn { return e.srv.Admin(e.t) }
+func (e *env) admin() redis.Conn { return adminConn(e.t, e.srv, e.ns) }
+
+// adminConn is srv's admin connection, on a cluster one that reaches the
+// master of the namespace's slot.
+func adminConn(t testing.TB, srv *redistest.Server, ns string) redis.Conn {
+	if cl := clusterOf(srv); cl != nil {
+		return cl.admin(t, ns)
+	}
+	return srv.Admin(t)
+}
 
 // exists reports whether key exists, asked on an admin connection (which
 // is not counted in the census and does not touch anyone's WATCH).

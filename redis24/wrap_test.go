@@ -245,3 +245,43 @@ func TestWrapAuthUser(t *testing.T) {
 		c.Close()
 	}
 }
+
+// okConn answers every command with OK.
+type okConn struct{ redis.Conn }
+
+func (okConn) Do(string, ...interface{}) (interface{}, error) { return "OK", nil }
+
+func TestWrapForModeLetsOnlyThatModesForms(t *testing.T) {
+	cases := []struct {
+		mode redis24.Mode
+		cmd  string
+		args []interface{}
+		ok   bool
+	}{
+		{redis24.ModeCluster, "CLUSTER", []interface{}{"SLOTS"}, true},
+		{redis24.ModeCluster, "CLUSTER", []interface{}{"RESET"}, false},
+		{redis24.ModeCluster, "ROLE", nil, false},
+		{redis24.ModeSentinel, "ROLE", nil, true},
+		{redis24.ModeSentinel, "INFO", []interface{}{"replication"}, true},
+		{redis24.ModeSentinel, "SENTINEL", []interface{}{"get-master-addr-by-name", "m"}, true},
+		{redis24.ModeSentinel, "SENTINEL", []interface{}{"failover", "m"}, false},
+		{redis24.ModeSentinel, "CLUSTER", []interface{}{"SLOTS"}, false},
+		{"", "CLUSTER", []interface{}{"SLOTS"}, false},
+		{"", "ROLE", nil, false},
+		{redis24.ModeCluster, "GET", []interface{}{"k"}, true},
+	}
+	for _, c := range cases {
+		var opts []redis24.Option
+		if c.mode != "" {
+			opts = append(opts, redis24.ForMode(c.mode))
+		}
+		w := redis24.Wrap(plainConn{okConn{}}, opts...)
+		_, err := w.Do(c.cmd, c.args...)
+		if got := err == nil; got != c.ok {
+			t.Errorf("mode %q: %s %v: allowed %v, want %v (err %v)", c.mode, c.cmd, c.args, got, c.ok, err)
+		}
+		if !c.ok && !errors.Is(err, redis24.ErrNot24) {
+			t.Errorf("mode %q: %s refused with %v, want a redis24 violation", c.mode, c.cmd, err)
+		}
+	}
+}

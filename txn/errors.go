@@ -12,6 +12,16 @@ import (
 // whether to start again.
 var ErrConflict = errors.New("txn: a watched key changed before EXEC")
 
+// ErrNotRun marks an error after which the server is known to have run
+// none of the commands it was sent, writes included: a Redis Cluster
+// redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or a write refused
+// because the server is no longer a master. Connections that route
+// requests to a cluster or a replicated set (package topology) wrap such
+// errors with it. [Runner.Run] runs the whole attempt again after one, as
+// after a conflict, on the same connection, which sends it where it now
+// belongs; Pipeline steps and held transactions return it to the caller.
+var ErrNotRun = errors.New("txn: the server ran none of the request")
+
 // ErrNotHeld is returned by [Held.Exec] for a Held whose transaction did
 // not commit, or that was already used or released.
 var ErrNotHeld = errors.New("txn: no watch is held")

@@ -58,7 +58,9 @@ func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) erro
 //
 // When EXEC answers nil (a watched key changed) Run waits a jittered
 // backoff and calls fn again, up to MaxAttempts, after which it returns an
-// error wrapping [ErrConflict]; fn may therefore run several times and
+// error wrapping [ErrConflict]; an attempt that failed with an error
+// wrapping [ErrNotRun] is run again the same way (the error is returned,
+// wrapped, when the attempts are used up); fn may therefore run several times and
 // must decide from what it reads each time. If fn returns an error, Run
 // unwatches and returns that error unchanged. If fn queues nothing, Run
 // unwatches and returns (nil, nil).
@@ -80,14 +82,15 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		watch, fn = r.Fence.wrapRun(watch, fn)
 	}
 	unwatch := false // a hold's WATCH from a conflicting attempt is on conn
+	var notRun error // the last attempt's error wrapping ErrNotRun
 	for attempt := 0; attempt < attempts; attempt++ {
 		if attempt > 0 {
 			if err := r.sleep(ctx, attempt); err != nil {
-				return nil, err
+				return nil, withNotRun(err, notRun)
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, withNotRun(err, notRun)
 		}
 		tx := &Tx{ctx: ctx, conn: conn, r: r}
 		if unwatch {
@@ -100,10 +103,20 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		replies, err := tx.run(watch, fn)
 		if errors.Is(err, errNilExec) {
 			r.conflicts.Add(1)
+			unwatch, notRun = tx.hold != nil, nil
+			continue
+		}
+		if errors.Is(err, ErrNotRun) {
+			// Nothing ran: the connection sends the next attempt where
+			// the keys live now. A hold's WATCH may have been sent.
+			notRun = err
 			unwatch = tx.hold != nil
 			continue
 		}
 		return replies, err
+	}
+	if notRun != nil {
+		return nil, fmt.Errorf("txn: %d attempts: %w", attempts, notRun)
 	}
 	if unwatch {
 		// The last attempt's hold left a WATCH; give it up.
@@ -112,6 +125,16 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		}
 	}
 	return nil, fmt.Errorf("txn: %d attempts: %w", attempts, ErrConflict)
+}
+
+// withNotRun adds to err, the end of Run's context, the error of the last
+// attempt when nothing of it ran, so that the caller learns both why it
+// stopped and that nothing was written.
+func withNotRun(err, notRun error) error {
+	if notRun == nil {
+		return err
+	}
+	return fmt.Errorf("%w (after %w)", err, notRun)
 }
 
 // run is one attempt.

@@ -132,11 +132,11 @@ without one, or with http.read_only, the dashboard only shows.`,
 		for _, w := range warnings {
 			log.Warn(w)
 		}
-		pool, err := newPool(set.Redis, set.poolSize(), nil)
+		pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
 		if err != nil {
 			return a.fail("dashboard", err)
 		}
-		defer pool.Close()
+		defer closePool(pool)
 		// Gauges only: the tasks run in other processes, whose own
 		// /metrics count them.
 		eng := set.engineConfig(log)

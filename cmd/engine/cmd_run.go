@@ -74,11 +74,11 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	pool, err := newPool(set.Redis, set.poolSize(), nil)
+	pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
 	if err != nil {
 		return a.fail("run", err)
 	}
-	defer pool.Close()
+	defer closePool(pool)
 
 	var state runState
 	if set.HTTP.Addr != "" && set.sharded() {

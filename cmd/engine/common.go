@@ -98,7 +98,7 @@ func (s *session) close() {
 		s.closeShards()
 		return
 	}
-	s.pool.Close()
+	closePool(s.pool)
 }
 
 // connect loads the settings and opens a pool and a client. On failure it
@@ -115,7 +115,7 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	if set.sharded() {
 		return a.connectShards(cmd, set, log)
 	}
-	pool, err := newPool(set.Redis, set.poolSize(), nil)
+	pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
 	if err != nil {
 		return nil, a.fail(cmd.Name(), err)
 	}
@@ -124,7 +124,7 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), set.Redis.DialTimeout+max(set.Redis.ReadTimeout, 5*time.Second))
 	defer cancel()
 	if err := ping(ctx, pool, set.Redis.Addr); err != nil {
-		pool.Close()
+		closePool(pool)
 		var re *refusedError
 		if !errors.As(err, &re) {
 			err = fmt.Errorf("cannot reach Redis at %s: %w", set.Redis.Addr, err)
@@ -136,7 +136,7 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	}
 	client, err := engine.NewClient(pool, set.engineConfig(log))
 	if err != nil {
-		pool.Close()
+		closePool(pool)
 		return nil, a.fail(cmd.Name(), err)
 	}
 	return &session{set: set, log: log, pool: pool, client: client}, nil

@@ -49,6 +49,7 @@ type RedisSettings struct {
 	}
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int
+	RedisModeSettings                      // config_redis_mode.go
 }
 
 // HTTPSettings is the HTTP server of `engine run` and `engine dashboard`
@@ -80,6 +81,7 @@ func Defaults() *Settings {
 	s.Redis.Addr = "127.0.0.1:6379"
 	s.Redis.DialTimeout, s.Redis.ReadTimeout, s.Redis.WriteTimeout = 5*time.Second, 15*time.Second, 10*time.Second
 	s.Log.Level, s.Log.Format = "info", "text"
+	redisModeDefaults(s)
 	return s
 }
 
@@ -138,6 +140,7 @@ var settings = func() []setting {
 		{"http.token_file", func(s *Settings) any { return &s.HTTP.TokenFile }},
 		{"http.read_only", func(s *Settings) any { return &s.HTTP.ReadOnly }},
 	}
+	out = append(out, redisModeSettings...)
 	for key, field := range engineFields {
 		out = append(out, setting{key, func(s *Settings) any {
 			return reflect.ValueOf(&s.Engine).Elem().FieldByName(field).Addr().Interface()
@@ -291,6 +294,7 @@ func (s *Settings) validate() error {
 	}
 	s.validatePeriodic(bad)
 	s.validateShards(bad)
+	s.validateRedisMode(bad)
 	return errors.Join(errs...)
 }
 

@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -58,6 +58,12 @@ func (s *Settings) validateShards(bad func(key, format string, args ...any)) {
 			bad(fmt.Sprintf("shards.lanes[%d]", i), "%q: want host:port", addr)
 		}
 	}
+	if s.sharded() && s.Redis.Mode != "" && s.Redis.Mode != modeSingle {
+		bad("shards.lanes", "with redis.mode %s: the daemon's shard map lists single servers (mode single); a library user can give engine.Shards one topology pool per lane", s.Redis.Mode)
+	}
+	if s.sharded() && len(s.Redis.Replicas) > 0 {
+		bad("shards.lanes", "with redis.replicas: the replica list names one server's replicas, not each lane's; a library user can give engine.Shards one topology.Replicated pool per lane")
+	}
 	if s.Shards.Version > 0 && !s.sharded() {
 		bad("shards.version", "%d without shards.lanes: list the lanes' servers", s.Shards.Version)
 	}
@@ -71,13 +77,13 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 	byAddr := map[string]*redis.Pool{}
 	closeAll := func() {
 		for _, p := range byAddr {
-			p.Close()
+			closePool(p)
 		}
 	}
 	for _, addr := range set.Shards.Lanes {
 		p := byAddr[addr]
 		if p == nil {
-			rs := set.Redis
+			rs := set.redisSettings()
 			rs.Addr = addr
 			var err error
 			if p, err = newPool(rs, set.poolSize(), nil); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/redis24"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -77,7 +78,7 @@ func tlsConfig(rs RedisSettings) (*tls.Config, error) {
 // configured (Redis 6+ only), and SELECT picks the database; an error
 // reply to either is a *refusedError. census, if not nil, records every
 // command.
-func dialer(rs RedisSettings, census *redis24.Census) (func(context.Context) (redis.Conn, error), error) {
+func dialer(rs RedisSettings, census *redis24.Census, extra ...redis24.Option) (func(context.Context) (redis.Conn, error), error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(rs.DialTimeout),
 		redis.DialReadTimeout(rs.ReadTimeout),
@@ -94,6 +95,7 @@ func dialer(rs RedisSettings, census *redis24.Census) (func(context.Context) (re
 	if census != nil {
 		wrapOpts = append(wrapOpts, redis24.WithCensus(census))
 	}
+	wrapOpts = append(wrapOpts, extra...)
 	auth := []any{rs.Password}
 	if rs.User != "" {
 		auth = []any{rs.User, rs.Password}
@@ -134,6 +136,9 @@ func classify(addr, what string, err error) error {
 // newPool returns the pool every command uses: connections wrapped by
 // redis24.Wrap, idle ones PINGed when older than a minute.
 func newPool(rs RedisSettings, size int, census *redis24.Census) (*redis.Pool, error) {
+	if p, err := modePool(rs, size, census); p != nil || err != nil {
+		return p, err // config_redis_mode.go
+	}
 	dial, err := dialer(rs, census)
 	if err != nil {
 		return nil, err
@@ -167,6 +172,9 @@ func ping(ctx context.Context, pool *redis.Pool, addr string) error {
 
 // transient reports whether an error reply may go away on its own.
 func transient(err error) bool {
+	if errors.Is(err, txn.ErrNotRun) {
+		return true // a redirection or no master yet (config_redis_mode.go)
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return true

@@ -137,8 +137,8 @@ type harness struct {
 	// and laneAddrs their servers' addresses for the processes.
 	lanes     []*lane
 	laneAddrs string
-	rate       float64
-	started    time.Time
+	rate      float64
+	started   time.Time
 
 	mu       sync.Mutex
 	procs    []*proc

@@ -218,7 +218,13 @@ func (r *Router) pool(addr string) (*redis.Pool, error) {
 	}
 	if p = r.pools[addr]; p == nil {
 		p = &redis.Pool{
-			DialContext: func(ctx context.Context) (redis.Conn, error) { return r.opts.Dial(ctx, addr) },
+			DialContext: func(ctx context.Context) (redis.Conn, error) {
+				c, err := r.opts.Dial(ctx, addr)
+				if err != nil {
+					return nil, err
+				}
+				return guardedConn{c}, nil
+			},
 			MaxIdle:     r.opts.MaxIdle,
 			MaxActive:   r.opts.MaxActive,
 			IdleTimeout: r.opts.IdleTimeout,
@@ -459,4 +465,64 @@ func (r *Router) Do(ctx context.Context, key string, cmd string, args ...interfa
 		}
 	}
 	return nil, fmt.Errorf("%w: %s on slot %d, %d tries: %w", ErrTriesExhausted, cmd, slot, r.opts.MaxTries, last)
+}
+
+// NoteUnreachable counts a node that a caller dialling on its own (outside
+// the Router's pools) could not reach, in [Stats].Unreachable.
+func (r *Router) NoteUnreachable() { r.unreachable.Add(1) }
+
+// guardedConn refuses to write to a connection that failed. redigo's
+// DoContext returns when its context ends while its writer goroutine may
+// still be using the connection; the pool's Close of that connection then
+// sends UNWATCH or DISCARD, which raced with that goroutine.
+type guardedConn struct{ redis.Conn }
+
+var (
+	_ redis.ConnWithContext = guardedConn{}
+	_ redis.ConnWithTimeout = guardedConn{}
+)
+
+func (g guardedConn) Send(cmd string, args ...interface{}) error {
+	if err := g.Conn.Err(); err != nil {
+		return err
+	}
+	return g.Conn.Send(cmd, args...)
+}
+
+func (g guardedConn) Flush() error {
+	if err := g.Conn.Err(); err != nil {
+		return err
+	}
+	return g.Conn.Flush()
+}
+
+func (g guardedConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	if err := g.Conn.Err(); err != nil {
+		return nil, err
+	}
+	return g.Conn.Do(cmd, args...)
+}
+
+func (g guardedConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	if err := g.Conn.Err(); err != nil {
+		return nil, err
+	}
+	return redis.DoContext(g.Conn, ctx, cmd, args...)
+}
+
+func (g guardedConn) DoWithTimeout(timeout time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	if err := g.Conn.Err(); err != nil {
+		return nil, err
+	}
+	return redis.DoWithTimeout(g.Conn, timeout, cmd, args...)
+}
+
+func (g guardedConn) Receive() (interface{}, error) { return g.Conn.Receive() }
+
+func (g guardedConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(g.Conn, ctx)
+}
+
+func (g guardedConn) ReceiveWithTimeout(timeout time.Duration) (interface{}, error) {
+	return redis.ReceiveWithTimeout(g.Conn, timeout)
 }

@@ -106,8 +106,17 @@ func (n *Node) start() error {
 		c, err := redis.Dial("tcp", n.Addr, redis.DialConnectTimeout(time.Second),
 			redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
 		if err == nil {
-			_, err = c.Do("PING")
+			var info string
+			info, err = redis.String(c.Do("INFO", "server"))
 			c.Close()
+			// The server that answers must be this one: when the port was
+			// taken meanwhile, another process's server answers while
+			// ours exits on "Address already in use".
+			if err == nil && !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				_ = cmd.Process.Kill()
+				<-done
+				return fmt.Errorf("%s answered from another process: the port was taken", n.Addr)
+			}
 			if err == nil {
 				n.cmd, n.done = cmd, done
 				return nil

@@ -1,0 +1,270 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/redis24"
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// envLong makes the failover tests run their load longer (see
+// docs/scaling.md): the value is a duration, such as "30s".
+const envLong = "TOPOLOGY_TEST_LONG"
+
+// loadFor is how long producers run around each disruption.
+func loadFor(t *testing.T) time.Duration {
+	if v := os.Getenv(envLong); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envLong, v, err)
+		}
+		return d
+	}
+	return time.Second
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("TOPOLOGY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func engineConfig(t testing.TB, ns string) engine.Config {
+	return engine.Config{
+		Namespace:         ns,
+		Logger:            testLogger(t),
+		IdleWait:          time.Second,
+		HeartbeatInterval: 250 * time.Millisecond,
+		HeartbeatTTL:      3 * time.Second,
+		ReapInterval:      200 * time.Millisecond,
+		ShutdownTimeout:   5 * time.Second,
+		RetryDelay:        func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond },
+	}
+}
+
+// guardedDial dials addr with every command held to the Redis 2.4 table
+// and counted in census: the engine's connections must send nothing else
+// in any mode.
+func guardedDial(t testing.TB, census *redis24.Census) func(context.Context, string) (redis.Conn, error) {
+	return func(ctx context.Context, addr string) (redis.Conn, error) {
+		c, err := redis.DialContext(ctx, "tcp", addr, redis.DialConnectTimeout(time.Second),
+			redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		return redis24.Wrap(c, redis24.WithCensus(census), redis24.OnViolation(func(v *redis24.Violation) {
+			t.Errorf("engine connection sent a command outside Redis 2.4: %v", v)
+		})), nil
+	}
+}
+
+// load is an engine server and producers on one pool, with the ledger of
+// what was acknowledged and what ran.
+type load struct {
+	t      *testing.T
+	client *engine.Client
+
+	mu       sync.Mutex
+	acked    map[string]bool      // Enqueue returned nil
+	ackedAt  map[string]time.Time // when
+	ran      map[string]int       // handler runs per task
+	failures map[string]int       // Enqueue errors, by kind
+	samples  map[string]string
+	failed   atomic.Int64
+
+	stopServer func()
+	stopProd   func()
+}
+
+// startLoad starts an engine.Server with every role and producers
+// enqueueing tasks (half due now, half within a second) until stopProducers.
+func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
+	t.Helper()
+	cfg := engineConfig(t, ns)
+	client, err := engine.NewClient(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &load{t: t, client: client, acked: map[string]bool{}, ackedAt: map[string]time.Time{}, ran: map[string]int{}, failures: map[string]int{}, samples: map[string]string{}}
+	mux := engine.NewMux()
+	mux.HandleFunc("job", func(ctx context.Context, task *engine.Task) error {
+		l.mu.Lock()
+		l.ran[task.ID]++
+		l.mu.Unlock()
+		return nil
+	})
+	srv, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan struct{})
+	go func() {
+		defer close(sdone)
+		if err := srv.Run(sctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	l.stopServer = sync.OnceFunc(func() { scancel(); <-sdone })
+	t.Cleanup(l.stopServer)
+
+	pctx, pcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; pctx.Err() == nil; i++ {
+				ctx, cancel := context.WithTimeout(pctx, 10*time.Second)
+				var info *engine.TaskInfo
+				var err error
+				if (i+p)%2 == 0 {
+					info, err = client.Enqueue(ctx, "job", nil)
+				} else {
+					info, err = client.EnqueueIn(ctx, time.Duration(i%10)*100*time.Millisecond, "job", nil)
+				}
+				cancel()
+				if err != nil {
+					if pctx.Err() != nil {
+						return
+					}
+					l.failed.Add(1)
+					l.mu.Lock()
+					l.failures[errorKind(err)]++
+					if _, ok := l.samples[errorKind(err)]; !ok {
+						l.samples[errorKind(err)] = err.Error()
+					}
+					l.mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				l.mu.Lock()
+				l.acked[info.ID] = true
+				l.ackedAt[info.ID] = time.Now()
+				l.mu.Unlock()
+			}
+		}()
+	}
+	l.stopProd = sync.OnceFunc(func() { pcancel(); wg.Wait() })
+	t.Cleanup(l.stopProd)
+	return l
+}
+
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrUncertain):
+		return "uncertain"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	default:
+		return "other"
+	}
+}
+
+// ackedCount is how many enqueues were acknowledged so far.
+func (l *load) ackedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// waitAcked waits until n more enqueues than now were acknowledged: the
+// engine is taking writes.
+func (l *load) waitAcked(n int, timeout time.Duration) {
+	l.t.Helper()
+	want := l.ackedCount() + n
+	deadline := time.Now().Add(timeout)
+	for l.ackedCount() < want {
+		if time.Now().After(deadline) {
+			l.t.Fatalf("fewer than %d enqueues acknowledged within %v (failures so far: %v)", n, timeout, l.failureKinds())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (l *load) failureKinds() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range l.failures {
+		out[k] = v
+	}
+	return out
+}
+
+// settle stops the producers, waits until every acknowledged task ran or
+// timeout passed, and returns the acknowledged tasks that never ran, and
+// the count of tasks that ran more than once.
+func (l *load) settle(timeout time.Duration) (lost []string, dups int) {
+	l.t.Helper()
+	l.stopProd()
+	deadline := time.Now().Add(timeout)
+	for {
+		l.mu.Lock()
+		lost = lost[:0]
+		for id := range l.acked {
+			if l.ran[id] == 0 {
+				lost = append(lost, id)
+			}
+		}
+		dups = 0
+		for _, n := range l.ran {
+			if n > 1 {
+				dups++
+			}
+		}
+		l.mu.Unlock()
+		if len(lost) == 0 || time.Now().After(deadline) {
+			return lost, dups
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// report logs the ledger and, when a server was killed at killed, how
+// long before the kill each lost task had been acknowledged.
+func (l *load) report(what string, lost []string, dups int, killed time.Time) {
+	l.t.Helper()
+	l.mu.Lock()
+	acked, ran := len(l.acked), len(l.ran)
+	for _, id := range lost {
+		if !killed.IsZero() {
+			l.t.Logf("%s: lost task %s was acknowledged %v before the kill", what, id, killed.Sub(l.ackedAt[id]))
+		}
+	}
+	l.mu.Unlock()
+	l.t.Logf("%s: %d enqueues acknowledged, %d tasks ran, %d acknowledged and never ran (lost), %d ran twice or more, "+
+		"%d enqueues failed %v %q", what, acked, ran, len(lost), dups, l.failed.Load(), l.failureKinds(), l.samples)
+}
+
+func splitAddr(t testing.TB, addr string) (string, string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, port
+}
+
+func dbsize(t testing.TB, c redis.Conn) int {
+	t.Helper()
+	n, err := redis.Int(c.Do("DBSIZE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
