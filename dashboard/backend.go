@@ -18,6 +18,8 @@ type Backend interface {
 	Periodics(ctx context.Context) ([]engine.PeriodicStatus, error)
 	PauseQueue(ctx context.Context, q string) error
 	ResumeQueue(ctx context.Context, q string) error
+	Result(ctx context.Context, id string) ([]byte, error)
+	Workflow(ctx context.Context, id string) (*engine.WorkflowInfo, error)
 }
 
 var _ Backend = (*engine.Inspector)(nil)

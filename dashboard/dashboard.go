@@ -98,7 +98,7 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 	}
 	d := &Dashboard{b: b, opts: opts, mux: http.NewServeMux(), tmpl: map[string]*template.Template{},
 		hist: newHistory(int(chartWindow/opts.SampleEvery) + 1), start: opts.Now()}
-	for _, page := range []string{"overview", "queue", "task", "workers", "periodic", "confirm", "login", "error"} {
+	for _, page := range []string{"overview", "queue", "task", "workflow", "workers", "periodic", "confirm", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(d.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
@@ -110,6 +110,7 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /{$}", d.overview)
 	d.mux.HandleFunc("GET /queues/{queue}", d.queue)
 	d.mux.HandleFunc("GET /tasks/{id}", d.task)
+	d.mux.HandleFunc("GET /workflows/{id}", d.workflow)
 	d.mux.HandleFunc("GET /tasks", func(w http.ResponseWriter, r *http.Request) {
 		// The header's "Task id" box: any task, done and cancelled ones too.
 		id := strings.TrimSpace(r.URL.Query().Get("id"))
@@ -397,14 +398,50 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pretty, kind := prettyPayload(ti.Payload)
+	var result, resultKind, resultErr string
+	hasResult := false
+	if ti.State == engine.StateDone {
+		res, err := d.b.Result(ctx, ti.ID)
+		switch {
+		case err != nil:
+			resultErr = err.Error()
+		case res != nil:
+			hasResult = true
+			result, resultKind = prettyPayload(res)
+		}
+	}
 	d.render(w, "task", http.StatusOK, struct {
 		base
-		T        *engine.TaskView
-		Payload  string
-		Kind     string
-		Timeline []event
-		Verbs    []engine.Action
-	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(&ti.TaskInfo), verbsFor(ti.State)})
+		T          *engine.TaskView
+		Payload    string
+		Kind       string
+		Timeline   []event
+		Verbs      []engine.Action
+		HasResult  bool
+		Result     string
+		ResultKind string
+		ResultErr  string
+	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(&ti.TaskInfo), verbsFor(ti.State), hasResult, result, resultKind, resultErr})
+}
+
+// workflow shows a chain's steps or a group's members, their states and
+// where the workflow stopped.
+func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	wf, err := d.b.Workflow(ctx, r.PathValue("id"))
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
+			code = http.StatusNotFound
+		}
+		d.fail(w, r, code, err)
+		return
+	}
+	d.render(w, "workflow", http.StatusOK, struct {
+		base
+		W *engine.WorkflowInfo
+	}{d.base(w, r, "Workflow "+wf.ID, ""), wf})
 }
 
 func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {

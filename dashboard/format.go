@@ -26,6 +26,7 @@ func (d *Dashboard) funcs() template.FuncMap {
 		"preview":   preview,
 		"qpath":     func(q string) string { return "/queues/" + url.PathEscape(q) },
 		"tpath":     func(id string) string { return "/tasks/" + url.PathEscape(id) },
+		"wfpath":    func(id string) string { return "/workflows/" + url.PathEscape(id) },
 		"verbLabel": func(v engine.Action) string { return verbLabel[v] },
 		"danger":    destructive,
 		"join":      strings.Join,

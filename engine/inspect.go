@@ -49,6 +49,11 @@ func (c *Client) Inspector() *Inspector {
 // calls both offer.
 func (in *Inspector) client() *Client { return &Client{pool: in.pool, cfg: in.cfg, store: in.store} }
 
+// Result is [Client.Result], for the dashboard's task page.
+func (in *Inspector) Result(ctx context.Context, id string) ([]byte, error) {
+	return in.client().Result(ctx, id)
+}
+
 // Periodics lists the periodic entries declared in the namespace, as
 // [Client.Periodics] does: schedule, next and last firing with the state
 // of its task, and whether any live process declares it.

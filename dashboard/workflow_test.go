@@ -1,0 +1,106 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/dashboard"
+	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/redistest"
+)
+
+// The workflow page lists a chain's steps with their states, and a step's
+// task page links to its workflow and shows the result it recorded.
+func TestWorkflowAndResultPages(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := srv.Pool(t)
+	cfg := engine.DefaultConfig()
+	cfg.Namespace = redistest.Namespace(t)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	client, err := engine.NewClient(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := engine.NewMux()
+	mux.HandleFunc("fetch", func(ctx context.Context, _ *engine.Task) error {
+		return engine.SetResult(ctx, []byte("42 lines fetched"))
+	})
+	mux.HandleFunc("report", func(context.Context, *engine.Task) error { return nil })
+	es, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = es.Run(ctx) }()
+	t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		_ = es.Shutdown(sctx)
+		cancel()
+		<-done
+	})
+	wf, err := client.EnqueueChain(context.Background(), "import-7",
+		engine.Step{Type: "fetch"}, engine.Step{Type: "report", PassResult: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := client.Workflow(context.Background(), wf.ID)
+		if err == nil && info.State == "done" {
+			wf = info
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chain did not finish: %+v, %v", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d, err := dashboard.New(client.Inspector(), dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(d)
+	t.Cleanup(hs.Close)
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	page := get("/workflows/" + url.PathEscape(wf.ID))
+	for _, want := range []string{"Chain", wf.ID, wf.Steps[0].ID, wf.Steps[1].ID, "fetch", "report", "s-done"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("workflow page lacks %q", want)
+		}
+	}
+	step := get("/tasks/" + url.PathEscape(wf.Steps[0].ID))
+	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched"} {
+		if !strings.Contains(step, want) {
+			t.Errorf("task page of the first step lacks %q", want)
+		}
+	}
+	resp, err := http.Get(hs.URL + "/workflows/no-such-workflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an unknown workflow: %d, want 404", resp.StatusCode)
+	}
+}
