@@ -247,6 +247,17 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				tx.Queue("HINCRBY", st, StatCancelled, 1)
 				s.flowWrites(tx, r) // a workflow's task: its group or chain learns of it
 			case a == ActDelete:
+				// A workflow's step or member that is deleted before it
+				// ended counts as cancelled ("deleted") for its chain or
+				// group, which would otherwise wait for it for ever.
+				var ended *Record
+				if r.Flow != nil && (r.State == StateWaiting || r.State == StateRetry || r.State == StateRunning) {
+					if err := s.flowRead(tx, r, views); err != nil {
+						return err
+					}
+					ended = r.clone()
+					ended.State, ended.Finished, ended.LastError = StateCancelled, now, "deleted"
+				}
 				switch r.State {
 				case StateWaiting, StateRetry:
 					if inBucket {
@@ -267,6 +278,9 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 					tx.Queue("DEL", s.Keys.Task(r.ID))
 				default:
 					tx.Queue("DEL", s.Keys.Task(r.ID))
+				}
+				if ended != nil {
+					s.flowWrites(tx, ended)
 				}
 			default:
 				ok = false

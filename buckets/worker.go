@@ -562,22 +562,42 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 			out = AbandonStillOurs
 			return nil
 		}
+		if cur == nil && r.Flow != nil {
+			// A workflow's step or member whose record is gone or
+			// destroyed: its chain or group learns of it (from the
+			// record as claimed), instead of waiting for it for ever.
+			if err := s.flowRead(tx, r, FlowViews{}); err != nil {
+				return err
+			}
+		}
 		tx.Queue("ZREM", pending, r.ID)
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, -1)
+		var reason string
+		state := StateDead
 		switch {
 		case wrongType:
 			out = AbandonBuried
-			return s.buryWrongType(tx, r.ID, r.Queue, now)
+			reason = "record replaced by a key of another type while it ran"
+			if err := s.buryWrongType(tx, r.ID, r.Queue, now); err != nil {
+				return err
+			}
 		case raw == nil:
 			out = AbandonDropped
+			reason, state = "record deleted while it ran", StateCancelled
 		case cur == nil:
 			out = AbandonBuried
 			_, derr := DecodeRecord(r.ID, raw)
-			s.bury(tx, &Record{ID: r.ID, Queue: r.Queue, Type: r.Type, MaxAttempts: 1, Payload: raw}, now,
-				fmt.Sprintf("record corrupted while it ran: %v", derr))
+			reason = fmt.Sprintf("record corrupted while it ran: %v", derr)
+			s.bury(tx, &Record{ID: r.ID, Queue: r.Queue, Type: r.Type, MaxAttempts: 1, Payload: raw}, now, reason)
 		default:
 			// Decodable, not running under w: another's business now.
 			out = AbandonNone
+			return nil
+		}
+		if r.Flow != nil {
+			ended := r.clone()
+			ended.State, ended.Finished, ended.LastError, ended.Worker = state, now, reason, ""
+			s.flowWrites(tx, ended)
 		}
 		return nil
 	})

@@ -445,3 +445,57 @@ func TestActCancelCompletesGroup(t *testing.T) {
 		t.Fatalf("outcomes %+v", outs)
 	}
 }
+
+// A member deleted by the inspector before it ended, and one whose record
+// is destroyed while it runs (Abandon), still count for their group: its
+// callback runs, listing them, instead of the group waiting for ever.
+func TestDeletedAndAbandonedMembersCompleteGroup(t *testing.T) {
+	s, pool, _ := realStore(t)
+	ctx := testCtx(t)
+	c := pool.Get()
+	defer c.Close()
+	if err := enqueueGroup("gd", 3, PolicyContinue)(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	// Two members running, one still waiting.
+	running := map[string]*Record{}
+	for _, w := range []string{"wa", "wb"} {
+		r, err := claimNext(ctx, s, c, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		running[w] = r
+	}
+	var waiting string
+	for i := range 3 {
+		if id := FlowStepID("gd", i); id != running["wa"].ID && id != running["wb"].ID {
+			waiting = id
+		}
+	}
+	// The waiting member is deleted from the inspector.
+	if res, err := s.Act(ctx, c, ActDelete, []string{waiting}, t0+20, 3600, nil); err != nil || res.Done != 1 {
+		t.Fatalf("delete: %+v %v", res, err)
+	}
+	// One running member's record is deleted, the other's corrupted.
+	if _, err := c.Do("DEL", s.Keys.Task(running["wa"].ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", s.Keys.Task(running["wb"].ID), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"wa", "wb"} {
+		if _, err := s.Abandon(ctx, c, w, running[w], t0+30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outs := callbackInput(t, ctx, s, c, "gd")
+	if len(outs) != 3 {
+		t.Fatalf("outcomes %+v; want 3", outs)
+	}
+	want := map[string]string{waiting: "cancelled", running["wa"].ID: "cancelled", running["wb"].ID: "dead"}
+	for _, o := range outs {
+		if o.State != want[o.ID] {
+			t.Errorf("outcome of %s: %s (%q), want %s", o.ID, o.State, o.Error, want[o.ID])
+		}
+	}
+}
