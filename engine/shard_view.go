@@ -339,9 +339,43 @@ func (in *ShardedInspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return out, err
 }
 
-// Task reports one task from its lane (see Inspector.Task).
+// Task reports one task from its lane (see Inspector.Task). An id its
+// lane does not hold is looked for in the other lanes: a workflow's steps
+// ("<workflow>~<i>") live in the lane the workflow was enqueued to, which
+// their ids do not name.
 func (in *ShardedInspector) Task(ctx context.Context, id string) (*TaskView, error) {
-	return in.lanes[in.c.LaneOf(id)].Task(ctx, id)
+	return inLanes(in, id, func(l *Inspector) (*TaskView, error) { return l.Task(ctx, id) })
+}
+
+// Workflow reports workflow id from the lane that holds it (see
+// Inspector.Workflow), looked for as Task looks for a task.
+func (in *ShardedInspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	return inLanes(in, id, func(l *Inspector) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
+}
+
+// Result reports a done task's result from its lane (see Client.Result).
+func (in *ShardedInspector) Result(ctx context.Context, id string) ([]byte, error) {
+	return in.lanes[in.c.LaneOf(id)].Result(ctx, id)
+}
+
+// Periodics reports the periodic entries, which live in lane 0.
+func (in *ShardedInspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
+	return in.lanes[0].Periodics(ctx)
+}
+
+// inLanes asks id's lane first, then, while the answer is ErrNotFound,
+// the others in order.
+func inLanes[T any](in *ShardedInspector, id string, f func(*Inspector) (*T, error)) (*T, error) {
+	first := in.c.LaneOf(id)
+	v, err := f(in.lanes[first])
+	for k := 0; k < len(in.lanes) && errors.Is(err, ErrNotFound); k++ {
+		if k != first {
+			if w, werr := f(in.lanes[k]); !errors.Is(werr, ErrNotFound) {
+				return w, werr
+			}
+		}
+	}
+	return v, err
 }
 
 // Workers lists the worker processes of every lane; a process serving

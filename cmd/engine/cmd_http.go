@@ -56,7 +56,7 @@ type httpSide struct {
 // /metrics and the dashboard) and opens its listener, so that a taken port
 // fails at start. ready reports this process's components (nil: none).
 // metrics serves /metrics (see metricsHandler).
-func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler) (*httpSide, error) {
+func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler, backend dashboard.Backend) (*httpSide, error) {
 	token, err := a.httpToken(set)
 	if err != nil {
 		return nil, err
@@ -66,11 +66,14 @@ func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready f
 	if err != nil {
 		return nil, err
 	}
-	client, err := engine.NewClient(pool, set.engineConfig(log))
-	if err != nil {
-		return nil, err
+	if backend == nil {
+		client, err := engine.NewClient(pool, set.engineConfig(log))
+		if err != nil {
+			return nil, err
+		}
+		backend = client.Inspector()
 	}
-	dash, err := dashboard.New(client.Inspector(), dashboard.Options{Token: token,
+	dash, err := dashboard.New(backend, dashboard.Options{Token: token,
 		ReadOnly: set.HTTP.ReadOnly, Logger: log.With("component", "dashboard")})
 	if err != nil {
 		return nil, err
@@ -122,9 +125,6 @@ without one, or with http.read_only, the dashboard only shows.`,
 		if err != nil {
 			return a.fail("dashboard", err)
 		}
-		if set.sharded() {
-			return a.fail("dashboard", errNotSharded(set, "dashboard"))
-		}
 		if set.HTTP.Addr == "" {
 			set.HTTP.Addr = defaultDashboardAddr
 		}
@@ -132,19 +132,36 @@ without one, or with http.read_only, the dashboard only shows.`,
 		for _, w := range warnings {
 			log.Warn(w)
 		}
-		pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
-		if err != nil {
-			return a.fail("dashboard", err)
-		}
-		defer closePool(pool)
 		// Gauges only: the tasks run in other processes, whose own
 		// /metrics count them.
 		eng := set.engineConfig(log)
-		mh, err := metricsHandler(pool, &eng)
-		if err != nil {
-			return a.fail("dashboard", err)
+		var (
+			pool    *redis.Pool
+			mh      http.Handler
+			backend dashboard.Backend
+		)
+		if set.sharded() {
+			sh, closeAll, err := shardPools(set)
+			if err != nil {
+				return a.fail("dashboard", err)
+			}
+			defer closeAll()
+			sc, err := engine.NewShardedClient(sh, eng)
+			if err != nil {
+				return a.fail("dashboard", err)
+			}
+			pool, mh, backend = sh.Pools[0], shardedMetrics(sc, &eng), sc.Inspector()
+		} else {
+			pool, err = newPool(set.redisSettings(), set.poolSize(), nil)
+			if err != nil {
+				return a.fail("dashboard", err)
+			}
+			defer closePool(pool)
+			if mh, err = metricsHandler(pool, &eng); err != nil {
+				return a.fail("dashboard", err)
+			}
 		}
-		h, err := a.newHTTP(set, pool, log, nil, mh)
+		h, err := a.newHTTP(set, pool, log, nil, mh, backend)
 		if err != nil {
 			return a.fail("dashboard", err)
 		}

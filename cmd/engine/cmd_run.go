@@ -81,9 +81,6 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	defer closePool(pool)
 
 	var state runState
-	if set.HTTP.Addr != "" && set.sharded() {
-		log.Warn("http.addr is not served with shards configured (the dashboard and metrics span one lane only); use engine stats and engine shards")
-	}
 	if set.HTTP.Addr != "" && !set.sharded() {
 		// The collector observes this process's engine (eng.Observer,
 		// before NewServer) and reads the queue gauges at scrape time.
@@ -91,7 +88,7 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		if err != nil {
 			return a.fail("run", err)
 		}
-		h, err := a.newHTTP(set, pool, log, state.ready, mh)
+		h, err := a.newHTTP(set, pool, log, state.ready, mh, nil)
 		if err != nil {
 			return a.fail("run", err)
 		}

@@ -99,7 +99,7 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 
 // shardCommands are the commands that span lanes; the others refuse a
 // sharded configuration rather than see lane 0 alone.
-var shardCommands = []string{"stats", "check", "shards", "enqueue", "cancel", "lookup"}
+var shardCommands = []string{"stats", "check", "shards", "enqueue", "cancel", "lookup", "dashboard"}
 
 // connectShards is connect for a sharded configuration: the session's
 // client and pool are lane 0's, shards spans every lane.
@@ -126,6 +126,29 @@ func (a *app) runSharded(ctx context.Context, set *Settings, log *slog.Logger, e
 		return a.fail("run", err)
 	}
 	defer closeAll()
+	var state runState
+	if set.HTTP.Addr != "" {
+		// The dashboard, /metrics and the health endpoints span every
+		// lane (/healthz pings lane 0's server).
+		sc, err := engine.NewShardedClient(sh, eng)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		mh := shardedMetrics(sc, &eng)
+		h, err := a.newHTTP(set, sh.Pools[0], log, state.ready, mh, sc.Inspector())
+		if err != nil {
+			return a.fail("run", err)
+		}
+		httpCtx, stopHTTP := context.WithCancel(context.Background())
+		httpDone := make(chan struct{})
+		go func() {
+			defer close(httpDone)
+			if err := h.serve(httpCtx); err != nil {
+				log.Error("HTTP server stopped", "err", err)
+			}
+		}()
+		defer func() { stopHTTP(); <-httpDone }()
+	}
 	srv, err := engine.NewShardedServer(sh, eng, handler, roles)
 	if err != nil {
 		return a.fail("run", err)
@@ -141,7 +164,7 @@ func (a *app) runSharded(ctx context.Context, set *Settings, log *slog.Logger, e
 	if timeout == 0 {
 		timeout = engine.DefaultConfig().ShutdownTimeout
 	}
-	return serve(ctx, srv, timeout, log, nil)
+	return serve(ctx, srv, timeout, log, &state)
 }
 
 // waitForRedisUnlessSharded is waitForRedis on redis.addr, or nothing

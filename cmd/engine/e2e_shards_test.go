@@ -87,6 +87,18 @@ func TestE2EShards(t *testing.T) {
 	if out := h.ok("check"); strings.Count(out, "no findings") != 3 {
 		t.Errorf("check over three lanes:\n%s", out)
 	}
+	// The dashboard and /metrics span the lanes too.
+	dash := h.start(nil, "dashboard", "--http", "127.0.0.1:0")
+	base := dash.httpAddr()
+	h.eventually(10*time.Second, "/readyz to answer 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+	if code, body := httpGet(t, base+"/"); code != 200 || !strings.Contains(body, "default") {
+		t.Errorf("dashboard over the lanes: %d\n%s", code, body)
+	}
+	if code, body := httpGet(t, base+"/metrics"); code != 200 || !strings.Contains(body, "bucketq_redis_stats_up 1") ||
+		!strings.Contains(body, `bucketq_queue_tasks{queue="default",state="ready"} 0`) {
+		t.Errorf("/metrics over the lanes: %d, want the gauges read from every lane\n%s", code, body)
+	}
+	dash.stop(syscall.SIGTERM, 10*time.Second)
 	table := h.ok("shards")
 	if !strings.Contains(table, other.Addr) || !strings.Contains(table, "shard map version 1") {
 		t.Errorf("shards table:\n%s", table)

@@ -130,7 +130,7 @@ func New(opts Options) *Collector {
 			Help: "Tasks this process's dispatcher made ready."}),
 		conflicts: prom.NewCounter(prom.CounterOpts{Namespace: "bucketq", Name: "dispatcher_conflicts_total",
 			Help: "Dispatcher transactions in this process that found their buckets changed by another and were left for later."}),
-		queueTasks: prom.NewDesc("bucketq_queue_tasks", "Tasks of a queue by state (scheduled includes those waiting to be retried), read from Redis.",
+		queueTasks: prom.NewDesc("bucketq_queue_tasks", "Tasks of a queue by state (disjoint: a retry waiting in its bucket is retrying, a due one ready), read from Redis.",
 			[]string{"queue", "state"}, nil),
 		oldestReady: prom.NewDesc("bucketq_queue_oldest_ready_age_seconds", "How long the oldest ready task of a queue has been due, read from Redis.",
 			[]string{"queue"}, nil),
