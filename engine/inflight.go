@@ -49,6 +49,24 @@ func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, 
 	return id, err
 }
 
+// popMany is pop for a round trip (fn) that may take several ids.
+func (s *inflightSet) popMany(fn func() (ids []string, lost bool, err error)) ([]string, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	ids, lost, err := fn()
+	if len(ids) > 0 {
+		s.mu.Lock()
+		for _, id := range ids {
+			s.held[id]++
+		}
+		s.mu.Unlock()
+	}
+	if lost {
+		s.markLost()
+	}
+	return ids, err
+}
+
 // release ends the hold on id: its claim is over (the claim removed it
 // from the list), or it is given back to the recoverer (give set).
 func (s *inflightSet) release(id string, give bool) {

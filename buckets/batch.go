@@ -1,0 +1,214 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// PopMany takes up to n of the oldest ready tasks of queue q into worker
+// process w's in-flight list in one round trip: n RPOPLPUSH q:<q> f:<w>
+// sent together. Each is atomic on its own, so a task is never only in
+// the memory of a process, as with Pop. It returns the ids taken, oldest
+// first; fewer than n (or none) when the queue ran out. An error reply
+// (a key of the wrong type) is returned with the ids taken before it; a
+// connection failure may have lost the replies of pops that happened.
+func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error) {
+	if n <= 1 {
+		id, err := s.Pop(ctx, conn, q, w)
+		if id == "" {
+			return nil, err
+		}
+		return []string{id}, err
+	}
+	cmds := make([]txn.Cmd, n)
+	for i := range cmds {
+		cmds[i] = s.PopNext(q, w)
+	}
+	reps, err := pipeline(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: pop %s: %w", q, err)
+	}
+	var ids []string
+	for _, rep := range reps {
+		// An error reply stops nothing on the server: ids the later pops
+		// took are returned with it.
+		if e := asError(rep); e != nil {
+			err = fmt.Errorf("buckets: pop %s: %w", q, e)
+			continue
+		}
+		if rep == nil {
+			continue // the queue ran out (a push may refill it for a later pop)
+		}
+		id, serr := redis.String(rep, nil)
+		if serr != nil {
+			err = fmt.Errorf("buckets: pop %s: %w", q, serr)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, err
+}
+
+// ClaimBatch is Claim for several ids popped from queue q together, in one
+// optimistic transaction: it WATCHes every t:<id> and the paused set,
+// reads them in one round trip, decides each id as Claim does and sends
+// the concatenation of their writes in one MULTI/EXEC.
+//
+// WATCH   t:<id1> … t:<idn> paused
+// read    GET t:<id> (each), SISMEMBER paused q
+// queue   per id, Claim's writes for what its record says
+//
+// A change to any of the records before EXEC makes the whole batch read
+// and decide again (txn.Runner.Run). cs has one ClaimState per id, kept
+// by the caller across retries of the batch, so that a retry after a lost
+// EXEC reply recognises its own claims. No watch is held after it: a
+// batch's results are recorded with FinishGroup, which reads.
+//
+// Crash points are Claim's: before EXEC every id is still in f:<w>, where
+// the worker's recoverer (or, once its heartbeat is gone, the reaper)
+// finds it; after EXEC each claimed task is in p:<w> under its lease.
+func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*Record) int64, cs []ClaimState) ([]*Record, []ClaimResult, error) {
+	if len(cs) != len(ids) {
+		return nil, nil, fmt.Errorf("buckets: claim batch: %d claim states for %d ids", len(cs), len(ids))
+	}
+	watch := make([]string, 0, len(ids)+1)
+	for _, id := range ids {
+		watch = append(watch, s.Keys.Task(id))
+	}
+	watch = append(watch, s.Keys.Paused())
+	recs := make([]*Record, len(ids))
+	results := make([]ClaimResult, len(ids))
+	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		for i, id := range ids {
+			recs[i], results[i] = nil, Skipped
+			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
+			return err
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if len(reps) != len(ids)+1 {
+			return fmt.Errorf("%d replies to %d reads", len(reps), len(ids)+1)
+		}
+		paused, err := redis.Int(reps[len(ids)], nil)
+		if err != nil {
+			return err
+		}
+		batch := map[string]string{}
+		for i, id := range ids {
+			recs[i], results[i], err = s.claimDecide(tx, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", len(ids), err)
+	}
+	return recs, results, nil
+}
+
+// FinishItem is one run's result for FinishGroup.
+type FinishItem struct {
+	ID  string
+	Run int   // the run number the claim wrote
+	Now int64 // when the run ended, ms
+	// Decide sees the record as it is in Redis and sets what the outcome
+	// needs, as Finish's decide.
+	Decide func(*Record) Outcome
+	// Watch are further keys to watch for this task (read by Decide's
+	// caller before the group, say); the group fails over to a re-read if
+	// one changes.
+	Watch []string
+}
+
+// FinishResult is what FinishGroup did with one item.
+type FinishResult struct {
+	Rec *Record // the record as written (Err nil), or as read (ErrLeaseLost)
+	Out Outcome
+	// Err is nil when the result is recorded; ErrLeaseLost when the record
+	// is no longer this run's (Rec is as read); otherwise what reading the
+	// record met (ErrNotFound, ErrMalformed, a wrong-type reply). Nothing
+	// is written for an item with an error: Finish tells the rest.
+	Err error
+}
+
+// FinishGroup records the results of several of worker w's runs in one
+// optimistic transaction: the concatenation of each run's Finish writes,
+// built by the same per-task function (finishWrites).
+//
+// WATCH   t:<id> for each item, and each item's Watch keys
+// read    GET t:<id> (each; must be running under w, its run number)
+// queue   per item that is this run's, Finish's writes
+//
+// A change to any watched key before EXEC makes the whole group read and
+// decide again. An item whose record is not this run's, or cannot be
+// read, gets its error and no write; the others are recorded. A returned
+// error means the group as a whole failed: when it is a connection
+// failure the EXEC may have run, and each item must be reconciled as a
+// lost reply of Finish is. Crash points are Finish's, for every item at
+// once: before EXEC every task is still running in p:<w> (the reaper
+// returns it when its lease ends), after it every result is recorded.
+func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []FinishItem, doneTTL int64) ([]FinishResult, error) {
+	watch := make([]string, 0, len(items))
+	for _, it := range items {
+		watch = append(watch, s.Keys.Task(it.ID))
+		watch = append(watch, it.Watch...)
+	}
+	res := make([]FinishResult, len(items))
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
+		for i, it := range items {
+			res[i] = FinishResult{}
+			if err := tx.Send("GET", s.Keys.Task(it.ID)); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if len(reps) != len(items) {
+			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
+		}
+		for i, it := range items {
+			raw, err := redis.Bytes(reps[i], asError(reps[i]))
+			if errors.Is(err, redis.ErrNil) {
+				res[i].Err = fmt.Errorf("task %s: %w", it.ID, ErrNotFound)
+				continue
+			}
+			if err != nil {
+				res[i].Err = err
+				continue
+			}
+			r, err := DecodeRecord(it.ID, raw)
+			if err != nil {
+				res[i].Err = err
+				continue
+			}
+			if r.State != StateRunning || r.Worker != w || r.Runs != it.Run {
+				res[i] = FinishResult{Rec: r, Err: ErrLeaseLost}
+				continue
+			}
+			out, err := s.finishWrites(tx, w, r, it.Now, doneTTL, it.Decide)
+			if err != nil {
+				return err
+			}
+			res[i] = FinishResult{Rec: r, Out: out}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+	}
+	return res, nil
+}
