@@ -103,13 +103,14 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if err != nil {
 			return err
 		}
-		batch := map[string]string{}
+		batch := &batchState{runs: map[string]string{}}
 		for i, id := range ids {
 			recs[i], results[i], err = s.claimDecide(tx, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
 			if err != nil {
 				return err
 			}
 		}
+		batch.flush(tx, s.Keys.Ready(q))
 		return nil
 	})
 	if err != nil {
@@ -211,4 +212,50 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
 	}
 	return res, nil
+}
+
+// batchState is what the decisions of one ClaimBatch share: the
+// skip-if-running periodic entries claimed so far (entry → firing), and
+// the ids given back, pushed at the end in one RPUSH so that the oldest
+// is again the next to pop. A nil *batchState is Claim's: each id goes
+// back at once.
+type batchState struct {
+	runs map[string]string
+	back []string
+}
+
+func (b *batchState) run(entry string) string {
+	if b == nil {
+		return ""
+	}
+	return b.runs[entry]
+}
+
+func (b *batchState) claimedRun(entry, id string) {
+	if b != nil {
+		b.runs[entry] = id
+	}
+}
+
+// giveBack puts id back at the pop end of ready list key.
+func (b *batchState) giveBack(tx queuer, key, id string) {
+	if b == nil {
+		tx.Queue("RPUSH", key, id)
+		return
+	}
+	b.back = append(b.back, id)
+}
+
+// flush pushes the ids given back, the oldest last (RPOPLPUSH takes from
+// the tail).
+func (b *batchState) flush(tx queuer, key string) {
+	if len(b.back) == 0 {
+		return
+	}
+	args := make([]interface{}, 0, len(b.back)+1)
+	args = append(args, key)
+	for i := len(b.back) - 1; i >= 0; i-- {
+		args = append(args, b.back[i])
+	}
+	tx.Queue("RPUSH", args...)
 }

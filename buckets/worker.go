@@ -163,9 +163,8 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 // and the paused set, what becomes of popped id given rep, the reply to
 // GET t:<id>, and whether queue q is paused; it queues the writes that
 // say so (see Claim) and returns the claimed record, if any. cs may be
-// nil. batch, in a ClaimBatch, maps each skip-if-running periodic entry
-// to the firing claimed earlier in the same transaction.
-func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch map[string]string) (*Record, ClaimResult, error) {
+// nil. batch is the state of a ClaimBatch (nil in Claim).
+func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
 	key := s.Keys.Task(id)
 	rec, result := (*Record)(nil), Skipped
 	raw, err := redis.Bytes(rep, asError(rep))
@@ -187,7 +186,7 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 		rec, result = r, Claimed // our own claim, whose reply was lost
 	} else if (r.State == StateWaiting || r.State == StateRetry) && paused {
 		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-		tx.Queue("RPUSH", s.Keys.Ready(q), id)
+		batch.giveBack(tx, s.Keys.Ready(q), id)
 		return nil, Paused, nil
 	} else if r.State == StateWaiting || r.State == StateRetry {
 		if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
@@ -197,7 +196,7 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 			}
 			if back {
 				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-				tx.Queue("RPUSH", s.Keys.Ready(q), id)
+				batch.giveBack(tx, s.Keys.Ready(q), id)
 				s.queueTokens(tx, s.Keys.Notify(q), 1, "1")
 				return nil, NotServed, nil
 			}
@@ -205,7 +204,7 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 		if r.SkipIfRunning && r.Periodic != "" {
 			// The overlap rule of a periodic entry (periodic.go).
 			var skip bool
-			if prev := batch[r.Periodic]; prev != "" {
+			if prev := batch.run(r.Periodic); prev != "" {
 				s.skipOverlap(tx, r, now, prev)
 				skip = true
 			} else if skip, err = s.claimOverlap(tx, r, now); err != nil {
@@ -215,9 +214,7 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
 				return nil, Skipped, nil
 			}
-			if batch != nil {
-				batch[r.Periodic] = r.ID
-			}
+			batch.claimedRun(r.Periodic, r.ID)
 		}
 		was := r.State
 		r.State = StateRunning
