@@ -62,8 +62,9 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // read    GET t:<id> (each), SISMEMBER paused q
 // queue   per id, Claim's writes for what its record says
 //
-// A change to any of the records before EXEC makes the whole batch read
-// and decide again (txn.Runner.Run). cs has one ClaimState per id, kept
+// An id popped twice (a duplicate in the ready list) is decided once; its
+// second copy is Skipped. A change to any of the records before EXEC makes
+// the whole batch read and decide again (txn.Runner.Run). cs has one ClaimState per id, kept
 // by the caller across retries of the batch, so that a retry after a lost
 // EXEC reply recognises its own claims. No watch is held after it: a
 // batch's results are recorded with FinishGroup, which reads.
@@ -82,7 +83,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	watch = append(watch, s.Keys.Paused())
 	recs := make([]*Record, len(ids))
 	results := make([]ClaimResult, len(ids))
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		for i, id := range ids {
 			recs[i], results[i] = nil, Skipped
 			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
@@ -104,7 +105,17 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 			return err
 		}
 		batch := &batchState{runs: map[string]string{}}
+		seen := make(map[string]bool, len(ids))
 		for i, id := range ids {
+			if seen[id] {
+				// The same id twice in the list (a push repeated after a
+				// lost reply, say): the claim of the first copy decides;
+				// this one is only taken out of the in-flight list, as a
+				// claim after it would find the task running.
+				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				continue
+			}
+			seen[id] = true
 			recs[i], results[i], err = s.claimDecide(tx, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
 			if err != nil {
 				return err
@@ -181,22 +192,30 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 		if len(reps) != len(items) {
 			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
 		}
+		seen := make(map[string]bool, len(items))
 		for i, it := range items {
 			raw, err := redis.Bytes(reps[i], asError(reps[i]))
+			if seen[it.ID] {
+				// One run is recorded once: a second result for it is
+				// another run's, which the first one's writes end.
+				err = ErrLeaseLost
+			}
+			seen[it.ID] = true
 			if errors.Is(err, redis.ErrNil) {
 				res[i].Err = fmt.Errorf("task %s: %w", it.ID, ErrNotFound)
 				continue
 			}
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
 				res[i].Err = err
 				continue
 			}
+			dup := err != nil
 			r, err := DecodeRecord(it.ID, raw)
 			if err != nil {
 				res[i].Err = err
 				continue
 			}
-			if r.State != StateRunning || r.Worker != w || r.Runs != it.Run {
+			if dup || r.State != StateRunning || r.Worker != w || r.Runs != it.Run {
 				res[i] = FinishResult{Rec: r, Err: ErrLeaseLost}
 				continue
 			}

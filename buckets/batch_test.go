@@ -207,3 +207,42 @@ func TestFinishGroup(t *testing.T) {
 		t.Errorf("running gauge %d, want 2", n)
 	}
 }
+
+// An id that is twice in the ready list, popped twice into one batch, is
+// claimed once: one run, and the running gauge counts it once.
+func TestClaimBatchDuplicateID(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("LPUSH", s.Keys.Ready("q"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 2)
+	if !slices.Equal(ids, []string{"a", "a"}) {
+		t.Fatalf("popped %v", ids)
+	}
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != Claimed || res[1] != Skipped || recs[1] != nil {
+		t.Fatalf("results %v, records %v", res, recs)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatRunning)); n != 1 {
+		t.Errorf("running gauge %d, want 1", n)
+	}
+	if n, _ := redis.Int(c.Do("LLEN", s.Keys.Inflight(w1))); n != 0 {
+		t.Errorf("%d ids left in the in-flight list", n)
+	}
+	fr, err := s.FinishGroup(ctx, c, w1, []FinishItem{
+		{ID: "a", Run: 1, Now: t0 + 20, Decide: func(*Record) Outcome { return Done }},
+		{ID: "a", Run: 1, Now: t0 + 20, Decide: func(*Record) Outcome { return Done }},
+	}, 60)
+	if err != nil || fr[0].Err != nil || !errors.Is(fr[1].Err, ErrLeaseLost) {
+		t.Fatalf("FinishGroup of one run twice: %+v, %v", fr, err)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatProcessed)); n != 1 {
+		t.Errorf("processed %d, want 1", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bucketq/bucketq/txn"
@@ -48,6 +49,7 @@ type Store struct {
 	ResultTTL int64
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
+	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
 }
 
 // NewStore returns a Store for namespace ns and bucket width resolutionMs.
