@@ -79,7 +79,7 @@ func parseFlags(args []string) (*options, error) {
 	e2eN := fs.Int("e2e-n", 0, "tasks per e2e measurement")
 	e2eProducers := fs.Int("e2e-producers", 0, "producer goroutines in e2e")
 	handlers := fs.String("handlers", "", "handler counts for e2e, e.g. 8,64")
-	latRate := fs.Int("lateness-rate", 0, "tasks scheduled per second in lateness")
+	latRate := fs.String("lateness-rate", "", "tasks scheduled per second in lateness, one case each, e.g. 2000,20000")
 	latDur := fs.Duration("lateness-duration", 0, "how long lateness schedules tasks")
 	latDelay := fs.Duration("lateness-max-delay", 0, "largest random delay in lateness")
 	latWorkers := fs.Int("lateness-workers", 0, "handlers in lateness")
@@ -131,7 +131,6 @@ func parseFlags(args []string) (*options, error) {
 	setInt(&s.Batch, *batch)
 	setInt(&s.E2EN, *e2eN)
 	setInt(&s.E2EProducers, *e2eProducers)
-	setInt(&s.LatenessRate, *latRate)
 	setInt(&s.LatenessWorkers, *latWorkers)
 	setInt(&s.IdleWorkers, *idleWorkers)
 	if *idlePeriods >= 0 {
@@ -146,7 +145,8 @@ func parseFlags(args []string) (*options, error) {
 		flag string
 		name string
 	}{{&s.Producers, *producers, "producers"}, {&s.Backlogs, *backlog, "backlog"},
-		{&s.Dispatchers, *dispatchers, "dispatchers"}, {&s.Handlers, *handlers, "handlers"}} {
+		{&s.Dispatchers, *dispatchers, "dispatchers"}, {&s.Handlers, *handlers, "handlers"},
+		{&s.LatenessRates, *latRate, "lateness-rate"}} {
 		if l.flag == "" {
 			continue
 		}
@@ -214,6 +214,7 @@ func execute(ctx context.Context, o *options) (*Report, error) {
 		return nil, fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	h.Report = NewReport(meta(o, addr, own, info))
+	h.legacyServer(info)
 	if !own {
 		h.Report.Note("shared server (-redis): idle and memory figures include whatever other clients do")
 	}
