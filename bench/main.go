@@ -5,6 +5,7 @@
 //	cd bench && go run .                       # everything, small sizes
 //	go run . -impls naive,asynq -scenarios dispatch -size full -runs 3
 //	go run . -redis 127.0.0.1:6379             # an existing server (never flushed)
+//	go run . -render results.json -doc ../docs/benchmarks.md   # the page, from the results
 //
 // It starts a fresh redis-server on a free loopback port (persistence off)
 // unless -redis is given, runs each scenario for each implementation, prints
@@ -56,6 +57,8 @@ type options struct {
 	redisBin  string
 	out       string
 	poll      time.Duration
+	// render, doc, note: render a results.json as docs/benchmarks.md.
+	render, doc, note string
 }
 
 // parseFlags parses args into options.
@@ -87,13 +90,20 @@ func parseFlags(args []string) (*options, error) {
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
+	render := fs.String("render", "", "render docs/benchmarks.md from this results.json instead of measuring (see -doc)")
+	doc := fs.String("doc", "-", "with -render: where to write the page (\"-\": stdout)")
+	docNote := fs.String("note", "", "with -render: a sentence about the machine and the run, added to the page's header")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll}
+	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
+		render: *render, doc: *doc, note: *docNote}
+	if o.render != "" {
+		return o, nil
+	}
 	var err error
 	if o.sizes, err = sizePreset(*size); err != nil {
 		return nil, err
@@ -166,6 +176,13 @@ func run(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	if o.render != "" {
+		if err := renderDoc(o.render, o.doc, o.note); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
