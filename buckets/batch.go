@@ -60,7 +60,8 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 //
 // WATCH   t:<id1> … t:<idn> paused
 // read    GET t:<id> (each), SISMEMBER paused q
-// queue   per id, Claim's writes for what its record says
+// queue   per id, Claim's writes for what its record says, coalesced as
+//         FinishGroup's
 //
 // An id popped twice (a duplicate in the ready list) is decided once; its
 // second copy is Skipped. A change to any of the records before EXEC makes
@@ -106,22 +107,26 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		}
 		batch := &batchState{runs: map[string]string{}}
 		seen := make(map[string]bool, len(ids))
+		var writes cmdList
 		for i, id := range ids {
 			if seen[id] {
 				// The same id twice in the list (a push repeated after a
 				// lost reply, say): the claim of the first copy decides;
 				// this one is only taken out of the in-flight list, as a
 				// claim after it would find the task running.
-				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				writes.Queue("LREM", s.Keys.Inflight(w), 1, id)
 				continue
 			}
 			seen[id] = true
-			recs[i], results[i], err = s.claimDecide(tx, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
+			recs[i], results[i], err = s.claimDecide(tx, &writes, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
 			if err != nil {
 				return err
 			}
 		}
-		batch.flush(tx, s.Keys.Ready(q))
+		batch.flush(&writes, s.Keys.Ready(q))
+		for _, c := range coalesce(writes) {
+			tx.Queue(c.Name, c.Args...)
+		}
 		return nil
 	})
 	if err != nil {
@@ -161,7 +166,9 @@ type FinishResult struct {
 //
 // WATCH   t:<id> for each item, and each item's Watch keys
 // read    GET t:<id> (each; must be running under w, its run number)
-// queue   per item that is this run's, Finish's writes
+// queue   per item that is this run's, Finish's writes, coalesced: the
+//         counter increments of one hash summed, the ZREMs of one sorted
+//         set joined (see coalesce)
 //
 // A change to any watched key before EXEC makes the whole group read and
 // decide again. An item whose record is not this run's, or cannot be
@@ -193,6 +200,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
 		}
 		seen := make(map[string]bool, len(items))
+		var writes cmdList // every item's writes, in order
 		for i, it := range items {
 			raw, err := redis.Bytes(reps[i], asError(reps[i]))
 			if seen[it.ID] {
@@ -219,11 +227,14 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 				res[i] = FinishResult{Rec: r, Err: ErrLeaseLost}
 				continue
 			}
-			out, err := s.finishWrites(tx, w, r, it.Now, doneTTL, it.Decide)
+			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, it.Decide)
 			if err != nil {
 				return err
 			}
 			res[i] = FinishResult{Rec: r, Out: out}
+		}
+		for _, c := range coalesce(writes) {
+			tx.Queue(c.Name, c.Args...)
 		}
 		return nil
 	})
@@ -277,4 +288,72 @@ func (b *batchState) flush(tx queuer, key string) {
 		args = append(args, b.back[i])
 	}
 	tx.Queue("RPUSH", args...)
+}
+
+// coalesce merges, in a transaction's writes, commands that the order of
+// the others cannot tell apart from one: HINCRBY of one key and field
+// (summed), and ZADD or ZREM of one key (their members joined), into the
+// first of them. A command is merged only when nothing between the two
+// touches its key, except other HINCRBYs of the same hash for a HINCRBY
+// (increments commute). Everything else keeps its place.
+func coalesce(cmds cmdList) cmdList {
+	out := make(cmdList, 0, len(cmds))
+	// last: per key, the last command in out that touches it; open: per
+	// key+name(+field), a command later ones of the same kind may join.
+	last := map[string]int{}
+	open := map[string]int{}
+	for _, c := range cmds {
+		key, _ := c.Args[0].(string)
+		mk := ""
+		switch c.Name {
+		case "HINCRBY":
+			if len(c.Args) == 3 {
+				mk = "HINCRBY\x00" + key + "\x00" + fmt.Sprint(c.Args[1])
+			}
+		case "ZADD", "ZREM":
+			mk = c.Name + "\x00" + key
+		}
+		if mk != "" {
+			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
+				if c.Name == "HINCRBY" {
+					a, aok := toInt64(out[j].Args[2])
+					b, bok := toInt64(c.Args[2])
+					if aok && bok {
+						out[j].Args = []interface{}{key, out[j].Args[1], a + b}
+						continue
+					}
+				} else {
+					out[j].Args = append(append([]interface{}{}, out[j].Args...), c.Args[1:]...)
+					continue
+				}
+			}
+		}
+		out = append(out, txn.Cmd{Name: c.Name, Args: append([]interface{}{}, c.Args...)})
+		last[key] = len(out) - 1
+		if mk != "" {
+			open[mk] = len(out) - 1
+		}
+	}
+	return out
+}
+
+// onlyHincrby reports whether every command of cmds that names key is a
+// HINCRBY.
+func onlyHincrby(cmds cmdList, key string) bool {
+	for _, c := range cmds {
+		if k, _ := c.Args[0].(string); k == key && c.Name != "HINCRBY" {
+			return false
+		}
+	}
+	return true
+}
+
+func toInt64(v interface{}) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	}
+	return 0, false
 }

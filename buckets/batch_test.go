@@ -3,6 +3,7 @@ package buckets
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -244,5 +245,33 @@ func TestClaimBatchDuplicateID(t *testing.T) {
 	}
 	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatProcessed)); n != 1 {
 		t.Errorf("processed %d, want 1", n)
+	}
+}
+
+// coalesce sums increments and joins sorted-set members only where no
+// other command on the key stands between.
+func TestCoalesce(t *testing.T) {
+	var in cmdList
+	in.Queue("ZREM", "p", "a")
+	in.Queue("HINCRBY", "st", "running", -1)
+	in.Queue("SETEX", "t:a", 60, "x")
+	in.Queue("HINCRBY", "st", "processed", 1)
+	in.Queue("ZREM", "p", "b")
+	in.Queue("HINCRBY", "st", "running", -1)
+	in.Queue("HINCRBY", "st", "processed", 1)
+	in.Queue("ZADD", "z", 1, "a")
+	in.Queue("DEL", "z")
+	in.Queue("ZADD", "z", 2, "b")
+	got := coalesce(in)
+	want := []string{
+		"ZREM [p a b]", "HINCRBY [st running -2]", "SETEX [t:a 60 x]", "HINCRBY [st processed 2]",
+		"ZADD [z 1 a]", "DEL [z]", "ZADD [z 2 b]",
+	}
+	var have []string
+	for _, c := range got {
+		have = append(have, c.Name+" "+fmt.Sprint(c.Args))
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("coalesce:\n got %q\nwant %q", have, want)
 	}
 }

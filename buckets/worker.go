@@ -141,7 +141,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			return perr
 		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, w, q, id, reps[0], paused == 1, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(tx, tx, w, q, id, reps[0], paused == 1, now, deadline, cs, nil)
 		if derr != nil {
 			return derr
 		}
@@ -163,8 +163,12 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 // and the paused set, what becomes of popped id given rep, the reply to
 // GET t:<id>, and whether queue q is paused; it queues the writes that
 // say so (see Claim) and returns the claimed record, if any. cs may be
-// nil. batch is the state of a ClaimBatch (nil in Claim).
-func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+// nil. batch is the state of a ClaimBatch (nil in Claim). Its own writes
+// go to wq (tx itself, or a list the batch coalesces); the helpers that
+// read as they go (a wrong-type record, an unserved type, the overlap
+// rule) queue theirs on tx, on keys no other write of the batch orders
+// against, or counters.
+func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
 	key := s.Keys.Task(id)
 	rec, result := (*Record)(nil), Skipped
 	raw, err := redis.Bytes(rep, asError(rep))
@@ -174,19 +178,19 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 		if err := s.buryWrongType(tx, id, q, now); err != nil {
 			return nil, 0, err
 		}
-		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
 		return nil, Buried, nil
 	}
 	if err != nil && !errors.Is(err, redis.ErrNil) {
 		return nil, 0, err
 	}
-	if r, derr := s.readable(tx, id, q, raw, now); derr != nil {
+	if r, derr := s.readable(wq, id, q, raw, now); derr != nil {
 		result = Buried
 	} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 		rec, result = r, Claimed // our own claim, whose reply was lost
 	} else if (r.State == StateWaiting || r.State == StateRetry) && paused {
-		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-		batch.giveBack(tx, s.Keys.Ready(q), id)
+		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		batch.giveBack(wq, s.Keys.Ready(q), id)
 		return nil, Paused, nil
 	} else if r.State == StateWaiting || r.State == StateRetry {
 		if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
@@ -195,9 +199,9 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 				return nil, 0, err
 			}
 			if back {
-				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-				batch.giveBack(tx, s.Keys.Ready(q), id)
-				s.queueTokens(tx, s.Keys.Notify(q), 1, "1")
+				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				batch.giveBack(wq, s.Keys.Ready(q), id)
+				s.queueTokens(wq, s.Keys.Notify(q), 1, "1")
 				return nil, NotServed, nil
 			}
 		}
@@ -205,13 +209,13 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 			// The overlap rule of a periodic entry (periodic.go).
 			var skip bool
 			if prev := batch.run(r.Periodic); prev != "" {
-				s.skipOverlap(tx, r, now, prev)
+				s.skipOverlap(wq, r, now, prev)
 				skip = true
 			} else if skip, err = s.claimOverlap(tx, r, now); err != nil {
 				return nil, 0, err
 			}
 			if skip {
-				tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
 				return nil, Skipped, nil
 			}
 			batch.claimedRun(r.Periodic, r.ID)
@@ -222,18 +226,18 @@ func (s *Store) claimDecide(tx *txn.Tx, w, q, id string, rep interface{}, paused
 		r.Worker = w
 		r.Started = now
 		r.Deadline = deadline(r)
-		tx.Queue("SET", key, r.Encode())
-		tx.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
-		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
+		wq.Queue("SET", key, r.Encode())
+		wq.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
+		wq.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
 		if was == StateRetry {
-			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
+			wq.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRetrying, -1)
 		}
 		rec, result = r, Claimed
 		if cs != nil {
 			cs.runs = r.Runs
 		}
 	}
-	tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
+	wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
 	return rec, result, nil
 }
 
