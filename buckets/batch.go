@@ -58,10 +58,10 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // reads them in one round trip, decides each id as Claim does and sends
 // the concatenation of their writes in one MULTI/EXEC.
 //
-// WATCH   t:<id1> … t:<idn> paused
-// read    GET t:<id> (each), SISMEMBER paused q
-// queue   per id, Claim's writes for what its record says, coalesced as
-//         FinishGroup's
+//	WATCH   t:<id1> … t:<idn> paused
+//	read    GET t:<id> (each), SISMEMBER paused q
+//	queue   per id, Claim's writes for what its record says, coalesced
+//	        as FinishGroup's
 //
 // An id popped twice (a duplicate in the ready list) is decided once; its
 // second copy is Skipped. A change to any of the records before EXEC makes
@@ -167,8 +167,9 @@ type FinishResult struct {
 // WATCH   t:<id> for each item, and each item's Watch keys
 // read    GET t:<id> (each; must be running under w, its run number)
 // queue   per item that is this run's, Finish's writes, coalesced: the
-//         counter increments of one hash summed, the ZREMs of one sorted
-//         set joined (see coalesce)
+//
+//	counter increments of one hash summed, the ZREMs of one sorted
+//	set joined (see coalesce)
 //
 // A change to any watched key before EXEC makes the whole group read and
 // decide again. An item whose record is not this run's, or cannot be
