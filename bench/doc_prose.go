@@ -35,6 +35,18 @@ shallow) never goes through the group: its result is recorded with the watch its
 one round trip. ` + "`go test -run XXX -bench GroupCommitLatency ./engine`" + ` measures the time from a
 handler's return to its result being recorded, with the window and without.
 
+## Where the time goes
+
+` + "`scripts/profiles.sh`" + ` profiles the worker's path (` + "`BenchmarkWorkerThroughput/slots8`" + `: one
+worker process, 8 slots, no-op handlers, a full ready list) before batch claim and group commit
+and after, and renders the CPU profiles as call graphs:
+[before](img/e2e-cpu-before.svg), [after](img/e2e-cpu-after.svg) (the top functions in
+` + "`img/e2e-cpu-*.txt`" + `). Most of the client's time is system calls (one per round trip) and the
+scheduler waking goroutines for replies, which is why fewer round trips per task is the lever.
+` + "`BENCH_STATS=1 go test -run XXX -bench WorkerThroughput ./engine`" + ` prints the commands Redis ran
+per task, and ` + "`cd buckets && go test -run XXX -bench . -benchmem`" + ` times the claim, finish and move
+transactions one at a time and in batches.
+
 ## Reading the figures
 
 Client and server share the machine's cores, so every rate is bounded by both processes' CPU
