@@ -69,8 +69,16 @@ func raise(v *atomic.Int64, n int) {
 // deep queue: batches are claimed, results recorded in groups, and the
 // gauges end where they started.
 func TestBatchExactlyOnce(t *testing.T) {
-	for _, k := range []int{1, 2, 8, 32} {
-		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+	for _, tc := range []struct {
+		k      int
+		window time.Duration
+	}{{1, 0}, {2, 0}, {8, 0}, {32, 0}, {8, -1}} {
+		k := tc.k
+		name := fmt.Sprintf("K=%d", k)
+		if tc.window < 0 {
+			name += ",no-group-commit"
+		}
+		t.Run(name, func(t *testing.T) {
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
@@ -92,6 +100,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 			})
 			e.cfg.Concurrency = 16
 			e.cfg.ClaimBatch = k
+			e.cfg.GroupCommitWindow = tc.window
 			e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return -1 }
 			// The retries wait in a bucket for the dispatcher.
 			d, err := NewDispatcher(e.pool, e.cfg)
@@ -143,7 +152,10 @@ func TestBatchExactlyOnce(t *testing.T) {
 			if claim > int64(k) {
 				t.Errorf("a claim batch of %d, above ClaimBatch %d", claim, k)
 			}
-			if k > 1 && (claim < 2 || group < 2) {
+			if tc.window < 0 && group > 0 {
+				t.Errorf("a result group of %d with group commit off", group)
+			}
+			if k > 1 && (claim < 2 || group < 2 && tc.window >= 0) {
 				t.Errorf("no batch claimed (%d) or no group recorded (%d) from a deep queue", claim, group)
 			}
 		})
