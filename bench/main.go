@@ -5,6 +5,7 @@
 //	cd bench && go run .                       # everything, small sizes
 //	go run . -impls naive,asynq -scenarios dispatch -size full -runs 3
 //	go run . -redis 127.0.0.1:6379             # an existing server (never flushed)
+//	go run . -render results.json -doc ../docs/benchmarks.md   # the page, from the results
 //
 // It starts a fresh redis-server on a free loopback port (persistence off)
 // unless -redis is given, runs each scenario for each implementation, prints
@@ -56,6 +57,8 @@ type options struct {
 	redisBin  string
 	out       string
 	poll      time.Duration
+	// render, doc, note: render a results.json as docs/benchmarks.md.
+	render, doc, note string
 }
 
 // parseFlags parses args into options.
@@ -79,7 +82,7 @@ func parseFlags(args []string) (*options, error) {
 	e2eN := fs.Int("e2e-n", 0, "tasks per e2e measurement")
 	e2eProducers := fs.Int("e2e-producers", 0, "producer goroutines in e2e")
 	handlers := fs.String("handlers", "", "handler counts for e2e, e.g. 8,64")
-	latRate := fs.Int("lateness-rate", 0, "tasks scheduled per second in lateness")
+	latRate := fs.String("lateness-rate", "", "tasks scheduled per second in lateness, one case each, e.g. 2000,20000")
 	latDur := fs.Duration("lateness-duration", 0, "how long lateness schedules tasks")
 	latDelay := fs.Duration("lateness-max-delay", 0, "largest random delay in lateness")
 	latWorkers := fs.Int("lateness-workers", 0, "handlers in lateness")
@@ -87,13 +90,20 @@ func parseFlags(args []string) (*options, error) {
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
+	render := fs.String("render", "", "render docs/benchmarks.md from this results.json instead of measuring (see -doc)")
+	doc := fs.String("doc", "-", "with -render: where to write the page (\"-\": stdout)")
+	docNote := fs.String("note", "", "with -render: a sentence about the machine and the run, added to the page's header")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll}
+	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
+		render: *render, doc: *doc, note: *docNote}
+	if o.render != "" {
+		return o, nil
+	}
 	var err error
 	if o.sizes, err = sizePreset(*size); err != nil {
 		return nil, err
@@ -131,7 +141,6 @@ func parseFlags(args []string) (*options, error) {
 	setInt(&s.Batch, *batch)
 	setInt(&s.E2EN, *e2eN)
 	setInt(&s.E2EProducers, *e2eProducers)
-	setInt(&s.LatenessRate, *latRate)
 	setInt(&s.LatenessWorkers, *latWorkers)
 	setInt(&s.IdleWorkers, *idleWorkers)
 	if *idlePeriods >= 0 {
@@ -146,7 +155,8 @@ func parseFlags(args []string) (*options, error) {
 		flag string
 		name string
 	}{{&s.Producers, *producers, "producers"}, {&s.Backlogs, *backlog, "backlog"},
-		{&s.Dispatchers, *dispatchers, "dispatchers"}, {&s.Handlers, *handlers, "handlers"}} {
+		{&s.Dispatchers, *dispatchers, "dispatchers"}, {&s.Handlers, *handlers, "handlers"},
+		{&s.LatenessRates, *latRate, "lateness-rate"}} {
 		if l.flag == "" {
 			continue
 		}
@@ -169,6 +179,13 @@ func run(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	if o.render != "" {
+		if err := renderDoc(o.render, o.doc, o.note); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -217,6 +234,7 @@ func execute(ctx context.Context, o *options) (*Report, error) {
 		return nil, fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	h.Report = NewReport(meta(o, addr, own, info))
+	h.legacyServer(info)
 	if !own {
 		h.Report.Note("shared server (-redis): idle and memory figures include whatever other clients do")
 	}

@@ -25,7 +25,7 @@ type Sizes struct {
 	E2EN             int           // tasks per e2e measurement
 	E2EProducers     int           // producer goroutines, e2e scenario
 	Handlers         []int         // concurrent handlers, e2e scenario
-	LatenessRate     int           // tasks scheduled per second
+	LatenessRates    []int         // tasks scheduled per second, one case each
 	LatenessDuration time.Duration // how long tasks are scheduled
 	LatenessMaxDelay time.Duration // delays are uniform in [0, max]
 	LatenessWorkers  int           // handlers, lateness scenario (1 dispatcher)
@@ -47,7 +47,7 @@ func sizePreset(name string) (Sizes, error) {
 		E2EN:             20000,
 		E2EProducers:     8,
 		Handlers:         []int{8, 64},
-		LatenessRate:     2000,
+		LatenessRates:    []int{2000, 20000},
 		LatenessDuration: 10 * time.Second,
 		LatenessMaxDelay: 5 * time.Second,
 		LatenessWorkers:  16,
@@ -146,6 +146,37 @@ func NewHarness(addr string, own bool, sizes Sizes, runs int, impls []string, po
 		runID:   strconv.FormatInt(time.Now().UnixNano()%1e9, 36),
 		skipped: map[string]string{},
 	}
+}
+
+// legacyServer marks the implementations that cannot run on a server
+// older than Redis 2.6 (info is its INFO) as skipped, with a note: asynq
+// needs Lua scripts (Redis >= 4); rmq v5 is measured only on servers that
+// asynq also runs on, so that its figures are never from another server
+// than its peers'. The engine and the naive design run there.
+func (h *Harness) legacyServer(info map[string]string) {
+	if !h.Admin.Legacy() && !olderThan26(info["redis_version"]) {
+		return
+	}
+	why := map[string]string{
+		"asynq": "needs Redis >= 4 (Lua scripts); the server is " + info["redis_version"],
+		"rmq":   "not run on a server older than Redis 2.6 (" + info["redis_version"] + "): only the engine and the naive design are measured there",
+	}
+	for _, name := range h.Impls {
+		if w, ok := why[name]; ok {
+			h.skipped[name] = w
+			h.Report.Note(name + " skipped: " + w)
+		}
+	}
+	h.Report.Note("Redis " + info["redis_version"] + ": no INFO commandstats, so idle counts commands with MONITOR only (client_commands); memory uses INFO used_memory deltas")
+}
+
+// olderThan26 reports whether version v ("2.4.18") is older than 2.6.
+func olderThan26(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major < 2 || (major == 2 && minor < 6)
 }
 
 // logf prints one line on the progress stream.

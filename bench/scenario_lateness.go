@@ -11,7 +11,7 @@ import (
 
 // latenessCases measure how late (or early) delayed tasks start: Consume runs
 // with Sizes.LatenessWorkers handlers and 1 dispatcher; 4 producers Schedule
-// tasks at a steady Sizes.LatenessRate per second for Sizes.LatenessDuration,
+// tasks at a steady rate per second (one case per Sizes.LatenessRates) for Sizes.LatenessDuration,
 // each due at (time of its Schedule call) + a delay uniform in
 // [0, Sizes.LatenessMaxDelay] (seeded, so every implementation gets the same
 // delays). Lateness = handler start − due time, both read from this
@@ -19,24 +19,28 @@ import (
 // tasks started before their due time (should be 0), and tasks not delivered
 // within max delay + 30s after the last Schedule.
 func latenessCases(s Sizes) []*Case {
-	n := int(float64(s.LatenessRate) * s.LatenessDuration.Seconds())
-	return []*Case{{
-		Scenario: "lateness",
-		Title: fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
-			s.LatenessRate, s.LatenessDuration, n, s.LatenessMaxDelay, s.LatenessWorkers),
-		Params: map[string]any{"rate": s.LatenessRate, "seconds": s.LatenessDuration.Seconds(), "n": n,
-			"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": s.LatenessWorkers, "dispatchers": 1,
-			"payload_bytes": s.Payload},
-		Metrics: []MetricDef{
-			{Key: "p50", Unit: "ms"}, {Key: "p99", Unit: "ms"}, {Key: "max", Unit: "ms"}, {Key: "min", Unit: "ms"},
-			{Key: "early", Unit: "%"}, {Key: "lost", Unit: "tasks"},
-		},
-		Needs:   needScheduler,
-		Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
-		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-			return runLateness(ctx, m, n, s.LatenessRate, s.LatenessMaxDelay, s.LatenessWorkers)
-		},
-	}}
+	var cs []*Case
+	for _, rate := range s.LatenessRates {
+		n := int(float64(rate) * s.LatenessDuration.Seconds())
+		cs = append(cs, &Case{
+			Scenario: "lateness",
+			Title: fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
+				rate, s.LatenessDuration, n, s.LatenessMaxDelay, s.LatenessWorkers),
+			Params: map[string]any{"rate": rate, "seconds": s.LatenessDuration.Seconds(), "n": n,
+				"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": s.LatenessWorkers, "dispatchers": 1,
+				"payload_bytes": s.Payload},
+			Metrics: []MetricDef{
+				{Key: "p50", Unit: "ms"}, {Key: "p99", Unit: "ms"}, {Key: "max", Unit: "ms"}, {Key: "min", Unit: "ms"},
+				{Key: "early", Unit: "%"}, {Key: "lost", Unit: "tasks"},
+			},
+			Needs:   needScheduler,
+			Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
+			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+				return runLateness(ctx, m, n, rate, s.LatenessMaxDelay, s.LatenessWorkers)
+			},
+		})
+	}
+	return cs
 }
 
 // runLateness performs one lateness measurement.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -137,7 +138,15 @@ func lastLines(s string, n int) string {
 // section except where a scenario says so.
 type Admin struct {
 	pool *redis.Pool
+	// legacy: the server's INFO takes no section (before Redis 2.6):
+	// every Info reads the whole of plain INFO, which has no sections and
+	// no commandstats.
+	legacy atomic.Bool
 }
+
+// Legacy reports whether the server turned out older than Redis 2.6
+// (INFO without sections, no commandstats, no Lua).
+func (a *Admin) Legacy() bool { return a.legacy.Load() }
 
 // NewAdmin returns an Admin for addr.
 func NewAdmin(addr string) *Admin {
@@ -162,10 +171,16 @@ func (a *Admin) Do(cmd string, args ...any) (any, error) {
 // Info returns the fields of INFO [section] as a map.
 func (a *Admin) Info(section string) (map[string]string, error) {
 	var args []any
-	if section != "" {
+	if section != "" && !a.legacy.Load() {
 		args = append(args, section)
 	}
 	s, err := redis.String(a.Do("INFO", args...))
+	var re redis.Error
+	if len(args) > 0 && errors.As(err, &re) && strings.Contains(strings.ToLower(string(re)), "wrong number of arguments") {
+		// Redis 2.4: INFO takes no argument. Plain INFO has every field.
+		a.legacy.Store(true)
+		s, err = redis.String(a.Do("INFO"))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +217,9 @@ func (a *Admin) CommandCalls() (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.legacy.Load() {
+		return nil, errNoCommandStats
+	}
 	out := map[string]int64{}
 	for k, v := range m {
 		name, ok := strings.CutPrefix(k, "cmdstat_")
@@ -231,6 +249,9 @@ func (a *Admin) ServerCPU() (float64, error) {
 	s, err2 := strconv.ParseFloat(m["used_cpu_sys"], 64)
 	return u + s, errors.Join(err1, err2)
 }
+
+// errNoCommandStats: the server (older than 2.6) has no INFO commandstats.
+var errNoCommandStats = errors.New("the server has no INFO commandstats (Redis < 2.6)")
 
 // FlushAll empties the server (only ever called on the harness's own server).
 func (a *Admin) FlushAll() error {

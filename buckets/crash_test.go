@@ -352,6 +352,30 @@ var crashCases = []crashCase{
 		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, func(*Record) Outcome { return Done }, nil)
 		return err
 	}},
+	{"ClaimBatch", popped("a", "b", "c"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, res, err := s.ClaimBatch(ctx, c, w1, "q", []string{"a", "b", "c"}, t0+10, lease, make([]ClaimState, 3))
+		if err == nil && (res[0] != Claimed || res[1] != Claimed || res[2] != Claimed) {
+			err = fmt.Errorf("claim batch: %v", res)
+		}
+		return err
+	}},
+	{"FinishGroup", claimed("a", "b", "c"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		done := func(*Record) Outcome { return Done }
+		res, err := s.FinishGroup(ctx, c, w1, []FinishItem{
+			{ID: "a", Run: 1, Now: t0 + 20, Decide: done},
+			{ID: "b", Run: 1, Now: t0 + 20, Decide: func(r *Record) Outcome {
+				r.State, r.Attempts, r.Due, r.LastError = StateRetry, 1, t0+30_000, "boom"
+				return Again
+			}},
+			{ID: "c", Run: 1, Now: t0 + 20, Decide: func(r *Record) Outcome { r.LastError = "boom"; return Bury }},
+		}, 60)
+		for _, r := range res {
+			if err == nil && r.Err != nil {
+				err = r.Err
+			}
+		}
+		return err
+	}},
 	{"Requeue/worker died", claimed("a", "b"), func(ctx context.Context, s *Store, c redis.Conn) error {
 		_, err := s.Requeue(ctx, c, w1, []string{"a", "b"}, t0+30, WorkerDied, 3)
 		return err

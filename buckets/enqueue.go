@@ -26,8 +26,10 @@ import (
 //
 // then, for every task (the same writes as without chosen ids):
 //
-//	MSET       t:<id> <record> ...            every record
-//	SADD       queues <q> ...                 every queue named
+//	MSET       t:<id> <record> ...            every record (SET for one)
+//	SADD       queues <q> ...                 every queue named, but those
+//	                                          this Store added in the last
+//	                                          10 s (the set only grows)
 //	LPUSH      q:<q> <id> ...                 due tasks, per queue, in order
 //	LPUSH/LTRIM n:<q> tokens                  wake idle workers of that queue
 //	RPUSH      b:<q>:<ts> <id> ...            scheduled tasks, per bucket
@@ -76,12 +78,20 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		}
 	}
 	var cmds cmdList
-	cmds.Queue("MSET", mset...)
+	if len(mset) == 2 {
+		cmds.Queue("SET", mset...)
+	} else {
+		cmds.Queue("MSET", mset...)
+	}
 	sadd := []interface{}{s.Keys.Queues()}
 	for _, q := range sortedKeys(queues) {
-		sadd = append(sadd, q)
+		if !s.queueKnown(q, now) {
+			sadd = append(sadd, q)
+		}
 	}
-	cmds.Queue("SADD", sadd...)
+	if len(sadd) > 1 {
+		cmds.Queue("SADD", sadd...)
+	}
 	for _, q := range readyQs {
 		s.pushReady(&cmds, q, ready[q], false)
 	}
@@ -137,6 +147,9 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	var reply redis.Error
 	switch {
 	case err == nil:
+		for _, q := range sadd[1:] {
+			s.knowQueue(q.(string), now)
+		}
 		return nil
 	case errors.As(err, &ex), errors.As(err, &dup):
 		return err
@@ -244,3 +257,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// queueKnownFor is how long (ms) after this Store added a queue to the
+// set of queues its enqueues leave the SADD out. The set only grows, so
+// the SADD is redundant then; the interval bounds how long a set deleted
+// by hand (or set aside) misses a queue this Store enqueues to.
+const queueKnownFor = 10_000
+
+// queueKnown reports whether this Store added q to the set of queues
+// less than queueKnownFor ago (now is Unix ms).
+func (s *Store) queueKnown(q string, now int64) bool {
+	v, ok := s.known.Load(q)
+	return ok && now-v.(int64) < queueKnownFor && now >= v.(int64)
+}
+
+// knowQueue records that a committed transaction added q to the set.
+func (s *Store) knowQueue(q string, now int64) { s.known.Store(q, now) }

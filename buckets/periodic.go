@@ -331,17 +331,23 @@ func (s *Store) claimOverlap(tx *txn.Tx, r *Record, now int64) (bool, error) {
 			return false, err
 		}
 		if p, derr := DecodeRecord(prev, raw); err == nil && derr == nil && p.State == StateRunning {
-			st := s.Keys.Stats(r.Queue)
-			r.State = StateCancelled
-			r.Finished = now
-			r.LastError = "skipped: previous run " + prev + " still running"
-			tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, r.Encode())
-			tx.Queue("HINCRBY", st, StatCancelled, 1)
+			s.skipOverlap(tx, r, now, prev)
 			return true, nil
 		}
 	}
 	tx.Queue("HSET", pe, EntryRun, r.ID)
 	return false, nil
+}
+
+// skipOverlap queues the writes that make firing r a tombstone because
+// run prev of its entry is still running.
+func (s *Store) skipOverlap(tx queuer, r *Record, now int64, prev string) {
+	st := s.Keys.Stats(r.Queue)
+	r.State = StateCancelled
+	r.Finished = now
+	r.LastError = "skipped: previous run " + prev + " still running"
+	tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, r.Encode())
+	tx.Queue("HINCRBY", st, StatCancelled, 1)
 }
 
 // PeriodicInfo is an entry as stored, for listings.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bucketq/bucketq/txn"
@@ -16,8 +17,8 @@ import (
 // changed only inside the transaction that makes the transition it counts,
 // so the gauges stay exact.
 const (
-	StatScheduled = "scheduled" // gauge: in buckets (including retries)
-	StatRetrying  = "retrying"  // gauge: failed, waiting to run again
+	StatScheduled = "scheduled" // gauge: first attempts in buckets
+	StatRetrying  = "retrying"  // gauge: failed, waiting in a bucket to run again
 	StatRunning   = "running"   // gauge: claimed by a worker
 	StatDead      = "dead"      // gauge: in the dead letters
 	StatProcessed = "processed" // counter: succeeded
@@ -51,6 +52,7 @@ type Store struct {
 	FlowTTL int64
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
+	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
 }
 
 // NewStore returns a Store for namespace ns and bucket width resolutionMs.

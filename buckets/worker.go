@@ -140,70 +140,14 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		if perr != nil {
 			return perr
 		}
-		raw, err := redis.Bytes(reps[0], asError(reps[0]))
-		if IsWrongType(err) {
-			// The record key holds another type (written by hand, say):
-			// it can never run. Set it aside and say so in a dead letter.
-			if err := s.buryWrongType(tx, id, q, now); err != nil {
-				return err
-			}
-			result = Buried
-			tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-			return nil
+		var derr error
+		rec, result, derr = s.claimDecide(tx, tx, w, q, id, reps[0], paused == 1, now, deadline, cs, nil)
+		if derr != nil {
+			return derr
 		}
-		if err != nil && !errors.Is(err, redis.ErrNil) {
-			return err
+		if result == Claimed && hold && !rec.FlowReads() {
+			held = tx.Hold(key)
 		}
-		if r, derr := s.readable(tx, id, q, raw, now); derr != nil {
-			result = Buried
-		} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
-			rec, result = r, Claimed // our own claim, whose reply was lost
-			if hold && !r.FlowReads() {
-				held = tx.Hold(key)
-			}
-		} else if (r.State == StateWaiting || r.State == StateRetry) && paused == 1 {
-			result = Paused
-			tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-			tx.Queue("RPUSH", s.Keys.Ready(q), id)
-			return nil
-		} else if r.State == StateWaiting || r.State == StateRetry {
-			if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
-				back, err := s.unserved(tx, q, r.Type, now, cs.UnservedGrace)
-				if err != nil {
-					return err
-				}
-				if back {
-					result = NotServed
-					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-					tx.Queue("RPUSH", s.Keys.Ready(q), id)
-					s.queueTokens(tx, s.Keys.Notify(q), 1, "1")
-					return nil
-				}
-			}
-			if r.SkipIfRunning && r.Periodic != "" {
-				// The overlap rule of a periodic entry (periodic.go).
-				if skip, err := s.claimOverlap(tx, r, now); err != nil || skip {
-					tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
-					return err
-				}
-			}
-			r.State = StateRunning
-			r.Runs++
-			r.Worker = w
-			r.Started = now
-			r.Deadline = deadline(r)
-			tx.Queue("SET", key, r.Encode())
-			tx.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
-			tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
-			rec, result = r, Claimed
-			if cs != nil {
-				cs.runs = r.Runs
-			}
-			if hold && !r.FlowReads() {
-				held = tx.Hold(key)
-			}
-		}
-		tx.Queue("LREM", s.Keys.Inflight(w), 1, id)
 		return nil
 	})
 	if err != nil {
@@ -212,6 +156,84 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	if cs != nil {
 		cs.held = held
 	}
+	return rec, result, nil
+}
+
+// claimDecide decides, inside a claim's transaction that watches t:<id>
+// and the paused set, what becomes of popped id given rep, the reply to
+// GET t:<id>, and whether queue q is paused; it queues the writes that
+// say so (see Claim) and returns the claimed record, if any. cs may be
+// nil. batch is the state of a ClaimBatch (nil in Claim). Its own writes
+// go to wq (tx itself, or a list the batch coalesces); the helpers that
+// read as they go (a wrong-type record, an unserved type, the overlap
+// rule) queue theirs on tx, on keys no other write of the batch orders
+// against, or counters.
+func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+	key := s.Keys.Task(id)
+	rec, result := (*Record)(nil), Skipped
+	raw, err := redis.Bytes(rep, asError(rep))
+	if IsWrongType(err) {
+		// The record key holds another type (written by hand, say):
+		// it can never run. Set it aside and say so in a dead letter.
+		if err := s.buryWrongType(tx, id, q, now); err != nil {
+			return nil, 0, err
+		}
+		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		return nil, Buried, nil
+	}
+	if err != nil && !errors.Is(err, redis.ErrNil) {
+		return nil, 0, err
+	}
+	if r, derr := s.readable(wq, id, q, raw, now); derr != nil {
+		result = Buried
+	} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
+		rec, result = r, Claimed // our own claim, whose reply was lost
+	} else if (r.State == StateWaiting || r.State == StateRetry) && paused {
+		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		batch.giveBack(wq, s.Keys.Ready(q), id)
+		return nil, Paused, nil
+	} else if r.State == StateWaiting || r.State == StateRetry {
+		if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
+			back, err := s.unserved(tx, q, r.Type, now, cs.UnservedGrace)
+			if err != nil {
+				return nil, 0, err
+			}
+			if back {
+				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				batch.giveBack(wq, s.Keys.Ready(q), id)
+				s.queueTokens(wq, s.Keys.Notify(q), 1, "1")
+				return nil, NotServed, nil
+			}
+		}
+		if r.SkipIfRunning && r.Periodic != "" {
+			// The overlap rule of a periodic entry (periodic.go).
+			var skip bool
+			if prev := batch.run(r.Periodic); prev != "" {
+				s.skipOverlap(wq, r, now, prev)
+				skip = true
+			} else if skip, err = s.claimOverlap(tx, r, now); err != nil {
+				return nil, 0, err
+			}
+			if skip {
+				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				return nil, Skipped, nil
+			}
+			batch.claimedRun(r.Periodic, r.ID)
+		}
+		r.State = StateRunning
+		r.Runs++
+		r.Worker = w
+		r.Started = now
+		r.Deadline = deadline(r)
+		wq.Queue("SET", key, r.Encode())
+		wq.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
+		wq.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
+		rec, result = r, Claimed
+		if cs != nil {
+			cs.runs = r.Runs
+		}
+	}
+	wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
 	return rec, result, nil
 }
 

@@ -57,3 +57,20 @@ func BenchmarkDispatchSpread100k(b *testing.B) { benchDispatch(b, 100_000, time.
 func BenchmarkDispatchSpread100k4(b *testing.B) {
 	benchDispatch(b, 100_000, time.Hour, 4)
 }
+
+// BenchmarkEnqueueDelayed: one delayed task per call, as a producer adds
+// them (each due in a second of its own, an hour from now).
+func BenchmarkEnqueueDelayed(b *testing.B) {
+	e := privateEnv(b)
+	c := e.client(b)
+	ctx := context.Background()
+	base := time.Now().Add(time.Hour)
+	payload := make([]byte, 100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.EnqueueAt(ctx, base.Add(time.Duration(i%3600)*time.Second), "t", payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

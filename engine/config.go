@@ -42,6 +42,24 @@ type Config struct {
 	// Concurrency is how many handlers a worker process runs at once.
 	// Default 10.
 	Concurrency int
+	// ClaimBatch caps how many tasks a worker process takes from a queue
+	// in one round trip and claims in one transaction when the queue is
+	// deep. The number adapts: one while the queue is shallow or one
+	// handler slot is free, growing (doubling) up to this cap while every
+	// pop finds a task and slots are free. 1 takes one task at a time.
+	// 1 to 1000; default 32.
+	ClaimBatch int
+	// GroupCommitWindow is how long the first of several results that
+	// finish together may wait for others to share its transaction (and
+	// round trip); a result never waits when no other handler of the
+	// process is running, nor once GroupCommitMax results are waiting.
+	// Results of tasks taken one at a time are recorded on their own.
+	// Negative: every result in its own transaction. 0 to 100 ms;
+	// default 1 ms.
+	GroupCommitWindow time.Duration
+	// GroupCommitMax caps the results one group transaction records.
+	// 1 to 1000; default 64.
+	GroupCommitMax int
 	// LeaseGrace is how long past its timeout a run may go before the
 	// worker gives the task up for another to run (its handler is hung).
 	// Default 30 s.
@@ -188,6 +206,15 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 10
 	}
+	if c.ClaimBatch == 0 {
+		c.ClaimBatch = 32
+	}
+	if c.GroupCommitWindow == 0 {
+		c.GroupCommitWindow = time.Millisecond
+	}
+	if c.GroupCommitMax == 0 {
+		c.GroupCommitMax = 64
+	}
 	if c.LeaseGrace == 0 {
 		c.LeaseGrace = 30 * time.Second
 	}
@@ -305,6 +332,15 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		return bad("Concurrency", "%d: want at least 1", c.Concurrency)
+	}
+	if c.ClaimBatch < 1 || c.ClaimBatch > 1000 {
+		return bad("ClaimBatch", "%d: want 1 to 1000", c.ClaimBatch)
+	}
+	if c.GroupCommitWindow > 100*time.Millisecond {
+		return bad("GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.GroupCommitWindow)
+	}
+	if c.GroupCommitMax < 1 || c.GroupCommitMax > 1000 {
+		return bad("GroupCommitMax", "%d: want 1 to 1000", c.GroupCommitMax)
 	}
 	for _, d := range []struct {
 		name string

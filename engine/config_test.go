@@ -14,6 +14,10 @@ func TestConfigValidateNamesField(t *testing.T) {
 		field string
 	}{
 		{Config{Concurrency: -1}, "Concurrency"},
+		{Config{ClaimBatch: -1}, "ClaimBatch"},
+		{Config{ClaimBatch: 1001}, "ClaimBatch"},
+		{Config{GroupCommitWindow: 101 * time.Millisecond}, "GroupCommitWindow"},
+		{Config{GroupCommitMax: -1}, "GroupCommitMax"},
 		{Config{Queues: []QueueConfig{{Name: "a"}, {Name: "b", Weight: -2}}}, "Queues[1].Weight"},
 		{Config{HeartbeatInterval: 20 * time.Second, HeartbeatTTL: 30 * time.Second}, "HeartbeatTTL"},
 		{Config{Resolution: 2 * time.Minute}, "Resolution"},

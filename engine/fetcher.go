@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -25,6 +27,7 @@ type fetcher struct {
 	waiter  *waiter
 	h       rconn.Holder // the fetching loop's connection
 	bo      rconn.Backoff
+	k       atomic.Int64 // tasks the next pop asks for when slots are free (adapts)
 
 	// A queue whose task the worker gave back for another worker (a type
 	// it does not serve) is left out of the fetch order for a while, which
@@ -88,6 +91,7 @@ func newFetcher(w *Worker) *fetcher {
 	f := &fetcher{w: w, waiter: &waiter{w: w}, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
 	f.waiter.blocker.Pool = w.pool
 	f.h.Pool = w.pool
+	f.k.Store(1)
 	for _, q := range w.cfg.Queues {
 		f.queues = append(f.queues, q.Name)
 		f.weights = append(f.weights, float64(q.Weight))
@@ -102,12 +106,42 @@ type claimed struct {
 	rec  *buckets.Record
 	h    *rconn.Holder
 	held *txn.Held
+	// free gives the task's slot token back once (nil: the caller's
+	// business). The committer calls it as soon as the result is
+	// recorded, for all of a group's slots at once, so that the fetching
+	// loop finds them free together and takes as many tasks.
+	free func()
+	// counted: processor.running already counts the run.
+	counted bool
 }
 
-// next pops one task into the in-flight list, waiting while every queue
-// is empty; the in-flight set holds its id until the caller's claim. It
-// returns false when ctx ended.
-func (f *fetcher) next(ctx context.Context) (popped, bool) {
+// want is how many tasks the next pop asks for: 1 while the queues look
+// shallow, growing while every pop finds all it asked for, up to
+// Config.ClaimBatch. The caller bounds it by its free slots.
+func (f *fetcher) want() int {
+	return min(int(f.k.Load()), f.w.cfg.ClaimBatch)
+}
+
+// adapt learns from a pop that asked for n tasks and found got: a pop
+// that found all it asked for doubles the next ask (the backlog is deep
+// enough), one that found fewer asks for as many as it found.
+func (f *fetcher) adapt(n, got int) {
+	if got >= n {
+		f.k.Store(int64(min(max(int(f.k.Load()), 2*n), f.w.cfg.ClaimBatch)))
+	} else {
+		f.k.Store(int64(max(got, 1)))
+	}
+}
+
+// shallow reports whether the queues look shallow: a finishing task then
+// takes the next one with its result, instead of leaving its slot to the
+// fetching loop, which takes several at once.
+func (f *fetcher) shallow() bool { return f.w.cfg.ClaimBatch <= 1 || f.k.Load() <= 1 }
+
+// next pops up to n tasks (at least 1) of one queue into the in-flight
+// list, waiting while every queue is empty; the in-flight set holds their
+// ids until the caller's claim. It returns false when ctx ended.
+func (f *fetcher) next(ctx context.Context, n int) (string, []string, bool) {
 	w := f.w
 	for ctx.Err() == nil {
 		if !w.hb.alive() {
@@ -125,27 +159,33 @@ func (f *fetcher) next(ctx context.Context) (popped, bool) {
 			continue
 		}
 		var q string
-		id, err := w.inflight.pop(func() (string, bool, error) {
-			var id string
+		ids, err := w.inflight.popMany(func() ([]string, bool, error) {
+			var ids []string
 			var err error
-			id, q, err = f.popAny(ctx, conn)
-			return id, err != nil && !buckets.IsServerError(err), err
+			ids, q, err = f.popAny(ctx, conn, n)
+			return ids, err != nil && !buckets.IsServerError(err), err
 		})
-		if err != nil {
+		if err != nil && len(ids) == 0 {
 			f.h.Drop()
 			if !f.bo.Wait(ctx, w.log, "fetch", err) {
 				break
 			}
 			continue
 		}
-		f.bo.Reset()
-		if id == "" {
+		if err != nil {
+			f.h.Drop()
+		} else {
+			f.bo.Reset()
+		}
+		if len(ids) == 0 {
+			f.k.Store(1)
 			f.waiter.wait(ctx)
 			continue
 		}
-		return popped{id: id, q: q}, true
+		f.adapt(n, len(ids))
+		return q, ids, true
 	}
-	return popped{}, false
+	return "", nil, false
 }
 
 func (f *fetcher) close() {
@@ -195,25 +235,42 @@ func (f *fetcher) order() []string {
 	return out
 }
 
-// popAny takes one task from the first queue in order() that has one. A
+// popAny takes tasks from the first queue in order() that has one. A
 // queue whose ready list (or the in-flight list) has the wrong type is
 // set aside and the other queues are tried; a connection failure is
 // returned.
-func (f *fetcher) popAny(ctx context.Context, conn redis.Conn) (id, q string, err error) {
+//
+// It takes up to n tasks of that one queue in one round trip (PopMany),
+// so a batch never mixes queues: under strict priority a lower queue is
+// popped only when every queue before it was empty.
+func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
 	w := f.w
 	var bad error
 	for _, q := range f.order() {
-		id, err := w.store.Pop(ctx, conn, q, w.id)
+		var ids []string
+		var err error
+		if n > 1 {
+			ids, err = w.store.PopMany(ctx, conn, q, w.id, n)
+		} else {
+			var id string
+			id, err = w.store.Pop(ctx, conn, q, w.id)
+			if id != "" {
+				ids = []string{id}
+			}
+		}
 		if err != nil && buckets.IsWrongType(err) {
 			setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Ready(q), w.keys.Inflight(w.id))
+			if len(ids) > 0 {
+				return ids, q, nil
+			}
 			bad = err
 			continue
 		}
-		if err != nil || id != "" {
-			return id, q, err
+		if err != nil || len(ids) > 0 {
+			return ids, q, err
 		}
 	}
-	return "", "", bad
+	return nil, "", bad
 }
 
 // claimTries bounds the attempts to claim one popped id. Past them the id
@@ -226,41 +283,37 @@ const claimTries = 6
 // whatever happens. A failure is retried a few times on a tested
 // connection (a lost EXEC reply is recognised by the ClaimState); an
 // error reply of the server or a failure that persists gives the id back.
-func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*buckets.Record, *txn.Held) {
-	w := f.w
-	unlock, ok := w.inflight.lockClaim(ctx, id)
+//
+// cs, when given, is the id's claim state from an earlier attempt (a
+// batch's); hold leaves the claim's watch on h's connection for the
+// result (FinishHeld).
+func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held) {
+	unlock, ok := f.w.inflight.lockClaim(ctx, id)
 	if !ok {
 		// Stopping: the id stays in the in-flight list, which the worker
 		// gives back when it unregisters.
-		w.inflight.release(id, true)
+		f.w.inflight.release(id, true)
 		return nil, nil
 	}
 	defer unlock()
-	var (
-		bo rconn.Backoff
-		cs buckets.ClaimState // recognises our own claim if a reply is lost
-	)
+	return f.claimLocked(ctx, h, q, id, cs, hold)
+}
+
+// claimLocked is claim for a caller that holds id's claim lock.
+func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held) {
+	w := f.w
+	var bo rconn.Backoff
+	if cs == nil {
+		cs = &buckets.ClaimState{} // recognises our own claim if a reply is lost
+	}
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
 			cs.Serves, cs.UnservedGrace = w.serves, w.cfg.unservedGraceMs()
-			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), f.leaseDeadline, true, &cs)
+			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
-				switch res {
-				case buckets.Claimed:
-					f.unskip(q)
-				case buckets.Paused:
-					w.control.set(q, true)
-					w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
-				case buckets.NotServed:
-					f.skip(q)
-					w.log.Debug("no handler for the task's type here; given back for a worker that serves it", keyTaskID, id, keyQueue, q)
-				case buckets.Buried:
-					w.log.Error("task record missing, malformed or of the wrong type; sent to the dead letters", keyTaskID, id, keyQueue, q)
-				case buckets.Skipped:
-					w.log.Debug("task cancelled or not waiting; dropped", keyTaskID, id, keyQueue, q)
-				}
+				f.claimed(q, id, res)
 				if rec == nil {
 					return nil, nil
 				}
@@ -279,6 +332,111 @@ func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string) (*bu
 			w.log.Error("could not claim a task; giving it back to be returned to its queue", keyTaskID, id, keyQueue, q, keyErr, err, "tries", try)
 			w.inflight.release(id, true)
 			return nil, nil
+		}
+		_ = bo.Wait(ctx, w.log, "claim", err)
+	}
+}
+
+// claimed acts on what a claim of id found.
+func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
+	w := f.w
+	switch res {
+	case buckets.Claimed:
+		f.unskip(q)
+	case buckets.Paused:
+		w.control.set(q, true)
+		w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
+	case buckets.NotServed:
+		f.skip(q)
+		w.log.Debug("no handler for the task's type here; given back for a worker that serves it", keyTaskID, id, keyQueue, q)
+	case buckets.Buried:
+		w.log.Error("task record missing, malformed or of the wrong type; sent to the dead letters", keyTaskID, id, keyQueue, q)
+	case buckets.Skipped:
+		w.log.Debug("task cancelled or not waiting; dropped", keyTaskID, id, keyQueue, q)
+	}
+}
+
+// claimBatch claims ids popped together from queue q in one transaction
+// (ClaimBatch) and ends the hold on every id whatever happens. It returns
+// one record per id, nil for an id not claimed. A connection failure is
+// retried a few times as claim's; an error reply of the server (a key of
+// the wrong type) or a conflict that persists falls back to claiming each
+// id on its own, which sets such keys aside. ctx ended before the claim:
+// the ids stay in the in-flight list, which the worker gives back when
+// it unregisters.
+func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids []string) []*buckets.Record {
+	w := f.w
+	// An id another slot of the process is claiming (a second copy of
+	// it) is claimed on its own, after that claim (see lockClaim).
+	// The batch's locks are let go before those claims wait for theirs,
+	// so that two batches never wait for each other.
+	all := ids
+	var later []int
+	var unlocks []func()
+	ids = nil
+	for i, id := range all {
+		if unlock, ok := w.inflight.tryLockClaim(id); ok {
+			unlocks = append(unlocks, unlock)
+			ids = append(ids, id)
+		} else {
+			later = append(later, i)
+		}
+	}
+	recs := f.claimBatchLocked(ctx, h, q, ids)
+	for _, unlock := range unlocks {
+		unlock()
+	}
+	for _, i := range later {
+		r, _ := f.claim(ctx, h, q, all[i], nil, false)
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// claimBatchLocked is claimBatch for ids whose claim locks the caller holds.
+func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q string, ids []string) []*buckets.Record {
+	w := f.w
+	if len(ids) == 0 {
+		return nil
+	}
+	var bo rconn.Backoff
+	cs := make([]buckets.ClaimState, len(ids))
+	recs := make([]*buckets.Record, len(ids))
+	for i := range cs {
+		cs[i].Serves, cs[i].UnservedGrace = w.serves, w.cfg.unservedGraceMs()
+	}
+	if ctx.Err() != nil {
+		for _, id := range ids {
+			w.inflight.release(id, false)
+		}
+		return recs
+	}
+	for try := 1; ; try++ {
+		conn, err := h.Get(ctx)
+		if err == nil {
+			var res []buckets.ClaimResult
+			var got []*buckets.Record
+			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Clock.Now()), f.leaseDeadline, cs)
+			if err == nil {
+				for i, id := range ids {
+					w.inflight.release(id, false)
+					f.claimed(q, id, res[i])
+				}
+				return got
+			}
+			h.Drop()
+			if buckets.IsServerError(err) || errors.Is(err, txn.ErrConflict) {
+				try = claimTries // claim each on its own
+			}
+		}
+		if try >= claimTries || ctx.Err() != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("could not claim a batch of tasks; claiming each on its own", keyQueue, q, keyErr, err, "tasks", len(ids))
+			}
+			for i, id := range ids {
+				recs[i], _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
+			}
+			return recs
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}

@@ -20,6 +20,7 @@ import (
 type finisher struct {
 	w      *Worker
 	policy retryPolicy
+	group  *committer // nil: no group commit (Config.GroupCommitWindow < 0), or not running
 }
 
 // popped is a task moved into the in-flight list, not yet claimed; the
@@ -41,9 +42,25 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 	}
 	var next popped
 	cut := false // a connection failed after a result may have been sent
+	if c.held == nil && f.group != nil {
+		res, sent, gerr := f.group.commit(buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}, c.free)
+		switch {
+		case gerr == nil && res.Err == nil:
+			f.logOutcome(res.Rec, res.Out, herr)
+			return next
+		case gerr == nil && errors.Is(res.Err, buckets.ErrLeaseLost):
+			f.notOurs(rec, res.Rec, false)
+			return next
+		case gerr != nil:
+			// The group's EXEC may have run: Finish tells.
+			cut = sent
+		}
+		// A record that could not be read: the checked way says why.
+		return f.checked(ctx, c.h, rec, now, decide, herr, cut, next)
+	}
 	if c.held != nil && c.h.Conn() == c.held.Conn() && c.held.Conn().Err() == nil {
 		var pop []txn.Cmd
-		if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 {
+		if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 && w.fetcher.shallow() {
 			next.q = order[0]
 			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
 		}
@@ -71,6 +88,8 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		}
 		if next.id == "" {
 			next = popped{}
+		} else {
+			w.fetcher.adapt(1, 1) // the queue had more: deep enough to take several
 		}
 		switch {
 		case err == nil:

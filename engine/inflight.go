@@ -50,6 +50,24 @@ func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, 
 	return id, err
 }
 
+// popMany is pop for a round trip (fn) that may take several ids.
+func (s *inflightSet) popMany(fn func() (ids []string, lost bool, err error)) ([]string, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	ids, lost, err := fn()
+	if len(ids) > 0 {
+		s.mu.Lock()
+		for _, id := range ids {
+			s.held[id]++
+		}
+		s.mu.Unlock()
+	}
+	if lost {
+		s.markLost()
+	}
+	return ids, err
+}
+
 // release ends the hold on id: its claim is over (the claim removed it
 // from the list), or it is given back to the recoverer (give set).
 func (s *inflightSet) release(id string, give bool) {
@@ -63,6 +81,24 @@ func (s *inflightSet) release(id string, give bool) {
 	if give {
 		s.markLost()
 	}
+}
+
+// tryLockClaim is lockClaim without waiting: false when another slot is
+// claiming id.
+func (s *inflightSet) tryLockClaim(id string) (func(), bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.claim[id]; busy {
+		return nil, false
+	}
+	done := make(chan struct{})
+	s.claim[id] = done
+	return func() {
+		s.mu.Lock()
+		delete(s.claim, id)
+		s.mu.Unlock()
+		close(done)
+	}, true
 }
 
 // lockClaim waits until no other slot of the process is claiming id, and

@@ -3,64 +3,127 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // processor bounds the handlers running at once with one semaphore of
-// Config.Concurrency tokens: it takes a token, has the fetcher take a
-// task, and runs it in a goroutine of its own, which gives the token back
-// when it has no next task. A task finishing takes the next one with its
-// result (one round trip); only when that finds nothing does the token go
-// back to the fetching loop.
+// Config.Concurrency tokens, one per slot. The fetching loop takes a
+// token, and more when more are free and the queues look deep (see
+// fetcher.want), pops as many tasks of one queue in one round trip, and
+// hands them to slots:
+//
+//   - one task: its goroutine claims it holding the record's watch, runs
+//     it, and records its result in one round trip that also takes the
+//     next task while the queues look shallow; only when that finds
+//     nothing, or the queues look deep, does the token go back.
+//   - several: one transaction claims them all (ClaimBatch), each runs in
+//     its own slot, and results that end together are recorded together
+//     (the committer, group commit). Each token goes back with its result.
 type processor struct {
 	w   *Worker
 	sem chan struct{}
+	// running counts handlers running now; the committer records a group
+	// at once when none is left to join it.
+	running atomic.Int64
 }
 
 // run fetches until fetchCtx ends, then waits for the running tasks.
-// baseCtx is the parent of the handlers' contexts. The fetching loop only
-// pops (one round trip); each task's goroutine claims it, so claims run
-// in parallel.
+// baseCtx is the parent of the handlers' contexts.
 func (p *processor) run(fetchCtx, baseCtx context.Context) {
+	w := p.w
 	var tasks sync.WaitGroup
+	stopCommit := w.finisher.startGroup(baseCtx)
+	defer stopCommit()
 	defer tasks.Wait()
-	defer p.w.fetcher.close()
+	defer w.fetcher.close()
 	for {
 		select {
 		case p.sem <- struct{}{}:
 		case <-fetchCtx.Done():
 			return
 		}
-		next, ok := p.w.fetcher.next(fetchCtx)
+		want := w.fetcher.want()
+		n := 1
+		if want > 1 {
+			n = p.gather(want)
+		}
+		q, ids, ok := w.fetcher.next(fetchCtx, n)
 		if !ok {
-			<-p.sem
+			p.release(n)
 			return
 		}
-		tasks.Go(func() {
-			defer func() { <-p.sem }()
-			p.work(fetchCtx, baseCtx, next)
-		})
+		p.release(n - len(ids))
+		if len(ids) == 1 && (want == 1 || n > 1) {
+			// One task while the queues look shallow: claimed holding
+			// its record's watch, for the shortest way through.
+			tasks.Go(func() {
+				defer p.release(1)
+				p.work(fetchCtx, baseCtx, popped{id: ids[0], q: q})
+			})
+			continue
+		}
+		tasks.Go(func() { p.batch(fetchCtx, baseCtx, &tasks, q, ids) })
 	}
 }
 
-// work claims a popped task, runs it, records its result, and goes on
-// with the task taken together with the result, as long as there is one.
+// gather takes more tokens, up to want in all, while the queues look
+// deep: those free now, and those that other slots give back within
+// Config.GroupCommitWindow (a group's slots are freed together when its
+// results are recorded), so that one pop takes as many tasks as it can.
+// It does not wait when no other slot is taken. It returns the tokens it
+// holds, the one taken before included.
+func (p *processor) gather(want int) int {
+	n := 1
+	for n < want {
+		select {
+		case p.sem <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	window := p.w.cfg.GroupCommitWindow
+	if n == want || window <= 0 || len(p.sem) == n {
+		return n
+	}
+	t := time.NewTimer(window)
+	defer t.Stop()
+	for n < want && len(p.sem) > n {
+		select {
+		case p.sem <- struct{}{}:
+			n++
+		case <-t.C:
+			return n
+		}
+	}
+	return n
+}
+
+func (p *processor) release(n int) {
+	for range n {
+		<-p.sem
+	}
+}
+
+// work claims a popped task holding its watch, runs it, records its
+// result, and goes on with the task taken together with the result, as
+// long as there is one.
 func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	w := p.w
 	h := w.holder()
 	defer h.Close()
 	for next.id != "" {
-		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id)
+		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id, nil, true)
 		if rec == nil {
 			return
 		}
-		w.observeStart(rec)
-		c := claimed{rec: rec, h: h, held: held}
-		var result []byte
-		herr, ok := w.runs.run(baseCtx, c.rec, &result)
+		var ok bool
+		next, ok = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, held: held})
 		if !ok {
 			return // given back while it ran
 		}
-		next = w.finisher.finish(fetchCtx, baseCtx, c, herr, result)
 		if next.id != "" && fetchCtx.Err() != nil {
 			// Stopping: the id stays in the in-flight list, which the
 			// worker gives back when it unregisters.
@@ -68,4 +131,50 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 			return
 		}
 	}
+}
+
+// batch claims ids, popped together from queue q, in one transaction and
+// runs each claimed task in a slot of its own; it holds one token per id.
+func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) {
+	w := p.w
+	h := w.holder()
+	recs := w.fetcher.claimBatch(fetchCtx, h, q, ids)
+	h.Close()
+	for _, rec := range recs {
+		if rec != nil {
+			// Counted from now: the committer waits for them to join.
+			p.running.Add(1)
+		}
+	}
+	for _, rec := range recs {
+		if rec == nil {
+			p.release(1)
+			continue
+		}
+		free := sync.OnceFunc(func() { p.release(1) })
+		tasks.Go(func() {
+			defer free()
+			h := w.holder()
+			defer h.Close()
+			_, _ = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, free: free, counted: true})
+		})
+	}
+}
+
+// runTask runs a claimed task and records its result; it returns the
+// task taken with the result, if any, and false when the task was given
+// back while it ran.
+func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (popped, bool) {
+	w := p.w
+	w.observeStart(c.rec)
+	var result []byte
+	if !c.counted {
+		p.running.Add(1)
+	}
+	herr, ok := w.runs.run(baseCtx, c.rec, &result)
+	p.running.Add(-1)
+	if !ok {
+		return popped{}, false
+	}
+	return w.finisher.finish(fetchCtx, baseCtx, c, herr, result), true
 }

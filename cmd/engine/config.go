@@ -112,6 +112,7 @@ var engineFields = map[string]string{
 	"done_retention":     "DoneRetention", "dead_retention": "DeadRetention",
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
 	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
+	"claim_batch": "ClaimBatch", "group_commit.window": "GroupCommitWindow", "group_commit.max": "GroupCommitMax",
 }
 
 // settings lists every key, sorted: the daemon's own and the engine's.

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The page is rendered from results.json alone: its target rows are
+// ratios of the figures in the file, and every figure of the file is on it.
+func TestRenderDoc(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(scen, impl, metric string, params map[string]any, v float64, detail map[string]any) *Result {
+		return &Result{Scenario: scen, Case: scen + " case", Params: params, Impl: impl, Metric: metric, Unit: "tasks/s",
+			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v), Detail: detail}
+	}
+	e2e := map[string]any{"handlers": 8.0}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0, "args": []any{"-runs", "1"}},
+		Results: []*Result{
+			res("e2e", "engine", "rate", e2e, 30000, nil),
+			res("e2e", "asynq", "rate", e2e, 10000, nil),
+			res("e2e", "naive", "rate", e2e, 40000, nil),
+			res("idle", "engine", "commands", map[string]any{}, 0.5,
+				map[string]any{"window_seconds": 90.0, "commands_per_second": map[string]any{"blpop": 0.1, "setex": 0.1}}),
+		}}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "results.json")
+	b, _ := json.Marshal(rep)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "benchmarks.md")
+	if err := renderDoc(path, out, "A note."); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(out)
+	doc := string(page)
+	for _, want := range []string{
+		"GENERATED",
+		"A note.",
+		"| e2e no-op tasks/s, 8 handlers, engine vs asynq | ≥ 3× | 3.00× (30k vs 10k) | met |",
+		"| e2e no-op tasks/s, 8 handlers, engine vs naive (no acknowledgement) | ≥ 1.0× | 0.75× (30k vs 40k) | **missed** |",
+		"| e2e no-op tasks/s, 64 handlers, engine vs asynq | ≥ 3× | not measured in this run | n/a |",
+		"0.5 commands/s over 90 s | met",
+		"| `BLPOP` | 0.1 |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}

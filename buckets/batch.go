@@ -1,0 +1,366 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
+)
+
+// PopMany takes up to n of the oldest ready tasks of queue q into worker
+// process w's in-flight list in one round trip: n RPOPLPUSH q:<q> f:<w>
+// sent together. Each is atomic on its own, so a task is never only in
+// the memory of a process, as with Pop. It returns the ids taken, oldest
+// first; fewer than n (or none) when the queue ran out. An error reply
+// (a key of the wrong type) is returned with the ids taken before it; a
+// connection failure may have lost the replies of pops that happened.
+func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error) {
+	if n <= 1 {
+		id, err := s.Pop(ctx, conn, q, w)
+		if id == "" {
+			return nil, err
+		}
+		return []string{id}, err
+	}
+	cmds := make([]txn.Cmd, n)
+	for i := range cmds {
+		cmds[i] = s.PopNext(q, w)
+	}
+	reps, err := pipeline(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: pop %s: %w", q, err)
+	}
+	var ids []string
+	for _, rep := range reps {
+		// An error reply stops nothing on the server: ids the later pops
+		// took are returned with it.
+		if e := asError(rep); e != nil {
+			err = fmt.Errorf("buckets: pop %s: %w", q, e)
+			continue
+		}
+		if rep == nil {
+			continue // the queue ran out (a push may refill it for a later pop)
+		}
+		id, serr := redis.String(rep, nil)
+		if serr != nil {
+			err = fmt.Errorf("buckets: pop %s: %w", q, serr)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, err
+}
+
+// ClaimBatch is Claim for several ids popped from queue q together, in one
+// optimistic transaction: it WATCHes every t:<id> and the paused set,
+// reads them in one round trip, decides each id as Claim does and sends
+// the concatenation of their writes in one MULTI/EXEC.
+//
+//	WATCH   t:<id1> … t:<idn> paused
+//	read    GET t:<id> (each), SISMEMBER paused q
+//	queue   per id, Claim's writes for what its record says, coalesced
+//	        as FinishGroup's
+//
+// An id popped twice (a duplicate in the ready list) is decided once; its
+// second copy is Skipped. A change to any of the records before EXEC makes
+// the whole batch read and decide again (txn.Runner.Run). cs has one ClaimState per id, kept
+// by the caller across retries of the batch, so that a retry after a lost
+// EXEC reply recognises its own claims. No watch is held after it: a
+// batch's results are recorded with FinishGroup, which reads.
+//
+// Crash points are Claim's: before EXEC every id is still in f:<w>, where
+// the worker's recoverer (or, once its heartbeat is gone, the reaper)
+// finds it; after EXEC each claimed task is in p:<w> under its lease.
+func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*Record) int64, cs []ClaimState) ([]*Record, []ClaimResult, error) {
+	if len(cs) != len(ids) {
+		return nil, nil, fmt.Errorf("buckets: claim batch: %d claim states for %d ids", len(cs), len(ids))
+	}
+	watch := make([]string, 0, len(ids)+1)
+	for _, id := range ids {
+		watch = append(watch, s.Keys.Task(id))
+	}
+	watch = append(watch, s.Keys.Paused())
+	recs := make([]*Record, len(ids))
+	results := make([]ClaimResult, len(ids))
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
+		for i, id := range ids {
+			recs[i], results[i] = nil, Skipped
+			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
+			return err
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if len(reps) != len(ids)+1 {
+			return fmt.Errorf("%d replies to %d reads", len(reps), len(ids)+1)
+		}
+		paused, err := redis.Int(reps[len(ids)], nil)
+		if err != nil {
+			return err
+		}
+		batch := &batchState{runs: map[string]string{}}
+		seen := make(map[string]bool, len(ids))
+		var writes cmdList
+		for i, id := range ids {
+			if seen[id] {
+				// The same id twice in the list (a push repeated after a
+				// lost reply, say): the claim of the first copy decides;
+				// this one is only taken out of the in-flight list, as a
+				// claim after it would find the task running.
+				writes.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				continue
+			}
+			seen[id] = true
+			recs[i], results[i], err = s.claimDecide(tx, &writes, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
+			if err != nil {
+				return err
+			}
+		}
+		batch.flush(&writes, s.Keys.Ready(q))
+		for _, c := range coalesce(writes) {
+			tx.Queue(c.Name, c.Args...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", len(ids), err)
+	}
+	return recs, results, nil
+}
+
+// FinishItem is one run's result for FinishGroup.
+type FinishItem struct {
+	ID  string
+	Run int   // the run number the claim wrote
+	Now int64 // when the run ended, ms
+	// Decide sees the record as it is in Redis and sets what the outcome
+	// needs, as Finish's decide.
+	Decide func(*Record) Outcome
+	// Watch are further keys to watch for this task (read by Decide's
+	// caller before the group, say); the group fails over to a re-read if
+	// one changes.
+	Watch []string
+}
+
+// FinishResult is what FinishGroup did with one item.
+type FinishResult struct {
+	Rec *Record // the record as written (Err nil), or as read (ErrLeaseLost)
+	Out Outcome
+	// Err is nil when the result is recorded; ErrLeaseLost when the record
+	// is no longer this run's (Rec is as read); otherwise what reading the
+	// record met (ErrNotFound, ErrMalformed, a wrong-type reply). Nothing
+	// is written for an item with an error: Finish tells the rest.
+	Err error
+}
+
+// FinishGroup records the results of several of worker w's runs in one
+// optimistic transaction: the concatenation of each run's Finish writes,
+// built by the same per-task function (finishWrites).
+//
+// WATCH   t:<id> for each item, and each item's Watch keys
+// read    GET t:<id> (each; must be running under w, its run number)
+// queue   per item that is this run's, Finish's writes, coalesced: the
+//
+//	counter increments of one hash summed, the ZREMs of one sorted
+//	set joined (see coalesce)
+//
+// A change to any watched key before EXEC makes the whole group read and
+// decide again. An item whose record is not this run's, or cannot be
+// read, gets its error and no write; the others are recorded. A returned
+// error means the group as a whole failed: when it is a connection
+// failure the EXEC may have run, and each item must be reconciled as a
+// lost reply of Finish is. Crash points are Finish's, for every item at
+// once: before EXEC every task is still running in p:<w> (the reaper
+// returns it when its lease ends), after it every result is recorded.
+func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []FinishItem, doneTTL int64) ([]FinishResult, error) {
+	watch := make([]string, 0, len(items))
+	for _, it := range items {
+		watch = append(watch, s.Keys.Task(it.ID))
+		watch = append(watch, it.Watch...)
+	}
+	res := make([]FinishResult, len(items))
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
+		for i, it := range items {
+			res[i] = FinishResult{}
+			if err := tx.Send("GET", s.Keys.Task(it.ID)); err != nil {
+				return err
+			}
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if len(reps) != len(items) {
+			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
+		}
+		seen := make(map[string]bool, len(items))
+		views := FlowViews{} // the groups of workflow members, shared by the items
+		var writes cmdList   // every item's writes, in order
+		for i, it := range items {
+			raw, err := redis.Bytes(reps[i], asError(reps[i]))
+			if seen[it.ID] {
+				// One run is recorded once: a second result for it is
+				// another run's, which the first one's writes end.
+				err = ErrLeaseLost
+			}
+			seen[it.ID] = true
+			if errors.Is(err, redis.ErrNil) {
+				res[i].Err = fmt.Errorf("task %s: %w", it.ID, ErrNotFound)
+				continue
+			}
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
+				res[i].Err = err
+				continue
+			}
+			dup := err != nil
+			r, err := DecodeRecord(it.ID, raw)
+			if err != nil {
+				res[i].Err = err
+				continue
+			}
+			if dup || r.State != StateRunning || r.Worker != w || r.Runs != it.Run {
+				res[i] = FinishResult{Rec: r, Err: ErrLeaseLost}
+				continue
+			}
+			// A group member's final transition watches and reads its
+			// group (a round trip of its own, for members only).
+			if err := s.flowRead(tx, r, views); err != nil {
+				return err
+			}
+			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, it.Decide)
+			if err != nil {
+				return err
+			}
+			res[i] = FinishResult{Rec: r, Out: out}
+		}
+		for _, c := range coalesce(writes) {
+			tx.Queue(c.Name, c.Args...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+	}
+	return res, nil
+}
+
+// batchState is what the decisions of one ClaimBatch share: the
+// skip-if-running periodic entries claimed so far (entry → firing), and
+// the ids given back, pushed at the end in one RPUSH so that the oldest
+// is again the next to pop. A nil *batchState is Claim's: each id goes
+// back at once.
+type batchState struct {
+	runs map[string]string
+	back []string
+}
+
+func (b *batchState) run(entry string) string {
+	if b == nil {
+		return ""
+	}
+	return b.runs[entry]
+}
+
+func (b *batchState) claimedRun(entry, id string) {
+	if b != nil {
+		b.runs[entry] = id
+	}
+}
+
+// giveBack puts id back at the pop end of ready list key.
+func (b *batchState) giveBack(tx queuer, key, id string) {
+	if b == nil {
+		tx.Queue("RPUSH", key, id)
+		return
+	}
+	b.back = append(b.back, id)
+}
+
+// flush pushes the ids given back, the oldest last (RPOPLPUSH takes from
+// the tail).
+func (b *batchState) flush(tx queuer, key string) {
+	if len(b.back) == 0 {
+		return
+	}
+	args := make([]interface{}, 0, len(b.back)+1)
+	args = append(args, key)
+	for i := len(b.back) - 1; i >= 0; i-- {
+		args = append(args, b.back[i])
+	}
+	tx.Queue("RPUSH", args...)
+}
+
+// coalesce merges, in a transaction's writes, commands that the order of
+// the others cannot tell apart from one: HINCRBY of one key and field
+// (summed), and ZADD or ZREM of one key (their members joined), into the
+// first of them. A command is merged only when nothing between the two
+// touches its key, except other HINCRBYs of the same hash for a HINCRBY
+// (increments commute). Everything else keeps its place.
+func coalesce(cmds cmdList) cmdList {
+	out := make(cmdList, 0, len(cmds))
+	// last: per key, the last command in out that touches it; open: per
+	// key+name(+field), a command later ones of the same kind may join.
+	last := map[string]int{}
+	open := map[string]int{}
+	for _, c := range cmds {
+		key, _ := c.Args[0].(string)
+		mk := ""
+		switch c.Name {
+		case "HINCRBY":
+			if len(c.Args) == 3 {
+				mk = "HINCRBY\x00" + key + "\x00" + fmt.Sprint(c.Args[1])
+			}
+		case "ZADD", "ZREM":
+			mk = c.Name + "\x00" + key
+		}
+		if mk != "" {
+			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
+				if c.Name == "HINCRBY" {
+					a, aok := toInt64(out[j].Args[2])
+					b, bok := toInt64(c.Args[2])
+					if aok && bok {
+						out[j].Args = []interface{}{key, out[j].Args[1], a + b}
+						continue
+					}
+				} else {
+					out[j].Args = append(append([]interface{}{}, out[j].Args...), c.Args[1:]...)
+					continue
+				}
+			}
+		}
+		out = append(out, txn.Cmd{Name: c.Name, Args: append([]interface{}{}, c.Args...)})
+		last[key] = len(out) - 1
+		if mk != "" {
+			open[mk] = len(out) - 1
+		}
+	}
+	return out
+}
+
+// onlyHincrby reports whether every command of cmds that names key is a
+// HINCRBY.
+func onlyHincrby(cmds cmdList, key string) bool {
+	for _, c := range cmds {
+		if k, _ := c.Args[0].(string); k == key && c.Name != "HINCRBY" {
+			return false
+		}
+	}
+	return true
+}
+
+func toInt64(v interface{}) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	}
+	return 0, false
+}

@@ -1,0 +1,277 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/gomodule/redigo/redis"
+)
+
+// batchEnv is a fresh namespace on a real server.
+func batchEnv(t *testing.T) (*Store, redis.Conn, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
+	s, err := NewStore(ns, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Pool(t).Get()
+	t.Cleanup(func() { c.Close() })
+	return s, c, context.Background()
+}
+
+func popAll(t *testing.T, s *Store, c redis.Conn, n int) []string {
+	t.Helper()
+	ids, err := s.PopMany(context.Background(), c, "q", w1, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// PopMany takes the oldest tasks first, into the in-flight list, and
+// returns fewer when the queue runs out.
+func TestPopMany(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a", "b", "c")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 5)
+	if !slices.Equal(ids, []string{"a", "b", "c"}) {
+		t.Fatalf("PopMany = %v, want [a b c]", ids)
+	}
+	inflight, _ := redis.Strings(c.Do("LRANGE", s.Keys.Inflight(w1), 0, -1))
+	slices.Sort(inflight)
+	if !slices.Equal(inflight, ids) {
+		t.Errorf("in-flight list %v, want the popped ids", inflight)
+	}
+	if ids := popAll(t, s, c, 4); len(ids) != 0 {
+		t.Errorf("PopMany of an empty queue = %v", ids)
+	}
+}
+
+// ClaimBatch claims every waiting task, buries a missing record, drops a
+// cancelled one, and leaves the in-flight list empty, in one transaction.
+func TestClaimBatch(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a", "b", "c", "d")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 4)
+	if _, err := c.Do("DEL", s.Keys.Task("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, c, "d", t0+5, 60); err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]ClaimState, len(ids))
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ClaimResult{Claimed, Claimed, Buried, Skipped}
+	if !slices.Equal(res, want) {
+		t.Fatalf("results %v, want %v", res, want)
+	}
+	for i, r := range recs[:2] {
+		if r == nil || r.ID != ids[i] || r.State != StateRunning || r.Worker != w1 || r.Runs != 1 {
+			t.Errorf("record %d: %+v", i, r)
+		}
+	}
+	if recs[2] != nil || recs[3] != nil {
+		t.Errorf("records of unclaimed ids: %v %v", recs[2], recs[3])
+	}
+	if n, _ := redis.Int(c.Do("LLEN", s.Keys.Inflight(w1))); n != 0 {
+		t.Errorf("%d ids left in the in-flight list", n)
+	}
+	if n, _ := redis.Int(c.Do("ZCARD", s.Keys.Pending(w1))); n != 2 {
+		t.Errorf("%d pending, want 2", n)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatRunning)); n != 2 {
+		t.Errorf("running gauge %d, want 2", n)
+	}
+	if dead, _ := s.DeadIDs(ctx, c, 0, 10); !slices.Equal(dead, []string{"c"}) {
+		t.Errorf("dead letters %v, want [c]", dead)
+	}
+}
+
+// A batch of a paused queue goes back in its order: the oldest is again
+// the next to pop.
+func TestClaimBatchPaused(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a", "b", "c")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 3)
+	if err := s.Pause(ctx, c, "q"); err != nil {
+		t.Fatal(err)
+	}
+	_, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res, []ClaimResult{Paused, Paused, Paused}) {
+		t.Fatalf("results %v", res)
+	}
+	if again := popAll(t, s, c, 3); !slices.Equal(again, ids) {
+		t.Errorf("popped again %v, want %v", again, ids)
+	}
+}
+
+// A batch whose EXEC reply was lost, tried again with the same claim
+// states, recognises its own claims instead of taking them for another's.
+func TestClaimBatchLostReply(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
+	s, _ := NewStore(ns, 1000)
+	pool := srv.Pool(t)
+	ctx := context.Background()
+	c := pool.Get()
+	defer c.Close()
+	if err := enqueued("a", "b")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 2)
+	cs := make([]ClaimState, 2)
+	cc := &crashConn{inner: pool.Get(), at: "EXEC", after: true}
+	if _, _, err := s.ClaimBatch(ctx, cc, w1, "q", ids, t0+10, lease, cs); !errors.Is(err, errCrash) {
+		t.Fatalf("ClaimBatch on a cut connection: %v", err)
+	}
+	cc.Close()
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs)
+	if err != nil || !slices.Equal(res, []ClaimResult{Claimed, Claimed}) {
+		t.Fatalf("retry: %v, %v", res, err)
+	}
+	for _, r := range recs {
+		if r.Runs != 1 {
+			t.Errorf("%s: run %d, want the first run (claimed once)", r.ID, r.Runs)
+		}
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatRunning)); n != 2 {
+		t.Errorf("running gauge %d, want 2 (each claim counted once)", n)
+	}
+}
+
+// FinishGroup records each run's own outcome, and writes nothing for a
+// run that is no longer the record's or whose record is gone.
+func TestFinishGroup(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := claimed("a", "b", "c", "d")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("DEL", s.Keys.Task("d")); err != nil {
+		t.Fatal(err)
+	}
+	done := func(*Record) Outcome { return Done }
+	items := []FinishItem{
+		{ID: "a", Run: 1, Now: t0 + 20, Decide: done},
+		{ID: "b", Run: 1, Now: t0 + 20, Decide: func(r *Record) Outcome {
+			r.State, r.Attempts, r.Due, r.LastError = StateRetry, 1, t0+30_000, "boom"
+			return Again
+		}},
+		{ID: "c", Run: 2, Now: t0 + 20, Decide: done}, // not this run
+		{ID: "d", Run: 1, Now: t0 + 20, Decide: done},
+	}
+	res, err := s.FinishGroup(ctx, c, w1, items, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[0].Out != Done || res[1].Err != nil || res[1].Out != Again {
+		t.Errorf("a, b: %+v %+v", res[0], res[1])
+	}
+	if !errors.Is(res[2].Err, ErrLeaseLost) || res[2].Rec == nil || res[2].Rec.State != StateRunning {
+		t.Errorf("c: %+v, want ErrLeaseLost with the record as it is", res[2])
+	}
+	if !errors.Is(res[3].Err, ErrNotFound) {
+		t.Errorf("d: %+v, want ErrNotFound", res[3])
+	}
+	recs, errs, err := s.Records(ctx, c, []string{"a", "b", "c"})
+	if err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatal(err, errs)
+	}
+	if recs[0].State != StateDone || recs[1].State != StateRetry || recs[2].State != StateRunning {
+		t.Errorf("states %v %v %v, want done retry running", recs[0].State, recs[1].State, recs[2].State)
+	}
+	pending, _ := redis.Strings(c.Do("ZRANGE", s.Keys.Pending(w1), 0, -1))
+	slices.Sort(pending)
+	if !slices.Equal(pending, []string{"c", "d"}) {
+		t.Errorf("pending %v, want [c d] (d is left for Finish to abandon)", pending)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatRunning)); n != 2 {
+		t.Errorf("running gauge %d, want 2", n)
+	}
+}
+
+// An id that is twice in the ready list, popped twice into one batch, is
+// claimed once: one run, and the running gauge counts it once.
+func TestClaimBatchDuplicateID(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("LPUSH", s.Keys.Ready("q"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	ids := popAll(t, s, c, 2)
+	if !slices.Equal(ids, []string{"a", "a"}) {
+		t.Fatalf("popped %v", ids)
+	}
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != Claimed || res[1] != Skipped || recs[1] != nil {
+		t.Fatalf("results %v, records %v", res, recs)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatRunning)); n != 1 {
+		t.Errorf("running gauge %d, want 1", n)
+	}
+	if n, _ := redis.Int(c.Do("LLEN", s.Keys.Inflight(w1))); n != 0 {
+		t.Errorf("%d ids left in the in-flight list", n)
+	}
+	fr, err := s.FinishGroup(ctx, c, w1, []FinishItem{
+		{ID: "a", Run: 1, Now: t0 + 20, Decide: func(*Record) Outcome { return Done }},
+		{ID: "a", Run: 1, Now: t0 + 20, Decide: func(*Record) Outcome { return Done }},
+	}, 60)
+	if err != nil || fr[0].Err != nil || !errors.Is(fr[1].Err, ErrLeaseLost) {
+		t.Fatalf("FinishGroup of one run twice: %+v, %v", fr, err)
+	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatProcessed)); n != 1 {
+		t.Errorf("processed %d, want 1", n)
+	}
+}
+
+// coalesce sums increments and joins sorted-set members only where no
+// other command on the key stands between.
+func TestCoalesce(t *testing.T) {
+	var in cmdList
+	in.Queue("ZREM", "p", "a")
+	in.Queue("HINCRBY", "st", "running", -1)
+	in.Queue("SETEX", "t:a", 60, "x")
+	in.Queue("HINCRBY", "st", "processed", 1)
+	in.Queue("ZREM", "p", "b")
+	in.Queue("HINCRBY", "st", "running", -1)
+	in.Queue("HINCRBY", "st", "processed", 1)
+	in.Queue("ZADD", "z", 1, "a")
+	in.Queue("DEL", "z")
+	in.Queue("ZADD", "z", 2, "b")
+	got := coalesce(in)
+	want := []string{
+		"ZREM [p a b]", "HINCRBY [st running -2]", "SETEX [t:a 60 x]", "HINCRBY [st processed 2]",
+		"ZADD [z 1 a]", "DEL [z]", "ZADD [z 2 b]",
+	}
+	var have []string
+	for _, c := range got {
+		have = append(have, c.Name+" "+fmt.Sprint(c.Args))
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("coalesce:\n got %q\nwant %q", have, want)
+	}
+}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// batchStore passes every call to the real store and records the sizes
+// of the batches popped, claimed and finished together, and the queue
+// of each pop that found tasks, in order.
+type batchStore struct {
+	workerStore
+	maxClaim, maxGroup atomic.Int64
+	mu                 sync.Mutex
+	pops               []string // guarded by mu
+}
+
+func (b *batchStore) popped(q string, n int) {
+	if n > 0 {
+		b.mu.Lock()
+		b.pops = append(b.pops, q)
+		b.mu.Unlock()
+	}
+}
+
+func (b *batchStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
+	id, err := b.workerStore.Pop(ctx, conn, q, w)
+	if id != "" {
+		b.popped(q, 1)
+	}
+	return id, err
+}
+
+func (b *batchStore) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error) {
+	ids, err := b.workerStore.PopMany(ctx, conn, q, w, n)
+	b.popped(q, len(ids))
+	return ids, err
+}
+
+func (b *batchStore) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState) ([]*buckets.Record, []buckets.ClaimResult, error) {
+	raise(&b.maxClaim, len(ids))
+	return b.workerStore.ClaimBatch(ctx, conn, w, q, ids, now, deadline, cs)
+}
+
+func (b *batchStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	raise(&b.maxGroup, len(items))
+	return b.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+}
+
+func raise(v *atomic.Int64, n int) {
+	for {
+		cur := v.Load()
+		if int64(n) <= cur || v.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+// Every task runs exactly once (a failed first attempt exactly twice) at
+// every claim batch size, with two worker processes competing for one
+// deep queue: batches are claimed, results recorded in groups, and the
+// gauges end where they started.
+func TestBatchExactlyOnce(t *testing.T) {
+	for _, tc := range []struct {
+		k      int
+		window time.Duration
+	}{{1, 0}, {2, 0}, {8, 0}, {32, 0}, {8, -1}} {
+		k := tc.k
+		name := fmt.Sprintf("K=%d", k)
+		if tc.window < 0 {
+			name += ",no-group-commit"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := realEnv(t)
+			ctx := context.Background()
+			c := e.client(t)
+			const n = 3000
+			var batch []NewTask
+			for i := range n {
+				batch = append(batch, NewTask{Type: "t", Payload: []byte(fmt.Sprint(i % 10))})
+			}
+			infos, err := c.EnqueueBatch(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A tenth of the tasks fail their first run and retry at once.
+			rec := newRecorder(func(ctx context.Context, task *Task) error {
+				if string(task.Payload) == "0" && task.Attempt == 1 {
+					return errors.New("first run fails")
+				}
+				return nil
+			})
+			e.cfg.Concurrency = 16
+			e.cfg.ClaimBatch = k
+			e.cfg.GroupCommitWindow = tc.window
+			e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return -1 }
+			// The retries wait in a bucket for the dispatcher.
+			d, err := NewDispatcher(e.pool, e.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runBackground(t, d.Run)
+			var stores []*batchStore
+			for range 2 {
+				w, err := NewWorker(e.pool, e.cfg, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bs := &batchStore{workerStore: w.store}
+				w.store = bs
+				stores = append(stores, bs)
+				runBackground(t, w.Run)
+			}
+			want := n + n/10
+			waitFor(t, 60*time.Second, "every run", func() bool { return rec.total() >= want })
+			waitFor(t, 10*time.Second, "every result recorded", func() bool {
+				st, err := c.Inspector().Queue(ctx, "default")
+				return err == nil && st.Processed == n && st.Running == 0
+			})
+			for i, info := range infos {
+				runs := 1
+				if i%10 == 0 {
+					runs = 2
+				}
+				if got := rec.count(info.ID); got != runs {
+					t.Fatalf("task %d ran %d times, want %d", i, got, runs)
+				}
+			}
+			if got := rec.total(); got != want {
+				t.Fatalf("%d runs, want %d", got, want)
+			}
+			st, err := c.Inspector().Queue(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Ready != 0 || st.Running != 0 || st.Retrying != 0 || st.Dead != 0 || st.Failed != n/10 {
+				t.Errorf("queue after the run: %+v", st)
+			}
+			var claim, group int64
+			for _, bs := range stores {
+				claim, group = max(claim, bs.maxClaim.Load()), max(group, bs.maxGroup.Load())
+			}
+			t.Logf("largest claim batch %d, largest result group %d", claim, group)
+			if claim > int64(k) {
+				t.Errorf("a claim batch of %d, above ClaimBatch %d", claim, k)
+			}
+			if tc.window < 0 && group > 0 {
+				t.Errorf("a result group of %d with group commit off", group)
+			}
+			if k > 1 && (claim < 2 || group < 2 && tc.window >= 0) {
+				t.Errorf("no batch claimed (%d) or no group recorded (%d) from a deep queue", claim, group)
+			}
+		})
+	}
+}
+
+// Under strict priority a worker taking batches never pops a lower queue
+// while a higher one has tasks.
+func TestBatchStrictPriority(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	const n = 2000
+	for _, q := range []string{"low", "high"} {
+		var batch []NewTask
+		for range n {
+			batch = append(batch, NewTask{Type: "t", Options: []Option{Queue(q)}})
+		}
+		if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.cfg.StrictPriority = true
+	e.cfg.Queues = []QueueConfig{{Name: "high"}, {Name: "low"}}
+	e.cfg.Concurrency = 16
+	rec := newRecorder(nil)
+	w, _ := NewWorker(e.pool, e.cfg, rec)
+	bs := &batchStore{workerStore: w.store}
+	w.store = bs
+	stop := runBackground(t, w.Run)
+	waitFor(t, 60*time.Second, "all tasks", func() bool { return rec.total() == 2*n })
+	stop()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	low := false
+	for i, q := range bs.pops {
+		if q == "low" {
+			low = true
+		} else if low {
+			t.Fatalf("pop %d took from high after low was popped", i)
+		}
+	}
+	if bs.maxClaim.Load() < 2 {
+		t.Errorf("no batch claimed from deep queues")
+	}
+}

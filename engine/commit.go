@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
+)
+
+// committer records the results of runs that end together in one
+// transaction and one round trip (group commit, buckets.FinishGroup). A
+// slot hands its result over and waits for the group's answer. The first
+// result of a group waits at most Config.GroupCommitWindow for others,
+// and not at all when no other handler of the process is running (nobody
+// could join) or GroupCommitMax results are waiting: under load the
+// results that arrive while a group is being recorded form the next one.
+//
+// Only results of tasks claimed in a batch come here; a task claimed on
+// its own records its result with the watch its claim left (FinishHeld).
+type committer struct {
+	w    *Worker
+	reqs chan commitReq
+	stop chan struct{}
+	done chan struct{}
+}
+
+type commitReq struct {
+	item  buckets.FinishItem
+	free  func() // gives the slot's token back; nil: none
+	reply chan commitRes
+}
+
+type commitRes struct {
+	res  buckets.FinishResult
+	err  error // the group failed as a whole
+	sent bool  // and its transaction may have run
+}
+
+// groupCommitTimeout bounds one group's round trips.
+const groupCommitTimeout = 10 * time.Second
+
+// startGroup starts the committer when group commit is on, with baseCtx
+// as the parent of its round trips' contexts, and returns the function
+// that stops it once no slot will hand it a result any more.
+func (f *finisher) startGroup(baseCtx context.Context) func() {
+	if f.w.cfg.GroupCommitWindow < 0 {
+		return func() {}
+	}
+	c := &committer{w: f.w, reqs: make(chan commitReq), stop: make(chan struct{}), done: make(chan struct{})}
+	f.group = c
+	go c.run(baseCtx)
+	return func() {
+		close(c.stop)
+		<-c.done
+		f.group = nil
+	}
+}
+
+// commit hands item to the committer and waits for its group's answer.
+// A group error comes with sent set when the transaction may have run.
+//
+// free, when given, is called once the item's result is recorded, before
+// the answer: its slot is free for the next task.
+func (c *committer) commit(item buckets.FinishItem, free func()) (res buckets.FinishResult, sent bool, err error) {
+	reply := make(chan commitRes, 1)
+	c.reqs <- commitReq{item: item, free: free, reply: reply}
+	r := <-reply
+	return r.res, r.sent, r.err
+}
+
+func (c *committer) run(baseCtx context.Context) {
+	defer close(c.done)
+	w := c.w
+	h := w.holder()
+	defer h.Close()
+	window, most := w.cfg.GroupCommitWindow, w.cfg.GroupCommitMax
+	var timer *time.Timer
+	for {
+		var group []commitReq
+		select {
+		case r := <-c.reqs:
+			group = append(group, r)
+		case <-c.stop:
+			return
+		}
+		var expire <-chan time.Time
+	gather:
+		for len(group) < most {
+			select {
+			case r := <-c.reqs:
+				group = append(group, r)
+				continue
+			default:
+			}
+			if window <= 0 || w.proc.running.Load() == 0 {
+				break // nobody left to join
+			}
+			if expire == nil {
+				if timer == nil {
+					timer = time.NewTimer(window)
+				} else {
+					timer.Reset(window)
+				}
+				expire = timer.C
+			}
+			select {
+			case r := <-c.reqs:
+				group = append(group, r)
+			case <-expire:
+				expire = nil
+				break gather
+			}
+		}
+		if expire != nil && !timer.Stop() {
+			<-timer.C
+		}
+		c.record(baseCtx, h, group)
+	}
+}
+
+// record runs one group's transaction and answers each of its slots.
+func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []commitReq) {
+	w := c.w
+	ctx, cancel := context.WithTimeout(baseCtx, groupCommitTimeout)
+	defer cancel()
+	items := make([]buckets.FinishItem, len(group))
+	for i, r := range group {
+		items[i] = r.item
+	}
+	var res []buckets.FinishResult
+	conn, err := h.Get(ctx)
+	sent := err == nil
+	if err == nil {
+		res, err = w.store.FinishGroup(ctx, conn, w.id, items, w.cfg.doneTTL())
+		if err != nil {
+			h.Drop()
+		}
+	}
+	if err == nil {
+		for i, r := range group {
+			if r.free != nil && res[i].Err == nil {
+				r.free()
+			}
+		}
+	}
+	for i, r := range group {
+		if err != nil {
+			r.reply <- commitRes{err: err, sent: sent}
+			continue
+		}
+		r.reply <- commitRes{res: res[i]}
+	}
+}
