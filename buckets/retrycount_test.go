@@ -87,3 +87,41 @@ func TestRetryGaugesDisjoint(t *testing.T) {
 		t.Fatalf("retry counts left: %d, %v; want none once the bucket is gone", n, err)
 	}
 }
+
+// A claim that gives a task back (its queue is paused) to a ready list
+// that another writer made a string meanwhile loses nothing: 2.4 runs
+// the claim's LREM from the in-flight list all the same, so the list is
+// set aside and the id pushed again.
+func TestClaimGiveBackToWrongTypedReadyList(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := srv.Pool(t)
+	ctx := context.Background()
+	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
+	s, err := NewStore(ns, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pool.Get()
+	defer c.Close()
+	if err := popped("a")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SADD", s.Keys.Paused(), "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", s.Keys.Ready("q"), "not a list"); err != nil {
+		t.Fatal(err)
+	}
+	_, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil)
+	if err != nil || res != Paused {
+		t.Fatalf("claim = %v, %v; want Paused", res, err)
+	}
+	ids, err := redis.Strings(c.Do("LRANGE", s.Keys.Ready("q"), 0, -1))
+	if err != nil || len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("ready list %v, %v; want the id given back", ids, err)
+	}
+	if v, _ := redis.String(c.Do("GET", s.Keys.Quarantine(s.Keys.Ready("q")))); v != "not a list" {
+		t.Fatalf("quarantine %q; want the string set aside", v)
+	}
+}

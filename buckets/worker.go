@@ -121,7 +121,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		cs.held = nil
 	}
 	hold = hold && cs != nil
-	_, err := s.runner.Run(ctx, conn, []string{key, s.Keys.Paused()}, func(tx *txn.Tx) error {
+	reps, err := s.runner.Run(ctx, conn, []string{key, s.Keys.Paused()}, func(tx *txn.Tx) error {
 		rec, result, held = nil, Skipped, nil
 		if err := tx.Send("GET", key); err != nil {
 			return err
@@ -150,6 +150,15 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		}
 		return nil
 	})
+	if err != nil && (result == Paused || result == NotServed) {
+		// The id went back to a ready list of the wrong type: EXEC ran
+		// its LREM from the in-flight list all the same (no rollback).
+		// Set the list aside and push the id again, or it is in no list.
+		// (No watch is held for a task given back.)
+		if ok, rerr := s.repairPlacement(ctx, conn, reps, err); rerr == nil && ok {
+			err = nil
+		}
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("buckets: claim %s: %w", id, err)
 	}
