@@ -364,32 +364,76 @@ func (c *ShardedClient) pick(now time.Time, skip map[int]bool) int {
 }
 
 // Cancel cancels a task that has not started, in its lane, as
-// Client.Cancel does.
+// Client.Cancel does. Like every call by id below, it asks the id's lane
+// first and, while the answer is ErrNotFound, the other lanes: the steps
+// of a workflow ("<workflow>~<i>") live in the workflow's lane, which
+// their ids do not name.
 func (c *ShardedClient) Cancel(ctx context.Context, id string) error {
-	return c.lanes[c.LaneOf(id)].Cancel(ctx, id)
+	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.Cancel(ctx, id) })
+	return err
 }
 
 // Lookup reports a task's state from its lane, as Client.Lookup does.
 func (c *ShardedClient) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
-	return c.lanes[c.LaneOf(id)].Lookup(ctx, id)
+	return byID(c, id, func(l *Client) (*TaskInfo, error) { return l.Lookup(ctx, id) })
 }
 
 // Wait waits for a task's outcome in its lane, as Client.Wait does.
 func (c *ShardedClient) Wait(ctx context.Context, id string) (*Outcome, error) {
-	return c.lanes[c.LaneOf(id)].Wait(ctx, id)
+	return byID(c, id, func(l *Client) (*Outcome, error) { return l.Wait(ctx, id) })
 }
 
 // Result returns a task's result from its lane, as Client.Result does.
 func (c *ShardedClient) Result(ctx context.Context, id string) ([]byte, error) {
-	return c.lanes[c.LaneOf(id)].Result(ctx, id)
+	return byID(c, id, func(l *Client) ([]byte, error) { return l.Result(ctx, id) })
 }
 
 // RetryDead retries a dead letter in its lane, as Client.RetryDead does.
 func (c *ShardedClient) RetryDead(ctx context.Context, id string) error {
-	return c.lanes[c.LaneOf(id)].RetryDead(ctx, id)
+	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.RetryDead(ctx, id) })
+	return err
 }
 
 // PurgeDead deletes a dead letter in its lane, as Client.PurgeDead does.
 func (c *ShardedClient) PurgeDead(ctx context.Context, id string) error {
-	return c.lanes[c.LaneOf(id)].PurgeDead(ctx, id)
+	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.PurgeDead(ctx, id) })
+	return err
+}
+
+// EnqueueChain enqueues a chain (see Client.EnqueueChain) in the lane its
+// id hashes to (LaneOf): a workflow lives in one lane, since its steps
+// follow each other in that lane's transactions.
+func (c *ShardedClient) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
+	return c.lanes[c.LaneOf(id)].EnqueueChain(ctx, id, steps...)
+}
+
+// EnqueueGroup enqueues a group (see Client.EnqueueGroup) in the lane its
+// id hashes to, as EnqueueChain does.
+func (c *ShardedClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
+	return c.lanes[c.LaneOf(g.ID)].EnqueueGroup(ctx, g)
+}
+
+// Workflow reports a workflow from its lane (see Client.Workflow).
+func (c *ShardedClient) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	return byID(c, id, func(l *Client) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
+}
+
+// CancelWorkflow cancels a workflow in its lane (see Client.CancelWorkflow).
+func (c *ShardedClient) CancelWorkflow(ctx context.Context, id string) (int, error) {
+	return byID(c, id, func(l *Client) (int, error) { return l.CancelWorkflow(ctx, id) })
+}
+
+// byID runs f on id's lane, then, while it answers ErrNotFound, on the
+// other lanes in order.
+func byID[T any](c *ShardedClient, id string, f func(*Client) (T, error)) (T, error) {
+	first := c.LaneOf(id)
+	v, err := f(c.lanes[first])
+	for k := 0; k < len(c.lanes) && errors.Is(err, ErrNotFound); k++ {
+		if k != first {
+			if w, werr := f(c.lanes[k]); !errors.Is(werr, ErrNotFound) {
+				return w, werr
+			}
+		}
+	}
+	return v, err
 }
