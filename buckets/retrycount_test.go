@@ -1,10 +1,8 @@
 package buckets
 
 import (
-	"context"
 	"testing"
 
-	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -13,15 +11,8 @@ import (
 // part, moves it out of the retrying gauge (the bucket's retry count says
 // how many of its first entries are retries). Cancel keeps them exact too.
 func TestRetryGaugesDisjoint(t *testing.T) {
-	srv := redistest.Start(t)
-	pool := srv.Pool(t)
-	ctx := context.Background()
-	ns := redistest.Namespace(t)
-	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	s, err := NewStore(ns, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pool, _ := realStore(t)
+	ctx := testCtx(t)
 	c := pool.Get()
 	defer c.Close()
 	due := t0 + 5000
@@ -93,15 +84,8 @@ func TestRetryGaugesDisjoint(t *testing.T) {
 // the claim's LREM from the in-flight list all the same, so the list is
 // set aside and the id pushed again.
 func TestClaimGiveBackToWrongTypedReadyList(t *testing.T) {
-	srv := redistest.Start(t)
-	pool := srv.Pool(t)
-	ctx := context.Background()
-	ns := redistest.Namespace(t)
-	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	s, err := NewStore(ns, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pool, _ := realStore(t)
+	ctx := testCtx(t)
 	c := pool.Get()
 	defer c.Close()
 	if err := popped("a")(ctx, s, c); err != nil {

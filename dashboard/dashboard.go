@@ -390,11 +390,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	ti, err := d.b.Task(ctx, r.PathValue("id"))
 	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
-			code = http.StatusNotFound
-		}
-		d.fail(w, r, code, err)
+		d.fail(w, r, byIDStatus(err), err)
 		return
 	}
 	pretty, kind := prettyPayload(ti.Payload)
@@ -424,6 +420,15 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(&ti.TaskInfo), verbsFor(ti.State), hasResult, result, resultKind, resultErr})
 }
 
+// byIDStatus is the HTTP status of a failed read of a task or workflow by
+// id: 404 for an id that names nothing (or cannot name anything), else 500.
+func byIDStatus(err error) int {
+	if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
 // workflow shows a chain's steps or a group's members, their states and
 // where the workflow stopped.
 func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
@@ -431,11 +436,7 @@ func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	wf, err := d.b.Workflow(ctx, r.PathValue("id"))
 	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
-			code = http.StatusNotFound
-		}
-		d.fail(w, r, code, err)
+		d.fail(w, r, byIDStatus(err), err)
 		return
 	}
 	d.render(w, "workflow", http.StatusOK, struct {

@@ -424,13 +424,19 @@ func (c *ShardedClient) CancelWorkflow(ctx context.Context, id string) (int, err
 }
 
 // byID runs f on id's lane, then, while it answers ErrNotFound, on the
-// other lanes in order.
+// other lanes in order (see firstFound).
 func byID[T any](c *ShardedClient, id string, f func(*Client) (T, error)) (T, error) {
-	first := c.LaneOf(id)
-	v, err := f(c.lanes[first])
-	for k := 0; k < len(c.lanes) && errors.Is(err, ErrNotFound); k++ {
+	return firstFound(c.LaneOf(id), len(c.lanes), func(k int) (T, error) { return f(c.lanes[k]) })
+}
+
+// firstFound runs f on lane first, then, while the answer is
+// ErrNotFound, on the other lanes of n in order; it returns the first
+// other answer, or first's.
+func firstFound[T any](first, n int, f func(k int) (T, error)) (T, error) {
+	v, err := f(first)
+	for k := 0; k < n && errors.Is(err, ErrNotFound); k++ {
 		if k != first {
-			if w, werr := f(c.lanes[k]); !errors.Is(werr, ErrNotFound) {
+			if w, werr := f(k); !errors.Is(werr, ErrNotFound) {
 				return w, werr
 			}
 		}

@@ -364,18 +364,9 @@ func (in *ShardedInspector) Periodics(ctx context.Context) ([]PeriodicStatus, er
 }
 
 // inLanes asks id's lane first, then, while the answer is ErrNotFound,
-// the others in order.
+// the others in order (see firstFound).
 func inLanes[T any](in *ShardedInspector, id string, f func(*Inspector) (*T, error)) (*T, error) {
-	first := in.c.LaneOf(id)
-	v, err := f(in.lanes[first])
-	for k := 0; k < len(in.lanes) && errors.Is(err, ErrNotFound); k++ {
-		if k != first {
-			if w, werr := f(in.lanes[k]); !errors.Is(werr, ErrNotFound) {
-				return w, werr
-			}
-		}
-	}
-	return v, err
+	return firstFound(in.c.LaneOf(id), len(in.lanes), func(k int) (*T, error) { return f(in.lanes[k]) })
 }
 
 // Workers lists the worker processes of every lane; a process serving
