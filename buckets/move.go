@@ -218,6 +218,14 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	var del []interface{}
 	zrem := append([]interface{}{s.Keys.Schedule()}, p.badMems...)
 	hdel := []interface{}{s.Keys.RetryCounts()}
+	// dropMember removes bucket i's index member, and its retry count
+	// with it when it has one.
+	dropMember := func(i int, m string) {
+		zrem = append(zrem, m)
+		if counted[i] {
+			hdel = append(hdel, m)
+		}
+	}
 	for i, b := range p.buckets {
 		if badQ[b.q] {
 			continue
@@ -227,18 +235,12 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			// Not a list: set it aside so that it stops hiding the
 			// buckets behind it.
 			tx.Queue("RENAME", b.key, s.Keys.Quarantine(b.key))
-			zrem = append(zrem, b.member)
-			if counted[i] {
-				hdel = append(hdel, b.member)
-			}
+			dropMember(i, b.member)
 			res.Quarantined = append(res.Quarantined, b.key)
 			continue
 		}
 		if len(ids) == 0 {
-			zrem = append(zrem, b.member)
-			if counted[i] {
-				hdel = append(hdel, b.member)
-			}
+			dropMember(i, b.member)
 			res.Stale++
 			continue
 		}
@@ -251,10 +253,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			res.Partial = true
 		} else {
 			del = append(del, b.key)
-			zrem = append(zrem, b.member)
-			if counted[i] {
-				hdel = append(hdel, b.member)
-			}
+			dropMember(i, b.member)
 			res.Buckets++
 		}
 		retries[b.q] += min(counts[i], len(ids))

@@ -97,7 +97,7 @@ func (c *Client) settleEnqueue(ctx context.Context, cause error, recs []*buckets
 	if len(queues) == 0 {
 		return
 	}
-	conn, err := c.pool.GetContext(ctx)
+	conn, err := c.conn(ctx)
 	if err != nil {
 		return
 	}

@@ -112,20 +112,15 @@ func (s *inflightSet) tryLockClaim(id string) (func(), bool) {
 // ends first.
 func (s *inflightSet) lockClaim(ctx context.Context, id string) (func(), bool) {
 	for {
+		if unlock, ok := s.tryLockClaim(id); ok {
+			return unlock, true
+		}
 		s.mu.Lock()
 		busy, ok := s.claim[id]
-		if !ok {
-			done := make(chan struct{})
-			s.claim[id] = done
-			s.mu.Unlock()
-			return func() {
-				s.mu.Lock()
-				delete(s.claim, id)
-				s.mu.Unlock()
-				close(done)
-			}, true
-		}
 		s.mu.Unlock()
+		if !ok {
+			continue // let go meanwhile: try again
+		}
 		select {
 		case <-busy:
 		case <-ctx.Done():
