@@ -73,6 +73,7 @@ func runShards(args []string) int {
 	fs.IntVar(&o.backlog, "backlog", 100000, "due tasks moved in dispatch")
 	fs.IntVar(&o.runs, "runs", 1, "repeat each measurement N times; report the median")
 	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary")
+	doc := fs.String("doc", "", "also write the table into the generated block of this Markdown page (docs/scaling.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -89,6 +90,8 @@ func runShards(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	started := time.Now().UTC()
+	loadBefore := loadAverage()
 	var results []shardResult
 	for _, n := range o.servers {
 		for _, sc := range []string{"e2e", "dispatch-burst", "dispatch-spread"} {
@@ -106,14 +109,61 @@ func runShards(args []string) int {
 			results = append(results, runs[len(runs)/2])
 		}
 	}
-	printShardResults(results)
+	printShardResults(os.Stdout, results)
+	if *doc != "" {
+		var b strings.Builder
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "doc" {
+				set = append(set, "-"+f.Name+" "+f.Value.String())
+			}
+		})
+		fmt.Fprintf(&b, "<!-- do not edit: written by `cd bench && go run . shards %s -doc PAGE` -->\n\n", strings.Join(set, " "))
+		fmt.Fprintf(&b, "Run started %s, %.0f s of wall time, %d run(s) per row (median), load average %s before and %s after.\n\n```\n",
+			started.Format("2006-01-02 15:04 MST"), time.Since(started).Seconds(), o.runs, loadBefore, loadAverage())
+		printShardResults(&b, results)
+		b.WriteString("```\n\n")
+		if err := writeBlock(*doc, "bench:shards", b.String()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench shards:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "wrote the bench:shards block of %s\n", *doc)
+	}
 	return 0
 }
 
-func printShardResults(rs []shardResult) {
-	fmt.Printf("shards: %d CPUs (GOMAXPROCS %d); one lane per server; servers, producers, workers and dispatchers share them\n\n",
+// loadAverage is the one-minute load average ("?" where unknown).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// writeBlock replaces what lies between <!-- BEGIN GENERATED name --> and
+// <!-- END GENERATED name --> in the page at path with body.
+func writeBlock(path, name, body string) error {
+	page, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	begin, end := "<!-- BEGIN GENERATED "+name+" -->", "<!-- END GENERATED "+name+" -->"
+	i, j := strings.Index(string(page), begin), strings.Index(string(page), end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %q ... %q block", path, begin, end)
+	}
+	out := string(page[:i+len(begin)]) + "\n" + body + string(page[j:])
+	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+func printShardResults(w io.Writer, rs []shardResult) {
+	fmt.Fprintf(w, "shards: %d CPUs (GOMAXPROCS %d); one lane per server; servers, producers, workers and dispatchers share them\n\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tservers\ttasks\tseconds\ttasks/s\tRedis CPU per server (% of one core)\tRedis CPU total (core-s per 10k tasks)\t")
 	for _, r := range rs {
 		var per []string

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/bucketq/bucketq/internal/redistest"
 )
 
@@ -40,6 +41,7 @@ func shardTestTasks(t testing.TB) int {
 // have a 2 s timeout so that this stays short.)
 func TestShardThreeServersKill(t *testing.T) {
 	total := shardTestTasks(t)
+	began := time.Now()
 	var servers []*redistest.Server
 	sh := Shards{}
 	for range 3 {
@@ -167,6 +169,15 @@ func TestShardThreeServersKill(t *testing.T) {
 	if len(acked) < total*9/10 {
 		t.Errorf("only %d of %d tasks acknowledged", len(acked), total)
 	}
+	nAcked := len(acked)
+	record := func(lost, early, twice int) {
+		if _, err := measured.Log("shard-kill", fmt.Sprintf("`TestShardThreeServersKill`, %d tasks", total), map[string]float64{
+			"tasks": float64(total), "acknowledged": float64(nAcked), "rerouted": float64(client.Rerouted()),
+			"lost": float64(lost), "early": float64(early), "twice": float64(twice), "seconds": time.Since(began).Seconds(),
+		}, nil); err != nil {
+			t.Error(err)
+		}
+	}
 	deadline := time.Now().Add(spread + 60*time.Second)
 	for {
 		mu.Lock()
@@ -192,6 +203,9 @@ func TestShardThreeServersKill(t *testing.T) {
 				cancel()
 				t.Logf("missing %s: %+v %v", id, ti, err)
 			}
+			mu.Lock()
+			record(len(missing), len(early), 0)
+			mu.Unlock()
 			t.Fatalf("%d acknowledged tasks did not run (by lane %v)", len(missing), byLane)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -206,6 +220,9 @@ func TestShardThreeServersKill(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d tasks ran, %d more than once", len(ran), dups)
+	mu.Lock()
+	record(0, len(early), dups)
+	mu.Unlock()
 	if len(early) > 0 {
 		t.Errorf("%d tasks ran early, e.g. %s", len(early), early[0])
 	}

@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
@@ -247,8 +250,24 @@ func (l *load) report(what string, lost []string, dups int, killed time.Time) {
 		}
 	}
 	l.mu.Unlock()
+	kinds := l.failureKinds()
 	l.t.Logf("%s: %d enqueues acknowledged, %d tasks ran, %d acknowledged and never ran (lost), %d ran twice or more, "+
-		"%d enqueues failed %v %q", what, acked, ran, len(lost), dups, l.failed.Load(), l.failureKinds(), l.samples)
+		"%d enqueues failed %v %q", what, acked, ran, len(lost), dups, l.failed.Load(), kinds, l.samples)
+	var names []string
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var notes map[string]string
+	if len(names) > 0 {
+		notes = map[string]string{"failed with": strings.Join(names, ", ")}
+	}
+	if _, err := measured.Log("failover", "`"+l.t.Name()+"` ("+what+")", map[string]float64{
+		"acknowledged": float64(acked), "ran": float64(ran), "lost": float64(len(lost)),
+		"twice": float64(dups), "failed": float64(l.failed.Load()),
+	}, notes); err != nil {
+		l.t.Error(err)
+	}
 }
 
 func splitAddr(t testing.TB, addr string) (string, string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/bucketq/bucketq/topology"
@@ -225,8 +226,14 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 	}
 	promoted := time.Now()
 	l.waitAcked(1, 20*time.Second)
+	resumed := time.Since(promoted)
 	t.Logf("writes resumed on %s %v after SLAVEOF NO ONE (%d acknowledged before it)", replica.Addr,
-		time.Since(promoted).Round(time.Millisecond), atPromotion)
+		resumed.Round(time.Millisecond), atPromotion)
+	if _, err := measured.Log("promotion", "`"+t.Name()+"`", map[string]float64{
+		"resumed_ms": float64(resumed.Milliseconds()),
+	}, nil); err != nil {
+		t.Error(err)
+	}
 	l.waitAcked(50, 20*time.Second)
 	time.Sleep(loadFor(t) / 2)
 	lost, dups := l.settle(8 * time.Second)
