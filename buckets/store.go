@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -178,25 +177,11 @@ func (s *Store) wakeDispatchers(tx queuer, ts int64) {
 type cmdList = txn.Cmds
 
 // do sends one command outside any transaction, in a round trip bounded
-// by ctx (redis.DoContext: ctx ending closes the connection, so a pool
-// discards it). A read cut short at ctx's deadline is reported as
-// context.DeadlineExceeded.
+// by ctx (txn.Do: ctx's deadline bounds the read, and a connection whose
+// read was cut short is closed, so a pool discards it). A read cut short
+// at ctx's deadline is reported as context.DeadlineExceeded.
 func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
-	rep, err := redis.DoContext(conn, ctx, name, args...)
-	if err == nil {
-		return rep, nil
-	}
-	if _, isReply := err.(redis.Error); isReply {
-		return rep, err
-	}
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded // the read deadline fired first
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		err = fmt.Errorf("%w: %w", cerr, err)
-	}
-	return rep, err
+	return txn.Do(ctx, conn, name, args...)
 }
 
 // pipeline sends cmds (reads, outside any transaction) in one round trip

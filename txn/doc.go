@@ -33,14 +33,18 @@
 //
 // # Contexts and connections
 //
-// Every round trip goes through redigo's context-aware calls
-// (redis.DoContext): it is bounded by the context's deadline (or the
-// connection's read timeout, whichever is first), and when the context
-// ends during one, redigo closes the connection, so that a redis.Pool
-// discards it instead of reusing a connection with a reply in flight. The
-// error then wraps ctx.Err(), so errors.Is(err, context.DeadlineExceeded)
-// holds. The connection must implement redis.ConnWithContext, as redigo's
-// connections and pooled connections do.
+// Every round trip ([Do], and each one inside a transaction) is bounded by
+// the context's deadline (or the connection's read timeout, whichever is
+// first). A command that answers at once is sent with that deadline set on
+// the connection (redis.DoWithTimeout), which costs no goroutine per round
+// trip; a blocking pop, or a context without a deadline, goes through
+// redis.DoContext, which also returns as soon as the context is cancelled.
+// When a read is cut short, redigo closes the connection, so that a
+// redis.Pool discards it instead of reusing a connection with a reply in
+// flight. The error then wraps ctx.Err(), so errors.Is(err,
+// context.DeadlineExceeded) holds. The connection must implement
+// redis.ConnWithContext, as redigo's connections and pooled connections
+// do, and preferably redis.ConnWithTimeout.
 //
 // # Redis 2.4 caveats
 //

@@ -346,13 +346,56 @@ func (r *Runner) sleep(ctx context.Context, attempt int) error {
 	}
 }
 
-// do is one round trip bounded by ctx (redis.DoContext): ctx's deadline
-// or the connection's read timeout, whichever comes first, bounds the
-// read, and ctx ending closes the connection. A read that timed out at
-// ctx's deadline is reported as context.DeadlineExceeded.
+// do is one round trip bounded by ctx: see Do.
 func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
+	return Do(ctx, conn, name, args...)
+}
+
+// Do is one round trip bounded by ctx. ctx's deadline (or the
+// connection's read timeout, whichever comes first) bounds the read, and
+// a read cut short by it is reported as context.DeadlineExceeded; a
+// connection whose read was cut short is closed (a pool discards it).
+//
+// A command that answers at once (all but the blocking pops) with a
+// deadline on ctx is sent with the read deadline set on the connection
+// itself (redis.DoWithTimeout): no goroutine and no allocation per round
+// trip. ctx cancelled without its deadline passing is then noticed
+// before the command is sent, not during its read, which the deadline
+// still bounds. A blocking pop, or a ctx without a deadline, goes through
+// redis.DoContext, which also returns as soon as ctx is cancelled.
+func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
+	if dl, ok := ctx.Deadline(); ok && !blocking(name) {
+		if _, ok := conn.(redis.ConnWithTimeout); ok {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			d := time.Until(dl)
+			if d <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			rep, err := redis.DoWithTimeout(conn, d, name, args...)
+			if err == nil || err.Error() != errTimeoutNotSupported {
+				return rep, ctxErr(ctx, err)
+			}
+			// A pooled connection whose own connection cannot take a
+			// timeout says so before sending anything.
+		}
+	}
 	rep, err := redis.DoContext(conn, ctx, name, args...)
 	return rep, ctxErr(ctx, err)
+}
+
+// errTimeoutNotSupported is redigo's answer, before anything is sent,
+// when a pooled connection wraps one without redis.ConnWithTimeout.
+const errTimeoutNotSupported = "redis: connection does not support ConnWithTimeout"
+
+// blocking reports whether a command may wait on the server for data.
+func blocking(name string) bool {
+	switch strings.ToUpper(name) {
+	case "BLPOP", "BRPOP", "BRPOPLPUSH", "SUBSCRIBE", "PSUBSCRIBE", "MONITOR", "SYNC":
+		return true
+	}
+	return false
 }
 
 // ctxErr makes an error caused by ctx's end match ctx.Err() with

@@ -287,6 +287,17 @@ func TestDeadlineBoundsEveryRoundTrip(t *testing.T) {
 			_, err := txn.Run(ctx, conn, nil, func(tx *txn.Tx) error { tx.Queue("SET", "k", "v"); return nil })
 			return err
 		},
+		"do": func(ctx context.Context, conn redis.Conn) error {
+			_, err := txn.Do(ctx, conn, "GET", "k")
+			return err
+		},
+		"do through a pool whose connection takes no timeout": func(ctx context.Context, conn redis.Conn) error {
+			p := &redis.Pool{Dial: func() (redis.Conn, error) { return noTimeoutConn{conn}, nil }}
+			pc := p.Get()
+			defer p.Close()
+			_, err := txn.Do(ctx, pc, "GET", "k")
+			return err
+		},
 		"pipeline": func(ctx context.Context, conn redis.Conn) error {
 			var r txn.Runner
 			_, err := r.Pipeline(ctx, conn, []txn.Step{{Watch: []string{"k"}, Build: func([]interface{}, *txn.Cmds) error { return nil }}})
@@ -314,6 +325,51 @@ func TestDeadlineBoundsEveryRoundTrip(t *testing.T) {
 				t.Fatal("the connection is still open after a round trip was cut short")
 			}
 		})
+	}
+}
+
+// noTimeoutConn hides the redis.ConnWithTimeout of the connection it
+// wraps (keeping its redis.ConnWithContext), as some wrappers do.
+type noTimeoutConn struct{ c redis.Conn }
+
+func (n noTimeoutConn) Close() error { return n.c.Close() }
+func (n noTimeoutConn) Err() error   { return n.c.Err() }
+func (n noTimeoutConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	return n.c.Do(cmd, args...)
+}
+func (n noTimeoutConn) Send(cmd string, args ...interface{}) error { return n.c.Send(cmd, args...) }
+func (n noTimeoutConn) Flush() error                               { return n.c.Flush() }
+func (n noTimeoutConn) Receive() (interface{}, error)              { return n.c.Receive() }
+func (n noTimeoutConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	return redis.DoContext(n.c, ctx, cmd, args...)
+}
+func (n noTimeoutConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(n.c, ctx)
+}
+
+// Do returns as soon as its context is cancelled: at once when it was
+// cancelled before, and during a blocking pop, before the deadline.
+func TestDoCancelled(t *testing.T) {
+	addr := silentServer(t)
+	conn, err := redis.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cancel()
+	if _, err := txn.Do(ctx, conn, "GET", "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with a cancelled context: %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	if _, err := txn.Do(ctx, conn, "BLPOP", "k", 30); !errors.Is(err, context.Canceled) {
+		t.Fatalf("BLPOP cancelled: %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("BLPOP returned %v after its cancel", took)
 	}
 }
 
