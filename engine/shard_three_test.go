@@ -173,7 +173,7 @@ func TestShardThreeServersKill(t *testing.T) {
 	record := func(lost, early, twice int) {
 		if _, err := measured.Log("shard-kill", fmt.Sprintf("`TestShardThreeServersKill`, %d tasks", total), map[string]float64{
 			"tasks": float64(total), "acknowledged": float64(nAcked), "rerouted": float64(client.Rerouted()),
-			"lost": float64(lost), "early": float64(early), "twice": float64(twice), "seconds": time.Since(began).Seconds(),
+			"unrun": float64(lost), "early": float64(early), "twice": float64(twice), "seconds": time.Since(began).Seconds(),
 		}, nil); err != nil {
 			t.Error(err)
 		}

@@ -47,7 +47,7 @@ var layouts = map[string][]column{
 		{key: "tasks", title: "Tasks"},
 		{key: "acknowledged", title: "Acknowledged"},
 		{key: "rerouted", title: "Rerouted while a lane was down"},
-		{key: "lost", title: "Acknowledged, never ran (lost)", sum: true},
+		{key: "unrun", title: "Acknowledged, not run by the test's deadline", sum: true},
 		{key: "early", title: "Ran early", sum: true},
 		{key: "twice", title: "Ran twice", sum: true},
 		{key: "seconds", title: "Seconds"},
