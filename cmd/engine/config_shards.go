@@ -225,7 +225,6 @@ func (s *session) clientFor(id string) *engine.Client {
 	return s.client
 }
 
-
 // tasksAPI is what the commands ask of a client: *engine.Client, or with
 // shards *engine.ShardedClient, which routes each call by id to the id's
 // lane (looking in the others for an id its lane does not hold) and
