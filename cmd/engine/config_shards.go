@@ -71,10 +71,18 @@ func (s *Settings) validateShards(bad func(key, format string, args ...any)) {
 
 // shardPools opens one pool per distinct server of the shard map and
 // returns the placement (lanes of one server share its pool) and a
-// function that closes the pools.
+// function that closes the pools. A server's pool holds poolSize
+// connections for each lane it carries: every lane runs its own worker of
+// concurrency handler slots, each holding a connection while its task
+// runs, and its own dispatcher, reaper and heartbeat, so a pool sized for
+// one lane would make the lanes' heartbeats wait behind their handlers.
 func shardPools(set *Settings) (engine.Shards, func(), error) {
 	sh := engine.Shards{MapVersion: int64(set.Shards.Version)}
 	byAddr := map[string]*redis.Pool{}
+	lanesOn := map[string]int{}
+	for _, addr := range set.Shards.Lanes {
+		lanesOn[addr]++
+	}
 	closeAll := func() {
 		for _, p := range byAddr {
 			closePool(p)
@@ -86,7 +94,7 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 			rs := set.redisSettings()
 			rs.Addr = addr
 			var err error
-			if p, err = newPool(rs, set.poolSize(), nil); err != nil {
+			if p, err = newPool(rs, lanesOn[addr]*set.poolSize(), nil); err != nil {
 				closeAll()
 				return sh, nil, err
 			}
