@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/topology"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -344,4 +346,63 @@ func (r *runRecorder) requireOnTime(t testing.TB, due map[string]time.Time, with
 		}
 	}
 	r.requireRan(t, due, time.Until(last)+within)
+}
+
+// TestShardClusterWait: on a real Redis Cluster, where keys of different
+// slots cannot share a BLPOP, six lanes (six slots) served from one
+// process block one connection per lane, shared by the lane's dispatcher
+// and worker (not one per part), and a delayed task in every lane runs on
+// time: not early, and long before the idle wait (a minute).
+func TestShardClusterWait(t *testing.T) {
+	c := redistest.StartCluster(t)
+	tc, err := topology.NewCluster(topology.ClusterOptions{Seeds: c.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	ns := redistest.Namespace(t)
+	const n = 6
+	var sh Shards
+	for k := range n {
+		keys, err := buckets.NewLaneKeys(ns, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh.Pools = append(sh.Pools, tc.Pool(keys.Prefix()))
+	}
+	cfg := Config{Namespace: ns, Logger: testLogger(t), IdleWait: 60 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	var admins []redis.Conn
+	for _, node := range c.Nodes {
+		admins = append(admins, node.Conn(t))
+	}
+	blocked := func() int {
+		total := 0
+		for _, a := range admins {
+			total += blockedPops(t, a)
+		}
+		return total
+	}
+	waitFor(t, 20*time.Second, "one blocked connection per lane", func() bool { return blocked() == n })
+	client, err := NewShardedClient(sh, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := map[string]time.Time{}
+	for k := range n {
+		id := idInLane("c", k, n)
+		at := time.Now().Add(time.Second)
+		if _, err := client.Enqueue(context.Background(), "job", nil, TaskID(id), At(at)); err != nil {
+			t.Fatal(err)
+		}
+		due[id] = at
+	}
+	rec.requireOnTime(t, due, 15*time.Second)
+	waitFor(t, 10*time.Second, "one blocked connection per lane again", func() bool { return blocked() == n })
 }
