@@ -22,8 +22,10 @@ import (
 // (a hub there serves the dispatcher and the worker of one lane).
 //
 // Dispatchers subscribe once (subscribe): their wake lists stay in every
-// BLPOP, and each BLPOP that times out (IdleWait) or fails tells every
-// dispatcher to look again, as its own idle wait would. Workers wait
+// BLPOP, and every IdleWait (a BLPOP that times out, or the first to
+// return after IdleWait when tokens for other lanes keep it busy), and
+// after a BLPOP that failed, every dispatcher is told to look again, as
+// its own idle wait would have told it. Workers wait
 // one idle wait at a time (pop). A worker that starts waiting on a list
 // the BLPOP under way does not name pushes a token to the hub's own list
 // ("<lane 0 prefix>hw:<uuid>", which expires an hour after its last use)
@@ -204,6 +206,9 @@ func (h *waitHub) run() {
 	b.Pool = h.pool
 	defer b.Close()
 	var bo rconn.Backoff
+	// The dispatchers' last look: they look again at least every
+	// maxWait, however busy other lanes' lists keep the BLPOP.
+	lastLook := time.Now()
 	for h.ctx.Err() == nil {
 		h.mu.Lock()
 		var keys []string
@@ -238,11 +243,16 @@ func (h *waitHub) run() {
 		case <-h.kick:
 		default:
 		}
-		key, err := b.Pop(h.ctx, keys, h.maxWait)
+		wait := h.maxWait
+		if rem := time.Until(lastLook.Add(h.maxWait)); rem < wait {
+			wait = max(rem, time.Second)
+		}
+		key, err := b.Pop(h.ctx, keys, wait)
 		h.mu.Lock()
 		h.blocking = nil
-		if err != nil || key == "" {
+		if err != nil || key == "" || time.Since(lastLook) >= h.maxWait {
 			h.signalLocked()
+			lastLook = time.Now()
 		}
 		h.mu.Unlock()
 		if err != nil {

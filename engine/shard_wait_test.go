@@ -406,3 +406,53 @@ func TestShardClusterWait(t *testing.T) {
 	rec.requireOnTime(t, due, 15*time.Second)
 	waitFor(t, 10*time.Second, "one blocked connection per lane again", func() bool { return blocked() == n })
 }
+
+// TestShardSharedWaitBusyLane: tokens that keep arriving on one lane's
+// wake list, so that the shared BLPOP never times out, do not starve the
+// other lanes' dispatchers of their idle looks: each still looks at its
+// lane every IdleWait, as its own BLPOP's timeout would make it.
+func TestShardSharedWaitBusyLane(t *testing.T) {
+	e := privateEnv(t)
+	const n = 3
+	sh := e.sameServer(n)
+	srv, err := NewShardedServer(sh, e.cfg, nil, RoleDispatcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looks := make([]*lookCounter, n)
+	for k, l := range srv.Lanes {
+		looks[k] = &lookCounter{mover: l.Dispatcher.moves}
+		l.Dispatcher.moves = looks[k]
+	}
+	runBackground(t, srv.Run)
+	a := e.admin(t)
+	waitFor(t, 10*time.Second, "the dispatchers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	busy := srv.Lanes[0].Dispatcher.store.Keys.Wake()
+	stop := make(chan struct{})
+	var pushes sync.WaitGroup
+	pushes.Go(func() {
+		c := e.srv.Admin(t)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.Do("LPUSH", busy, "1"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); pushes.Wait() }()
+	from := []int64{looks[1].n.Load(), looks[2].n.Load()}
+	busyFrom := looks[0].n.Load()
+	waitFor(t, 30*time.Second, "the quiet lanes' dispatchers to look three times (IdleWait 1s) while lane 0's list is busy", func() bool {
+		return looks[1].n.Load() >= from[0]+3 && looks[2].n.Load() >= from[1]+3
+	})
+	if got := looks[0].n.Load() - busyFrom; got < 6 {
+		t.Errorf("lane 0's dispatcher looked %d times while its list got a token every 100 ms for three idle waits", got)
+	}
+}
