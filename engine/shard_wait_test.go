@@ -456,3 +456,38 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 		t.Errorf("lane 0's dispatcher looked %d times while its list got a token every 100 ms for three idle waits", got)
 	}
 }
+
+// TestShardSharedWaitWrongType: a lane's wake list that holds a string
+// fails the shared BLPOP of every lane of its server; the wait sets it
+// aside, blocks again, and the lane's delayed task runs on time.
+func TestShardSharedWaitWrongType(t *testing.T) {
+	e := privateEnv(t)
+	e.cfg.IdleWait = 60 * time.Second
+	const n = 3
+	sh := e.sameServer(n)
+	a := e.admin(t)
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := srv.Lanes[1].Dispatcher.store.Keys
+	if _, err := a.Do("SET", keys.Wake(), "not a list"); err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	waitFor(t, 20*time.Second, "the bad wake list to be set aside and the lanes to block in one BLPOP", func() bool {
+		return exists(t, a, keys.Quarantine(keys.Wake())) && blockedPops(t, a) == 1
+	})
+	c := e.shardedClient(t, sh)
+	due := map[string]time.Time{}
+	for k := range n {
+		id := idInLane("wt", k, n)
+		at := time.Now().Add(500 * time.Millisecond)
+		if _, err := c.Enqueue(context.Background(), "job", nil, TaskID(id), At(at)); err != nil {
+			t.Fatal(err)
+		}
+		due[id] = at
+	}
+	rec.requireOnTime(t, due, 15*time.Second)
+}
