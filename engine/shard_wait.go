@@ -101,6 +101,13 @@ func (h *waitHub) pop(ctx context.Context, keys []string, wait time.Duration) (s
 	defer func() {
 		h.mu.Lock()
 		delete(h.waiters, w)
+		select {
+		case k := <-w.got:
+			// Delivered as the wait ended otherwise: keep it for the
+			// next wait.
+			h.kept[k] = true
+		default:
+		}
 		if timedOut {
 			// It waits again on the same lists after a look: keep them
 			// in the next BLPOP, so that it finds them there.
