@@ -267,8 +267,29 @@ const settleTimeout = 5 * time.Second
 
 // waker blocks on the wake list on its own connection and passes each
 // token on. It passes its idle timeout on too, so the main loop looks
-// again even if a token was lost.
+// again even if a token was lost. A dispatcher of a ShardedServer whose
+// lane shares its server with other lanes waits in their shared BLPOP
+// instead (waitHub.subscribe), which passes on the same signals.
 func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
+	if h := d.cfg.lane.hub; h != nil {
+		sig, cancel, err := h.subscribe(d.store.Keys.Wake())
+		if err == nil {
+			defer cancel()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-sig:
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		// The hub closed: the sharded server is stopping; wait on the
+		// lane's own connection meanwhile.
+	}
 	b := &rconn.Blocker{Pool: d.pool}
 	defer b.Close()
 	var bo rconn.Backoff

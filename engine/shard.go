@@ -22,7 +22,11 @@ import (
 type Shards struct {
 	// Pools holds one pool per lane, in lane order; its length is the
 	// number of lanes. Give lanes that live on the same server the same
-	// *redis.Pool: they then share its connections.
+	// *redis.Pool: they then share its connections, and a ShardedServer
+	// shares one blocking wait among them. Size such a pool for all its
+	// lanes: each lane of a ShardedServer runs its own worker of
+	// Config.Concurrency handler slots (each holding a connection while
+	// its task runs), dispatcher, reaper and heartbeat.
 	Pools []*redis.Pool
 	// MapVersion is the version of the shard map this process was
 	// configured with (1 or more; 0 turns the check off). Each lane has a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +20,13 @@ import (
 // to a few seconds) while the other lanes keep running, and resumes when
 // its server returns.
 //
-// Lanes given the same *redis.Pool live on the same server: their idle
-// workers share one blocking wait (one BLPOP over their wake-up lists, on
-// one connection); lanes of different pools wait on a connection each.
+// Lanes given the same *redis.Pool live on the same server: their
+// dispatchers and idle workers share one blocking wait (one BLPOP over
+// their wake-up lists, on one connection), so that the blocked
+// connections of an idle process are one per server, not one per lane
+// and part. Lanes of different pools (different servers, or the slots of
+// a Redis Cluster, whose BLPOP cannot span slots) wait on a connection
+// each, shared by the lane's dispatcher and worker.
 //
 // Each lane's worker runs up to Config.Concurrency handlers, so a process
 // runs up to Lanes×Concurrency at once; each takes its queues by the
@@ -47,25 +53,35 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 	if err := base.Validate(); err != nil {
 		return nil, err
 	}
-	// Lanes given the same pool live on one server: their idle workers
-	// share one blocking wait.
+	// Lanes given the same pool live on one server: their dispatchers
+	// and idle workers share one blocking wait.
 	byPool := map[*redis.Pool][]int{}
 	for k, p := range sh.Pools {
 		byPool[p] = append(byPool[p], k)
 	}
-	hubs := map[*redis.Pool]*waitHub{}
+	waiting := 0 // the parts of a lane that block: its dispatcher, its worker
+	if roles.Has(RoleDispatcher) {
+		waiting++
+	}
 	if roles.Has(RoleWorker) {
-		for p, ks := range byPool {
-			if len(ks) < 2 {
-				continue
-			}
-			keys, err := buckets.NewLaneKeys(base.Namespace, ks[0])
-			if err != nil {
-				return nil, fmt.Errorf("engine: %w", err)
-			}
-			hubs[p] = newWaitHub(p, keys.Prefix(), base.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
-			s.hubs = append(s.hubs, hubs[p])
+		waiting++
+	}
+	hubs := map[*redis.Pool]*waitHub{}
+	for p, ks := range byPool {
+		if len(ks)*waiting < 2 || len(sh.Pools) < 2 {
+			continue
 		}
+		keys, err := buckets.NewLaneKeys(base.Namespace, ks[0])
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		h := newWaitHub(p, keys.Prefix(), base.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
+		h.fix, err = hubFixer(sh, base, p, ks)
+		if err != nil {
+			return nil, err
+		}
+		hubs[p] = h
+		s.hubs = append(s.hubs, h)
 	}
 	for k, p := range sh.Pools {
 		lc := sh.laneConfig(cfg, k)
@@ -80,6 +96,37 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 		s.Lanes = append(s.Lanes, srv)
 	}
 	return s, nil
+}
+
+// hubFixer returns the shared wait's repair after a BLPOP failed on a key
+// of the wrong type: each of the lanes ks (on pool) sets aside its own
+// keys among those the BLPOP named.
+func hubFixer(sh Shards, base Config, pool *redis.Pool, ks []int) (func(context.Context, []string), error) {
+	type lane struct {
+		st  *buckets.Store
+		log *slog.Logger
+	}
+	var lanes []lane
+	for _, k := range ks {
+		_, st, err := sh.laneConfig(base, k).prepare()
+		if err != nil {
+			return nil, err
+		}
+		lanes = append(lanes, lane{st, base.Logger.With(keyComponent, "shared-wait", "lane", k)})
+	}
+	return func(ctx context.Context, keys []string) {
+		for _, l := range lanes {
+			var mine []string
+			for _, key := range keys {
+				if strings.HasPrefix(key, l.st.Keys.Prefix()) {
+					mine = append(mine, key)
+				}
+			}
+			if len(mine) > 0 {
+				setAside(ctx, pool, l.st, l.st.Keys, l.log, "list", mine...)
+			}
+		}
+	}, nil
 }
 
 // AddPeriodic declares a periodic entry in lane 0 (see Server.AddPeriodic).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -381,7 +382,11 @@ func (in *ShardedInspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 }
 
 // Act applies a to the tasks ids, each in its lane (see Inspector.Act);
-// the counts are summed.
+// the counts are summed. An id its lane does not hold is looked for in
+// the other lanes, as Task looks (a workflow's steps live in the
+// workflow's lane, which their ids do not name), and acted on where it
+// is found; that costs a read per lane for each such id, and nothing
+// while every id is where it names.
 func (in *ShardedInspector) Act(ctx context.Context, a Action, ids ...string) (ActionResult, error) {
 	byLane := map[int][]string{}
 	for _, id := range ids {
@@ -394,7 +399,42 @@ func (in *ShardedInspector) Act(ctx context.Context, a Action, ids ...string) (A
 		}
 		return in.lanes[k].Act(ctx, a, byLane[k]...)
 	})
-	return sumActions(per), err
+	res := sumActions(per)
+	if err != nil || res.Missing == 0 {
+		return res, err
+	}
+	for k, lane := range byLane {
+		if per[k].Missing == 0 {
+			continue
+		}
+		for _, id := range lane {
+			if _, err := in.lanes[k].Task(ctx, id); !errors.Is(err, ErrNotFound) {
+				if err != nil {
+					return res, fmt.Errorf("lane %d: %w", k, err)
+				}
+				continue // its lane holds it: acted on or skipped there
+			}
+			for j := range in.lanes {
+				if j == k {
+					continue
+				}
+				if _, err := in.lanes[j].Task(ctx, id); errors.Is(err, ErrNotFound) {
+					continue
+				} else if err != nil {
+					return res, fmt.Errorf("lane %d: %w", j, err)
+				}
+				r, err := in.lanes[j].Act(ctx, a, id)
+				if err != nil {
+					return res, fmt.Errorf("lane %d: %w", j, err)
+				}
+				res.Done += r.Done
+				res.Skipped += r.Skipped
+				res.Missing += r.Missing - 1
+				break
+			}
+		}
+	}
+	return res, nil
 }
 
 // ActAll applies a to the tasks matching f in every lane (see
@@ -479,4 +519,38 @@ func (in *ShardedInspector) ListTasks(ctx context.Context, opts ListOptions) (*T
 		out.Next = base64.RawURLEncoding.EncodeToString(b)
 	}
 	return out, nil
+}
+
+// DeadLetters lists the dead letters of every lane, newest first (see
+// Client.DeadLetters): count of them from offset in that merged order.
+// Each lane reads its newest offset+count, so a deep offset costs
+// offset+count reads per lane. A lane that cannot be read fails the call.
+func (c *ShardedClient) DeadLetters(ctx context.Context, offset, count int) ([]*TaskInfo, error) {
+	if offset < 0 || count < 1 {
+		return nil, fmt.Errorf("engine: DeadLetters(%d, %d): %w", offset, count, ErrInvalidOption)
+	}
+	per, _, err := eachLane(len(c.lanes), func(k int) ([]*TaskInfo, error) { return c.lanes[k].DeadLetters(ctx, 0, offset+count) })
+	if err != nil {
+		return nil, err
+	}
+	var all []*TaskInfo
+	for _, ts := range per {
+		all = append(all, ts...)
+	}
+	slices.SortStableFunc(all, func(a, b *TaskInfo) int { return b.Finished.Compare(a.Finished) })
+	if offset >= len(all) {
+		return []*TaskInfo{}, nil
+	}
+	return all[offset:min(len(all), offset+count)], nil
+}
+
+// PurgeAllDead deletes the dead letters of every lane (see
+// Client.PurgeAllDead) and returns how many.
+func (c *ShardedClient) PurgeAllDead(ctx context.Context) (int, error) {
+	per, _, err := eachLane(len(c.lanes), func(k int) (int, error) { return c.lanes[k].PurgeAllDead(ctx) })
+	n := 0
+	for _, v := range per {
+		n += v
+	}
+	return n, err
 }

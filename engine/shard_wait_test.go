@@ -2,12 +2,17 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/topology"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -77,4 +82,412 @@ func TestShardSharedWait(t *testing.T) {
 		waitFor(t, 10*time.Second, "the workers to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
 	}
 	redistest.RequireNoViolations(t, e.srv)
+}
+
+// commandCalls reads the server's call count of each command from INFO
+// commandstats.
+func commandCalls(t testing.TB, a redis.Conn) map[string]int64 {
+	t.Helper()
+	info, err := redis.String(a.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("commandstats %q: %v", line, err)
+				}
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return calls
+}
+
+// lookCounter counts a dispatcher's looks at its lane (NextDue, the last
+// read of a round that found nothing due).
+type lookCounter struct {
+	mover
+	n atomic.Int64
+}
+
+func (l *lookCounter) NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error) {
+	l.n.Add(1)
+	return l.mover.NextDue(ctx, conn)
+}
+
+// TestShardSharedWaitIdle: a process serving six lanes of one server,
+// dispatchers and workers, blocks in one BLPOP while idle (twelve parts
+// that would each block on a connection of their own), and its idle
+// waits cost one BLPOP per IdleWait for the whole server: over several
+// idle waits, in which every lane's dispatcher looked at its lane after
+// each (as its own idle wait would make it), the server saw one BLPOP per
+// idle wait, not one per lane and part, and no LPUSH (a waiting part that
+// waits again finds its lists in the BLPOP under way).
+func TestShardSharedWaitIdle(t *testing.T) {
+	e := privateEnv(t)
+	e.cfg.HeartbeatInterval = time.Second
+	e.cfg.HeartbeatTTL = 3 * time.Second
+	const n = 6
+	sh := e.sameServer(n)
+	a := e.admin(t)
+	srv, err := NewShardedServer(sh, e.cfg, HandlerFunc(func(context.Context, *Task) error { return nil }), RoleDispatcher|RoleWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looks := make([]*lookCounter, n)
+	for k, l := range srv.Lanes {
+		looks[k] = &lookCounter{mover: l.Dispatcher.moves}
+		l.Dispatcher.moves = looks[k]
+	}
+	runBackground(t, srv.Run)
+	waitFor(t, 10*time.Second, "the lanes' dispatchers and workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	// Let every lane look once since the shared wait began.
+	lookCounts := func() []int64 {
+		out := make([]int64, n)
+		for k, l := range looks {
+			out[k] = l.n.Load()
+		}
+		return out
+	}
+	waitLooks := func(from []int64, more int64) []int64 {
+		t.Helper()
+		var now []int64
+		waitFor(t, 30*time.Second, "every lane's dispatcher to look again", func() bool {
+			now = lookCounts()
+			for k := range now {
+				if now[k] < from[k]+more {
+					return false
+				}
+			}
+			return true
+		})
+		return now
+	}
+	start := waitLooks(lookCounts(), 1)
+	before := commandCalls(t, a)
+	const idleWaits = 3
+	end := waitLooks(start, idleWaits)
+	after := commandCalls(t, a)
+	if got := blockedPops(t, a); got != 1 {
+		t.Errorf("%d clients blocked in BLPOP, want 1 for %d lanes", got, n)
+	}
+	var most int64
+	for k := range end {
+		most = max(most, end[k]-start[k])
+	}
+	delta := map[string]int64{}
+	for c, v := range after {
+		if d := v - before[c]; d > 0 {
+			delta[c] = d
+		}
+	}
+	t.Logf("idle, %d lanes on one server, %d to %d idle waits of each dispatcher: commands %v", n, idleWaits, most, delta)
+	// Each idle wait of the shared BLPOP makes each dispatcher look once;
+	// one more BLPOP may have begun as the window closed.
+	if delta["blpop"] > most+1 {
+		t.Errorf("%d BLPOPs while each dispatcher looked at most %d times: want one per idle wait for the server, not one per lane (%d lanes)", delta["blpop"], most, n)
+	}
+	if delta["lpush"] != 0 {
+		t.Errorf("%d LPUSHes while idle: a waiting part that waits again should find its lists in the BLPOP under way", delta["lpush"])
+	}
+	redistest.RequireNoViolations(t, e.srv)
+}
+
+// TestShardSharedWaitDelayed: with the dispatchers of six lanes on one
+// server in one BLPOP, a delayed task enqueued to each lane wakes that
+// lane's dispatcher and runs on time: not before it is due, and long
+// before the idle wait (a minute) would have made the dispatcher look.
+func TestShardSharedWaitDelayed(t *testing.T) {
+	e := privateEnv(t)
+	e.cfg.IdleWait = 60 * time.Second
+	const n = 6
+	sh := e.sameServer(n)
+	a := e.admin(t)
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	waitFor(t, 10*time.Second, "the lanes' parts to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	c := e.shardedClient(t, sh)
+	for round, delay := range []time.Duration{time.Second, 300 * time.Millisecond} {
+		due := map[string]time.Time{}
+		for k := range n {
+			// Later lanes first: each wake names an earlier task than the
+			// lane's dispatcher knows of (it knows of none).
+			id := idInLane(fmt.Sprintf("d%d", round), n-1-k, n)
+			at := time.Now().Add(delay + time.Duration(k)*50*time.Millisecond)
+			if _, err := c.Enqueue(context.Background(), "job", nil, TaskID(id), At(at)); err != nil {
+				t.Fatal(err)
+			}
+			due[id] = at
+		}
+		rec.requireOnTime(t, due, 15*time.Second)
+		waitFor(t, 10*time.Second, "the parts to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
+	}
+	redistest.RequireNoViolations(t, e.srv)
+}
+
+// TestShardSharedWaitServerDown: four lanes on two servers, two each.
+// While one server is down, the dispatchers of the other server's lanes
+// keep running delayed tasks on time (in their shared wait); the down
+// server's lanes back off, and their tasks, written before it went down
+// (appendfsync always), run once it is back.
+func TestShardSharedWaitServerDown(t *testing.T) {
+	sa := redistest.Start(t, redistest.WithAppendOnly())
+	sb := redistest.Start(t, redistest.WithAppendOnly())
+	e := newEnv(t, sa)
+	t.Cleanup(func() { sb.Cleanup(t, e.ns) })
+	e.cfg.IdleWait = 60 * time.Second
+	pa, pb := sa.Pool(t), sb.Pool(t)
+	sh := Shards{Pools: []*redis.Pool{pa, pb, pa, pb}}
+	const n = 4
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	for _, s := range []*redistest.Server{sa, sb} {
+		adm := s.Admin(t)
+		waitFor(t, 10*time.Second, "each server's lanes to block in one BLPOP", func() bool { return blockedPops(t, adm) == 1 })
+	}
+	c := e.shardedClient(t, sh)
+	ctx := context.Background()
+	enqueue := func(round string, lanes []int, delay time.Duration) map[string]time.Time {
+		t.Helper()
+		due := map[string]time.Time{}
+		for _, k := range lanes {
+			id := idInLane(round, k, n)
+			at := time.Now().Add(delay)
+			if _, err := c.Enqueue(ctx, "job", nil, TaskID(id), At(at)); err != nil {
+				t.Fatal(err)
+			}
+			due[id] = at
+		}
+		return due
+	}
+	onB := enqueue("b", []int{1, 3}, 2*time.Second)
+	sb.Kill(t)
+	rec.requireOnTime(t, enqueue("a1", []int{0, 2}, 500*time.Millisecond), 15*time.Second)
+	rec.requireOnTime(t, enqueue("a2", []int{0, 2}, 300*time.Millisecond), 15*time.Second)
+	if got := rec.ranOf(onB); got != 0 {
+		t.Fatalf("%d tasks of the down server's lanes ran", got)
+	}
+	sb.Restart(t)
+	rec.requireRan(t, onB, 30*time.Second)
+	rec.requireOnTime(t, enqueue("a3", []int{0, 1, 2, 3}, 500*time.Millisecond), 15*time.Second)
+	redistest.RequireNoViolations(t, sa)
+	redistest.RequireNoViolations(t, sb)
+}
+
+// runRecorder records when each task first ran.
+type runRecorder struct {
+	mu  sync.Mutex
+	ran map[string]time.Time
+}
+
+func newRunRecorder() *runRecorder { return &runRecorder{ran: map[string]time.Time{}} }
+
+func (r *runRecorder) handler() Handler {
+	return HandlerFunc(func(_ context.Context, tk *Task) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, ok := r.ran[tk.ID]; !ok {
+			r.ran[tk.ID] = time.Now()
+		}
+		return nil
+	})
+}
+
+func (r *runRecorder) ranOf(due map[string]time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id := range due {
+		if _, ok := r.ran[id]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// requireRan waits until every task of due ran, none before it was due.
+func (r *runRecorder) requireRan(t testing.TB, due map[string]time.Time, within time.Duration) {
+	t.Helper()
+	waitFor(t, within, "every task to run", func() bool { return r.ranOf(due) == len(due) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, at := range due {
+		if got := r.ran[id]; got.Before(at) {
+			t.Errorf("task %s ran at %v, before it was due at %v", id, got, at)
+		}
+	}
+}
+
+// requireOnTime is requireRan, and each task ran within `within` of its
+// due time (the caller picks `within` well below IdleWait, so that only a
+// wake-up can have made its dispatcher look in time).
+func (r *runRecorder) requireOnTime(t testing.TB, due map[string]time.Time, within time.Duration) {
+	t.Helper()
+	var last time.Time
+	for _, at := range due {
+		if at.After(last) {
+			last = at
+		}
+	}
+	r.requireRan(t, due, time.Until(last)+within)
+}
+
+// TestShardClusterWait: on a real Redis Cluster, where keys of different
+// slots cannot share a BLPOP, six lanes (six slots) served from one
+// process block one connection per lane, shared by the lane's dispatcher
+// and worker (not one per part), and a delayed task in every lane runs on
+// time: not early, and long before the idle wait (a minute).
+func TestShardClusterWait(t *testing.T) {
+	c := redistest.StartCluster(t)
+	tc, err := topology.NewCluster(topology.ClusterOptions{Seeds: c.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	ns := redistest.Namespace(t)
+	const n = 6
+	var sh Shards
+	for k := range n {
+		keys, err := buckets.NewLaneKeys(ns, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh.Pools = append(sh.Pools, tc.Pool(keys.Prefix()))
+	}
+	cfg := Config{Namespace: ns, Logger: testLogger(t), IdleWait: 60 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	var admins []redis.Conn
+	for _, node := range c.Nodes {
+		admins = append(admins, node.Conn(t))
+	}
+	blocked := func() int {
+		total := 0
+		for _, a := range admins {
+			total += blockedPops(t, a)
+		}
+		return total
+	}
+	waitFor(t, 20*time.Second, "one blocked connection per lane", func() bool { return blocked() == n })
+	client, err := NewShardedClient(sh, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := map[string]time.Time{}
+	for k := range n {
+		id := idInLane("c", k, n)
+		at := time.Now().Add(time.Second)
+		if _, err := client.Enqueue(context.Background(), "job", nil, TaskID(id), At(at)); err != nil {
+			t.Fatal(err)
+		}
+		due[id] = at
+	}
+	rec.requireOnTime(t, due, 15*time.Second)
+	waitFor(t, 10*time.Second, "one blocked connection per lane again", func() bool { return blocked() == n })
+}
+
+// TestShardSharedWaitBusyLane: tokens that keep arriving on one lane's
+// wake list, so that the shared BLPOP never times out, do not starve the
+// other lanes' dispatchers of their idle looks: each still looks at its
+// lane every IdleWait, as its own BLPOP's timeout would make it.
+func TestShardSharedWaitBusyLane(t *testing.T) {
+	e := privateEnv(t)
+	const n = 3
+	sh := e.sameServer(n)
+	srv, err := NewShardedServer(sh, e.cfg, nil, RoleDispatcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looks := make([]*lookCounter, n)
+	for k, l := range srv.Lanes {
+		looks[k] = &lookCounter{mover: l.Dispatcher.moves}
+		l.Dispatcher.moves = looks[k]
+	}
+	runBackground(t, srv.Run)
+	a := e.admin(t)
+	waitFor(t, 10*time.Second, "the dispatchers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	busy := srv.Lanes[0].Dispatcher.store.Keys.Wake()
+	stop := make(chan struct{})
+	var pushes sync.WaitGroup
+	pushes.Go(func() {
+		c := e.srv.Admin(t)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.Do("LPUSH", busy, "1"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); pushes.Wait() }()
+	from := []int64{looks[1].n.Load(), looks[2].n.Load()}
+	busyFrom := looks[0].n.Load()
+	waitFor(t, 30*time.Second, "the quiet lanes' dispatchers to look three times (IdleWait 1s) while lane 0's list is busy", func() bool {
+		return looks[1].n.Load() >= from[0]+3 && looks[2].n.Load() >= from[1]+3
+	})
+	if got := looks[0].n.Load() - busyFrom; got < 6 {
+		t.Errorf("lane 0's dispatcher looked %d times while its list got a token every 100 ms for three idle waits", got)
+	}
+}
+
+// TestShardSharedWaitWrongType: a lane's wake list that holds a string
+// fails the shared BLPOP of every lane of its server; the wait sets it
+// aside, blocks again, and the lane's delayed task runs on time.
+func TestShardSharedWaitWrongType(t *testing.T) {
+	e := privateEnv(t)
+	e.cfg.IdleWait = 60 * time.Second
+	const n = 3
+	sh := e.sameServer(n)
+	a := e.admin(t)
+	rec := newRunRecorder()
+	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := srv.Lanes[1].Dispatcher.store.Keys
+	if _, err := a.Do("SET", keys.Wake(), "not a list"); err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	waitFor(t, 20*time.Second, "the bad wake list to be set aside and the lanes to block in one BLPOP", func() bool {
+		return exists(t, a, keys.Quarantine(keys.Wake())) && blockedPops(t, a) == 1
+	})
+	c := e.shardedClient(t, sh)
+	due := map[string]time.Time{}
+	for k := range n {
+		id := idInLane("wt", k, n)
+		at := time.Now().Add(500 * time.Millisecond)
+		if _, err := c.Enqueue(context.Background(), "job", nil, TaskID(id), At(at)); err != nil {
+			t.Fatal(err)
+		}
+		due[id] = at
+	}
+	rec.requireOnTime(t, due, 15*time.Second)
 }

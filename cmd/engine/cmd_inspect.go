@@ -17,12 +17,12 @@ func (a *app) newInspectCmds() []*cobra.Command {
 	return []*cobra.Command{a.newTasksCmd(), a.newWorkersCmd(), a.newQueuesCmd()}
 }
 
-func (a *app) inspector(cmd *cobra.Command, c *common) (*session, *engine.Inspector, error) {
+func (a *app) inspector(cmd *cobra.Command, c *common) (*session, inspectorAPI, error) {
 	s, err := a.connect(cmd, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	return s, s.client.Inspector(), nil
+	return s, s.inspector(), nil
 }
 
 func (a *app) newTasksCmd() *cobra.Command {
@@ -264,7 +264,7 @@ the filter names (asks first on a terminal, or takes --yes).`,
 
 // confirm asks on a terminal before a bulk action; elsewhere it wants
 // --yes.
-func (a *app) confirm(cmd *cobra.Command, in *engine.Inspector, act engine.Action, f engine.Filter) (bool, error) {
+func (a *app) confirm(cmd *cobra.Command, in inspectorAPI, act engine.Action, f engine.Filter) (bool, error) {
 	if !isTerminal(a.stdin) {
 		return false, a.usageError(cmd, "--all changes every matching task: add --yes")
 	}

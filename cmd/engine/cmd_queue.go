@@ -36,9 +36,9 @@ wakes idle workers at once.`,
 				return err
 			}
 			defer s.close()
-			op := s.client.PauseQueue
+			op := s.tasks().PauseQueue // every lane with shards
 			if verb == "resume" {
-				op = s.client.ResumeQueue
+				op = s.tasks().ResumeQueue
 			}
 			if err := op(cmd.Context(), args[0]); err != nil {
 				return a.fail(verb, err)

@@ -217,9 +217,10 @@ func (a *app) deadOp(verb, short string) *cobra.Command {
 		}
 		defer s.close()
 		ctx, done := cmd.Context(), map[string]string{"retry": "retried", "purge": "purged"}[verb]
-		one, each := s.client.RetryDead, s.client.RetryAllDead
+		api := s.tasks()
+		one, each := api.RetryDead, api.RetryAllDead
 		if verb == "purge" {
-			one, each = s.client.PurgeDead, s.client.PurgeAllDead
+			one, each = api.PurgeDead, api.PurgeAllDead
 		}
 		if *all {
 			n, err := each(ctx)
@@ -240,7 +241,7 @@ func (a *app) deadOp(verb, short string) *cobra.Command {
 
 func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON bool) error {
 	ctx := cmd.Context()
-	tasks, err := s.client.DeadLetters(ctx, offset, limit)
+	tasks, err := s.tasks().DeadLetters(ctx, offset, limit)
 	if err != nil {
 		return a.fail("dead list", err)
 	}
@@ -251,7 +252,7 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 		}
 		return a.printJSON(out)
 	}
-	total, err := s.client.DeadCount(ctx)
+	total, err := s.tasks().DeadCount(ctx)
 	if err != nil {
 		return a.fail("dead list", err)
 	}

@@ -185,7 +185,7 @@ no such task, 4 if it is running or finished already.`,
 			return err
 		}
 		defer s.close()
-		if err := s.clientFor(args[0]).Cancel(cmd.Context(), args[0]); err != nil {
+		if err := s.tasks().Cancel(cmd.Context(), args[0]); err != nil {
 			return a.fail("cancel", err)
 		}
 		fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
@@ -211,13 +211,13 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		ti, err := s.clientFor(args[0]).Lookup(cmd.Context(), args[0])
+		ti, err := s.tasks().Lookup(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("lookup", err)
 		}
 		var result []byte
 		if ti.State == engine.StateDone {
-			if result, err = s.client.Result(cmd.Context(), args[0]); err != nil {
+			if result, err = s.tasks().Result(cmd.Context(), args[0]); err != nil {
 				return a.fail("lookup", err)
 			}
 		}

@@ -31,7 +31,7 @@ it ended. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		wf, err := s.client.Inspector().Workflow(cmd.Context(), args[0])
+		wf, err := s.inspector().Workflow(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("workflow show", err)
 		}
@@ -49,7 +49,7 @@ it ended. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		n, err := s.client.CancelWorkflow(cmd.Context(), args[0])
+		n, err := s.tasks().CancelWorkflow(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("workflow cancel", err)
 		}

@@ -71,10 +71,18 @@ func (s *Settings) validateShards(bad func(key, format string, args ...any)) {
 
 // shardPools opens one pool per distinct server of the shard map and
 // returns the placement (lanes of one server share its pool) and a
-// function that closes the pools.
+// function that closes the pools. A server's pool holds poolSize
+// connections for each lane it carries: every lane runs its own worker of
+// concurrency handler slots, each holding a connection while its task
+// runs, and its own dispatcher, reaper and heartbeat, so a pool sized for
+// one lane would make the lanes' heartbeats wait behind their handlers.
 func shardPools(set *Settings) (engine.Shards, func(), error) {
 	sh := engine.Shards{MapVersion: int64(set.Shards.Version)}
 	byAddr := map[string]*redis.Pool{}
+	lanesOn := map[string]int{}
+	for _, addr := range set.Shards.Lanes {
+		lanesOn[addr]++
+	}
 	closeAll := func() {
 		for _, p := range byAddr {
 			closePool(p)
@@ -86,7 +94,7 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 			rs := set.redisSettings()
 			rs.Addr = addr
 			var err error
-			if p, err = newPool(rs, set.poolSize(), nil); err != nil {
+			if p, err = newPool(rs, lanesOn[addr]*set.poolSize(), nil); err != nil {
 				closeAll()
 				return sh, nil, err
 			}
@@ -97,16 +105,12 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 	return sh, closeAll, nil
 }
 
-// shardCommands are the commands that span lanes; the others refuse a
-// sharded configuration rather than see lane 0 alone.
-var shardCommands = []string{"stats", "check", "shards", "enqueue", "cancel", "lookup", "dashboard"}
-
 // connectShards is connect for a sharded configuration: the session's
-// client and pool are lane 0's, shards spans every lane.
+// client and pool are lane 0's, shards spans every lane. Every command
+// that connects spans the lanes through the session's methods below (or
+// reads lane 0 where that lane alone holds what it shows: the periodic
+// entries).
 func (a *app) connectShards(cmd *cobra.Command, set *Settings, log *slog.Logger) (*session, error) {
-	if !slices.Contains(shardCommands, cmd.Name()) {
-		return nil, a.fail(cmd.Name(), errNotSharded(set, cmd.Name()))
-	}
 	sh, closeAll, err := shardPools(set)
 	if err != nil {
 		return nil, a.fail(cmd.Name(), err)
@@ -229,9 +233,49 @@ func (s *session) clientFor(id string) *engine.Client {
 	return s.client
 }
 
-// errNotSharded is the refusal of a command that does not span lanes.
-func errNotSharded(set *Settings, name string) error {
-	return &ConfigError{Origin: set.where("shards.lanes"), Key: "shards.lanes",
-		Msg: fmt.Sprintf("engine %s does not span lanes yet; with shards configured, use %s, or the library's engine.ShardedClient",
-			name, strings.Join(shardCommands, ", "))}
+// tasksAPI is what the commands ask of a client: *engine.Client, or with
+// shards *engine.ShardedClient, which routes each call by id to the id's
+// lane (looking in the others for an id its lane does not hold) and
+// spans the lanes for the others.
+type tasksAPI interface {
+	Cancel(ctx context.Context, id string) error
+	Lookup(ctx context.Context, id string) (*engine.TaskInfo, error)
+	Result(ctx context.Context, id string) ([]byte, error)
+	RetryDead(ctx context.Context, id string) error
+	PurgeDead(ctx context.Context, id string) error
+	RetryAllDead(ctx context.Context) (int, error)
+	PurgeAllDead(ctx context.Context) (int, error)
+	DeadLetters(ctx context.Context, offset, count int) ([]*engine.TaskInfo, error)
+	DeadCount(ctx context.Context) (int, error)
+	PauseQueue(ctx context.Context, q string) error
+	ResumeQueue(ctx context.Context, q string) error
+	CancelWorkflow(ctx context.Context, id string) (int, error)
+}
+
+// tasks is the session's tasksAPI: the sharded client with shards.
+func (s *session) tasks() tasksAPI {
+	if s.shards != nil {
+		return s.shards
+	}
+	return s.client
+}
+
+// inspectorAPI is what the inspector's commands ask: *engine.Inspector,
+// or with shards *engine.ShardedInspector (calls by id go to the id's
+// lane, lists and counts span the lanes).
+type inspectorAPI interface {
+	ListTasks(ctx context.Context, opts engine.ListOptions) (*engine.TaskPage, error)
+	Act(ctx context.Context, a engine.Action, ids ...string) (engine.ActionResult, error)
+	ActAll(ctx context.Context, a engine.Action, f engine.Filter) (engine.ActionResult, error)
+	Workers(ctx context.Context) ([]engine.WorkerInfo, error)
+	Queues(ctx context.Context) ([]engine.QueueInfo, error)
+	Workflow(ctx context.Context, id string) (*engine.WorkflowInfo, error)
+}
+
+// inspector is the session's inspectorAPI.
+func (s *session) inspector() inspectorAPI {
+	if s.shards != nil {
+		return s.shards.Inspector()
+	}
+	return s.client.Inspector()
 }

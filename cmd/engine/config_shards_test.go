@@ -27,3 +27,32 @@ func TestShardsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsPoolSize: a server's pool holds pool_size (or its default)
+// connections for each lane it carries, since each lane runs its own
+// handler slots, each holding a connection while its task runs.
+func TestShardsPoolSize(t *testing.T) {
+	s, err := parseString(t, `
+concurrency: 4
+shards:
+  lanes: [127.0.0.1:1, 127.0.0.1:2, 127.0.0.1:1, 127.0.0.1:1]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, closeAll, err := shardPools(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	per := s.poolSize()
+	if got := sh.Pools[0].MaxActive; got != 3*per {
+		t.Errorf("the pool of a server of three lanes holds %d, want 3 x %d", got, per)
+	}
+	if got := sh.Pools[1].MaxActive; got != per {
+		t.Errorf("the pool of a server of one lane holds %d, want %d", got, per)
+	}
+	if sh.Pools[0] != sh.Pools[2] || sh.Pools[0] != sh.Pools[3] {
+		t.Error("lanes of one server do not share its pool")
+	}
+}

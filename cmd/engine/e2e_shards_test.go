@@ -15,9 +15,9 @@ import (
 )
 
 // TestE2EShards: `engine run` with a shards: map serves every lane of two
-// servers; `engine shards`, `stats` and `check` span the lanes; commands
-// that do not span lanes refuse the map, and enqueue, lookup and cancel
-// route to the task's lane; a lane whose server is down is shown and fails
+// servers; `engine shards`, `stats` and `check` span the lanes, and
+// enqueue, lookup and cancel route to the task's lane (the inspector's
+// commands: TestE2EShardsInspect); a lane whose server is down is shown and fails
 // `engine shards`.
 func TestE2EShards(t *testing.T) {
 	h := newHarness(t, redistest.Private())
@@ -31,9 +31,6 @@ func TestE2EShards(t *testing.T) {
 		}
 	}
 
-	if _, errOut, code := h.cli("dead", "list"); code != exitUsage || !strings.Contains(errOut, "does not span lanes") {
-		t.Fatalf("dead list with shards: exit %d, %s", code, errOut)
-	}
 	run := h.startRun(nil)
 
 	pa, pb := h.srv.Pool(t), other.Pool(t)
