@@ -15,8 +15,8 @@ import (
 //
 // A beat is a full one (buckets.Store.Beat: it also adds the worker to
 // the registry and removes its types from the unserved hashes) when the
-// heartbeat key may have expired since the last beat, and at least once
-// per HeartbeatTTL; otherwise it only renews the keys' TTLs
+// heartbeat key may have expired since the last beat, and about once per
+// HeartbeatTTL; otherwise it only renews the keys' TTLs
 // (buckets.Store.Refresh: one SETEX without served types). A key that
 // never expired means no reaper can have forgotten the worker (Forget
 // requires it gone), so the registry still holds it.
@@ -84,11 +84,14 @@ func (h *heartbeater) beat(ctx context.Context) error {
 
 // needFull reports whether the beat sent at sent (since born) must be a
 // full one: the first, one after a failure, one sent when the key may
-// have expired, and one at least every HeartbeatTTL (so that a registry
-// or unserved hash changed by hand is put right within that).
+// have expired, and the first one sent once HeartbeatTTL less half an
+// interval has passed since the last full one: about one full beat per
+// HeartbeatTTL (within half an interval), so that a registry or an
+// unserved hash changed by hand is put right within that.
 func (h *heartbeater) needFull(sent time.Duration) bool {
 	ttl := h.w.cfg.HeartbeatTTL
-	return h.full || sent-time.Duration(h.lastBeat.Load()) >= ttl-expirySlack || sent-h.lastFull >= ttl
+	return h.full || sent-time.Duration(h.lastBeat.Load()) >= ttl-expirySlack ||
+		sent-h.lastFull >= ttl-h.w.cfg.HeartbeatInterval/2
 }
 
 // send writes the heartbeat: full (Beat) or a renewal (Refresh).

@@ -330,3 +330,44 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 		t.Fatalf("trimmed after %v; bound %v", d, bound)
 	}
 }
+
+// An idle dispatcher whose wait ran out with no token reads when the
+// earliest bucket is due (one ZRANGE) and moves nothing then; a bucket due
+// meanwhile that no token announced (here: its time reached by moving the
+// dispatcher's clock, which sets no timer) is moved by the look that
+// follows the next idle wait.
+func TestDispatcherIdleLook(t *testing.T) {
+	e := privateEnv(t)
+	ctx := context.Background()
+	base := time.Now()
+	clock := &settableClock{now: base}
+	e.cfg.Clock = clock
+	e.cfg.IdleWait = time.Second
+	c := e.client(t)
+	if _, err := c.Enqueue(ctx, "t", nil, At(base.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDispatcher(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blpops := e.srv.Census.Count("BLPOP")
+	runBackground(t, d.Run)
+	// Two idle waits: each ends in a look of one read, no move.
+	waitFor(t, 10*time.Second, "three idle waits begun", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+3 })
+	reads := e.srv.Census.Count("ZRANGEBYSCORE")
+	looks := e.srv.Census.Count("ZRANGE")
+	waitFor(t, 10*time.Second, "two more idle waits", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+5 })
+	if n := e.srv.Census.Count("ZRANGEBYSCORE") - reads; n != 0 {
+		t.Fatalf("idle looks with nothing due read the due buckets %d times", n)
+	}
+	if n := e.srv.Census.Count("ZRANGE") - looks; n < 2 {
+		t.Fatalf("%d looks in two idle waits", n)
+	}
+	clock.Set(base.Add(time.Hour + time.Second))
+	at := time.Now()
+	waitFor(t, 3*e.cfg.IdleWait+5*time.Second, "the due task moved", func() bool { return d.Moved() == 1 })
+	if el := time.Since(at); el > e.cfg.IdleWait+2*time.Second {
+		t.Fatalf("moved after %v; bound IdleWait %v (Redis 2.4 may add a second)", el, e.cfg.IdleWait)
+	}
+}

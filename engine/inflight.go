@@ -161,7 +161,7 @@ func (s *inflightSet) snapshot() map[string]int {
 // and otherwise at the first HeartbeatInterval tick after any pop that
 // took ids, so that no id stays stranded there longer than one
 // HeartbeatInterval (plus the time Redis is unreachable). It looks once
-// at start too. A tick with no pop since the last look that succeeded,
+// at start too (a list left by hand is returned at once). A tick with no pop since the last look that succeeded,
 // and nothing lost or given back, sends nothing: only this worker's pops
 // put ids in its list, and an idle worker pops none. It never waits for
 // a slot.
@@ -177,12 +177,14 @@ func (r *recoverer) run(ctx context.Context) {
 	defer h.Close()
 	looked := false // a look succeeded, after seen pops
 	var seen int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-w.inflight.wake:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-w.inflight.wake:
+			}
 		}
 		pops := w.inflight.pops.Load()
 		if looked && pops == seen && !w.inflight.dirty.Load() {
