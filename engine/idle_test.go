@@ -23,10 +23,12 @@ func commandTotal(e *env) int {
 // An idle server (dispatcher, reaper, worker with 16 slots on three
 // queues) sends a bounded number of commands per IdleWait and heartbeat:
 // nothing polls. With the one-second settings used here the budget is
-// about 5 per IdleWait (the waiter's BLPOP and one fetch round of 3
-// queues; the dispatcher's BLPOP and index read), 4 per heartbeat and 4
-// per reap; with the defaults (20 s, 10 s, 30 s) that is under one command
-// a second. docs/benchmarks.md has the figures measured with defaults.
+// about 6 per IdleWait (the waiter's BLPOP and one fetch round of 3
+// queues; the dispatcher's BLPOP and index read), 1 per heartbeat (4 for
+// a full one, every HeartbeatTTL) and 3 per reap; with the defaults (20
+// s, 10 s, 30 s) that is under one command a second (docs/design.md, "What
+// an idle process sends"). docs/benchmarks.md has the figures measured
+// with defaults.
 func TestIdleCost(t *testing.T) {
 	e := privateEnv(t)
 	e.cfg.IdleWait = time.Second
@@ -46,7 +48,7 @@ func TestIdleCost(t *testing.T) {
 	time.Sleep(window)
 	perSec := float64(commandTotal(e)-before) / window.Seconds()
 	t.Logf("idle: %.1f commands/s with 1 s IdleWait, heartbeat and reap interval", perSec)
-	// About 5 + 4 + 4 a second (measured: 14.2); the budget leaves room
+	// About 6 + 2 + 3 a second; the budget leaves room
 	// for timers that fire together in the window. A poll would send
 	// thousands.
 	if perSec > 20 {
