@@ -80,6 +80,7 @@ func runTiny(t *testing.T, shared bool, extra ...string) *Report {
 func executeOn(ctx context.Context, o *options, addr string) (*Report, error) {
 	h := NewHarness(addr, true, o.sizes, o.runs, o.impls, o.poll, testLog{})
 	defer h.Admin.Close()
+	h.RedisBin = o.redisBin
 	info, err := h.Admin.Info("server")
 	if err != nil {
 		return nil, err
@@ -254,6 +255,39 @@ func TestFlags(t *testing.T) {
 	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestIdleConcurrent runs the idle measurements of two implementations,
+// two runs each, at once: every run gets its figures, each on a server of
+// its own (the harness's server sees none of their commands).
+func TestIdleConcurrent(t *testing.T) {
+	admin := NewAdmin(testRedis.Addr)
+	defer admin.Close()
+	before, err := admin.CommandCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := runTiny(t, false, "-impls", "naive,engine", "-scenarios", "idle", "-runs", "2")
+	want(t, rep, func(r *Result) string {
+		if r.Metric == "round_trips" && r.Impl == "naive" {
+			return StatusNA
+		}
+		return StatusOK
+	})
+	for _, r := range rep.Results {
+		if r.Status == StatusOK && len(r.Runs) != 2 {
+			t.Errorf("%s %s: %d runs, want 2", r.Impl, r.Metric, len(r.Runs))
+		}
+	}
+	after, err := admin.CommandCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"blpop", "rpoplpush", "zrangebyscore"} {
+		if after[cmd] != before[cmd] {
+			t.Errorf("the harness's own server saw %d %s: the idle children ran there", after[cmd]-before[cmd], cmd)
 		}
 	}
 }

@@ -229,6 +229,9 @@ func execute(ctx context.Context, o *options) (*Report, error) {
 	}
 	h := NewHarness(addr, own, o.sizes, o.runs, o.impls, o.poll, os.Stderr)
 	defer h.Admin.Close()
+	if own {
+		h.RedisBin = o.redisBin // concurrent idle measurements start their own
+	}
 	info, err := h.Admin.Info("server")
 	if err != nil {
 		return nil, fmt.Errorf("redis at %s: %w", addr, err)

@@ -87,6 +87,11 @@ type Case struct {
 	// NoOpen: the harness does not Open the implementation in this process
 	// (the idle scenario runs it in a child process).
 	NoOpen bool
+	// Concurrent: the measurements of every implementation and run may
+	// go on at once, each on a redis-server of its own, when the harness
+	// starts its servers (not with -redis: a shared server's counters
+	// would mix them). For cases that mostly wait (idle).
+	Concurrent bool
 	// Needs returns why the case does not apply to impl ("" if it does);
 	// it is given an unopened instance, for type assertions.
 	Needs func(impl Impl) string
@@ -101,8 +106,12 @@ type Measure struct {
 	H    *Harness
 	Impl Impl
 	Env  Env
-	mu   sync.Mutex
-	det  map[string]any
+	// Admin talks to the measurement's server (Env.Addr): H.Admin, or
+	// that of the server a concurrent measurement started for itself.
+	Admin *Admin
+	run   int // the run's number, for progress lines
+	mu    sync.Mutex
+	det   map[string]any
 }
 
 // Detail records extra information for results.json.
@@ -117,7 +126,11 @@ func (m *Measure) Detail(key string, v any) {
 
 // Progress prints a progress line on stderr.
 func (m *Measure) Progress(format string, args ...any) {
-	m.H.logf("      %s: %s", m.Impl.Name(), fmt.Sprintf(format, args...))
+	name := m.Impl.Name()
+	if m.run > 0 {
+		name = fmt.Sprintf("%s run %d", name, m.run)
+	}
+	m.H.logf("      %s: %s", name, fmt.Sprintf(format, args...))
 }
 
 // Harness runs cases against implementations and collects results.
@@ -131,6 +144,9 @@ type Harness struct {
 	Poll   time.Duration
 	Log    io.Writer
 	Report *Report
+	// RedisBin is the redis-server binary concurrent measurements start
+	// a server each with ("": they run one after another on Addr).
+	RedisBin string
 
 	runID   string
 	seq     atomic.Int64
@@ -231,6 +247,86 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 			}
 		}
 	}
+	// record takes the outcome of one measurement; false: the slot takes
+	// no further runs.
+	record := func(s *slot, run int, vals map[string]float64, det map[string]any, err error, secs float64) bool {
+		switch {
+		case isSkip(err):
+			h.skipped[s.name] = err.Error()
+			h.Report.Note(fmt.Sprintf("%s skipped: %v", s.name, err))
+			h.logf("  %s: skipped: %v", s.name, err)
+			s.status, s.note = StatusSkipped, err.Error()
+			return false
+		case err != nil:
+			h.logf("  %s run %d/%d: ERROR %v (%.1fs)", s.name, run, h.Runs, err, secs)
+			s.status, s.note = StatusError, err.Error()
+			h.Report.Note(fmt.Sprintf("%s %s (%s) %s: %v", c.Scenario, c.Title, s.name, "error", err))
+			return false
+		}
+		// A metric the measurement did not report (the design cannot
+		// measure it) stays out of the values: its cell says n/a.
+		for _, md := range c.Metrics {
+			if v, ok := vals[md.Key]; ok {
+				s.values[md.Key] = append(s.values[md.Key], v)
+			}
+		}
+		s.detail = det
+		var parts []string
+		for _, md := range c.Metrics {
+			if v, ok := vals[md.Key]; ok {
+				parts = append(parts, fmt.Sprintf("%s=%s", md.Key, formatValue(v, md.Unit)))
+			}
+		}
+		h.logf("  %s run %d/%d: %s (%.1fs)", s.name, run, h.Runs, strings.Join(parts, " "), secs)
+		return true
+	}
+	if c.Concurrent && h.Own && h.RedisBin != "" && len(active)*h.Runs > 1 {
+		// Every implementation and run at once, each on its own server;
+		// the outcomes are then taken in the order of the sequential
+		// loop below (run 1 of each impl, then run 2, ...).
+		type job struct {
+			s    *slot
+			run  int
+			vals map[string]float64
+			det  map[string]any
+			err  error
+			secs float64
+		}
+		var jobs []*job
+		for run := 1; run <= h.Runs; run++ {
+			for _, s := range active {
+				jobs = append(jobs, &job{s: s, run: run})
+			}
+		}
+		h.logf("  %d measurements at once, each with its own redis-server", len(jobs))
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Go(func() {
+				start := time.Now()
+				srv, err := StartRedis(ctx, h.RedisBin)
+				if err != nil {
+					j.err = fmt.Errorf("starting a redis-server for the measurement: %w", err)
+				} else {
+					admin := NewAdmin(srv.Addr)
+					j.vals, j.det, j.err = h.measureOn(ctx, c, j.s.name, j.run, srv.Addr, admin)
+					admin.Close()
+					srv.Stop()
+				}
+				j.secs = time.Since(start).Seconds()
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		done := map[*slot]bool{}
+		for _, j := range jobs {
+			if !done[j.s] && !record(j.s, j.run, j.vals, j.det, j.err, j.secs) {
+				done[j.s] = true
+			}
+		}
+		active = nil
+	}
 	for run := 1; run <= h.Runs && len(active) > 0; run++ {
 		var still []*slot
 		for _, s := range active {
@@ -239,35 +335,9 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 			}
 			start := time.Now()
 			vals, det, err := h.measure(ctx, c, s.name)
-			switch {
-			case isSkip(err):
-				h.skipped[s.name] = err.Error()
-				h.Report.Note(fmt.Sprintf("%s skipped: %v", s.name, err))
-				h.logf("  %s: skipped: %v", s.name, err)
-				s.status, s.note = StatusSkipped, err.Error()
-				continue
-			case err != nil:
-				h.logf("  %s run %d/%d: ERROR %v (%.1fs)", s.name, run, h.Runs, err, time.Since(start).Seconds())
-				s.status, s.note = StatusError, err.Error()
-				h.Report.Note(fmt.Sprintf("%s %s (%s) %s: %v", c.Scenario, c.Title, s.name, "error", err))
-				continue
+			if record(s, run, vals, det, err, time.Since(start).Seconds()) {
+				still = append(still, s)
 			}
-			// A metric the measurement did not report (the design cannot
-			// measure it) stays out of the values: its cell says n/a.
-			for _, md := range c.Metrics {
-				if v, ok := vals[md.Key]; ok {
-					s.values[md.Key] = append(s.values[md.Key], v)
-				}
-			}
-			s.detail = det
-			var parts []string
-			for _, md := range c.Metrics {
-				if v, ok := vals[md.Key]; ok {
-					parts = append(parts, fmt.Sprintf("%s=%s", md.Key, formatValue(v, md.Unit)))
-				}
-			}
-			h.logf("  %s run %d/%d: %s (%.1fs)", s.name, run, h.Runs, strings.Join(parts, " "), time.Since(start).Seconds())
-			still = append(still, s)
 		}
 		active = still
 	}
@@ -292,6 +362,12 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 // fresh namespace (after FLUSHALL on the harness's own server), then cleans
 // up (on a shared server: Cleanup and deletion of its KeyPatterns).
 func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string]float64, map[string]any, error) {
+	return h.measureOn(ctx, c, name, 0, h.Addr, h.Admin)
+}
+
+// measureOn is measure on the server at addr (admin talks to it); run
+// numbers the progress lines of concurrent measurements (0: none).
+func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, addr string, admin *Admin) (map[string]float64, map[string]any, error) {
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Minute
@@ -299,7 +375,7 @@ func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if h.Own {
-		if err := h.Admin.FlushAll(); err != nil {
+		if err := admin.FlushAll(); err != nil {
 			return nil, nil, fmt.Errorf("FLUSHALL: %w", err)
 		}
 	}
@@ -307,8 +383,8 @@ func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	env := Env{Addr: h.Addr, Namespace: h.namespace(), Poll: h.Poll, Logf: h.logf}
-	m := &Measure{H: h, Impl: inst, Env: env}
+	env := Env{Addr: addr, Namespace: h.namespace(), Poll: h.Poll, Logf: h.logf}
+	m := &Measure{H: h, Impl: inst, Env: env, Admin: admin, run: run}
 	if !c.NoOpen {
 		if err := inst.Open(ctx, env); err != nil {
 			_ = inst.Close()
@@ -323,7 +399,7 @@ func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string
 			err = fmt.Errorf("close: %w", cerr)
 		}
 		if !h.Own {
-			if _, derr := h.Admin.DeleteMatching(inst.KeyPatterns()); derr != nil {
+			if _, derr := admin.DeleteMatching(inst.KeyPatterns()); derr != nil {
 				h.logf("  %s: deleting keys: %v", name, derr)
 			}
 		}

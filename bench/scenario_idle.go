@@ -45,6 +45,12 @@ import (
 //     as % of one core.
 //
 // On a shared server (-redis) other clients' commands are counted too.
+//
+// The case is Concurrent: when the harness starts its servers, every
+// implementation's and run's measurement goes on at once, each with its
+// own child and its own redis-server (INFO commandstats and cpu are per
+// server), so the scenario takes about one window; with -redis they run
+// one after another, each in its own namespace.
 func idleCases(s Sizes) []*Case {
 	return []*Case{{
 		Scenario: "idle",
@@ -57,9 +63,10 @@ func idleCases(s Sizes) []*Case {
 			{Key: "round_trips", Unit: "/s"},
 			{Key: "client_cpu", Unit: "%"}, {Key: "redis_cpu", Unit: "%"},
 		},
-		NoOpen:  true,
-		Needs:   needScheduler,
-		Timeout: s.IdleDuration + 5*time.Minute,
+		NoOpen:     true,
+		Concurrent: true,
+		Needs:      needScheduler,
+		Timeout:    s.IdleDuration + 5*time.Minute,
 		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
 			return runIdle(ctx, m, s.IdleDuration, s.IdlePeriods, s.IdleWorkers)
 		},
@@ -219,7 +226,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, wor
 		return nil, ctx.Err()
 	}
 	// Before Redis 2.6 there are no commandstats: MONITOR alone counts.
-	cmdA, err := m.H.Admin.CommandCalls()
+	cmdA, err := m.Admin.CommandCalls()
 	noStats := errors.Is(err, errNoCommandStats)
 	if err != nil && !noStats {
 		return nil, err
@@ -227,7 +234,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, wor
 	if len(cmdA) == 0 && !noStats {
 		return nil, errors.New("the server has no INFO commandstats (Redis >= 2.6 needed for idle)")
 	}
-	srvA, err := m.H.Admin.ServerCPU()
+	srvA, err := m.Admin.ServerCPU()
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +246,11 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, wor
 	if !sleepCtx(ctx, window) {
 		return nil, ctx.Err()
 	}
-	cmdB, err := m.H.Admin.CommandCalls()
+	cmdB, err := m.Admin.CommandCalls()
 	if err != nil && !noStats {
 		return nil, err
 	}
-	srvB, err := m.H.Admin.ServerCPU()
+	srvB, err := m.Admin.ServerCPU()
 	if err != nil {
 		return nil, err
 	}

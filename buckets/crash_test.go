@@ -519,6 +519,11 @@ var crashCases = []crashCase{
 	}, func(ctx context.Context, s *Store, c redis.Conn) error {
 		return s.Beat(ctx, c, w1, 60, []byte("info"), Served{Queue: "q", Types: []string{"t", "u"}, TTL: 60})
 	}},
+	{"Refresh/serving", func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Beat(ctx, c, w1, 60, []byte("info"), Served{Queue: "q", Types: []string{"t", "u"}, TTL: 60})
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Refresh(ctx, c, w1, 90, []byte("info2"), Served{Queue: "q", Types: []string{"t", "u"}, TTL: 90})
+	}},
 	{"Forget", func(ctx context.Context, s *Store, c redis.Conn) error {
 		_, err := c.Do("SADD", s.Keys.Workers(), w1)
 		return err

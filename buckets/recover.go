@@ -307,6 +307,34 @@ func (s *Store) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, 
 	return nil
 }
 
+// Refresh renews the heartbeat of worker w while the key an earlier Beat
+// wrote still exists: SETEX hb:<w> ttl info, and for each Served SETEX
+// ty:<q>:<type> ttl 1 per type, those in one MULTI with the heartbeat
+// (a single SETEX alone has none). It leaves out what Beat re-asserts
+// (SADD w <w>, HDEL un:<q> types): the caller sends a Beat instead
+// whenever the heartbeat key may have expired since the last beat, since
+// a reaper may then have forgotten w. A crash before EXEC leaves the old
+// keys to expire, as a missed beat does; after it, all are renewed.
+func (s *Store) Refresh(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...Served) error {
+	var cmds cmdList
+	cmds.Queue("SETEX", s.Keys.Heartbeat(w), ttl, info)
+	for _, sv := range served {
+		for _, t := range sv.Types {
+			cmds.Queue("SETEX", s.Keys.Served(sv.Queue, t), max(sv.TTL, 1), "1")
+		}
+	}
+	var err error
+	if len(cmds) == 1 {
+		_, err = do(ctx, conn, cmds[0].Name, cmds[0].Args...)
+	} else {
+		_, err = s.exec(ctx, conn, cmds)
+	}
+	if err != nil {
+		return fmt.Errorf("buckets: heartbeat %s: %w", w, err)
+	}
+	return nil
+}
+
 // Workers lists the registered worker processes and whether each one's
 // heartbeat key exists (SMEMBERS w, then EXISTS hb:<w> pipelined). The
 // heartbeat's TTL is kept by the server, so no clocks are compared.

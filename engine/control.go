@@ -16,9 +16,10 @@ import (
 // one dedicated connection SUBSCRIBEd to the namespace's control channel
 // and applies "pause q" / "resume q" as they come; after every
 // subscription it re-reads the paused set (SMEMBERS paused), so nothing
-// falls between. The waiter re-reads it whenever its wait times out, so a
-// lost message costs at most one idle wait; a claim that finds its queue
-// paused marks it too. No polling: pub/sub pushes.
+// falls between. A claim that finds its queue paused marks it (a lost
+// pause costs one task given back), and while one of the worker's queues
+// is paused the waiter re-reads the set whenever its wait times out (a
+// lost resume costs at most one idle wait). No polling: pub/sub pushes.
 //
 // At Redis 2.4 a subscribed connection takes no PING, so a half-open one
 // cannot be tested: the subscriber subscribes afresh (and re-reads) after
@@ -39,6 +40,18 @@ func (c *control) isPaused(q string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.paused[q]
+}
+
+// anyPaused reports whether any of qs is paused, as far as the worker knows.
+func (c *control) anyPaused(qs []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range qs {
+		if c.paused[q] {
+			return true
+		}
+	}
+	return false
 }
 
 // watch returns a channel closed at the next change.

@@ -68,10 +68,10 @@ func (d *Dispatcher) Conflicts() int64 { return d.store.Conflicts() }
 // logged and retried with backoff; Run returns an error only for a setup
 // it cannot use.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
+	wake, look := make(chan struct{}, 1), make(chan struct{}, 1)
 	var g sync.WaitGroup
 	wctx, stopWaker := context.WithCancel(ctx)
-	g.Go(func() { d.waker(wctx, wake) })
+	g.Go(func() { d.waker(wctx, wake, look) })
 	defer func() {
 		stopWaker()
 		g.Wait()
@@ -121,20 +121,66 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
 			tc = timer.C
 		}
-		select {
-		case <-ctx.Done():
-			d.log.Info("dispatcher stopped", "moved", d.moved.Load())
-			return nil
-		case <-wake:
-		case <-tc:
-		}
-		if !timer.Stop() {
+		for waiting := true; waiting; {
 			select {
-			case <-timer.C:
-			default:
+			case <-ctx.Done():
+				d.log.Info("dispatcher stopped", "moved", d.moved.Load())
+				return nil
+			case <-wake:
+				waiting = false
+			case <-tc:
+				waiting = false
+			case <-look:
+				// The idle wait ran out with no token: one may have been
+				// lost. One read of the index says whether to move now,
+				// or until when to sleep.
+				at, ok := d.idleLook(ctx, lanes[0])
+				waiting = ok
+				if ok && at > 0 && (next < 0 || at < next) {
+					next = at
+					stopTimer(timer)
+					timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
+					tc = timer.C
+				}
 			}
 		}
+		stopTimer(timer)
 	}
+}
+
+// stopTimer stops t and drains its channel.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}
+
+// idleLook reads when the earliest bucket is due, after an idle wait with
+// no token. It returns ok when nothing is due now: then at is that
+// bucket's time (Unix ms), or -1 when nothing is scheduled. A failed read
+// is not ok: the round that follows reads again and backs off.
+func (d *Dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, ok bool) {
+	if len(d.unsettled) > 0 {
+		return 0, false
+	}
+	conn, err := h.Get(ctx)
+	if err != nil {
+		return 0, false
+	}
+	next, found, err := d.moves.NextDue(ctx, conn)
+	switch {
+	case err != nil:
+		h.Drop()
+		return 0, false
+	case !found:
+		return -1, true
+	case next <= ms(d.cfg.Clock.Now()):
+		return 0, false
+	}
+	return next, true
 }
 
 // clockOffset is how far the engine's clock runs behind the real one, so
@@ -266,11 +312,13 @@ func (d *Dispatcher) settleOnExit(ctx context.Context) {
 const settleTimeout = 5 * time.Second
 
 // waker blocks on the wake list on its own connection and passes each
-// token on. It passes its idle timeout on too, so the main loop looks
-// again even if a token was lost. A dispatcher of a ShardedServer whose
-// lane shares its server with other lanes waits in their shared BLPOP
-// instead (waitHub.subscribe), which passes on the same signals.
-func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
+// token on (wake). It passes its idle timeout on too (look), so the main
+// loop looks again even if a token was lost: one read of the index while
+// nothing is due. A dispatcher of a ShardedServer whose lane shares its
+// server with other lanes waits in their shared BLPOP instead
+// (waitHub.subscribe), whose signals do not tell a token from a timeout:
+// each is passed on as a wake (a full round).
+func (d *Dispatcher) waker(ctx context.Context, wake, look chan<- struct{}) {
 	if h := d.cfg.lane.hub; h != nil {
 		sig, cancel, err := h.subscribe(d.store.Keys.Wake())
 		if err == nil {
@@ -294,7 +342,7 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 	defer b.Close()
 	var bo rconn.Backoff
 	for ctx.Err() == nil {
-		_, err := b.Pop(ctx, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
+		key, err := b.Pop(ctx, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -308,8 +356,12 @@ func (d *Dispatcher) waker(ctx context.Context, wake chan<- struct{}) {
 			continue
 		}
 		bo.Reset()
+		ch := wake
+		if key == "" {
+			ch = look
+		}
 		select {
-		case wake <- struct{}{}:
+		case ch <- struct{}{}:
 		default:
 		}
 	}

@@ -12,6 +12,14 @@ import (
 
 // heartbeater keeps the worker's heartbeat key alive, and tells the other
 // parts whether it certainly still exists.
+//
+// A beat is a full one (buckets.Store.Beat: it also adds the worker to
+// the registry and removes its types from the unserved hashes) when the
+// heartbeat key may have expired since the last beat, and about once per
+// HeartbeatTTL; otherwise it only renews the keys' TTLs
+// (buckets.Store.Refresh: one SETEX without served types). A key that
+// never expired means no reaper can have forgotten the worker (Forget
+// requires it gone), so the registry still holds it.
 type heartbeater struct {
 	w *Worker
 	// born and lastBeat (nanoseconds since born, monotonic) tell whether
@@ -20,10 +28,15 @@ type heartbeater struct {
 	born     time.Time
 	lastBeat atomic.Int64
 	started  time.Time // on the worker's Clock, for the heartbeat info
+	// lastFull is when the last full beat that succeeded was sent
+	// (nanoseconds since born); full forces the next beat to be full.
+	// Touched only by the goroutine that beats (register, then run).
+	lastFull time.Duration
+	full     bool
 }
 
 func newHeartbeater(w *Worker) *heartbeater {
-	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Clock.Now()}
+	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Clock.Now(), full: true}
 }
 
 // register writes the first heartbeat, retrying with backoff while Redis
@@ -42,7 +55,47 @@ func (h *heartbeater) register(ctx context.Context) error {
 	}
 }
 
+// expirySlack is kept between a renewal and the earliest moment the key
+// it renews can expire: Redis 2.4 keeps expiry times in whole seconds.
+const expirySlack = time.Second
+
+// beat sends one beat: a full one when needFull says so, otherwise a
+// renewal. A renewal whose reply came so late that the key might have
+// expired before it ran is followed at once by a full beat.
 func (h *heartbeater) beat(ctx context.Context) error {
+	for {
+		sent := time.Since(h.born)
+		full := h.needFull(sent)
+		if err := h.send(ctx, full); err != nil {
+			h.full = true
+			return err
+		}
+		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.w.cfg.HeartbeatTTL-expirySlack {
+			h.full = true // it may have run after the key expired: register again
+			continue
+		}
+		h.lastBeat.Store(int64(sent))
+		if full {
+			h.full, h.lastFull = false, sent
+		}
+		return nil
+	}
+}
+
+// needFull reports whether the beat sent at sent (since born) must be a
+// full one: the first, one after a failure, one sent when the key may
+// have expired, and the first one sent once HeartbeatTTL less half an
+// interval has passed since the last full one: about one full beat per
+// HeartbeatTTL (within half an interval), so that a registry or an
+// unserved hash changed by hand is put right within that.
+func (h *heartbeater) needFull(sent time.Duration) bool {
+	ttl := h.w.cfg.HeartbeatTTL
+	return h.full || sent-time.Duration(h.lastBeat.Load()) >= ttl-expirySlack ||
+		sent-h.lastFull >= ttl-h.w.cfg.HeartbeatInterval/2
+}
+
+// send writes the heartbeat: full (Beat) or a renewal (Refresh).
+func (h *heartbeater) send(ctx context.Context, full bool) error {
 	w := h.w
 	host, _ := os.Hostname()
 	hb := map[string]any{
@@ -66,12 +119,11 @@ func (h *heartbeater) beat(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	sent := time.Since(h.born)
-	if err := w.store.Beat(ctx, conn, w.id, int64(w.cfg.HeartbeatTTL/time.Second), info, served...); err != nil {
-		return err
+	ttl := int64(w.cfg.HeartbeatTTL / time.Second)
+	if full {
+		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)
 	}
-	h.lastBeat.Store(int64(sent))
-	return nil
+	return w.store.Refresh(ctx, conn, w.id, ttl, info, served...)
 }
 
 // alive reports whether the heartbeat key certainly still exists: the

@@ -26,6 +26,9 @@ type inflightSet struct {
 	claim map[string]chan struct{} // guarded by mu: ids a slot is claiming
 	dirty atomic.Bool              // an id may have been lost: recover soon
 	wake  chan struct{}            // tells the recoverer to look now
+	// pops counts the pops that took ids: the only way an id enters the
+	// list. The recoverer looks again only after one (or dirty).
+	pops atomic.Int64
 }
 
 func newInflightSet() *inflightSet {
@@ -43,6 +46,7 @@ func (s *inflightSet) pop(fn func() (id string, lost bool, err error)) (string, 
 		s.mu.Lock()
 		s.held[id]++
 		s.mu.Unlock()
+		s.pops.Add(1)
 	}
 	if lost {
 		s.markLost()
@@ -61,6 +65,7 @@ func (s *inflightSet) popMany(fn func() (ids []string, lost bool, err error)) ([
 			s.held[id]++
 		}
 		s.mu.Unlock()
+		s.pops.Add(1)
 	}
 	if lost {
 		s.markLost()
@@ -153,9 +158,13 @@ func (s *inflightSet) snapshot() map[string]int {
 
 // recoverer returns ids that sit in this live worker's in-flight list
 // and no slot holds: at once after a lost pop reply or a claim given back,
-// and in any case once per HeartbeatInterval, so that no id stays
-// stranded there longer than one HeartbeatInterval (plus the time Redis is
-// unreachable). It never waits for a slot.
+// and otherwise at the first HeartbeatInterval tick after any pop that
+// took ids, so that no id stays stranded there longer than one
+// HeartbeatInterval (plus the time Redis is unreachable). It looks once
+// at start too (a list left by hand is returned at once). A tick with no pop since the last look that succeeded,
+// and nothing lost or given back, sends nothing: only this worker's pops
+// put ids in its list, and an idle worker pops none. It never waits for
+// a slot.
 type recoverer struct {
 	w *Worker
 }
@@ -166,12 +175,20 @@ func (r *recoverer) run(ctx context.Context) {
 	defer t.Stop()
 	h := w.holder()
 	defer h.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-w.inflight.wake:
+	looked := false // a look succeeded, after seen pops
+	var seen int64
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-w.inflight.wake:
+			}
+		}
+		pops := w.inflight.pops.Load()
+		if looked && pops == seen && !w.inflight.dirty.Load() {
+			continue // nothing entered the list since the last look
 		}
 		if err := r.once(ctx, h); err != nil {
 			h.Drop()
@@ -184,7 +201,9 @@ func (r *recoverer) run(ctx context.Context) {
 			// Not retried here: the next tick tries again.
 			w.log.Warn("could not look at the in-flight list; trying again within a heartbeat interval", keyErr, err)
 			w.inflight.dirty.Store(true)
+			continue
 		}
+		looked, seen = true, pops
 	}
 }
 

@@ -50,13 +50,29 @@ type ReapResult struct {
 	TrimmedDead   int // dead letters past DeadRetention, deleted
 }
 
-// Run reaps every ReapInterval (with jitter) until ctx ends.
+// trimPasses is how many passes of Run at most go by between two trims of
+// the dead letters: they are kept for days, and an empty trim is still a
+// command.
+const trimPasses = 10
+
+// trimEvery is how often Run trims the dead letters: every trimPasses
+// ReapIntervals, or every DeadRetention when that is shorter. A dead
+// letter lives at most that much past DeadRetention.
+func (r *Reaper) trimEvery() time.Duration {
+	return min(trimPasses*r.cfg.ReapInterval, r.cfg.DeadRetention)
+}
+
+// Run reaps every ReapInterval (with jitter) until ctx ends; every
+// trimEvery a pass also trims the dead letters.
 func (r *Reaper) Run(ctx context.Context) error {
 	r.log.Info("reaper started", "interval", r.cfg.ReapInterval)
 	defer r.log.Info("reaper stopped")
 	var bo rconn.Backoff
+	var trimmed time.Time // when a pass last trimmed (monotonic)
 	for {
-		res, err := r.Reap(ctx)
+		trim := trimmed.IsZero() || time.Since(trimmed) >= r.trimEvery()
+		at := time.Now()
+		res, err := r.reap(ctx, trim)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -67,6 +83,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 			continue
 		}
 		bo.Reset()
+		if trim {
+			trimmed = at
+		}
 		if res != (ReapResult{}) {
 			r.log.Info("reaped", "dead_workers", res.DeadWorkers, "recovered", res.Recovered,
 				"buried", res.Buried, "expired_leases", res.ExpiredLeases, "trimmed_dead", res.TrimmedDead)
@@ -78,8 +97,12 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}
 }
 
-// Reap makes one pass.
-func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
+// Reap makes one pass: dead workers, expired leases, and dead letters
+// past DeadRetention.
+func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) { return r.reap(ctx, true) }
+
+// reap makes one pass; trim: the dead letters too.
+func (r *Reaper) reap(ctx context.Context, trim bool) (ReapResult, error) {
 	var res ReapResult
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {
@@ -111,7 +134,7 @@ func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
 		}
 		res.DeadWorkers++
 	}
-	for {
+	for trim {
 		ids, err := r.store.DeadBefore(ctx, conn, ms(now.Add(-r.cfg.DeadRetention)), 200)
 		if err != nil || len(ids) == 0 {
 			return res, wrapReap(err)
@@ -122,6 +145,7 @@ func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) {
 			return res, wrapReap(err)
 		}
 	}
+	return res, nil
 }
 
 func wrapReap(err error) error {

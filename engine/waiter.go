@@ -14,8 +14,11 @@ import (
 // pushes a token, IdleWait passes, or the paused queues change (a resume
 // ends the wait at once). When every queue is paused or skipped it blocks
 // on nothing in Redis: it waits for a change, the end of a skip, or
-// IdleWait. A wait that times out re-reads the paused set, so that a lost
-// control message costs at most one idle wait.
+// IdleWait. A wait that times out re-reads the paused set while one of
+// the worker's queues is paused as far as it knows, so that a lost resume
+// costs at most one idle wait. A lost pause needs no re-read: the claim
+// reads the paused set under WATCH, gives the task back and marks the
+// queue paused.
 type waiter struct {
 	w       *Worker
 	blocker rconn.Blocker
@@ -97,8 +100,13 @@ func (wt *waiter) wait(ctx context.Context) bool {
 	return wt.bo.Wait(ctx, w.log, "worker wake-up wait", err)
 }
 
-// reread re-reads the paused set after an idle wait timed out.
+// reread re-reads the paused set after an idle wait timed out, when one
+// of the worker's queues is paused: only a resume can have been missed
+// to any effect.
 func (wt *waiter) reread(ctx context.Context) {
+	if !wt.w.control.anyPaused(wt.w.fetcher.queues) {
+		return
+	}
 	if err := wt.w.control.reread(ctx); err != nil && ctx.Err() == nil {
 		wt.w.log.Warn("could not re-read the paused queues; the control channel still tells", keyErr, err)
 	}

@@ -24,9 +24,12 @@ import (
 // lease. A worker proves it is alive with a heartbeat key whose TTL the
 // server keeps; when it disappears, a Reaper returns the worker's tasks.
 //
-// Idle, a worker sends about one command per IdleWait plus its heartbeat
-// and a look at its in-flight list per HeartbeatInterval: one goroutine
-// blocks in BLPOP on the queues' wake-up lists.
+// Idle, a worker sends a BLPOP and a look at its queues per IdleWait and
+// a heartbeat per HeartbeatInterval (one SETEX, or one MULTI with its
+// types), and a re-subscription to the control channel now and then: one
+// goroutine blocks in BLPOP on the queues' wake-up lists. It reads its
+// in-flight list only after it popped tasks (docs/design.md, "What an
+// idle process sends").
 //
 // Its parts, one file each: the heartbeater (heartbeat.go), the waiter
 // (waiter.go), the fetcher that pops and claims (fetcher.go), the

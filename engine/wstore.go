@@ -13,6 +13,7 @@ import (
 // cut connection would, without seams in the worker's own code.
 type workerStore interface {
 	Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error
+	Refresh(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error
 	PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error)
 	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
 	PopNext(q, w string) txn.Cmd

@@ -34,6 +34,13 @@ func (d *dyingStore) Beat(ctx context.Context, conn redis.Conn, w string, ttl in
 	return d.workerStore.Beat(ctx, conn, w, ttl, info, served...)
 }
 
+func (d *dyingStore) Refresh(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error {
+	if d.dead() {
+		return errInjected
+	}
+	return d.workerStore.Refresh(ctx, conn, w, ttl, info, served...)
+}
+
 func (d *dyingStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
 	if d.dead() {
 		return "", errInjected
