@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Environment of TestChaos.
+// Environment of TestChaos and TestChaosShards.
 const (
 	envSeed      = "CHAOS_SEED"      // replay a run: the seed it printed
 	envTasks     = "CHAOS_TASKS"     // tasks per scenario (default 2500, 1000 with -short)
@@ -47,11 +47,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestChaos is the short run of every scenario: a few thousand tasks
-// each, two scenarios at a time (go test's -parallel). It needs
-// redis-server and fails, not skips, without it. The long run is
+// TestChaos is the short run of every scenario on one redis-server: a
+// few thousand tasks each, two scenarios at a time (go test's -parallel).
+// It needs redis-server and fails, not skips, without it. The long run is
 // `go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
 func TestChaos(t *testing.T) {
+	tasks := 2500
+	if testing.Short() {
+		tasks = 1000
+	}
+	runScenarios(t, 1, tasks)
+}
+
+// TestChaosShards runs the same scenarios (the one table, Scenarios) on
+// three lanes, each on a redis-server of its own: producers write batches
+// of one ShardKey (one lane each) through a ShardedClient; workers,
+// dispatchers and reapers are ShardedServers serving every lane; restarts
+// hit one server at a time; each server has its own cutting proxy; bad
+// data goes into one lane's keys; the ledger and the namespace check
+// (engine check) span the lanes. The short form (CI) is 600 tasks per
+// scenario (300 with -short); the full form is
+// `go run ./internal/chaos/cmd/chaos -scenario all -shards 3 -tasks 50000`.
+func TestChaosShards(t *testing.T) {
+	tasks := 600
+	if testing.Short() {
+		tasks = 300
+	}
+	runScenarios(t, 3, tasks)
+}
+
+// runScenarios runs every scenario (or those CHAOS_SCENARIOS names) on
+// shards lanes (1: one server), tasks tasks each unless CHAOS_TASKS says
+// otherwise, with the seed of CHAOS_SEED or a new one.
+func runScenarios(t *testing.T, shards, tasks int) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -61,10 +89,6 @@ func TestChaos(t *testing.T) {
 		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
 			t.Fatalf("%s=%q: %v", envSeed, s, err)
 		}
-	}
-	tasks := 2500
-	if testing.Short() {
-		tasks = 1000
 	}
 	if s := os.Getenv(envTasks); s != "" {
 		n, err := strconv.Atoi(s)
@@ -77,7 +101,11 @@ func TestChaos(t *testing.T) {
 	if s := os.Getenv(envScenarios); s != "" {
 		names = strings.Split(s, ",")
 	}
-	t.Logf("chaos seed %d (replay: %s=%d go test ./internal/chaos -run TestChaos)", seed, envSeed, seed)
+	layout := "one server"
+	if shards > 1 {
+		layout = fmt.Sprintf("%d shards", shards)
+	}
+	t.Logf("chaos seed %d on %s (replay: %s=%d go test ./internal/chaos -run '^%s$')", seed, layout, envSeed, seed, t.Name())
 
 	buildOnce.Do(buildProc)
 	if buildErr != nil {
@@ -97,14 +125,14 @@ func TestChaos(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			rep, err := Run(ctx, Options{Scenario: name, Tasks: tasks, Seed: seed, Bin: procBin,
-				Drain: 20 * time.Second, Log: progress})
+				Drain: 20 * time.Second, Log: progress, Shards: shards})
 			if err != nil {
-				t.Fatalf("scenario %s (seed %d): %v", name, seed, err)
+				t.Fatalf("scenario %s on %s (seed %d): %v", name, layout, seed, err)
 			}
 			t.Log("\n" + rep.String())
 			if !rep.OK() {
-				t.Errorf("scenario %s (seed %d) failed:\n  %s\n(logs and ledgers kept in %s)",
-					name, seed, strings.Join(rep.Failures, "\n  "), rep.Dir)
+				t.Errorf("scenario %s on %s (seed %d) failed:\n  %s\n(logs and ledgers kept in %s)",
+					name, layout, seed, strings.Join(rep.Failures, "\n  "), rep.Dir)
 			}
 		})
 	}

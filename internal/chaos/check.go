@@ -154,8 +154,8 @@ func (h *harness) check(ctx context.Context) *Report {
 	if len(restarts) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("longest redis-server outage %v", maxDown.Round(time.Millisecond)))
 	}
-	if h.proxy != nil {
-		rep.Cuts, rep.Faults["connection cuts"] = h.proxy.Cuts()
+	if len(h.proxies) > 0 {
+		rep.Cuts, rep.Faults["connection cuts"] = h.cuts()
 	}
 
 	// Dead letters, through the public API.
