@@ -177,6 +177,22 @@ func TestChaosPeriodic(t *testing.T) {
 // outcomes. The full form is
 // `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50`.
 func TestChaosWorkflow(t *testing.T) {
+	runWorkflow(t, WorkflowOptions{Chains: 150, Steps: 5, Groups: 12, Members: 50})
+}
+
+// TestChaosWorkflowShards is the workflow scenario on three lanes, each
+// on a redis-server of its own behind its own cutting proxy: a sharded
+// producer puts each workflow in the lane its id hashes to, sharded
+// workers run them, restarts hit one server at a time, and the checks
+// read every lane. The full form is
+// `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50 -shards 3`.
+func TestChaosWorkflowShards(t *testing.T) {
+	runWorkflow(t, WorkflowOptions{Chains: 90, Steps: 5, Groups: 9, Members: 30, Shards: 3})
+}
+
+// runWorkflow runs the workflow scenario of o's sizes and layout under
+// every fault at once.
+func runWorkflow(t *testing.T, o WorkflowOptions) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -185,21 +201,28 @@ func TestChaosWorkflow(t *testing.T) {
 		t.Fatal(buildErr)
 	}
 	seed := uint64(time.Now().UnixNano()%1_000_000_000 + 1)
+	if s := os.Getenv(envSeed); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, s, err)
+		}
+		seed = n
+	}
 	var progress io.Writer
 	if testing.Verbose() {
 		progress = t.Output()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := RunWorkflow(ctx, WorkflowOptions{Bin: procBin, Dir: t.TempDir(), Chains: 150, Steps: 5, Groups: 12, Members: 50,
-		KillEvery: 700 * time.Millisecond, RestartEvery: 2500 * time.Millisecond, Cuts: true, Drain: 60 * time.Second,
-		Seed: seed, Log: progress})
+	o.Bin, o.Dir, o.Seed, o.Log = procBin, t.TempDir(), seed, progress
+	o.KillEvery, o.RestartEvery, o.Cuts, o.Drain = 700*time.Millisecond, 2500*time.Millisecond, true, 60*time.Second
+	rep, err := RunWorkflow(ctx, o)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	t.Log(rep.String())
 	if !rep.OK() {
-		t.Errorf("workflow scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+		t.Errorf("workflow scenario (seed %d, %d lanes) failed:\n  %s", seed, max(o.Shards, 1), strings.Join(rep.Failures, "\n  "))
 	}
 	if rep.Kills == 0 || rep.Restarts == 0 {
 		t.Errorf("the run injected %d kills and %d restarts; it should have injected both", rep.Kills, rep.Restarts)
