@@ -145,6 +145,24 @@ func runScenarios(t *testing.T, shards, tasks int) {
 // watermark may be ahead by) and one restarts:
 // the missed policy "once" runs exactly the latest missed firing.
 func TestChaosPeriodic(t *testing.T) {
+	runPeriodic(t, PeriodicOptions{Duration: 12 * time.Second, Outage: 16 * time.Second})
+}
+
+// TestChaosPeriodicShards is the periodic scenario on three lanes, each on
+// a redis-server of its own: the schedulers declare the entry in lane 0
+// (as ShardedServer.AddPeriodic does) and are killed and restarted at
+// random for 10 s; the dispatcher, reaper and worker are ShardedServers of
+// every lane; every firing
+// of the window runs once (not once per lane), none early. The
+// short form leaves out the outage (the missed policy is lane 0's alone,
+// as TestChaosPeriodic covers); the full form is
+// `go run ./internal/chaos/cmd/chaos -periodic 60s -shards 3`.
+func TestChaosPeriodicShards(t *testing.T) {
+	runPeriodic(t, PeriodicOptions{Duration: 10 * time.Second, Shards: 3})
+}
+
+// runPeriodic runs the periodic scenario of o's window, outage and layout.
+func runPeriodic(t *testing.T, o PeriodicOptions) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -159,13 +177,14 @@ func TestChaosPeriodic(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := RunPeriodic(ctx, PeriodicOptions{Bin: procBin, Dir: t.TempDir(), Duration: 12 * time.Second, Outage: 16 * time.Second, Seed: seed, Log: progress})
+	o.Bin, o.Dir, o.Seed, o.Log = procBin, t.TempDir(), seed, progress
+	rep, err := RunPeriodic(ctx, o)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	t.Log(rep.String())
 	if !rep.OK() {
-		t.Errorf("periodic scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+		t.Errorf("periodic scenario (seed %d, %d lanes) failed:\n  %s", seed, max(o.Shards, 1), strings.Join(rep.Failures, "\n  "))
 	}
 }
 

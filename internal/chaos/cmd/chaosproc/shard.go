@@ -76,6 +76,12 @@ func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o opti
 		}
 		log.Info("worker ids", "workers", ids)
 		return runUntil(ctx, srv, cfg.ShutdownTimeout)
+	case "scheduler":
+		// Periodic entries live in lane 0 (ShardedServer.AddPeriodic
+		// declares them there): the scheduler is lane 0's. It runs with a
+		// skewed clock and is killed at random, so it is a scheduler
+		// alone, as without shards, not a server of another role too.
+		return schedule(ctx, sh.Pools[0], cfg, o, log)
 	case "dispatcher", "reaper":
 		role := engine.RoleDispatcher
 		if o.mode == "reaper" {
