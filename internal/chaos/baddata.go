@@ -23,8 +23,12 @@ import (
 // badData injects corrupted and hand-edited data into the namespace while
 // the run goes on, and judges what the engine made of each injection.
 type badData struct {
-	h    *harness
-	keys buckets.Keys
+	h *harness
+	// lane is the lane whose keys the injections write (on shards, one
+	// the seed picks), keys its keys.
+	lane  *lane
+	laneK int
+	keys  buckets.Keys
 
 	// runningDamaged counts records deleted or corrupted while their task
 	// ran (see runningGaugeAllowance).
@@ -48,8 +52,25 @@ type badItem struct {
 }
 
 func newBadData(h *harness) *badData {
-	keys, _ := buckets.NewKeys(h.ns)
-	return &badData{h: h, keys: keys}
+	k := h.rngFor("baddata-lane").IntN(len(h.lanes))
+	return &badData{h: h, lane: h.lanes[k], laneK: k, keys: h.lanes[k].keys}
+}
+
+// newID is a new task id of the injections' lane: a UUID, ending with
+// "~k" on shards as the ids a sharded client generates for lane k do.
+func (b *badData) newID() string {
+	if len(b.h.lanes) < 2 {
+		return uuid.NewString()
+	}
+	return fmt.Sprintf("%s~%d", uuid.NewString(), b.laneK)
+}
+
+// idOpt makes the injections' enqueues use an id of their lane.
+func (b *badData) idOpt(opts ...engine.Option) []engine.Option {
+	if len(b.h.lanes) < 2 {
+		return opts
+	}
+	return append(opts, engine.TaskID(b.newID()))
 }
 
 func (b *badData) add(it *badItem) {
@@ -59,7 +80,7 @@ func (b *badData) add(it *badItem) {
 }
 
 func (b *badData) do(cmd string, args ...any) (any, error) {
-	c := b.h.admin.Get()
+	c := b.lane.admin.Get()
 	defer c.Close()
 	return c.Do(cmd, args...)
 }
@@ -70,7 +91,7 @@ func (b *badData) inject(ctx context.Context) {
 	if !sleep(ctx, time.Second) {
 		return
 	}
-	b.h.logf("bad data: injecting records, ids, types, payloads, index members, bucket keys")
+	b.h.logf("bad data: injecting records, ids, types, payloads, index members, bucket keys into lane %d", b.laneK)
 	// The injector's own set-up is not a fault target: Redis restarts
 	// wait while it runs (h.injecting); connection cuts and kills do not.
 	locked := func(f func()) {
@@ -93,8 +114,7 @@ func (b *badData) inject(ctx context.Context) {
 }
 
 func (b *badData) phase1(ctx context.Context) {
-	h := b.h
-	cl := h.client
+	cl := b.lane.client
 	bg := context.WithoutCancel(ctx)
 	now := time.Now()
 
@@ -105,7 +125,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is malformed; never runs"}
 	for i, g := range garbage {
 		p := fmt.Sprintf("bad:corrupt:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
 		if err != nil {
 			corrupt.refused = "enqueue: " + err.Error()
 			continue
@@ -123,7 +143,7 @@ func (b *badData) phase1(ctx context.Context) {
 	unknown := &badItem{name: "unknown task type", deadReason: "no handler",
 		expected: "fails without a handler, retried, dead letter after MaxAttempts(2)"}
 	for i := 0; i < 3; i++ {
-		info, err := cl.Enqueue(bg, fmt.Sprintf("nosuch-%d", i), []byte(fmt.Sprintf("bad:unknown:%d", i)), engine.MaxAttempts(2))
+		info, err := cl.Enqueue(bg, fmt.Sprintf("nosuch-%d", i), []byte(fmt.Sprintf("bad:unknown:%d", i)), b.idOpt(engine.MaxAttempts(2))...)
 		if err != nil {
 			unknown.refused = err.Error()
 			continue
@@ -138,7 +158,7 @@ func (b *badData) phase1(ctx context.Context) {
 	for i := 0; i < 2; i++ {
 		p := fmt.Sprintf("bad:limit:%d", i)
 		payload := append([]byte(p+" "), bytes.Repeat([]byte("x"), MaxPayload-len(p)-1)...)
-		if _, err := cl.Enqueue(bg, "noop", payload); err != nil {
+		if _, err := cl.Enqueue(bg, "noop", payload, b.idOpt()...); err != nil {
 			limit.refused = err.Error()
 			continue
 		}
@@ -159,7 +179,7 @@ func (b *badData) phase1(ctx context.Context) {
 	}
 	over.never = []string{"bad:over:0", "bad:overbatch:0"}
 	// The same in an empty namespace, where "nothing" can be counted.
-	if c2, err := engine.NewClient(h.clientPool, engine.Config{Namespace: "chaos-over", MaxPayload: MaxPayload}); err == nil {
+	if c2, err := engine.NewClient(b.lane.pool, engine.Config{Namespace: "chaos-over", MaxPayload: MaxPayload}); err == nil {
 		_, err1 := c2.Enqueue(bg, "noop", big)
 		_, err2 := c2.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("ok")}, {Type: "noop", Payload: big}})
 		_, err3 := c2.EnqueueIn(bg, time.Second, "noop", big)
@@ -180,7 +200,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is missing; never runs"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:deleted:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
 		if err != nil {
 			deleted.refused = err.Error()
 			continue
@@ -198,14 +218,14 @@ func (b *badData) phase1(ctx context.Context) {
 	ghosts := &badItem{name: "id without record in lists", deadReason: "missing",
 		expected: "ids with no record, in a ready list and in a bucket, become dead letters saying so"}
 	for i := 0; i < 2; i++ {
-		id := uuid.NewString()
+		id := b.newID()
 		if _, err := b.do("LPUSH", b.keys.Ready("default"), id); err != nil {
 			ghosts.refused = err.Error()
 		}
 		ghosts.deadIDs = append(ghosts.deadIDs, id)
 	}
 	ts := buckets.BucketTime(now.Add(1500*time.Millisecond).UnixMilli(), 10)
-	gid := uuid.NewString()
+	gid := b.newID()
 	if _, err := b.do("RPUSH", b.keys.Bucket("default", ts), gid); err == nil {
 		_, err = b.do("ZADD", b.keys.Schedule(), ts, buckets.Member("default", ts))
 		if err == nil {
@@ -281,7 +301,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "record key set aside under bad:, dead letter saying so; never runs; the slot and the recovery go on"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:wrongtype:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p))
+		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
 		if err != nil {
 			wrong.refused = "enqueue: " + err.Error()
 			continue
@@ -296,7 +316,7 @@ func (b *badData) phase1(ctx context.Context) {
 		wrong.deadIDs = append(wrong.deadIDs, id)
 		wrong.never = append(wrong.never, p)
 	}
-	wid := uuid.NewString()
+	wid := b.newID()
 	if _, err := b.do("RPUSH", b.keys.Task(wid), "not", "a", "record"); err == nil {
 		if _, err := b.do("LPUSH", b.keys.Ready("default"), wid); err != nil {
 			wrong.refused = "LPUSH: " + err.Error()
@@ -317,7 +337,7 @@ func (b *badData) phase1(ctx context.Context) {
 		if b.h.sc.BadData >= 2 {
 			q = "side"
 		}
-		info, err := cl.Enqueue(bg, "slow", []byte(p), engine.Queue(q))
+		info, err := cl.Enqueue(bg, "slow", []byte(p), b.idOpt(engine.Queue(q))...)
 		if err != nil {
 			it.refused = err.Error()
 			b.add(it)
@@ -424,7 +444,7 @@ func (b *badData) window(ctx context.Context, name, short, key string) {
 	it := &badItem{name: name + " (" + short + ")",
 		expected: fmt.Sprintf("logged and set aside or skipped; the other tasks keep running (%v window)", badWindow)}
 	start := time.Now()
-	c := b.h.admin.Get()
+	c := b.lane.admin.Get()
 	defer c.Close()
 	rep, err := txn.Run(ctx, c, nil, func(tx *txn.Tx) error {
 		tx.Queue("LRANGE", key, 0, -1)
@@ -447,7 +467,7 @@ func (b *badData) window(ctx context.Context, name, short, key string) {
 	var typ string
 	var quarantined int
 	restore := func() error {
-		c := b.h.admin.Get()
+		c := b.lane.admin.Get()
 		defer c.Close()
 		var err error
 		if typ, err = redis.String(c.Do("TYPE", key)); err != nil {

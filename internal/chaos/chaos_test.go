@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Environment of TestChaos.
+// Environment of TestChaos and TestChaosShards.
 const (
 	envSeed      = "CHAOS_SEED"      // replay a run: the seed it printed
 	envTasks     = "CHAOS_TASKS"     // tasks per scenario (default 2500, 1000 with -short)
@@ -47,11 +47,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestChaos is the short run of every scenario: a few thousand tasks
-// each, two scenarios at a time (go test's -parallel). It needs
-// redis-server and fails, not skips, without it. The long run is
+// TestChaos is the short run of every scenario on one redis-server: a
+// few thousand tasks each, two scenarios at a time (go test's -parallel).
+// It needs redis-server and fails, not skips, without it. The long run is
 // `go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
 func TestChaos(t *testing.T) {
+	tasks := 2500
+	if testing.Short() {
+		tasks = 1000
+	}
+	runScenarios(t, 1, tasks)
+}
+
+// TestChaosShards runs the same scenarios (the one table, Scenarios) on
+// three lanes, each on a redis-server of its own: producers write batches
+// of one ShardKey (one lane each) through a ShardedClient; workers,
+// dispatchers and reapers are ShardedServers serving every lane; restarts
+// hit one server at a time; each server has its own cutting proxy; bad
+// data goes into one lane's keys; the ledger and the namespace check
+// (engine check) span the lanes. The short form (CI) is 600 tasks per
+// scenario (300 with -short); the full form is
+// `go run ./internal/chaos/cmd/chaos -scenario all -shards 3 -tasks 50000`.
+func TestChaosShards(t *testing.T) {
+	tasks := 600
+	if testing.Short() {
+		tasks = 300
+	}
+	runScenarios(t, 3, tasks)
+}
+
+// runScenarios runs every scenario (or those CHAOS_SCENARIOS names) on
+// shards lanes (1: one server), tasks tasks each unless CHAOS_TASKS says
+// otherwise, with the seed of CHAOS_SEED or a new one.
+func runScenarios(t *testing.T, shards, tasks int) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -61,10 +89,6 @@ func TestChaos(t *testing.T) {
 		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
 			t.Fatalf("%s=%q: %v", envSeed, s, err)
 		}
-	}
-	tasks := 2500
-	if testing.Short() {
-		tasks = 1000
 	}
 	if s := os.Getenv(envTasks); s != "" {
 		n, err := strconv.Atoi(s)
@@ -77,7 +101,11 @@ func TestChaos(t *testing.T) {
 	if s := os.Getenv(envScenarios); s != "" {
 		names = strings.Split(s, ",")
 	}
-	t.Logf("chaos seed %d (replay: %s=%d go test ./internal/chaos -run TestChaos)", seed, envSeed, seed)
+	layout := "one server"
+	if shards > 1 {
+		layout = fmt.Sprintf("%d shards", shards)
+	}
+	t.Logf("chaos seed %d on %s (replay: %s=%d go test ./internal/chaos -run '^%s$')", seed, layout, envSeed, seed, t.Name())
 
 	buildOnce.Do(buildProc)
 	if buildErr != nil {
@@ -97,14 +125,14 @@ func TestChaos(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			rep, err := Run(ctx, Options{Scenario: name, Tasks: tasks, Seed: seed, Bin: procBin,
-				Drain: 20 * time.Second, Log: progress})
+				Drain: 20 * time.Second, Log: progress, Shards: shards})
 			if err != nil {
-				t.Fatalf("scenario %s (seed %d): %v", name, seed, err)
+				t.Fatalf("scenario %s on %s (seed %d): %v", name, layout, seed, err)
 			}
 			t.Log("\n" + rep.String())
 			if !rep.OK() {
-				t.Errorf("scenario %s (seed %d) failed:\n  %s\n(logs and ledgers kept in %s)",
-					name, seed, strings.Join(rep.Failures, "\n  "), rep.Dir)
+				t.Errorf("scenario %s on %s (seed %d) failed:\n  %s\n(logs and ledgers kept in %s)",
+					name, layout, seed, strings.Join(rep.Failures, "\n  "), rep.Dir)
 			}
 		})
 	}
@@ -117,6 +145,24 @@ func TestChaos(t *testing.T) {
 // watermark may be ahead by) and one restarts:
 // the missed policy "once" runs exactly the latest missed firing.
 func TestChaosPeriodic(t *testing.T) {
+	runPeriodic(t, PeriodicOptions{Duration: 12 * time.Second, Outage: 16 * time.Second})
+}
+
+// TestChaosPeriodicShards is the periodic scenario on three lanes, each on
+// a redis-server of its own: the schedulers declare the entry in lane 0
+// (as ShardedServer.AddPeriodic does) and are killed and restarted at
+// random for 10 s; the dispatcher, reaper and worker are ShardedServers of
+// every lane; every firing
+// of the window runs once (not once per lane), none early. The
+// short form leaves out the outage (the missed policy is lane 0's alone,
+// as TestChaosPeriodic covers); the full form is
+// `go run ./internal/chaos/cmd/chaos -periodic 60s -shards 3`.
+func TestChaosPeriodicShards(t *testing.T) {
+	runPeriodic(t, PeriodicOptions{Duration: 10 * time.Second, Shards: 3})
+}
+
+// runPeriodic runs the periodic scenario of o's window, outage and layout.
+func runPeriodic(t *testing.T, o PeriodicOptions) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -131,13 +177,14 @@ func TestChaosPeriodic(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := RunPeriodic(ctx, PeriodicOptions{Bin: procBin, Dir: t.TempDir(), Duration: 12 * time.Second, Outage: 16 * time.Second, Seed: seed, Log: progress})
+	o.Bin, o.Dir, o.Seed, o.Log = procBin, t.TempDir(), seed, progress
+	rep, err := RunPeriodic(ctx, o)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	t.Log(rep.String())
 	if !rep.OK() {
-		t.Errorf("periodic scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+		t.Errorf("periodic scenario (seed %d, %d lanes) failed:\n  %s", seed, max(o.Shards, 1), strings.Join(rep.Failures, "\n  "))
 	}
 }
 
@@ -149,6 +196,22 @@ func TestChaosPeriodic(t *testing.T) {
 // outcomes. The full form is
 // `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50`.
 func TestChaosWorkflow(t *testing.T) {
+	runWorkflow(t, WorkflowOptions{Chains: 150, Steps: 5, Groups: 12, Members: 50})
+}
+
+// TestChaosWorkflowShards is the workflow scenario on three lanes, each
+// on a redis-server of its own behind its own cutting proxy: a sharded
+// producer puts each workflow in the lane its id hashes to, sharded
+// workers run them, restarts hit one server at a time, and the checks
+// read every lane. The full form is
+// `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50 -shards 3`.
+func TestChaosWorkflowShards(t *testing.T) {
+	runWorkflow(t, WorkflowOptions{Chains: 90, Steps: 5, Groups: 9, Members: 30, Shards: 3})
+}
+
+// runWorkflow runs the workflow scenario of o's sizes and layout under
+// every fault at once.
+func runWorkflow(t *testing.T, o WorkflowOptions) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -157,21 +220,28 @@ func TestChaosWorkflow(t *testing.T) {
 		t.Fatal(buildErr)
 	}
 	seed := uint64(time.Now().UnixNano()%1_000_000_000 + 1)
+	if s := os.Getenv(envSeed); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, s, err)
+		}
+		seed = n
+	}
 	var progress io.Writer
 	if testing.Verbose() {
 		progress = t.Output()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := RunWorkflow(ctx, WorkflowOptions{Bin: procBin, Dir: t.TempDir(), Chains: 150, Steps: 5, Groups: 12, Members: 50,
-		KillEvery: 700 * time.Millisecond, RestartEvery: 2500 * time.Millisecond, Cuts: true, Drain: 60 * time.Second,
-		Seed: seed, Log: progress})
+	o.Bin, o.Dir, o.Seed, o.Log = procBin, t.TempDir(), seed, progress
+	o.KillEvery, o.RestartEvery, o.Cuts, o.Drain = 700*time.Millisecond, 2500*time.Millisecond, true, 60*time.Second
+	rep, err := RunWorkflow(ctx, o)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	t.Log(rep.String())
 	if !rep.OK() {
-		t.Errorf("workflow scenario (seed %d) failed:\n  %s", seed, strings.Join(rep.Failures, "\n  "))
+		t.Errorf("workflow scenario (seed %d, %d lanes) failed:\n  %s", seed, max(o.Shards, 1), strings.Join(rep.Failures, "\n  "))
 	}
 	if rep.Kills == 0 || rep.Restarts == 0 {
 		t.Errorf("the run injected %d kills and %d restarts; it should have injected both", rep.Kills, rep.Restarts)

@@ -118,7 +118,7 @@ type interruption struct {
 }
 
 func (h *harness) check(ctx context.Context) *Report {
-	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Dir: h.dir,
+	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir,
 		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
 		DeadReasons: map[string]int{}}
 	fail := func(format string, args ...any) { rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...)) }
@@ -154,8 +154,8 @@ func (h *harness) check(ctx context.Context) *Report {
 	if len(restarts) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("longest redis-server outage %v", maxDown.Round(time.Millisecond)))
 	}
-	if h.proxy != nil {
-		rep.Cuts, rep.Faults["connection cuts"] = h.proxy.Cuts()
+	if len(h.proxies) > 0 {
+		rep.Cuts, rep.Faults["connection cuts"] = h.cuts()
 	}
 
 	// Dead letters, through the public API.
@@ -414,6 +414,9 @@ func (h *harness) check(ctx context.Context) *Report {
 	// Bad data.
 	if h.bad != nil {
 		rep.BadData = h.bad.verdicts(obs, dead)
+		if len(h.lanes) > 1 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("bad data injected into lane %d of %d", h.bad.laneK, len(h.lanes)))
+		}
 	}
 
 	// Verdict.

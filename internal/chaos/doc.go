@@ -33,10 +33,19 @@
 // completes with each step written once, every group's callback runs once
 // with the members' outcomes.
 //
-// TestChaos runs every scenario briefly as part of go test; the long run
-// is the command:
+// Every scenario also runs on shards (Options.Shards and the Shards
+// fields of the other runners): lanes on redis-servers of their own,
+// producers on an engine.ShardedClient, the other processes
+// engine.ShardedServers, a cutting proxy in front of each server, Redis
+// restarts of one server at a time, bad data in one lane's keys, and the
+// ledger and the engine's check over every lane.
+//
+// TestChaos runs every scenario briefly as part of go test, and
+// TestChaosShards (with the other ...Shards tests) runs them on three
+// shards; the long runs are the command:
 //
 //	go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N
+//	go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -shards 3 -seed N
 //
 // docs/reliability.md says what the engine guarantees under each fault and
 // what the long runs measured.

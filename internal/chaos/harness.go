@@ -53,8 +53,10 @@ type Options struct {
 	// Shards, when 2 or more, runs the scenario on that many lanes, each
 	// on a redis-server of its own (shard.go): every process serves or
 	// writes every lane, restarts hit one server at a time, and the
-	// ledger and the namespace check span the lanes. Scenarios with a
-	// cutting proxy or bad data are not available on shards.
+	// ledger and the namespace check span the lanes. A scenario's
+	// cutting proxy stands in front of every server (one proxy each, its
+	// own seeded cuts), and its bad data goes into the keys of one lane
+	// the seed picks.
 	Shards int
 
 	// For the harness's own tests: a scenario not in the list, and
@@ -118,14 +120,16 @@ type harness struct {
 	// for it, and the injector waits for a restart to finish.
 	injecting sync.Mutex
 
-	opts     Options
-	sc       Scenario
-	seed     int64
-	dir      string
-	bin      string
-	ns       string
-	redis    *redisServer
-	proxy    *proxy
+	opts  Options
+	sc    Scenario
+	seed  int64
+	dir   string
+	bin   string
+	ns    string
+	redis *redisServer
+	// proxies are the cutting proxies, one in front of each lane's
+	// server (lane 0's first), when the scenario cuts connections.
+	proxies  []*proxy
 	procAddr string
 	procArgs []string
 	// workerArgs are extra flags of workers.
@@ -243,9 +247,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	if o.Shards > 1 && (sc.Cuts != nil || sc.BadData > 0) {
-		return nil, fmt.Errorf("chaos: scenario %s: connection cuts and bad data are not available on shards", sc.Name)
-	}
 	h.redis, err = startRedis(rbin, filepath.Join(h.dir, "redis"), redisOptions{
 		appendOnly: sc.Restarts > 0, timeout: sc.ServerTimeout})
 	if err != nil {
@@ -254,11 +255,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer h.redis.Stop(syscall.SIGKILL)
 	h.procAddr = h.redis.Addr
 	if sc.Cuts != nil {
-		if h.proxy, err = newProxy(h.redis.Addr, *sc.Cuts, h.seedFor("proxy")); err != nil {
+		px, err := newProxy(h.redis.Addr, *sc.Cuts, h.seedFor("proxy"))
+		if err != nil {
 			return nil, err
 		}
-		defer h.proxy.Close()
-		h.procAddr = h.proxy.Addr()
+		h.proxies = append(h.proxies, px)
+		defer h.closeProxies()
+		h.procAddr = px.Addr()
 	}
 	h.admin = h.redis.AdminPool()
 	defer h.admin.Close()
@@ -341,9 +344,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if h.proxy != nil {
-		h.proxy.enabled.Store(true)
-	}
+	h.enableCuts(true)
 	h.logf("%d dispatchers, %d reapers, %d workers x %d up; producing", sc.Dispatchers, sc.Reapers, sc.Workers, sc.Concurrency)
 
 	faultCtx, stopFaults := context.WithCancel(ctx)
@@ -414,9 +415,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	stopFaults()
 	loops.Wait()
-	if h.proxy != nil {
-		h.proxy.enabled.Store(false)
-	}
+	h.enableCuts(false)
 	h.logf("faults stopped; draining")
 	return h.finish(ctx, "")
 }

@@ -29,6 +29,12 @@ type PeriodicOptions struct {
 	// long (more than the 10 s horizon) and restarts one: the entry's
 	// missed policy ("once") must run exactly the latest missed firing.
 	Outage time.Duration
+	// Shards, when 2 or more, runs the scenario on that many lanes, each
+	// on a redis-server of its own: the schedulers declare the entry in
+	// lane 0 (where ShardedServer.AddPeriodic keeps it, so that it fires
+	// once, not once per lane), and the dispatcher, reaper and worker are
+	// ShardedServers of every lane.
+	Shards int
 }
 
 // creationSkew is the engine's default Scheduler.MaxSkew: the firings of
@@ -108,6 +114,18 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	rep := &PeriodicReport{Dir: o.Dir}
 	const ns = "chaosp"
 	common := []string{"-addr", srv.Addr, "-ns", ns}
+	if o.Shards > 1 {
+		addrs := []string{srv.Addr}
+		for k := 1; k < o.Shards; k++ {
+			other, err := startRedis(bin, filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)), redisOptions{})
+			if err != nil {
+				return nil, err
+			}
+			defer other.Stop(syscall.SIGTERM)
+			addrs = append(addrs, other.Addr)
+		}
+		common = append(common, "-addrs", strings.Join(addrs, ","))
+	}
 	var mu sync.Mutex
 	var procs []*exec.Cmd
 	start := func(name string, args ...string) (*exec.Cmd, error) {

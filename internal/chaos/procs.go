@@ -175,7 +175,12 @@ func scanLog(path string) logScan {
 		switch m.Level {
 		case "ERROR":
 			ls.Errors++
-			ls.Messages[m.Msg]++
+			msg := m.Msg
+			if msg == "chaosproc failed" {
+				// A process's own failure: what failed matters.
+				msg += ": " + truncLine(fmt.Sprint(m.Err))
+			}
+			ls.Messages[msg]++
 		case "WARN":
 			ls.Warnings++
 		}

@@ -12,6 +12,7 @@ type Report struct {
 	Scenario, Doc string
 	Seed          int64
 	Tasks         int
+	Shards        int // lanes, each on a redis-server of its own; 0 or 1: one server
 	Dir           string
 	Duration      time.Duration
 
@@ -90,9 +91,13 @@ func (r *Report) String() string {
 		verdict = "FAIL"
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	p("=== chaos scenario %q: %s (seed %d, %d tasks, %v)", r.Scenario, verdict, r.Seed, r.Tasks, r.Duration.Round(time.Second))
+	layout, flag := "", ""
+	if r.Shards > 1 {
+		layout, flag = fmt.Sprintf(", %d shards", r.Shards), fmt.Sprintf(" -shards %d", r.Shards)
+	}
+	p("=== chaos scenario %q: %s (seed %d, %d tasks%s, %v)", r.Scenario, verdict, r.Seed, r.Tasks, layout, r.Duration.Round(time.Second))
 	p("    %s", r.Doc)
-	p("    replay: go run ./internal/chaos/cmd/chaos -scenario %s -tasks %d -seed %d", r.Scenario, r.Tasks, r.Seed)
+	p("    replay: go run ./internal/chaos/cmd/chaos -scenario %s -tasks %d%s -seed %d", r.Scenario, r.Tasks, flag, r.Seed)
 	p("  enqueued (acknowledged)  %d", r.Enqueued)
 	p("  executed                 %d", r.Executed)
 	p("  lost                     %d", r.Lost)

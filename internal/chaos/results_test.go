@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
@@ -25,7 +27,23 @@ import (
 // task enqueued with that key, that Wait returns the final outcome of
 // every task enqueued, that the reply list holds exactly one reply per
 // task, and that every key is free at the end.
-func TestChaosUniqueWaitReplies(t *testing.T) {
+func TestChaosUniqueWaitReplies(t *testing.T) { runUniqueWaitReplies(t, 1) }
+
+// TestChaosUniqueWaitRepliesShards is the same on three lanes, each on a
+// redis-server of its own: the producers are a ShardedClient (a task with
+// a unique key goes to the lane its key hashes to), the workers and the
+// reaper ShardedServers; Wait goes to each task's lane, and each lane's
+// reply list holds exactly one reply per task of that lane.
+func TestChaosUniqueWaitRepliesShards(t *testing.T) { runUniqueWaitReplies(t, 3) }
+
+// uniqueClient is what the producers call: a Client or a ShardedClient.
+type uniqueClient interface {
+	Enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
+	Wait(ctx context.Context, id string) (*engine.Outcome, error)
+	LiveWorkers(ctx context.Context) (alive, registered int, err error)
+}
+
+func runUniqueWaitReplies(t *testing.T, lanes int) {
 	bin, err := findRedisServer()
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -35,31 +53,59 @@ func TestChaosUniqueWaitReplies(t *testing.T) {
 		t.Fatal(buildErr)
 	}
 	dir := t.TempDir()
-	srv, err := startRedis(bin, filepath.Join(dir, "redis"), redisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop(syscall.SIGKILL) })
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	const ns = "uq"
 
-	pool := &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) {
-		c, err := redis.Dial("tcp", srv.Addr, redis.DialReadTimeout(10*time.Second))
+	var (
+		sh    engine.Shards
+		addrs []string
+	)
+	for k := 0; k < lanes; k++ {
+		srv, err := startRedis(bin, filepath.Join(dir, fmt.Sprintf("redis-%d", k)), redisOptions{})
 		if err != nil {
-			return nil, err
+			t.Fatal(err)
 		}
-		return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) { t.Errorf("redis24: %v", v) })), nil
-	}}
-	defer pool.Close()
-	client, err := engine.NewClient(pool, engine.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
+		t.Cleanup(func() { srv.Stop(syscall.SIGKILL) })
+		addrs = append(addrs, srv.Addr)
+		pool := &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) {
+			c, err := redis.Dial("tcp", srv.Addr, redis.DialReadTimeout(10*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) { t.Errorf("redis24: %v", v) })), nil
+		}}
+		defer pool.Close()
+		sh.Pools = append(sh.Pools, pool)
+	}
+	// client enqueues and waits; laneClients[k] reads lane k's replies.
+	var (
+		client      uniqueClient
+		laneClients []*engine.Client
+	)
+	if lanes == 1 {
+		c, err := engine.NewClient(sh.Pools[0], engine.Config{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, laneClients = c, []*engine.Client{c}
+	} else {
+		c, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client = c
+		for k := 0; k < lanes; k++ {
+			laneClients = append(laneClients, c.Lane(k))
+		}
 	}
 
 	// Processes: a reaper and three workers, restarted after each kill.
-	common := []string{"-addr", srv.Addr, "-ns", ns, "-max-recoveries", "1000", "-sleep-max", "30ms"}
+	common := []string{"-addr", addrs[0], "-ns", ns, "-max-recoveries", "1000", "-sleep-max", "30ms"}
+	if lanes > 1 {
+		common = append(common, "-addrs", strings.Join(addrs, ","))
+	}
 	var (
 		mu    sync.Mutex
 		procs = map[string]*exec.Cmd{}
@@ -89,6 +135,18 @@ func TestChaosUniqueWaitReplies(t *testing.T) {
 			_ = p.Process.Kill()
 		}
 	})
+	// The race is between producers and running tasks: wait until every
+	// worker serves every lane.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		alive, _, err := client.LiveWorkers(context.Background())
+		if err == nil && alive >= 3*lanes {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d live workers of %d after 15 s (%v)", alive, 3*lanes, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	killCtx, stopKills := context.WithCancel(context.Background())
 	defer stopKills()
 	killsDone := make(chan int, 1)
@@ -171,21 +229,32 @@ func TestChaosUniqueWaitReplies(t *testing.T) {
 	}
 	stopKills()
 	kills := <-killsDone
-	// Exactly one reply per task.
-	replies := map[string]int{}
-	for len(replies) < len(accepted) {
-		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := client.NextReply(rctx, "replies")
-		rcancel()
-		if err != nil {
-			t.Fatalf("%d replies for %d tasks: %v", len(replies), len(accepted), err)
-		}
-		replies[r.ID]++
+	// Exactly one reply per task, in the task's lane.
+	want := make([]int, lanes)
+	for id := range accepted {
+		want[engine.LaneOf(id, lanes)]++
 	}
-	conn := pool.Get()
-	defer conn.Close()
-	if n, err := redis.Int(conn.Do("LLEN", "{"+ns+"}:rl:replies")); err != nil || n != 0 {
-		t.Errorf("%d replies more than tasks (%v)", n, err)
+	replies := map[string]int{}
+	for k, lc := range laneClients {
+		for got := 0; got < want[k]; got++ {
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			r, err := lc.NextReply(rctx, "replies")
+			rcancel()
+			if err != nil {
+				t.Fatalf("lane %d: %d replies for %d tasks: %v", k, got, want[k], err)
+			}
+			replies[r.ID]++
+		}
+		keys, err := buckets.NewLaneKeys(ns, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := sh.Pools[k].Get()
+		n, err := redis.Int(conn.Do("LLEN", keys.Reply("replies")))
+		conn.Close()
+		if err != nil || n != 0 {
+			t.Errorf("lane %d: %d replies more than tasks (%v)", k, n, err)
+		}
 	}
 	for id, n := range replies {
 		if _, ok := accepted[id]; !ok || n != 1 {
@@ -198,7 +267,7 @@ func TestChaosUniqueWaitReplies(t *testing.T) {
 			t.Errorf("key-%d after every task ended: %v", k, err)
 		}
 	}
-	t.Logf("%d tasks enqueued over %d keys (%d refusals), %d done, %d worker kills", len(accepted), keys, func() int {
+	t.Logf("%d lanes: %d tasks enqueued over %d keys (%d refusals), %d done, %d worker kills", lanes, len(accepted), keys, func() int {
 		n := 0
 		for _, ids := range refusals {
 			n += len(ids)

@@ -25,7 +25,9 @@ type lane struct {
 // startLanes sets up the lanes: without shards, the one lane on h.redis
 // (h.admin, h.client); with n >= 2 shards, lane 0 on h.redis and a
 // redis-server of its own (the same options) for each other lane, and
-// every process is told the lanes' addresses.
+// every process is told the lanes' addresses: with connection cuts, each
+// server's own cutting proxy (seeded per lane), so that a cut hits one
+// lane's connections while the others' go on.
 func (h *harness) startLanes(rbin string, n int) error {
 	keys, err := buckets.NewLaneKeys(h.ns, 0)
 	if err != nil {
@@ -35,7 +37,7 @@ func (h *harness) startLanes(rbin string, n int) error {
 	if n < 2 {
 		return nil
 	}
-	addrs := []string{h.redis.Addr}
+	addrs := []string{h.procAddr}
 	for k := 1; k < n; k++ {
 		srv, err := startRedis(rbin, filepath.Join(h.dir, fmt.Sprintf("redis-%d", k)), redisOptions{
 			appendOnly: h.sc.Restarts > 0, timeout: h.sc.ServerTimeout})
@@ -49,7 +51,16 @@ func (h *harness) startLanes(rbin string, n int) error {
 		l := &lane{srv: srv, admin: srv.AdminPool(), keys: keys}
 		l.pool = clientPool(srv.Addr)
 		h.lanes = append(h.lanes, l)
-		addrs = append(addrs, srv.Addr)
+		addr := srv.Addr
+		if h.sc.Cuts != nil {
+			px, err := newProxy(srv.Addr, *h.sc.Cuts, h.seedFor(fmt.Sprintf("proxy-%d", k)))
+			if err != nil {
+				return err
+			}
+			h.proxies = append(h.proxies, px)
+			addr = px.Addr()
+		}
+		addrs = append(addrs, addr)
 	}
 	var sh engine.Shards
 	for _, l := range h.lanes {
@@ -74,6 +85,34 @@ func (h *harness) stopLanes() {
 		l.admin.Close()
 		l.srv.Stop(syscall.SIGKILL)
 	}
+}
+
+// enableCuts turns every cutting proxy's cuts on or off.
+func (h *harness) enableCuts(on bool) {
+	for _, px := range h.proxies {
+		px.enabled.Store(on)
+	}
+}
+
+// closeProxies closes every cutting proxy.
+func (h *harness) closeProxies() {
+	for _, px := range h.proxies {
+		px.Close()
+	}
+}
+
+// cuts sums the cuts of every proxy: by kind, and their total.
+func (h *harness) cuts() (map[string]int, int) {
+	out := map[string]int{}
+	total := 0
+	for _, px := range h.proxies {
+		m, n := px.Cuts()
+		for k, v := range m {
+			out[k] += v
+		}
+		total += n
+	}
+	return out, total
 }
 
 // clientPool is the harness's own pool for API calls on a server.

@@ -38,6 +38,13 @@ type WorkflowOptions struct {
 	KillEvery, RestartEvery time.Duration
 	Cuts                    bool
 
+	// Shards, when 2 or more, runs the scenario on that many lanes, each
+	// on a redis-server of its own (with its own cutting proxy): the
+	// producer is a ShardedClient (a workflow in the lane its id hashes
+	// to), the other processes ShardedServers; restarts hit one server at
+	// a time; the checks read every lane.
+	Shards int
+
 	Drain time.Duration // longest wait for the workflows to end after the faults stop; default 60 s
 	Seed  uint64
 	Log   io.Writer // progress; nil for none
@@ -106,7 +113,8 @@ func WorkflowMarkdown(command string, reps []*WorkflowReport) string {
 // checks that every chain completed with each step written once, that
 // every group's callback ran once (runs beyond one only after a recovery,
 // counted), with every member's outcome as the members' records say, and
-// that no process logged a workflow check or a Redis 2.4 violation.
+// that no process logged a workflow check or a Redis 2.4 violation, and
+// runs the engine's check (Check) over every lane.
 func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error) {
 	if o.Chains == 0 && o.Groups == 0 {
 		o.Chains, o.Groups = 2000, 200
@@ -143,35 +151,65 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	if o.Cuts {
 		timeout = 1
 	}
-	srv, err := startRedis(bin, filepath.Join(o.Dir, "redis"), redisOptions{appendOnly: o.RestartEvery > 0, timeout: timeout})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop(syscall.SIGKILL)
-	procAddr := srv.Addr
-	var px *proxy
-	if o.Cuts {
-		px, err = newProxy(srv.Addr, CutPolicy{Before: 0.002, After: 0.002, ExecBefore: 0.01, ExecAfter: 0.02,
-			PopAfter: 0.01, Blocked: 0.1, RandomEvery: 200 * time.Millisecond}, o.Seed^0x70c5)
+	lanes := max(o.Shards, 1)
+	var (
+		srvs    []*redisServer
+		proxies []*proxy
+		admins  []*redis.Pool
+		addrs   []string
+		sh      engine.Shards
+	)
+	defer func() {
+		for _, px := range proxies {
+			px.Close()
+		}
+		for _, p := range sh.Pools {
+			p.Close()
+		}
+		for _, a := range admins {
+			a.Close()
+		}
+		for _, srv := range srvs {
+			srv.Stop(syscall.SIGKILL)
+		}
+	}()
+	for k := range lanes {
+		dir := filepath.Join(o.Dir, "redis")
+		if k > 0 {
+			dir = filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k))
+		}
+		srv, err := startRedis(bin, dir, redisOptions{appendOnly: o.RestartEvery > 0, timeout: timeout})
 		if err != nil {
 			return nil, err
 		}
-		defer px.Close()
-		procAddr = px.Addr()
+		srvs = append(srvs, srv)
+		addr := srv.Addr
+		if o.Cuts {
+			seed := o.Seed ^ 0x70c5
+			if k > 0 {
+				seed = hash(o.Seed, fmt.Sprintf("proxy-%d", k))
+			}
+			px, err := newProxy(srv.Addr, CutPolicy{Before: 0.002, After: 0.002, ExecBefore: 0.01, ExecAfter: 0.02,
+				PopAfter: 0.01, Blocked: 0.1, RandomEvery: 200 * time.Millisecond}, seed)
+			if err != nil {
+				return nil, err
+			}
+			proxies = append(proxies, px)
+			addr = px.Addr()
+		}
+		addrs = append(addrs, addr)
+		admins = append(admins, srv.AdminPool())
+		sh.Pools = append(sh.Pools, clientPool(srv.Addr))
 	}
 	const ns = "chaosw"
-	admin := srv.AdminPool()
-	defer admin.Close()
-	cpool := &redis.Pool{MaxIdle: 4, IdleTimeout: 500 * time.Millisecond,
-		Dial: func() (redis.Conn, error) {
-			return redis.Dial("tcp", srv.Addr, redis.DialConnectTimeout(2*time.Second),
-				redis.DialReadTimeout(10*time.Second), redis.DialWriteTimeout(10*time.Second))
-		},
-		TestOnBorrow: func(c redis.Conn, _ time.Time) error { _, err := c.Do("PING"); return err }}
-	defer cpool.Close()
-	client, err := engine.NewClient(cpool, engine.Config{Namespace: ns, Logger: quietLogger()})
+	client, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns, Logger: quietLogger()})
 	if err != nil {
 		return nil, err
+	}
+	enableCuts := func(on bool) {
+		for _, px := range proxies {
+			px.enabled.Store(on)
+		}
 	}
 
 	// Processes, each slot restartable; an incarnation writes its own
@@ -185,10 +223,13 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		done  chan struct{}
 	}
 	var mu sync.Mutex
-	common := []string{"-addr", procAddr, "-ns", ns, "-hb-interval", HeartbeatInterval.String(),
+	common := []string{"-addr", addrs[0], "-ns", ns, "-hb-interval", HeartbeatInterval.String(),
 		"-hb-ttl", HeartbeatTTL.String(), "-reap-interval", ReapInterval.String(), "-idle-wait", IdleWait.String(),
 		"-lease-grace", LeaseGrace.String(), "-timeout", TaskTimeout.String(), "-backoff", RetryBackoff.String(),
 		"-done-retention", "1h"}
+	if lanes > 1 {
+		common = append(common, "-addrs", strings.Join(addrs, ","))
+	}
 	start := func(s *slot) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -275,9 +316,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		}
 		workers = append(workers, s)
 	}
-	if px != nil {
-		px.enabled.Store(true)
-	}
+	enableCuts(true)
 	producer := &slot{name: "producer", extra: from, args: []string{"-mode", "flow-producer", "-chains", fmt.Sprint(o.Chains), "-steps", fmt.Sprint(o.Steps),
 		"-groups", fmt.Sprint(o.Groups), "-members", fmt.Sprint(o.Members)}}
 	slots = append(slots, producer)
@@ -331,6 +370,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 				if rng.IntN(2) == 0 {
 					sig = syscall.SIGKILL
 				}
+				srv := srvs[rng.IntN(len(srvs))]
 				restartMu.Lock()
 				srv.Stop(sig)
 				time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
@@ -372,9 +412,15 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	sleep(ctx, 2*time.Second)
 	stopFaults()
 	loops.Wait()
-	if px != nil {
-		px.enabled.Store(false)
-		rep.Cuts, _ = px.Cuts()
+	enableCuts(false)
+	for _, px := range proxies {
+		cuts, _ := px.Cuts()
+		if rep.Cuts == nil {
+			rep.Cuts = map[string]int{}
+		}
+		for kind, n := range cuts {
+			rep.Cuts[kind] += n
+		}
 	}
 	logf("faults stopped; draining")
 
@@ -447,8 +493,9 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	}
 	rep.Acked = len(a)
 	rep.Failures = append(rep.Failures, checkWorkflowRuns(o, rep)...)
-	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, admin, ns, o, rep)...)
+	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, admins, ns, o, rep)...)
 	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
+	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, client)...)
 	rep.Duration = time.Since(started)
 	switch {
 	case rep.OK() && ownDir:
@@ -456,6 +503,9 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		rep.Dir += " (removed)"
 	case rep.OK():
 		_ = os.RemoveAll(filepath.Join(o.Dir, "redis"))
+		for k := 1; k < lanes; k++ {
+			_ = os.RemoveAll(filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)))
+		}
 	}
 	return rep, nil
 }
@@ -526,20 +576,13 @@ func checkWorkflowRuns(o WorkflowOptions, rep *WorkflowReport) []string {
 // checkWorkflowRecords reads what Redis holds: each group fired its own
 // callback, whose outcomes are the members' records' final states; every
 // chain's hash says it ended.
-func checkWorkflowRecords(ctx context.Context, admin *redis.Pool, ns string, o WorkflowOptions, rep *WorkflowReport) []string {
-	st, err := buckets.NewStore(ns, 10)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	c, err := admin.GetContext(ctx)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	defer c.Close()
+func checkWorkflowRecords(ctx context.Context, admins []*redis.Pool, ns string, o WorkflowOptions, rep *WorkflowReport) []string {
 	var fails []string
 	for i := range o.Groups {
 		id := fmt.Sprintf("g%d", i)
-		fi, err := st.FlowShow(ctx, c, id)
+		// A group's tasks are in the lane its id hashes to.
+		k := engine.LaneOf(id, len(admins))
+		fi, err := flowShow(ctx, admins[k], ns, k, id)
 		if err != nil {
 			fails = append(fails, fmt.Sprintf("group %s: %v", id, err))
 			continue
@@ -567,6 +610,38 @@ func checkWorkflowRecords(ctx context.Context, admin *redis.Pool, ns string, o W
 		}
 	}
 	return fails
+}
+
+// checkWorkflowNamespace runs the engine's consistency check over every
+// lane once every process has stopped: every gauge matches the structures
+// and every task is where its state says.
+func checkWorkflowNamespace(ctx context.Context, c *engine.ShardedClient) []string {
+	rep, err := c.Check(ctx, engine.CheckOptions{})
+	if err != nil {
+		return []string{fmt.Sprintf("namespace check: %v", err)}
+	}
+	var fails []string
+	for _, f := range rep.Findings {
+		fails = append(fails, "namespace check: "+f.Message)
+	}
+	for _, f := range rep.Unconfirmed {
+		fails = append(fails, "namespace check (unconfirmed, nothing should be moving): "+f.Message)
+	}
+	return fails
+}
+
+// flowShow reads workflow id from lane k of namespace ns.
+func flowShow(ctx context.Context, admin *redis.Pool, ns string, k int, id string) (*buckets.FlowInfo, error) {
+	st, err := buckets.NewLaneStore(ns, k, 10)
+	if err != nil {
+		return nil, err
+	}
+	c, err := admin.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return st.FlowShow(ctx, c, id)
 }
 
 // checkWorkflowLogs fails on a handler's workflow check, a Redis 2.4

@@ -38,6 +38,7 @@ func main() {
 		race     = flag.Bool("race", false, "build the engine processes with the race detector")
 		quiet    = flag.Bool("q", false, "no progress lines")
 		list     = flag.Bool("list", false, "list the scenarios and exit")
+		shards   = flag.Int("shards", 1, "run the scenarios (task, -periodic or -workflow) on this many lanes, each on a redis-server of its own (1: one server)")
 		procArgs = flag.String("proc-args", "", "extra space-separated chaosproc flags for every process, e.g. -done-retention=-1s")
 		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
 		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
@@ -82,10 +83,10 @@ func main() {
 		progress = os.Stderr
 	}
 	if *workflow != "" {
-		os.Exit(runWorkflow(ctx, bin, *workflow, *seed, *drain, *dir, *markdown, progress))
+		os.Exit(runWorkflow(ctx, bin, *workflow, *seed, *shards, *drain, *dir, *markdown, progress))
 	}
 	if *periodic > 0 {
-		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir}
+		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir, Shards: *shards}
 		if progress != nil {
 			o.Log = progress
 		}
@@ -106,7 +107,7 @@ func main() {
 	var reports []*chaos.Report
 	for _, n := range names {
 		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
-			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs)}
+			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards}
 		if progress != nil {
 			o.Log = progress
 		}

@@ -13,8 +13,8 @@ import (
 
 // runWorkflow runs the workflow scenario sized by spec
 // ("CHAINSxSTEPS,GROUPSxMEMBERS") and returns the exit code.
-func runWorkflow(ctx context.Context, bin, spec string, seed int64, drain time.Duration, dir, markdown string, progress *os.File) int {
-	o := chaos.WorkflowOptions{Bin: bin, Seed: uint64(seed), Drain: drain, Dir: dir,
+func runWorkflow(ctx context.Context, bin, spec string, seed int64, shards int, drain time.Duration, dir, markdown string, progress *os.File) int {
+	o := chaos.WorkflowOptions{Bin: bin, Seed: uint64(seed), Drain: drain, Dir: dir, Shards: shards,
 		KillEvery: 700 * time.Millisecond, RestartEvery: 2500 * time.Millisecond, Cuts: true}
 	if _, err := fmt.Sscanf(strings.ReplaceAll(spec, ",", " "), "%dx%d %dx%d", &o.Chains, &o.Steps, &o.Groups, &o.Members); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: -workflow %q: want CHAINSxSTEPS,GROUPSxMEMBERS, e.g. 2000x5,200x50\n", spec)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/chaos/ledger"
-	"github.com/gomodule/redigo/redis"
 )
 
 // The workflow scenario's processes: a producer of chains and groups
@@ -44,6 +43,13 @@ const (
 // in ten, so that both group policies meet dead members.
 func flowFails(i int) bool { return i%10 == 7 }
 
+// flowClient enqueues workflows: an *engine.Client, or an
+// *engine.ShardedClient (a workflow in the lane its id hashes to).
+type flowClient interface {
+	EnqueueChain(ctx context.Context, id string, steps ...engine.Step) (*engine.WorkflowInfo, error)
+	EnqueueGroup(ctx context.Context, g engine.Group) (*engine.WorkflowInfo, error)
+}
+
 // produceFlows enqueues chains c0..c<n> and groups g0..g<m> in order,
 // each until it is written or found written (ErrTaskExists: an earlier
 // incarnation, or this one after a lost reply, wrote it), and appends
@@ -51,7 +57,7 @@ func flowFails(i int) bool { return i%10 == 7 }
 // starts from the first workflow its predecessors had not acknowledged
 // (-flow-from). Even groups run the callback whatever
 // the members' outcomes; odd ones fail while a member is dead.
-func produceFlows(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
+func produceFlows(ctx context.Context, client flowClient, o options, log *slog.Logger) error {
 	if o.ledgerPath == "" {
 		return errors.New("flow-producer needs -ledger")
 	}
@@ -60,10 +66,6 @@ func produceFlows(ctx context.Context, pool *redis.Pool, cfg engine.Config, o op
 		return err
 	}
 	defer led.Close()
-	client, err := engine.NewClient(pool, cfg)
-	if err != nil {
-		return err
-	}
 	enqueue := func(id string, f func(ctx context.Context) error) error {
 		for try := 0; ctx.Err() == nil; try++ {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -203,7 +203,10 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	case "producer":
 		err = produce(ctx, pool, cfg, o, log)
 	case "flow-producer":
-		err = produceFlows(ctx, pool, cfg, o, log)
+		var c *engine.Client
+		if c, err = engine.NewClient(pool, cfg); err == nil {
+			err = produceFlows(ctx, c, o, log)
+		}
 	case "worker":
 		err = work(ctx, pool, cfg, o, log)
 	case "dispatcher":

@@ -36,7 +36,8 @@ func (s shardedClient) EnqueueBatch(ctx context.Context, tasks []engine.NewTask)
 }
 
 // runSharded runs the process's role over every lane of sh: a producer
-// with a ShardedClient, the other roles as a ShardedServer of that role.
+// (of tasks or of workflows) with a ShardedClient, the other roles as a
+// ShardedServer of that role.
 func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o options, log *slog.Logger) error {
 	switch o.mode {
 	case "producer":
@@ -47,6 +48,12 @@ func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o opti
 		err = produceWith(ctx, shardedClient{c}, o, log)
 		log.Info("producer rerouted", "tasks", c.Rerouted())
 		return err
+	case "flow-producer":
+		c, err := engine.NewShardedClient(sh, cfg)
+		if err != nil {
+			return err
+		}
+		return produceFlows(ctx, c, o, log)
 	case "worker":
 		if o.ledgerPath == "" {
 			return fmt.Errorf("worker needs -ledger")
@@ -69,6 +76,12 @@ func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o opti
 		}
 		log.Info("worker ids", "workers", ids)
 		return runUntil(ctx, srv, cfg.ShutdownTimeout)
+	case "scheduler":
+		// Periodic entries live in lane 0 (ShardedServer.AddPeriodic
+		// declares them there): the scheduler is lane 0's. It runs with a
+		// skewed clock and is killed at random, so it is a scheduler
+		// alone, as without shards, not a server of another role too.
+		return schedule(ctx, sh.Pools[0], cfg, o, log)
 	case "dispatcher", "reaper":
 		role := engine.RoleDispatcher
 		if o.mode == "reaper" {
