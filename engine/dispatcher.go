@@ -116,11 +116,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if next == 0 {
 			continue // more is due now
 		}
-		var tc <-chan time.Time
+		// Read the index again by IndexRecheck at the latest: enqueues
+		// send no wake for buckets past buckets.WakeHorizon.
+		sleep := buckets.IndexRecheck
 		if next > 0 {
-			timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
-			tc = timer.C
+			sleep = min(sleep, time.Until(time.UnixMilli(next))+d.clockOffset())
 		}
+		timer.Reset(sleep)
+		tc := timer.C
 		select {
 		case <-ctx.Done():
 			d.log.Info("dispatcher stopped", "moved", d.moved.Load())
