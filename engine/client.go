@@ -17,6 +17,7 @@ type Client struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
+	group *enqueueGroup // nil: EnqueueGroupMax 1, no group commit
 }
 
 // NewClient returns a Client over pool with cfg (zero fields take their
@@ -29,7 +30,11 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, cfg: cfg, store: st}, nil
+	c := &Client{pool: pool, cfg: cfg, store: st}
+	if cfg.EnqueueGroupMax > 1 {
+		c.group = &enqueueGroup{c: c, max: cfg.EnqueueGroupMax}
+	}
+	return c, nil
 }
 
 func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
@@ -151,9 +156,18 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 	return c.enqueueRecords(ctx, now, recs, chosen)
 }
 
-// enqueueRecords writes checked records in one transaction; chosen lists
-// the caller-chosen ids among them.
+// enqueueRecords writes checked records in one transaction, shared with
+// other enqueues of this Client when group commit allows (see
+// enqueueGroup); chosen lists the caller-chosen ids among them.
 func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
+	if c.group != nil && groupable(recs, chosen) {
+		return c.group.enqueue(ctx, now, recs)
+	}
+	return c.write(ctx, now, recs, chosen)
+}
+
+// write writes checked records in one transaction of their own.
+func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
