@@ -67,7 +67,9 @@ func benchEnqueue(b *testing.B, due func(i int) time.Time) {
 	e := privateEnv(b)
 	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
 	c := e.client(b)
-	ctx := context.Background()
+	// A deadline, as a caller sets one (the bench harness does).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	payload := make([]byte, 100)
 	e.admin(b).Do("CONFIG", "RESETSTAT")
 	b.ReportAllocs()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -166,8 +167,16 @@ func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buck
 	return c.write(ctx, now, recs, chosen)
 }
 
+// inlineMax bounds the payload bytes of an enqueue whose round trips run
+// on the caller's goroutine (txn.Inline): small enough for any socket
+// buffer, so the write cannot block on a server that stopped reading.
+const inlineMax = 16 << 10
+
 // write writes checked records in one transaction of their own.
 func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
+	if small(recs) {
+		ctx = txn.Inline(ctx)
+	}
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
@@ -194,6 +203,19 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 	}
 	c.cfg.observeEnqueued(recs, now)
 	return enqueued(recs, now), nil
+}
+
+// small reports whether recs make a request small enough to send with
+// txn.Inline.
+func small(recs []*buckets.Record) bool {
+	n := 0
+	for _, r := range recs {
+		n += len(r.Payload) + 256
+		for k, v := range r.Metadata {
+			n += len(k) + len(v) + 8
+		}
+	}
+	return n <= inlineMax
 }
 
 // enqueued describes records just written by a producer at now.
