@@ -93,6 +93,21 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		sent = true
 		return nil
 	})
+	if err == nil {
+		for _, q := range added {
+			s.knowQueue(q, now)
+		}
+		return nil
+	}
+	return s.enqueueFailed(ctx, conn, cmds, reps, len(recs), sent, err)
+}
+
+// enqueueFailed is Enqueue's answer to a transaction that returned err
+// (kept out of Enqueue so that the error targets below cost nothing when
+// it succeeds): the repair of writes that failed on keys of the wrong
+// type, refusals as they are, ErrUncertain when the write was sent and
+// its reply lost.
+func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList, reps []interface{}, n int, sent bool, err error) error {
 	var ee *txn.ExecError
 	if errors.As(err, &ee) && !ee.Queued && len(reps) >= len(cmds) {
 		// EXEC ran, and some commands failed on keys of the wrong type:
@@ -103,18 +118,13 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	var dup *DuplicateError
 	var reply redis.Error
 	switch {
-	case err == nil:
-		for _, q := range added {
-			s.knowQueue(q, now)
-		}
-		return nil
 	case errors.As(err, &ex), errors.As(err, &dup):
 		return err
 	case sent && !errors.Is(err, txn.ErrConflict) && !errors.Is(err, txn.ErrNotRun) && !errors.As(err, &reply):
 		// Neither a conflict nor the server's answer: the reply was lost.
-		return fmt.Errorf("%d tasks: %w: %w", len(recs), ErrUncertain, err)
+		return fmt.Errorf("%d tasks: %w: %w", n, ErrUncertain, err)
 	}
-	return fmt.Errorf("%d tasks: %w", len(recs), err)
+	return fmt.Errorf("%d tasks: %w", n, err)
 }
 
 // enqueueOne builds Enqueue's writes for one record: SET, SADD when the
@@ -127,13 +137,16 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 		cmds.Queue("SADD", s.Keys.Queues(), r.Queue)
 		added = []string{r.Queue}
 	}
-	ids := [1]string{r.ID}
 	if r.Due <= now {
-		s.pushReady(&cmds, r.Queue, ids[:], false)
+		// pushReady's writes, for one id.
+		cmds.Queue("LPUSH", s.Keys.Ready(r.Queue), r.ID)
+		s.queueTokens(&cmds, s.Keys.Notify(r.Queue), 1, "1")
 		return cmds, added
 	}
+	// scheduleBucket's writes, for one id.
 	ts := BucketTime(r.Due, s.Resolution)
-	s.scheduleBucket(&cmds, r.Queue, ts, ids[:])
+	cmds.Queue("RPUSH", s.Keys.Bucket(r.Queue, ts), r.ID)
+	cmds.Queue("ZADD", s.Keys.Schedule(), ts, Member(r.Queue, ts))
 	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	s.wakeFor(&cmds, now, ts)
 	return cmds, added
