@@ -6,6 +6,7 @@ import (
 	"github.com/bucketq/bucketq/internal/clocktest"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gomodule/redigo/redis"
 	"testing"
@@ -127,6 +128,41 @@ func BenchmarkEnqueueDelayed(b *testing.B) {
 func BenchmarkEnqueueDelayedSame(b *testing.B) {
 	at := time.Now().Add(time.Hour)
 	benchEnqueue(b, func(int) time.Time { return at })
+}
+
+// BenchmarkEnqueueDelayed8: delayed single enqueues from 8 producers on
+// one Client (group commit shares their transactions; cmds/op shows it).
+// /alone turns group commit off (EnqueueGroupMax 1).
+func BenchmarkEnqueueDelayed8(b *testing.B) {
+	b.Run("group", func(b *testing.B) { benchEnqueue8(b, 0) })
+	b.Run("alone", func(b *testing.B) { benchEnqueue8(b, 1) })
+}
+
+func benchEnqueue8(b *testing.B, groupMax int) {
+	e := privateEnv(b)
+	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
+	e.cfg.EnqueueGroupMax = groupMax
+	c := e.client(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	payload := make([]byte, 100)
+	base := time.Now().Add(time.Hour)
+	e.admin(b).Do("CONFIG", "RESETSTAT")
+	b.ReportAllocs()
+	b.SetParallelism(4) // 8 goroutines on 2 cores
+	b.ResetTimer()
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			if _, err := c.EnqueueAt(ctx, base.Add(time.Duration(i%3600)*time.Second), "t", payload); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	reportCommands(b, e, b.N)
 }
 
 // BenchmarkEnqueueDue: one task due now per call.
