@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -35,7 +36,9 @@ import (
 //	RPUSH      b:<q>:<ts> <id> ...            scheduled tasks, per bucket
 //	ZADD       sched <ts> <q>:<ts>            index the bucket
 //	HINCRBY    st:<q> scheduled <n>           per queue
-//	LPUSH/LTRIM wake <earliest ts>            wake a sleeping dispatcher
+//	LPUSH/LTRIM wake <earliest ts>            wake a sleeping dispatcher, when
+//	                                          the earliest new bucket is at
+//	                                          most WakeHorizon ahead
 //
 // A record created between the read and EXEC (another producer with the
 // same id) makes EXEC answer nil and the transaction runs again, now
@@ -49,7 +52,112 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		return nil
 	}
 	var (
-		mset      = []interface{}{}
+		cmds  cmdList
+		added []string // queues this transaction adds to the set of queues
+	)
+	if len(recs) == 1 {
+		cmds, added = s.enqueueOne(now, recs[0])
+	} else {
+		cmds, added = s.enqueueMany(now, recs)
+	}
+	var watch []string
+	if len(chosen) > 0 {
+		watch = make([]string, 0, len(chosen))
+		for _, id := range chosen {
+			watch = append(watch, s.Keys.Task(id))
+		}
+	}
+	ukeys, urecs, err := s.uniqueKeys(recs)
+	if err != nil {
+		return err
+	}
+	// sent: the last attempt queued the writes, so MULTI/EXEC was (or was
+	// about to be) sent when an error came.
+	sent := false
+	all := watch
+	if len(ukeys) > 0 {
+		all = append(watch[:len(watch):len(watch)], ukeys...)
+	}
+	reps, err := s.runner.Run(ctx, conn, all, func(tx *txn.Tx) error {
+		sent = false
+		if err := s.checkFree(tx, chosen, watch); err != nil {
+			return err
+		}
+		if err := s.checkUnique(tx, ukeys, urecs); err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			tx.Queue(c.Name, c.Args...)
+		}
+		s.takeUnique(tx, ukeys, urecs)
+		sent = true
+		return nil
+	})
+	if err == nil {
+		for _, q := range added {
+			s.knowQueue(q, now)
+		}
+		return nil
+	}
+	return s.enqueueFailed(ctx, conn, cmds, reps, len(recs), sent, err)
+}
+
+// enqueueFailed is Enqueue's answer to a transaction that returned err
+// (kept out of Enqueue so that the error targets below cost nothing when
+// it succeeds): the repair of writes that failed on keys of the wrong
+// type, refusals as they are, ErrUncertain when the write was sent and
+// its reply lost.
+func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList, reps []interface{}, n int, sent bool, err error) error {
+	var ee *txn.ExecError
+	if errors.As(err, &ee) && !ee.Queued && len(reps) >= len(cmds) {
+		// EXEC ran, and some commands failed on keys of the wrong type:
+		// the records are written, so place what did not get placed.
+		return s.repairEnqueue(ctx, conn, cmds, reps[:len(cmds)])
+	}
+	var ex *ExistsError
+	var dup *DuplicateError
+	var reply redis.Error
+	switch {
+	case errors.As(err, &ex), errors.As(err, &dup):
+		return err
+	case sent && !errors.Is(err, txn.ErrConflict) && !errors.Is(err, txn.ErrNotRun) && !errors.As(err, &reply):
+		// Neither a conflict nor the server's answer: the reply was lost.
+		return fmt.Errorf("%d tasks: %w: %w", n, ErrUncertain, err)
+	}
+	return fmt.Errorf("%d tasks: %w", n, err)
+}
+
+// enqueueOne builds Enqueue's writes for one record: SET, SADD when the
+// queue is not known, then LPUSH q + tokens or RPUSH b, ZADD, HINCRBY and
+// (maybe) the dispatchers' wake. It returns them and the queue it adds.
+func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) {
+	cmds = make(cmdList, 0, 8)
+	cmds.Queue("SET", s.Keys.Task(r.ID), r.Encode())
+	if !s.queueKnown(r.Queue, now) {
+		cmds.Queue("SADD", s.Keys.Queues(), r.Queue)
+		added = []string{r.Queue}
+	}
+	if r.Due <= now {
+		// pushReady's writes, for one id.
+		cmds.Queue("LPUSH", s.Keys.Ready(r.Queue), r.ID)
+		s.queueTokens(&cmds, s.Keys.Notify(r.Queue), 1, "1")
+		return cmds, added
+	}
+	// scheduleBucket's writes, for one id.
+	ts := BucketTime(r.Due, s.Resolution)
+	cmds.Queue("RPUSH", s.Keys.Bucket(r.Queue, ts), r.ID)
+	cmds.Queue("ZADD", s.Keys.Schedule(), ts, Member(r.Queue, ts))
+	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
+	s.wakeFor(&cmds, now, ts)
+	return cmds, added
+}
+
+// enqueueMany builds Enqueue's writes for several records (see Enqueue):
+// one MSET, one SADD, per queue its ready push, per bucket in time order
+// its push and index entry, per queue its counter, one wake.
+func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []string) {
+	var (
+		mset      = make([]interface{}, 0, 2*len(recs))
 		queues    = map[string]bool{}
 		ready     = map[string][]string{}
 		sched     = map[string]map[int64][]string{}
@@ -77,7 +185,6 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 			earliest = ts
 		}
 	}
-	var cmds cmdList
 	if len(mset) == 2 {
 		cmds.Queue("SET", mset...)
 	} else {
@@ -87,6 +194,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	for _, q := range sortedKeys(queues) {
 		if !s.queueKnown(q, now) {
 			sadd = append(sadd, q)
+			added = append(added, q)
 		}
 	}
 	if len(sadd) > 1 {
@@ -108,56 +216,33 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		cmds.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, scheduled[q])
 	}
 	if earliest >= 0 {
-		s.wakeDispatchers(&cmds, earliest)
+		s.wakeFor(&cmds, now, earliest)
 	}
-	var watch []string
-	for _, id := range chosen {
-		watch = append(watch, s.Keys.Task(id))
+	return cmds, added
+}
+
+// WakeHorizon is how far ahead (ms) of the producer's clock a new bucket
+// may be and still need a token on the dispatchers' wake list. A bucket
+// further ahead is left to the dispatchers' own reads of the index: each
+// reads it again at least every IndexRecheck while it runs (its idle
+// timeout, or its timer, whichever is sooner), so every live dispatcher
+// has read the index, found the bucket and set its timer by it well
+// before it is due, with a token or without. The margin
+// (WakeHorizon - IndexRecheck) covers a round that takes long and clocks
+// of producers and dispatchers that differ by up to several minutes.
+const WakeHorizon = 10 * 60_000
+
+// IndexRecheck is the longest a dispatcher sleeps between two reads of
+// the bucket index, whatever its idle wait (see WakeHorizon).
+const IndexRecheck = 60 * time.Second
+
+// wakeFor queues the dispatchers' wake for a new bucket at ts, the
+// earliest one a transaction adds, unless ts is more than WakeHorizon
+// ahead of now.
+func (s *Store) wakeFor(tx queuer, now, ts int64) {
+	if ts-now <= WakeHorizon {
+		s.wakeDispatchers(tx, ts)
 	}
-	ukeys, urecs, err := s.uniqueKeys(recs)
-	if err != nil {
-		return err
-	}
-	// sent: the last attempt queued the writes, so MULTI/EXEC was (or was
-	// about to be) sent when an error came.
-	sent := false
-	reps, err := s.runner.Run(ctx, conn, append(watch, ukeys...), func(tx *txn.Tx) error {
-		sent = false
-		if err := s.checkFree(tx, chosen, watch); err != nil {
-			return err
-		}
-		if err := s.checkUnique(tx, ukeys, urecs); err != nil {
-			return err
-		}
-		for _, c := range cmds {
-			tx.Queue(c.Name, c.Args...)
-		}
-		s.takeUnique(tx, ukeys, urecs)
-		sent = true
-		return nil
-	})
-	var ee *txn.ExecError
-	if errors.As(err, &ee) && !ee.Queued && len(reps) >= len(cmds) {
-		// EXEC ran, and some commands failed on keys of the wrong type:
-		// the records are written, so place what did not get placed.
-		return s.repairEnqueue(ctx, conn, cmds, reps[:len(cmds)])
-	}
-	var ex *ExistsError
-	var dup *DuplicateError
-	var reply redis.Error
-	switch {
-	case err == nil:
-		for _, q := range sadd[1:] {
-			s.knowQueue(q.(string), now)
-		}
-		return nil
-	case errors.As(err, &ex), errors.As(err, &dup):
-		return err
-	case sent && !errors.Is(err, txn.ErrConflict) && !errors.Is(err, txn.ErrNotRun) && !errors.As(err, &reply):
-		// Neither a conflict nor the server's answer: the reply was lost.
-		return fmt.Errorf("%d tasks: %w: %w", len(recs), ErrUncertain, err)
-	}
-	return fmt.Errorf("%d tasks: %w", len(recs), err)
 }
 
 // checkFree reads whether the chosen ids (keys their t:<id> keys) have

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -27,7 +28,8 @@ const (
 )
 
 // wakeTokens bounds how many wake-up tokens one transaction pushes to a
-// notify list, and how many the list keeps when nobody waits.
+// notify list, and how many the list keeps when nobody waits (plus a few
+// per Store: see trimEvery).
 const wakeTokens = 16
 
 // Store sends the engine's commands for one namespace. Its methods take a
@@ -52,6 +54,7 @@ type Store struct {
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
+	pushes sync.Map   // wake-up list key → *atomic.Uint32, its single-token pushes (untrimmed)
 }
 
 // NewStore returns a Store for namespace ns and bucket width resolutionMs.
@@ -116,7 +119,27 @@ func (s *Store) queueTokens(tx queuer, key string, n int, token string) {
 		args = append(args, token)
 	}
 	tx.Queue("LPUSH", args...)
+	if n == 1 && s.untrimmed(key) {
+		return
+	}
 	tx.Queue("LTRIM", key, 0, s.tokens(1<<30)-1)
+}
+
+// trimEvery is how often a Store trims a wake-up list it pushes single
+// tokens to: the LTRIM goes with one push in trimEvery, and with every
+// push of more than one token. A list therefore holds at most
+// wakeTokens + (trimEvery-1) tokens per Store pushing to it, and tokens
+// cost no more than a spurious wake-up of an idle waiter each.
+const trimEvery = 4
+
+// untrimmed reports whether this push of one token to key may leave the
+// LTRIM out: true for all but every trimEvery-th such push by this Store.
+func (s *Store) untrimmed(key string) bool {
+	v, ok := s.pushes.Load(key)
+	if !ok {
+		v, _ = s.pushes.LoadOrStore(key, new(atomic.Uint32))
+	}
+	return v.(*atomic.Uint32).Add(1)%trimEvery != 0
 }
 
 // scheduleBucket queues the commands that add ids to queue q's bucket at

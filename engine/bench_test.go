@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"github.com/bucketq/bucketq/internal/clocktest"
 	"os"
+	"strings"
+	"sync/atomic"
 
 	"github.com/gomodule/redigo/redis"
 	"testing"
@@ -58,19 +61,111 @@ func BenchmarkDispatchSpread100k4(b *testing.B) {
 	benchDispatch(b, 100_000, time.Hour, 4)
 }
 
-// BenchmarkEnqueueDelayed: one delayed task per call, as a producer adds
-// them (each due in a second of its own, an hour from now).
-func BenchmarkEnqueueDelayed(b *testing.B) {
+// benchEnqueue times single enqueues by one producer over raw
+// connections (the engine, not the test guard), each due at due(i); with
+// BENCH_STATS set it logs the commands the server ran per enqueue.
+func benchEnqueue(b *testing.B, due func(i int) time.Time) {
 	e := privateEnv(b)
+	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
 	c := e.client(b)
-	ctx := context.Background()
-	base := time.Now().Add(time.Hour)
+	// A deadline, as a caller sets one (the bench harness does).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	payload := make([]byte, 100)
+	e.admin(b).Do("CONFIG", "RESETSTAT")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.EnqueueAt(ctx, base.Add(time.Duration(i%3600)*time.Second), "t", payload); err != nil {
+		var err error
+		if at := due(i); at.IsZero() {
+			_, err = c.Enqueue(ctx, "t", payload)
+		} else {
+			_, err = c.EnqueueAt(ctx, at, "t", payload)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.StopTimer()
+	reportCommands(b, e, b.N)
+}
+
+// reportCommands reports the commands the server ran per task (n tasks
+// since the last CONFIG RESETSTAT), from INFO commandstats.
+func reportCommands(b *testing.B, e *env, n int) {
+	info, err := redis.String(e.admin(b).Do("INFO", "commandstats"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") || strings.HasPrefix(line, "cmdstat_config") {
+			continue
+		}
+		f := strings.SplitN(line, "calls=", 2)
+		if len(f) < 2 {
+			continue
+		}
+		var calls int
+		fmt.Sscanf(f[1], "%d", &calls)
+		total += calls
+	}
+	b.ReportMetric(float64(total)/float64(n), "cmds/op")
+	if os.Getenv("BENCH_STATS") != "" {
+		b.Log(info)
+	}
+}
+
+// BenchmarkEnqueueDelayed: one delayed task per call, as a producer adds
+// them (each due in a second of its own, an hour from now).
+func BenchmarkEnqueueDelayed(b *testing.B) {
+	base := time.Now().Add(time.Hour)
+	benchEnqueue(b, func(i int) time.Time { return base.Add(time.Duration(i%3600) * time.Second) })
+}
+
+// BenchmarkEnqueueDelayedSame: one delayed task per call, all due at the
+// same time (one bucket).
+func BenchmarkEnqueueDelayedSame(b *testing.B) {
+	at := time.Now().Add(time.Hour)
+	benchEnqueue(b, func(int) time.Time { return at })
+}
+
+// BenchmarkEnqueueDelayed8: delayed single enqueues from 8 producers on
+// one Client (group commit shares their transactions; cmds/op shows it).
+// /alone turns group commit off (EnqueueGroupMax 1).
+func BenchmarkEnqueueDelayed8(b *testing.B) {
+	b.Run("group", func(b *testing.B) { benchEnqueue8(b, 0) })
+	b.Run("alone", func(b *testing.B) { benchEnqueue8(b, 1) })
+}
+
+func benchEnqueue8(b *testing.B, groupMax int) {
+	e := privateEnv(b)
+	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
+	e.cfg.EnqueueGroupMax = groupMax
+	c := e.client(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	payload := make([]byte, 100)
+	base := time.Now().Add(time.Hour)
+	e.admin(b).Do("CONFIG", "RESETSTAT")
+	b.ReportAllocs()
+	b.SetParallelism(4) // 8 goroutines on 2 cores
+	b.ResetTimer()
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			if _, err := c.EnqueueAt(ctx, base.Add(time.Duration(i%3600)*time.Second), "t", payload); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	reportCommands(b, e, b.N)
+}
+
+// BenchmarkEnqueueDue: one task due now per call.
+func BenchmarkEnqueueDue(b *testing.B) {
+	benchEnqueue(b, func(int) time.Time { return time.Time{} })
 }

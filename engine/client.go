@@ -17,6 +17,7 @@ type Client struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
+	group *enqueueGroup // nil: EnqueueGroupMax 1, no group commit
 }
 
 // NewClient returns a Client over pool with cfg (zero fields take their
@@ -29,7 +30,11 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, cfg: cfg, store: st}, nil
+	c := &Client{pool: pool, cfg: cfg, store: st}
+	if cfg.EnqueueGroupMax > 1 {
+		c.group = &enqueueGroup{c: c, max: cfg.EnqueueGroupMax}
+	}
+	return c, nil
 }
 
 func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
@@ -52,24 +57,39 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // after the write was sent: retry with the same TaskID to make sure the
 // task is written exactly once.
 func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	infos, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
-	if err != nil {
-		return nil, err
-	}
-	return infos[0], nil
+	return c.enqueueOne(ctx, typ, payload, opts, nil)
 }
 
 // EnqueueAt adds a task due at t (now, if t has passed) and returns what
 // was written, as Enqueue does. t overrides any At or In among opts.
 func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.Enqueue(ctx, typ, payload, withLast(opts, At(t))...)
+	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{at: t})
 }
 
 // EnqueueIn adds a task due d from now and returns what was written, as
 // Enqueue does: its Due is the time the task will be made ready, computed
 // on this Client's clock. d overrides any At or In among opts.
 func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
+	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{in: d, isIn: true})
+}
+
+// enqueueOne is EnqueueBatch of one task, whose due time last (when not
+// nil) overrides opts.
+func (c *Client) enqueueOne(ctx context.Context, typ string, payload []byte, opts []Option, last *dueOption) (*TaskInfo, error) {
+	now := c.cfg.Clock.Now()
+	r, mine, err := c.cfg.recordDue(now, typ, payload, opts, last)
+	if err != nil {
+		return nil, err
+	}
+	var chosen []string
+	if mine {
+		chosen = []string{r.ID}
+	}
+	infos, err := c.enqueueRecords(ctx, now, []*buckets.Record{r}, chosen)
+	if err != nil {
+		return nil, err
+	}
+	return infos[0], nil
 }
 
 // settleEnqueue follows an enqueue whose EXEC reply was lost: if a ready
@@ -151,9 +171,18 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 	return c.enqueueRecords(ctx, now, recs, chosen)
 }
 
-// enqueueRecords writes checked records in one transaction; chosen lists
-// the caller-chosen ids among them.
+// enqueueRecords writes checked records in one transaction, shared with
+// other enqueues of this Client when group commit allows (see
+// enqueueGroup); chosen lists the caller-chosen ids among them.
 func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
+	if c.group != nil && groupable(recs, chosen) {
+		return c.group.enqueue(ctx, now, recs)
+	}
+	return c.write(ctx, now, recs, chosen)
+}
+
+// write writes checked records in one transaction of their own.
+func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,14 @@ type Config struct {
 	// GroupCommitMax caps the results one group transaction records.
 	// 1 to 1000; default 64.
 	GroupCommitMax int
+	// EnqueueGroupMax caps the tasks that concurrent enqueues of one
+	// Client share in one transaction (producer-side group commit): an
+	// enqueue of tasks with generated ids and no unique key that arrives
+	// while another of the Client's enqueues is in flight waits for it to
+	// end and goes in the next transaction with the others that arrived
+	// meanwhile. An enqueue never waits when none is in flight. 1: every
+	// enqueue in its own transaction. 1 to 10000; default 256.
+	EnqueueGroupMax int
 	// LeaseGrace is how long past its timeout a run may go before the
 	// worker gives the task up for another to run (its handler is hung).
 	// Default 30 s.
@@ -215,6 +223,9 @@ func (c Config) withDefaults() Config {
 	if c.GroupCommitMax == 0 {
 		c.GroupCommitMax = 64
 	}
+	if c.EnqueueGroupMax == 0 {
+		c.EnqueueGroupMax = 256
+	}
 	if c.LeaseGrace == 0 {
 		c.LeaseGrace = 30 * time.Second
 	}
@@ -341,6 +352,9 @@ func (c Config) Validate() error {
 	}
 	if c.GroupCommitMax < 1 || c.GroupCommitMax > 1000 {
 		return bad("GroupCommitMax", "%d: want 1 to 1000", c.GroupCommitMax)
+	}
+	if c.EnqueueGroupMax < 1 || c.EnqueueGroupMax > 10000 {
+		return bad("EnqueueGroupMax", "%d: want 1 to 10000", c.EnqueueGroupMax)
 	}
 	for _, d := range []struct {
 		name string

@@ -116,11 +116,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if next == 0 {
 			continue // more is due now
 		}
-		var tc <-chan time.Time
+		// Read the index again by IndexRecheck at the latest: enqueues
+		// send no wake for buckets past buckets.WakeHorizon.
+		sleep := buckets.IndexRecheck
 		if next > 0 {
-			timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
-			tc = timer.C
+			sleep = min(sleep, time.Until(time.UnixMilli(next))+d.clockOffset())
 		}
+		timer.Reset(sleep)
+		tc := timer.C
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
@@ -139,7 +142,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				if ok && at > 0 && (next < 0 || at < next) {
 					next = at
 					stopTimer(timer)
-					timer.Reset(time.Until(time.UnixMilli(next)) + d.clockOffset())
+					timer.Reset(min(buckets.IndexRecheck, time.Until(time.UnixMilli(next))+d.clockOffset()))
 					tc = timer.C
 				}
 			}

@@ -209,6 +209,25 @@ func At(t time.Time) Option {
 	})
 }
 
+// dueOption is At(at), or In(in) when isIn, as a value.
+type dueOption struct {
+	at   time.Time
+	in   time.Duration
+	isIn bool
+}
+
+func (d *dueOption) apply(o *taskOptions) error {
+	if !d.isIn {
+		o.at, o.hasIn = d.at, false
+		return nil
+	}
+	if d.in < 0 {
+		return fmt.Errorf("engine: In(%v): want 0 or more: %w", d.in, ErrInvalidOption)
+	}
+	o.in, o.hasIn, o.at = d.in, true, time.Time{}
+	return nil
+}
+
 // In makes the task due d after it is enqueued (for EnqueueBatch).
 func In(d time.Duration) Option {
 	return optionFunc(func(o *taskOptions) error {
@@ -252,13 +271,24 @@ type NewTask struct {
 
 // record builds and checks a task record from the caller's words; chosen
 // says whether the id is the caller's (TaskID).
-func (c Config) record(now time.Time, typ string, payload []byte, opts []Option) (r *buckets.Record, chosen bool, err error) {
+func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option) (r *buckets.Record, chosen bool, err error) {
+	return c.recordDue(now, typ, payload, opts, nil)
+}
+
+// recordDue is record with last, when not nil, applied after opts (the due
+// time of EnqueueAt and EnqueueIn, without a closure per call).
+func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Option, last *dueOption) (r *buckets.Record, chosen bool, err error) {
 	o := taskOptions{queue: c.DefaultQueue, maxAttempts: c.DefaultMaxAttempts, timeout: c.DefaultTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
 		if err := opt.apply(&o); err != nil {
+			return nil, false, err
+		}
+	}
+	if last != nil {
+		if err := last.apply(&o); err != nil {
 			return nil, false, err
 		}
 	}

@@ -359,12 +359,17 @@ func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) 
 // A command that answers at once (all but the blocking pops) with a
 // deadline on ctx is sent with the read deadline set on the connection
 // itself (redis.DoWithTimeout): no goroutine and no allocation per round
-// trip. ctx cancelled without its deadline passing is then noticed
-// before the command is sent, not during its read, which the deadline
-// still bounds. A blocking pop, or a ctx without a deadline, goes through
-// redis.DoContext, which also returns as soon as ctx is cancelled.
+// trip (redis.DoContext starts one to watch ctx: two goroutine switches, a
+// third of a short transaction's latency). ctx cancelled without its
+// deadline passing is then noticed before the command is sent, not during
+// its read, which the deadline still bounds. The write is at most
+// inlineMax bytes of arguments (or what is left in the connection's
+// buffer after Sends, which wrote the rest themselves), so it fits the
+// socket's send buffer. A blocking pop, a larger command, or a ctx
+// without a deadline goes through redis.DoContext, which also returns as
+// soon as ctx is cancelled.
 func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
-	if dl, ok := ctx.Deadline(); ok && !blocking(name) {
+	if dl, ok := ctx.Deadline(); ok && !blocking(name) && argsSize(args) <= inlineMax {
 		if _, ok := conn.(redis.ConnWithTimeout); ok {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -374,7 +379,7 @@ func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) 
 				return nil, context.DeadlineExceeded
 			}
 			rep, err := redis.DoWithTimeout(conn, d, name, args...)
-			if err == nil || err.Error() != errTimeoutNotSupported {
+			if err != errNoTimeout {
 				return rep, ctxErr(ctx, err)
 			}
 			// A pooled connection whose own connection cannot take a
@@ -385,9 +390,38 @@ func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) 
 	return rep, ctxErr(ctx, err)
 }
 
-// errTimeoutNotSupported is redigo's answer, before anything is sent,
-// when a pooled connection wraps one without redis.ConnWithTimeout.
-const errTimeoutNotSupported = "redis: connection does not support ConnWithTimeout"
+// errNoTimeout is redigo's error for a connection without
+// redis.ConnWithTimeout (a pool's connection reports it, sending nothing,
+// when the connection it wraps has none).
+var errNoTimeout = func() error {
+	_, err := redis.DoWithTimeout(struct{ redis.Conn }{}, 0, "")
+	return err
+}()
+
+// inlineMax bounds the arguments of a command sent on the caller's
+// goroutine: its write then fits a socket's send buffer, so the
+// connection's write timeout is never what bounds it.
+const inlineMax = 16 << 10
+
+// argsSize is the bytes of args' strings and byte slices, stopping once
+// past inlineMax.
+func argsSize(args []interface{}) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		default:
+			n += 8
+		}
+		if n > inlineMax {
+			break
+		}
+	}
+	return n
+}
 
 // blocking reports whether a command may wait on the server for data.
 func blocking(name string) bool {

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+)
+
+// enqueueGroup is a Client's producer-side group commit. An enqueue of
+// plain tasks (generated ids, no unique key) that finds none of the
+// Client's enqueues in flight runs at once on its own goroutine, as
+// without grouping: a lone producer never waits. One that finds an
+// enqueue in flight joins the queue; when the transaction in flight ends,
+// a goroutine writes every queued enqueue (up to EnqueueGroupMax tasks)
+// in one transaction, then the next lot, until none is queued.
+//
+// A waiting caller whose context ends returns at once. If its enqueue was
+// still queued, it is withdrawn and nothing of it is written (the error
+// matches its context's error, not ErrUncertain); if it was already taken
+// into a transaction, that transaction may or may not commit, and the
+// error matches ErrUncertain as well.
+type enqueueGroup struct {
+	c   *Client
+	max int
+
+	mu   sync.Mutex
+	busy bool             // an enqueue is in flight
+	wait []*enqueueWaiter // queued, in arrival order
+
+	// queued, when set (tests), is called with each enqueue that joins
+	// the queue, after it joined.
+	queued func()
+}
+
+// Waiter states.
+const (
+	waiterQueued int32 = iota // in the queue: may still be withdrawn
+	waiterTaken               // in a transaction: its outcome is the group's
+	waiterGone                // withdrawn by its caller: never written
+)
+
+type enqueueWaiter struct {
+	recs     []*buckets.Record
+	deadline time.Time // zero: the caller's context has none
+	state    atomic.Int32
+	done     chan enqueueOutcome // buffered: the writer never blocks
+}
+
+type enqueueOutcome struct {
+	infos []*TaskInfo
+	err   error
+}
+
+// enqueueGroupTimeout bounds a group transaction whose callers set no
+// deadline, and caps any other.
+const enqueueGroupTimeout = 10 * time.Second
+
+// groupable reports whether recs may share a transaction with other
+// enqueues: none has a caller-chosen id or a unique key.
+func groupable(recs []*buckets.Record, chosen []string) bool {
+	if len(chosen) > 0 {
+		return false
+	}
+	for _, r := range recs {
+		if r.Unique != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// enqueue writes recs (checked records, made at now) alone if nothing is
+// in flight, or in the next group transaction otherwise.
+func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*buckets.Record) ([]*TaskInfo, error) {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		infos, err := g.c.write(ctx, now, recs, nil)
+		g.release()
+		return infos, err
+	}
+	w := &enqueueWaiter{recs: recs, done: make(chan enqueueOutcome, 1)}
+	w.deadline, _ = ctx.Deadline()
+	g.wait = append(g.wait, w)
+	queued := g.queued
+	g.mu.Unlock()
+	if queued != nil {
+		queued()
+	}
+	select {
+	case out := <-w.done:
+		return out.infos, out.err
+	case <-ctx.Done():
+	}
+	if w.state.CompareAndSwap(waiterQueued, waiterGone) {
+		return nil, failed("enqueue (withdrawn while waiting for the transaction in flight)", ctx.Err())
+	}
+	select {
+	case out := <-w.done: // answered meanwhile
+		return out.infos, out.err
+	default:
+	}
+	return nil, failed("enqueue", fmt.Errorf("%w: stopped waiting for its group transaction: %w", buckets.ErrUncertain, ctx.Err()))
+}
+
+// release ends an enqueue that ran on its caller's goroutine: if others
+// queued meanwhile, a goroutine writes them.
+func (g *enqueueGroup) release() {
+	g.mu.Lock()
+	if len(g.wait) == 0 {
+		g.busy = false
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	go g.drain()
+}
+
+// drain writes the queued enqueues, a group at a time, until none is left.
+func (g *enqueueGroup) drain() {
+	for {
+		batch := g.take()
+		if len(batch) == 0 {
+			return
+		}
+		g.commit(batch)
+	}
+}
+
+// take removes from the queue the next group (at least one enqueue, then
+// more while they fit in max tasks), marking each taken; with nothing
+// queued it ends the busy spell.
+func (g *enqueueGroup) take() []*enqueueWaiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var batch []*enqueueWaiter
+	n, i := 0, 0
+	for ; i < len(g.wait); i++ {
+		w := g.wait[i]
+		if len(batch) > 0 && n+len(w.recs) > g.max {
+			break
+		}
+		if !w.state.CompareAndSwap(waiterQueued, waiterTaken) {
+			continue // withdrawn
+		}
+		batch = append(batch, w)
+		n += len(w.recs)
+	}
+	rest := copy(g.wait, g.wait[i:])
+	clear(g.wait[rest:])
+	g.wait = g.wait[:rest]
+	if len(batch) == 0 {
+		g.busy = false
+	}
+	return batch
+}
+
+// commit writes one group in one transaction and answers each of its
+// callers. The transaction's context is none of theirs (one caller giving
+// up must not cut the others' round trip): its deadline is the latest of
+// theirs, at most enqueueGroupTimeout away.
+func (g *enqueueGroup) commit(batch []*enqueueWaiter) {
+	now := g.c.cfg.Clock.Now()
+	limit := time.Now().Add(enqueueGroupTimeout)
+	var deadline time.Time
+	n := 0
+	for _, w := range batch {
+		n += len(w.recs)
+		if w.deadline.IsZero() || w.deadline.After(limit) {
+			deadline = limit
+		} else if w.deadline.After(deadline) {
+			deadline = w.deadline
+		}
+	}
+	recs := make([]*buckets.Record, 0, n)
+	for _, w := range batch {
+		recs = append(recs, w.recs...)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	_, err := g.c.write(ctx, now, recs, nil)
+	for _, w := range batch {
+		if err != nil {
+			w.done <- enqueueOutcome{err: err}
+			continue
+		}
+		w.done <- enqueueOutcome{infos: enqueued(w.recs, now)}
+	}
+}
