@@ -125,10 +125,29 @@ const (
 	recordMagic = 'B'
 	// recordVersion 1 ends with the payload. Version 2 has trailing
 	// sections after it, each a tag byte, a uvarint length and that many
-	// bytes; a record without any is written as version 1, so that a
-	// version-1 reader reads it.
+	// bytes. Both are read, no longer written: version 3 (see Encode) is
+	// what this release writes.
 	recordVersion  = 1
 	recordVersion2 = 2
+	recordVersion3 = 3
+)
+
+// Version 3 numeric fields, by their bit in the record's presence mask: a
+// field is stored only when it is not zero, in this order.
+const (
+	fieldAttempts = 1 << iota
+	fieldRecoveries
+	fieldRuns
+	fieldMaxAttempts
+	fieldTimeout
+	fieldCreated
+	fieldDue // zigzag of Due − Created
+	fieldStarted
+	fieldFinished
+	fieldDeadline
+	fieldWorker
+	fieldLastError
+	fieldsKnown = fieldLastError<<1 - 1
 )
 
 // Trailing section tags (version 2).
@@ -157,28 +176,55 @@ const (
 
 const flagSkipIfRunning = 1
 
-// Encode returns the stored form of r: a magic byte and version, the state,
-// unsigned varints for the numbers, and length-prefixed strings, payload
-// last, then (version 2) the trailing sections. It is compact because a
-// record is most of a task's memory.
+// Encode returns the stored form of r (version 3): the magic byte 'B',
+// the version, the state, a uvarint mask of the numeric and text fields
+// that are not zero (field* bits), those fields in bit order (unsigned
+// varints, Due as the zigzag varint of Due − Created, Worker and
+// LastError length-prefixed), then the length-prefixed queue, type and
+// payload, then the trailing sections (see sections). A field at zero
+// takes no byte, so a waiting task's header is about 30 bytes: a record is
+// most of a task's memory. Records of versions 1 and 2 (earlier releases)
+// decode too; rewriting one writes version 3.
 func (r *Record) Encode() []byte {
-	n := 2 + 1 + 9*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
+	n := 3 + 12*binary.MaxVarintLen64 +
 		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
 	sections := r.sections()
 	for _, sec := range sections {
 		n += len(sec)
 	}
-	version := byte(recordVersion)
-	if len(sections) > 0 {
-		version = recordVersion2
+	nums := [...]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
+		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
+	var mask uint64
+	for i, v := range nums {
+		if v > 0 {
+			mask |= 1 << i
+		}
+	}
+	if r.Worker != "" {
+		mask |= fieldWorker
+	}
+	if r.LastError != "" {
+		mask |= fieldLastError
 	}
 	b := make([]byte, 0, n)
-	b = append(b, recordMagic, version, byte(r.State))
-	for _, v := range []int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
-		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline} {
-		b = binary.AppendUvarint(b, uint64(max(v, 0)))
+	b = append(b, recordMagic, recordVersion3, byte(r.State))
+	b = binary.AppendUvarint(b, mask)
+	for i, v := range nums {
+		switch {
+		case mask&(1<<i) == 0:
+		case 1<<i == fieldDue:
+			b = binary.AppendVarint(b, v-max(r.Created, 0))
+		default:
+			b = binary.AppendUvarint(b, uint64(v))
+		}
 	}
-	for _, s := range []string{r.Queue, r.Type, r.Worker, r.LastError} {
+	for _, s := range []string{r.Worker, r.LastError} {
+		if s != "" {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
+	for _, s := range []string{r.Queue, r.Type} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -250,22 +296,46 @@ func (r *Record) encodeMetadata() []byte {
 	return append(out, body...)
 }
 
-// DecodeRecord parses a stored record; id is taken from the key. Any
-// input that is not a record Encode made yields an error wrapping
-// ErrMalformed, never a panic.
+// DecodeRecord parses a stored record of any version; id is taken from
+// the key. Any input that is not a record Encode made (in this release or
+// an earlier one) yields an error wrapping ErrMalformed, never a panic.
 func DecodeRecord(id string, b []byte) (*Record, error) {
-	d := decoder{b: b}
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion && b[1] != recordVersion2 {
+	if b[1] != recordVersion && b[1] != recordVersion2 && b[1] != recordVersion3 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
 	if !r.State.valid() {
 		return nil, fmt.Errorf("buckets: task %s: state %q unknown: %w", id, b[2], ErrMalformed)
 	}
-	d.b = b[3:]
+	d := decoder{b: b[3:]}
+	if b[1] == recordVersion3 {
+		if err := d.header3(r); err != nil {
+			return nil, err
+		}
+	} else {
+		d.header1(r)
+	}
+	r.Payload = d.bytes()
+	if b[1] != recordVersion && !d.err {
+		if err := d.sections(r); err != nil {
+			return nil, err
+		}
+	}
+	if d.err || len(d.b) != 0 {
+		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	return r, nil
+}
+
+// header1 reads the fields of a version 1 or 2 record up to the payload:
+// the ten numbers, then queue, type, worker and last error.
+func (d *decoder) header1(r *Record) {
 	ints := []*int64{nil, nil, nil, nil, &r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
 	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
 	for i := range ints {
@@ -286,19 +356,60 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Type = string(d.bytes())
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
-	r.Payload = d.bytes()
-	if b[1] == recordVersion2 && !d.err {
-		if err := d.sections(r); err != nil {
-			return nil, err
+}
+
+// header3 reads the fields of a version 3 record up to the payload (see
+// Encode). A field the mask names must not be zero, so that a record has
+// one encoding; a mask bit this version does not know is refused.
+func (d *decoder) header3(r *Record) error {
+	mask := d.uvarint()
+	if mask&^fieldsKnown != 0 {
+		return fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", r.ID, mask&^fieldsKnown, ErrMalformed)
+	}
+	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
+	ints := []*int64{&r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
+	for i := range len(small) + len(ints) {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		var v uint64
+		if 1<<i == fieldDue {
+			delta, n := binary.Varint(d.b)
+			if n <= 0 || d.err {
+				d.err = true
+				return nil
+			}
+			d.b = d.b[n:]
+			due := r.Created + delta
+			if due < 1 || due > 1<<53 {
+				d.err = true
+			}
+			v = uint64(max(due, 0))
+		} else if v = d.uvarint(); v == 0 || v > 1<<53 {
+			d.err = true
+		}
+		if i < len(small) {
+			*small[i] = int(min(v, 1<<31))
+			if v >= 1<<31 {
+				d.err = true
+			}
+			continue
+		}
+		*ints[i-len(small)] = int64(v)
+	}
+	if mask&fieldWorker != 0 {
+		if r.Worker = string(d.bytes()); r.Worker == "" {
+			d.err = true
 		}
 	}
-	if d.err || len(d.b) != 0 {
-		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
+	if mask&fieldLastError != 0 {
+		if r.LastError = string(d.bytes()); r.LastError == "" {
+			d.err = true
+		}
 	}
-	if r.Payload == nil {
-		r.Payload = []byte{}
-	}
-	return r, nil
+	r.Queue = string(d.bytes())
+	r.Type = string(d.bytes())
+	return nil
 }
 
 type decoder struct {

@@ -47,8 +47,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		f.Add(enc)
 		f.Add(enc[:len(enc)-1])
 		f.Add(append(append([]byte{}, enc...), 0))
+		f.Add(encodeLegacy(r)) // as earlier releases stored it
 	}
-	for _, b := range []string{"", "B", "B\x01", "B\x01w", "B\x02w", "garbage", "B\x01z\x00",
+	for _, b := range []string{"", "B", "B\x01", "B\x01w", "B\x02w", "B\x03w", "B\x03w\x00", "garbage", "B\x01z\x00",
 		"B\x01w\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		f.Add([]byte(b))
 	}
