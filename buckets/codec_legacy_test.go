@@ -2,42 +2,23 @@ package buckets
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/hex"
 	"reflect"
 	"testing"
 )
 
-// encodeLegacy is Encode as earlier releases wrote records: version 1
-// (ten unsigned varints, queue, type, worker, last error, payload), or
-// version 2 (the same, then the trailing sections) when the record has
-// any. Tests use it to make the records an upgraded namespace holds.
-func encodeLegacy(r *Record) []byte {
-	sections := r.sections()
-	version := byte(recordVersion)
-	if len(sections) > 0 {
-		version = recordVersion2
-	}
-	b := []byte{recordMagic, version, byte(r.State)}
-	for _, v := range []int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
-		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline} {
-		b = binary.AppendUvarint(b, uint64(max(v, 0)))
-	}
-	for _, s := range []string{r.Queue, r.Type, r.Worker, r.LastError} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	b = append(b, r.Payload...)
-	for _, sec := range sections {
-		b = append(b, sec...)
-	}
-	return b
+// compact turns WriteCompactRecords on for the test.
+func compact(t *testing.T) {
+	WriteCompactRecords(true)
+	t.Cleanup(func() { WriteCompactRecords(false) })
 }
+
+func encodeLegacy(r *Record) []byte { return r.encodeLegacy() }
 
 // Records of earlier releases (versions 1 and 2) decode to the same
 // record as its version 3 encoding, and rewriting one writes version 3.
 func TestRecordLegacyDecode(t *testing.T) {
+	compact(t)
 	for i, r := range append(sampleRecords(), sample()) {
 		if r.Payload == nil {
 			r.Payload = []byte{}
@@ -92,7 +73,7 @@ func TestRecordVersion3Size(t *testing.T) {
 	r := &Record{ID: "x", Queue: "default", Type: "noop", Payload: []byte("abc"), State: StateWaiting,
 		MaxAttempts: 25, TimeoutMs: 1800000, Created: 1700000000000, Due: 1700003600000}
 	head := func(b []byte) int { return len(b) - len(r.Queue) - len(r.Type) - len(r.Payload) }
-	v1, v3 := encodeLegacy(r), r.Encode()
+	v1, v3 := encodeLegacy(r), r.encode3()
 	if v3[0] != 'B' || v3[1] != recordVersion3 || v3[2] != byte(StateWaiting) {
 		t.Fatalf("version 3 starts %q", v3[:3])
 	}
@@ -100,8 +81,8 @@ func TestRecordVersion3Size(t *testing.T) {
 		t.Fatalf("header of %d bytes, was %d", head(v3), head(v1))
 	}
 	run := sample()
-	if len(run.Encode()) >= len(encodeLegacy(run)) {
-		t.Fatalf("a running task's record grows: %d bytes, was %d", len(run.Encode()), len(encodeLegacy(run)))
+	if len(run.encode3()) >= len(encodeLegacy(run)) {
+		t.Fatalf("a running task's record grows: %d bytes, was %d", len(run.encode3()), len(encodeLegacy(run)))
 	}
 }
 
@@ -124,5 +105,27 @@ func TestRecordVersion3Rejects(t *testing.T) {
 	ok := []byte{'B', 3, 'w', fieldCreated | fieldDue, 10, 0, 1, 'q', 1, 't', 0} // due == created
 	if r, err := DecodeRecord("x", ok); err != nil || r.Due != 10 || r.Created != 10 {
 		t.Fatalf("due equal to created: %+v, %v", r, err)
+	}
+}
+
+// Encode writes what earlier releases read until WriteCompactRecords is
+// turned on, and version 3 after; both decode to the record.
+func TestWriteCompactRecords(t *testing.T) {
+	r := sample()
+	if b := r.Encode(); b[1] != recordVersion {
+		t.Fatalf("default: version %d, want %d", b[1], recordVersion)
+	}
+	compact(t)
+	b := r.Encode()
+	if b[1] != recordVersion3 {
+		t.Fatalf("compact: version %d, want %d", b[1], recordVersion3)
+	}
+	for i, r := range append(sampleRecords(), r) {
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		if got, err := DecodeRecord(r.ID, r.Encode()); err != nil || !reflect.DeepEqual(got, r) {
+			t.Fatalf("record %d decoded\n %+v, %v\nwant %+v", i, got, err, r)
+		}
 	}
 }

@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
 )
 
 // A generated id is 22 base62 digits, of the shape generatedID knows, and
@@ -137,5 +141,54 @@ func TestEnqueueIDs(t *testing.T) {
 	}
 	if err := c.Cancel(ctx, old); err != nil {
 		t.Fatalf("Cancel(%q): %v", old, err)
+	}
+}
+
+// Records are written in the format earlier releases read until
+// CompactRecords is set; then in the shorter one, which this release reads
+// like the other (a record of each is looked up and cancelled).
+func TestCompactRecords(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	conn := e.admin(t)
+	version := func(id string) byte {
+		b, err := redis.Bytes(conn.Do("GET", e.key("t:"+id)))
+		if err != nil || len(b) < 3 {
+			t.Fatalf("record of %s: %q, %v", id, b, err)
+		}
+		return b[1]
+	}
+	old, err := e.client(t).Enqueue(ctx, "job", []byte("x"), In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := version(old.ID); v != 1 {
+		t.Fatalf("default: record version %d, want 1 (what earlier releases read)", v)
+	}
+	t.Cleanup(func() { buckets.WriteCompactRecords(false) })
+	cfg := e.cfg
+	cfg.CompactRecords = true
+	c, err := NewClient(e.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu, err := c.Enqueue(ctx, "job", []byte("y"), In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := version(nu.ID); v != 3 {
+		t.Fatalf("CompactRecords: record version %d, want 3", v)
+	}
+	for _, ti := range []*TaskInfo{old, nu} {
+		got, err := c.Lookup(ctx, ti.ID)
+		if err != nil || !bytes.Equal(got.Payload, ti.Payload) || got.Due.UnixMilli() != ti.Due.UnixMilli() {
+			t.Fatalf("Lookup(%s) = %+v, %v; want %+v", ti.ID, got, err, ti)
+		}
+		if err := c.Cancel(ctx, ti.ID); err != nil {
+			t.Fatalf("Cancel(%s): %v", ti.ID, err)
+		}
+	}
+	if v := version(old.ID); v != 3 {
+		t.Errorf("a cancelled earlier-format record is rewritten as version %d, want 3", v)
 	}
 }
