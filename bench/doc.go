@@ -367,6 +367,7 @@ func writeMemoryBreakdown(p func(string, ...any), r *Report, names []string) {
 		p("\n")
 	}
 	if !found {
-		p("Not measured in this run (the breakdown needs `MEMORY USAGE`, Redis 4 or later).\n")
+		p("Not measured in this run (the breakdown needs `MEMORY USAGE`, Redis 4 or later).\n\n")
 	}
+	p("%s", memoryProse)
 }
