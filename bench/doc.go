@@ -253,6 +253,7 @@ func writeDoc(w io.Writer, r *Report, resultsPath, note string) error {
 			p("- %s: %s\n", d.Impl, d.Text)
 		}
 	}
+	writeMemoryBreakdown(p, r, names)
 	p("\n## Idle, command by command\n\n")
 	idle := false
 	for _, impl := range names {
@@ -309,4 +310,64 @@ func fmtRate(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.3g", v)
+}
+
+// writeMemoryBreakdown renders, per implementation that reported one, the
+// memory scenario's breakdown: bytes per task by part, a column per case.
+func writeMemoryBreakdown(p func(string, ...any), r *Report, names []string) {
+	p("\n## Memory, byte by byte\n\n")
+	found := false
+	for _, impl := range names {
+		var cases []*Result
+		for _, res := range r.Results {
+			if res.Scenario == "memory" && res.Impl == impl && res.Metric == "total" && res.Status == StatusOK && res.Detail["breakdown"] != nil {
+				cases = append(cases, res)
+			}
+		}
+		if len(cases) == 0 {
+			continue
+		}
+		found = true
+		p("**%s**: bytes per task, from `MEMORY USAGE` of every key of the namespace before and after (differences over the tasks scheduled):\n\n", impl)
+		p("| part |")
+		for _, c := range cases {
+			p(" %v |", c.Params["shape"])
+		}
+		p("\n| --- |%s\n", strings.Repeat(" --- |", len(cases)))
+		bd := make([]map[string]any, len(cases))
+		for i, c := range cases {
+			bd[i], _ = c.Detail["breakdown"].(map[string]any)
+		}
+		for _, row := range breakdownRows {
+			p("| %s |", row.Label)
+			for i := range cases {
+				per, _ := bd[i]["bytes_per_task"].(map[string]any)
+				v, ok := per[row.Key].(float64)
+				if !ok {
+					p(" - |")
+					continue
+				}
+				p(" %.1f |", v)
+			}
+			p("\n")
+		}
+		p("| **total** (payload included) |")
+		for _, c := range cases {
+			v, _ := median(c)
+			p(" **%.0f** |", v)
+		}
+		p("\n\nSizes behind them:\n\n")
+		for i, c := range cases {
+			b := bd[i]
+			f := func(k string) float64 { v, _ := b[k].(float64); return v }
+			p("- %v: records of %.1f bytes on average under key names of %.0f bytes; %.0f buckets of %.1f tasks on average, bucket key names of %.0f bytes, ids of %.0f bytes (%.0f bytes of `MEMORY USAGE` a bucket); %.0f index members of %.0f bytes (%.1f bytes of the index each).\n",
+				c.Params["shape"], f("record_bytes_avg"), f("record_key_name_avg"), f("buckets"), f("tasks_per_bucket"),
+				f("bucket_key_name_avg"), f("bucket_id_avg"), f("bucket_usage_avg"), f("index_members"), f("index_member_avg"), f("index_usage_per_member"))
+		}
+		p("\n")
+	}
+	if !found {
+		p("Not measured in this run (the breakdown needs `MEMORY USAGE`, Redis 4 or later).\n\n")
+	}
+	p("%s", memoryProse)
 }

@@ -53,3 +53,43 @@ Client and server share the machine's cores, so every rate is bounded by both pr
 together; on a machine shared with other work the spread (min–max) widens. A target missed is
 said so in the target table, with the figures that show it.
 `
+
+// memoryProse follows the memory breakdown tables: how to read them and
+// what the figures are made of. It holds no figure of a run.
+const memoryProse = `How to read it. ` + "`MEMORY USAGE`" + ` counts, for one key, its entry in the keyspace's hash
+table, the allocation of the key's name, the value's object header and the value's allocations
+(all the members of a list or ZSET with ` + "`SAMPLES 0`" + `). Allocations come in the allocator's size
+classes (jemalloc: 16, 32, 48, 64, 80, … 128, 160, 192, …), so a key or value grows in steps: a
+key name of up to 30 bytes takes a 32-byte block (a 1-byte header and a terminator), a longer one a
+3-byte header; a record takes the next class up from its length plus 4. A record key's row is the
+usage of a probe key of the same name length holding an integer (no value allocation), measured
+and deleted after the run; the record value's row is the rest of the record keys' usage. *rest* is
+what ` + "`used_memory`" + ` grew by beyond the keys' usage: the keyspace's hash table (8 bytes a slot,
+a power of two at least the number of keys, two tables while it grows) and allocator rounding that
+` + "`MEMORY USAGE`" + ` counts at the structures' sizes (a list's 40-byte header in a 48-byte block).
+
+What the figures are made of. In full buckets a task costs its record key and its entry in a
+bucket list (the id and two bytes). The record value is the payload (with the harness's task
+number) plus a header of queue, type, times and counts, rounded up to a size class: at this
+payload the header puts it one class above the payload alone, which is why
+` + "`compact_records`" + ` (ten header bytes less) leaves the figure as it is here while it saves about
+that much a task on average over payload sizes. The harness's namespace (` + "`bqb-<run>-<n>`" + `)
+makes each key name 11 bytes longer than the default ` + "`bq`" + `; with ` + "`bq`" + ` a record key's name
+(29 bytes) fits a 32-byte block instead of 48. In one-task buckets each task also pays for a list
+key of its own (entry, name, object header, and on Redis 7.0, which keeps every list as a
+quicklist, a quicklist header, a node and a listpack; from 7.2 a short list is one listpack, up to
+` + "`list-max-listpack-size`" + `, without the header and node) and for an index member (entry,
+skiplist node, the member's name, a slot of the ZSET's hash table). A shorter timestamp (7 base62
+digits instead of 13 decimal ones) would move a member like ` + "`default:<ts>`" + ` (21 bytes) to no
+smaller class, and a bucket key down by one class at most (8 bytes with the default namespace,
+none with the harness's), so bucket keys and members are unchanged: an earlier dispatcher could
+not read a second format. What would close the one-task gap is not keeping a list for a bucket of one task (an
+index member naming the task itself), a change of the dispatcher's move.
+
+On Redis 2.4 there is no ` + "`MEMORY USAGE`" + `, so no breakdown. There a list is one ziplist (an
+entry costs the id and two bytes) up to ` + "`list-max-ziplist-entries`" + ` (512) entries of at most
+` + "`list-max-ziplist-value`" + ` (64) bytes, and beyond that a linked list with a node, an object
+header and a string allocated per entry, several times the ziplist's cost: a bucket of more than 512
+tasks costs more a task on 2.4. The index ZSET is a ziplist up to ` + "`zset-max-ziplist-entries`" + `
+(128) members.
+`

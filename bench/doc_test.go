@@ -24,6 +24,8 @@ func TestRenderDoc(t *testing.T) {
 			res("e2e", "naive", "rate", e2e, 40000, nil),
 			res("idle", "engine", "commands", map[string]any{}, 0.5,
 				map[string]any{"window_seconds": 90.0, "commands_per_second": map[string]any{"blpop": 0.1, "setex": 0.1}}),
+			res("memory", "engine", "total", map[string]any{"shape": "spread"}, 400,
+				map[string]any{"breakdown": map[string]any{"bytes_per_task": map[string]any{"record_key": 88.0, "record_value": 160.0, "rest": 12.5}}}),
 		}}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "results.json")
@@ -45,6 +47,10 @@ func TestRenderDoc(t *testing.T) {
 		"| e2e no-op tasks/s, 64 handlers, engine vs asynq | ≥ 3× | not measured in this run | n/a |",
 		"0.5 commands/s over 90 s | met",
 		"| `BLPOP` | 0.1 |",
+		"| part | spread |",
+		"| record key: dict entry, key name (`t:<id>`), object header | 88.0 |",
+		"| index ZSET: the buckets' members | - |",
+		"| **total** (payload included) | **400** |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the page lacks %q", want)

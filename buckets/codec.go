@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -125,10 +126,29 @@ const (
 	recordMagic = 'B'
 	// recordVersion 1 ends with the payload. Version 2 has trailing
 	// sections after it, each a tag byte, a uvarint length and that many
-	// bytes; a record without any is written as version 1, so that a
-	// version-1 reader reads it.
+	// bytes. Version 3 (encode3) is written only when WriteCompactRecords
+	// is on; every version is read.
 	recordVersion  = 1
 	recordVersion2 = 2
+	recordVersion3 = 3
+)
+
+// Version 3 numeric fields, by their bit in the record's presence mask: a
+// field is stored only when it is not zero, in this order.
+const (
+	fieldAttempts = 1 << iota
+	fieldRecoveries
+	fieldRuns
+	fieldMaxAttempts
+	fieldTimeout
+	fieldCreated
+	fieldDue // zigzag of Due − Created
+	fieldStarted
+	fieldFinished
+	fieldDeadline
+	fieldWorker
+	fieldLastError
+	fieldsKnown = fieldLastError<<1 - 1
 )
 
 // Trailing section tags (version 2).
@@ -157,14 +177,38 @@ const (
 
 const flagSkipIfRunning = 1
 
-// Encode returns the stored form of r: a magic byte and version, the state,
-// unsigned varints for the numbers, and length-prefixed strings, payload
-// last, then (version 2) the trailing sections. It is compact because a
-// record is most of a task's memory.
+// Encode returns the stored form of r. Version 3 (see encode3) when
+// WriteCompactRecords is on; otherwise version 1, or version 2 when the
+// record has trailing sections, which every earlier release reads. A
+// record is most of a task's memory, so every form is compact: varints,
+// length-prefixed strings, the payload last.
 func (r *Record) Encode() []byte {
-	n := 2 + 1 + 9*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
-		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+	if compactRecords.Load() {
+		return r.encode3()
+	}
+	return r.encodeLegacy()
+}
+
+// compactRecords: Encode writes version 3 (WriteCompactRecords).
+var compactRecords atomic.Bool
+
+// WriteCompactRecords makes Encode, in this process, write version 3
+// records (on), whose header is about ten bytes shorter, or the version 1
+// and 2 records that earlier releases read (off, the default). This
+// release reads all three. Turn it on only once no process of an earlier
+// release runs against the namespace: such a process cannot read version
+// 3 and buries a record it meets as a dead letter holding the raw bytes.
+func WriteCompactRecords(on bool) { compactRecords.Store(on) }
+
+// encodeLegacy returns version 1: the magic byte, the version, the state,
+// ten unsigned varints (attempts, recoveries, runs, max attempts, timeout,
+// created, due, started, finished, deadline), the length-prefixed queue,
+// type, worker and last error, and the payload; version 2 when the record
+// has trailing sections, which follow.
+func (r *Record) encodeLegacy() []byte {
 	sections := r.sections()
+	n := 3 + 10*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
+		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
 	for _, sec := range sections {
 		n += len(sec)
 	}
@@ -179,6 +223,64 @@ func (r *Record) Encode() []byte {
 		b = binary.AppendUvarint(b, uint64(max(v, 0)))
 	}
 	for _, s := range []string{r.Queue, r.Type, r.Worker, r.LastError} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
+	b = append(b, r.Payload...)
+	for _, sec := range sections {
+		b = append(b, sec...)
+	}
+	return b
+}
+
+// encode3 returns version 3: the magic byte 'B', the version, the state,
+// a uvarint mask of the numeric and text fields that are not zero (field*
+// bits), those fields in bit order (unsigned varints, Due as the zigzag
+// varint of Due − Created, Worker and LastError length-prefixed), then the
+// length-prefixed queue, type and payload, then the trailing sections
+// (see sections). A field at zero takes no byte: a waiting task's header
+// is about 30 bytes where version 1's is 40.
+func (r *Record) encode3() []byte {
+	n := 3 + 12*binary.MaxVarintLen64 +
+		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+	sections := r.sections()
+	for _, sec := range sections {
+		n += len(sec)
+	}
+	nums := [...]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
+		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
+	var mask uint64
+	for i, v := range nums {
+		if v > 0 {
+			mask |= 1 << i
+		}
+	}
+	if r.Worker != "" {
+		mask |= fieldWorker
+	}
+	if r.LastError != "" {
+		mask |= fieldLastError
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recordMagic, recordVersion3, byte(r.State))
+	b = binary.AppendUvarint(b, mask)
+	for i, v := range nums {
+		switch {
+		case mask&(1<<i) == 0:
+		case 1<<i == fieldDue:
+			b = binary.AppendVarint(b, v-max(r.Created, 0))
+		default:
+			b = binary.AppendUvarint(b, uint64(v))
+		}
+	}
+	for _, s := range []string{r.Worker, r.LastError} {
+		if s != "" {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
+	for _, s := range []string{r.Queue, r.Type} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -250,22 +352,46 @@ func (r *Record) encodeMetadata() []byte {
 	return append(out, body...)
 }
 
-// DecodeRecord parses a stored record; id is taken from the key. Any
-// input that is not a record Encode made yields an error wrapping
-// ErrMalformed, never a panic.
+// DecodeRecord parses a stored record of any version; id is taken from
+// the key. Any input that is not a record Encode made (in this release or
+// an earlier one) yields an error wrapping ErrMalformed, never a panic.
 func DecodeRecord(id string, b []byte) (*Record, error) {
-	d := decoder{b: b}
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] != recordVersion && b[1] != recordVersion2 {
+	if b[1] != recordVersion && b[1] != recordVersion2 && b[1] != recordVersion3 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
 	}
 	r := &Record{ID: id, State: State(b[2])}
 	if !r.State.valid() {
 		return nil, fmt.Errorf("buckets: task %s: state %q unknown: %w", id, b[2], ErrMalformed)
 	}
-	d.b = b[3:]
+	d := decoder{b: b[3:]}
+	if b[1] == recordVersion3 {
+		if err := d.header3(r); err != nil {
+			return nil, err
+		}
+	} else {
+		d.header1(r)
+	}
+	r.Payload = d.bytes()
+	if b[1] != recordVersion && !d.err {
+		if err := d.sections(r); err != nil {
+			return nil, err
+		}
+	}
+	if d.err || len(d.b) != 0 {
+		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	return r, nil
+}
+
+// header1 reads the fields of a version 1 or 2 record up to the payload:
+// the ten numbers, then queue, type, worker and last error.
+func (d *decoder) header1(r *Record) {
 	ints := []*int64{nil, nil, nil, nil, &r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
 	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
 	for i := range ints {
@@ -286,19 +412,60 @@ func DecodeRecord(id string, b []byte) (*Record, error) {
 	r.Type = string(d.bytes())
 	r.Worker = string(d.bytes())
 	r.LastError = string(d.bytes())
-	r.Payload = d.bytes()
-	if b[1] == recordVersion2 && !d.err {
-		if err := d.sections(r); err != nil {
-			return nil, err
+}
+
+// header3 reads the fields of a version 3 record up to the payload (see
+// Encode). A field the mask names must not be zero, so that a record has
+// one encoding; a mask bit this version does not know is refused.
+func (d *decoder) header3(r *Record) error {
+	mask := d.uvarint()
+	if mask&^fieldsKnown != 0 {
+		return fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", r.ID, mask&^fieldsKnown, ErrMalformed)
+	}
+	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
+	ints := []*int64{&r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
+	for i := range len(small) + len(ints) {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		var v uint64
+		if 1<<i == fieldDue {
+			delta, n := binary.Varint(d.b)
+			if n <= 0 || d.err {
+				d.err = true
+				return nil
+			}
+			d.b = d.b[n:]
+			due := r.Created + delta
+			if due < 1 || due > 1<<53 {
+				d.err = true
+			}
+			v = uint64(max(due, 0))
+		} else if v = d.uvarint(); v == 0 || v > 1<<53 {
+			d.err = true
+		}
+		if i < len(small) {
+			*small[i] = int(min(v, 1<<31))
+			if v >= 1<<31 {
+				d.err = true
+			}
+			continue
+		}
+		*ints[i-len(small)] = int64(v)
+	}
+	if mask&fieldWorker != 0 {
+		if r.Worker = string(d.bytes()); r.Worker == "" {
+			d.err = true
 		}
 	}
-	if d.err || len(d.b) != 0 {
-		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
+	if mask&fieldLastError != 0 {
+		if r.LastError = string(d.bytes()); r.LastError == "" {
+			d.err = true
+		}
 	}
-	if r.Payload == nil {
-		r.Payload = []byte{}
-	}
-	return r, nil
+	r.Queue = string(d.bytes())
+	r.Type = string(d.bytes())
+	return nil
 }
 
 type decoder struct {

@@ -7,17 +7,17 @@ import (
 	"testing"
 )
 
-// TestRecordMetadataVersions: a record without metadata is written as
-// version 1, exactly as before metadata existed; one with metadata as
-// version 2, which decodes to the same record.
+// TestRecordMetadataVersions: earlier releases wrote a record without
+// metadata as version 1, one with metadata as version 2; both decode, the
+// latter to the same record.
 func TestRecordMetadataVersions(t *testing.T) {
 	r := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
-	v1 := r.Encode()
+	v1 := encodeLegacy(r)
 	if v1[1] != 1 {
 		t.Fatalf("record without metadata written as version %d, want 1", v1[1])
 	}
 	r.Metadata = map[string]string{"b": "2", "a": "1"}
-	v2 := r.Encode()
+	v2 := encodeLegacy(r)
 	if v2[1] != 2 || !bytes.HasPrefix(v2[2:], v1[2:]) {
 		t.Fatalf("record with metadata: version %d, and its first part should be the version-1 record", v2[1])
 	}
@@ -49,7 +49,7 @@ func TestRecordUnknownSectionKept(t *testing.T) {
 }
 
 func TestRecordMetadataMalformed(t *testing.T) {
-	base := (&Record{ID: "x", Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting}).Encode()
+	base := encodeLegacy(&Record{ID: "x", Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting})
 	base[1] = 2
 	for name, tail := range map[string][]byte{
 		"duplicate section": {'m', 4, 1, 1, 'k', 0, 'm', 4, 1, 1, 'j', 0},

@@ -33,7 +33,7 @@ func TestDecodeRejects(t *testing.T) {
 	good := sample().Encode()
 	for name, b := range map[string][]byte{
 		"empty": nil, "magic": append([]byte{'X'}, good[1:]...), "version": append([]byte{'B', 9}, good[2:]...),
-		"state": append([]byte{'B', 1, 'z'}, good[3:]...), "truncated": good[:len(good)-1],
+		"state": append([]byte{'B', 3, 'z'}, good[3:]...), "truncated": good[:len(good)-1],
 		"trailing": append(append([]byte{}, good...), 0), "json": []byte(`{"id":1}`),
 	} {
 		if _, err := DecodeRecord("id", b); !errors.Is(err, ErrMalformed) {
@@ -65,19 +65,19 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestRecordVersion2: a record with a periodic field is written as
-// version 2 (version 1 plus the trailing section), one without as version
-// 1; both decode, and a trailing section that is out of order, empty or
+// TestRecordVersion2: earlier releases wrote a record with a periodic
+// field as version 2 (version 1 plus the trailing section), one without as
+// version 1; both decode, and a trailing section that is out of order, empty or
 // unknown is malformed.
 func TestRecordVersion2(t *testing.T) {
 	plain := &Record{Queue: "q", Type: "t", Payload: []byte("x"), State: StateWaiting}
-	v1 := plain.Encode()
+	v1 := encodeLegacy(plain)
 	if v1[1] != 1 {
 		t.Fatalf("a record without optional fields is version %d", v1[1])
 	}
 	withP := *plain
 	withP.Periodic, withP.SkipIfRunning = "e", true
-	v2 := withP.Encode()
+	v2 := encodeLegacy(&withP)
 	if v2[1] != 2 || !bytes.Equal(v2[2:len(v1)], v1[2:]) {
 		t.Fatalf("version 2 is not version 1 plus a trailer: %q vs %q", v2, v1)
 	}

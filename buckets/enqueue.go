@@ -18,7 +18,7 @@ import (
 // to the resolution.
 //
 // chosen lists the ids among recs that the caller chose (the others are
-// fresh UUIDs). When there are none, Enqueue reads nothing and watches
+// freshly generated). When there are none, Enqueue reads nothing and watches
 // nothing: one round trip. Otherwise the check that they are free and the
 // write are one optimistic transaction:
 //

@@ -47,8 +47,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		f.Add(enc)
 		f.Add(enc[:len(enc)-1])
 		f.Add(append(append([]byte{}, enc...), 0))
+		f.Add(r.encode3())
 	}
-	for _, b := range []string{"", "B", "B\x01", "B\x01w", "B\x02w", "garbage", "B\x01z\x00",
+	for _, b := range []string{"", "B", "B\x01", "B\x01w", "B\x02w", "B\x03w", "B\x03w\x00", "garbage", "B\x01z\x00",
 		"B\x01w\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		f.Add([]byte(b))
 	}
@@ -66,16 +67,18 @@ func FuzzDecodeRecord(f *testing.F) {
 		if r.ID != "id" || r.Payload == nil {
 			t.Fatalf("decoded record: id %q, payload nil %v", r.ID, r.Payload == nil)
 		}
-		enc := r.Encode()
-		r2, err := DecodeRecord("id", enc)
-		if err != nil {
-			t.Fatalf("re-encoded record does not decode: %v\ninput %q\nencoded %q", err, b, enc)
-		}
-		if !reflect.DeepEqual(r, r2) {
-			t.Fatalf("round trip changed the record:\n first %+v\nsecond %+v", r, r2)
-		}
-		if enc2 := r2.Encode(); !bytes.Equal(enc, enc2) {
-			t.Fatalf("encoding is not stable:\n%q\n%q", enc, enc2)
+		for _, encode := range []func(*Record) []byte{(*Record).encodeLegacy, (*Record).encode3} {
+			enc := encode(r)
+			r2, err := DecodeRecord("id", enc)
+			if err != nil {
+				t.Fatalf("re-encoded record does not decode: %v\ninput %q\nencoded %q", err, b, enc)
+			}
+			if !reflect.DeepEqual(r, r2) {
+				t.Fatalf("round trip changed the record:\n first %+v\nsecond %+v", r, r2)
+			}
+			if enc2 := encode(r2); !bytes.Equal(enc, enc2) {
+				t.Fatalf("encoding is not stable:\n%q\n%q", enc, enc2)
+			}
 		}
 	})
 }

@@ -21,6 +21,12 @@ type Config struct {
 	Resolution time.Duration
 	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
 	MaxPayload int
+	// CompactRecords writes task records in the shorter format of this
+	// release (about ten bytes a task less), in this whole process once any
+	// of its parts is built with it (buckets.WriteCompactRecords). Off by
+	// default, because earlier releases cannot read it: turn it on once
+	// every process on the namespace runs this release or a later one.
+	CompactRecords bool
 
 	// DefaultQueue is the queue of a task enqueued without Queue().
 	// Default "default".
@@ -402,6 +408,9 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 		return c, nil, err
 	}
 	c = c.withDefaults()
+	if c.CompactRecords {
+		buckets.WriteCompactRecords(true)
+	}
 	st, err := buckets.NewLaneStore(c.Namespace, c.lane.index, c.Resolution.Milliseconds())
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)

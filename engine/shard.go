@@ -8,7 +8,6 @@ import (
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
-	"github.com/google/uuid"
 )
 
 // Shards places a namespace's lanes (logical shards) on Redis servers,
@@ -82,8 +81,9 @@ const laneSep = "~"
 
 // LaneOf returns the lane of task id in a namespace of lanes lanes, as
 // every sharded call routes it: a generated id ends with "~k", its lane;
-// a canonical UUID (an id generated before the namespace had lanes) is
-// in lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
+// a generated id without it (22 base62 digits, or a canonical UUID from an
+// earlier release: an id generated before the namespace had lanes) is in
+// lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
 // may pick a lane for its own id by ending it with "~k". A reply task
 // ("<id>~r<run>.<finished>", ReplyToQueue) is in the lane of <id>.
 func LaneOf(id string, lanes int) int {
@@ -96,10 +96,8 @@ func LaneOf(id string, lanes int) int {
 			return k
 		}
 	}
-	if len(id) == 36 {
-		if _, err := uuid.Parse(id); err == nil {
-			return 0
-		}
+	if generatedID(id) {
+		return 0
 	}
 	return hashLane(id, lanes)
 }
@@ -143,9 +141,9 @@ func hashLane(s string, lanes int) int {
 // laneTaskID returns a new random id in lane k of lanes lanes.
 func laneTaskID(k, lanes int) string {
 	if lanes <= 1 {
-		return uuid.NewString()
+		return newID()
 	}
-	return uuid.NewString() + laneSep + strconv.Itoa(k)
+	return newID() + laneSep + strconv.Itoa(k)
 }
 
 // ShardKey picks the task's lane in a sharded client by hashing key, so

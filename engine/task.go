@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/google/uuid"
 )
 
 // Task is what a handler is given: one run of one task.
@@ -130,7 +129,7 @@ type optionFunc func(*taskOptions) error
 
 func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 
-// TaskID gives the task the caller's own id instead of a random UUID,
+// TaskID gives the task the caller's own id instead of a random one,
 // which makes Enqueue safe to retry: if the id exists, nothing is written
 // and the error matches ErrTaskExists. After an error matching
 // ErrUncertain (the reply to the write was lost) retry with the same id:
@@ -310,7 +309,7 @@ func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Opt
 	}
 	id := o.id
 	if id == "" {
-		id = uuid.NewString()
+		id = newID()
 	}
 	r = &buckets.Record{
 		ID: id, Queue: o.queue, Type: typ, Payload: payload,

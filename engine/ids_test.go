@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// A generated id is 22 base62 digits, of the shape generatedID knows, and
+// 10,000 of them are distinct.
+func TestNewIDFormat(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := newID()
+		if len(id) != idLen {
+			t.Fatalf("%q: %d characters, want %d", id, len(id), idLen)
+		}
+		for i := 0; i < len(id); i++ {
+			if !strings.ContainsRune(base62, rune(id[i])) {
+				t.Fatalf("%q: %q is not a base62 digit", id, id[i])
+			}
+		}
+		if !generatedID(id) {
+			t.Fatalf("%q is not recognised as generated", id)
+		}
+		if err := ValidateID(id); err != nil {
+			t.Fatalf("%q: %v", id, err)
+		}
+		if seen[id] {
+			t.Fatalf("%q generated twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+// encodeID is the base62 spelling of the 128-bit number, as math/big has it.
+func TestEncodeID(t *testing.T) {
+	var cases [][16]byte
+	cases = append(cases, [16]byte{}, [16]byte{15: 61}, [16]byte{15: 62})
+	var ones [16]byte
+	for i := range ones {
+		ones[i] = 0xff
+	}
+	cases = append(cases, ones)
+	for range 1000 {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		cases = append(cases, b)
+	}
+	for _, b := range cases {
+		want := new(big.Int).SetBytes(b[:]).Text(62)
+		// big's base 62 digits are 0-9a-zA-Z; this package's 0-9A-Za-z.
+		want = strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z':
+				return r - 'a' + 'A'
+			case r >= 'A' && r <= 'Z':
+				return r - 'A' + 'a'
+			}
+			return r
+		}, want)
+		want = strings.Repeat("0", idLen-len(want)) + want
+		if got := encodeID(b); got != want {
+			t.Fatalf("encodeID(%x) = %q, want %q", b, got, want)
+		}
+	}
+}
+
+// The digits of the largest and smallest 128-bit values bound the first
+// digit that generatedID accepts.
+func TestGeneratedIDShapes(t *testing.T) {
+	for id, want := range map[string]bool{
+		"0000000000000000000000":               true,
+		"7n42DGM5Tflk9n8mt7Fhc7":               true, // 2^128 − 1
+		"8000000000000000000000":               false,
+		"0000000000000000000-00":               false,
+		"000000000000000000000":                false,
+		"0f8fad5b-d9cb-469f-a165-70867728950e": true, // an id of an earlier release
+		"0f8fad5b-d9cb-469f-a165-70867728950x": false,
+		"order-7":                              false,
+	} {
+		if got := generatedID(id); got != want {
+			t.Errorf("generatedID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+// Lanes: a generated id without a lane suffix is in lane 0, whichever its
+// form (this release's or an earlier release's UUID); with "~k" in lane k;
+// a reply task in its parent's lane.
+func TestLaneOfGeneratedIDs(t *testing.T) {
+	for range 100 {
+		id := newID()
+		if got := LaneOf(id, 8); got != 0 {
+			t.Fatalf("%q: lane %d, want 0", id, got)
+		}
+		if got := LaneOf(id+"~5", 8); got != 5 {
+			t.Fatalf("%q~5: lane %d", id, got)
+		}
+		if got := LaneOf(id+"~5~r1.17", 8); got != 5 {
+			t.Fatalf("reply of %q~5: lane %d", id, got)
+		}
+		if id := laneTaskID(3, 8); LaneOf(id, 8) != 3 || !generatedID(strings.TrimSuffix(id, "~3")) {
+			t.Fatalf("laneTaskID(3, 8) = %q", id)
+		}
+	}
+	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e", 8); got != 0 {
+		t.Errorf("an earlier release's UUID: lane %d, want 0", got)
+	}
+}
+
+// Enqueue gives a task a short id; a task with an earlier release's id (a
+// UUID, given here with TaskID) is found, cancelled and reported like any.
+func TestEnqueueIDs(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	ti, err := c.Enqueue(ctx, "job", []byte("x"), In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ti.ID) != idLen || !generatedID(ti.ID) {
+		t.Errorf("generated id %q: want %d base62 digits", ti.ID, idLen)
+	}
+	if got, err := c.Lookup(ctx, ti.ID); err != nil || got.ID != ti.ID {
+		t.Fatalf("Lookup(%q) = %v, %v", ti.ID, got, err)
+	}
+	const old = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	if _, err := c.Enqueue(ctx, "job", []byte("y"), TaskID(old), In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Lookup(ctx, old); err != nil || got.ID != old || string(got.Payload) != "y" {
+		t.Fatalf("Lookup(%q) = %v, %v", old, got, err)
+	}
+	if err := c.Cancel(ctx, old); err != nil {
+		t.Fatalf("Cancel(%q): %v", old, err)
+	}
+}
+
+// Records are written in the format earlier releases read until
+// CompactRecords is set; then in the shorter one, which this release reads
+// like the other (a record of each is looked up and cancelled).
+func TestCompactRecords(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	conn := e.admin(t)
+	version := func(id string) byte {
+		b, err := redis.Bytes(conn.Do("GET", e.key("t:"+id)))
+		if err != nil || len(b) < 3 {
+			t.Fatalf("record of %s: %q, %v", id, b, err)
+		}
+		return b[1]
+	}
+	old, err := e.client(t).Enqueue(ctx, "job", []byte("x"), In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := version(old.ID); v != 1 {
+		t.Fatalf("default: record version %d, want 1 (what earlier releases read)", v)
+	}
+	t.Cleanup(func() { buckets.WriteCompactRecords(false) })
+	cfg := e.cfg
+	cfg.CompactRecords = true
+	c, err := NewClient(e.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu, err := c.Enqueue(ctx, "job", []byte("y"), In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := version(nu.ID); v != 3 {
+		t.Fatalf("CompactRecords: record version %d, want 3", v)
+	}
+	for _, ti := range []*TaskInfo{old, nu} {
+		got, err := c.Lookup(ctx, ti.ID)
+		if err != nil || !bytes.Equal(got.Payload, ti.Payload) || got.Due.UnixMilli() != ti.Due.UnixMilli() {
+			t.Fatalf("Lookup(%s) = %+v, %v; want %+v", ti.ID, got, err, ti)
+		}
+		if err := c.Cancel(ctx, ti.ID); err != nil {
+			t.Fatalf("Cancel(%s): %v", ti.ID, err)
+		}
+	}
+	if v := version(old.ID); v != 3 {
+		t.Errorf("a cancelled earlier-format record is rewritten as version %d, want 3", v)
+	}
+}
