@@ -59,7 +59,9 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // the concatenation of their writes in one MULTI/EXEC.
 //
 //	WATCH   t:<id1> … t:<idn> paused
-//	read    GET t:<id> (each), SISMEMBER paused q
+//	read    MGET t:<id1> … t:<idn>, SISMEMBER paused q (one round trip;
+//	        GET t:<id> again for an id MGET answers nil, which tells a
+//	        missing record from a key of another type)
 //	queue   per id, Claim's writes for what its record says, coalesced
 //	        as FinishGroup's
 //
@@ -85,23 +87,27 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	recs := make([]*Record, len(ids))
 	results := make([]ClaimResult, len(ids))
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
-		for i, id := range ids {
+		for i := range ids {
 			recs[i], results[i] = nil, Skipped
-			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
-				return err
-			}
+		}
+		if err := s.sendRecords(tx, ids, false); err != nil {
+			return err
 		}
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
 			return err
 		}
-		reps, err := tx.Flush()
+		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(reps) != len(ids)+1 {
-			return fmt.Errorf("%d replies to %d reads", len(reps), len(ids)+1)
+		if len(got) != 2 {
+			return fmt.Errorf("%d replies to 2 reads", len(got))
 		}
-		paused, err := redis.Int(reps[len(ids)], nil)
+		paused, err := redis.Int(got[1], nil)
+		if err != nil {
+			return err
+		}
+		reps, _, err := s.recordReplies(tx, ids, false, got[0])
 		if err != nil {
 			return err
 		}
@@ -164,12 +170,15 @@ type FinishResult struct {
 // optimistic transaction: the concatenation of each run's Finish writes,
 // built by the same per-task function (finishWrites).
 //
-// WATCH   t:<id> for each item, and each item's Watch keys
-// read    GET t:<id> (each; must be running under w, its run number)
-// queue   per item that is this run's, Finish's writes, coalesced: the
-//
-//	counter increments of one hash summed, the ZREMs of one sorted
-//	set joined (see coalesce)
+//	WATCH   t:<id> for each item (and cw:<id> when a success may leave
+//	        the completion list out: skipsCompletion), and each item's
+//	        Watch keys
+//	read    MGET t:<id>... [cw:<id>...] (each record must be running
+//	        under w, its run number; GET t:<id> again for an id MGET
+//	        answers nil)
+//	queue   per item that is this run's, Finish's writes, coalesced: the
+//	        counter increments of one hash summed, the ZREMs of one sorted
+//	        set joined (see coalesce)
 //
 // A change to any watched key before EXEC makes the whole group read and
 // decide again. An item whose record is not this run's, or cannot be
@@ -180,25 +189,35 @@ type FinishResult struct {
 // once: before EXEC every task is still running in p:<w> (the reaper
 // returns it when its lease ends), after it every result is recorded.
 func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []FinishItem, doneTTL int64) ([]FinishResult, error) {
-	watch := make([]string, 0, len(items))
-	for _, it := range items {
+	marks := s.skipsCompletion(doneTTL)
+	watch := make([]string, 0, 2*len(items))
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
 		watch = append(watch, s.Keys.Task(it.ID))
+		if marks {
+			watch = append(watch, s.Keys.Waiter(it.ID))
+		}
 		watch = append(watch, it.Watch...)
 	}
 	res := make([]FinishResult, len(items))
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
-		for i, it := range items {
+		for i := range items {
 			res[i] = FinishResult{}
-			if err := tx.Send("GET", s.Keys.Task(it.ID)); err != nil {
-				return err
-			}
 		}
-		reps, err := tx.Flush()
+		if err := s.sendRecords(tx, ids, marks); err != nil {
+			return err
+		}
+		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(reps) != len(items) {
-			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
+		if len(got) != 1 {
+			return fmt.Errorf("%d replies to 1 read", len(got))
+		}
+		reps, waited, err := s.recordReplies(tx, ids, marks, got[0])
+		if err != nil {
+			return err
 		}
 		seen := make(map[string]bool, len(items))
 		views := FlowViews{} // the groups of workflow members, shared by the items
@@ -234,7 +253,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			if err := s.flowRead(tx, r, views); err != nil {
 				return err
 			}
-			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, it.Decide)
+			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, waited[i] || !marks, it.Decide)
 			if err != nil {
 				return err
 			}

@@ -71,7 +71,7 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		)
 		held := func() (string, bool, error) {
 			var reps []interface{}
-			r, out, reps, err = w.store.FinishHeld(ctx, c.held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
+			r, out, reps, err = w.store.FinishHeld(ctx, c.held, w.id, rec, c.waited, ms(now), w.cfg.doneTTL(), decide, pop)
 			if pop == nil {
 				return "", false, nil
 			}
