@@ -325,21 +325,29 @@ func (b *batchState) flush(tx queuer, key string) {
 func coalesce(cmds cmdList) cmdList {
 	out := make(cmdList, 0, len(cmds))
 	// last: per key, the last command in out that touches it; open: per
-	// key+name(+field), a command later ones of the same kind may join.
-	last := map[string]int{}
-	open := map[string]int{}
+	// name+key(+field), a command later ones of the same kind may join.
+	// A command is kept as given (its Args are not copied): a merge builds
+	// new Args for the command it joins, never changing a caller's.
+	type mergeKey struct{ name, key, field string }
+	last := make(map[string]int, len(cmds))
+	open := make(map[mergeKey]int)
+	var owned []bool // per command of out: its Args were built here
 	for _, c := range cmds {
 		key, _ := c.Args[0].(string)
-		mk := ""
+		var mk mergeKey
 		switch c.Name {
 		case "HINCRBY":
 			if len(c.Args) == 3 {
-				mk = "HINCRBY\x00" + key + "\x00" + fmt.Sprint(c.Args[1])
+				field, ok := c.Args[1].(string)
+				if !ok {
+					field = fmt.Sprint(c.Args[1])
+				}
+				mk = mergeKey{c.Name, key, field}
 			}
 		case "ZADD", "ZREM":
-			mk = c.Name + "\x00" + key
+			mk = mergeKey{name: c.Name, key: key}
 		}
-		if mk != "" {
+		if mk.name != "" {
 			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
 				if c.Name == "HINCRBY" {
 					a, aok := toInt64(out[j].Args[2])
@@ -349,14 +357,19 @@ func coalesce(cmds cmdList) cmdList {
 						continue
 					}
 				} else {
-					out[j].Args = append(append([]interface{}{}, out[j].Args...), c.Args[1:]...)
+					if !owned[j] {
+						out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(c.Args)), out[j].Args...)
+						owned[j] = true
+					}
+					out[j].Args = append(out[j].Args, c.Args[1:]...)
 					continue
 				}
 			}
 		}
-		out = append(out, txn.Cmd{Name: c.Name, Args: append([]interface{}{}, c.Args...)})
+		out = append(out, c)
+		owned = append(owned, false)
 		last[key] = len(out) - 1
-		if mk != "" {
+		if mk.name != "" {
 			open[mk] = len(out) - 1
 		}
 	}
