@@ -58,12 +58,14 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // reads them in one round trip, decides each id as Claim does and sends
 // the concatenation of their writes in one MULTI/EXEC.
 //
-//	WATCH   t:<id1> … t:<idn> paused
-//	read    MGET t:<id1> … t:<idn>, SISMEMBER paused q (one round trip;
-//	        GET t:<id> again for an id MGET answers nil, which tells a
-//	        missing record from a key of another type)
+//	WATCH   t:<id1> … t:<idn> paused f:<w>
+//	read    MGET t:<id1> … t:<idn>, SISMEMBER paused q, LRANGE f:<w> 0
+//	        n-1 (one round trip; GET t:<id> again for an id MGET answers
+//	        nil, which tells a missing record from a key of another type)
 //	queue   per id, Claim's writes for what its record says, coalesced
-//	        as FinishGroup's
+//	        as FinishGroup's; when the ids are the n entries at the head
+//	        of f:<w> (nothing pushed there since PopMany took them), one
+//	        LTRIM f:<w> n -1 instead of their n LREM f:<w> 1 id
 //
 // An id popped twice (a duplicate in the ready list) is decided once; its
 // second copy is Skipped. A change to any of the records before EXEC makes
@@ -79,11 +81,12 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	if len(cs) != len(ids) {
 		return nil, nil, fmt.Errorf("buckets: claim batch: %d claim states for %d ids", len(cs), len(ids))
 	}
-	watch := make([]string, 0, len(ids)+1)
+	inflight := s.Keys.Inflight(w)
+	watch := make([]string, 0, len(ids)+2)
 	for _, id := range ids {
 		watch = append(watch, s.Keys.Task(id))
 	}
-	watch = append(watch, s.Keys.Paused())
+	watch = append(watch, s.Keys.Paused(), inflight)
 	recs := make([]*Record, len(ids))
 	results := make([]ClaimResult, len(ids))
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
@@ -96,13 +99,17 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
 			return err
 		}
+		if err := tx.Send("LRANGE", inflight, 0, len(ids)-1); err != nil {
+			return err
+		}
 		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(got) != 2 {
-			return fmt.Errorf("%d replies to 2 reads", len(got))
+		if len(got) != 3 {
+			return fmt.Errorf("%d replies to 3 reads", len(got))
 		}
+		atHead := popHead(got[2], ids)
 		paused, err := redis.Int(got[1], nil)
 		if err != nil {
 			return err
@@ -130,6 +137,9 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 			}
 		}
 		batch.flush(&writes, s.Keys.Ready(q))
+		if atHead {
+			writes = trimInflight(writes, inflight, len(ids))
+		}
 		for _, c := range coalesce(writes) {
 			tx.Queue(c.Name, c.Args...)
 		}
@@ -139,6 +149,49 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", len(ids), err)
 	}
 	return recs, results, nil
+}
+
+// popHead reports whether rep, the reply to LRANGE f:<w> 0 n-1, is ids
+// as PopMany left them: the last popped at the head (RPOPLPUSH pushes
+// there), so the n entries at the head are exactly the batch's.
+func popHead(rep interface{}, ids []string) bool {
+	head, err := redis.Strings(rep, asError(rep))
+	if err != nil || len(head) != len(ids) {
+		return false
+	}
+	for i, id := range ids {
+		if head[len(ids)-1-i] != id {
+			return false
+		}
+	}
+	return true
+}
+
+// trimInflight replaces, in a batch claim's writes, the n LREM f:<w> 1 id
+// (one per id of the batch, whatever its claim decided) with one LTRIM
+// f:<w> n -1, for a batch whose ids are the n entries at the head of the
+// in-flight list (popHead, read under WATCH f:<w>: EXEC fails if the list
+// changed since). Writes with another count of LREMs are returned as
+// they are.
+func trimInflight(writes cmdList, inflight string, n int) cmdList {
+	lrems := 0
+	for _, c := range writes {
+		if c.Name == "LREM" && c.Args[0] == inflight {
+			lrems++
+		}
+	}
+	if lrems != n {
+		return writes
+	}
+	out := make(cmdList, 0, len(writes)-n+1)
+	for _, c := range writes {
+		if c.Name == "LREM" && c.Args[0] == inflight {
+			continue
+		}
+		out = append(out, c)
+	}
+	out.Queue("LTRIM", inflight, n, -1)
+	return out
 }
 
 // FinishItem is one run's result for FinishGroup.
