@@ -217,7 +217,9 @@ func (f *finisher) logOutcome(r *buckets.Record, out buckets.Outcome, herr error
 	w.observeOutcome(r, out, herr)
 	// The attributes only for an outcome that is logged: a success is
 	// not, and this runs once per task.
-	attrs := func() []any { return []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts} }
+	attrs := func() []any {
+		return []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts}
+	}
 	switch out {
 	case buckets.Done:
 		w.processed.Add(1)
