@@ -254,6 +254,10 @@ func writeDoc(w io.Writer, r *Report, resultsPath, note string) error {
 		}
 	}
 	writeMemoryBreakdown(p, r, names)
+	p("\n## End to end, command by command\n\n")
+	if !writeE2ECommands(p, r, names) {
+		p("Not measured in this run (or the server has no `INFO commandstats`).\n\n")
+	}
 	p("\n## Idle, command by command\n\n")
 	idle := false
 	for _, impl := range names {
@@ -370,4 +374,74 @@ func writeMemoryBreakdown(p func(string, ...any), r *Report, names []string) {
 		p("Not measured in this run (the breakdown needs `MEMORY USAGE`, Redis 4 or later).\n\n")
 	}
 	p("%s", memoryProse)
+}
+
+// writeE2ECommands writes, for each handler count of the e2e scenario,
+// the commands Redis executed per task by each design, command by
+// command, with the totals and the round trips per task; false when no
+// e2e result carries the figures.
+func writeE2ECommands(p func(string, ...any), r *Report, names []string) bool {
+	wrote := false
+	for _, hs := range r.intParams("e2e", "handlers") {
+		want := map[string]any{"handlers": hs}
+		per := map[string]map[string]any{}
+		var impls []string
+		for _, impl := range names {
+			res := r.find("e2e", impl, "commands_per_task", want)
+			if res == nil || res.Status != StatusOK || res.Detail == nil {
+				continue
+			}
+			m, _ := res.Detail["commands_per_task_by_command"].(map[string]any)
+			if len(m) == 0 {
+				continue
+			}
+			per[impl] = m
+			impls = append(impls, impl)
+		}
+		if len(impls) == 0 {
+			continue
+		}
+		wrote = true
+		p("**%d handlers**: commands Redis executed per task, from the first enqueue to the last handler call (`INFO commandstats` deltas over the tasks, last run; `INFO` left out). A design's figure is the client CPU and the server work each task costs; a pipeline or a `MULTI` block still sends each command.\n\n", hs)
+		seen := map[string]float64{}
+		for _, impl := range impls {
+			for c, v := range per[impl] {
+				f, _ := v.(float64)
+				seen[c] = max(seen[c], f)
+			}
+		}
+		var cmds []string
+		for c := range seen {
+			cmds = append(cmds, c)
+		}
+		sort.Slice(cmds, func(i, j int) bool {
+			return seen[cmds[i]] > seen[cmds[j]] || (seen[cmds[i]] == seen[cmds[j]] && cmds[i] < cmds[j])
+		})
+		p("| command | %s |\n|%s\n", strings.Join(impls, " | "), strings.Repeat(" --- |", len(impls)+1))
+		for _, c := range cmds {
+			row := make([]string, len(impls))
+			for i, impl := range impls {
+				row[i] = "-"
+				if v, ok := per[impl][c].(float64); ok {
+					row[i] = fmt.Sprintf("%.2f", v)
+				}
+			}
+			p("| `%s` | %s |\n", strings.ToUpper(c), strings.Join(row, " | "))
+		}
+		for _, m := range []struct{ key, label string }{
+			{"commands_per_task", "**all commands**"},
+			{"round_trips_per_task", "**round trips** (the design's own count; a pipeline is one)"},
+		} {
+			row := make([]string, len(impls))
+			for i, impl := range impls {
+				row[i] = "n/a"
+				if v, ok := median(r.find("e2e", impl, m.key, want)); ok {
+					row[i] = fmt.Sprintf("%.2f", v)
+				}
+			}
+			p("| %s | %s |\n", m.label, strings.Join(row, " | "))
+		}
+		p("\n")
+	}
+	return wrote
 }

@@ -45,7 +45,11 @@ and after, and renders the CPU profiles as call graphs:
 scheduler waking goroutines for replies, which is why fewer round trips per task is the lever.
 ` + "`BENCH_STATS=1 go test -run XXX -bench WorkerThroughput ./engine`" + ` prints the commands Redis ran
 per task, and ` + "`cd buckets && go test -run XXX -bench . -benchmem`" + ` times the claim, finish and move
-transactions one at a time and in batches.
+transactions one at a time and in batches. The e2e scenario counts them too (*End to end, command
+by command* below): per task, the worker's share is one ` + "`RPOPLPUSH`" + `, the claim's ` + "`SET`" + ` of the record
+and ` + "`LREM`" + ` from the in-flight list, the success's ` + "`SETEX`" + ` of the done record, and a share of each
+batch's ` + "`WATCH`" + `, ` + "`MGET`" + `, ` + "`MULTI`" + `/` + "`EXEC`" + ` and counters; a success nobody waits for pushes no
+completion list (its kept record tells a later ` + "`Wait`" + `). The rest is the producers' enqueue.
 
 ## Reading the figures
 

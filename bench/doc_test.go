@@ -22,6 +22,11 @@ func TestRenderDoc(t *testing.T) {
 			res("e2e", "engine", "rate", e2e, 30000, nil),
 			res("e2e", "asynq", "rate", e2e, 10000, nil),
 			res("e2e", "naive", "rate", e2e, 40000, nil),
+			res("e2e", "engine", "commands_per_task", e2e, 5.5,
+				map[string]any{"commands_per_task_by_command": map[string]any{"rpoplpush": 1.0, "setex": 1.0, "mget": 0.25}}),
+			res("e2e", "naive", "commands_per_task", e2e, 2,
+				map[string]any{"commands_per_task_by_command": map[string]any{"rpoplpush": 1.0, "lpush": 1.0}}),
+			res("e2e", "engine", "round_trips_per_task", e2e, 2.25, nil),
 			res("idle", "engine", "commands", map[string]any{}, 0.5,
 				map[string]any{"window_seconds": 90.0, "commands_per_second": map[string]any{"blpop": 0.1, "setex": 0.1}}),
 			res("memory", "engine", "total", map[string]any{"shape": "spread"}, 400,
@@ -51,6 +56,11 @@ func TestRenderDoc(t *testing.T) {
 		"| record key: dict entry, key name (`t:<id>`), object header | 88.0 |",
 		"| index ZSET: the buckets' members | - |",
 		"| **total** (payload included) | **400** |",
+		"| command | engine | naive |",
+		"| `RPOPLPUSH` | 1.00 | 1.00 |",
+		"| `MGET` | 0.25 | - |",
+		"| **all commands** | 5.50 | 2.00 |",
+		"| **round trips** (the design's own count; a pipeline is one) | 2.25 | n/a |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the page lacks %q", want)

@@ -241,6 +241,8 @@ func formatValue(v float64, unit string) string {
 			return fmt.Sprintf("%.3f", v)
 		}
 		return fmt.Sprintf("%.1f", v)
+	case unit == "cmds/task" || unit == "trips/task":
+		return fmt.Sprintf("%.2f", v)
 	case unit == "B/task" || unit == "tasks":
 		return fmt.Sprintf("%.0f", v)
 	default:

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -12,6 +14,16 @@ import (
 // call; the clock runs from the first enqueue to the last handler call (the
 // acknowledgement of the last task is not waited for). Every task must be
 // delivered exactly once.
+//
+// Beside the rate: commands_per_task, the commands Redis executed from the
+// first enqueue to the last handler call (INFO commandstats deltas, INFO
+// left out) over the tasks, with the per-command figures in the detail
+// (commands_per_task_by_command); n/a on a server without commandstats
+// (before Redis 2.6). round_trips_per_task: the waits for replies the
+// implementation's own connections counted over the same span, producers
+// and workers together (RoundTripCounter; n/a otherwise). Tasks whose
+// acknowledgement came after the last handler call are not counted, so
+// these figures are a little low, by at most the tasks in flight.
 func e2eCases(s Sizes) []*Case {
 	var cs []*Case
 	for _, hs := range s.Handlers {
@@ -20,8 +32,12 @@ func e2eCases(s Sizes) []*Case {
 			Scenario: "e2e",
 			Title:    fmt.Sprintf("no-op, handlers=%d, producers=%d, n=%d", hs, p, n),
 			Params:   map[string]any{"handlers": hs, "producers": p, "n": n, "payload_bytes": s.Payload},
-			Metrics:  []MetricDef{{Key: "rate", Unit: "tasks/s"}},
-			Needs:    needNothing,
+			Metrics: []MetricDef{
+				{Key: "rate", Unit: "tasks/s"},
+				{Key: "commands_per_task", Unit: "cmds/task"},
+				{Key: "round_trips_per_task", Unit: "trips/task"},
+			},
+			Needs: needNothing,
 			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
 				return runE2E(ctx, m, n, p, hs)
 			},
@@ -38,12 +54,36 @@ func runE2E(ctx context.Context, m *Measure, n, producers, handlers int) (map[st
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
+	cmdA, cerr := m.H.Admin.CommandCalls()
+	if cerr != nil && !errors.Is(cerr, errNoCommandStats) {
+		_ = stop()
+		return nil, cerr
+	}
+	rtc, counts := m.Impl.(RoundTripCounter)
+	var rtA int64
+	if counts {
+		rtA = rtc.RoundTrips()
+	}
 	t0 := time.Now()
 	err = parallel(ctx, n, producers, func(i int) error { return m.Impl.Enqueue(ctx, ts[i]) })
 	if err == nil {
 		err = tr.wait(ctx, 30*time.Second, time.Time{})
 	}
 	el := time.Since(t0)
+	out := map[string]float64{"rate": float64(n) / el.Seconds()}
+	if counts {
+		out["round_trips_per_task"] = float64(rtc.RoundTrips()-rtA) / float64(n)
+	}
+	if err == nil && cerr == nil {
+		cmdB, berr := m.H.Admin.CommandCalls()
+		if berr != nil {
+			err = berr
+		} else {
+			total, per := perTask(cmdA, cmdB, n)
+			out["commands_per_task"] = total
+			m.Detail("commands_per_task_by_command", per)
+		}
+	}
 	if serr := stop(); serr != nil && err == nil {
 		err = fmt.Errorf("consumer: %w", serr)
 	}
@@ -53,5 +93,27 @@ func runE2E(ctx context.Context, m *Measure, n, producers, handlers int) (map[st
 	if err := tr.check(); err != nil {
 		return nil, err
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	return out, nil
+}
+
+// perTask turns two INFO commandstats readings into commands per task:
+// the total and, per command, the figure rounded to 3 decimals (commands
+// below 0.001 per task left out). INFO itself is left out.
+func perTask(a, b map[string]int64, n int) (float64, map[string]float64) {
+	per := map[string]float64{}
+	var total int64
+	for name, cb := range b {
+		if name == "info" {
+			continue
+		}
+		d := cb - a[name]
+		if d <= 0 {
+			continue
+		}
+		total += d
+		if v := math.Round(float64(d)/float64(n)*1000) / 1000; v > 0 {
+			per[name] = v
+		}
+	}
+	return float64(total) / float64(n), per
 }

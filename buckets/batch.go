@@ -58,10 +58,14 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // reads them in one round trip, decides each id as Claim does and sends
 // the concatenation of their writes in one MULTI/EXEC.
 //
-//	WATCH   t:<id1> … t:<idn> paused
-//	read    GET t:<id> (each), SISMEMBER paused q
+//	WATCH   t:<id1> … t:<idn> paused f:<w>
+//	read    MGET t:<id1> … t:<idn>, SISMEMBER paused q, LRANGE f:<w> 0
+//	        n-1 (one round trip; GET t:<id> again for an id MGET answers
+//	        nil, which tells a missing record from a key of another type)
 //	queue   per id, Claim's writes for what its record says, coalesced
-//	        as FinishGroup's
+//	        as FinishGroup's; when the ids are the n entries at the head
+//	        of f:<w> (nothing pushed there since PopMany took them), one
+//	        LTRIM f:<w> n -1 instead of their n LREM f:<w> 1 id
 //
 // An id popped twice (a duplicate in the ready list) is decided once; its
 // second copy is Skipped. A change to any of the records before EXEC makes
@@ -77,31 +81,40 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	if len(cs) != len(ids) {
 		return nil, nil, fmt.Errorf("buckets: claim batch: %d claim states for %d ids", len(cs), len(ids))
 	}
-	watch := make([]string, 0, len(ids)+1)
+	inflight := s.Keys.Inflight(w)
+	watch := make([]string, 0, len(ids)+2)
 	for _, id := range ids {
 		watch = append(watch, s.Keys.Task(id))
 	}
-	watch = append(watch, s.Keys.Paused())
+	watch = append(watch, s.Keys.Paused(), inflight)
 	recs := make([]*Record, len(ids))
 	results := make([]ClaimResult, len(ids))
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
-		for i, id := range ids {
+		for i := range ids {
 			recs[i], results[i] = nil, Skipped
-			if err := tx.Send("GET", s.Keys.Task(id)); err != nil {
-				return err
-			}
+		}
+		if err := s.sendRecords(tx, ids, false); err != nil {
+			return err
 		}
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
 			return err
 		}
-		reps, err := tx.Flush()
+		if err := tx.Send("LRANGE", inflight, 0, len(ids)-1); err != nil {
+			return err
+		}
+		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(reps) != len(ids)+1 {
-			return fmt.Errorf("%d replies to %d reads", len(reps), len(ids)+1)
+		if len(got) != 3 {
+			return fmt.Errorf("%d replies to 3 reads", len(got))
 		}
-		paused, err := redis.Int(reps[len(ids)], nil)
+		atHead := popHead(got[2], ids)
+		paused, err := redis.Int(got[1], nil)
+		if err != nil {
+			return err
+		}
+		reps, _, err := s.recordReplies(tx, ids, false, got[0])
 		if err != nil {
 			return err
 		}
@@ -124,6 +137,9 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 			}
 		}
 		batch.flush(&writes, s.Keys.Ready(q))
+		if atHead {
+			writes = trimInflight(writes, inflight, len(ids))
+		}
 		for _, c := range coalesce(writes) {
 			tx.Queue(c.Name, c.Args...)
 		}
@@ -133,6 +149,49 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", len(ids), err)
 	}
 	return recs, results, nil
+}
+
+// popHead reports whether rep, the reply to LRANGE f:<w> 0 n-1, is ids
+// as PopMany left them: the last popped at the head (RPOPLPUSH pushes
+// there), so the n entries at the head are exactly the batch's.
+func popHead(rep interface{}, ids []string) bool {
+	head, err := redis.Strings(rep, asError(rep))
+	if err != nil || len(head) != len(ids) {
+		return false
+	}
+	for i, id := range ids {
+		if head[len(ids)-1-i] != id {
+			return false
+		}
+	}
+	return true
+}
+
+// trimInflight replaces, in a batch claim's writes, the n LREM f:<w> 1 id
+// (one per id of the batch, whatever its claim decided) with one LTRIM
+// f:<w> n -1, for a batch whose ids are the n entries at the head of the
+// in-flight list (popHead, read under WATCH f:<w>: EXEC fails if the list
+// changed since). Writes with another count of LREMs are returned as
+// they are.
+func trimInflight(writes cmdList, inflight string, n int) cmdList {
+	lrems := 0
+	for _, c := range writes {
+		if c.Name == "LREM" && c.Args[0] == inflight {
+			lrems++
+		}
+	}
+	if lrems != n {
+		return writes
+	}
+	out := make(cmdList, 0, len(writes)-n+1)
+	for _, c := range writes {
+		if c.Name == "LREM" && c.Args[0] == inflight {
+			continue
+		}
+		out = append(out, c)
+	}
+	out.Queue("LTRIM", inflight, n, -1)
+	return out
 }
 
 // FinishItem is one run's result for FinishGroup.
@@ -164,12 +223,15 @@ type FinishResult struct {
 // optimistic transaction: the concatenation of each run's Finish writes,
 // built by the same per-task function (finishWrites).
 //
-// WATCH   t:<id> for each item, and each item's Watch keys
-// read    GET t:<id> (each; must be running under w, its run number)
-// queue   per item that is this run's, Finish's writes, coalesced: the
-//
-//	counter increments of one hash summed, the ZREMs of one sorted
-//	set joined (see coalesce)
+//	WATCH   t:<id> for each item (and cw:<id> when a success may leave
+//	        the completion list out: skipsCompletion), and each item's
+//	        Watch keys
+//	read    MGET t:<id>... [cw:<id>...] (each record must be running
+//	        under w, its run number; GET t:<id> again for an id MGET
+//	        answers nil)
+//	queue   per item that is this run's, Finish's writes, coalesced: the
+//	        counter increments of one hash summed, the ZREMs of one sorted
+//	        set joined (see coalesce)
 //
 // A change to any watched key before EXEC makes the whole group read and
 // decide again. An item whose record is not this run's, or cannot be
@@ -180,25 +242,35 @@ type FinishResult struct {
 // once: before EXEC every task is still running in p:<w> (the reaper
 // returns it when its lease ends), after it every result is recorded.
 func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []FinishItem, doneTTL int64) ([]FinishResult, error) {
-	watch := make([]string, 0, len(items))
-	for _, it := range items {
+	marks := s.skipsCompletion(doneTTL)
+	watch := make([]string, 0, 2*len(items))
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
 		watch = append(watch, s.Keys.Task(it.ID))
+		if marks {
+			watch = append(watch, s.Keys.Waiter(it.ID))
+		}
 		watch = append(watch, it.Watch...)
 	}
 	res := make([]FinishResult, len(items))
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
-		for i, it := range items {
+		for i := range items {
 			res[i] = FinishResult{}
-			if err := tx.Send("GET", s.Keys.Task(it.ID)); err != nil {
-				return err
-			}
 		}
-		reps, err := tx.Flush()
+		if err := s.sendRecords(tx, ids, marks); err != nil {
+			return err
+		}
+		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(reps) != len(items) {
-			return fmt.Errorf("%d replies to %d reads", len(reps), len(items))
+		if len(got) != 1 {
+			return fmt.Errorf("%d replies to 1 read", len(got))
+		}
+		reps, waited, err := s.recordReplies(tx, ids, marks, got[0])
+		if err != nil {
+			return err
 		}
 		seen := make(map[string]bool, len(items))
 		views := FlowViews{} // the groups of workflow members, shared by the items
@@ -234,7 +306,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			if err := s.flowRead(tx, r, views); err != nil {
 				return err
 			}
-			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, it.Decide)
+			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, waited[i] || !marks, it.Decide)
 			if err != nil {
 				return err
 			}
@@ -306,21 +378,29 @@ func (b *batchState) flush(tx queuer, key string) {
 func coalesce(cmds cmdList) cmdList {
 	out := make(cmdList, 0, len(cmds))
 	// last: per key, the last command in out that touches it; open: per
-	// key+name(+field), a command later ones of the same kind may join.
-	last := map[string]int{}
-	open := map[string]int{}
+	// name+key(+field), a command later ones of the same kind may join.
+	// A command is kept as given (its Args are not copied): a merge builds
+	// new Args for the command it joins, never changing a caller's.
+	type mergeKey struct{ name, key, field string }
+	last := make(map[string]int, len(cmds))
+	open := make(map[mergeKey]int)
+	var owned []bool // per command of out: its Args were built here
 	for _, c := range cmds {
 		key, _ := c.Args[0].(string)
-		mk := ""
+		var mk mergeKey
 		switch c.Name {
 		case "HINCRBY":
 			if len(c.Args) == 3 {
-				mk = "HINCRBY\x00" + key + "\x00" + fmt.Sprint(c.Args[1])
+				field, ok := c.Args[1].(string)
+				if !ok {
+					field = fmt.Sprint(c.Args[1])
+				}
+				mk = mergeKey{c.Name, key, field}
 			}
 		case "ZADD", "ZREM":
-			mk = c.Name + "\x00" + key
+			mk = mergeKey{name: c.Name, key: key}
 		}
-		if mk != "" {
+		if mk.name != "" {
 			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
 				if c.Name == "HINCRBY" {
 					a, aok := toInt64(out[j].Args[2])
@@ -330,14 +410,19 @@ func coalesce(cmds cmdList) cmdList {
 						continue
 					}
 				} else {
-					out[j].Args = append(append([]interface{}{}, out[j].Args...), c.Args[1:]...)
+					if !owned[j] {
+						out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(c.Args)), out[j].Args...)
+						owned[j] = true
+					}
+					out[j].Args = append(out[j].Args, c.Args[1:]...)
 					continue
 				}
 			}
 		}
-		out = append(out, txn.Cmd{Name: c.Name, Args: append([]interface{}{}, c.Args...)})
+		out = append(out, c)
+		owned = append(owned, false)
 		last[key] = len(out) - 1
-		if mk != "" {
+		if mk.name != "" {
 			open[mk] = len(out) - 1
 		}
 	}

@@ -210,6 +210,23 @@ var crashBefore = map[string]struct {
 }{
 	"FinishHeld":                       {1, claimed("a")},
 	"FinishHeld/unique, result, reply": {1, uniqueClaimed},
+	"FinishHeld/kept, waited":          {1, marked(claimed("a"), "a")},
+	"FinishHeld/kept, not waited":      {1, claimed("a")},
+}
+
+// marked is setup, then a waiter's mark on ids (as Completed leaves it).
+func marked(setup func(ctx context.Context, s *Store, c redis.Conn) error, ids ...string) func(ctx context.Context, s *Store, c redis.Conn) error {
+	return func(ctx context.Context, s *Store, c redis.Conn) error {
+		if err := setup(ctx, s, c); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, err := c.Do("SETEX", s.Keys.Waiter(id), WaiterTTL, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // enqueued, popped, claimed and dead build up the usual starting states.
@@ -349,7 +366,7 @@ var crashCases = []crashCase{
 		if err != nil || res != Claimed {
 			return fmt.Errorf("claim: %v, %v", res, err)
 		}
-		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, func(*Record) Outcome { return Done }, nil)
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, cs.Waited(), t0+20, 60, func(*Record) Outcome { return Done }, nil)
 		return err
 	}},
 	{"ClaimBatch", popped("a", "b", "c"), func(ctx context.Context, s *Store, c redis.Conn) error {
@@ -374,6 +391,48 @@ var crashCases = []crashCase{
 				err = r.Err
 			}
 		}
+		return err
+	}},
+	// A success whose done record is kept as long as the completion
+	// list would be (doneTTL 600 = ResultTTL): the list only for a task
+	// with a waiter mark ("a"), none for the other ("b").
+	{"FinishGroup/kept, one waited", marked(claimed("a", "b"), "a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		done := func(*Record) Outcome { return Done }
+		res, err := s.FinishGroup(ctx, c, w1, []FinishItem{
+			{ID: "a", Run: 1, Now: t0 + 20, Decide: done},
+			{ID: "b", Run: 1, Now: t0 + 20, Decide: done},
+		}, 600)
+		for _, r := range res {
+			if err == nil && r.Err != nil {
+				err = r.Err
+			}
+		}
+		return err
+	}},
+	{"Finish/done, kept, waited", marked(claimed("a"), "a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 600, func(*Record) Outcome { return Done })
+		return err
+	}},
+	{"Finish/done, kept, not waited", claimed("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 600, func(*Record) Outcome { return Done })
+		return err
+	}},
+	{"FinishHeld/kept, waited", marked(popped("a"), "a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		var cs ClaimState
+		rec, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, true, &cs)
+		if err != nil || res != Claimed || !cs.Waited() {
+			return fmt.Errorf("claim: %v, %v, waited %v", res, err, cs.Waited())
+		}
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, cs.Waited(), t0+20, 600, func(*Record) Outcome { return Done }, nil)
+		return err
+	}},
+	{"FinishHeld/kept, not waited", popped("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
+		var cs ClaimState
+		rec, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, true, &cs)
+		if err != nil || res != Claimed || cs.Waited() {
+			return fmt.Errorf("claim: %v, %v, waited %v", res, err, cs.Waited())
+		}
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, cs.Waited(), t0+20, 600, func(*Record) Outcome { return Done }, nil)
 		return err
 	}},
 	{"Requeue/worker died", claimed("a", "b"), func(ctx context.Context, s *Store, c redis.Conn) error {
@@ -430,7 +489,7 @@ var crashCases = []crashCase{
 		if err != nil || res != Claimed {
 			return fmt.Errorf("claim: %v, %v", res, err)
 		}
-		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done }, nil)
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, cs.Waited(), t0+20, 60, func(r *Record) Outcome { r.Result = []byte("out"); return Done }, nil)
 		return err
 	}},
 	{"Finish/done, reply queue", func(ctx context.Context, s *Store, c redis.Conn) error {

@@ -114,6 +114,11 @@ func (k Keys) Result(id string) string { return k.prefix + "r:" + id }
 // block on with BRPOPLPUSH onto the same list; it expires on its own.
 func (k Keys) Completion(id string) string { return k.prefix + "c:" + id }
 
+// Waiter marks task id as waited for: STRING "1" with a TTL
+// ([WaiterTTL]), set by every waiter before it blocks on the completion
+// list; a success leaves the list out only while no mark is set.
+func (k Keys) Waiter(id string) string { return k.prefix + "cw:" + id }
+
 // Reply is reply list name: LIST of replies ([EncodeOutcome]) pushed by
 // the final transitions of the tasks enqueued with ReplyTo name.
 func (k Keys) Reply(name string) string { return k.prefix + "rl:" + name }

@@ -43,6 +43,7 @@ func DecodeFinal(b []byte) (*Final, error) {
 //	DEL      u:<key>                      a unique key taken without a ttl
 //	SETEX    r:<id> ResultTTL result      done with a result
 //	DEL/RPUSH/EXPIRE c:<id> outcome       the completion list, for Wait
+//	                                      (see finalWritesFor for when not)
 //	RPUSH    rl:<name> reply              when enqueued with a reply list
 //	SET t:<rid>, SADD queues, LPUSH q:<q> rid + tokens
 //	                                      when enqueued with a reply queue
@@ -52,7 +53,13 @@ func DecodeFinal(b []byte) (*Final, error) {
 // without a ttl: nobody else can take it while r holds it, and r holds
 // it until this very MULTI. A key with a ttl is left to expire (after an
 // expiry another task may hold it).
-func (s *Store) finalWrites(tx queuer, r *Record) {
+func (s *Store) finalWrites(tx queuer, r *Record) { s.finalWritesFor(tx, r, true) }
+
+// finalWritesFor is finalWrites, with the completion list only when
+// completion is set. A final transition may leave it out only when its
+// record says the same for at least as long (see skipsCompletion): Wait
+// reads the outcome from the record then.
+func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 	if r.Unique != "" && r.UniqueTTL == 0 {
 		tx.Queue("DEL", s.Keys.Unique(r.Unique))
 	}
@@ -64,10 +71,12 @@ func (s *Store) finalWrites(tx queuer, r *Record) {
 		tx.Queue("SETEX", s.Keys.Result(r.ID), s.ResultTTL, r.Result)
 	}
 	s.flowWrites(tx, r)
-	c := s.Keys.Completion(r.ID)
-	tx.Queue("DEL", c)
-	tx.Queue("RPUSH", c, EncodeFinal(f))
-	tx.Queue("EXPIRE", c, s.completionTTL())
+	if completion {
+		c := s.Keys.Completion(r.ID)
+		tx.Queue("DEL", c)
+		tx.Queue("RPUSH", c, EncodeFinal(f))
+		tx.Queue("EXPIRE", c, s.completionTTL())
+	}
 	if r.ReplyTo == "" {
 		return
 	}
@@ -107,6 +116,22 @@ const MinCompletionTTL = 60
 
 func (s *Store) completionTTL() int64 { return max(s.ResultTTL, MinCompletionTTL) }
 
+// WaiterTTL is how long, in seconds, the mark a waiter leaves on a task
+// ([Keys.Waiter], set by Completed) lasts. Every waiter sets the same
+// lifetime, so one waiter never shortens another's mark; a waiter blocks
+// at most MaxAwait seconds at a time and marks again before the next
+// block, so its mark outlives every block.
+const WaiterTTL = 30
+
+// MaxAwait bounds, in seconds, one blocking wait of AwaitCompletion.
+const MaxAwait = 20
+
+// skipsCompletion reports whether a success recorded with doneTTL may
+// leave the completion list out when nobody waits (no mark on the task):
+// the done record, kept doneTTL seconds, tells a later waiter the same
+// outcome at least as long as the list would have (completionTTL).
+func (s *Store) skipsCompletion(doneTTL int64) bool { return doneTTL >= s.completionTTL() }
+
 // Result returns task id's stored result, or nil when there is none (the
 // task has not succeeded, recorded none, or its retention passed).
 func (s *Store) Result(ctx context.Context, conn redis.Conn, id string) ([]byte, error) {
@@ -120,14 +145,24 @@ func (s *Store) Result(ctx context.Context, conn redis.Conn, id string) ([]byte,
 	return b, nil
 }
 
-// Completed reads task id's completion and record in one snapshot
-// (MULTI; LINDEX c:<id> 0; GET t:<id>; GET r:<id>; EXEC), so that a record
-// deleted right after its final transition is not mistaken for one never
-// written. final is nil while the task has not ended (or its completion
-// list expired); rec is nil when there is no record (or it cannot be
-// decoded; err says so only for errors of Redis).
+// Completed marks task id as waited for and reads its completion and
+// record, in one transaction (MULTI; SETEX cw:<id> WaiterTTL 1; LINDEX
+// c:<id> 0; GET t:<id>; GET r:<id>; EXEC), so that a record deleted right
+// after its final transition is not mistaken for one never written.
+//
+// The mark makes every final transition that commits after it push the
+// completion list (one that leaves the list out reads the mark under
+// WATCH); one that committed before it shows in the snapshot, in the list
+// or in the record. A waiter calls Completed again before each block of
+// AwaitCompletion, so it never blocks without a live mark.
+//
+// final is the outcome: read from the record when the record is final
+// (done, dead or cancelled), else from the completion list; nil while the
+// task has not ended (or both expired). rec is nil when there is no record
+// (or it cannot be decoded; err says so only for errors of Redis).
 func (s *Store) Completed(ctx context.Context, conn redis.Conn, id string) (final *Final, rec *Record, result []byte, err error) {
 	var cmds cmdList
+	cmds.Queue("SETEX", s.Keys.Waiter(id), WaiterTTL, 1)
 	cmds.Queue("LINDEX", s.Keys.Completion(id), 0)
 	cmds.Queue("GET", s.Keys.Task(id))
 	cmds.Queue("GET", s.Keys.Result(id))
@@ -135,21 +170,31 @@ func (s *Store) Completed(ctx context.Context, conn redis.Conn, id string) (fina
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("buckets: completion of %s: %w", id, err)
 	}
-	if b, ok := reps[0].([]byte); ok {
-		if f, derr := DecodeFinal(b); derr == nil {
-			final = f
-		}
-	}
-	if b, ok := reps[1].([]byte); ok {
+	if b, ok := reps[2].([]byte); ok {
 		if r, derr := DecodeRecord(id, b); derr == nil {
 			rec = r
 		}
 	}
-	result, _ = reps[2].([]byte)
+	if rec != nil {
+		switch rec.State {
+		case StateDone, StateDead, StateCancelled:
+			final = &Final{ID: id, State: rec.State.String(), Finished: rec.Finished}
+			if rec.State == StateDead {
+				final.Error = rec.LastError
+			}
+		}
+	}
+	if b, ok := reps[1].([]byte); ok && final == nil {
+		if f, derr := DecodeFinal(b); derr == nil {
+			final = f
+		}
+	}
+	result, _ = reps[3].([]byte)
 	return final, rec, result, nil
 }
 
-// AwaitCompletion blocks up to secs whole seconds (at least 1) for task
+// AwaitCompletion blocks up to secs whole seconds (at least 1, at most
+// MaxAwait) for task
 // id's completion: BRPOPLPUSH c:<id> c:<id> secs, which hands the one
 // element back to the same list, so any number of waiters see it and a
 // reply lost on a dropped connection loses nothing. It returns nil, nil
@@ -157,7 +202,7 @@ func (s *Store) Completed(ctx context.Context, conn redis.Conn, id string) (fina
 // plus a margin.
 func (s *Store) AwaitCompletion(ctx context.Context, conn redis.Conn, id string, secs int) (*Final, error) {
 	c := s.Keys.Completion(id)
-	b, err := redis.Bytes(do(ctx, conn, "BRPOPLPUSH", c, c, max(secs, 1)))
+	b, err := redis.Bytes(do(ctx, conn, "BRPOPLPUSH", c, c, min(max(secs, 1), MaxAwait)))
 	if errors.Is(err, redis.ErrNil) {
 		return nil, nil
 	}

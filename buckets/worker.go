@@ -43,9 +43,15 @@ type ClaimState struct {
 	Serves        func(typ string) bool
 	UnservedGrace int64
 
-	runs int
-	held *txn.Held
+	runs   int
+	held   *txn.Held
+	waited bool
 }
+
+// Waited is whether the last successful Claim with hold set found the
+// task marked as waited for (Keys.Waiter), for FinishHeld; the held watch
+// covers the mark.
+func (cs *ClaimState) Waited() bool { return cs.waited }
 
 // Held is the watch that the last successful Claim with hold set left on
 // the record, for FinishHeld; nil if it left none.
@@ -101,10 +107,13 @@ const (
 // EXEC leaves the id in f:<w>, where the reaper finds it once w's heartbeat
 // is gone. deadline computes the lease deadline from the record.
 //
-// With hold set (and cs given), a claimed task's record is WATCHed again
-// right after EXEC, in the same round trip, and the watch is left on conn
-// for FinishHeld, as cs.Held(): the caller must run nothing else on conn
-// until then.
+// With hold set (and cs given), the claim also watches and reads the
+// task's waiter mark (WATCH cw:<id> too; the reads are MGET t:<id>
+// cw:<id>, and GET t:<id> again when MGET answers nil, to tell a missing
+// record from a key of another type), and a claimed task's record and
+// mark are WATCHed again right after EXEC, in the same round trip; the
+// watch is left on conn for FinishHeld, as cs.Held(), and the mark read
+// as cs.Waited(): the caller must run nothing else on conn until then.
 //
 // A claim whose EXEC reply was lost (the connection dropped) is retried
 // by the caller with the same ClaimState: the retry then recognises its
@@ -121,9 +130,21 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		cs.held = nil
 	}
 	hold = hold && cs != nil
-	reps, err := s.runner.Run(ctx, conn, []string{key, s.Keys.Paused()}, func(tx *txn.Tx) error {
-		rec, result, held = nil, Skipped, nil
-		if err := tx.Send("GET", key); err != nil {
+	waiter := s.Keys.Waiter(id)
+	watch := []string{key, s.Keys.Paused()}
+	if hold {
+		watch = append(watch, waiter)
+	}
+	waited := false
+	reps, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		rec, result, held, waited = nil, Skipped, nil, false
+		var err error
+		if hold {
+			err = s.sendRecords(tx, []string{id}, true)
+		} else {
+			err = tx.Send("GET", key)
+		}
+		if err != nil {
 			return err
 		}
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
@@ -140,13 +161,21 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		if perr != nil {
 			return perr
 		}
+		rep := reps[0]
+		if hold {
+			recs, marked, rerr := s.recordReplies(tx, []string{id}, true, rep)
+			if rerr != nil {
+				return rerr
+			}
+			rep, waited = recs[0], marked[0]
+		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, tx, w, q, id, reps[0], paused == 1, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(tx, tx, w, q, id, rep, paused == 1, now, deadline, cs, nil)
 		if derr != nil {
 			return derr
 		}
 		if result == Claimed && hold && !rec.FlowReads() {
-			held = tx.Hold(key)
+			held = tx.Hold(key, waiter)
 		}
 		return nil
 	})
@@ -163,7 +192,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		return nil, 0, fmt.Errorf("buckets: claim %s: %w", id, err)
 	}
 	if cs != nil {
-		cs.held = held
+		cs.held, cs.waited = held, waited
 	}
 	return rec, result, nil
 }
@@ -363,16 +392,19 @@ const (
 // Attempts, LastError); doneTTL is how long a done record is kept, in
 // seconds (0: deleted at once).
 //
-// WATCH   t:<id>
-// read    GET t:<id>   (must be running under w, run number run)
-// queue   ZREM p:<w> id; HINCRBY st running -1, and then
-//
-//	Done:  SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1;
-//	       the final writes (unique key, result, completion, reply)
-//	Again: SET t:<id>; RPUSH bucket + ZADD sched + wake (or LPUSH
-//	       ready + tokens when due); HINCRBY scheduled/retrying/failed
-//	Bury:  SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1; the
-//	       final writes (unique key, completion, reply)
+//	WATCH   t:<id> (and cw:<id> when a success may leave the completion
+//	        list out: skipsCompletion)
+//	read    GET t:<id> (must be running under w, run number run); with
+//	        the mark MGET t:<id> cw:<id>, and GET t:<id> again when nil
+//	queue   ZREM p:<w> id; HINCRBY st running -1, and then
+//	Done:   SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1;
+//	        the final writes (unique key, result, completion, reply; the
+//	        completion list only with a mark, or when the done record is
+//	        kept shorter than the list would be)
+//	Again:  SET t:<id>; RPUSH bucket + ZADD sched + wake (or LPUSH
+//	        ready + tokens when due); HINCRBY scheduled/retrying/failed
+//	Bury:   SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1; the
+//	        final writes (unique key, completion, reply)
 //
 // decide may set Record.Result on a Done outcome: it is stored for the
 // result retention and sent with the reply.
@@ -388,8 +420,34 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		rec *Record
 		out Outcome
 	)
-	_, err := s.run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
-		r, err := s.getRecord(tx, id)
+	watch := []string{key}
+	marks := s.skipsCompletion(doneTTL)
+	if marks {
+		watch = append(watch, s.Keys.Waiter(id))
+	}
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
+		waited := true
+		var r *Record
+		var err error
+		if marks {
+			var reps []interface{}
+			var marked []bool
+			if err = s.sendRecords(tx, []string{id}, true); err == nil {
+				if reps, err = tx.Flush(); err == nil && len(reps) != 1 {
+					err = fmt.Errorf("%d replies to 1 read", len(reps))
+				}
+			}
+			if err == nil {
+				reps, marked, err = s.recordReplies(tx, []string{id}, true, reps[0])
+			}
+			if err != nil {
+				return err
+			}
+			waited = marked[0]
+			r, err = recordOf(id, reps[0], asError(reps[0]))
+		} else {
+			r, err = s.getRecord(tx, id)
+		}
 		if err != nil {
 			return err
 		}
@@ -401,7 +459,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			return err
 		}
 		var err2 error
-		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, decide)
+		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, waited, decide)
 		if err2 != nil {
 			return err2
 		}
@@ -418,7 +476,12 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 }
 
 // finishWrites queues Finish's writes for record r as it is in Redis.
-func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome) (Outcome, error) {
+//
+// waited tells whether somebody waits for the task (a waiter mark read
+// under WATCH): a success leaves the completion list out when nobody
+// waits and the done record is kept at least as long as the list would be
+// (skipsCompletion); Wait then reads the outcome from the record.
+func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64, waited bool, decide func(*Record) Outcome) (Outcome, error) {
 	key := s.Keys.Task(r.ID)
 	st := s.Keys.Stats(r.Queue)
 	tx.Queue("ZREM", s.Keys.Pending(w), r.ID)
@@ -436,7 +499,7 @@ func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64,
 			tx.Queue("DEL", key)
 		}
 		tx.Queue("HINCRBY", st, StatProcessed, 1)
-		s.finalWrites(tx, r)
+		s.finalWritesFor(tx, r, waited || !s.skipsCompletion(doneTTL))
 	case Again:
 		if r.State == StateRetry {
 			// The retrying gauge counts it while it waits in a bucket
@@ -465,19 +528,22 @@ var ErrWatchLost = errors.New("buckets: the record changed since the claim")
 // watch on its record (held is ClaimState.Held, and nothing else ran on
 // its connection since): the record is the claimed one, r, known without
 // reading it, because any change to it since the claim makes EXEC answer
-// nil. Then nothing is written and ErrWatchLost is returned. next is sent
+// nil. Then nothing is written and ErrWatchLost is returned. waited is
+// what the claim read of the task's waiter mark (ClaimState.Waited), which
+// the held watch covers too: a waiter that marks the task since makes
+// EXEC answer nil, and Finish then reads the mark. next is sent
 // right after EXEC in the same round trip (the next RPOPLPUSH, say); its
 // replies are returned, also with ErrWatchLost. The round trip is bounded
 // by ctx.
 //
 // queue   as Finish, built from r.
-func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Record, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
+func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Record, waited bool, now, doneTTL int64, decide func(*Record) Outcome, next []txn.Cmd) (*Record, Outcome, []interface{}, error) {
 	if r.FlowReads() {
 		return nil, 0, nil, ErrWatchLost // its group must be read: the checked way
 	}
 	r = r.clone()
 	var cmds cmdList
-	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, decide)
+	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, waited, decide)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -520,7 +586,13 @@ func (s *Store) place(tx queuer, r *Record, now int64, front bool) {
 
 // getRecord reads and decodes t:<id> inside a transaction.
 func (s *Store) getRecord(tx *txn.Tx, id string) (*Record, error) {
-	raw, err := redis.Bytes(tx.Do("GET", s.Keys.Task(id)))
+	rep, err := tx.Do("GET", s.Keys.Task(id))
+	return recordOf(id, rep, err)
+}
+
+// recordOf decodes rep, the reply to GET t:<id>.
+func recordOf(id string, rep interface{}, err error) (*Record, error) {
+	raw, err := redis.Bytes(rep, err)
 	if errors.Is(err, redis.ErrNil) {
 		return nil, fmt.Errorf("task %s: %w", id, ErrNotFound)
 	}
@@ -636,4 +708,75 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 		return 0, fmt.Errorf("buckets: abandon %s: %w", r.ID, err)
 	}
 	return out, nil
+}
+
+// sendRecords sends, inside tx, one read of the records of ids and, with
+// marks set, of their waiter marks (Keys.Waiter): MGET t:<id>... [cw:<id>...].
+// Its reply, after the caller's Flush, goes to recordReplies.
+func (s *Store) sendRecords(tx *txn.Tx, ids []string, marks bool) error {
+	n := len(ids)
+	if marks {
+		n *= 2
+	}
+	keys := make([]interface{}, 0, n)
+	for _, id := range ids {
+		keys = append(keys, s.Keys.Task(id))
+	}
+	if marks {
+		for _, id := range ids {
+			keys = append(keys, s.Keys.Waiter(id))
+		}
+	}
+	return tx.Send("MGET", keys...)
+}
+
+// recordReplies splits rep, the reply to sendRecords' MGET, into one
+// reply per id as GET t:<id> gives it, and whether each id has a waiter
+// mark (all false without marks). MGET answers nil both for a missing key
+// and for a key of another type: an id whose record came back nil is read
+// again with GET inside tx (its key is watched), which tells them apart, so
+// that a key of the wrong type is set aside (buryWrongType) as a GET would
+// have found it, never overwritten as a missing record.
+func (s *Store) recordReplies(tx *txn.Tx, ids []string, marks bool, rep interface{}) ([]interface{}, []bool, error) {
+	all, err := redis.Values(rep, asError(rep))
+	if err != nil {
+		return nil, nil, err
+	}
+	want := len(ids)
+	if marks {
+		want *= 2
+	}
+	if len(all) != want {
+		return nil, nil, fmt.Errorf("MGET answered %d values for %d keys", len(all), want)
+	}
+	reps := all[:len(ids)]
+	waited := make([]bool, len(ids))
+	if marks {
+		for i, m := range all[len(ids):] {
+			waited[i] = m != nil
+		}
+	}
+	var again []int
+	for i, r := range reps {
+		if r == nil {
+			if err := tx.Send("GET", s.Keys.Task(ids[i])); err != nil {
+				return nil, nil, err
+			}
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return reps, waited, nil
+	}
+	got, err := tx.Flush()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(got) != len(again) {
+		return nil, nil, fmt.Errorf("%d replies to %d reads", len(got), len(again))
+	}
+	for j, i := range again {
+		reps[i] = got[j]
+	}
+	return reps, waited, nil
 }

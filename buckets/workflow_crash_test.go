@@ -84,7 +84,7 @@ var flowCrashCases = []crashCase{
 		if err != nil || res != Claimed {
 			return fmt.Errorf("claim: %v, %v", res, err)
 		}
-		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, t0+20, 60, finishAs(Done, "out"), nil)
+		_, _, _, err = s.FinishHeld(ctx, cs.Held(), w1, rec, cs.Waited(), t0+20, 60, finishAs(Done, "out"), nil)
 		return err
 	}},
 	{"Finish/group member, not the last", groupClaimed("g", 3, 0, PolicyFail), func(ctx context.Context, s *Store, c redis.Conn) error {

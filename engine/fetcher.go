@@ -106,6 +106,9 @@ type claimed struct {
 	rec  *buckets.Record
 	h    *rconn.Holder
 	held *txn.Held
+	// waited: the claim found the task waited for (its waiter mark, which
+	// the held watch covers), for FinishHeld.
+	waited bool
 	// free gives the task's slot token back once (nil: the caller's
 	// business). The committer calls it as soon as the result is
 	// recorded, for all of a group's slots at once, so that the fetching
@@ -287,20 +290,22 @@ const claimTries = 6
 // cs, when given, is the id's claim state from an earlier attempt (a
 // batch's); hold leaves the claim's watch on h's connection for the
 // result (FinishHeld).
-func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held) {
+func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held, bool) {
 	unlock, ok := f.w.inflight.lockClaim(ctx, id)
 	if !ok {
 		// Stopping: the id stays in the in-flight list, which the worker
 		// gives back when it unregisters.
 		f.w.inflight.release(id, true)
-		return nil, nil
+		return nil, nil, false
 	}
 	defer unlock()
 	return f.claimLocked(ctx, h, q, id, cs, hold)
 }
 
-// claimLocked is claim for a caller that holds id's claim lock.
-func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held) {
+// claimLocked is claim for a caller that holds id's claim lock. Besides
+// the record and the held watch it returns whether the claim found the
+// task waited for (ClaimState.Waited), for FinishHeld.
+func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held, bool) {
 	w := f.w
 	var bo rconn.Backoff
 	if cs == nil {
@@ -315,9 +320,9 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 				w.inflight.release(id, false)
 				f.claimed(q, id, res)
 				if rec == nil {
-					return nil, nil
+					return nil, nil, false
 				}
-				return rec, cs.Held()
+				return rec, cs.Held(), cs.Waited()
 			}
 			err = cerr
 			h.Drop()
@@ -331,7 +336,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 		if try >= claimTries || ctx.Err() != nil {
 			w.log.Error("could not claim a task; giving it back to be returned to its queue", keyTaskID, id, keyQueue, q, keyErr, err, "tries", try)
 			w.inflight.release(id, true)
-			return nil, nil
+			return nil, nil, false
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}
@@ -387,7 +392,7 @@ func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids
 		unlock()
 	}
 	for _, i := range later {
-		r, _ := f.claim(ctx, h, q, all[i], nil, false)
+		r, _, _ := f.claim(ctx, h, q, all[i], nil, false)
 		recs = append(recs, r)
 	}
 	return recs
@@ -434,7 +439,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 				w.log.Warn("could not claim a batch of tasks; claiming each on its own", keyQueue, q, keyErr, err, "tasks", len(ids))
 			}
 			for i, id := range ids {
-				recs[i], _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
+				recs[i], _, _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
 			}
 			return recs
 		}

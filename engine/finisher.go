@@ -71,7 +71,7 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		)
 		held := func() (string, bool, error) {
 			var reps []interface{}
-			r, out, reps, err = w.store.FinishHeld(ctx, c.held, w.id, rec, ms(now), w.cfg.doneTTL(), decide, pop)
+			r, out, reps, err = w.store.FinishHeld(ctx, c.held, w.id, rec, c.waited, ms(now), w.cfg.doneTTL(), decide, pop)
 			if pop == nil {
 				return "", false, nil
 			}
@@ -215,17 +215,21 @@ func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 func (f *finisher) logOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
 	w := f.w
 	w.observeOutcome(r, out, herr)
-	attrs := []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts}
+	// The attributes only for an outcome that is logged: a success is
+	// not, and this runs once per task.
+	attrs := func() []any {
+		return []any{keyTaskID, r.ID, keyType, r.Type, keyQueue, r.Queue, keyAttempt, r.Attempts}
+	}
 	switch out {
 	case buckets.Done:
 		w.processed.Add(1)
 	case buckets.Again:
 		if r.State == buckets.StateRetry {
 			w.failed.Add(1)
-			w.log.Warn("task failed; will retry", append(attrs, keyErr, herr, "retry_at", fromMs(r.Due))...)
+			w.log.Warn("task failed; will retry", append(attrs(), keyErr, herr, "retry_at", fromMs(r.Due))...)
 		}
 	case buckets.Bury:
 		w.failed.Add(1)
-		w.log.Error("task failed; sent to the dead letters", append(attrs, keyErr, herr)...)
+		w.log.Error("task failed; sent to the dead letters", append(attrs(), keyErr, herr)...)
 	}
 }

@@ -22,8 +22,8 @@ type replyLosingStore struct {
 	kill  func()
 }
 
-func (s *replyLosingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
-	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+func (s *replyLosingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, waited, now, doneTTL, decide, next)
 	if err == nil && s.armed.CompareAndSwap(true, false) {
 		held.Conn().Close()
 		s.kill()

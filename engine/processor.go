@@ -115,12 +115,12 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	h := w.holder()
 	defer h.Close()
 	for next.id != "" {
-		rec, held := w.fetcher.claim(fetchCtx, h, next.q, next.id, nil, true)
+		rec, held, waited := w.fetcher.claim(fetchCtx, h, next.q, next.id, nil, true)
 		if rec == nil {
 			return
 		}
 		var ok bool
-		next, ok = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, held: held})
+		next, ok = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, held: held, waited: waited})
 		if !ok {
 			return // given back while it ran
 		}

@@ -109,12 +109,16 @@ func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
 const waitSlice = 5
 
 // Wait blocks until task id is done, dead or cancelled, and returns its
-// outcome (with the result of a done task). It does not poll: the final
-// transition of every task pushes onto a completion list that Wait
-// blocks on (BRPOPLPUSH, whole seconds at a time, re-armed until ctx
-// ends), on a connection of its own. A task that ended before Wait is
-// found at once. ErrNotFound: no such task (or its record and completion
-// both expired). When ctx ends first, ctx's error.
+// outcome (with the result of a done task). It does not poll: it marks
+// the task as waited for and blocks on its completion list (BRPOPLPUSH,
+// whole seconds at a time, re-armed until ctx ends), on a connection of
+// its own; every final transition after the mark pushes that list. A task
+// that ended before Wait (or between two blocks) is found at once, from
+// its completion list or its record: a success whose record is kept at
+// least as long as a completion list would be pushes none when nobody
+// waits, and its record says the outcome. ErrNotFound: no such task (or
+// its record and completion both expired). When ctx ends first, ctx's
+// error.
 func (c *Client) Wait(ctx context.Context, id string) (*Outcome, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
@@ -124,27 +128,23 @@ func (c *Client) Wait(ctx context.Context, id string) (*Outcome, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	final, rec, result, err := c.store.Completed(ctx, conn, id)
-	if err != nil {
-		return nil, failed("wait for task "+id, err)
-	}
-	if final == nil && rec != nil {
-		switch rec.State {
-		case buckets.StateDone, buckets.StateDead, buckets.StateCancelled:
-			// Ended before completion lists, or the list expired.
-			final = &buckets.Final{ID: id, State: rec.State.String(), Finished: rec.Finished}
-			if rec.State == buckets.StateDead {
-				final.Error = rec.LastError
+	for first := true; ; first = false {
+		// Mark and look, before every block: the mark lives longer than
+		// one block, and an outcome that came while it was not set is
+		// in the record.
+		final, rec, result, err := c.store.Completed(ctx, conn, id)
+		if err != nil {
+			if ctx.Err() != nil && !first {
+				return nil, ctx.Err()
 			}
+			return nil, failed("wait for task "+id, err)
 		}
-	}
-	if final != nil {
-		return outcomeOf(final, result), nil
-	}
-	if rec == nil {
-		return nil, refused(ErrNotFound, buckets.ErrNotFound, "cannot wait for task %s: there is no such task (never enqueued, or its record expired)", id)
-	}
-	for {
+		if final != nil {
+			return outcomeOf(final, result), nil
+		}
+		if rec == nil && first {
+			return nil, refused(ErrNotFound, buckets.ErrNotFound, "cannot wait for task %s: there is no such task (never enqueued, or its record expired)", id)
+		}
 		secs := waitSlice
 		if dl, ok := ctx.Deadline(); ok {
 			secs = min(waitSlice, max(1, int(time.Until(dl)/time.Second)))

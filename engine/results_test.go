@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // A handler's result is stored with its success: Result and Wait return
@@ -356,5 +358,59 @@ func TestManyWaiters(t *testing.T) {
 	// The rotation keeps the list's TTL: it still expires on its own.
 	if ttl, err := e.admin(t).Do("TTL", e.key("c:"+info.ID)); err != nil || ttl.(int64) <= 0 {
 		t.Fatalf("completion list TTL %v %v, want one", ttl, err)
+	}
+}
+
+// A success nobody waits for pushes no completion list when its done
+// record is kept at least as long as the list would be (the defaults);
+// a later Wait reads the outcome and the result from the record. With the
+// record kept shorter, the list is pushed all the same.
+func TestWaitAfterUnwaitedSuccess(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		done     time.Duration
+		wantList bool
+	}{
+		{"record kept", 0, false},                       // default: 10 min, results as long
+		{"record kept shorter", 30 * time.Second, true}, // the list: 60 s at least
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := realEnv(t)
+			e.cfg.DoneRetention = tc.done
+			finished := make(chan string, 1)
+			e.cfg.Observer = ObserverFunc(func(ev Event) {
+				if ev.Kind == EventFinished {
+					finished <- ev.TaskID
+				}
+			})
+			c := e.client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			info, err := c.Enqueue(ctx, "t", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
+			runBackground(t, w.Run)
+			select {
+			case id := <-finished:
+				if id != info.ID {
+					t.Fatalf("finished %s, want %s", id, info.ID)
+				}
+			case <-ctx.Done():
+				t.Fatal("the task never finished")
+			}
+			n, err := redis.Int(e.admin(t).Do("EXISTS", e.key("c:"+info.ID)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n == 1; got != tc.wantList {
+				t.Fatalf("completion list exists: %v, want %v", got, tc.wantList)
+			}
+			o, err := c.Wait(ctx, info.ID)
+			if err != nil || o.State != StateDone || string(o.Result) != "x" || o.Finished.IsZero() {
+				t.Fatalf("wait: %+v %v", o, err)
+			}
+		})
 	}
 }

@@ -101,12 +101,12 @@ func (s *stuckStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (str
 	return id, err
 }
 
-func (s *stuckStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+func (s *stuckStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
 	if s.is(&s.stuck, r.ID) {
 		s.attempts.Add(1)
 		return nil, 0, nil, errInjected
 	}
-	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, waited, now, doneTTL, decide, next)
 	if len(reps) == 1 {
 		// The next task taken with the result: lose that reply instead.
 		if id, _ := redis.String(reps[0], nil); id != "" && s.losePop.CompareAndSwap(true, false) {

@@ -63,11 +63,11 @@ func (d *dyingStore) Claim(ctx context.Context, conn redis.Conn, w, q, id string
 	return rec, res, err
 }
 
-func (d *dyingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
+func (d *dyingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
 	if d.dead() || d.die("before-finish") {
 		return nil, 0, nil, errInjected
 	}
-	rec, out, reps, err := d.workerStore.FinishHeld(ctx, held, w, r, now, doneTTL, decide, next)
+	rec, out, reps, err := d.workerStore.FinishHeld(ctx, held, w, r, waited, now, doneTTL, decide, next)
 	if err == nil && d.die("after-finish") {
 		return rec, out, nil, errInjected
 	}
