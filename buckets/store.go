@@ -133,13 +133,14 @@ func (s *Store) queueTokens(tx queuer, key string, n int, token string) {
 const trimEvery = 4
 
 // untrimmed reports whether this push of one token to key may leave the
-// LTRIM out: true for all but every trimEvery-th such push by this Store.
+// LTRIM out: true for all but every trimEvery-th such push by this Store,
+// counting from its first (which trims whatever the list holds).
 func (s *Store) untrimmed(key string) bool {
 	v, ok := s.pushes.Load(key)
 	if !ok {
 		v, _ = s.pushes.LoadOrStore(key, new(atomic.Uint32))
 	}
-	return v.(*atomic.Uint32).Add(1)%trimEvery != 0
+	return (v.(*atomic.Uint32).Add(1)-1)%trimEvery != 0
 }
 
 // scheduleBucket queues the commands that add ids to queue q's bucket at
