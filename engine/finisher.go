@@ -150,7 +150,9 @@ func (f *finisher) checked(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 				keyTaskID, rec.ID, keyErr, err)
 			return next
 		}
-		if !bo.Wait(ctx, w.log, "record result", err) {
+		// The task's id goes with the warning: an error from dialing
+		// names no task.
+		if !bo.Wait(ctx, w.log.With(keyTaskID, rec.ID), "record result", err) {
 			return next
 		}
 	}

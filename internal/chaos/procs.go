@@ -194,7 +194,9 @@ func scanLog(path string) logScan {
 			ls.Violations++
 		case strings.HasPrefix(m.Msg, "record result failed"):
 			e := fmt.Sprint(m.Err)
-			if f := strings.Fields(strings.TrimPrefix(e, "buckets: finish ")); len(f) > 0 {
+			if m.Task != "" {
+				ls.Unrecorded[m.Task] = true
+			} else if f := strings.Fields(strings.TrimPrefix(e, "buckets: finish ")); len(f) > 0 {
 				ls.Unrecorded[strings.TrimSuffix(f[0], ":")] = true
 			}
 			if permanentErr(e) {
