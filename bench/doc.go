@@ -204,13 +204,15 @@ func writeDoc(w io.Writer, r *Report, resultsPath, note string) error {
 	p("```sh\ncd bench && go run . -runs 3                       # what this page shows\ncd bench && go run . -render results.json -doc ../docs/benchmarks.md   # regenerate this page\ncd bench && go run . -redis HOST:PORT                # any server the engine supports, Redis 2.4 included\n```\n\n")
 
 	p("## Targets\n\n| figure | target | measured | verdict |\n| --- | --- | --- | --- |\n")
-	for _, t := range r.targets() {
+	ts := r.targets()
+	for _, t := range ts {
 		verdict := "n/a"
 		if t.met != nil {
 			verdict = map[bool]string{true: "met", false: "**missed**"}[*t.met]
 		}
 		p("| %s | %s | %s | %s |\n", t.what, t.goal, t.measured, verdict)
 	}
+	writeMisses(p, r, ts)
 	p("\n## Every figure\n\n")
 	p("| scenario | parameters | metric | %s |\n|%s\n", strings.Join(names, " | "), strings.Repeat(" --- |", 3+len(names)))
 	type rowKey struct{ scenario, kase, metric string }

@@ -61,6 +61,8 @@ func TestRenderDoc(t *testing.T) {
 		"| `MGET` | 0.25 | - |",
 		"| **all commands** | 5.50 | 2.00 |",
 		"| **round trips** (the design's own count; a pipeline is one) | 2.25 | n/a |",
+		"### Why a target is missed",
+		"- **End to end.** Client and Redis share the cores",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the page lacks %q", want)

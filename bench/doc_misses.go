@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// writeMisses explains, below the target table, each kind of target the
+// run missed, with the run's own figures that show why: commands per task
+// for end to end, the memory breakdown for bytes per task, the other
+// designs' lateness at the same rate. It writes nothing when every target
+// was met.
+func writeMisses(p func(string, ...any), r *Report, ts []target) {
+	missed := map[string]bool{}
+	for _, t := range ts {
+		if t.met != nil && !*t.met {
+			missed[strings.Fields(t.what)[0]] = true
+		}
+	}
+	if len(missed) == 0 {
+		return
+	}
+	p("\n### Why a target is missed\n\n")
+	num := func(res *Result) string {
+		if v, ok := median(res); ok {
+			return fmt.Sprintf("%.2f", v)
+		}
+		return "n/a"
+	}
+	if missed["e2e"] {
+		h8 := map[string]any{"handlers": 8}
+		p("- **End to end.** Client and Redis share the cores, so the rate follows the work each task costs. With 8 handlers the engine runs %s commands per task in %s round trips, the naive design %s (it has no acknowledgement: a pop and a push), asynq %s, from `INFO commandstats` (*End to end, command by command*). "+
+			"What the engine spends beyond naive is its reliability: the record written at enqueue, at claim and at success, the in-flight list and the counters. Closing the gap needs the claim and the success to stop rewriting the whole record.\n",
+			num(r.find("e2e", "engine", "commands_per_task", h8)), num(r.find("e2e", "engine", "round_trips_per_task", h8)),
+			num(r.find("e2e", "naive", "commands_per_task", h8)), num(r.find("e2e", "asynq", "commands_per_task", h8)))
+	}
+	if missed["single"] {
+		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without).\n")
+	}
+	if missed["bytes"] {
+		var parts []string
+		for _, shape := range []string{"burst", "spread"} {
+			res := r.find("memory", "engine", "total", map[string]any{"shape": shape})
+			if res == nil || res.Detail == nil {
+				continue
+			}
+			bd, _ := res.Detail["breakdown"].(map[string]any)
+			per, _ := bd["bytes_per_task"].(map[string]any)
+			f := func(k string) float64 { v, _ := per[k].(float64); return v }
+			if per != nil {
+				parts = append(parts, fmt.Sprintf("%s: record key %.0f, record value %.0f, bucket lists %.0f, index %.0f, rest %.0f bytes a task",
+					shape, f("record_key"), f("record_value"), f("bucket"), f("index"), f("rest")))
+			}
+		}
+		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. Closing the one-task gap needs a bucket of one task to keep no list (the index member naming the task), a change to the dispatcher's move.\n",
+			orText(strings.Join(parts, "; "), "no breakdown in this run"))
+	}
+	if missed["lateness"] {
+		for _, rate := range r.intParams("lateness", "rate") {
+			want := map[string]any{"rate": rate}
+			p99, ok := median(r.find("lateness", "engine", "p99", want))
+			if !ok || p99 <= 20 {
+				continue
+			}
+			ms := func(impl, metric string) string {
+				if v, ok := median(r.find("lateness", impl, metric, want)); ok {
+					return formatValue(v, "ms")
+				}
+				return "n/a"
+			}
+			p("- **Lateness at %d tasks/s.** The producer, the dispatcher, 16 workers and Redis share the cores. The engine's p50 is %s ms and p99 %s ms; at the same rate the naive design's p99 is %s ms and asynq's %s ms.\n",
+				rate, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"))
+		}
+	}
+	if missed["dispatch"] {
+		p("- **Dispatch.** A move is Redis work: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over one backlog void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads.\n")
+	}
+}
+
+func orText(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
