@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -144,20 +145,18 @@ func loadAverage() string {
 	return "?"
 }
 
-// writeBlock replaces what lies between <!-- BEGIN GENERATED name --> and
-// <!-- END GENERATED name --> in the page at path with body.
+// writeBlock replaces the generated block name of the page at path with
+// body (measured.ReplaceBlock).
 func writeBlock(path, name, body string) error {
 	page, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	begin, end := "<!-- BEGIN GENERATED "+name+" -->", "<!-- END GENERATED "+name+" -->"
-	i, j := strings.Index(string(page), begin), strings.Index(string(page), end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s: no %q ... %q block", path, begin, end)
+	out, ok := measured.ReplaceBlock(page, name, body)
+	if !ok {
+		return fmt.Errorf("%s: no <!-- BEGIN GENERATED %s --> ... <!-- END GENERATED %s --> block", path, name, name)
 	}
-	out := string(page[:i+len(begin)]) + "\n" + body + string(page[j:])
-	return os.WriteFile(path, []byte(out), 0o644)
+	return os.WriteFile(path, out, 0o644)
 }
 
 func printShardResults(w io.Writer, rs []shardResult) {

@@ -10,6 +10,7 @@
 package measured
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -58,4 +59,22 @@ func Log(kind, name string, figures map[string]float64, notes map[string]string)
 		return false, fmt.Errorf("measured: write %s: %w", path, err)
 	}
 	return true, f.Close()
+}
+
+// ReplaceBlock replaces what lies between <!-- BEGIN GENERATED name -->
+// and <!-- END GENERATED name --> in page with body (kept on lines of its
+// own), and reports whether page has that block.
+func ReplaceBlock(page []byte, name, body string) ([]byte, bool) {
+	begin := []byte("<!-- BEGIN GENERATED " + name + " -->")
+	end := []byte("<!-- END GENERATED " + name + " -->")
+	i := bytes.Index(page, begin)
+	j := bytes.Index(page, end)
+	if i < 0 || j < i {
+		return page, false
+	}
+	var b bytes.Buffer
+	b.Write(page[:i+len(begin)])
+	b.WriteString("\n" + body)
+	b.Write(page[j:])
+	return b.Bytes(), true
 }

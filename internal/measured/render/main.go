@@ -79,7 +79,7 @@ func main() {
 	done := 0
 	for kind, rs := range byKind {
 		var ok bool
-		page, ok = replace(page, kind, table(kind, rs))
+		page, ok = measured.ReplaceBlock(page, "measured:"+kind, table(kind, rs))
 		if ok {
 			done++
 		} else {
@@ -113,21 +113,6 @@ func read(path string) ([]measured.Record, error) {
 		out = append(out, r)
 	}
 	return out, sc.Err()
-}
-
-func replace(page []byte, kind, body string) ([]byte, bool) {
-	begin := []byte("<!-- BEGIN GENERATED measured:" + kind + " -->")
-	end := []byte("<!-- END GENERATED measured:" + kind + " -->")
-	i := bytes.Index(page, begin)
-	j := bytes.Index(page, end)
-	if i < 0 || j < i {
-		return page, false
-	}
-	var b bytes.Buffer
-	b.Write(page[:i+len(begin)])
-	b.WriteString("\n" + body)
-	b.Write(page[j:])
-	return b.Bytes(), true
 }
 
 func table(kind string, rs []measured.Record) string {
