@@ -58,7 +58,7 @@ func (h *Held) Exec(ctx context.Context, queued []Cmd, after ...Cmd) (replies, a
 	if err := sendAll(h.conn, after); err != nil {
 		return nil, nil, err
 	}
-	all, err := values(do(ctx, h.conn, ""))
+	all, err := values(Do(ctx, h.conn, ""))
 	if err != nil {
 		return nil, nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
 	}
@@ -87,7 +87,7 @@ func (h *Held) Release(ctx context.Context) error {
 }
 
 func (h *Held) unwatch(ctx context.Context) error {
-	if _, err := do(ctx, h.conn, "UNWATCH"); err != nil {
+	if _, err := Do(ctx, h.conn, "UNWATCH"); err != nil {
 		return fmt.Errorf("txn: UNWATCH: %w", err)
 	}
 	return nil

@@ -58,7 +58,7 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 	if err := sendStep(conn, steps[0]); err != nil {
 		return results, err
 	}
-	reps, err := values(do(ctx, conn, ""))
+	reps, err := values(Do(ctx, conn, ""))
 	if err != nil {
 		return results, fmt.Errorf("txn: pipeline: %w", err)
 	}
@@ -98,7 +98,7 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 				return results, err
 			}
 		}
-		all, err := values(do(ctx, conn, ""))
+		all, err := values(Do(ctx, conn, ""))
 		if err != nil {
 			return results, fmt.Errorf("txn: pipeline: %w", err)
 		}

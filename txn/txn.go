@@ -120,7 +120,7 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	}
 	if unwatch {
 		// The last attempt's hold left a WATCH; give it up.
-		if _, err := do(ctx, conn, "UNWATCH"); err != nil {
+		if _, err := Do(ctx, conn, "UNWATCH"); err != nil {
 			return nil, fmt.Errorf("txn: %d attempts: %w (UNWATCH: %w)", attempts, ErrConflict, err)
 		}
 	}
@@ -179,7 +179,7 @@ func (tx *Tx) run(watch []string, fn func(*Tx) error) ([]interface{}, error) {
 	if err := sendAll(tx.conn, after); err != nil {
 		return nil, err
 	}
-	all, err := values(do(tx.ctx, tx.conn, ""))
+	all, err := values(Do(tx.ctx, tx.conn, ""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
 	}
@@ -344,11 +344,6 @@ func (r *Runner) sleep(ctx context.Context, attempt int) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// do is one round trip bounded by ctx: see Do.
-func do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
-	return Do(ctx, conn, name, args...)
 }
 
 // Do is one round trip bounded by ctx. ctx's deadline (or the
@@ -529,7 +524,7 @@ func (tx *Tx) Do(name string, args ...interface{}) (interface{}, error) {
 		return nil, tx.sendErr
 	}
 	tx.sent, tx.hidden = 0, 0
-	rep, err := do(tx.ctx, tx.conn, name, args...)
+	rep, err := Do(tx.ctx, tx.conn, name, args...)
 	if err != nil {
 		return rep, fmt.Errorf("txn: %s: %w", name, err)
 	}
@@ -561,7 +556,7 @@ func (tx *Tx) Flush() ([]interface{}, error) {
 	if n+h == 0 {
 		return nil, nil
 	}
-	reps, err := values(do(tx.ctx, tx.conn, ""))
+	reps, err := values(Do(tx.ctx, tx.conn, ""))
 	if err != nil {
 		return nil, fmt.Errorf("txn: pipelined reads: %w", err)
 	}
@@ -619,7 +614,7 @@ func (tx *Tx) unwatch() error {
 	if tx.sendErr != nil {
 		return tx.sendErr
 	}
-	if _, err := do(tx.ctx, tx.conn, "UNWATCH"); err != nil {
+	if _, err := Do(tx.ctx, tx.conn, "UNWATCH"); err != nil {
 		return fmt.Errorf("txn: UNWATCH: %w", err)
 	}
 	return nil
