@@ -137,16 +137,13 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 		cmds.Queue("SADD", s.Keys.Queues(), r.Queue)
 		added = []string{r.Queue}
 	}
+	ids := []string{r.ID}
 	if r.Due <= now {
-		// pushReady's writes, for one id.
-		cmds.Queue("LPUSH", s.Keys.Ready(r.Queue), r.ID)
-		s.queueTokens(&cmds, s.Keys.Notify(r.Queue), 1, "1")
+		s.pushReady(&cmds, r.Queue, ids, false)
 		return cmds, added
 	}
-	// scheduleBucket's writes, for one id.
 	ts := BucketTime(r.Due, s.Resolution)
-	cmds.Queue("RPUSH", s.Keys.Bucket(r.Queue, ts), r.ID)
-	cmds.Queue("ZADD", s.Keys.Schedule(), ts, Member(r.Queue, ts))
+	s.scheduleBucket(&cmds, r.Queue, ts, ids)
 	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	s.wakeFor(&cmds, now, ts)
 	return cmds, added
