@@ -201,35 +201,44 @@ func TestScrapeDuringRun(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("tasks did not all settle")
 	}
-	// The last result is recorded after its handler returned: wait until
-	// the collector has seen every one, then compare exactly.
-	total := float64(nOK + 2*nFlaky + nBad)
+	// A result is counted after its handler returned, and the run
+	// duration, the processed and the failed counters are each recorded
+	// at their own step of the finish: poll until every one of them
+	// agrees with the ledger, then report whatever still differs.
+	led.mu.Lock()
+	want := map[string][3]float64{}
+	for _, typ := range []string{"ok", "flaky", "bad"} {
+		want[typ] = [3]float64{float64(led.ok[typ]), float64(led.fail[typ]), float64(led.ok[typ] + led.fail[typ])}
+	}
+	led.mu.Unlock()
+	if total, n := float64(nOK+2*nFlaky+nBad), want["ok"][2]+want["flaky"][2]+want["bad"][2]; n != total {
+		t.Errorf("the handlers ran %v times, want %v", n, total)
+	}
+	read := func(typ string) [3]float64 {
+		return [3]float64{
+			max(0, value(fams, "bucketq_tasks_processed_total", "queue", "default", "type", typ)),
+			max(0, value(fams, "bucketq_tasks_failed_total", "queue", "default", "type", typ)),
+			max(0, value(fams, "bucketq_task_run_duration_seconds", "queue", "default", "type", typ)),
+		}
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		fams = scrape(t, hs.URL)
-		n := 0.0
-		for _, typ := range []string{"ok", "flaky", "bad"} {
-			n += max(0, value(fams, "bucketq_task_run_duration_seconds", "type", typ))
+		agree := true
+		for typ, w := range want {
+			agree = agree && read(typ) == w
 		}
-		if n == total {
+		if agree || time.Now().After(deadline) {
 			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run duration histogram counts %v runs, want %v", n, total)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	led.mu.Lock()
-	defer led.mu.Unlock()
 	for _, typ := range []string{"ok", "flaky", "bad"} {
-		if got, want := max(0, value(fams, "bucketq_tasks_processed_total", "queue", "default", "type", typ)), float64(led.ok[typ]); got != want {
-			t.Errorf("processed{%s} = %v, ledger %v", typ, got, want)
-		}
-		if got, want := max(0, value(fams, "bucketq_tasks_failed_total", "queue", "default", "type", typ)), float64(led.fail[typ]); got != want {
-			t.Errorf("failed{%s} = %v, ledger %v", typ, got, want)
-		}
-		if got, want := max(0, value(fams, "bucketq_task_run_duration_seconds", "queue", "default", "type", typ)), float64(led.ok[typ]+led.fail[typ]); got != want {
-			t.Errorf("run duration count{%s} = %v, want %v", typ, got, want)
+		got, w := read(typ), want[typ]
+		for i, name := range []string{"processed", "failed", "run duration count"} {
+			if got[i] != w[i] {
+				t.Errorf("%s{%s} = %v, ledger %v", name, typ, got[i], w[i])
+			}
 		}
 	}
 	if got := value(fams, "bucketq_tasks_retried_total", "type", "flaky"); got != nFlaky {
