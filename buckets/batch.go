@@ -329,8 +329,21 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 // is again the next to pop. A nil *batchState is Claim's: each id goes
 // back at once.
 type batchState struct {
-	runs map[string]string
-	back []string
+	runs       map[string]string
+	back       []string
+	registered bool // the batch's writes re-add the worker to the registry
+}
+
+// register queues SADD w <w> on wq, once per transaction: a claim puts
+// ids into p:<w>, and the registry must hold w whenever p:<w> does.
+func (b *batchState) register(wq queuer, workers, w string) {
+	if b != nil {
+		if b.registered {
+			return
+		}
+		b.registered = true
+	}
+	wq.Queue("SADD", workers, w)
 }
 
 func (b *batchState) run(entry string) string {

@@ -275,3 +275,69 @@ func TestCoalesce(t *testing.T) {
 		t.Errorf("coalesce:\n got %q\nwant %q", have, want)
 	}
 }
+
+// A worker forgotten by a reaper while it was cut off (its heartbeat
+// expired, its in-flight list given back, then Forget) may still claim
+// the ids it had popped once it is back, before its next full beat. The
+// claim registers it again in the same EXEC: otherwise, had it died
+// then, its pending set would be where no reaper looks.
+func TestClaimRegistersForgottenWorker(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			s, c, ctx := batchEnv(t)
+			if err := enqueued("a", "b")(ctx, s, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Beat(ctx, c, w1, 30, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			ids := popAll(t, s, c, 2)
+			// What a reaper does to a worker whose heartbeat expired: the
+			// in-flight ids go back, then the worker is forgotten.
+			if _, err := c.Do("DEL", s.Keys.Heartbeat(w1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RecoverAllInflight(ctx, c, w1, t0+5); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.Forget(ctx, c, w1, true); err != nil || !ok {
+				t.Fatalf("Forget = %v, %v; want the worker forgotten", ok, err)
+			}
+			var res []ClaimResult
+			if batch {
+				_, r, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, len(ids)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res = r
+			} else {
+				for _, id := range ids {
+					_, r, err := s.Claim(ctx, c, w1, "q", id, t0+10, lease, false, &ClaimState{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					res = append(res, r)
+				}
+			}
+			if !slices.Equal(res, []ClaimResult{Claimed, Claimed}) {
+				t.Fatalf("claims %v, want both claimed", res)
+			}
+			if n, _ := redis.Int(c.Do("ZCARD", s.Keys.Pending(w1))); n != 2 {
+				t.Fatalf("pending set holds %d, want 2", n)
+			}
+			if ok, err := redis.Bool(c.Do("SISMEMBER", s.Keys.Workers(), w1)); err != nil || !ok {
+				t.Errorf("the claim left the worker unregistered (%v, %v): a reaper would never return its pending tasks", ok, err)
+			}
+			// And the namespace check agrees.
+			rep, err := s.CheckNamespace(ctx, c, CheckOptions{ListKeys: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range rep.Findings {
+				if f.Kind == FindUnregistered {
+					t.Errorf("check: %v", f)
+				}
+			}
+		})
+	}
+}

@@ -75,7 +75,7 @@ const (
 // read    GET t:<id>
 // queue   (waiting or retrying)  SET t:<id> running; ZADD p:<w> deadline id;
 //
-//	LREM f:<w> 1 id; HINCRBY st running +1 (retrying -1)
+//	SADD w <w>; LREM f:<w> 1 id; HINCRBY st running +1 (retrying -1)
 //	(cancelled, not waiting)  LREM f:<w> 1 id
 //	(missing, malformed)      LREM f:<w> 1 id; SET t:<id> dead record
 //	                          saying why; ZADD dead; HINCRBY st dead +1
@@ -101,6 +101,14 @@ const (
 // A firing of a skip-if-running periodic entry also goes through
 // claimOverlap (periodic.go), which may make it a cancelled tombstone
 // instead (result Skipped).
+//
+// The SADD keeps the registry holding w whenever p:<w> holds an id: a
+// worker cut off from Redis past its heartbeat's TTL may have been found
+// dead and forgotten by a reaper (Forget), and a claim it retries once it
+// is back, before its next full beat, would otherwise put the task where
+// no reaper looks if the worker then died. Forget watches p:<w>, so it
+// either runs before this EXEC (which registers w again) or sees the
+// claim and keeps w. Adding a member already there changes nothing.
 //
 // A Cancel that wins the race changes t:<id> first and this attempt reads
 // the tombstone again; a Cancel that loses sees "running". A crash before
@@ -265,6 +273,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 		r.Deadline = deadline(r)
 		wq.Queue("SET", key, r.Encode())
 		wq.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
+		batch.register(wq, s.Keys.Workers(), w)
 		wq.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
 		rec, result = r, Claimed
 		if cs != nil {
