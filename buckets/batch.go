@@ -384,22 +384,51 @@ func (b *batchState) flush(tx queuer, key string) {
 
 // coalesce merges, in a transaction's writes, commands that the order of
 // the others cannot tell apart from one: HINCRBY of one key and field
-// (summed), and ZADD or ZREM of one key (their members joined), into the
-// first of them. A command is merged only when nothing between the two
-// touches its key, except other HINCRBYs of the same hash for a HINCRBY
-// (increments commute). Everything else keeps its place.
+// (summed), ZADD or ZREM of one key (their members joined), and SETs of
+// different keys (one MSET: a claim batch rewrites a record per task),
+// into the first of them. A command is merged only when nothing between
+// the two touches its key, except other HINCRBYs of the same hash for a
+// HINCRBY (increments commute). Everything else keeps its place.
 func coalesce(cmds cmdList) cmdList {
 	out := make(cmdList, 0, len(cmds))
-	// last: per key, the last command in out that touches it; open: per
-	// name+key(+field), a command later ones of the same kind may join.
-	// A command is kept as given (its Args are not copied): a merge builds
-	// new Args for the command it joins, never changing a caller's.
+	// last: per key, the last command in out that touches it as its first
+	// argument; touched: per string argument (any position), the last
+	// command in out that names it; open: per name+key(+field), a command
+	// later ones of the same kind may join. A command is kept as given
+	// (its Args are not copied): a merge builds new Args for the command
+	// it joins, never changing a caller's.
 	type mergeKey struct{ name, key, field string }
 	last := make(map[string]int, len(cmds))
+	touched := make(map[string]int, len(cmds))
 	open := make(map[mergeKey]int)
 	var owned []bool // per command of out: its Args were built here
+	grow := func(j int, extra int) {
+		if !owned[j] {
+			out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+extra), out[j].Args...)
+			owned[j] = true
+		}
+	}
 	for _, c := range cmds {
 		key, _ := c.Args[0].(string)
+		if c.Name == "SET" && len(c.Args) == 2 && key != "" {
+			// SETs of distinct keys are an MSET, at the first one's place,
+			// when nothing since names this key.
+			mk := mergeKey{name: "SET"}
+			if j, ok := open[mk]; ok {
+				if t, seen := touched[key]; !seen || t < j {
+					grow(j, len(c.Args))
+					out[j].Name = "MSET"
+					out[j].Args = append(out[j].Args, c.Args...)
+					touched[key], last[key] = j, j
+					continue
+				}
+			}
+			out = append(out, c)
+			owned = append(owned, false)
+			last[key], touched[key] = len(out)-1, len(out)-1
+			open[mk] = len(out) - 1
+			continue
+		}
 		var mk mergeKey
 		switch c.Name {
 		case "HINCRBY":
@@ -423,11 +452,13 @@ func coalesce(cmds cmdList) cmdList {
 						continue
 					}
 				} else {
-					if !owned[j] {
-						out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(c.Args)), out[j].Args...)
-						owned[j] = true
-					}
+					grow(j, len(c.Args))
 					out[j].Args = append(out[j].Args, c.Args[1:]...)
+					for _, a := range c.Args[1:] {
+						if s, ok := a.(string); ok {
+							touched[s] = j
+						}
+					}
 					continue
 				}
 			}
@@ -435,6 +466,11 @@ func coalesce(cmds cmdList) cmdList {
 		out = append(out, c)
 		owned = append(owned, false)
 		last[key] = len(out) - 1
+		for _, a := range c.Args {
+			if s, ok := a.(string); ok {
+				touched[s] = len(out) - 1
+			}
+		}
 		if mk.name != "" {
 			open[mk] = len(out) - 1
 		}

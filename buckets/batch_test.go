@@ -262,10 +262,20 @@ func TestCoalesce(t *testing.T) {
 	in.Queue("ZADD", "z", 1, "a")
 	in.Queue("DEL", "z")
 	in.Queue("ZADD", "z", 2, "b")
+	// SETs of distinct keys join the first as one MSET, unless a command
+	// since names the key (a RENAME of it, another SET of it).
+	in.Queue("SET", "t:c", "1")
+	in.Queue("LREM", "f", 1, "c")
+	in.Queue("SET", "t:d", "2")
+	in.Queue("RENAME", "t:e", "bad:t:e")
+	in.Queue("SET", "t:e", "3")
+	in.Queue("SET", "t:c", "4")
+	in.Queue("SET", "t:f", "5")
 	got := coalesce(in)
 	want := []string{
 		"ZREM [p a b]", "HINCRBY [st running -2]", "SETEX [t:a 60 x]", "HINCRBY [st processed 2]",
 		"ZADD [z 1 a]", "DEL [z]", "ZADD [z 2 b]",
+		"MSET [t:c 1 t:d 2]", "LREM [f 1 c]", "RENAME [t:e bad:t:e]", "MSET [t:e 3 t:c 4 t:f 5]",
 	}
 	var have []string
 	for _, c := range got {
