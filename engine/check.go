@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 )
 
 // CheckOptions tunes Check.
@@ -91,6 +93,12 @@ type CheckReport struct {
 // finds it again (see CheckReport). With opts.Repair it then fixes what
 // can be fixed and checks again (CheckReport.Remaining).
 func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		// The KEYS of a large database may take longer than a round trip
+		// is otherwise allowed (txn.DefaultRoundTrip): the caller's
+		// deadline is the bound.
+		ctx = txn.WithRoundTrip(ctx, time.Until(dl))
+	}
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err

@@ -80,11 +80,14 @@
 //		},
 //	}
 //
-// The connect timeout bounds a dial to a host that does not answer. The
-// background loops (Run) have no deadline of their own, so the read
-// timeout is what bounds their round trips to a server that stopped
-// answering (a round trip takes the earlier of the context's deadline and
-// the read timeout), and the write timeout bounds a send to one that
+// The connect timeout bounds a dial to a host that does not answer. A
+// round trip that answers at once (all but the blocking waits) is also
+// bounded by txn.DefaultRoundTrip (15 s) when its context has no earlier
+// deadline, background loops (Run) included; txn.WithRoundTrip on the
+// context given to a call or to Run sets another bound. A round trip cut
+// short by that bound fails like a dropped connection: the loops retry
+// with backoff. The read timeout bounds a round trip too (the earliest of
+// the three wins), and the write timeout bounds a send to a server that
 // stopped reading. Blocking waits (BLPOP for [Config.IdleWait]) set a
 // longer timeout per command, so the read timeout may be shorter than
 // IdleWait; it must exceed IdleWait by a second or two only if Dial

@@ -155,9 +155,13 @@ func (w *Worker) run(ctx context.Context) error {
 	}
 	w.log.Info("worker started", "queues", w.fetcher.queues, "concurrency", w.cfg.Concurrency, "strict", w.cfg.StrictPriority)
 
-	fetchCtx, stopFetch := context.WithCancel(context.Background())
-	baseCtx, cancelHandlers := context.WithCancel(context.Background())
-	bgCtx, stopBg := context.WithCancel(context.Background())
+	// Run's ctx ends the fetching (the stop request), not the handlers or
+	// the bookkeeping; its values (a round-trip bound, txn.WithRoundTrip)
+	// are kept.
+	detached := context.WithoutCancel(ctx)
+	fetchCtx, stopFetch := context.WithCancel(detached)
+	baseCtx, cancelHandlers := context.WithCancel(detached)
+	bgCtx, stopBg := context.WithCancel(detached)
 	defer stopBg()
 	defer cancelHandlers()
 	defer stopFetch()

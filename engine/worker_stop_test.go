@@ -201,7 +201,11 @@ func (c *popReplyLoser) DoWithTimeout(d time.Duration, cmd string, args ...inter
 	if c.dead {
 		return nil, errInjected
 	}
-	return redisDoWithTimeout(c.redisConn, d, cmd, args...)
+	rep, err := redisDoWithTimeout(c.redisConn, d, cmd, args...)
+	if lost := c.lose(cmd, rep); lost {
+		return nil, errInjected
+	}
+	return rep, err
 }
 
 func (c *popReplyLoser) ReceiveWithTimeout(d time.Duration) (interface{}, error) {

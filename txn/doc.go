@@ -34,15 +34,20 @@
 // # Contexts and connections
 //
 // Every round trip ([Do], and each one inside a transaction) is bounded by
-// the context's deadline (or the connection's read timeout, whichever is
-// first). A command that answers at once is sent with that deadline set on
-// the connection (redis.DoWithTimeout), which costs no goroutine per round
-// trip; a blocking pop, or a context without a deadline, goes through
-// redis.DoContext, which also returns as soon as the context is cancelled.
-// When a read is cut short, redigo closes the connection, so that a
-// redis.Pool discards it instead of reusing a connection with a reply in
-// flight. The error then wraps ctx.Err(), so errors.Is(err,
-// context.DeadlineExceeded) holds. The connection must implement
+// the context's deadline and by the round-trip bound the context carries
+// ([WithRoundTrip], [DefaultRoundTrip] when it names none), whichever is
+// first (or the connection's read timeout, if sooner). A command that
+// answers at once is sent with that deadline set on the connection
+// (redis.DoWithTimeout), which costs no goroutine per round trip, even
+// under a context without a deadline; a blocking pop (bounded by the
+// context alone: the server bounds its wait) goes through
+// redis.DoContext, which also returns as soon as the context is
+// cancelled. When a read is cut short, redigo closes the connection, so
+// that a redis.Pool discards it instead of reusing a connection with a
+// reply in flight. A read cut short by the context's deadline wraps
+// ctx.Err(), so errors.Is(err, context.DeadlineExceeded) holds; one cut
+// short by the round-trip bound is a timeout of the connection (or
+// [ErrRoundTrip]), which a caller retries like a dropped connection. The connection must implement
 // redis.ConnWithContext, as redigo's connections and pooled connections
 // do, and preferably redis.ConnWithTimeout.
 //

@@ -346,25 +346,37 @@ func (r *Runner) sleep(ctx context.Context, attempt int) error {
 	}
 }
 
-// Do is one round trip bounded by ctx. ctx's deadline (or the
-// connection's read timeout, whichever comes first) bounds the read, and
-// a read cut short by it is reported as context.DeadlineExceeded; a
-// connection whose read was cut short is closed (a pool discards it).
+// Do is one round trip bounded by ctx, and by the round-trip bound
+// ctx carries (WithRoundTrip; DefaultRoundTrip when it names none):
+// whichever ends first bounds the read. A read cut short by ctx's
+// deadline is reported as context.DeadlineExceeded, one cut short by the
+// round-trip bound as a timeout of the connection (ErrRoundTrip when the
+// command went through redis.DoContext); a connection whose read was cut
+// short is closed (a pool discards it). The blocking commands (BLPOP and
+// the like, whose wait the server bounds) are bounded by ctx alone.
 //
-// A command that answers at once (all but the blocking pops) with a
-// deadline on ctx is sent with the read deadline set on the connection
-// itself (redis.DoWithTimeout): no goroutine and no allocation per round
-// trip (redis.DoContext starts one to watch ctx: two goroutine switches, a
-// third of a short transaction's latency). ctx cancelled without its
-// deadline passing is then noticed before the command is sent, not during
-// its read, which the deadline still bounds. The write is at most
-// inlineMax bytes of arguments (or what is left in the connection's
-// buffer after Sends, which wrote the rest themselves), so it fits the
-// socket's send buffer. A blocking pop, a larger command, or a ctx
-// without a deadline goes through redis.DoContext, which also returns as
-// soon as ctx is cancelled.
+// A command that answers at once is sent with the read deadline set on
+// the connection itself (redis.DoWithTimeout): no goroutine and no
+// allocation per round trip (redis.DoContext starts one to watch ctx: two
+// goroutine switches, a third of a short transaction's latency). ctx
+// cancelled without its deadline passing is then noticed before the
+// command is sent, not during its read, which the bound still limits.
+// The write is at most inlineMax bytes of arguments (or what is left in
+// the connection's buffer after Sends, which wrote the rest themselves),
+// so it fits the socket's send buffer. A blocking command, a larger one,
+// or a connection that takes no timeout goes through redis.DoContext,
+// which also returns as soon as ctx is cancelled.
 func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) (interface{}, error) {
-	if dl, ok := ctx.Deadline(); ok && !blocking(name) && argsSize(args) <= inlineMax {
+	if blocking(name) {
+		rep, err := redis.DoContext(conn, ctx, name, args...)
+		return rep, ctxErr(ctx, err)
+	}
+	dl, own := ctx.Deadline()
+	bound := time.Now().Add(roundTrip(ctx))
+	if !own || bound.Before(dl) {
+		dl, own = bound, false
+	}
+	if argsSize(args) <= inlineMax {
 		if _, ok := conn.(redis.ConnWithTimeout); ok {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -381,8 +393,44 @@ func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) 
 			// timeout says so before sending anything.
 		}
 	}
-	rep, err := redis.DoContext(conn, ctx, name, args...)
+	if own {
+		rep, err := redis.DoContext(conn, ctx, name, args...)
+		return rep, ctxErr(ctx, err)
+	}
+	bctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
+	rep, err := redis.DoContext(conn, bctx, name, args...)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+		return nil, fmt.Errorf("txn: %s: %w", name, ErrRoundTrip)
+	}
 	return rep, ctxErr(ctx, err)
+}
+
+// DefaultRoundTrip bounds a round trip sent under a context that names no
+// bound of its own (WithRoundTrip), when its deadline is later or it has
+// none: a server that stopped answering fails the call instead of holding
+// it for as long as the connection stays open.
+const DefaultRoundTrip = 15 * time.Second
+
+// ErrRoundTrip is a round trip that got no reply within its bound (see
+// Do) while its context still ran.
+var ErrRoundTrip = errors.New("no reply within the round-trip bound")
+
+type roundTripKey struct{}
+
+// WithRoundTrip returns a context whose round trips (Do, and every
+// transaction and pipeline sent under it or a context derived from it)
+// are each bounded by d, besides ctx's own deadline. d <= 0 means
+// DefaultRoundTrip.
+func WithRoundTrip(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, roundTripKey{}, d)
+}
+
+func roundTrip(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(roundTripKey{}).(time.Duration); ok && d > 0 {
+		return d
+	}
+	return DefaultRoundTrip
 }
 
 // errNoTimeout is redigo's error for a connection without

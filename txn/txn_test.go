@@ -328,6 +328,59 @@ func TestDeadlineBoundsEveryRoundTrip(t *testing.T) {
 	}
 }
 
+// A context without a deadline does not leave a round trip unbounded:
+// the bound it carries (WithRoundTrip) ends the read, reported as a
+// failure of the connection, not as the context's end; a blocking pop is
+// left to ctx and the server.
+func TestRoundTripBoundWithoutDeadline(t *testing.T) {
+	addr := silentServer(t)
+	const bound = 200 * time.Millisecond
+	for name, wrap := range map[string]func(redis.Conn) redis.Conn{
+		"connection":                       func(c redis.Conn) redis.Conn { return c },
+		"connection that takes no timeout": func(c redis.Conn) redis.Conn { return noTimeoutConn{c} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := redis.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx := txn.WithRoundTrip(context.Background(), bound)
+			start := time.Now()
+			_, err = txn.Do(ctx, wrap(conn), "GET", "k")
+			if took := time.Since(start); took < bound || took > bound+500*time.Millisecond {
+				t.Fatalf("returned after %v, want about %v", took, bound)
+			}
+			if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v, want a failure of the round trip, not the context's end", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the context ended")
+			}
+			if conn.Err() == nil {
+				t.Fatal("the connection is still open after a round trip was cut short")
+			}
+		})
+	}
+	t.Run("blocking pop", func(t *testing.T) {
+		conn, err := redis.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(txn.WithRoundTrip(context.Background(), bound), 3*bound)
+		defer cancel()
+		start := time.Now()
+		_, err = txn.Do(ctx, conn, "BLPOP", "k", 1)
+		if took := time.Since(start); took < 3*bound {
+			t.Fatalf("a blocking pop was cut after %v, before its context's deadline %v", took, 3*bound)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
 // noTimeoutConn hides the redis.ConnWithTimeout of the connection it
 // wraps (keeping its redis.ConnWithContext), as some wrappers do.
 type noTimeoutConn struct{ c redis.Conn }
