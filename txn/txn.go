@@ -376,15 +376,11 @@ func Do(ctx context.Context, conn redis.Conn, name string, args ...interface{}) 
 	if !own || bound.Before(dl) {
 		dl, own = bound, false
 	}
-	if argsSize(args) <= inlineMax {
+	// A context that already ended goes to redis.DoContext below, which
+	// closes the connection: commands Sent before this call must not go
+	// out later with a pool's flush.
+	if d := time.Until(dl); d > 0 && ctx.Err() == nil && argsSize(args) <= inlineMax {
 		if _, ok := conn.(redis.ConnWithTimeout); ok {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			d := time.Until(dl)
-			if d <= 0 {
-				return nil, context.DeadlineExceeded
-			}
 			rep, err := redis.DoWithTimeout(conn, d, name, args...)
 			if err != errNoTimeout {
 				return rep, ctxErr(ctx, err)

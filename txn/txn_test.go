@@ -401,7 +401,9 @@ func (n noTimeoutConn) ReceiveContext(ctx context.Context) (interface{}, error) 
 }
 
 // Do returns as soon as its context is cancelled: at once when it was
-// cancelled before, and during a blocking pop, before the deadline.
+// cancelled before (closing the connection, so that commands Sent before
+// it never go out with a later flush), and during a blocking pop, before
+// the deadline.
 func TestDoCancelled(t *testing.T) {
 	addr := silentServer(t)
 	conn, err := redis.Dial("tcp", addr)
@@ -411,9 +413,20 @@ func TestDoCancelled(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	cancel()
+	if err := conn.Send("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := txn.Do(ctx, conn, "GET", "k"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Do with a cancelled context: %v, want context.Canceled", err)
 	}
+	if conn.Err() == nil {
+		t.Fatal("the connection is still open, with a SET buffered for the next flush")
+	}
+	conn, err = redis.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	time.AfterFunc(100*time.Millisecond, cancel)
