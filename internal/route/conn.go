@@ -344,9 +344,23 @@ func (rc *Conn) DoWithTimeout(timeout time.Duration, name string, args ...interf
 		defer cancel()
 	}
 	return rc.do(ctx, func(c redis.Conn, name string, args []interface{}) (interface{}, error) {
-		return redis.DoWithTimeout(c, timeout, name, args...)
+		rep, err := redis.DoWithTimeout(c, timeout, name, args...)
+		if err == errNoTimeout {
+			// The server connection takes no per-call timeout, and said so
+			// before sending anything: the batch is still to be sent, on
+			// the context's deadline.
+			return redis.DoContext(c, ctx, name, args...)
+		}
+		return rep, err
 	}, name, args)
 }
+
+// errNoTimeout is redigo's error for a connection without
+// redis.ConnWithTimeout, returned before anything is sent.
+var errNoTimeout = func() error {
+	_, err := redis.DoWithTimeout(struct{ redis.Conn }{}, 0, "")
+	return err
+}()
 
 // doFunc is one redigo Do on the server connection.
 type doFunc func(c redis.Conn, name string, args []interface{}) (interface{}, error)
