@@ -218,16 +218,13 @@ func (r *Record) encodeLegacy() []byte {
 	}
 	b := make([]byte, 0, n)
 	b = append(b, recordMagic, version, byte(r.State))
-	for _, v := range []int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
-		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline} {
+	for _, v := range r.numbers() {
 		b = binary.AppendUvarint(b, uint64(max(v, 0)))
 	}
 	for _, s := range []string{r.Queue, r.Type, r.Worker, r.LastError} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+		b = appendLen(b, s)
 	}
-	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	b = append(b, r.Payload...)
+	b = appendLen(b, r.Payload)
 	for _, sec := range sections {
 		b = append(b, sec...)
 	}
@@ -248,8 +245,7 @@ func (r *Record) encode3() []byte {
 	for _, sec := range sections {
 		n += len(sec)
 	}
-	nums := [...]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
-		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
+	nums := r.numbers()
 	var mask uint64
 	for i, v := range nums {
 		if v > 0 {
@@ -276,20 +272,24 @@ func (r *Record) encode3() []byte {
 	}
 	for _, s := range []string{r.Worker, r.LastError} {
 		if s != "" {
-			b = binary.AppendUvarint(b, uint64(len(s)))
-			b = append(b, s...)
+			b = appendLen(b, s)
 		}
 	}
-	for _, s := range []string{r.Queue, r.Type} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
-	b = append(b, r.Payload...)
+	b = appendLen(b, r.Queue)
+	b = appendLen(b, r.Type)
+	b = appendLen(b, r.Payload)
 	for _, sec := range sections {
 		b = append(b, sec...)
 	}
 	return b
+}
+
+// numbers returns the record's numeric fields in the order both encodings
+// write them (version 3's mask bits follow it: fieldAttempts ...
+// fieldDeadline).
+func (r *Record) numbers() [10]int64 {
+	return [10]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
+		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
 }
 
 // sections returns the record's trailing sections in increasing tag order:
@@ -297,9 +297,7 @@ func (r *Record) encode3() []byte {
 func (r *Record) sections() [][]byte {
 	var out [][]byte
 	section := func(tag byte, v []byte) {
-		b := []byte{tag}
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		out = append(out, append(b, v...))
+		out = append(out, appendLen([]byte{tag}, v))
 	}
 	if r.Periodic != "" {
 		section(sectionPeriodic, []byte(r.Periodic))
@@ -341,15 +339,10 @@ func (r *Record) encodeMetadata() []byte {
 	var body []byte
 	body = binary.AppendUvarint(body, uint64(len(keys)))
 	for _, k := range keys {
-		v := r.Metadata[k]
-		body = binary.AppendUvarint(body, uint64(len(k)))
-		body = append(body, k...)
-		body = binary.AppendUvarint(body, uint64(len(v)))
-		body = append(body, v...)
+		body = appendLen(body, k)
+		body = appendLen(body, r.Metadata[k])
 	}
-	out := []byte{sectionMetadata}
-	out = binary.AppendUvarint(out, uint64(len(body)))
-	return append(out, body...)
+	return appendLen([]byte{sectionMetadata}, body)
 }
 
 // DecodeRecord parses a stored record of any version; id is taken from

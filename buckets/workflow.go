@@ -169,15 +169,15 @@ func (f *Flow) encode() []byte {
 	b = append(b, byte(f.Kind), flags)
 	b = binary.AppendUvarint(b, uint64(f.Step))
 	b = binary.AppendUvarint(b, uint64(f.Total))
-	b = appendBytes(b, []byte(f.ID))
+	b = appendLen(b, f.ID)
 	if len(f.Input) > 0 {
-		b = appendBytes(b, f.Input)
+		b = appendLen(b, f.Input)
 	}
 	b = binary.AppendUvarint(b, uint64(len(f.Next)))
 	for _, s := range f.Next {
-		b = appendBytes(b, []byte(s.Queue))
-		b = appendBytes(b, []byte(s.Type))
-		b = appendBytes(b, s.Payload)
+		b = appendLen(b, s.Queue)
+		b = appendLen(b, s.Type)
+		b = appendLen(b, s.Payload)
 		b = binary.AppendUvarint(b, uint64(max(s.MaxAttempts, 0)))
 		b = binary.AppendUvarint(b, uint64(max(s.TimeoutMs, 0)))
 		b = binary.AppendUvarint(b, uint64(max(s.DelayMs, 0)))
@@ -187,12 +187,15 @@ func (f *Flow) encode() []byte {
 		}
 		b = append(b, pass)
 		m := (&Record{Metadata: s.Metadata}).encodeMetadata()
-		b = appendBytes(b, m)
+		b = appendLen(b, m)
 	}
 	return b
 }
 
-func appendBytes(b, v []byte) []byte {
+// appendLen appends v's length as an unsigned varint, then v: the
+// length-prefixed form of every string and byte field of a record and
+// its sections.
+func appendLen[T string | []byte](b []byte, v T) []byte {
 	b = binary.AppendUvarint(b, uint64(len(v)))
 	return append(b, v...)
 }
