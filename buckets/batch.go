@@ -391,46 +391,48 @@ func (b *batchState) flush(tx queuer, key string) {
 // HINCRBY (increments commute). Everything else keeps its place.
 func coalesce(cmds cmdList) cmdList {
 	out := make(cmdList, 0, len(cmds))
-	// last: per key, the last command in out that touches it as its first
-	// argument; touched: per string argument (any position), the last
+	// last: per string argument (a key, in any position), the last
 	// command in out that names it; open: per name+key(+field), a command
 	// later ones of the same kind may join. A command is kept as given
 	// (its Args are not copied): a merge builds new Args for the command
 	// it joins, never changing a caller's.
 	type mergeKey struct{ name, key, field string }
 	last := make(map[string]int, len(cmds))
-	touched := make(map[string]int, len(cmds))
 	open := make(map[mergeKey]int)
 	var owned []bool // per command of out: its Args were built here
-	grow := func(j int, extra int) {
+	names := func(j int, args []interface{}) {
+		for _, a := range args {
+			if s, ok := a.(string); ok {
+				last[s] = j
+			}
+		}
+	}
+	// join appends args to command j, building its own Args first.
+	join := func(j int, args []interface{}) {
 		if !owned[j] {
-			out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+extra), out[j].Args...)
+			out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(args)), out[j].Args...)
 			owned[j] = true
 		}
+		out[j].Args = append(out[j].Args, args...)
+		names(j, args)
 	}
 	for _, c := range cmds {
 		key, _ := c.Args[0].(string)
-		if c.Name == "SET" && len(c.Args) == 2 && key != "" {
-			// SETs of distinct keys are an MSET, at the first one's place,
-			// when nothing since names this key.
-			mk := mergeKey{name: "SET"}
-			if j, ok := open[mk]; ok {
-				if t, seen := touched[key]; !seen || t < j {
-					grow(j, len(c.Args))
-					out[j].Name = "MSET"
-					out[j].Args = append(out[j].Args, c.Args...)
-					touched[key], last[key] = j, j
-					continue
-				}
-			}
-			out = append(out, c)
-			owned = append(owned, false)
-			last[key], touched[key] = len(out)-1, len(out)-1
-			open[mk] = len(out) - 1
-			continue
-		}
 		var mk mergeKey
 		switch c.Name {
+		case "SET":
+			// SETs of distinct keys are an MSET, at the first one's place,
+			// when nothing since names this key.
+			if len(c.Args) == 2 && key != "" {
+				mk = mergeKey{name: c.Name}
+				if j, ok := open[mk]; ok {
+					if t, seen := last[key]; !seen || t < j {
+						out[j].Name = "MSET"
+						join(j, c.Args)
+						continue
+					}
+				}
+			}
 		case "HINCRBY":
 			if len(c.Args) == 3 {
 				field, ok := c.Args[1].(string)
@@ -442,7 +444,7 @@ func coalesce(cmds cmdList) cmdList {
 		case "ZADD", "ZREM":
 			mk = mergeKey{name: c.Name, key: key}
 		}
-		if mk.name != "" {
+		if mk.name != "" && c.Name != "SET" {
 			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
 				if c.Name == "HINCRBY" {
 					a, aok := toInt64(out[j].Args[2])
@@ -452,25 +454,14 @@ func coalesce(cmds cmdList) cmdList {
 						continue
 					}
 				} else {
-					grow(j, len(c.Args))
-					out[j].Args = append(out[j].Args, c.Args[1:]...)
-					for _, a := range c.Args[1:] {
-						if s, ok := a.(string); ok {
-							touched[s] = j
-						}
-					}
+					join(j, c.Args[1:])
 					continue
 				}
 			}
 		}
 		out = append(out, c)
 		owned = append(owned, false)
-		last[key] = len(out) - 1
-		for _, a := range c.Args {
-			if s, ok := a.(string); ok {
-				touched[s] = len(out) - 1
-			}
-		}
+		names(len(out)-1, c.Args)
 		if mk.name != "" {
 			open[mk] = len(out) - 1
 		}
