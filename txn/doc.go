@@ -47,9 +47,10 @@
 // reply in flight. A read cut short by the context's deadline wraps
 // ctx.Err(), so errors.Is(err, context.DeadlineExceeded) holds; one cut
 // short by the round-trip bound is a timeout of the connection (or
-// [ErrRoundTrip]), which a caller retries like a dropped connection. The connection must implement
-// redis.ConnWithContext, as redigo's connections and pooled connections
-// do, and preferably redis.ConnWithTimeout.
+// [ErrRoundTrip]), which a caller retries like a dropped connection. The
+// connection must implement redis.ConnWithContext, as redigo's
+// connections and pooled connections do, and preferably
+// redis.ConnWithTimeout.
 //
 // # Redis 2.4 caveats
 //
