@@ -202,3 +202,86 @@ func TestBatchStrictPriority(t *testing.T) {
 		t.Errorf("no batch claimed from deep queues")
 	}
 }
+
+// stallStore holds back the first result group of full size until
+// released, recording how many runs had started when it arrived.
+type stallStore struct {
+	workerStore
+	full     int
+	once     sync.Once
+	arrived  chan struct{}
+	release  chan struct{}
+	rec      *recorder
+	runsThen atomic.Int64
+}
+
+func (s *stallStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	if len(items) == s.full {
+		first := false
+		s.once.Do(func() { first = true })
+		if first {
+			s.runsThen.Store(int64(s.rec.total()))
+			close(s.arrived)
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return s.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+}
+
+// A result group that holds every slot gives them back before its round
+// trip ends: the next batch runs while it is recorded. The results handed
+// over and not yet recorded stay bounded: with the group stalled, no more
+// than one more batch of slots runs. Every task still runs exactly once.
+func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	const n, slots = 400, 4
+	var batch []NewTask
+	for range n {
+		batch = append(batch, NewTask{Type: "t"})
+	}
+	infos, err := c.EnqueueBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Concurrency = slots
+	e.cfg.ClaimBatch = slots
+	e.cfg.GroupCommitMax = slots // unrecorded results: at most max(slots, GroupCommitMax)
+	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	rec := newRecorder(nil)
+	w, err := NewWorker(e.pool, e.cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &stallStore{workerStore: w.store, full: slots, arrived: make(chan struct{}), release: make(chan struct{}), rec: rec}
+	w.store = ss
+	runBackground(t, w.Run)
+	select {
+	case <-ss.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no result group of every slot")
+	}
+	then := int(ss.runsThen.Load())
+	waitFor(t, 5*time.Second, "a run while the group is stalled", func() bool { return rec.total() > then })
+	// Give the worker time to run more than it may.
+	time.Sleep(300 * time.Millisecond)
+	if got := rec.total() - then; got > slots {
+		t.Errorf("%d runs while a group of every slot was stalled, want at most %d (the bound of unrecorded results)", got, slots)
+	}
+	close(ss.release)
+	waitFor(t, 60*time.Second, "every run", func() bool { return rec.total() >= n })
+	waitFor(t, 10*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Processed == n && st.Running == 0
+	})
+	for i, info := range infos {
+		if got := rec.count(info.ID); got != 1 {
+			t.Fatalf("task %d ran %d times, want 1", i, got)
+		}
+	}
+}

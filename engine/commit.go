@@ -10,7 +10,9 @@ import (
 
 // committer records the results of runs that end together in one
 // transaction and one round trip (group commit, buckets.FinishGroup). A
-// slot hands its result over and waits for the group's answer. The first
+// run hands its result over and waits for the group's answer; its slot
+// is free for the next task when the group is recorded, or as its round
+// trip starts when every slot of the worker is taken. The first
 // result of a group waits at most Config.GroupCommitWindow for others,
 // and not at all when no other handler of the process is running (nobody
 // could join) or GroupCommitMax results are waiting: under load the
@@ -60,8 +62,10 @@ func (f *finisher) startGroup(baseCtx context.Context) func() {
 // commit hands item to the committer and waits for its group's answer.
 // A group error comes with sent set when the transaction may have run.
 //
-// free, when given, is called once the item's result is recorded, before
-// the answer: its slot is free for the next task.
+// free, when given, gives the run's slot back, for all of a group's slots
+// at once so that the fetching loop finds them free together and takes as
+// many tasks: before the group's round trip when no slot of the worker is
+// free (the loop waits for them), after it otherwise.
 func (c *committer) commit(item buckets.FinishItem, free func()) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
 	c.reqs <- commitReq{item: item, free: free, reply: reply}
@@ -128,6 +132,15 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 	for i, r := range group {
 		items[i] = r.item
 	}
+	// Every slot waiting on this group: the fetching loop has nothing to
+	// do until they are free, so they go back now and the next pop and
+	// claim overlap this round trip. Otherwise they go back once it is
+	// done, which keeps the pops of a shallow backlog from shrinking to
+	// the few slots freed at a time.
+	early := w.proc.saturated()
+	if early {
+		freeAll(group)
+	}
 	var res []buckets.FinishResult
 	conn, err := h.Get(ctx)
 	sent := err == nil
@@ -137,12 +150,8 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 			h.Drop()
 		}
 	}
-	if err == nil {
-		for i, r := range group {
-			if r.free != nil && res[i].Err == nil {
-				r.free()
-			}
-		}
+	if !early {
+		freeAll(group)
 	}
 	for i, r := range group {
 		if err != nil {
@@ -150,5 +159,14 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 			continue
 		}
 		r.reply <- commitRes{res: res[i]}
+	}
+}
+
+// freeAll gives back the slots of a group's runs.
+func freeAll(group []commitReq) {
+	for _, r := range group {
+		if r.free != nil {
+			r.free()
+		}
 	}
 }

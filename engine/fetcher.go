@@ -110,9 +110,9 @@ type claimed struct {
 	// the held watch covers), for FinishHeld.
 	waited bool
 	// free gives the task's slot token back once (nil: the caller's
-	// business). The committer calls it as soon as the result is
-	// recorded, for all of a group's slots at once, so that the fetching
-	// loop finds them free together and takes as many tasks.
+	// business). The committer calls it for all of a group's slots at
+	// once, so that the fetching loop takes as many tasks together (see
+	// committer.commit).
 	free func()
 	// counted: processor.running already counts the run.
 	counted bool

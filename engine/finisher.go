@@ -43,6 +43,13 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 	var next popped
 	cut := false // a connection failed after a result may have been sent
 	if c.held == nil && f.group != nil {
+		// The slot goes back when the group's round trip starts (the
+		// next tasks run while this one is recorded, here or, when the
+		// group fails, the checked way), within the bound of unrecorded
+		// results.
+		unrecorded := w.proc.unrecorded
+		unrecorded <- struct{}{}
+		defer func() { <-unrecorded }()
 		res, sent, gerr := f.group.commit(buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}, c.free)
 		switch {
 		case gerr == nil && res.Err == nil:

@@ -19,10 +19,17 @@ import (
 //     nothing, or the queues look deep, does the token go back.
 //   - several: one transaction claims them all (ClaimBatch), each runs in
 //     its own slot, and results that end together are recorded together
-//     (the committer, group commit). Each token goes back with its result.
+//     (the committer, group commit). A group's tokens go back together
+//     when it is recorded, or, when every slot is taken, as its round trip
+//     starts, so the next pop and claim overlap the recording. Results
+//     handed over and not yet recorded are bounded (unrecorded): past the
+//     bound a slot keeps its token until its result can be handed over.
 type processor struct {
 	w   *Worker
 	sem chan struct{}
+	// unrecorded holds a token for each result handed to the committer
+	// and not yet recorded: max(Concurrency, GroupCommitMax) at most.
+	unrecorded chan struct{}
 	// running counts handlers running now; the committer records a group
 	// at once when none is left to join it.
 	running atomic.Int64
@@ -69,8 +76,8 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 
 // gather takes more tokens, up to want in all, while the queues look
 // deep: those free now, and those that other slots give back within
-// Config.GroupCommitWindow (a group's slots are freed together when its
-// results are recorded), so that one pop takes as many tasks as it can.
+// Config.GroupCommitWindow (a group's slots are freed together), so that
+// one pop takes as many tasks as it can.
 // It does not wait when no other slot is taken. It returns the tokens it
 // holds, the one taken before included.
 func (p *processor) gather(want int) int {
@@ -100,6 +107,9 @@ func (p *processor) gather(want int) int {
 	}
 	return n
 }
+
+// saturated reports whether every slot is taken.
+func (p *processor) saturated() bool { return len(p.sem) == cap(p.sem) }
 
 func (p *processor) release(n int) {
 	for range n {
