@@ -43,10 +43,11 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 	var next popped
 	cut := false // a connection failed after a result may have been sent
 	if c.held == nil && f.group != nil {
-		// The slot goes back when the group's round trip starts (the
-		// next tasks run while this one is recorded, here or, when the
-		// group fails, the checked way), within the bound of unrecorded
-		// results.
+		// The committer gives the slot back with the group's (see
+		// committer.commit), even when the group fails and this result
+		// goes the checked way: a result whose slot went back holds one
+		// of the unrecorded tokens until it is recorded, so there are
+		// never more such results than the bound.
 		unrecorded := w.proc.unrecorded
 		unrecorded <- struct{}{}
 		defer func() { <-unrecorded }()
