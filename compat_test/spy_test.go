@@ -7,8 +7,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -310,6 +312,14 @@ func (c *spyConn) DoWithTimeout(d time.Duration, name string, args ...interface{
 
 func (c *spyConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
 	if err := ctx.Err(); err != nil {
+		// As redigo's DoContext: a call whose context has already ended
+		// leaves the connection unusable. Returning early with commands
+		// Sent before it still buffered would hand the next user their
+		// replies with its own.
+		if c.broken == nil {
+			c.broken = err
+			c.inner.Close()
+		}
 		return nil, err
 	}
 	return c.doVia(name, args, func() (interface{}, error) { return redis.DoContext(c.inner, ctx, name, args...) })
@@ -399,5 +409,32 @@ func (a *argCensus) record(c cmd, inMulti bool) {
 		if len(c.Args) >= 2 {
 			a.ttlArgs[argString(c.Args[1])]++
 		}
+	}
+}
+
+// The seam behaves as redigo's connection when a call's context has
+// already ended: the connection is unusable after it, so commands Sent
+// before that call cannot answer the next user of a pooled connection.
+func TestSpyEndedContextBreaks(t *testing.T) {
+	srv := redistest.Start(t)
+	inner, err := dialServer(srv.Addr, serverPassword(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := (&faults{}).wrap(inner)
+	defer c.Close()
+	if err := c.Send("SET", "spy:k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := redis.DoContext(c, ctx, "GET", "spy:k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("DoContext on an ended context: %v, want context.Canceled", err)
+	}
+	if c.Err() == nil {
+		t.Fatal("the connection is still usable after a call whose context had ended")
+	}
+	if _, err := c.Do("PING"); err == nil {
+		t.Fatal("a command went through the connection after a call whose context had ended")
 	}
 }
