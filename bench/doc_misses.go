@@ -71,8 +71,16 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				}
 				return "n/a"
 			}
-			p("- **Lateness at %d tasks/s.** The producer, the dispatcher, 16 workers and Redis share the cores. The engine's p50 is %s ms and p99 %s ms; at the same rate the naive design's p99 is %s ms and asynq's %s ms.\n",
-				rate, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"))
+			workers := 0
+			if res := r.find("lateness", "engine", "p99", want); res != nil {
+				w, _ := res.Params["workers"].(float64) // as JSON decodes it, like intParams
+				workers = int(w)
+			}
+			p("- **Lateness at %d tasks/s.** The producer, the dispatcher, %d workers and Redis share the cores. The engine's p50 is %s ms and p99 %s ms; at the same rate the naive design's p99 is %s ms and asynq's %s ms. "+
+				"At this rate each of the %d handler slots has to turn a task around every %s ms, pop, claim and result included, so tasks wait in the ready list for a free slot; "+
+				"`go run . -scenarios lateness -impls engine -lateness-rate %d -lateness-workers %d` runs the same case with four times the handlers, to tell that wait from the dispatcher's.\n",
+				rate, workers, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"),
+				workers, formatValue(float64(workers)*1000/float64(rate), "ms"), rate, 4*workers)
 		}
 	}
 	if missed["dispatch"] {
