@@ -194,6 +194,10 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	var err error
 	if len(shards.Pools) > 0 {
 		err = runSharded(ctx, shards, cfg, o, log)
+		if stoppedEarly(ctx, err) {
+			log.Info("stopped before every lane could register", "err", err)
+			err = nil
+		}
 		if n := violations.Load(); n > 0 && err == nil {
 			err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
 		}
@@ -224,6 +228,10 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	default:
 		err = fmt.Errorf("unknown -mode %q", o.mode)
+	}
+	if stoppedEarly(ctx, err) {
+		log.Info("stopped before it could register", "err", err)
+		err = nil
 	}
 	if n := violations.Load(); n > 0 && err == nil {
 		err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
@@ -473,4 +481,23 @@ func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 	mux.HandleFunc("slow", handler(func() time.Duration { return o.slowSleep }))
 	flowHandlers(mux, led, func() time.Duration { return time.Duration(rng.int64n(int64(o.sleepMax) + 1)) }, log)
 	return mux
+}
+
+// stoppedEarly reports an error that only says the process was stopped
+// (SIGTERM) before a component could reach Redis to register, say while
+// its server restarted: what Worker.Run documents for that case, not a
+// failure. A joined error (one per lane) qualifies when each part does.
+func stoppedEarly(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !stoppedEarly(ctx, e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, context.Canceled)
 }
