@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,9 @@ type env struct {
 	pool *redis.Pool
 	ns   string
 	cfg  Config
+
+	tickMu   sync.Mutex
+	lastTick time.Time // guarded by tickMu: the last tick's real time
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -114,14 +118,25 @@ func miniServer(t testing.TB) *redistest.Server { return redistest.Mini(t) }
 type bucketsRecord = buckets.Record
 
 // tick lets time pass for key expiry on miniredis, whose TTLs move only
-// when told to; a real server keeps its own time. Called once per 5 ms
-// poll, it runs miniredis's TTLs at twice real time: fast enough to expire
-// a dead worker's heartbeat soon, slow enough that live workers, beating
-// on the real clock, keep theirs.
+// when told to; a real server keeps its own time. It runs miniredis's TTLs
+// at twice the real time since the last tick (10 ms at the first): fast
+// enough to expire a dead worker's heartbeat soon, slow enough that live
+// workers, beating on the real clock, keep theirs. Measured in real time,
+// not in calls, so a loaded machine that polls less often does not slow
+// the expiry a test waits for.
 func (e *env) tick() {
-	if e.srv.Mini != nil {
-		e.srv.Mini.FastForward(10 * time.Millisecond)
+	if e.srv.Mini == nil {
+		return
 	}
+	e.tickMu.Lock()
+	defer e.tickMu.Unlock()
+	now := time.Now()
+	d := 10 * time.Millisecond
+	if !e.lastTick.IsZero() {
+		d = 2 * now.Sub(e.lastTick)
+	}
+	e.lastTick = now
+	e.srv.Mini.FastForward(d)
 }
 
 type redisPool = redis.Pool
