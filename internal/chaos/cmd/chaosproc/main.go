@@ -192,36 +192,27 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
-	if len(shards.Pools) > 0 {
+	switch {
+	case len(shards.Pools) > 0:
 		err = runSharded(ctx, shards, cfg, o, log)
-		if stoppedEarly(ctx, err) {
-			log.Info("stopped before every lane could register", "err", err)
-			err = nil
-		}
-		if n := violations.Load(); n > 0 && err == nil {
-			err = fmt.Errorf("%d commands not valid for Redis 2.4", n)
-		}
-		return err
-	}
-	switch o.mode {
-	case "producer":
+	case o.mode == "producer":
 		err = produce(ctx, pool, cfg, o, log)
-	case "flow-producer":
+	case o.mode == "flow-producer":
 		var c *engine.Client
 		if c, err = engine.NewClient(pool, cfg); err == nil {
 			err = produceFlows(ctx, c, o, log)
 		}
-	case "worker":
+	case o.mode == "worker":
 		err = work(ctx, pool, cfg, o, log)
-	case "dispatcher":
+	case o.mode == "dispatcher":
 		var d *engine.Dispatcher
 		if d, err = engine.NewDispatcher(pool, cfg); err == nil {
 			err = d.Run(ctx)
 			log.Info("dispatcher done", "moved", d.Moved(), "conflicts", d.Conflicts())
 		}
-	case "scheduler":
+	case o.mode == "scheduler":
 		err = schedule(ctx, pool, cfg, o, log)
-	case "reaper":
+	case o.mode == "reaper":
 		var r *engine.Reaper
 		if r, err = engine.NewReaper(pool, cfg); err == nil {
 			err = r.Run(ctx)
