@@ -24,8 +24,9 @@ takes up to K tasks of one queue in one round trip (K pipelined ` + "`RPOPLPUSH`
 list), claims them in one transaction (two round trips), and records the results of runs that end
 together in one transaction (two round trips: the read of the records and the writes): about
 five round trips for K tasks. When a group holds every handler slot its slots go back as its round
-trip starts, so the next pop and claim overlap the recording. K adapts: 1 while pops find the queues shallow, doubling while every
-pop finds all it asked for, bounded by the free handler slots and ` + "`Config.ClaimBatch`" + `. A batch
+trip starts, so the next pop and claim overlap the recording. K adapts: 1 while pops find the queues
+shallow, doubling while every pop finds all it asked for, bounded by the free handler slots and
+` + "`Config.ClaimBatch`" + `. A batch
 never mixes queues, so under strict priority a lower queue is popped only when every higher one was
 empty at the pop.
 
