@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 )
 
 // enqueueGroup is a Client's producer-side group commit. An enqueue of
@@ -19,10 +20,12 @@ import (
 // in one transaction, then the next lot, until none is queued.
 //
 // A waiting caller whose context ends returns at once. If its enqueue was
-// still queued, it is withdrawn and nothing of it is written (the error
-// matches its context's error, not ErrUncertain); if it was already taken
-// into a transaction, that transaction may or may not commit, and the
-// error matches ErrUncertain as well.
+// still queued, it is withdrawn and nothing of it is written: the error
+// matches its context's error, not ErrUncertain, and wraps as well why
+// the transaction in flight is being tried again, if it is (with no
+// master to write to, a waiter's error says so, as a lone enqueue's
+// does). If it was already taken into a transaction, that transaction may
+// or may not commit, and the error matches ErrUncertain as well.
 type enqueueGroup struct {
 	c   *Client
 	max int
@@ -30,6 +33,10 @@ type enqueueGroup struct {
 	mu   sync.Mutex
 	busy bool             // an enqueue is in flight
 	wait []*enqueueWaiter // queued, in arrival order
+	// retrying is why the enqueue in flight is being tried again (an
+	// attempt that no server ran: no master, a redirection), nil while
+	// none of its attempts failed so.
+	retrying error
 
 	// queued, when set (tests), is called with each enqueue that joins
 	// the queue, after it joined.
@@ -78,9 +85,9 @@ func groupable(recs []*buckets.Record, chosen []string) bool {
 func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*buckets.Record) ([]*TaskInfo, error) {
 	g.mu.Lock()
 	if !g.busy {
-		g.busy = true
+		g.busy, g.retrying = true, nil
 		g.mu.Unlock()
-		infos, err := g.c.write(ctx, now, recs, nil)
+		infos, err := g.c.write(txn.OnNotRun(ctx, g.noteRetry), now, recs, nil)
 		g.release()
 		return infos, err
 	}
@@ -98,7 +105,13 @@ func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*bucke
 	case <-ctx.Done():
 	}
 	if w.state.CompareAndSwap(waiterQueued, waiterGone) {
-		return nil, failed("enqueue (withdrawn while waiting for the transaction in flight)", ctx.Err())
+		err := ctx.Err()
+		g.mu.Lock()
+		if g.retrying != nil {
+			err = fmt.Errorf("%w, while the transaction in flight was being retried after: %w", err, g.retrying)
+		}
+		g.mu.Unlock()
+		return nil, failed("enqueue (withdrawn while waiting for the transaction in flight)", err)
 	}
 	select {
 	case out := <-w.done: // answered meanwhile
@@ -106,6 +119,13 @@ func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*bucke
 	default:
 	}
 	return nil, failed("enqueue", fmt.Errorf("%w: stopped waiting for its group transaction: %w", buckets.ErrUncertain, ctx.Err()))
+}
+
+// noteRetry records why the enqueue in flight is being tried again.
+func (g *enqueueGroup) noteRetry(err error) {
+	g.mu.Lock()
+	g.retrying = err
+	g.mu.Unlock()
 }
 
 // release ends an enqueue that ran on its caller's goroutine: if others
@@ -183,7 +203,10 @@ func (g *enqueueGroup) commit(batch []*enqueueWaiter) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	_, err := g.c.write(ctx, now, recs, nil)
+	g.mu.Lock()
+	g.retrying = nil
+	g.mu.Unlock()
+	_, err := g.c.write(txn.OnNotRun(ctx, g.noteRetry), now, recs, nil)
 	for _, w := range batch {
 		if err != nil {
 			w.done <- enqueueOutcome{err: err}

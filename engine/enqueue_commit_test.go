@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -405,5 +407,91 @@ func TestEnqueueGroupCrashPoints(t *testing.T) {
 				t.Fatalf("limit %d lose %v: %d ready and %d scheduled, %d callers told nil; want the group whole or not at all", limit, lose, ready, sched, len(told))
 			}
 		}
+	}
+}
+
+// errNoMaster stands for a routing layer's "nothing was sent: no master".
+var errNoMaster = errors.New("no server says role:master (injected)")
+
+// refusingConn answers every round trip with an error wrapping
+// txn.ErrNotRun, sending nothing, while refuse holds.
+type refusingConn struct {
+	redis.Conn
+	refuse  func() bool
+	refused chan<- struct{} // one value per refusal, if room
+	buf     []cmdArgs
+}
+
+type cmdArgs struct {
+	name string
+	args []interface{}
+}
+
+func (c *refusingConn) Send(name string, args ...interface{}) error {
+	c.buf = append(c.buf, cmdArgs{name, args})
+	return nil
+}
+
+func (c *refusingConn) Do(name string, args ...interface{}) (interface{}, error) {
+	return c.DoContext(context.Background(), name, args...)
+}
+
+func (c *refusingConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	if c.refuse() {
+		c.buf = c.buf[:0]
+		select {
+		case c.refused <- struct{}{}:
+		default:
+		}
+		return nil, fmt.Errorf("route: nothing was sent: %w: %w", txn.ErrNotRun, errNoMaster)
+	}
+	for _, b := range c.buf {
+		if err := c.Conn.Send(b.name, b.args...); err != nil {
+			return nil, err
+		}
+	}
+	c.buf = c.buf[:0]
+	return redis.DoContext(c.Conn, ctx, name, args...)
+}
+
+func (c *refusingConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// A caller that gives up while queued behind a transaction that is being
+// tried again because no server ran it (no master to write to) is told
+// so: its error wraps the reason, as a lone enqueue's does, besides its
+// context's error. Its task is never written; the one in flight is, once
+// a master answers.
+func TestEnqueueGroupWithdrawnSaysWhy(t *testing.T) {
+	e := realEnv(t)
+	const q = "group-why"
+	var refuse atomic.Bool
+	refuse.Store(true)
+	refused := make(chan struct{}, 1)
+	c, queued := gatedClient(t, e, &execGate{}, func(_ int, conn redis.Conn) redis.Conn {
+		return &refusingConn{Conn: conn, refuse: refuse.Load, refused: refused}
+	})
+	ctx := context.Background()
+	first := enqueueAsync(ctx, c, q, false)
+	<-refused // the first is in flight, being tried again
+	cctx, cancel := context.WithCancel(ctx)
+	gone := enqueueAsync(cctx, c, q, false)
+	<-queued
+	<-refused // a retry noted after it queued
+	cancel()
+	r := <-gone
+	if !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, errNoMaster) || !errors.Is(r.err, txn.ErrNotRun) ||
+		errors.Is(r.err, ErrUncertain) || !strings.Contains(r.err.Error(), "no server says role:master") {
+		t.Fatalf("withdrawn enqueue: %v; want context.Canceled and the in-flight transaction's reason, not ErrUncertain", r.err)
+	}
+	refuse.Store(false)
+	f := <-first
+	if f.err != nil {
+		t.Fatalf("the enqueue in flight, once a master answers: %v", f.err)
+	}
+	exactlyOnce(t, e.readyIDs(t, q), map[string]bool{f.info.ID: true})
+	if ks, _ := redis.Strings(e.admin(t).Do("KEYS", e.key("t:*"))); len(ks) != 1 {
+		t.Fatalf("records %v; want the first enqueue's only", ks)
 	}
 }

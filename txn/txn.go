@@ -62,7 +62,8 @@ func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) erro
 // wrapping [ErrNotRun] is run again the same way (the error is returned,
 // wrapped, when the attempts are used up); fn may therefore run several times and
 // must decide from what it reads each time. If fn returns an error, Run
-// unwatches and returns that error unchanged. If fn queues nothing, Run
+// unwatches and returns that error unchanged (one wrapping ErrNotRun, as
+// a read that no server ran returns, is an attempt to run again). If fn queues nothing, Run
 // unwatches and returns (nil, nil).
 //
 // Every queued command is checked against Redis 2.4 before MULTI is sent;
@@ -110,6 +111,9 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 			// Nothing ran: the connection sends the next attempt where
 			// the keys live now. A hold's WATCH may have been sent.
 			notRun = err
+			if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
+				f(err)
+			}
 			unwatch = tx.hold != nil
 			continue
 		}
@@ -133,6 +137,11 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 func withNotRun(err, notRun error) error {
 	if notRun == nil {
 		return err
+	}
+	if errors.Is(notRun, err) {
+		// The attempt itself ended with the context (a routing layer's
+		// backoff), and says both already.
+		return notRun
 	}
 	return fmt.Errorf("%w (after %w)", err, notRun)
 }
@@ -413,6 +422,17 @@ const DefaultRoundTrip = 15 * time.Second
 var ErrRoundTrip = errors.New("no reply within the round-trip bound")
 
 type roundTripKey struct{}
+
+type notRunKey struct{}
+
+// OnNotRun returns a context under which [Runner.Run] calls f with the
+// error of each attempt that the server ran none of, before it tries
+// again: a caller waiting on such a transaction can say why it is slow
+// while it still runs. f must be quick and safe for use by several
+// goroutines.
+func OnNotRun(ctx context.Context, f func(error)) context.Context {
+	return context.WithValue(ctx, notRunKey{}, f)
+}
 
 // WithRoundTrip returns a context whose round trips (Do, and every
 // transaction and pipeline sent under it or a context derived from it)

@@ -3,7 +3,9 @@ package txn_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -505,4 +507,54 @@ func TestHoldOfConflictingAttemptGivenUp(t *testing.T) {
 			t.Fatalf("err %v after %d calls (held %v); want success at the second", err, calls, held)
 		}
 	})
+}
+
+// An attempt that the server ran none of is reported to the context's
+// OnNotRun hook before Run tries again.
+func TestOnNotRunReportsEachRetry(t *testing.T) {
+	s := redistest.Mini(t)
+	conn := s.Pool(t).Get()
+	defer conn.Close()
+	key := redistest.Namespace(t) + ":k"
+	moved := errors.New("MOVED 1 elsewhere")
+	var seen []error
+	ctx := txn.OnNotRun(context.Background(), func(err error) { seen = append(seen, err) })
+	r := txn.Runner{MaxBackoff: time.Millisecond}
+	calls := 0
+	_, err := r.Run(ctx, conn, nil, func(tx *txn.Tx) error {
+		calls++
+		if calls <= 2 {
+			return fmt.Errorf("%w: %w", txn.ErrNotRun, moved)
+		}
+		tx.Queue("SET", key, "v")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || !errors.Is(seen[0], moved) || !errors.Is(seen[1], txn.ErrNotRun) {
+		t.Fatalf("hook saw %v; want the two not-run errors", seen)
+	}
+	if v, _ := redis.String(conn.Do("GET", key)); v != "v" {
+		t.Fatalf("value %q after the retries, want v", v)
+	}
+}
+
+// An attempt that ended with the context after nothing ran (a routing
+// layer's backoff cut short) is returned as it is: its message names the
+// context's end once.
+func TestNotRunEndedByContextNotDoubled(t *testing.T) {
+	s := redistest.Mini(t)
+	conn := s.Pool(t).Get()
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r txn.Runner
+	_, err := r.Run(ctx, conn, nil, func(tx *txn.Tx) error {
+		cancel()
+		return fmt.Errorf("%w (after %w: no master)", context.Canceled, txn.ErrNotRun)
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, txn.ErrNotRun) || strings.Count(err.Error(), "context canceled") != 1 {
+		t.Fatalf("Run = %v; want the attempt's error, naming the cancel once", err)
+	}
 }
