@@ -241,19 +241,11 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	watch := make([]string, len(ids))
-	for i, id := range ids {
-		watch[i] = s.Keys.Task(id)
-	}
+	watch := s.Keys.Tasks(ids)
 	n := 0
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		n = 0
-		for _, k := range watch {
-			if err := tx.Send("GET", k); err != nil {
-				return err
-			}
-		}
-		reps, err := tx.Flush()
+		reps, err := getAll(tx, watch)
 		if err != nil {
 			return err
 		}

@@ -109,20 +109,12 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		}
 	}
 	ids = uniq
-	watch := make([]string, len(ids))
-	for i, id := range ids {
-		watch[i] = s.Keys.Task(id)
-	}
+	watch := s.Keys.Tasks(ids)
 	var res ActResult
 	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = ActResult{}
 		views := FlowViews{}
-		for _, k := range watch {
-			if err := tx.Send("GET", k); err != nil {
-				return err
-			}
-		}
-		reps, err := tx.Flush()
+		reps, err := getAll(tx, watch)
 		if err != nil {
 			return err
 		}

@@ -44,6 +44,15 @@ func (k Keys) Prefix() string { return k.prefix }
 // Task is the task record: STRING, the encoded [Record].
 func (k Keys) Task(id string) string { return k.prefix + "t:" + id }
 
+// Tasks returns the record keys of ids, in order.
+func (k Keys) Tasks(ids []string) []string {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = k.Task(id)
+	}
+	return keys
+}
+
 // Bucket is the bucket of queue q for timestamp ts (Unix ms): LIST of task
 // ids, oldest first (RPUSH).
 func (k Keys) Bucket(q string, ts int64) string {

@@ -195,59 +195,12 @@ func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		keys := make([]string, len(ids))
-		for i, id := range ids {
-			keys[i] = s.Keys.Task(id)
-		}
-		if err := tx.Watch(keys...); err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := tx.Send("GET", k); err != nil {
-				return err
-			}
-		}
-		reps, err := tx.Flush()
+		reps, err := watchGetAll(tx, s.Keys.Tasks(ids))
 		if err != nil {
 			return err
 		}
-		front := map[string][]string{}
-		var queues []string
-		// The list holds the newest at the head: walk from the tail so
-		// the oldest goes back first.
-		for i := len(ids) - 1; i >= 0; i-- {
-			id := ids[i]
-			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
-				return e // LOADING, say: try again, judge nothing
-			}
-			if IsWrongType(asError(reps[i])) {
-				// The record key holds another type: set it aside and
-				// leave a dead letter. The list does not say which queue
-				// the id came from.
-				if err := s.buryWrongType(tx, id, "", now); err != nil {
-					return err
-				}
-				res.Buried++
-				continue
-			}
-			raw, _ := reps[i].([]byte)
-			r, derr := s.readable(tx, id, "", raw, now)
-			if derr != nil {
-				res.Buried++
-				continue
-			}
-			if r.State != StateWaiting && r.State != StateRetry {
-				res.Dropped++
-				continue
-			}
-			if len(front[r.Queue]) == 0 {
-				queues = append(queues, r.Queue)
-			}
-			front[r.Queue] = append(front[r.Queue], id)
-			res.Requeued++
-		}
-		for _, q := range queues {
-			s.pushReady(tx, q, front[q], true)
+		if err := s.requeueRead(tx, ids, reps, now, &res, nil); err != nil {
+			return err
 		}
 		tx.Queue("LTRIM", inflight, 0, -(len(ids) + 1))
 		return nil
@@ -256,6 +209,75 @@ func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, 
 		return RequeueResult{}, fmt.Errorf("buckets: recover in-flight of %s: %w", w, err)
 	}
 	return res, nil
+}
+
+// requeueRead sorts the records read for ids (reps[i] answers ids[i]),
+// walking from the last (the oldest of a list pushed at its head), and
+// queues on tx what becomes of each, counting it in res: a record key of
+// another type is set aside and the id buried (of no queue: an in-flight
+// list does not say where the id came from); a record that cannot be read
+// is buried; a task waiting or to retry goes back to the front of its
+// ready list, the oldest first; any other is dropped. skip, when set, is
+// called first with each id and drops it when it returns true. An error
+// reply other than a wrong type (LOADING, say) is returned: nothing is
+// judged.
+func (s *Store) requeueRead(tx *txn.Tx, ids []string, reps []interface{}, now int64, res *RequeueResult, skip func(id string) bool) error {
+	front := map[string][]string{}
+	var queues []string
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		if skip != nil && skip(id) {
+			continue
+		}
+		if e := asError(reps[i]); e != nil && !IsWrongType(e) {
+			return e
+		}
+		if IsWrongType(asError(reps[i])) {
+			if err := s.buryWrongType(tx, id, "", now); err != nil {
+				return err
+			}
+			res.Buried++
+			continue
+		}
+		raw, _ := reps[i].([]byte)
+		r, derr := s.readable(tx, id, "", raw, now)
+		if derr != nil {
+			res.Buried++
+			continue
+		}
+		if r.State != StateWaiting && r.State != StateRetry {
+			res.Dropped++
+			continue
+		}
+		if len(front[r.Queue]) == 0 {
+			queues = append(queues, r.Queue)
+		}
+		front[r.Queue] = append(front[r.Queue], id)
+		res.Requeued++
+	}
+	for _, q := range queues {
+		s.pushReady(tx, q, front[q], true)
+	}
+	return nil
+}
+
+// getAll reads keys in one round trip (a GET each, pipelined on tx):
+// reps[i] answers keys[i].
+func getAll(tx *txn.Tx, keys []string) ([]interface{}, error) {
+	for _, k := range keys {
+		if err := tx.Send("GET", k); err != nil {
+			return nil, err
+		}
+	}
+	return tx.Flush()
+}
+
+// watchGetAll watches keys, then reads them as getAll does.
+func watchGetAll(tx *txn.Tx, keys []string) ([]interface{}, error) {
+	if err := tx.Watch(keys...); err != nil {
+		return nil, err
+	}
+	return getAll(tx, keys)
 }
 
 func asError(rep interface{}) error {
@@ -448,63 +470,20 @@ func (s *Store) RecoverLost(ctx context.Context, conn redis.Conn, w string, now 
 		if len(ids) == 0 {
 			return nil
 		}
-		keys := make([]string, len(ids))
-		for i, id := range ids {
-			keys[i] = s.Keys.Task(id)
-		}
-		if err := tx.Watch(keys...); err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := tx.Send("GET", k); err != nil {
-				return err
-			}
-		}
-		reps, err := tx.Flush()
+		reps, err := watchGetAll(tx, s.Keys.Tasks(ids))
 		if err != nil {
 			return err
 		}
-		front := map[string][]string{}
-		var queues []string
-		buried := map[string]bool{} // ids handled: the list may hold one twice
-		for i := len(ids) - 1; i >= 0; i-- {
-			id := ids[i]
+		seen := map[string]bool{} // ids handled: the list may hold one twice
+		return s.requeueRead(tx, ids, reps, now, &res, func(id string) bool {
 			tx.Queue("LREM", inflight, 1, id)
-			if buried[id] {
+			if seen[id] {
 				res.Dropped++ // a second copy of the same id
-				continue
+				return true
 			}
-			buried[id] = true
-			if e := asError(reps[i]); e != nil && !IsWrongType(e) {
-				return e // LOADING, say: try again, judge nothing
-			}
-			if IsWrongType(asError(reps[i])) {
-				if err := s.buryWrongType(tx, id, "", now); err != nil {
-					return err
-				}
-				res.Buried++
-				continue
-			}
-			raw, _ := reps[i].([]byte)
-			r, derr := s.readable(tx, id, "", raw, now)
-			if derr != nil {
-				res.Buried++
-				continue
-			}
-			if r.State != StateWaiting && r.State != StateRetry {
-				res.Dropped++
-				continue
-			}
-			if len(front[r.Queue]) == 0 {
-				queues = append(queues, r.Queue)
-			}
-			front[r.Queue] = append(front[r.Queue], id)
-			res.Requeued++
-		}
-		for _, q := range queues {
-			s.pushReady(tx, q, front[q], true)
-		}
-		return nil
+			seen[id] = true
+			return false
+		})
 	})
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("buckets: recover lost pops of %s: %w", w, err)

@@ -44,12 +44,7 @@ func (s *Store) checkUnique(tx *txn.Tx, keys []string, recs []*Record) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	for _, k := range keys {
-		if err := tx.Send("GET", k); err != nil {
-			return err
-		}
-	}
-	reps, err := tx.Flush()
+	reps, err := getAll(tx, keys)
 	if err != nil {
 		return err
 	}
@@ -67,19 +62,8 @@ func (s *Store) checkUnique(tx *txn.Tx, keys []string, recs []*Record) error {
 		}
 	}
 	if len(holders) > 0 {
-		tkeys := make([]string, len(holders))
-		for i, h := range holders {
-			tkeys[i] = s.Keys.Task(h)
-		}
-		if err := tx.Watch(tkeys...); err != nil {
-			return err
-		}
-		for _, k := range tkeys {
-			if err := tx.Send("GET", k); err != nil {
-				return err
-			}
-		}
-		recReps, err := tx.Flush()
+		tkeys := s.Keys.Tasks(holders)
+		recReps, err := watchGetAll(tx, tkeys)
 		if err != nil {
 			return err
 		}
