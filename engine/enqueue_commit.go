@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,10 @@ import (
 // the transaction in flight is being tried again, if it is (with no
 // master to write to, a waiter's error says so, as a lone enqueue's
 // does). If it was already taken into a transaction, that transaction may
-// or may not commit, and the error matches ErrUncertain as well.
+// or may not commit, and the error matches ErrUncertain as well, unless
+// the caller's deadline is the transaction's (the latest of its group's):
+// the transaction then ends at the same moment, and the caller gets its
+// answer, which says whether anything was written.
 type enqueueGroup struct {
 	c   *Client
 	max int
@@ -53,6 +57,7 @@ const (
 type enqueueWaiter struct {
 	recs     []*buckets.Record
 	deadline time.Time // zero: the caller's context has none
+	until    time.Time // once taken: the group transaction's deadline (under mu)
 	state    atomic.Int32
 	done     chan enqueueOutcome // buffered: the writer never blocks
 }
@@ -113,6 +118,17 @@ func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*bucke
 		g.mu.Unlock()
 		return nil, failed("enqueue (withdrawn while waiting for the transaction in flight)", err)
 	}
+	g.mu.Lock()
+	until := w.until
+	g.mu.Unlock()
+	if !w.deadline.IsZero() && errors.Is(ctx.Err(), context.DeadlineExceeded) && !until.After(w.deadline) {
+		// The group's transaction runs to this same deadline (this
+		// caller's is the latest of the group's): its answer is at hand
+		// and says what happened, written or not, where giving up now
+		// could only say "uncertain".
+		out := <-w.done
+		return out.infos, out.err
+	}
 	select {
 	case out := <-w.done: // answered meanwhile
 		return out.infos, out.err
@@ -144,18 +160,20 @@ func (g *enqueueGroup) release() {
 // drain writes the queued enqueues, a group at a time, until none is left.
 func (g *enqueueGroup) drain() {
 	for {
-		batch := g.take()
+		batch, deadline := g.take()
 		if len(batch) == 0 {
 			return
 		}
-		g.commit(batch)
+		g.commit(batch, deadline)
 	}
 }
 
 // take removes from the queue the next group (at least one enqueue, then
-// more while they fit in max tasks), marking each taken; with nothing
-// queued it ends the busy spell.
-func (g *enqueueGroup) take() []*enqueueWaiter {
+// more while they fit in max tasks), marking each taken, and returns it
+// with the deadline of its transaction: the latest of its callers', at
+// most enqueueGroupTimeout away. With nothing queued it ends the busy
+// spell.
+func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var batch []*enqueueWaiter
@@ -176,26 +194,32 @@ func (g *enqueueGroup) take() []*enqueueWaiter {
 	g.wait = g.wait[:rest]
 	if len(batch) == 0 {
 		g.busy = false
+		return nil, time.Time{}
 	}
-	return batch
-}
-
-// commit writes one group in one transaction and answers each of its
-// callers. The transaction's context is none of theirs (one caller giving
-// up must not cut the others' round trip): its deadline is the latest of
-// theirs, at most enqueueGroupTimeout away.
-func (g *enqueueGroup) commit(batch []*enqueueWaiter) {
-	now := g.c.cfg.Clock.Now()
 	limit := time.Now().Add(enqueueGroupTimeout)
 	var deadline time.Time
-	n := 0
 	for _, w := range batch {
-		n += len(w.recs)
 		if w.deadline.IsZero() || w.deadline.After(limit) {
 			deadline = limit
 		} else if w.deadline.After(deadline) {
 			deadline = w.deadline
 		}
+	}
+	for _, w := range batch {
+		w.until = deadline
+	}
+	g.retrying = nil
+	return batch, deadline
+}
+
+// commit writes one group in one transaction and answers each of its
+// callers. The transaction's context is none of theirs (one caller giving
+// up must not cut the others' round trip): it ends at deadline (see take).
+func (g *enqueueGroup) commit(batch []*enqueueWaiter, deadline time.Time) {
+	now := g.c.cfg.Clock.Now()
+	n := 0
+	for _, w := range batch {
+		n += len(w.recs)
 	}
 	recs := make([]*buckets.Record, 0, n)
 	for _, w := range batch {
@@ -203,9 +227,6 @@ func (g *enqueueGroup) commit(batch []*enqueueWaiter) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	g.mu.Lock()
-	g.retrying = nil
-	g.mu.Unlock()
 	_, err := g.c.write(txn.OnNotRun(ctx, g.noteRetry), now, recs, nil)
 	for _, w := range batch {
 		if err != nil {

@@ -495,3 +495,38 @@ func TestEnqueueGroupWithdrawnSaysWhy(t *testing.T) {
 		t.Fatalf("records %v; want the first enqueue's only", ks)
 	}
 }
+
+// A caller taken into a group transaction whose deadline is its own gets
+// that transaction's answer when the deadline comes, not ErrUncertain:
+// here no attempt was run by any server (no master), so nothing was
+// written and the error says why.
+func TestEnqueueGroupTakenAtItsDeadlineGetsTheAnswer(t *testing.T) {
+	e := realEnv(t)
+	const q = "group-taken-deadline"
+	refused := make(chan struct{}, 1)
+	c, queued := gatedClient(t, e, &execGate{}, func(_ int, conn redis.Conn) redis.Conn {
+		return &refusingConn{Conn: conn, refuse: func() bool { return true }, refused: refused}
+	})
+	ctx := context.Background()
+	fctx, fcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer fcancel()
+	first := enqueueAsync(fctx, c, q, false)
+	<-refused
+	sctx, scancel := context.WithTimeout(ctx, 350*time.Millisecond)
+	defer scancel()
+	second := enqueueAsync(sctx, c, q, false)
+	<-queued
+	if r := <-first; r.err == nil || !errors.Is(r.err, errNoMaster) {
+		t.Fatalf("the first enqueue: %v; want the refusal", r.err)
+	}
+	// Taken into the next transaction, which ends with it (its 32
+	// attempts, jittered up to 50 ms apart, take longer than 250 ms).
+	r := <-second
+	if r.err == nil || errors.Is(r.err, ErrUncertain) || !errors.Is(r.err, context.DeadlineExceeded) || !errors.Is(r.err, errNoMaster) {
+		t.Fatalf("enqueue taken into a transaction that ended with its deadline: %v; want the transaction's answer "+
+			"(deadline, after no master), not ErrUncertain", r.err)
+	}
+	if ks, _ := redis.Strings(e.admin(t).Do("KEYS", e.key("t:*"))); len(ks) != 0 {
+		t.Fatalf("records %v; want none", ks)
+	}
+}
