@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -286,9 +287,17 @@ func (a *app) confirm(cmd *cobra.Command, in inspectorAPI, act engine.Action, f 
 }
 
 func (a *app) newWorkersCmd() *cobra.Command {
+	return newListCmd(a, "workers", "list the registered worker processes",
+		func(ctx context.Context, in inspectorAPI) ([]engine.WorkerInfo, error) { return in.Workers(ctx) }, printWorkers)
+}
+
+// newListCmd builds "<what> [--json]": it lists what fetch reads from the
+// inspector, as a table (print) or as JSON. A partial answer (a shard
+// that did not answer) is printed first, then its error is returned.
+func newListCmd[T any](a *app, what, short string, fetch func(context.Context, inspectorAPI) ([]T, error), print func(io.Writer, []T)) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "workers [--json]",
-		Short: "list the registered worker processes",
+		Use:   what + " [--json]",
+		Short: short,
 		Args:  cobra.NoArgs,
 	}
 	c := addCommon(cmd)
@@ -299,22 +308,22 @@ func (a *app) newWorkersCmd() *cobra.Command {
 			return err
 		}
 		defer s.close()
-		ws, err := in.Workers(cmd.Context())
-		if ws == nil && err != nil {
-			return a.fail("workers", err)
+		xs, err := fetch(cmd.Context(), in)
+		if xs == nil && err != nil {
+			return a.fail(what, err)
 		}
 		if *asJSON {
-			if ws == nil {
-				ws = []engine.WorkerInfo{}
+			if xs == nil {
+				xs = []T{}
 			}
-			if jerr := a.printJSON(ws); jerr != nil {
+			if jerr := a.printJSON(xs); jerr != nil {
 				return jerr
 			}
 		} else {
-			printWorkers(a.stdout, ws)
+			print(a.stdout, xs)
 		}
 		if err != nil {
-			return a.fail("workers", err)
+			return a.fail(what, err)
 		}
 		return nil
 	}
@@ -345,39 +354,8 @@ func printWorkers(w io.Writer, ws []engine.WorkerInfo) {
 }
 
 func (a *app) newQueuesCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "queues [--json]",
-		Short: "list the queues with their sizes by state, latency and totals",
-		Args:  cobra.NoArgs,
-	}
-	c := addCommon(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print JSON")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		s, in, err := a.inspector(cmd, c)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		qs, err := in.Queues(cmd.Context())
-		if qs == nil && err != nil {
-			return a.fail("queues", err)
-		}
-		if *asJSON {
-			if qs == nil {
-				qs = []engine.QueueInfo{}
-			}
-			if jerr := a.printJSON(qs); jerr != nil {
-				return jerr
-			}
-		} else {
-			printQueues(a.stdout, qs)
-		}
-		if err != nil {
-			return a.fail("queues", err)
-		}
-		return nil
-	}
-	return cmd
+	return newListCmd(a, "queues", "list the queues with their sizes by state, latency and totals",
+		func(ctx context.Context, in inspectorAPI) ([]engine.QueueInfo, error) { return in.Queues(ctx) }, printQueues)
 }
 
 func printQueues(w io.Writer, qs []engine.QueueInfo) {
