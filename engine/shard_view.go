@@ -126,37 +126,48 @@ func (c *ShardedClient) laneStatus(ctx context.Context, k int) LaneStatus {
 // sums); the others are returned all the same.
 func (c *ShardedClient) Stats(ctx context.Context) ([]QueueStats, error) {
 	per, _, err := eachLane(len(c.lanes), func(k int) ([]QueueStats, error) { return c.lanes[k].Stats(ctx) })
-	by := map[string]*QueueStats{}
+	return mergeQueues(per, func(q *QueueStats) string { return q.Queue }, func(m, q *QueueStats) {
+		m.Ready += q.Ready
+		m.Scheduled += q.Scheduled
+		m.Running += q.Running
+		m.Retrying += q.Retrying
+		m.Dead += q.Dead
+		m.Processed += q.Processed
+		m.Failed += q.Failed
+		m.Recovered += q.Recovered
+		m.Cancelled += q.Cancelled
+		m.OldestReadyAge = max(m.OldestReadyAge, q.OldestReadyAge)
+		if !q.NextDue.IsZero() && (m.NextDue.IsZero() || q.NextDue.Before(m.NextDue)) {
+			m.NextDue = q.NextDue
+		}
+		m.Paused = m.Paused || q.Paused
+	}), err
+}
+
+// mergeQueues merges the lanes' rows (per[k] is lane k's) by queue name:
+// the first row of a name is kept and add folds each later one into it.
+// The result is sorted by name.
+func mergeQueues[T any](per [][]T, name func(*T) string, add func(m, q *T)) []T {
+	by := map[string]*T{}
+	var names []string
 	for _, qs := range per {
-		for _, q := range qs {
-			m := by[q.Queue]
-			if m == nil {
-				q := q
-				by[q.Queue] = &q
+		for i := range qs {
+			q := &qs[i]
+			if m := by[name(q)]; m != nil {
+				add(m, q)
 				continue
 			}
-			m.Ready += q.Ready
-			m.Scheduled += q.Scheduled
-			m.Running += q.Running
-			m.Retrying += q.Retrying
-			m.Dead += q.Dead
-			m.Processed += q.Processed
-			m.Failed += q.Failed
-			m.Recovered += q.Recovered
-			m.Cancelled += q.Cancelled
-			m.OldestReadyAge = max(m.OldestReadyAge, q.OldestReadyAge)
-			if !q.NextDue.IsZero() && (m.NextDue.IsZero() || q.NextDue.Before(m.NextDue)) {
-				m.NextDue = q.NextDue
-			}
-			m.Paused = m.Paused || q.Paused
+			c := *q
+			by[name(q)] = &c
+			names = append(names, name(q))
 		}
 	}
-	out := make([]QueueStats, 0, len(by))
-	for _, q := range by {
-		out = append(out, *q)
+	sort.Strings(names)
+	out := make([]T, 0, len(names))
+	for _, n := range names {
+		out = append(out, *by[n])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
-	return out, err
+	return out
 }
 
 // DeadCount sums the dead letters of every lane.
@@ -310,34 +321,19 @@ func (in *ShardedInspector) Lane(k int) *Inspector { return in.lanes[k] }
 // read is left out and named in the error.
 func (in *ShardedInspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	per, _, err := eachLane(len(in.lanes), func(k int) ([]QueueInfo, error) { return in.lanes[k].Queues(ctx) })
-	by := map[string]*QueueInfo{}
-	for _, qs := range per {
-		for _, q := range qs {
-			m := by[q.Queue]
-			if m == nil {
-				q := q
-				by[q.Queue] = &q
-				continue
-			}
-			m.Scheduled += q.Scheduled
-			m.Ready += q.Ready
-			m.Running += q.Running
-			m.Retrying += q.Retrying
-			m.Dead += q.Dead
-			m.Processed += q.Processed
-			m.Failed += q.Failed
-			m.Recovered += q.Recovered
-			m.Cancelled += q.Cancelled
-			m.Latency = max(m.Latency, q.Latency)
-			m.Paused = m.Paused || q.Paused
-		}
-	}
-	out := make([]QueueInfo, 0, len(by))
-	for _, q := range by {
-		out = append(out, *q)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
-	return out, err
+	return mergeQueues(per, func(q *QueueInfo) string { return q.Queue }, func(m, q *QueueInfo) {
+		m.Scheduled += q.Scheduled
+		m.Ready += q.Ready
+		m.Running += q.Running
+		m.Retrying += q.Retrying
+		m.Dead += q.Dead
+		m.Processed += q.Processed
+		m.Failed += q.Failed
+		m.Recovered += q.Recovered
+		m.Cancelled += q.Cancelled
+		m.Latency = max(m.Latency, q.Latency)
+		m.Paused = m.Paused || q.Paused
+	}), err
 }
 
 // Task reports one task from its lane (see Inspector.Task). An id its
