@@ -96,8 +96,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			return err
 		}
 		zrem := []interface{}{pending}
-		front := map[string][]string{}
-		var queues []string
+		var back byQueue
 		for i, id := range ids {
 			raw, score := reps[2*i], reps[2*i+1]
 			if score == nil {
@@ -141,15 +140,10 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			r.State = StateWaiting
 			tx.Queue("SET", s.Keys.Task(id), r.Encode())
-			if len(front[r.Queue]) == 0 {
-				queues = append(queues, r.Queue)
-			}
-			front[r.Queue] = append(front[r.Queue], id)
+			back.add(r.Queue, id)
 			res.Requeued++
 		}
-		for _, q := range queues {
-			s.pushReady(tx, q, front[q], true)
-		}
+		back.pushFront(s, tx)
 		if len(zrem) > 1 {
 			tx.Queue("ZREM", zrem...)
 		}
@@ -222,8 +216,7 @@ func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, 
 // reply other than a wrong type (LOADING, say) is returned: nothing is
 // judged.
 func (s *Store) requeueRead(tx *txn.Tx, ids []string, reps []interface{}, now int64, res *RequeueResult, skip func(id string) bool) error {
-	front := map[string][]string{}
-	var queues []string
+	var back byQueue
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
 		if skip != nil && skip(id) {
@@ -249,16 +242,36 @@ func (s *Store) requeueRead(tx *txn.Tx, ids []string, reps []interface{}, now in
 			res.Dropped++
 			continue
 		}
-		if len(front[r.Queue]) == 0 {
-			queues = append(queues, r.Queue)
-		}
-		front[r.Queue] = append(front[r.Queue], id)
+		back.add(r.Queue, id)
 		res.Requeued++
 	}
-	for _, q := range queues {
-		s.pushReady(tx, q, front[q], true)
-	}
+	back.pushFront(s, tx)
 	return nil
+}
+
+// byQueue gathers ids going back to their ready lists, queue by queue, the
+// queues in the order first seen.
+type byQueue struct {
+	ids    map[string][]string
+	queues []string
+}
+
+func (b *byQueue) add(q, id string) {
+	if b.ids == nil {
+		b.ids = map[string][]string{}
+	}
+	if len(b.ids[q]) == 0 {
+		b.queues = append(b.queues, q)
+	}
+	b.ids[q] = append(b.ids[q], id)
+}
+
+// pushFront queues on tx the push of every gathered id to the front of its
+// queue's ready list, in the order added.
+func (b *byQueue) pushFront(s *Store, tx queuer) {
+	for _, q := range b.queues {
+		s.pushReady(tx, q, b.ids[q], true)
+	}
 }
 
 // getAll reads keys in one round trip (a GET each, pipelined on tx):

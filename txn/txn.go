@@ -63,8 +63,8 @@ func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) erro
 // wrapped, when the attempts are used up); fn may therefore run several times and
 // must decide from what it reads each time. If fn returns an error, Run
 // unwatches and returns that error unchanged (one wrapping ErrNotRun, as
-// a read that no server ran returns, is an attempt to run again). If fn queues nothing, Run
-// unwatches and returns (nil, nil).
+// a read that no server ran returns, is an attempt to run again). If fn
+// queues nothing, Run unwatches and returns (nil, nil).
 //
 // Every queued command is checked against Redis 2.4 before MULTI is sent;
 // a refused one fails the attempt before anything is written. A command
