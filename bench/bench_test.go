@@ -146,6 +146,10 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 			t.Errorf("%s %s: %.2f commands per task", r.Impl, r.Case, v)
 		case r.Metric == "commands" && r.Impl == "naive" && v <= 0:
 			t.Errorf("idle naive: %v commands/s (its poller polls)", v)
+		case (r.Metric == "client_cpu" || r.Metric == "server_cpu") && v < 0:
+			t.Errorf("%s %s: %s %v µs/task", r.Impl, r.Case, r.Metric, v)
+		case r.Metric == "cores_busy" && (v <= 0 || v > 101):
+			t.Errorf("%s %s: cores busy %v%%", r.Impl, r.Case, v)
 		}
 	}
 	for _, s := range allScenarios {
@@ -294,5 +298,22 @@ func TestIdleConcurrent(t *testing.T) {
 		if after[cmd] != before[cmd] {
 			t.Errorf("the harness's own server saw %d %s: the idle children ran there", after[cmd]-before[cmd], cmd)
 		}
+	}
+}
+
+// TestDispatchScalingRatesOnly: the largest-vs-smallest backlog figures
+// compare rates, never the CPU figures reported beside them.
+func TestDispatchScalingRatesOnly(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(backlog int, metric string, v float64) *Result {
+		return &Result{Scenario: "dispatch", Impl: "engine", Metric: metric, Status: StatusOK, Median: f(v),
+			Params: map[string]any{"shape": "spread", "dispatchers": 1, "backlog": backlog}}
+	}
+	d := dispatchScaling([]*Result{
+		res(10, "rate", 100), res(10, "client_cpu", 5),
+		res(100, "rate", 300), res(100, "client_cpu", 7),
+	}, []string{"engine"})
+	if len(d) != 1 || d[0].Value != 3 {
+		t.Fatalf("dispatchScaling = %+v, want one figure of 3 (300/100)", d)
 	}
 }

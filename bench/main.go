@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,8 @@ type options struct {
 	poll      time.Duration
 	// render, doc, note: render a results.json as docs/benchmarks.md.
 	render, doc, note string
+	// cpuProfile: where to write a CPU profile of the run ("" for none).
+	cpuProfile string
 }
 
 // parseFlags parses args into options.
@@ -93,6 +96,7 @@ func parseFlags(args []string) (*options, error) {
 	render := fs.String("render", "", "render docs/benchmarks.md from this results.json instead of measuring (see -doc)")
 	doc := fs.String("doc", "-", "with -render: where to write the page (\"-\": stdout)")
 	docNote := fs.String("note", "", "with -render: a sentence about the machine and the run, added to the page's header")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process (every implementation's client side) to this file; pick one scenario and one implementation to see one design's client")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -100,7 +104,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
-		render: *render, doc: *doc, note: *docNote}
+		render: *render, doc: *doc, note: *docNote, cpuProfile: *cpuProfile}
 	if o.render != "" {
 		return o, nil
 	}
@@ -189,6 +193,22 @@ func run(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			}
+		}()
+	}
 	rep, err := execute(ctx, o)
 	if rep != nil {
 		rep.WriteTable(os.Stdout, o.impls)

@@ -8,3 +8,13 @@ import "syscall"
 func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
+
+// processCPU returns the CPU time (user + system) this process has used so
+// far, in seconds.
+func processCPU() (float64, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9, nil
+}

@@ -241,7 +241,7 @@ func formatValue(v float64, unit string) string {
 			return fmt.Sprintf("%.3f", v)
 		}
 		return fmt.Sprintf("%.1f", v)
-	case unit == "cmds/task" || unit == "trips/task":
+	case unit == "cmds/task" || unit == "trips/task" || unit == "µs/task":
 		return fmt.Sprintf("%.2f", v)
 	case unit == "B/task" || unit == "tasks":
 		return fmt.Sprintf("%.0f", v)
@@ -279,7 +279,7 @@ func dispatchScaling(results []*Result, impls []string) []Derived {
 	pts := map[key][]point{}
 	var keys []key
 	for _, r := range results {
-		if r.Scenario != "dispatch" || r.Status != StatusOK || r.Median == nil {
+		if r.Scenario != "dispatch" || r.Metric != "rate" || r.Status != StatusOK || r.Median == nil {
 			continue
 		}
 		shape, _ := r.Params["shape"].(string)

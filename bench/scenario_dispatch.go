@@ -28,7 +28,7 @@ func dispatchCases(s Sizes) []*Case {
 					Title:    fmt.Sprintf("%s, backlog=%d, dispatchers=%d", shape, n, d),
 					Params: map[string]any{"shape": shape, "backlog": n, "dispatchers": d,
 						"payload_bytes": s.Payload},
-					Metrics: []MetricDef{{Key: "rate", Unit: "tasks/s"}},
+					Metrics: append([]MetricDef{{Key: "rate", Unit: "tasks/s"}}, cpuMetrics...),
 					Needs:   needDispatcher,
 					Timeout: 3*time.Minute + time.Duration(n/1000)*time.Second,
 					Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
@@ -74,6 +74,7 @@ func runDispatch(ctx context.Context, m *Measure, shape string, n, dispatchers i
 			_ = stop()
 		}
 	}()
+	cpu := startCPU(m)
 	t0 := time.Now()
 	if err := dp.Release(ctx); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
@@ -107,9 +108,11 @@ func runDispatch(ctx context.Context, m *Measure, shape string, n, dispatchers i
 		}
 	}
 	el := time.Since(t0)
+	out := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpu.add(out, n)
 	stopped = true
 	if err := stop(); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	return out, nil
 }

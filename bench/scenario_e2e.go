@@ -32,11 +32,11 @@ func e2eCases(s Sizes) []*Case {
 			Scenario: "e2e",
 			Title:    fmt.Sprintf("no-op, handlers=%d, producers=%d, n=%d", hs, p, n),
 			Params:   map[string]any{"handlers": hs, "producers": p, "n": n, "payload_bytes": s.Payload},
-			Metrics: []MetricDef{
+			Metrics: append([]MetricDef{
 				{Key: "rate", Unit: "tasks/s"},
 				{Key: "commands_per_task", Unit: "cmds/task"},
 				{Key: "round_trips_per_task", Unit: "trips/task"},
-			},
+			}, cpuMetrics...),
 			Needs: needNothing,
 			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
 				return runE2E(ctx, m, n, p, hs)
@@ -64,6 +64,7 @@ func runE2E(ctx context.Context, m *Measure, n, producers, handlers int) (map[st
 	if counts {
 		rtA = rtc.RoundTrips()
 	}
+	cpu := startCPU(m)
 	t0 := time.Now()
 	err = parallel(ctx, n, producers, func(i int) error { return m.Impl.Enqueue(ctx, ts[i]) })
 	if err == nil {
@@ -71,6 +72,7 @@ func runE2E(ctx context.Context, m *Measure, n, producers, handlers int) (map[st
 	}
 	el := time.Since(t0)
 	out := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpu.add(out, n)
 	if counts {
 		out["round_trips_per_task"] = float64(rtc.RoundTrips()-rtA) / float64(n)
 	}

@@ -18,7 +18,7 @@ import (
 // payloads to an empty namespace; tasks/s = EnqueueN / wall time from the
 // first call to the last reply.
 func enqueueCases(s Sizes) []*Case {
-	rate := []MetricDef{{Key: "rate", Unit: "tasks/s"}}
+	rate := append([]MetricDef{{Key: "rate", Unit: "tasks/s"}}, cpuMetrics...)
 	type kind struct {
 		name    string
 		batch   int
@@ -73,10 +73,13 @@ func runEnqueue(ctx context.Context, m *Measure, n, producers, batch int, delaye
 			return m.Impl.(BatchScheduler).ScheduleBatch(ctx, chunk)
 		}
 	}
+	cpu := startCPU(m)
 	t0 := time.Now()
 	if err := parallel(ctx, calls, producers, call); err != nil {
 		return nil, err
 	}
 	el := time.Since(t0)
-	return map[string]float64{"rate": float64(n) / el.Seconds()}, nil
+	out := map[string]float64{"rate": float64(n) / el.Seconds()}
+	cpu.add(out, n)
+	return out, nil
 }
