@@ -32,13 +32,16 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		h8 := map[string]any{"handlers": 8}
 		p("- **End to end.** Client and Redis share the cores, so the rate follows the work each task costs. With 8 handlers the engine runs %s commands per task in %s round trips, the naive design %s (it has no acknowledgement: a pop and a push), asynq %s, from `INFO commandstats` (*End to end, command by command*). "+
 			"What the engine spends beyond naive is its reliability: the record written at enqueue and its done record kept for `DoneRetention`, the claim, the in-flight list and the counters. %s"+
-			"The rest are per transaction, shared by the tasks of a claim batch, a result group or an enqueue group: they shrink as batches grow (compare 64 handlers).\n",
+			"The rest are per transaction, shared by the tasks of a claim batch, a result group or an enqueue group: they shrink as batches grow (compare 64 handlers). %s\n",
 			num(r.find("e2e", "engine", "commands_per_task", h8)), num(r.find("e2e", "engine", "round_trips_per_task", h8)),
 			num(r.find("e2e", "naive", "commands_per_task", h8)), num(r.find("e2e", "asynq", "commands_per_task", h8)),
-			perTaskFloor(r.find("e2e", "engine", "commands_per_task", h8)))
+			perTaskFloor(r.find("e2e", "engine", "commands_per_task", h8)),
+			cpuSentence(r, "e2e", h8, "the process running the producers, the worker and the dispatcher",
+				"*Where the time goes* shows where the client's time goes (`scripts/profiles.sh` profiles this scenario): system calls, the Go scheduler handing tasks and replies between goroutines, and memory allocation; the engine's own functions are a few percent of it.", "engine", "naive", "asynq"))
 	}
 	if missed["single"] {
-		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without).\n")
+		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
+			cpuSentence(r, "enqueue", map[string]any{"producers": 1, "batch": 1, "delayed": true}, "the producer's process", "", "engine", "naive", "asynq"))
 	}
 	if missed["bytes"] {
 		var parts []string
@@ -84,7 +87,8 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		}
 	}
 	if missed["dispatch"] {
-		p("- **Dispatch.** A move is Redis work: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over one backlog void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads.\n")
+		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over one backlog void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. %s\n",
+			dispatchCPU(r))
 	}
 }
 
@@ -122,4 +126,50 @@ func perTaskFloor(res *Result) string {
 		parts[i] = fmt.Sprintf("`%s` %.2f", strings.ToUpper(x.c), x.v)
 	}
 	return "Sent about once per task or more: " + strings.Join(parts, ", ") + " (a pop into the in-flight list is one command per task at Redis 2.4; a done record kept with a TTL is one `SETEX` per task). "
+}
+
+// cpuSentence says, from a case's CPU figures (cpu.go), what each task
+// cost the client side (what) and Redis for each of impls, and how busy the
+// cores were in the engine's run, then adds tail. It is empty when the run
+// has no such figures.
+func cpuSentence(r *Report, scenario string, want map[string]any, what, tail string, impls ...string) string {
+	var parts []string
+	busy := ""
+	for _, impl := range impls {
+		c, ok1 := median(r.find(scenario, impl, "client_cpu", want))
+		v, ok2 := median(r.find(scenario, impl, "server_cpu", want))
+		if !ok1 || !ok2 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f µs + %.1f µs", impl, c, v))
+		if impl == "engine" {
+			if b, ok := median(r.find(scenario, impl, "cores_busy", want)); ok {
+				busy = fmt.Sprintf(" The cores were %.0f%% busy during the engine's run", b)
+				if b >= 60 {
+					busy += ", so the rate is bound by that CPU time more than by waiting."
+				} else {
+					busy += ", so much of the time goes to waiting for replies, not to work."
+				}
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("CPU time per task, %s + Redis (`getrusage` and `INFO cpu` over the measured span): %s.%s", what, strings.Join(parts, ", "), busy)
+	if tail != "" {
+		out += " " + tail
+	}
+	return out
+}
+
+// dispatchCPU says what a task of the largest spread backlog cost each side
+// with one dispatcher.
+func dispatchCPU(r *Report) string {
+	bl := r.intParams("dispatch", "backlog")
+	if len(bl) == 0 {
+		return ""
+	}
+	want := map[string]any{"shape": "spread", "dispatchers": 1, "backlog": bl[len(bl)-1]}
+	return cpuSentence(r, "dispatch", want, fmt.Sprintf("spread backlog of %d, one dispatcher: the dispatcher's process", bl[len(bl)-1]), "", "engine", "asynq")
 }

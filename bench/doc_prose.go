@@ -44,7 +44,12 @@ worker process, 8 slots, no-op handlers, a full ready list) before batch claim a
 and after, and renders the CPU profiles as call graphs:
 [before](img/e2e-cpu-before.svg), [after](img/e2e-cpu-after.svg) (the top functions in
 ` + "`img/e2e-cpu-*.txt`" + `). Most of the client's time is system calls (one per round trip) and the
-scheduler waking goroutines for replies, which is why fewer round trips per task is the lever.
+scheduler waking goroutines for replies, which is why fewer round trips per task is the lever. The same
+script profiles the harness's e2e scenario as a whole, producers and dispatcher included
+([call graph](img/e2e-scenario-cpu.svg), top functions in ` + "`img/e2e-scenario-cpu.txt`" + `): there too
+system calls, the scheduler and memory allocation take most of the samples. The CPU figures of the
+e2e, dispatch and enqueue cases (client and server µs per task, and how busy the cores were) say which
+side a design spends its time on.
 ` + "`BENCH_STATS=1 go test -run XXX -bench WorkerThroughput ./engine`" + ` prints the commands Redis ran
 per task, and ` + "`cd buckets && go test -run XXX -bench . -benchmem`" + ` times the claim, finish and move
 transactions one at a time and in batches. The e2e scenario counts them too (*End to end, command

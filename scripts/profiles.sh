@@ -23,4 +23,8 @@ for side in before after; do
   go tool pprof -svg -nodefraction 0.02 -output "docs/img/e2e-cpu-$side.svg" "$tmp/$side.test" "$tmp/$side.prof"
   go tool pprof -top -nodecount 25 "$tmp/$side.test" "$tmp/$side.prof" > "docs/img/e2e-cpu-$side.txt"
 done
-echo "wrote docs/img/e2e-cpu-{before,after}.{svg,txt}"
+(cd "$tmp/after/bench" && go build -o "$tmp/bench" . && "$tmp/bench" -scenarios e2e -impls engine -handlers 8 -runs 3 \
+  -out "" -cpuprofile "$tmp/scenario.prof" | grep -E 'rate|cpu' || true)
+go tool pprof -svg -nodefraction 0.02 -output docs/img/e2e-scenario-cpu.svg "$tmp/bench" "$tmp/scenario.prof"
+go tool pprof -top -nodecount 25 "$tmp/bench" "$tmp/scenario.prof" > docs/img/e2e-scenario-cpu.txt
+echo "wrote docs/img/e2e-cpu-{before,after}.{svg,txt} and docs/img/e2e-scenario-cpu.{svg,txt}"
