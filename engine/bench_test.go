@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"github.com/bucketq/bucketq/internal/clocktest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/gomodule/redigo/redis"
 	"testing"
@@ -21,6 +23,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 	e.cfg.Resolution = time.Millisecond
 	// Time the engine, not the test guard: raw connections.
 	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
+	var cpu cpuTimes
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e.ns = e.ns[:9] + string(rune('a'+i%26))
@@ -31,6 +34,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		e.admin(b).Do("CONFIG", "RESETSTAT")
+		cpu0 := cpuNow(b, e)
 		b.StartTimer()
 		for j := 0; j < dispatchers; j++ {
 			d, _ := NewDispatcher(e.pool, e.cfg)
@@ -40,6 +44,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 			time.Sleep(time.Millisecond)
 		}
 		b.StopTimer()
+		cpu.add(cpuNow(b, e).sub(cpu0))
 		if os.Getenv("BENCH_STATS") != "" {
 			info, _ := redis.String(e.admin(b).Do("INFO", "commandstats"))
 			b.Log(info)
@@ -53,6 +58,42 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+	cpu.report(b, n*b.N)
+}
+
+// cpuTimes is CPU time spent by this process (the client) and by the
+// server, to tell which side a benchmark is bound by.
+type cpuTimes struct{ client, server time.Duration }
+
+// cpuNow reads this process's CPU time (getrusage) and the server's
+// (INFO's used_cpu_user + used_cpu_sys).
+func cpuNow(b *testing.B, e *env) cpuTimes {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	t := cpuTimes{client: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	info, err := redis.String(e.admin(b).Do("INFO"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			t.server += time.Duration(f * float64(time.Second))
+		}
+	}
+	return t
+}
+
+func (t cpuTimes) sub(o cpuTimes) cpuTimes { return cpuTimes{t.client - o.client, t.server - o.server} }
+func (t *cpuTimes) add(o cpuTimes)         { t.client += o.client; t.server += o.server }
+
+// report reports the CPU time per task on each side, in microseconds.
+func (t cpuTimes) report(b *testing.B, tasks int) {
+	b.ReportMetric(float64(t.client.Microseconds())/float64(tasks), "client-µs/task")
+	b.ReportMetric(float64(t.server.Microseconds())/float64(tasks), "server-µs/task")
 }
 
 func BenchmarkDispatchBurst100k(b *testing.B)  { benchDispatch(b, 100_000, 0, 1) }
