@@ -323,7 +323,9 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 }
 
 // MoveDue moves the buckets due at now, at most chunk buckets and maxTasks
-// ids per transaction, reading up to lookahead index members at a time.
+// ids per transaction, reading up to lookahead index members at a time;
+// when every bucket read would fit in one transaction they are dealt out
+// to several smaller ones (see planSize).
 // It is Move many times over, made faster in two ways. Each transaction's
 // MULTI/EXEC travels in the same round trip as the next one's WATCH and
 // reads, so a backlog of small buckets costs about one round trip per
@@ -350,6 +352,7 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 		return MoveResult{}, err
 	}
 	var plans []*movePlan
+	chunk = planSize(len(members), chunk)
 	for i := 0; i < len(members); i += chunk {
 		plans = append(plans, s.plan(members[i:min(i+chunk, len(members))], maxTasks))
 	}
@@ -380,6 +383,31 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 		total.Partial = true
 	}
 	return total, errors.Join(errs...)
+}
+
+// A round whose due buckets would all fit in one transaction deals them
+// out to up to minPlans transactions of at least minPlanBuckets buckets.
+const (
+	minPlans       = 32
+	minPlanBuckets = 4
+)
+
+// planSize returns how many buckets each move transaction of a round over
+// n due buckets takes. Past chunk buckets it is chunk. Up to chunk, it
+// is what spreads them over up to minPlans transactions of at least
+// minPlanBuckets: few due buckets are most often large ones (a burst), and
+// one transaction for all of them would give each bucket a small share of
+// the task bound, move them in parts over several rounds, keep one lane
+// busy out of DispatchLanes, and make every other dispatcher conflict on
+// the same WATCH. Smaller transactions move whole buckets on every lane,
+// and dispatchers that start on different ones (the order is shuffled)
+// seldom meet. A short due list (fewer than 2×minPlanBuckets) stays one
+// transaction.
+func planSize(n, chunk int) int {
+	if n > chunk {
+		return chunk
+	}
+	return min(chunk, max(minPlanBuckets, (n+minPlans-1)/minPlans))
 }
 
 // moveLane runs plans on one connection as one txn pipeline: each plan's

@@ -1,0 +1,95 @@
+package buckets
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+func TestPlanSize(t *testing.T) {
+	for _, c := range []struct{ n, chunk, want int }{
+		{1, 128, 4},      // one transaction
+		{7, 128, 4},      // two, of 4 and 3
+		{101, 128, 4},    // a burst: 26 transactions of whole buckets
+		{128, 128, 4},    // 32 of 4
+		{129, 128, 128},  // more than one transaction's worth: chunk
+		{1024, 128, 128}, // a full lookahead of a spread backlog
+		{200, 16, 16},    // chunk bounds it
+		{10, 2, 2},       // ... even below minPlanBuckets
+		{1000, 2000, 32}, // 1000 buckets in 32 transactions (31 of 32, one of 8)
+		{0, 128, 4},      // nothing read: no plan is made
+	} {
+		if got := planSize(c.n, c.chunk); got != c.want {
+			t.Errorf("planSize(%d, %d) = %d; want %d", c.n, c.chunk, got, c.want)
+		}
+	}
+}
+
+// execCounter counts the EXECs sent on a connection.
+type execCounter struct {
+	redis.Conn
+	execs int
+}
+
+func (c *execCounter) Send(cmd string, args ...interface{}) error {
+	if strings.EqualFold(cmd, "EXEC") {
+		c.execs++
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+// DoContext and ReceiveContext pass through: txn's round trips need a
+// redis.ConnWithContext.
+func (c *execCounter) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	return redis.DoContext(c.Conn, ctx, name, args...)
+}
+
+func (c *execCounter) ReceiveContext(ctx context.Context) (interface{}, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// A backlog of a few large buckets, each of which fits the task bound of a
+// transaction: one MoveDue deals the buckets out to several transactions on
+// both connections and moves every bucket whole, where one transaction for
+// all of them would give each bucket a share of 100/40 = 2 ids and leave
+// them to later rounds.
+func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
+	st, pool, admin := realStore(t)
+	ctx := testCtx(t)
+	conn := pool.Get()
+	defer conn.Close()
+	const buckets, per = 40, 10
+	for b := range buckets {
+		var recs []*Record
+		due := t0 - 100_000 + int64(b)*max(st.Resolution, 1)
+		for i := range per {
+			recs = append(recs, newRec(fmt.Sprintf("t%d-%d", b, i), due))
+		}
+		if err := st.Enqueue(ctx, conn, t0-200_000, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lanes := []*execCounter{{Conn: pool.Get()}, {Conn: pool.Get()}}
+	defer lanes[0].Close()
+	defer lanes[1].Close()
+	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, t0, 128, 100, 1024, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tasks != buckets*per || res.Buckets != buckets || res.Partial || res.Conflicts != 0 {
+		t.Fatalf("MoveDue = %+v; want all %d tasks of %d buckets moved whole", res, buckets*per, buckets)
+	}
+	if n, err := redis.Int(admin.Do("LLEN", st.Keys.Ready("q"))); err != nil || n != buckets*per {
+		t.Fatalf("ready list holds %d (%v); want %d", n, err, buckets*per)
+	}
+	if n, err := redis.Int(admin.Do("ZCARD", st.Keys.Schedule())); err != nil || n != 0 {
+		t.Fatalf("index holds %d members (%v); want none", n, err)
+	}
+	// 40 buckets, 4 a transaction: 10 transactions, dealt to both lanes.
+	if lanes[0].execs+lanes[1].execs != 10 || lanes[0].execs == 0 || lanes[1].execs == 0 {
+		t.Fatalf("EXECs per lane = %d, %d; want 10 in all, on both", lanes[0].execs, lanes[1].execs)
+	}
+}
