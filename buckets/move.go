@@ -386,7 +386,8 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 }
 
 // A round whose due buckets would all fit in one transaction deals them
-// out to up to minPlans transactions of at least minPlanBuckets buckets.
+// out to up to minPlans transactions of minPlanBuckets buckets or more
+// (the last may hold fewer).
 const (
 	minPlans       = 32
 	minPlanBuckets = 4
@@ -401,7 +402,7 @@ const (
 // busy out of DispatchLanes, and make every other dispatcher conflict on
 // the same WATCH. Smaller transactions move whole buckets on every lane,
 // and dispatchers that start on different ones (the order is shuffled)
-// seldom meet. A short due list (fewer than 2×minPlanBuckets) stays one
+// seldom meet. A due list of minPlanBuckets or fewer stays one
 // transaction.
 func planSize(n, chunk int) int {
 	if n > chunk {

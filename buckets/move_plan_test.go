@@ -1,9 +1,7 @@
 package buckets
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -28,29 +26,6 @@ func TestPlanSize(t *testing.T) {
 	}
 }
 
-// execCounter counts the EXECs sent on a connection.
-type execCounter struct {
-	redis.Conn
-	execs int
-}
-
-func (c *execCounter) Send(cmd string, args ...interface{}) error {
-	if strings.EqualFold(cmd, "EXEC") {
-		c.execs++
-	}
-	return c.Conn.Send(cmd, args...)
-}
-
-// DoContext and ReceiveContext pass through: txn's round trips need a
-// redis.ConnWithContext.
-func (c *execCounter) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
-	return redis.DoContext(c.Conn, ctx, name, args...)
-}
-
-func (c *execCounter) ReceiveContext(ctx context.Context) (interface{}, error) {
-	return redis.ReceiveContext(c.Conn, ctx)
-}
-
 // A backlog of a few large buckets, each of which fits the task bound of a
 // transaction: one MoveDue deals the buckets out to several transactions on
 // both connections and moves every bucket whole, where one transaction for
@@ -72,7 +47,7 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lanes := []*execCounter{{Conn: pool.Get()}, {Conn: pool.Get()}}
+	lanes := []*cmdCounter{{Conn: pool.Get(), n: map[string]int{}}, {Conn: pool.Get(), n: map[string]int{}}}
 	defer lanes[0].Close()
 	defer lanes[1].Close()
 	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, t0, 128, 100, 1024, 0)
@@ -89,7 +64,7 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 		t.Fatalf("index holds %d members (%v); want none", n, err)
 	}
 	// 40 buckets, 4 a transaction: 10 transactions, dealt to both lanes.
-	if lanes[0].execs+lanes[1].execs != 10 || lanes[0].execs == 0 || lanes[1].execs == 0 {
-		t.Fatalf("EXECs per lane = %d, %d; want 10 in all, on both", lanes[0].execs, lanes[1].execs)
+	if e0, e1 := lanes[0].n["EXEC"], lanes[1].n["EXEC"]; e0+e1 != 10 || e0 == 0 || e1 == 0 {
+		t.Fatalf("EXECs per lane = %d, %d; want 10 in all, on both", e0, e1)
 	}
 }
