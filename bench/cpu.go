@@ -37,15 +37,37 @@ func startCPU(m *Measure) *cpuSpan {
 	return s
 }
 
-// add ends the span and adds its figures for n tasks to out.
+// minCPUSpan is the shortest span whose CPU figures are reported. The
+// kernel brings a running thread's CPU time up to date only at a scheduler
+// tick or a switch (1–10 ms), so over a few milliseconds the figures are
+// mostly that lag: a tiny smoke run once read 104% of both cores busy.
+const minCPUSpan = 50 * time.Millisecond
+
+// cpuNA says why a span's CPU figures are missing (the cell reads n/a).
+const cpuNA = "CPU time not readable here, or the span was under 50 ms, finer than the kernel's CPU accounting"
+
+// isCPUMetric reports whether key is one of cpuMetrics.
+func isCPUMetric(key string) bool {
+	for _, md := range cpuMetrics {
+		if md.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// add ends the span and adds its figures for n tasks to out. The clock is
+// read after both CPU counters, so the wall time encloses the CPU time
+// measured (the server's includes its answer to INFO).
 func (s *cpuSpan) add(out map[string]float64, n int) {
 	if !s.ok || n <= 0 {
 		return
 	}
-	wall := time.Since(s.at).Seconds()
 	c, err1 := processCPU()
 	v, err2 := s.m.Admin.ServerCPU()
-	if err1 != nil || err2 != nil || wall <= 0 {
+	span := time.Since(s.at)
+	wall := span.Seconds()
+	if err1 != nil || err2 != nil || span < minCPUSpan {
 		return
 	}
 	dc, dv := c-s.client, v-s.server
