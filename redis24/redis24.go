@@ -93,8 +93,30 @@ func check(cmd string, args []interface{}) *Violation {
 	if cmd == "" {
 		return nil
 	}
+	// Fast path, taken by nearly every command the engine sends: a name
+	// of the table in lower or upper case, whose form is only its number
+	// of arguments, needs neither a lower-cased copy of the name nor the
+	// arguments formatted.
+	if name, ok := plainName[cmd]; ok {
+		a, argc := arity[name], len(args)+1
+		if (a > 0 && argc == a) || (a < 0 && argc >= -a) {
+			return nil
+		}
+	}
 	return checkStrings(cmd, formatArgs(args))
 }
+
+// plainName maps each command of the table that has no rule on its
+// arguments, spelt in lower or upper case, to its lower-case name.
+var plainName = func() map[string]string {
+	m := make(map[string]string, 2*len(commandTable))
+	for _, n := range commandTable {
+		if rules[n] == nil {
+			m[n], m[strings.ToUpper(n)] = n, n
+		}
+	}
+	return m
+}()
 
 // checkStrings validates an already formatted command.
 func checkStrings(cmd string, args []string) *Violation {
