@@ -87,16 +87,18 @@ bucket list (the id and two bytes). The record value is the payload (with the ha
 number) plus a header of queue, type, times and counts, rounded up to a size class: at this
 payload the header puts it one class above the payload alone, which is why
 ` + "`compact_records`" + ` (ten header bytes less) leaves the figure as it is here while it saves about
-that much a task on average over payload sizes. The harness's namespace (` + "`bqb-<run>-<n>`" + `)
-makes each key name 11 bytes longer than the default ` + "`bq`" + `; with ` + "`bq`" + ` a record key's name
-(29 bytes) fits a 32-byte block instead of 48. In one-task buckets each task also pays for a list
+that much a task on average over payload sizes. On its own server the harness names each
+measurement's namespace ` + "`b`" + ` and its number in base 36, as short as the default ` + "`bq`" + ` or one
+character longer, so key names are a default deployment's: a record key's name (28 or 29 bytes)
+fits a 32-byte block. On a shared server (` + "`-redis`" + `) its ` + "`bqb-<run>-<n>`" + ` makes each key name 11
+bytes longer, and a record key's name takes a 48-byte block. In one-task buckets each task also pays for a list
 key of its own (entry, name, object header, and on Redis 7.0, which keeps every list as a
 quicklist, a quicklist header, a node and a listpack; from 7.2 a short list is one listpack, up to
 ` + "`list-max-listpack-size`" + `, without the header and node) and for an index member (entry,
 skiplist node, the member's name, a slot of the ZSET's hash table). A shorter timestamp (7 base62
 digits instead of 13 decimal ones) would move a member like ` + "`default:<ts>`" + ` (21 bytes) to no
 smaller class, and a bucket key down by one class at most (8 bytes with the default namespace,
-none with the harness's), so bucket keys and members are unchanged: an earlier dispatcher could
+none with the long one of a shared server), so bucket keys and members are unchanged: an earlier dispatcher could
 not read a second format. What would close the one-task gap is not keeping a list for a bucket of one task (an
 index member naming the task itself), a change of the dispatcher's move.
 

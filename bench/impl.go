@@ -38,7 +38,8 @@ type Handler func(ctx context.Context, d Delivery) error
 type Env struct {
 	// Addr is the Redis server, host:port.
 	Addr string
-	// Namespace is unique to one measurement and matches [a-z0-9-]+. Every key
+	// Namespace is unique to one measurement of the harness's run (and to the
+	// run too on a shared server) and matches [a-z0-9-]+. Every key
 	// an implementation writes must be derived from it (a prefix, a queue
 	// name, ...) and be covered by its KeyPatterns, so that runs against a
 	// shared server (-redis) never touch anything else.
