@@ -69,9 +69,9 @@ type Config struct {
 	// EnqueueGroupMax caps the tasks that concurrent enqueues of one
 	// Client share in one transaction (producer-side group commit): an
 	// enqueue of tasks with generated ids and no unique key that arrives
-	// while two of the Client's transactions are in flight waits for one
-	// to end and goes in the next transaction with the others that arrived
-	// meanwhile. An enqueue never waits when fewer are in flight. 1: every
+	// while another of the Client's enqueues is in flight waits for it to
+	// end and goes in the next transaction with the others that arrived
+	// meanwhile. An enqueue never waits when none is in flight. 1: every
 	// enqueue in its own transaction. 1 to 10000; default 256.
 	EnqueueGroupMax int
 	// LeaseGrace is how long past its timeout a run may go before the

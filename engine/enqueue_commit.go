@@ -13,13 +13,12 @@ import (
 )
 
 // enqueueGroup is a Client's producer-side group commit. An enqueue of
-// plain tasks (generated ids, no unique key) that finds a lane free (fewer
-// than lanes of the Client's transactions in flight) runs at once on its
-// own goroutine, as without grouping: a lone producer never waits. One
-// that finds every lane busy joins the queue; when a transaction in
-// flight ends, its lane's goroutine writes the queued enqueues (up to
-// EnqueueGroupMax tasks) in one transaction, then the next lot, until
-// none is queued.
+// plain tasks (generated ids, no unique key) that finds none of the
+// Client's enqueues in flight runs at once on its own goroutine, as
+// without grouping: a lone producer never waits. One that finds an
+// enqueue in flight joins the queue; when the transaction in flight ends,
+// a goroutine writes every queued enqueue (up to EnqueueGroupMax tasks)
+// in one transaction, then the next lot, until none is queued.
 //
 // A waiting caller whose context ends returns at once. If its enqueue was
 // still queued, it is withdrawn and nothing of it is written: the error
@@ -32,12 +31,11 @@ import (
 // the transaction then ends at the same moment, and the caller gets its
 // answer, which says whether anything was written.
 type enqueueGroup struct {
-	c     *Client
-	max   int
-	lanes int // transactions in flight at most (enqueueLanes)
+	c   *Client
+	max int
 
 	mu   sync.Mutex
-	busy int              // transactions in flight (at most lanes)
+	busy bool             // an enqueue is in flight
 	wait []*enqueueWaiter // queued, in arrival order
 	// retrying is why the enqueue in flight is being tried again (an
 	// attempt that no server ran: no master, a redirection), nil while
@@ -69,15 +67,6 @@ type enqueueOutcome struct {
 	err   error
 }
 
-// enqueueLanes is how many transactions of one Client's enqueues may be in
-// flight at once, each on a connection of its own. With one, producers
-// that queue behind it wait for its round trip and then their own; with
-// two, a group forms while one is in flight and goes as soon as either
-// lane is free: on 2 cores, eight producers of single delayed tasks wrote
-// about 10% more a second (bench, enqueue scenario), for groups a little
-// smaller (3.5 commands a task instead of 3.0, BenchmarkEnqueueDelayed8).
-const enqueueLanes = 2
-
 // enqueueGroupTimeout bounds a group transaction whose callers set no
 // deadline, and caps any other.
 const enqueueGroupTimeout = 10 * time.Second
@@ -96,15 +85,12 @@ func groupable(recs []*buckets.Record, chosen []string) bool {
 	return true
 }
 
-// enqueue writes recs (checked records, made at now) alone if a lane is
-// free, or in the next group transaction otherwise.
+// enqueue writes recs (checked records, made at now) alone if nothing is
+// in flight, or in the next group transaction otherwise.
 func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*buckets.Record) ([]*TaskInfo, error) {
 	g.mu.Lock()
-	if g.busy < g.lanes {
-		g.busy++
-		if g.busy == 1 {
-			g.retrying = nil
-		}
+	if !g.busy {
+		g.busy, g.retrying = true, nil
 		g.mu.Unlock()
 		infos, err := g.c.write(txn.OnNotRun(ctx, g.noteRetry), now, recs, nil)
 		g.release()
@@ -159,12 +145,11 @@ func (g *enqueueGroup) noteRetry(err error) {
 }
 
 // release ends an enqueue that ran on its caller's goroutine: if others
-// queued meanwhile, a goroutine writes them on its lane; otherwise the
-// lane is free.
+// queued meanwhile, a goroutine writes them.
 func (g *enqueueGroup) release() {
 	g.mu.Lock()
 	if len(g.wait) == 0 {
-		g.busy--
+		g.busy = false
 		g.mu.Unlock()
 		return
 	}
@@ -186,8 +171,8 @@ func (g *enqueueGroup) drain() {
 // take removes from the queue the next group (at least one enqueue, then
 // more while they fit in max tasks), marking each taken, and returns it
 // with the deadline of its transaction: the latest of its callers', at
-// most enqueueGroupTimeout away. With nothing queued it frees the
-// caller's lane.
+// most enqueueGroupTimeout away. With nothing queued it ends the busy
+// spell.
 func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -208,7 +193,7 @@ func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 	clear(g.wait[rest:])
 	g.wait = g.wait[:rest]
 	if len(batch) == 0 {
-		g.busy--
+		g.busy = false
 		return nil, time.Time{}
 	}
 	limit := time.Now().Add(enqueueGroupTimeout)
@@ -223,9 +208,7 @@ func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 	for _, w := range batch {
 		w.until = deadline
 	}
-	if g.busy == 1 {
-		g.retrying = nil // no other lane's retry to tell of
-	}
+	g.retrying = nil
 	return batch, deadline
 }
 

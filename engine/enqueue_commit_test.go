@@ -101,9 +101,6 @@ func gatedClient(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Con
 	}
 	queued = make(chan struct{}, 100)
 	c.group.queued = func() { queued <- struct{}{} }
-	// One lane: these tests hold the one transaction in flight to see
-	// what queues behind it. TestEnqueueGroupTwoLanes covers the default.
-	c.group.lanes = 1
 	return c, queued
 }
 
@@ -185,63 +182,6 @@ func TestEnqueueGroupShares(t *testing.T) {
 		t.Fatalf("%d EXECs for one enqueue and five that arrived while it was in flight; want 2", n)
 	}
 	exactlyOnce(t, e.readyIDs(t, q), ready)
-}
-
-// With the default two lanes, a second enqueue that arrives while one is
-// in flight runs at once on the second lane; those that arrive while both
-// are in flight share one transaction when a lane frees: three EXECs for
-// six enqueues, every task placed once.
-func TestEnqueueGroupTwoLanes(t *testing.T) {
-	e := realEnv(t)
-	const q = "group-lanes"
-	reached, release := make(chan struct{}, 2), make(chan struct{})
-	g := &execGate{before: func(n int32) {
-		if n <= 2 {
-			reached <- struct{}{}
-			<-release
-		}
-	}}
-	c, queued := gatedClient(t, e, g, nil)
-	c.group.lanes = enqueueLanes
-	if enqueueLanes != 2 {
-		t.Fatalf("enqueueLanes = %d; this test holds two", enqueueLanes)
-	}
-	ctx := context.Background()
-	all := []<-chan enqueued1{enqueueAsync(ctx, c, q, false)}
-	<-reached
-	all = append(all, enqueueAsync(ctx, c, q, false))
-	select {
-	case <-reached: // the second did not queue: it is at its EXEC too
-	case <-queued:
-		t.Fatal("an enqueue queued with a lane free")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second enqueue neither queued nor reached its EXEC")
-	}
-	for i := 0; i < 4; i++ {
-		all = append(all, enqueueAsync(ctx, c, q, false))
-		<-queued
-	}
-	close(release)
-	want := map[string]bool{}
-	for _, ch := range all {
-		r := <-ch
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if want[r.info.ID] {
-			t.Fatalf("id %s given twice", r.info.ID)
-		}
-		want[r.info.ID] = true
-	}
-	if n := g.n.Load(); n != 3 {
-		t.Fatalf("%d EXECs for two enqueues in flight and four queued behind them; want 3", n)
-	}
-	exactlyOnce(t, e.readyIDs(t, q), want)
-	c.group.mu.Lock()
-	defer c.group.mu.Unlock()
-	if c.group.busy != 0 || len(c.group.wait) != 0 {
-		t.Fatalf("after all answers: %d lanes busy, %d queued", c.group.busy, len(c.group.wait))
-	}
 }
 
 // Many producers on one Client: every enqueue is answered, every task is
