@@ -64,8 +64,10 @@ completion list (its kept record tells a later ` + "`Wait`" + `). The rest is th
 ## Reading the figures
 
 Client and server share the machine's cores, so every rate is bounded by both processes' CPU
-together; on a machine shared with other work the spread (min–max) widens. A target missed is
-said so in the target table, with the figures that show it.
+together; on a machine shared with other work the spread (min–max) widens. A CPU figure reads
+n/a where the measured span was under 50 ms (the fastest dispatch cases): the kernel brings a
+running thread's CPU time up to date only at a tick or a switch, so so short a span would mostly
+measure that lag. A target missed is said so in the target table, with the figures that show it.
 `
 
 // memoryProse follows the memory breakdown tables: how to read them and
