@@ -44,7 +44,7 @@ func startCPU(m *Measure) *cpuSpan {
 const minCPUSpan = 50 * time.Millisecond
 
 // cpuNA says why a span's CPU figures are missing (the cell reads n/a).
-const cpuNA = "CPU time not readable here, or the span was under 50 ms, finer than the kernel's CPU accounting"
+var cpuNA = "CPU time not readable here, or the span was under " + minCPUSpan.String() + ", finer than the kernel's CPU accounting"
 
 // isCPUMetric reports whether key is one of cpuMetrics.
 func isCPUMetric(key string) bool {

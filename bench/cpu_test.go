@@ -14,15 +14,10 @@ func TestCPUSpanBounds(t *testing.T) {
 	if !s.ok {
 		t.Skip("CPU time is not readable on this system") // proc_other.go
 	}
-	x := 0
 	for end := time.Now().Add(2 * minCPUSpan); time.Now().Before(end); {
-		x++
 	}
 	out := map[string]float64{}
 	s.add(out, 1000)
-	if x == 0 {
-		t.Fatal("no work done")
-	}
 	busy, ok := out["cores_busy"]
 	if !ok {
 		t.Fatalf("no CPU figures over %v: %v", 2*minCPUSpan, out)

@@ -361,7 +361,7 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 			if s.status == StatusOK && len(s.values[md.Key]) == 0 {
 				r.Status, r.Note = StatusNA, "not measured for this design"
 				if isCPUMetric(md.Key) {
-					r.Status, r.Note = StatusNA, cpuNA
+					r.Note = cpuNA
 				}
 			} else if s.status == StatusOK {
 				r.setValues(s.values[md.Key])

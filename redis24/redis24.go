@@ -97,11 +97,8 @@ func check(cmd string, args []interface{}) *Violation {
 	// of the table in lower or upper case, whose form is only its number
 	// of arguments, needs neither a lower-cased copy of the name nor the
 	// arguments formatted.
-	if name, ok := plainName[cmd]; ok {
-		a, argc := arity[name], len(args)+1
-		if (a > 0 && argc == a) || (a < 0 && argc >= -a) {
-			return nil
-		}
+	if name, ok := plainName[cmd]; ok && arityOK(name, len(args)) {
+		return nil
 	}
 	return checkStrings(cmd, formatArgs(args))
 }

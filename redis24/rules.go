@@ -99,10 +99,11 @@ func notInTable(name string) string {
 // checkArity checks the argument count (args exclude the command name).
 func checkArity(name string, args []string) string {
 	nargs := len(args)
-	a, argc := arity[name], nargs+1
-	if (a > 0 && argc == a) || (a < 0 && argc >= -a) {
+	if arityOK(name, nargs) {
 		return ""
 	}
+	a := arity[name]
+	argc := nargs + 1
 	if a > 0 && argc > a {
 		opt := strings.ToUpper(args[a-1])
 		if v, ok := optionAddedIn[name][opt]; ok {
@@ -117,6 +118,13 @@ func checkArity(name string, args []string) string {
 		return fmt.Sprintf("%s takes exactly %d arguments at Redis 2.4, got %d", up, a-1, nargs)
 	}
 	return fmt.Sprintf("%s takes at least %d arguments at Redis 2.4, got %d", up, -a-1, nargs)
+}
+
+// arityOK reports whether name (lower case) takes nargs arguments: the
+// table's arity counts the name too, and is negative for "at least".
+func arityOK(name string, nargs int) bool {
+	a, argc := arity[name], nargs+1
+	return (a > 0 && argc == a) || (a < 0 && argc >= -a)
 }
 
 // rules holds the argument-form checks; arity has been checked already.
