@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{name: "priorities", run: scenarioPriorities},
 	{name: "shutdown", run: scenarioShutdown},
 	{name: "idle-wake", run: scenarioIdleWake},
+	{name: "lost-move-reply", run: scenarioLostMoveReply},
 	{name: "wrong-type", run: scenarioWrongType},
 	{name: "unique-results", run: scenarioUniqueResults},
 	{name: "pause", run: scenarioPause},

@@ -615,3 +615,73 @@ func scenarioRetryAllOnce(e *env) {
 			"call does not end while revived tasks keep dying that fast.", n, err, runs)
 	}
 }
+
+// scenarioLostMoveReply: a dispatcher whose move transaction gets no reply
+// settles it (SettleMove, on a fresh connection) before it moves on. The
+// seam loses the first move's reply before the EXEC reaches the server
+// (the bucket is still there: a later round moves it) and the next move's
+// after it ran (the task is in the ready list: settling writes nothing).
+// The task runs once, on time.
+func scenarioLostMoveReply(e *env) {
+	t, ctx := e.t, e.ctx
+	c := e.client()
+	var rec recorder
+	isMove := func(v txnView) bool {
+		if !v.queues("ZREM") {
+			return false
+		}
+		for _, q := range v.Queued {
+			if q.is("LPUSH") && strings.HasSuffix(argString(q.Args[0]), "}:q:default") {
+				return true
+			}
+		}
+		return false
+	}
+	runner := e.admin() // runs the second move for real before its reply is lost
+	var fired atomic.Int32
+	var ran error
+	e.faults.set(func(f *faults) {
+		f.failExec = func(v txnView) error {
+			if !isMove(v) {
+				return nil
+			}
+			switch fired.Add(1) {
+			case 1:
+				return errLostConnection
+			case 2:
+				_ = runner.Send("MULTI")
+				for _, q := range v.Queued {
+					_ = runner.Send(q.Name, q.Args...)
+				}
+				_, ran = runner.Do("EXEC")
+				return errLostConnection
+			}
+			return nil
+		}
+	})
+	_, stopW := e.worker(e.cfg, rec.handler())
+	_, stopD := e.dispatcher(e.cfg)
+	start := time.Now()
+	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "x", nil))
+	rec.waitRuns(t, 1, 15*time.Second)
+	d := time.Since(start)
+	time.Sleep(300 * time.Millisecond) // a second copy, if any, would run now
+	stopD()
+	stopW()
+	e.faults.set(nil)
+
+	if n := fired.Load(); n < 2 {
+		t.Fatalf("the seam lost %d move replies, want 2: the settling was not exercised", n)
+	}
+	if ran != nil {
+		t.Fatalf("running the second move for the dispatcher: %v", ran)
+	}
+	rec.exactlyOnce(t, []string{id})
+	if d < 300*time.Millisecond {
+		t.Errorf("task scheduled 300ms ahead ran after %v", d)
+	}
+	t.Logf("two lost move replies settled; the task ran once, %v after it was scheduled", d.Round(time.Millisecond))
+	e.expectStats(c, "default", "1 processed, none scheduled or running", func(st engine.QueueStats) bool {
+		return st.Processed == 1 && st.Scheduled == 0 && st.Running == 0
+	})
+}
