@@ -143,3 +143,42 @@ func BenchmarkMove(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMoveSpread: tasks moved by MoveDue from one-task buckets (a
+// spread backlog), on two connections as the dispatcher does; the
+// per-bucket cost of a move.
+func BenchmarkMoveSpread(b *testing.B) {
+	srv := redistest.Start(b)
+	ns := redistest.Namespace(b)
+	b.Cleanup(func() { srv.Cleanup(b, ns) })
+	s, err := NewStore(ns, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, c2 := srv.Pool(b).Get(), srv.Pool(b).Get()
+	b.Cleanup(func() { c.Close(); c2.Close() })
+	ctx := context.Background()
+	for i := 0; i < b.N; i += 1000 {
+		var recs []*Record
+		for j := i; j < min(i+1000, b.N); j++ {
+			recs = append(recs, newRec(fmt.Sprintf("s%07d", j), t0-int64(b.N-j)*s.Resolution))
+		}
+		if err := s.Enqueue(ctx, c, t0-int64(b.N+1)*s.Resolution, recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conns := []redis.Conn{c, c2}
+	b.ReportAllocs()
+	b.ResetTimer()
+	moved := 0
+	for moved < b.N {
+		res, err := s.MoveDue(ctx, conns, t0, 128, 4096, 1024, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Tasks == 0 {
+			b.Fatalf("moved %d of %d, then nothing", moved, b.N)
+		}
+		moved += res.Tasks
+	}
+}

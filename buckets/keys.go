@@ -59,6 +59,16 @@ func (k Keys) Bucket(q string, ts int64) string {
 	return k.prefix + "b:" + q + ":" + strconv.FormatInt(ts, 10)
 }
 
+// bucketOf is Bucket(q, ts) for the index member m that ParseMember split
+// into q and ts: built from m itself, in one allocation, when m spells ts
+// as Member does (no sign, no leading zero).
+func (k Keys) bucketOf(m, q string, ts int64) string {
+	if d := m[len(q)+1:]; d != "" && d[0] != '+' && (d[0] != '0' || d == "0") {
+		return k.prefix + "b:" + m
+	}
+	return k.Bucket(q, ts)
+}
+
 // Schedule is the bucket index: ZSET, member "queue:ts", score ts.
 func (k Keys) Schedule() string { return k.prefix + "sched" }
 

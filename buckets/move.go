@@ -74,6 +74,19 @@ type UncertainMove struct {
 type MovedBucket struct {
 	Queue, Key, Member string
 	IDs                []string
+	// raw are the ids as the bucket's read gave them; a move spells them
+	// out in IDs only if its outcome is uncertain (spell).
+	raw []interface{}
+}
+
+// spell fills each bucket's IDs from what its read gave.
+func (u *UncertainMove) spell() {
+	for i := range u.Buckets {
+		b := &u.Buckets[i]
+		if b.IDs == nil {
+			b.IDs, _ = redis.Strings(b.raw, nil)
+		}
+	}
 }
 
 func (r *MoveResult) add(o MoveResult) {
@@ -98,6 +111,9 @@ type movePlan struct {
 
 type moveBucket struct {
 	member, q, key string
+	// keyArg and memberArg are key and member as command arguments,
+	// boxed once for the several commands that name them.
+	keyArg, memberArg interface{}
 }
 
 func (s *Store) plan(members []string, maxTasks int) *movePlan {
@@ -114,7 +130,8 @@ func (s *Store) plan(members []string, maxTasks int) *movePlan {
 			p.badMems = append(p.badMems, m)
 			continue
 		}
-		p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: s.Keys.Bucket(q, ts)})
+		key := s.Keys.bucketOf(m, q, ts)
+		p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: m})
 		if !seenQ[q] {
 			seenQ[q] = true
 			p.queues = append(p.queues, q)
@@ -138,7 +155,7 @@ func (p *movePlan) watch() []string {
 // each bucket's first entries are retries).
 func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) error {
 	for _, b := range p.buckets {
-		if err := send("LRANGE", b.key, 0, p.share); err != nil {
+		if err := send("LRANGE", b.keyArg, 0, p.share); err != nil {
 			return err
 		}
 	}
@@ -153,9 +170,23 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 	args := make([]interface{}, 0, len(p.buckets)+1)
 	args = append(args, s.Keys.RetryCounts())
 	for _, b := range p.buckets {
-		args = append(args, b.member)
+		args = append(args, b.memberArg)
 	}
 	return send("HMGET", args...)
+}
+
+// errNotBulk: a list read's reply held something other than bulk strings,
+// which no list holds.
+var errNotBulk = errors.New("buckets: a list element that is not a bulk string")
+
+// allBulk reports whether every element of a reply array is a bulk string.
+func allBulk(vs []interface{}) bool {
+	for _, v := range vs {
+		if _, ok := v.([]byte); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // retryCounts decodes the HMGET rc reply of sendReads: one count per
@@ -206,7 +237,9 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			res.Partial = true
 		}
 	}
-	ready := map[string][]string{}
+	// ready holds per queue its ready list's push: the list, then the
+	// ids as the buckets' reads gave them.
+	ready := map[string][]interface{}{}
 	retries := map[string]int{}
 	var (
 		counts  []int
@@ -215,32 +248,40 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	if nb > 0 {
 		counts, counted = retryCounts(reps[nb+len(p.queues)], nb)
 	}
-	var del []interface{}
-	zrem := append([]interface{}{s.Keys.Schedule()}, p.badMems...)
-	hdel := []interface{}{s.Keys.RetryCounts()}
+	del := make([]interface{}, 0, nb)
+	zrem := make([]interface{}, 0, 1+len(p.badMems)+nb)
+	zrem = append(append(zrem, s.Keys.Schedule()), p.badMems...)
+	hdel := make([]interface{}, 1, 1+nb)
+	hdel[0] = s.Keys.RetryCounts()
+	if moved != nil && moved.Buckets == nil {
+		moved.Buckets = make([]MovedBucket, 0, nb)
+	}
 	// dropMember removes bucket i's index member, and its retry count
 	// with it when it has one.
-	dropMember := func(i int, m string) {
-		zrem = append(zrem, m)
+	dropMember := func(i int) {
+		zrem = append(zrem, p.buckets[i].memberArg)
 		if counted[i] {
-			hdel = append(hdel, m)
+			hdel = append(hdel, p.buckets[i].memberArg)
 		}
 	}
 	for i, b := range p.buckets {
 		if badQ[b.q] {
 			continue
 		}
-		ids, err := redis.Strings(reps[i], nil)
+		ids, err := redis.Values(reps[i], nil)
+		if err == nil && !allBulk(ids) {
+			err = errNotBulk
+		}
 		if err != nil {
 			// Not a list: set it aside so that it stops hiding the
 			// buckets behind it.
 			tx.Queue("RENAME", b.key, s.Keys.Quarantine(b.key))
-			dropMember(i, b.member)
+			dropMember(i)
 			res.Quarantined = append(res.Quarantined, b.key)
 			continue
 		}
 		if len(ids) == 0 {
-			dropMember(i, b.member)
+			dropMember(i)
 			res.Stale++
 			continue
 		}
@@ -252,20 +293,24 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			}
 			res.Partial = true
 		} else {
-			del = append(del, b.key)
-			dropMember(i, b.member)
+			del = append(del, b.keyArg)
+			dropMember(i)
 			res.Buckets++
 		}
 		retries[b.q] += min(counts[i], len(ids))
+		if ready[b.q] == nil {
+			ready[b.q] = append(make([]interface{}, 0, 1+len(ids)*(nb-i)), s.Keys.Ready(b.q))
+		}
 		ready[b.q] = append(ready[b.q], ids...)
 		res.Tasks += len(ids)
 		if moved != nil {
-			moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, IDs: ids})
+			moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, raw: ids})
 		}
 	}
 	for _, q := range p.queues {
-		if ids := ready[q]; len(ids) > 0 {
-			s.pushReady(tx, q, ids, false)
+		if args := ready[q]; len(args) > 1 {
+			ids := args[1:]
+			s.pushReadyArgs(tx, q, args, len(ids), false)
 			if n := len(ids) - retries[q]; n > 0 {
 				tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, -n)
 			}
@@ -453,6 +498,7 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 		// committed unseen (the connection failed after its EXEC was
 		// sent): its caller settles it (SettleMove).
 		if k := len(out); k < len(plans) && built[k] && len(moved[k].Buckets) > 0 {
+			moved[k].spell()
 			total.Uncertain = append(total.Uncertain, moved[k])
 		}
 		errs = append(errs, fmt.Errorf("buckets: move: %w", err))

@@ -94,6 +94,12 @@ func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	for _, id := range ids {
 		args = append(args, id)
 	}
+	s.pushReadyArgs(tx, q, args, len(ids), front)
+}
+
+// pushReadyArgs is pushReady with its command's arguments built: args[0]
+// is q's ready list, n ids follow (strings or []byte, as a reply gave them).
+func (s *Store) pushReadyArgs(tx queuer, q string, args []interface{}, n int, front bool) {
 	if front {
 		// RPUSH appends at the tail, which RPOPLPUSH takes next; push in
 		// reverse so that the first id is taken first.
@@ -104,7 +110,7 @@ func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	} else {
 		tx.Queue("LPUSH", args...)
 	}
-	s.queueTokens(tx, s.Keys.Notify(q), len(ids), "1")
+	s.queueTokens(tx, s.Keys.Notify(q), n, "1")
 }
 
 // queueTokens pushes up to wakeTokens tokens to a wake-up list and trims it
