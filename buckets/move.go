@@ -46,11 +46,16 @@ func (s *Store) NextDue(ctx context.Context, conn redis.Conn) (int64, bool, erro
 
 // MoveResult says what moving did.
 type MoveResult struct {
-	Tasks       int      // task ids made ready
-	Buckets     int      // buckets emptied and removed from the index
-	Partial     bool     // a bucket was larger than its share and was moved in part
-	Stale       int      // index members whose bucket was missing or empty, removed
-	Conflicts   int      // transactions that found a bucket changed, left for later
+	Tasks     int  // task ids made ready
+	Buckets   int  // buckets emptied and removed from the index
+	Partial   bool // a bucket was larger than its share and was moved in part
+	Stale     int  // index members whose bucket was missing or empty, removed
+	Conflicts int  // transactions that found a bucket changed, left for later
+	// Window is the lookahead window of due buckets MoveDue read (the
+	// one asked for, or 0 when that one was empty), and WindowFull
+	// whether it held a whole lookahead (more windows may follow).
+	Window      int
+	WindowFull  bool
 	Quarantined []string // keys of the wrong type renamed under bad:
 	Garbage     []string // index members that do not parse, removed
 	WrongType   []string // ready lists of the wrong type: their buckets wait; set them aside
@@ -387,10 +392,12 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // window picks which lookahead-sized window of the due buckets to read
 // first (0 is the earliest): dispatchers that start in different windows
 // of a large backlog do not reach for the same buckets. If that window is
-// empty, the earliest is read instead.
+// empty, the earliest is read instead. MoveResult.Window and WindowFull
+// say which was read and whether it was full.
 func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (MoveResult, error) {
 	members, err := s.dueBuckets(ctx, conns[0], now, window*lookahead, lookahead)
 	if err == nil && len(members) == 0 && window > 0 {
+		window = 0
 		members, err = s.dueBuckets(ctx, conns[0], now, 0, lookahead)
 	}
 	if err != nil || len(members) == 0 {
@@ -424,7 +431,8 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 	for i := range lanes {
 		total.add(results[i])
 	}
-	if len(members) == lookahead {
+	total.Window, total.WindowFull = window, len(members) == lookahead
+	if total.WindowFull {
 		total.Partial = true
 	}
 	return total, errors.Join(errs...)

@@ -316,3 +316,29 @@ func TestMoveDueKilledBetweenCommands(t *testing.T) {
 		}
 	})
 }
+
+// TestDispatchWindows: a dispatcher reads the earliest due buckets until
+// conflicts over a backlog deeper than one window spread its reads over
+// more windows (up to maxWindows), and shrinks them again where the
+// backlog ends.
+func TestDispatchWindows(t *testing.T) {
+	d := &Dispatcher{}
+	step := func(asked int, res buckets.MoveResult, want int) {
+		t.Helper()
+		d.spread(asked, res)
+		if d.windows != want {
+			t.Fatalf("after asking for window %d and finding %+v: %d windows, want %d", asked, res, d.windows, want)
+		}
+	}
+	full := buckets.MoveResult{WindowFull: true, Tasks: 1024}
+	step(0, full, 0)                             // no conflict: the earliest, as a lone dispatcher
+	step(0, buckets.MoveResult{Conflicts: 1}, 1) // conflicts over a window not full: nothing to spread over
+	step(0, buckets.MoveResult{WindowFull: true, Conflicts: 2}, 2)
+	for _, want := range []int{4, 8, 16, 16} {
+		step(1, buckets.MoveResult{Window: 1, WindowFull: true, Conflicts: 1}, want)
+	}
+	step(5, buckets.MoveResult{Window: 5, WindowFull: true}, 16) // no conflict: kept
+	step(9, buckets.MoveResult{Window: 0, WindowFull: true}, 9)  // window 9 was empty
+	step(6, buckets.MoveResult{Window: 6}, 7)                    // window 6 is the last
+	step(0, buckets.MoveResult{}, 1)                             // the backlog is within one window
+}

@@ -35,7 +35,14 @@ type Dispatcher struct {
 	// unsettled are moves whose EXEC reply was lost, not yet settled
 	// (SettleMove): touched only by Run's goroutine.
 	unsettled []buckets.UncertainMove
+	// windows is how many lookahead windows of the due buckets a round
+	// picks its own from at random (see spread): touched only by Run's
+	// goroutine.
+	windows int
 }
+
+// maxWindows bounds Dispatcher.windows.
+const maxWindows = 16
 
 // mover is the dispatcher's transactions: *buckets.Store in production,
 // wrapped by tests.
@@ -204,6 +211,24 @@ func conflictWait(ctx context.Context, bo *rconn.Backoff) bool {
 	return bo.Wait(ctx, discardLog, "dispatch round (conflicts)", nil) && rconn.Sleep(ctx, time.Millisecond)
 }
 
+// spread adapts d.windows to what a round that asked for window found.
+// A lone dispatcher meets no conflicts and always reads the earliest due
+// buckets (one window). Several over a backlog deeper than a window meet
+// each other's WATCHes: each conflict doubles the windows they pick from,
+// up to maxWindows, so that they soon work on different buckets. An empty
+// window (MoveDue then read the earliest) or one that was not full (the
+// last) shows where the backlog ends, and the windows shrink to it.
+func (d *Dispatcher) spread(window int, res buckets.MoveResult) {
+	switch {
+	case res.Window != window:
+		d.windows = max(1, window)
+	case !res.WindowFull:
+		d.windows = max(1, min(d.windows, window+1))
+	case res.Conflicts > 0:
+		d.windows = min(maxWindows, 2*max(1, d.windows))
+	}
+}
+
 // round moves what is due. It returns 0 when more may be due at once, the
 // time (Unix ms) of the next bucket, -1 when nothing is scheduled, or
 // conflicted.
@@ -221,9 +246,13 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	}
 	conn := conns[0]
 	now := ms(d.cfg.Clock.Now())
-	// Several dispatchers over one large backlog each start in a window of
-	// their own, at random among four, so that they seldom conflict.
-	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, rand.IntN(4))
+	// Several dispatchers over one large backlog each read a window of
+	// their own, at random, so that they seldom conflict (see spread).
+	window := 0
+	if d.windows > 1 {
+		window = rand.IntN(d.windows)
+	}
+	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, window)
 	if len(res.Uncertain) > 0 {
 		// Settle at once, on a fresh connection: the sooner it looks,
 		// the likelier a ready list that refused the push is still of
@@ -236,6 +265,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	if err != nil {
 		return 0, err
 	}
+	d.spread(window, res)
 	d.moved.Add(int64(res.Tasks))
 	d.cfg.observeDispatch(res)
 	if len(res.WrongType) > 0 {
