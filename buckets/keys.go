@@ -61,9 +61,9 @@ func (k Keys) Bucket(q string, ts int64) string {
 
 // bucketOf is Bucket(q, ts) for the index member m that ParseMember split
 // into q and ts: built from m itself, in one allocation, when m spells ts
-// as Member does (no sign, no leading zero).
+// as Member does (digits only, no leading zero).
 func (k Keys) bucketOf(m, q string, ts int64) string {
-	if d := m[len(q)+1:]; d != "" && d[0] != '+' && (d[0] != '0' || d == "0") {
+	if d := m[len(q)+1:]; d == "0" || d != "" && d[0] >= '1' && d[0] <= '9' {
 		return k.prefix + "b:" + m
 	}
 	return k.Bucket(q, ts)

@@ -65,3 +65,22 @@ func FuzzParseMember(f *testing.F) {
 		}
 	})
 }
+
+// TestBucketOf: the bucket key a move builds from an index member is the
+// one Bucket gives for the member's queue and time, however the member
+// spells the time.
+func TestBucketOf(t *testing.T) {
+	k, err := NewKeys("ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"q:1795000000000", "q:0", "q:007", "q:+5", "q:-0", "a:b:12", "q:00"} {
+		q, ts, err := ParseMember(m)
+		if err != nil {
+			continue
+		}
+		if got, want := k.bucketOf(m, q, ts), k.Bucket(q, ts); got != want {
+			t.Errorf("member %q: bucket %q, want %q", m, got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package redis24
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -61,6 +62,10 @@ func TestIntArgRules(t *testing.T) {
 			args[i] = 2.5
 			if check(n, args) == nil {
 				t.Errorf("%s with a float at %d: accepted", n, i)
+			}
+			args[i] = uint64(math.MaxInt64) + 1 // formats past int64: 2.4 misreads it
+			if check(n, args) == nil {
+				t.Errorf("%s with %v at %d: accepted", n, args[i], i)
 			}
 		}
 	}

@@ -16,6 +16,7 @@ package redis24
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -137,8 +138,16 @@ var intArgNames = func() map[string]intArgs {
 // goInts reports whether args holds a Go integer at each position of at.
 func goInts(args []interface{}, at []int) bool {
 	for _, i := range at {
-		switch args[i].(type) {
-		case int, int64, int32, int16, int8, uint, uint64, uint32, uint16, uint8:
+		switch v := args[i].(type) {
+		case int, int64, int32, int16, int8, uint32, uint16, uint8:
+		case uint:
+			if uint64(v) > math.MaxInt64 {
+				return false
+			}
+		case uint64:
+			if v > math.MaxInt64 {
+				return false
+			}
 		default:
 			return false
 		}
