@@ -117,9 +117,11 @@ type BatchScheduler interface {
 //
 // SeedDue must leave the backlog where the movers will find it but must not
 // let them move anything before Release: either keep it invisible until
-// Release makes it visible in O(1) (naive and asynq build it under a
-// temporary key and RENAME it in), or have StartDispatchers only prepare the
-// movers and Release start them.
+// Release makes it visible in O(1) (naive, asynq and the engine build it
+// under a temporary key and RENAME it in; the engine also pushes the wake
+// tokens its idle dispatchers block on), or have StartDispatchers only
+// prepare the movers and Release start them. The first keeps the movers'
+// start-up (connections, first reads) out of the timed span.
 type Dispatcher interface {
 	SeedDue(ctx context.Context, ts []Task) error
 	StartDispatchers(ctx context.Context, n int) (stop func() error, err error)

@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/gomodule/redigo/redis"
 )
@@ -27,10 +29,8 @@ type engineImpl struct {
 
 	roundTrips atomic.Int64 // waits for replies on the pool's connections
 
-	mu      sync.Mutex
-	pending []*engine.Dispatcher // prepared by StartDispatchers, run by Release
-	runCtx  context.Context
-	runWG   *sync.WaitGroup
+	mu          sync.Mutex
+	dispatchers int // started by StartDispatchers, woken by Release
 }
 
 func init() {
@@ -163,8 +163,8 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 
 // SeedDue implements Dispatcher: the tasks go into their (past) buckets as
 // a producer whose clock is two hours behind would write them, so none
-// goes straight to the ready list; nothing moves them until Release starts
-// the dispatchers.
+// goes straight to the ready list, and the bucket index is then renamed
+// out of the dispatchers' sight (seedIndex) until Release.
 func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 	cfg := e.cfg
 	cfg.Clock = offsetClock(-2 * time.Hour)
@@ -177,45 +177,106 @@ func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 			return err
 		}
 	}
-	return nil
+	keys, err := buckets.NewKeys(e.ns)
+	if err != nil {
+		return err
+	}
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = conn.Do("RENAME", keys.Schedule(), e.seedIndex())
+	return err
 }
 
-// StartDispatchers implements Dispatcher: it builds n dispatchers; Release
-// runs them.
+// seedIndex is where SeedDue keeps the bucket index until Release.
+func (e *engineImpl) seedIndex() string { return "{" + e.ns + "}:bench-seed" }
+
+// StartDispatchers implements Dispatcher: it starts n dispatchers and
+// waits until they are idle (the index is empty, so each blocks on its wake
+// list): like asynq's forwarders, they are running and connected when the
+// backlog appears.
 func (e *engineImpl) StartDispatchers(ctx context.Context, n int) (func() error, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.pending = nil
-	for i := 0; i < n; i++ {
-		d, err := engine.NewDispatcher(e.pool, e.cfg)
-		if err != nil {
-			return nil, err
-		}
-		e.pending = append(e.pending, d)
-	}
 	rctx, cancel := context.WithCancel(context.Background())
 	wg := &sync.WaitGroup{}
-	e.runCtx, e.runWG = rctx, wg
-	return func() error {
+	stop := func() error {
 		cancel()
 		wg.Wait()
 		return nil
-	}, nil
+	}
+	e.dispatchers = n
+	for i := 0; i < n; i++ {
+		d, err := engine.NewDispatcher(e.pool, e.cfg)
+		if err != nil {
+			_ = stop()
+			return nil, err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = d.Run(rctx) }()
+	}
+	if err := e.waitBlocked(ctx, n); err != nil {
+		_ = stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
-// Release implements Dispatcher: the prepared dispatchers start.
-func (e *engineImpl) Release(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.runCtx == nil {
-		return errors.New("engine: Release before StartDispatchers")
+// waitBlocked waits until n clients are blocked on the namespace's wake
+// list (CLIENT LIST, where the server has it; otherwise a pause).
+func (e *engineImpl) waitBlocked(ctx context.Context, n int) error {
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return err
 	}
-	for _, d := range e.pending {
-		e.runWG.Add(1)
-		go func() { defer e.runWG.Done(); _ = d.Run(e.runCtx) }()
+	defer conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		list, err := redis.String(conn.Do("CLIENT", "LIST"))
+		if err != nil || !strings.Contains(list, " cmd=") {
+			// No CLIENT LIST, or one that does not name commands.
+			return sleepOrErr(ctx, 500*time.Millisecond)
+		}
+		if strings.Count(list, "cmd=blpop") >= n {
+			return nil
+		}
+		if err := sleepOrErr(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
 	}
-	e.pending = nil
+	return fmt.Errorf("engine: %d dispatchers not idle after 10s", n)
+}
+
+// sleepOrErr sleeps d, or returns ctx's error.
+func sleepOrErr(ctx context.Context, d time.Duration) error {
+	if !sleepCtx(ctx, d) {
+		return ctx.Err()
+	}
 	return nil
+}
+
+// Release implements Dispatcher: the bucket index comes back under its
+// name and a wake token per dispatcher is pushed, in one MULTI/EXEC, as an
+// enqueue of something due wakes idle dispatchers.
+func (e *engineImpl) Release(ctx context.Context) error {
+	keys, err := buckets.NewKeys(e.ns)
+	if err != nil {
+		return err
+	}
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.Send("MULTI")
+	_ = conn.Send("RENAME", e.seedIndex(), keys.Schedule())
+	for range max(1, e.dispatchers) {
+		_ = conn.Send("LPUSH", keys.Wake(), "1")
+	}
+	_, err = conn.Do("EXEC")
+	return err
 }
 
 // ReadyCount implements Dispatcher: the ready list of the default queue.
