@@ -224,8 +224,10 @@ func (e *engineImpl) StartDispatchers(ctx context.Context, n int) (func() error,
 	return stop, nil
 }
 
-// waitBlocked waits until n clients are blocked on the namespace's wake
-// list (CLIENT LIST, where the server has it; otherwise a pause).
+// waitBlocked waits until n clients of the server are blocked in BLPOP
+// (CLIENT LIST, where the server has it; otherwise a pause). On the
+// harness's own server those are the dispatchers on their wake list; on a
+// shared one others may count too, and the wait may end early.
 func (e *engineImpl) waitBlocked(ctx context.Context, n int) error {
 	conn, err := e.pool.GetContext(ctx)
 	if err != nil {
@@ -270,9 +272,12 @@ func (e *engineImpl) Release(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	e.mu.Lock()
+	n := max(1, e.dispatchers)
+	e.mu.Unlock()
 	_ = conn.Send("MULTI")
 	_ = conn.Send("RENAME", e.seedIndex(), keys.Schedule())
-	for range max(1, e.dispatchers) {
+	for range n {
 		_ = conn.Send("LPUSH", keys.Wake(), "1")
 	}
 	_, err = conn.Do("EXEC")
