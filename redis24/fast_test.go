@@ -38,7 +38,7 @@ func TestFastPathAgrees(t *testing.T) {
 // that rule in the full check, which refuses a non-integer at each of its
 // positions and accepts integers there.
 func TestIntArgRules(t *testing.T) {
-	for n, at := range intArgRules {
+	for n, r := range intArgRules {
 		if rules[n] == nil {
 			t.Errorf("%s is on the integer-argument fast path but has no rule", n)
 			continue
@@ -47,7 +47,7 @@ func TestIntArgRules(t *testing.T) {
 		if arity[n] > 0 {
 			nargs = arity[n] - 1
 		}
-		for _, i := range at {
+		for _, i := range r.at {
 			args := make([]interface{}, nargs)
 			for j := range args {
 				args[j] = 7

@@ -110,30 +110,20 @@ func check(cmd string, args []interface{}) *Violation {
 	return checkStrings(cmd, formatArgs(args))
 }
 
-// intArgs is a command whose only rule is that the arguments at positions
-// at are integers.
-type intArgs struct {
-	name string // lower case
-	at   []int
-}
-
-// intArgRules lists those commands (their rules in rules.go say the same).
-var intArgRules = map[string][]int{
-	"expire": {1}, "expireat": {1}, "incrby": {1}, "decrby": {1}, "hincrby": {2},
-	"select": {0}, "move": {1}, "lindex": {1}, "lset": {1}, "lrem": {1},
-	"lrange": {1, 2}, "ltrim": {1, 2}, "getrange": {1, 2}, "substr": {1, 2},
-	"zremrangebyrank": {1, 2},
-}
-
 // intArgNames maps each of intArgRules' names, in lower and upper case, to
-// its rule.
-var intArgNames = func() map[string]intArgs {
-	m := make(map[string]intArgs, 2*len(intArgRules))
-	for n, at := range intArgRules {
-		m[n], m[strings.ToUpper(n)] = intArgs{n, at}, intArgs{n, at}
+// its lower-case name and rule.
+var intArgNames = func() map[string]intArgName {
+	m := make(map[string]intArgName, 2*len(intArgRules))
+	for n, r := range intArgRules {
+		m[n], m[strings.ToUpper(n)] = intArgName{n, r}, intArgName{n, r}
 	}
 	return m
 }()
+
+type intArgName struct {
+	name string // lower case
+	intArg
+}
 
 // goInts reports whether args holds a Go integer at each position of at.
 func goInts(args []interface{}, at []int) bool {

@@ -127,24 +127,45 @@ func arityOK(name string, nargs int) bool {
 	return (a > 0 && argc == a) || (a < 0 && argc >= -a)
 }
 
+// intArg is the rule of a command whose only rule is that the arguments
+// at positions at are integers; what names them in the refusal.
+type intArg struct {
+	what string
+	at   []int
+}
+
+// intArgRules are those commands. Both the full check (rules) and check's
+// fast path for Go integer arguments (intArgNames) are built from them.
+var intArgRules = map[string]intArg{
+	"expire": {"seconds", []int{1}}, "expireat": {"timestamp", []int{1}},
+	"incrby": {"increment", []int{1}}, "decrby": {"decrement", []int{1}},
+	"hincrby": {"increment", []int{2}}, "select": {"index", []int{0}},
+	"move": {"db", []int{1}}, "lindex": {"index", []int{1}},
+	"lset": {"index", []int{1}}, "lrem": {"count", []int{1}},
+	"lrange": {"argument", []int{1, 2}}, "ltrim": {"argument", []int{1, 2}},
+	"getrange": {"argument", []int{1, 2}}, "substr": {"argument", []int{1, 2}},
+	"zremrangebyrank": {"argument", []int{1, 2}},
+}
+
+// withIntArgRules adds intArgRules' checks to m and returns it.
+func withIntArgRules(m map[string]func(args []string) string) map[string]func(args []string) string {
+	for n, r := range intArgRules {
+		up := strings.ToUpper(n)
+		m[n] = func(a []string) string {
+			for _, i := range r.at {
+				if v := integer(up, r.what, a[i]); v != "" {
+					return v
+				}
+			}
+			return ""
+		}
+	}
+	return m
+}
+
 // rules holds the argument-form checks; arity has been checked already.
-var rules = map[string]func(args []string) string{
+var rules = withIntArgRules(map[string]func(args []string) string{
 	"setex":            func(a []string) string { return positive("SETEX", "seconds", a[1]) },
-	"expire":           func(a []string) string { return integer("EXPIRE", "seconds", a[1]) },
-	"expireat":         func(a []string) string { return integer("EXPIREAT", "timestamp", a[1]) },
-	"incrby":           func(a []string) string { return integer("INCRBY", "increment", a[1]) },
-	"decrby":           func(a []string) string { return integer("DECRBY", "decrement", a[1]) },
-	"hincrby":          func(a []string) string { return integer("HINCRBY", "increment", a[2]) },
-	"select":           func(a []string) string { return integer("SELECT", "index", a[0]) },
-	"move":             func(a []string) string { return integer("MOVE", "db", a[1]) },
-	"lindex":           func(a []string) string { return integer("LINDEX", "index", a[1]) },
-	"lset":             func(a []string) string { return integer("LSET", "index", a[1]) },
-	"lrem":             func(a []string) string { return integer("LREM", "count", a[1]) },
-	"lrange":           func(a []string) string { return integers("LRANGE", a[1:3]) },
-	"ltrim":            func(a []string) string { return integers("LTRIM", a[1:3]) },
-	"getrange":         func(a []string) string { return integers("GETRANGE", a[1:3]) },
-	"substr":           func(a []string) string { return integers("SUBSTR", a[1:3]) },
-	"zremrangebyrank":  func(a []string) string { return integers("ZREMRANGEBYRANK", a[1:3]) },
 	"getbit":           func(a []string) string { return nonNegative("GETBIT", "offset", a[1]) },
 	"setrange":         func(a []string) string { return nonNegative("SETRANGE", "offset", a[1]) },
 	"setbit":           ruleSetbit,
@@ -171,7 +192,7 @@ var rules = map[string]func(args []string) string{
 	"client":           ruleClient,
 	"object":           ruleObject,
 	"slowlog":          ruleSlowlog,
-}
+})
 
 func isInt(s string) bool {
 	_, err := strconv.ParseInt(s, 10, 64)
