@@ -26,6 +26,7 @@ type engineImpl struct {
 	cfg    engine.Config
 	client *engine.Client
 	ns     string
+	keys   buckets.Keys // the namespace's key names, set by Open
 
 	roundTrips atomic.Int64 // waits for replies on the pool's connections
 
@@ -46,6 +47,11 @@ func (e *engineImpl) Name() string { return e.name }
 // env.Poll does not apply.
 func (e *engineImpl) Open(ctx context.Context, env Env) error {
 	e.ns = env.Namespace
+	keys, err := buckets.NewKeys(e.ns)
+	if err != nil {
+		return err
+	}
+	e.keys = keys
 	addr := env.Addr
 	e.pool = &redis.Pool{
 		Dial: func() (redis.Conn, error) {
@@ -177,21 +183,22 @@ func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 			return err
 		}
 	}
-	keys, err := buckets.NewKeys(e.ns)
-	if err != nil {
-		return err
-	}
-	conn, err := e.pool.GetContext(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = conn.Do("RENAME", keys.Schedule(), e.seedIndex())
+	_, err = e.do(ctx, "RENAME", e.keys.Schedule(), e.seedIndex())
 	return err
 }
 
 // seedIndex is where SeedDue keeps the bucket index until Release.
-func (e *engineImpl) seedIndex() string { return "{" + e.ns + "}:bench-seed" }
+func (e *engineImpl) seedIndex() string { return e.keys.Prefix() + "bench-seed" }
+
+// do sends one command on a connection of the pool.
+func (e *engineImpl) do(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	conn, err := e.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.Do(cmd, args...)
+}
 
 // StartDispatchers implements Dispatcher: it starts n dispatchers and
 // waits until they are idle (the index is empty, so each blocks on its wake
@@ -263,10 +270,6 @@ func sleepOrErr(ctx context.Context, d time.Duration) error {
 // name and a wake token per dispatcher is pushed, in one MULTI/EXEC, as an
 // enqueue of something due wakes idle dispatchers.
 func (e *engineImpl) Release(ctx context.Context) error {
-	keys, err := buckets.NewKeys(e.ns)
-	if err != nil {
-		return err
-	}
 	conn, err := e.pool.GetContext(ctx)
 	if err != nil {
 		return err
@@ -276,9 +279,9 @@ func (e *engineImpl) Release(ctx context.Context) error {
 	n := max(1, e.dispatchers)
 	e.mu.Unlock()
 	_ = conn.Send("MULTI")
-	_ = conn.Send("RENAME", e.seedIndex(), keys.Schedule())
+	_ = conn.Send("RENAME", e.seedIndex(), e.keys.Schedule())
 	for range n {
-		_ = conn.Send("LPUSH", keys.Wake(), "1")
+		_ = conn.Send("LPUSH", e.keys.Wake(), "1")
 	}
 	_, err = conn.Do("EXEC")
 	return err
@@ -286,12 +289,7 @@ func (e *engineImpl) Release(ctx context.Context) error {
 
 // ReadyCount implements Dispatcher: the ready list of the default queue.
 func (e *engineImpl) ReadyCount(ctx context.Context) (int64, error) {
-	conn, err := e.pool.GetContext(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	return redis.Int64(conn.Do("LLEN", "{"+e.ns+"}:q:default"))
+	return redis.Int64(e.do(ctx, "LLEN", e.keys.Ready("default")))
 }
 
 // offsetClock is a clock a fixed offset away from the real one.

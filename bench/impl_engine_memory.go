@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -15,10 +14,7 @@ import (
 // bucket index (sched) and every other key.
 func (e *engineImpl) MemoryParts(ctx context.Context) (MemoryParts, error) {
 	var p MemoryParts
-	keys, err := buckets.NewKeys(e.ns)
-	if err != nil {
-		return p, err
-	}
+	keys := e.keys
 	conn, err := e.pool.GetContext(ctx)
 	if err != nil {
 		return p, err
