@@ -15,16 +15,24 @@ import (
 
 func benchStore(b *testing.B) (*Store, redis.Conn, context.Context) {
 	b.Helper()
+	s, pool := benchStoreRes(b, 1000)
+	c := pool.Get()
+	b.Cleanup(func() { c.Close() })
+	return s, c, context.Background()
+}
+
+// benchStoreRes is a store of the given bucket resolution (ms) in a
+// namespace of its own, and a pool of its server.
+func benchStoreRes(b *testing.B, res int64) (*Store, *redis.Pool) {
+	b.Helper()
 	srv := redistest.Start(b)
 	ns := redistest.Namespace(b)
 	b.Cleanup(func() { srv.Cleanup(b, ns) })
-	s, err := NewStore(ns, 1000)
+	s, err := NewStore(ns, res)
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := srv.Pool(b).Get()
-	b.Cleanup(func() { c.Close() })
-	return s, c, context.Background()
+	return s, srv.Pool(b)
 }
 
 // benchPopped enqueues and pops n tasks (not timed).
@@ -148,14 +156,8 @@ func BenchmarkMove(b *testing.B) {
 // spread backlog), on two connections as the dispatcher does; the
 // per-bucket cost of a move.
 func BenchmarkMoveSpread(b *testing.B) {
-	srv := redistest.Start(b)
-	ns := redistest.Namespace(b)
-	b.Cleanup(func() { srv.Cleanup(b, ns) })
-	s, err := NewStore(ns, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, c2 := srv.Pool(b).Get(), srv.Pool(b).Get()
+	s, pool := benchStoreRes(b, 10)
+	c, c2 := pool.Get(), pool.Get()
 	b.Cleanup(func() { c.Close(); c2.Close() })
 	ctx := context.Background()
 	for i := 0; i < b.N; i += 1000 {
