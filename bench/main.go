@@ -62,6 +62,8 @@ type options struct {
 	render, doc, note string
 	// cpuProfile: where to write a CPU profile of the run ("" for none).
 	cpuProfile string
+	// memProfile: where to write a heap profile of the run ("" for none).
+	memProfile string
 }
 
 // parseFlags parses args into options.
@@ -97,6 +99,7 @@ func parseFlags(args []string) (*options, error) {
 	doc := fs.String("doc", "-", "with -render: where to write the page (\"-\": stdout)")
 	docNote := fs.String("note", "", "with -render: a sentence about the machine and the run, added to the page's header")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process (every implementation's client side) to this file; pick one scenario and one implementation to see one design's client")
+	memProfile := fs.String("memprofile", "", "write a heap profile of the harness process (allocations since start, every implementation's client side) to this file when the run ends; pick one scenario and one implementation")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -104,7 +107,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
-		render: *render, doc: *doc, note: *docNote, cpuProfile: *cpuProfile}
+		render: *render, doc: *doc, note: *docNote, cpuProfile: *cpuProfile, memProfile: *memProfile}
 	if o.render != "" {
 		return o, nil
 	}
@@ -209,6 +212,14 @@ func run(args []string) int {
 			pprof.StopCPUProfile()
 			if err := f.Close(); err != nil {
 				fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			}
+		}()
+	}
+	if o.memProfile != "" {
+		runtime.MemProfileRate = 4096 // finer than the default, for per-task allocation sites
+		defer func() {
+			if err := writeHeapProfile(o.memProfile); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -memprofile:", err)
 			}
 		}()
 	}
@@ -341,4 +352,18 @@ func setDur(dst *time.Duration, v time.Duration) {
 	if v > 0 {
 		*dst = v
 	}
+}
+
+// writeHeapProfile writes the heap profile (allocations since the process
+// started, at runtime.MemProfileRate) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
