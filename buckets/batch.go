@@ -93,7 +93,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		for i := range ids {
 			recs[i], results[i] = nil, Skipped
 		}
-		if err := s.sendRecords(tx, ids, false); err != nil {
+		if err := s.sendRecords(tx, ids, false, watch[:len(ids)], nil); err != nil {
 			return err
 		}
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
@@ -119,6 +119,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 			return err
 		}
 		batch := &batchState{runs: map[string]string{}}
+		args := s.workerArgs(w)
 		seen := make(map[string]bool, len(ids))
 		var writes cmdList
 		for i, id := range ids {
@@ -127,11 +128,11 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 				// lost reply, say): the claim of the first copy decides;
 				// this one is only taken out of the in-flight list, as a
 				// claim after it would find the task running.
-				writes.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				writes.Queue("LREM", args.Inflight(), 1, id)
 				continue
 			}
 			seen[id] = true
-			recs[i], results[i], err = s.claimDecide(tx, &writes, w, q, id, reps[i], paused == 1, now, deadline, &cs[i], batch)
+			recs[i], results[i], err = s.claimDecide(tx, &writes, args, q, id, watch[i], reps[i], paused == 1, now, deadline, &cs[i], batch)
 			if err != nil {
 				return err
 			}
@@ -245,11 +246,18 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 	marks := s.skipsCompletion(doneTTL)
 	watch := make([]string, 0, 2*len(items))
 	ids := make([]string, len(items))
+	keys := make([]string, len(items)) // each item's t:<id>
+	var wkeys []string                 // and cw:<id>, with marks
+	if marks {
+		wkeys = make([]string, len(items))
+	}
 	for i, it := range items {
 		ids[i] = it.ID
-		watch = append(watch, s.Keys.Task(it.ID))
+		keys[i] = s.Keys.Task(it.ID)
+		watch = append(watch, keys[i])
 		if marks {
-			watch = append(watch, s.Keys.Waiter(it.ID))
+			wkeys[i] = s.Keys.Waiter(it.ID)
+			watch = append(watch, wkeys[i])
 		}
 		watch = append(watch, it.Watch...)
 	}
@@ -258,7 +266,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 		for i := range items {
 			res[i] = FinishResult{}
 		}
-		if err := s.sendRecords(tx, ids, marks); err != nil {
+		if err := s.sendRecords(tx, ids, marks, keys, wkeys); err != nil {
 			return err
 		}
 		got, err := tx.Flush()
@@ -275,6 +283,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 		seen := make(map[string]bool, len(items))
 		views := FlowViews{} // the groups of workflow members, shared by the items
 		var writes cmdList   // every item's writes, in order
+		args := s.workerArgs(w)
 		for i, it := range items {
 			raw, err := redis.Bytes(reps[i], asError(reps[i]))
 			if seen[it.ID] {
@@ -306,7 +315,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			if err := s.flowRead(tx, r, views); err != nil {
 				return err
 			}
-			out, err := s.finishWrites(&writes, w, r, it.Now, doneTTL, waited[i] || !marks, it.Decide)
+			out, err := s.finishWrites(&writes, args, keys[i], r, it.Now, doneTTL, waited[i] || !marks, it.Decide)
 			if err != nil {
 				return err
 			}
@@ -400,6 +409,9 @@ func coalesce(cmds cmdList) cmdList {
 	last := make(map[string]int, len(cmds))
 	open := make(map[mergeKey]int)
 	var owned []bool // per command of out: its Args were built here
+	// sums: per HINCRBY of out that later ones joined, the sum so far,
+	// written into its own Args once at the end.
+	var sums map[int]int64
 	names := func(j int, args []interface{}) {
 		for _, a := range args {
 			if s, ok := a.(string); ok {
@@ -447,10 +459,16 @@ func coalesce(cmds cmdList) cmdList {
 		if mk.name != "" && c.Name != "SET" {
 			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
 				if c.Name == "HINCRBY" {
-					a, aok := toInt64(out[j].Args[2])
+					a, aok := sums[j]
+					if !aok {
+						a, aok = toInt64(out[j].Args[2])
+					}
 					b, bok := toInt64(c.Args[2])
 					if aok && bok {
-						out[j].Args = []interface{}{key, out[j].Args[1], a + b}
+						if sums == nil {
+							sums = map[int]int64{}
+						}
+						sums[j] = a + b
 						continue
 					}
 				} else {
@@ -465,6 +483,9 @@ func coalesce(cmds cmdList) cmdList {
 		if mk.name != "" {
 			open[mk] = len(out) - 1
 		}
+	}
+	for j, n := range sums {
+		out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
 	}
 	return out
 }

@@ -63,14 +63,17 @@ func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 	if r.Unique != "" && r.UniqueTTL == 0 {
 		tx.Queue("DEL", s.Keys.Unique(r.Unique))
 	}
-	f := &Final{ID: r.ID, State: r.State.String(), Finished: r.Finished}
-	if r.State == StateDead {
-		f.Error = r.LastError
-	}
 	if r.State == StateDone && len(r.Result) > 0 && s.ResultTTL > 0 {
 		tx.Queue("SETEX", s.Keys.Result(r.ID), s.ResultTTL, r.Result)
 	}
 	s.flowWrites(tx, r)
+	if !completion && r.ReplyTo == "" {
+		return // the common success: nobody waits, nothing to tell
+	}
+	f := &Final{ID: r.ID, State: r.State.String(), Finished: r.Finished}
+	if r.State == StateDead {
+		f.Error = r.LastError
+	}
 	if completion {
 		c := s.Keys.Completion(r.ID)
 		tx.Queue("DEL", c)

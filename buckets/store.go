@@ -272,8 +272,11 @@ func (s *Store) SetAside(ctx context.Context, conn redis.Conn, want string, keys
 // error replies (LOADING while a restarted server reads its data, say)
 // pass, and are retried.
 func IsWrongType(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
+	re, ok := err.(redis.Error)
+	if !ok && !errors.As(err, &re) {
 		return false
 	}
 	m := string(re)
@@ -374,4 +377,43 @@ func (s *Store) repairPlacement(ctx context.Context, conn redis.Conn, reps []int
 		}
 	}
 	return complete, nil
+}
+
+// workerArgs holds, boxed once, the keys that a claim's or a result's
+// writes name for every task: worker w's pending set and in-flight list,
+// and the counters of the last queue asked for. A batch of n tasks then
+// builds and boxes each once instead of n times (every string passed as
+// a command argument is boxed, an allocation of its own).
+type workerArgs struct {
+	keys              Keys
+	w                 string
+	pending, inflight interface{}
+	q                 string
+	stats             interface{}
+}
+
+func (s *Store) workerArgs(w string) *workerArgs { return &workerArgs{keys: s.Keys, w: w} }
+
+// Pending is Keys.Pending(w), boxed.
+func (a *workerArgs) Pending() interface{} {
+	if a.pending == nil {
+		a.pending = a.keys.Pending(a.w)
+	}
+	return a.pending
+}
+
+// Inflight is Keys.Inflight(w), boxed.
+func (a *workerArgs) Inflight() interface{} {
+	if a.inflight == nil {
+		a.inflight = a.keys.Inflight(a.w)
+	}
+	return a.inflight
+}
+
+// Stats is Keys.Stats(q), boxed; it keeps the last queue's.
+func (a *workerArgs) Stats(q string) interface{} {
+	if a.stats == nil || a.q != q {
+		a.q, a.stats = q, a.keys.Stats(q)
+	}
+	return a.stats
 }

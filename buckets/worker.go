@@ -148,7 +148,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		rec, result, held, waited = nil, Skipped, nil, false
 		var err error
 		if hold {
-			err = s.sendRecords(tx, []string{id}, true)
+			err = s.sendRecords(tx, []string{id}, true, []string{key}, []string{waiter})
 		} else {
 			err = tx.Send("GET", key)
 		}
@@ -178,7 +178,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			rep, waited = recs[0], marked[0]
 		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, tx, w, q, id, rep, paused == 1, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, now, deadline, cs, nil)
 		if derr != nil {
 			return derr
 		}
@@ -214,8 +214,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 // read as they go (a wrong-type record, an unserved type, the overlap
 // rule) queue theirs on tx, on keys no other write of the batch orders
 // against, or counters.
-func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
-	key := s.Keys.Task(id)
+func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+	w := a.w
+	idArg := interface{}(id) // boxed once for the writes below
 	rec, result := (*Record)(nil), Skipped
 	raw, err := redis.Bytes(rep, asError(rep))
 	if IsWrongType(err) {
@@ -224,7 +225,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 		if err := s.buryWrongType(tx, id, q, now); err != nil {
 			return nil, 0, err
 		}
-		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		wq.Queue("LREM", a.Inflight(), 1, idArg)
 		return nil, Buried, nil
 	}
 	if err != nil && !errors.Is(err, redis.ErrNil) {
@@ -235,7 +236,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 	} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 		rec, result = r, Claimed // our own claim, whose reply was lost
 	} else if (r.State == StateWaiting || r.State == StateRetry) && paused {
-		wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+		wq.Queue("LREM", a.Inflight(), 1, idArg)
 		batch.giveBack(wq, s.Keys.Ready(q), id)
 		return nil, Paused, nil
 	} else if r.State == StateWaiting || r.State == StateRetry {
@@ -245,7 +246,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 				return nil, 0, err
 			}
 			if back {
-				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				wq.Queue("LREM", a.Inflight(), 1, idArg)
 				batch.giveBack(wq, s.Keys.Ready(q), id)
 				s.queueTokens(wq, s.Keys.Notify(q), 1, "1")
 				return nil, NotServed, nil
@@ -261,7 +262,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 				return nil, 0, err
 			}
 			if skip {
-				wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+				wq.Queue("LREM", a.Inflight(), 1, idArg)
 				return nil, Skipped, nil
 			}
 			batch.claimedRun(r.Periodic, r.ID)
@@ -272,15 +273,15 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, w, q, id string, rep interfac
 		r.Started = now
 		r.Deadline = deadline(r)
 		wq.Queue("SET", key, r.Encode())
-		wq.Queue("ZADD", s.Keys.Pending(w), r.Deadline, id)
+		wq.Queue("ZADD", a.Pending(), r.Deadline, idArg)
 		batch.register(wq, s.Keys.Workers(), w)
-		wq.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, 1)
+		wq.Queue("HINCRBY", a.Stats(r.Queue), StatRunning, 1)
 		rec, result = r, Claimed
 		if cs != nil {
 			cs.runs = r.Runs
 		}
 	}
-	wq.Queue("LREM", s.Keys.Inflight(w), 1, id)
+	wq.Queue("LREM", a.Inflight(), 1, idArg)
 	return rec, result, nil
 }
 
@@ -441,7 +442,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		if marks {
 			var reps []interface{}
 			var marked []bool
-			if err = s.sendRecords(tx, []string{id}, true); err == nil {
+			if err = s.sendRecords(tx, []string{id}, true, nil, nil); err == nil {
 				if reps, err = tx.Flush(); err == nil && len(reps) != 1 {
 					err = fmt.Errorf("%d replies to 1 read", len(reps))
 				}
@@ -468,7 +469,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			return err
 		}
 		var err2 error
-		out, err2 = s.finishWrites(tx, w, r, now, doneTTL, waited, decide)
+		out, err2 = s.finishWrites(tx, s.workerArgs(w), s.Keys.Task(id), r, now, doneTTL, waited, decide)
 		if err2 != nil {
 			return err2
 		}
@@ -490,10 +491,9 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 // under WATCH): a success leaves the completion list out when nobody
 // waits and the done record is kept at least as long as the list would be
 // (skipsCompletion); Wait then reads the outcome from the record.
-func (s *Store) finishWrites(tx queuer, w string, r *Record, now, doneTTL int64, waited bool, decide func(*Record) Outcome) (Outcome, error) {
-	key := s.Keys.Task(r.ID)
-	st := s.Keys.Stats(r.Queue)
-	tx.Queue("ZREM", s.Keys.Pending(w), r.ID)
+func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, now, doneTTL int64, waited bool, decide func(*Record) Outcome) (Outcome, error) {
+	st := a.Stats(r.Queue)
+	tx.Queue("ZREM", a.Pending(), r.ID)
 	tx.Queue("HINCRBY", st, StatRunning, -1)
 	out := decide(r)
 	r.Worker = ""
@@ -552,7 +552,7 @@ func (s *Store) FinishHeld(ctx context.Context, held *txn.Held, w string, r *Rec
 	}
 	r = r.clone()
 	var cmds cmdList
-	out, err := s.finishWrites(&cmds, w, r, now, doneTTL, waited, decide)
+	out, err := s.finishWrites(&cmds, s.workerArgs(w), s.Keys.Task(r.ID), r, now, doneTTL, waited, decide)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -721,19 +721,29 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 
 // sendRecords sends, inside tx, one read of the records of ids and, with
 // marks set, of their waiter marks (Keys.Waiter): MGET t:<id>... [cw:<id>...].
-// Its reply, after the caller's Flush, goes to recordReplies.
-func (s *Store) sendRecords(tx *txn.Tx, ids []string, marks bool) error {
+// Its reply, after the caller's Flush, goes to recordReplies. tkeys and
+// wkeys, when given, are those keys already built (the transaction's
+// WATCH names them too), in the order of ids.
+func (s *Store) sendRecords(tx *txn.Tx, ids []string, marks bool, tkeys, wkeys []string) error {
 	n := len(ids)
 	if marks {
 		n *= 2
 	}
 	keys := make([]interface{}, 0, n)
-	for _, id := range ids {
-		keys = append(keys, s.Keys.Task(id))
+	for i, id := range ids {
+		if tkeys != nil {
+			keys = append(keys, tkeys[i])
+		} else {
+			keys = append(keys, s.Keys.Task(id))
+		}
 	}
 	if marks {
-		for _, id := range ids {
-			keys = append(keys, s.Keys.Waiter(id))
+		for i, id := range ids {
+			if wkeys != nil {
+				keys = append(keys, wkeys[i])
+			} else {
+				keys = append(keys, s.Keys.Waiter(id))
+			}
 		}
 	}
 	return tx.Send("MGET", keys...)

@@ -70,3 +70,53 @@ func TestIntArgRules(t *testing.T) {
 		}
 	}
 }
+
+// TestTypedFastAgrees: for each command of the typed fast path, over
+// argument lists of several lengths and value types (option words, floats,
+// strings, zero, negatives, a uint64 past int64), the fast path accepts
+// only what the full check accepts, and accepts the forms the engine sends.
+func TestTypedFastAgrees(t *testing.T) {
+	values := []interface{}{"k", "NX", "v", 5, int64(-3), 0, 2.5, []byte("7"), uint64(math.MaxInt64) + 1, int64(1700000000000)}
+	for n := range typedRules {
+		for _, name := range []string{n, strings.ToUpper(n)} {
+			for k := 0; k <= 5; k++ {
+				args := make([]interface{}, k)
+				var walk func(i int)
+				walk = func(i int) {
+					if i == k {
+						if check(name, args) == nil && checkStrings(name, formatArgs(args)) != nil {
+							t.Errorf("%s %v: fast path accepts, full check refuses", name, args)
+						}
+						return
+					}
+					for _, v := range values {
+						args[i] = v
+						walk(i + 1)
+					}
+				}
+				walk(0)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		args []interface{}
+	}{
+		{"ZADD", []interface{}{"p:w", int64(1700000000000), "id", int64(1700000000001), "id2"}},
+		{"SETEX", []interface{}{"t:id", int64(86400), []byte("rec")}},
+		{"MSET", []interface{}{"a", []byte("1"), "b", []byte("2")}},
+	} {
+		tf := typedFast[c.name]
+		if !arityOK(tf.name, len(c.args)) || !tf.ok(c.args) {
+			t.Errorf("%s %v: not on the typed fast path", c.name, c.args)
+		}
+		if check(c.name, c.args) != nil {
+			t.Errorf("%s %v: refused", c.name, c.args)
+		}
+	}
+	for _, c := range [][]interface{}{{"SETEX", "k", 0, "v"}, {"ZADD", "k", "NX", 1, "m"}, {"ZADD", "k", 1, "m", 2}} {
+		if check(c[0].(string), c[1:]) == nil {
+			t.Errorf("%v: accepted", c)
+		}
+	}
+}
