@@ -401,10 +401,10 @@ func (d *decoder) header1(r *Record) {
 		}
 		*ints[i] = int64(v)
 	}
-	r.Queue = string(d.bytes())
-	r.Type = string(d.bytes())
-	r.Worker = string(d.bytes())
-	r.LastError = string(d.bytes())
+	r.Queue = d.name()
+	r.Type = d.name()
+	r.Worker = d.name()
+	r.LastError = d.str()
 }
 
 // header3 reads the fields of a version 3 record up to the payload (see
@@ -447,17 +447,17 @@ func (d *decoder) header3(r *Record) error {
 		*ints[i-len(small)] = int64(v)
 	}
 	if mask&fieldWorker != 0 {
-		if r.Worker = string(d.bytes()); r.Worker == "" {
+		if r.Worker = d.name(); r.Worker == "" {
 			d.err = true
 		}
 	}
 	if mask&fieldLastError != 0 {
-		if r.LastError = string(d.bytes()); r.LastError == "" {
+		if r.LastError = d.str(); r.LastError == "" {
 			d.err = true
 		}
 	}
-	r.Queue = string(d.bytes())
-	r.Type = string(d.bytes())
+	r.Queue = d.name()
+	r.Type = d.name()
 	return nil
 }
 
@@ -551,8 +551,8 @@ func decodeMetadata(body []byte) map[string]string {
 	}
 	m := make(map[string]string, n)
 	for range n {
-		k := string(d.bytes())
-		v := string(d.bytes())
+		k := d.str()
+		v := d.str()
 		if _, dup := m[k]; dup || d.err {
 			return nil
 		}
@@ -565,15 +565,63 @@ func decodeMetadata(body []byte) map[string]string {
 }
 
 func (d *decoder) bytes() []byte {
+	b, ok := d.next()
+	if !ok {
+		return nil
+	}
+	out := make([]byte, len(b))
+	copy(out, b)
+	return out
+}
+
+// next reads a length-prefixed field without copying it: the bytes stay
+// the input's.
+func (d *decoder) next() ([]byte, bool) {
 	n := d.uvarint()
 	if d.err || n > uint64(len(d.b)) {
 		d.err = true
-		return nil
+		return nil, false
 	}
-	out := make([]byte, n)
-	copy(out, d.b[:n])
+	out := d.b[:n:n]
 	d.b = d.b[n:]
-	return out
+	return out, true
+}
+
+// str reads a length-prefixed string (one allocation, none when empty).
+func (d *decoder) str() string {
+	b, _ := d.next()
+	return string(b)
+}
+
+// name reads a length-prefixed name that records repeat (a queue, a
+// type, a worker id), interned: see intern.
+func (d *decoder) name() string {
+	b, _ := d.next()
+	return intern(b)
+}
+
+// internTable holds recently decoded names, one per slot picked by a hash
+// of the bytes, so that decoding the same queue, type or worker id again
+// allocates nothing. A slot holds the last name that hashed to it; a miss
+// costs the allocation it would have cost anyway, and one more.
+var internTable [256]atomic.Pointer[string]
+
+// intern returns string(b), the table's copy when it holds one.
+func intern(b []byte) string {
+	if len(b) == 0 || len(b) > 64 {
+		return string(b)
+	}
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &internTable[h%uint32(len(internTable))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }
 
 // Validate checks what a producer gives before anything is written: names,

@@ -3,7 +3,9 @@ package buckets
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +99,37 @@ func TestRecordVersion2(t *testing.T) {
 		if _, err := DecodeRecord("id", b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("trailer %v: %v, want ErrMalformed", trailer, err)
 		}
+	}
+}
+
+// TestIntern: intern returns the bytes' string whatever the table holds
+// (names that share a slot, long names, empty ones), a copy the caller's
+// later writes to b do not change, and, for a name seen just before, the
+// same string without allocating.
+func TestIntern(t *testing.T) {
+	var names []string
+	for i := 0; i < 2000; i++ {
+		names = append(names, fmt.Sprintf("queue-%d", i))
+	}
+	names = append(names, "", strings.Repeat("x", 65))
+	for round := 0; round < 2; round++ {
+		for _, n := range names {
+			b := []byte(n)
+			got := intern(b)
+			if got != n {
+				t.Fatalf("intern(%q) = %q", n, got)
+			}
+			if len(b) > 0 {
+				b[0] = '!'
+				if got != n {
+					t.Fatalf("intern(%q) changed with its input: %q", n, got)
+				}
+			}
+		}
+	}
+	b := []byte("default")
+	intern(b)
+	if n := testing.AllocsPerRun(100, func() { intern(b) }); n != 0 {
+		t.Errorf("intern of a name just seen: %v allocations", n)
 	}
 }

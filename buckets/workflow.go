@@ -218,7 +218,7 @@ func decodeFlow(body []byte) *Flow {
 		return nil
 	}
 	f.Step, f.Total = int(step), int(total)
-	f.ID = string(d.bytes())
+	f.ID = d.str()
 	if flags&flowHasInput != 0 {
 		f.Input = d.bytes()
 		if len(f.Input) == 0 {
@@ -238,7 +238,7 @@ func decodeFlow(body []byte) *Flow {
 		return nil
 	}
 	for range n {
-		s := FlowStep{Queue: string(d.bytes()), Type: string(d.bytes()), Payload: d.bytes()}
+		s := FlowStep{Queue: d.name(), Type: d.name(), Payload: d.bytes()}
 		ma, to, delay := d.uvarint(), d.uvarint(), d.uvarint()
 		if ma > 1<<31 || to > 1<<53 || delay > 1<<53 {
 			return nil
