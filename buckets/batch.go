@@ -25,8 +25,9 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 		return []string{id}, err
 	}
 	cmds := make([]txn.Cmd, n)
+	cmds[0] = s.PopNext(q, w)
 	for i := range cmds {
-		cmds[i] = s.PopNext(q, w)
+		cmds[i] = cmds[0] // one argument list for all: sending only reads it
 	}
 	reps, err := pipeline(ctx, conn, cmds)
 	if err != nil {

@@ -121,8 +121,9 @@ func (s *Store) queueTokens(tx queuer, key string, n int, token string) {
 	n = s.tokens(n)
 	args := make([]interface{}, 0, n+1)
 	args = append(args, key)
+	tok := interface{}(token) // boxed once for all n
 	for i := 0; i < n; i++ {
-		args = append(args, token)
+		args = append(args, tok)
 	}
 	tx.Queue("LPUSH", args...)
 	if n == 1 && s.untrimmed(key) {

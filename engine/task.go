@@ -39,7 +39,14 @@ type Task struct {
 }
 
 func taskFromRecord(r *buckets.Record) *Task {
-	return &Task{
+	t := taskOf(r)
+	return &t
+}
+
+// taskOf is taskFromRecord as a value, for a TaskInfo to embed without
+// a Task of its own on the heap.
+func taskOf(r *buckets.Record) Task {
+	return Task{
 		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
@@ -78,7 +85,7 @@ type TaskInfo struct {
 }
 
 func infoFromRecord(r *buckets.Record, where buckets.Where) *TaskInfo {
-	ti := &TaskInfo{Task: *taskFromRecord(r), Attempts: r.Attempts,
+	ti := &TaskInfo{Task: taskOf(r), Attempts: r.Attempts,
 		Started: fromMs(r.Started), Finished: fromMs(r.Finished), Worker: r.Worker}
 	switch r.State {
 	case buckets.StateWaiting:
