@@ -346,14 +346,14 @@ type batchState struct {
 
 // register queues SADD w <w> on wq, once per transaction: a claim puts
 // ids into p:<w>, and the registry must hold w whenever p:<w> does.
-func (b *batchState) register(wq queuer, workers, w string) {
+func (b *batchState) register(wq queuer, keys Keys, w string) {
 	if b != nil {
 		if b.registered {
 			return
 		}
 		b.registered = true
 	}
-	wq.Queue("SADD", workers, w)
+	wq.Queue("SADD", keys.Workers(), w)
 }
 
 func (b *batchState) run(entry string) string {

@@ -274,7 +274,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		r.Deadline = deadline(r)
 		wq.Queue("SET", key, r.Encode())
 		wq.Queue("ZADD", a.Pending(), r.Deadline, idArg)
-		batch.register(wq, s.Keys.Workers(), w)
+		batch.register(wq, s.Keys, w)
 		wq.Queue("HINCRBY", a.Stats(r.Queue), StatRunning, 1)
 		rec, result = r, Claimed
 		if cs != nil {
