@@ -63,7 +63,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 	}
 	if missed["lateness"] {
 		for _, rate := range r.intParams("lateness", "rate") {
-			want := map[string]any{"rate": rate}
+			want := map[string]any{"rate": rate, "diagnostic": nil} // nil: not the diagnostic case
 			p99, ok := median(r.find("lateness", "engine", "p99", want))
 			if !ok || p99 <= 20 {
 				continue
@@ -80,10 +80,9 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				workers = int(w)
 			}
 			p("- **Lateness at %d tasks/s.** The producer, the dispatcher, %d workers and Redis share the cores. The engine's p50 is %s ms and p99 %s ms; at the same rate the naive design's p99 is %s ms and asynq's %s ms. "+
-				"At this rate each of the %d handler slots has to turn a task around every %s ms, pop, claim and result included, so tasks wait in the ready list for a free slot; "+
-				"`go run . -scenarios lateness -impls engine -lateness-rate %d -lateness-workers %d` runs the same case with four times the handlers, to tell that wait from the dispatcher's.\n",
+				"At this rate each of the %d handler slots has to turn a task around every %s ms, pop, claim and result included, so tasks wait in the ready list for a free slot. %s\n",
 				rate, workers, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"),
-				workers, formatValue(float64(workers)*1000/float64(rate), "ms"), rate, 4*workers)
+				workers, formatValue(float64(workers)*1000/float64(rate), "ms"), latenessDiagnosis(r, rate, workers))
 		}
 	}
 	if missed["dispatch"] {
@@ -172,4 +171,30 @@ func dispatchCPU(r *Report) string {
 	}
 	want := map[string]any{"shape": "spread", "dispatchers": 1, "backlog": bl[len(bl)-1]}
 	return cpuSentence(r, "dispatch", want, fmt.Sprintf("spread backlog of %d, one dispatcher: the dispatcher's process", bl[len(bl)-1]), "", "engine", "asynq")
+}
+
+// latenessDiagnosis says what the diagnostic lateness case (the same rate
+// with more handlers, engine only) measured, to tell the wait for a free
+// slot from the dispatcher's lateness: its figures and which of the two
+// they point to, or how to run it when this run has none.
+func latenessDiagnosis(r *Report, rate, workers int) string {
+	var diag *Result
+	for _, res := range r.Results {
+		if res.Scenario == "lateness" && res.Impl == "engine" && res.Metric == "p99" &&
+			res.Params["diagnostic"] != nil && fmt.Sprint(res.Params["rate"]) == fmt.Sprint(rate) {
+			diag = res
+		}
+	}
+	p99, ok := median(diag)
+	if !ok {
+		return fmt.Sprintf("`go run . -scenarios lateness -impls engine -lateness-rate %d -lateness-workers %d` runs the same case with four times the handlers, to tell that wait from the dispatcher's.", rate, latenessDiagFactor*workers)
+	}
+	w, _ := diag.Params["workers"].(float64)
+	p50, _ := median(r.find("lateness", "engine", "p50", diag.Params))
+	what := "so with more handlers the wait for a free slot goes, and the dispatcher keeps the target"
+	if p99 > 20 {
+		what = "so more handlers do not close it: the rest is the dispatcher's, or the cores'"
+	}
+	return fmt.Sprintf("The same case with %.0f handlers (the diagnostic row under *Every figure*) has a p50 of %s ms and a p99 of %s ms, %s.",
+		w, formatValue(p50, "ms"), formatValue(p99, "ms"), what)
 }

@@ -69,3 +69,42 @@ func TestRenderDoc(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderLatenessDiagnosis: the lateness target reads the target case,
+// not the diagnostic one of the same rate (listed first here), and the
+// account of the miss quotes the diagnostic case's figures.
+func TestRenderLatenessDiagnosis(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(impl, metric string, params map[string]any, v float64) *Result {
+		return &Result{Scenario: "lateness", Case: "lateness case", Params: params, Impl: impl, Metric: metric, Unit: "ms",
+			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
+	}
+	target := map[string]any{"rate": 20000.0, "workers": 16.0}
+	diag := map[string]any{"rate": 20000.0, "workers": 64.0, "diagnostic": "4× the handlers"}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine"}, "runs": 1.0},
+		Results: []*Result{
+			res("engine", "p50", diag, 8), res("engine", "p99", diag, 15), res("engine", "early", diag, 0),
+			res("engine", "p50", target, 12), res("engine", "p99", target, 50), res("engine", "early", target, 0),
+		}}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "results.json")
+	b, _ := json.Marshal(rep)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "benchmarks.md")
+	if err := renderDoc(path, out, ""); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(out)
+	doc := string(page)
+	for _, want := range []string{
+		"| lateness p99 at 20000 tasks/s scheduled, engine | ≤ 20 ms, 0 early | p99 50.0 ms, 0.0% early | **missed** |",
+		"The engine's p50 is 12.0 ms and p99 50.0 ms",
+		"The same case with 64 handlers (the diagnostic row under *Every figure*) has a p50 of 8.00 ms and a p99 of 15.0 ms, so with more handlers the wait for a free slot goes",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -18,29 +19,61 @@ import (
 // process's clock. Reported: p50, p99, max and min lateness, the share of
 // tasks started before their due time (should be 0), and tasks not delivered
 // within max delay + 30s after the last Schedule.
+//
+// One more case, for the engine only, runs the highest rate with
+// latenessDiagFactor times the handlers (Params "diagnostic"): it tells the
+// wait for a free handler slot from the dispatcher's lateness, for the
+// page's account of a missed target. It is no target of its own.
 func latenessCases(s Sizes) []*Case {
 	var cs []*Case
 	for _, rate := range s.LatenessRates {
-		n := int(float64(rate) * s.LatenessDuration.Seconds())
-		cs = append(cs, &Case{
-			Scenario: "lateness",
-			Title: fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
-				rate, s.LatenessDuration, n, s.LatenessMaxDelay, s.LatenessWorkers),
-			Params: map[string]any{"rate": rate, "seconds": s.LatenessDuration.Seconds(), "n": n,
-				"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": s.LatenessWorkers, "dispatchers": 1,
-				"payload_bytes": s.Payload},
-			Metrics: []MetricDef{
-				{Key: "p50", Unit: "ms"}, {Key: "p99", Unit: "ms"}, {Key: "max", Unit: "ms"}, {Key: "min", Unit: "ms"},
-				{Key: "early", Unit: "%"}, {Key: "lost", Unit: "tasks"},
-			},
-			Needs:   needScheduler,
-			Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
-			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-				return runLateness(ctx, m, n, rate, s.LatenessMaxDelay, s.LatenessWorkers)
-			},
-		})
+		cs = append(cs, latenessCase(s, rate, s.LatenessWorkers, needScheduler, ""))
+	}
+	if len(s.LatenessRates) > 0 {
+		top := slices.Max(s.LatenessRates)
+		engineOnly := func(i Impl) string {
+			if i.Name() != "engine" {
+				return "a diagnostic of the engine's lateness"
+			}
+			return needScheduler(i)
+		}
+		cs = append(cs, latenessCase(s, top, latenessDiagFactor*s.LatenessWorkers, engineOnly,
+			fmt.Sprintf("%d× the handlers", latenessDiagFactor)))
 	}
 	return cs
+}
+
+// latenessDiagFactor is how many times the handlers the diagnostic
+// lateness case runs.
+const latenessDiagFactor = 4
+
+// latenessCase is one lateness case: rate tasks/s, workers handlers; diag
+// names a diagnostic case ("" for a target's).
+func latenessCase(s Sizes, rate, workers int, needs func(Impl) string, diag string) *Case {
+	n := int(float64(rate) * s.LatenessDuration.Seconds())
+	title := fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
+		rate, s.LatenessDuration, n, s.LatenessMaxDelay, workers)
+	params := map[string]any{"rate": rate, "seconds": s.LatenessDuration.Seconds(), "n": n,
+		"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": workers, "dispatchers": 1,
+		"payload_bytes": s.Payload}
+	if diag != "" {
+		title += " (diagnostic: " + diag + ")"
+		params["diagnostic"] = diag
+	}
+	return &Case{
+		Scenario: "lateness",
+		Title:    title,
+		Params:   params,
+		Metrics: []MetricDef{
+			{Key: "p50", Unit: "ms"}, {Key: "p99", Unit: "ms"}, {Key: "max", Unit: "ms"}, {Key: "min", Unit: "ms"},
+			{Key: "early", Unit: "%"}, {Key: "lost", Unit: "tasks"},
+		},
+		Needs:   needs,
+		Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
+		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+			return runLateness(ctx, m, n, rate, s.LatenessMaxDelay, workers)
+		},
+	}
 }
 
 // runLateness performs one lateness measurement.
