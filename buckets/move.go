@@ -122,8 +122,8 @@ type moveBucket struct {
 }
 
 func (s *Store) plan(members []string, maxTasks int) *movePlan {
-	p := &movePlan{}
-	seen := map[string]bool{}
+	p := &movePlan{buckets: make([]moveBucket, 0, len(members))}
+	seen := make(map[string]bool, len(members)) // sized: growing it cost more than the rest of plan
 	seenQ := map[string]bool{}
 	for _, m := range members {
 		if seen[m] {
