@@ -32,18 +32,7 @@ func TestRenderDoc(t *testing.T) {
 			res("memory", "engine", "total", map[string]any{"shape": "spread"}, 400,
 				map[string]any{"breakdown": map[string]any{"bytes_per_task": map[string]any{"record_key": 88.0, "record_value": 160.0, "rest": 12.5}}}),
 		}}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "results.json")
-	b, _ := json.Marshal(rep)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "benchmarks.md")
-	if err := renderDoc(path, out, "A note."); err != nil {
-		t.Fatal(err)
-	}
-	page, _ := os.ReadFile(out)
-	doc := string(page)
+	doc := renderPage(t, rep, "A note.")
 	for _, want := range []string{
 		"GENERATED",
 		"A note.",
@@ -86,18 +75,7 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 			res("engine", "p50", diag, 8), res("engine", "p99", diag, 15), res("engine", "early", diag, 0),
 			res("engine", "p50", target, 12), res("engine", "p99", target, 50), res("engine", "early", target, 0),
 		}}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "results.json")
-	b, _ := json.Marshal(rep)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "benchmarks.md")
-	if err := renderDoc(path, out, ""); err != nil {
-		t.Fatal(err)
-	}
-	page, _ := os.ReadFile(out)
-	doc := string(page)
+	doc := renderPage(t, rep, "")
 	for _, want := range []string{
 		"| lateness p99 at 20000 tasks/s scheduled, engine | ≤ 20 ms, 0 early | p99 50.0 ms, 0.0% early | **missed** |",
 		"The engine's p50 is 12.0 ms and p99 50.0 ms",
@@ -107,4 +85,25 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+}
+
+// renderPage writes rep as a results file and returns the page rendered
+// from it with note.
+func renderPage(t *testing.T, rep *Report, note string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "results.json")
+	b, _ := json.Marshal(rep)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "benchmarks.md")
+	if err := renderDoc(path, out, note); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(page)
 }

@@ -107,7 +107,7 @@ func TestTypedFastAgrees(t *testing.T) {
 		{"MSET", []interface{}{"a", []byte("1"), "b", []byte("2")}},
 	} {
 		tf := typedFast[c.name]
-		if !arityOK(tf.name, len(c.args)) || !tf.ok(c.args) {
+		if !arityOK(tf.name, len(c.args)) || !tf.rule(c.args) {
 			t.Errorf("%s %v: not on the typed fast path", c.name, c.args)
 		}
 		if check(c.name, c.args) != nil {

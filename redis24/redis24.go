@@ -104,20 +104,20 @@ func check(cmd string, args []interface{}) *Violation {
 	// A command whose only rule is that some arguments are integers
 	// (LRANGE, LTRIM, HINCRBY ...) passes as well when those are Go
 	// integers, which always format as one.
-	if ia, ok := intArgNames[cmd]; ok && arityOK(ia.name, len(args)) && goInts(args, ia.at) {
+	if ia, ok := intArgNames[cmd]; ok && arityOK(ia.name, len(args)) && goInts(args, ia.rule.at) {
 		return nil
 	}
 	// The few commands with other rules that hot paths send (a claim's
 	// ZADD of lease deadlines, a result's SETEX, a batch's MSET) pass
 	// when their Go-typed arguments show the rule holds.
-	if tf, ok := typedFast[cmd]; ok && arityOK(tf.name, len(args)) && tf.ok(args) {
+	if tf, ok := typedFast[cmd]; ok && arityOK(tf.name, len(args)) && tf.rule(args) {
 		return nil
 	}
 	return checkStrings(cmd, formatArgs(args))
 }
 
 // typedRules are commands with other rules whose arguments, as Go values,
-// can show that the rule holds: ok true means the full check accepts them
+// can show that the rule holds: true means the full check accepts them
 // too; false only means that the full check decides.
 var typedRules = map[string]func(args []interface{}) bool{
 	"mset":   evenArgs,
@@ -141,20 +141,8 @@ var typedRules = map[string]func(args []interface{}) bool{
 
 func evenArgs(a []interface{}) bool { return len(a)%2 == 0 }
 
-// typedFast maps each of typedRules' names, in lower and upper case, to
-// its lower-case name and test.
-var typedFast = func() map[string]typedName {
-	m := make(map[string]typedName, 2*len(typedRules))
-	for n, f := range typedRules {
-		m[n], m[strings.ToUpper(n)] = typedName{n, f}, typedName{n, f}
-	}
-	return m
-}()
-
-type typedName struct {
-	name string // lower case
-	ok   func(args []interface{}) bool
-}
+// typedFast is typedRules by name, in lower and upper case.
+var typedFast = byName(typedRules)
 
 // goInt returns v as an int64 when it is a Go integer that formats as
 // one Redis 2.4 reads (not a uint64 past MaxInt64).
@@ -184,19 +172,24 @@ func goInt(v interface{}) (int64, bool) {
 	return 0, false
 }
 
-// intArgNames maps each of intArgRules' names, in lower and upper case, to
-// its lower-case name and rule.
-var intArgNames = func() map[string]intArgName {
-	m := make(map[string]intArgName, 2*len(intArgRules))
-	for n, r := range intArgRules {
-		m[n], m[strings.ToUpper(n)] = intArgName{n, r}, intArgName{n, r}
+// intArgNames is intArgRules by name, in lower and upper case.
+var intArgNames = byName(intArgRules)
+
+// named is a rule with the lower-case name of its command.
+type named[R any] struct {
+	name string // lower case
+	rule R
+}
+
+// byName maps each command of rules (lower-case names), spelt in lower
+// or upper case, to its lower-case name and rule: check looks a command
+// up as sent, without lower-casing it.
+func byName[R any](rules map[string]R) map[string]named[R] {
+	m := make(map[string]named[R], 2*len(rules))
+	for n, r := range rules {
+		m[n], m[strings.ToUpper(n)] = named[R]{n, r}, named[R]{n, r}
 	}
 	return m
-}()
-
-type intArgName struct {
-	name string // lower case
-	intArg
 }
 
 // goInts reports whether args holds a Go integer at each position of at.
