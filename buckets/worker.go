@@ -442,7 +442,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 		if marks {
 			var reps []interface{}
 			var marked []bool
-			if err = s.sendRecords(tx, []string{id}, true, nil, nil); err == nil {
+			if err = s.sendRecords(tx, []string{id}, true, watch[:1], watch[1:2]); err == nil {
 				if reps, err = tx.Flush(); err == nil && len(reps) != 1 {
 					err = fmt.Errorf("%d replies to 1 read", len(reps))
 				}
@@ -469,7 +469,7 @@ func (s *Store) Finish(ctx context.Context, conn redis.Conn, w, id string, run i
 			return err
 		}
 		var err2 error
-		out, err2 = s.finishWrites(tx, s.workerArgs(w), s.Keys.Task(id), r, now, doneTTL, waited, decide)
+		out, err2 = s.finishWrites(tx, s.workerArgs(w), key, r, now, doneTTL, waited, decide)
 		if err2 != nil {
 			return err2
 		}
