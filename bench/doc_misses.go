@@ -178,13 +178,7 @@ func dispatchCPU(r *Report) string {
 // slot from the dispatcher's lateness: its figures and which of the two
 // they point to, or how to run it when this run has none.
 func latenessDiagnosis(r *Report, rate, workers int) string {
-	var diag *Result
-	for _, res := range r.Results {
-		if res.Scenario == "lateness" && res.Impl == "engine" && res.Metric == "p99" &&
-			res.Params["diagnostic"] != nil && fmt.Sprint(res.Params["rate"]) == fmt.Sprint(rate) {
-			diag = res
-		}
-	}
+	diag := r.find("lateness", "engine", "p99", map[string]any{"rate": rate, "diagnostic": latenessDiagLabel})
 	p99, ok := median(diag)
 	if !ok {
 		return fmt.Sprintf("`go run . -scenarios lateness -impls engine -lateness-rate %d -lateness-workers %d` runs the same case with four times the handlers, to tell that wait from the dispatcher's.", rate, latenessDiagFactor*workers)
