@@ -117,6 +117,25 @@ type interruption struct {
 	leaseLog bool // from a worker's lease-lost log line
 }
 
+// interruptions are, per task id, what explains its extra runs.
+type interruptions map[string][]interruption
+
+// add records in for task id. A process interrupts a task once, whatever
+// the evidence says it was doing (killed in the handler, holding the
+// claim, a lease lost), except that two of its lease-lost log lines are
+// two runs: the finisher logs at most one per run, as it drops the run's
+// result (finisher.notOurs, or the lease ending before the result could
+// be recorded), so a worker that lost the same task's lease twice ran it
+// twice.
+func (m interruptions) add(id string, in interruption) {
+	for _, x := range m[id] {
+		if x.pid == in.pid && !x.weak && !(x.leaseLog && in.leaseLog) {
+			return
+		}
+	}
+	m[id] = append(m[id], in)
+}
+
 func (h *harness) check(ctx context.Context) *Report {
 	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir,
 		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
@@ -237,15 +256,8 @@ func (h *harness) check(ctx context.Context) *Report {
 	}
 
 	// Duplicates and what explains them.
-	inter := map[string][]interruption{}
-	add := func(id string, in interruption) {
-		for _, x := range inter[id] {
-			if x.pid == in.pid && !x.weak {
-				return
-			}
-		}
-		inter[id] = append(inter[id], in)
-	}
+	inter := interruptions{}
+	add := inter.add
 	for id, runs := range obs.runs {
 		for _, r := range runs {
 			k := killed[r.PID]
