@@ -94,6 +94,14 @@ func (k Keys) Notify(q string) string { return k.prefix + "n:" + q }
 // index when an earlier task arrives.
 func (k Keys) Wake() string { return k.prefix + "wake" }
 
+// Turn is the dispatch turn: STRING, the id of the dispatcher that holds
+// it, with a TTL its holder renews (see TakeTurn).
+func (k Keys) Turn() string { return k.prefix + "turn" }
+
+// TurnMissed marks that a dispatcher was turned away while the turn was
+// held: STRING "1", with a TTL (see EndTurn).
+func (k Keys) TurnMissed() string { return k.prefix + "turn:missed" }
+
 // Queues is the set of queue names ever enqueued to: SET.
 func (k Keys) Queues() string { return k.prefix + "queues" }
 

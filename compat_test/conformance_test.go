@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{name: "shutdown", run: scenarioShutdown},
 	{name: "idle-wake", run: scenarioIdleWake},
 	{name: "lost-move-reply", run: scenarioLostMoveReply},
+	{name: "dispatch-turn", run: scenarioDispatchTurn},
 	{name: "wrong-type", run: scenarioWrongType},
 	{name: "unique-results", run: scenarioUniqueResults},
 	{name: "pause", run: scenarioPause},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
 
@@ -683,5 +684,57 @@ func scenarioLostMoveReply(e *env) {
 	t.Logf("two lost move replies settled; the task ran once, %v after it was scheduled", d.Round(time.Millisecond))
 	e.expectStats(c, "default", "1 processed, none scheduled or running", func(st engine.QueueStats) bool {
 		return st.Processed == 1 && st.Scheduled == 0 && st.Running == 0
+	})
+}
+
+// scenarioDispatchTurn: two dispatchers over a backlog of one-task buckets
+// many rounds deep take the dispatch turn (TakeTurn), move every task
+// once, and give the turn up when nothing more is due (EndTurn).
+func scenarioDispatchTurn(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.Resolution = time.Millisecond
+	cfg.DispatchBuckets = 2 // 16 buckets a round
+	e.cfg = cfg
+	c := e.client()
+	const n = 100
+	at := time.Now().Add(300 * time.Millisecond)
+	tasks := make([]engine.NewTask, n)
+	for i := range tasks {
+		tasks[i] = engine.NewTask{Type: "x", Options: []engine.Option{engine.At(at.Add(time.Duration(i) * time.Millisecond))}}
+	}
+	ids, err := idsOf(c.EnqueueBatch(ctx, tasks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every bucket is due before a dispatcher first looks: the backlog
+	// is n/16 rounds deep.
+	time.Sleep(time.Until(at.Add(n*time.Millisecond + 100*time.Millisecond)))
+	var rec recorder
+	_, stopW := e.worker(cfg, rec.handler())
+	_, stopD1 := e.dispatcher(cfg)
+	_, stopD2 := e.dispatcher(cfg)
+	rec.waitRuns(t, n, 15*time.Second)
+	admin := e.admin()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		held, err := redis.Int(admin.Do("EXISTS", e.key("turn")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dispatch turn is still held 10 s after the backlog moved")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopD1()
+	stopD2()
+	stopW()
+	rec.exactlyOnce(t, ids)
+	e.expectStats(c, "default", fmt.Sprintf("%d processed, none scheduled or running", n), func(st engine.QueueStats) bool {
+		return st.Processed == n && st.Scheduled == 0 && st.Running == 0
 	})
 }

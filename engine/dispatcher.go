@@ -17,7 +17,9 @@ import (
 // Dispatcher moves due buckets to their queues' ready lists. Any number of
 // dispatchers may run against one namespace, in one process or many: each
 // move is an optimistic transaction over the buckets it reads, so each
-// task reaches a ready list exactly once.
+// task reaches a ready list exactly once. Over a backlog deeper than one
+// round they take turns (buckets.Store.TakeTurn): one moves while the
+// others stand by, instead of voiding each other's moves.
 //
 // It sleeps until the earliest bucket is due, and is woken early through
 // the wake list when a producer schedules an earlier task; it never polls
@@ -39,7 +41,30 @@ type Dispatcher struct {
 	// picks its own from at random (see spread): touched only by Run's
 	// goroutine.
 	windows int
+
+	// The dispatch turn (buckets.TakeTurn), touched only by Run's
+	// goroutine: id names this dispatcher in it; backlog says the last
+	// round left more due than it moved, so the next takes the turn
+	// first; holding says this dispatcher holds it, to be renewed at
+	// renewAt.
+	id      string
+	backlog bool
+	holding bool
+	renewAt time.Time
+	turnLog rateLimit
 }
+
+// The dispatch turn's timing. A turn lasts turnTTL seconds unless its
+// holder renews it, which it does every turnRenew while it works: a
+// holder that dies delays what it was moving by at most turnTTL (2 to 3 s
+// at a 2.4 server, which expires keys at whole seconds). A dispatcher
+// turned away looks again after turnWait at the latest, so a turn whose
+// holder died is taken over once it ends.
+const (
+	turnTTL   = 2
+	turnRenew = 500 * time.Millisecond
+	turnWait  = turnTTL*time.Second + 500*time.Millisecond
+)
 
 // maxWindows bounds Dispatcher.windows.
 const maxWindows = 16
@@ -61,7 +86,7 @@ func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher")}, nil
+	return &Dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher"), id: newID()}, nil
 }
 
 // Moved reports how many tasks this dispatcher made ready.
@@ -84,6 +109,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		g.Wait()
 	}()
 	defer d.settleOnExit(ctx)
+	defer d.endTurnOnExit(ctx)
 
 	lanes := make([]*rconn.Holder, d.cfg.DispatchLanes)
 	for i := range lanes {
@@ -124,8 +150,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			continue // more is due now
 		}
 		// Read the index again by IndexRecheck at the latest: enqueues
-		// send no wake for buckets past buckets.WakeHorizon.
-		sleep := buckets.IndexRecheck
+		// send no wake for buckets past buckets.WakeHorizon. Turned away
+		// by another dispatcher's turn, look again by turnWait: the
+		// holder may have died.
+		limit := buckets.IndexRecheck
+		if next == turnedAway {
+			limit, next = turnWait, -1
+		}
+		sleep := limit
 		if next > 0 {
 			sleep = min(sleep, time.Until(time.UnixMilli(next))+d.clockOffset())
 		}
@@ -149,7 +181,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				if ok && at > 0 && (next < 0 || at < next) {
 					next = at
 					stopTimer(timer)
-					timer.Reset(min(buckets.IndexRecheck, time.Until(time.UnixMilli(next))+d.clockOffset()))
+					timer.Reset(min(limit, time.Until(time.UnixMilli(next))+d.clockOffset()))
 					tc = timer.C
 				}
 			}
@@ -204,6 +236,10 @@ func (d *Dispatcher) clockOffset() time.Duration {
 // its buckets changed under it: read again after a pause.
 const conflicted = -2
 
+// turnedAway is round's answer when another dispatcher holds the turn:
+// wait for a wake-up, or turnWait at most.
+const turnedAway = -3
+
 // conflictWait pauses after a round that moved nothing for conflicts: the
 // first pause is short (the other dispatcher is usually done by then),
 // then it grows as rconn.Backoff's does.
@@ -245,6 +281,15 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		conns[i] = c
 	}
 	conn := conns[0]
+	if d.backlog || d.holding {
+		ok, err := d.turn(ctx, conn)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return turnedAway, nil
+		}
+	}
 	now := ms(d.cfg.Clock.Now())
 	// Several dispatchers over one large backlog each read a window of
 	// their own, at random, so that they seldom conflict (see spread).
@@ -266,6 +311,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		return 0, err
 	}
 	d.spread(window, res)
+	d.backlog = res.Partial || (res.Conflicts > 0 && res.Tasks == 0)
 	d.moved.Add(int64(res.Tasks))
 	d.cfg.observeDispatch(res)
 	if len(res.WrongType) > 0 {
@@ -288,13 +334,87 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	if err != nil {
 		return 0, err
 	}
+	if ok && next <= now {
+		return 0, nil
+	}
+	// Nothing is due: the backlog is done.
+	if d.endTurn(ctx, conn) {
+		return 0, nil
+	}
 	if !ok {
 		return -1, nil
 	}
-	if next <= now {
-		return 0, nil
-	}
 	return next, nil
+}
+
+// turn takes the dispatch turn before a round over a backlog, or renews
+// it, and reports false when another dispatcher holds it. A turn key of
+// the wrong type is set aside, and this round moves without the turn: the
+// turn saves work, and is never what keeps a task from moving.
+func (d *Dispatcher) turn(ctx context.Context, conn redis.Conn) (bool, error) {
+	if d.holding && time.Now().Before(d.renewAt) {
+		return true, nil
+	}
+	taken, err := d.store.TakeTurn(ctx, conn, d.id, turnTTL)
+	if err != nil {
+		if !buckets.IsServerError(err) {
+			return false, err
+		}
+		if d.turnLog.Allow() {
+			d.log.Warn("dispatch turn unreadable; moving without it", keyErr, err)
+		}
+		if buckets.IsWrongType(err) {
+			setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "string", d.store.Keys.Turn())
+		}
+		d.holding = false
+		return true, nil
+	}
+	if !taken {
+		if d.holding {
+			d.log.Debug("dispatch turn lost to another dispatcher")
+		}
+		d.holding = false
+		return false, nil
+	}
+	if !d.holding {
+		d.log.Debug("dispatch turn taken")
+	}
+	d.holding, d.renewAt = true, time.Now().Add(turnRenew)
+	return true, nil
+}
+
+// endTurn gives up the turn this dispatcher holds, once nothing is due.
+// It reports whether to read the index once more: a dispatcher was
+// turned away meanwhile (it may have been woken for a bucket this turn's
+// last look did not see), or the end failed and that is not known.
+func (d *Dispatcher) endTurn(ctx context.Context, conn redis.Conn) bool {
+	if !d.holding {
+		return false
+	}
+	d.holding, d.backlog = false, false
+	missed, err := d.store.EndTurn(ctx, conn, d.id)
+	if err != nil {
+		d.log.Debug("could not end the dispatch turn; it ends with its TTL", keyErr, err)
+		return ctx.Err() == nil
+	}
+	return missed
+}
+
+// endTurnOnExit gives up the turn of a stopping dispatcher, so that the
+// others need not wait for it to end.
+func (d *Dispatcher) endTurnOnExit(ctx context.Context) {
+	if !d.holding {
+		return
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	conn, err := d.pool.GetContext(ectx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	d.holding = false
+	_, _ = d.store.EndTurn(ectx, conn, d.id)
 }
 
 // settle settles, on a fresh connection, the moves whose EXEC reply was
