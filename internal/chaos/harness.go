@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/gomodule/redigo/redis"
 )
@@ -155,7 +157,12 @@ type harness struct {
 	// lostBeforeStop is where the outstanding tasks were when the drain
 	// gave up, before stopping the workers moved their in-flight tasks.
 	lostBeforeStop map[string]location
-	partialWhere   map[string]*partialWhere
+	// turnHeld of turnSamples looks at the dispatch turn found it held
+	// (Scenario.Turn).
+	turnHeld, turnSamples atomic.Int64
+	// turnKills counts watchTurn's kills of every dispatcher.
+	turnKills    atomic.Int64
+	partialWhere map[string]*partialWhere
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -279,7 +286,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer h.stopLanes()
-	h.procArgs = engineArgs()
+	h.procArgs = append(engineArgs(), sc.ProcArgs...)
 	if sc.BadData >= 2 {
 		h.workerArgs = append(h.workerArgs, "-queues", "default,side")
 	}
@@ -357,6 +364,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if sc.BadData > 0 {
 		h.bad = newBadData(h)
 		goLoop(h.bad.inject)
+	}
+	if sc.Turn {
+		goLoop(h.watchTurn)
 	}
 	if h.opts.sabotage != nil {
 		goLoop(func(ctx context.Context) { h.opts.sabotage(ctx, h) })
@@ -449,7 +459,78 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 	if !drained {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("drain timed out after %v", h.opts.Drain))
 	}
+	if h.sc.Turn {
+		held, samples := h.turnHeld.Load(), h.turnSamples.Load()
+		rep.Notes = append(rep.Notes, fmt.Sprintf("dispatch turn held in %d of %d samples (every %v); every dispatcher killed %d times while it was held", held, samples, turnSampleEvery, h.turnKills.Load()))
+		if held == 0 {
+			rep.Failures = append(rep.Failures, "the dispatch turn was never seen held: the scenario did not exercise it")
+		}
+	}
 	return rep, nil
+}
+
+// turnSampleEvery is how often watchTurn looks at the dispatch turn.
+const turnSampleEvery = 20 * time.Millisecond
+
+// turnKillGap is the least time between two kills of every dispatcher by
+// watchTurn.
+const turnKillGap = 4 * time.Second
+
+// watchTurn samples whether a dispatcher holds the dispatch turn (of
+// lane 0) until ctx ends. Seeing it held, it kills every dispatcher at
+// once (SIGKILL), the holder among them, at most every turnKillGap, and
+// restarts them: the turn of a dead holder must end on its own, and the
+// restarted dispatchers take the backlog over.
+func (h *harness) watchTurn(ctx context.Context) {
+	keys, err := buckets.NewKeys(h.ns)
+	if err != nil {
+		return
+	}
+	rng := h.rngFor("turn-kills")
+	var last time.Time
+	t := time.NewTicker(turnSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := h.admin.Get()
+		n, err := redis.Int(c.Do("EXISTS", keys.Turn()))
+		c.Close()
+		if err != nil {
+			continue // a restart or a cut: not a sample
+		}
+		h.turnSamples.Add(1)
+		if n != 1 {
+			continue
+		}
+		h.turnHeld.Add(1)
+		if time.Since(last) < turnKillGap {
+			continue
+		}
+		last = time.Now()
+		h.turnKills.Add(1)
+		var wg sync.WaitGroup
+		for _, s := range h.slots[roleDispatcher] {
+			s.mu.Lock()
+			ok := s.cur != nil && s.cur.alive() && !s.done
+			s.mu.Unlock()
+			if !ok {
+				continue
+			}
+			pause := time.Duration(50+rng.IntN(350)) * time.Millisecond
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.kill(s, syscall.SIGKILL)
+				sleep(context.Background(), pause)
+				h.restart(s)
+			}()
+		}
+		wg.Wait()
+	}
 }
 
 // drain waits until every acknowledged task ran or is a dead letter, and

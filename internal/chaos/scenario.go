@@ -39,6 +39,14 @@ type Scenario struct {
 	BatchMax int // largest producer batch
 	Pad      int // payload padding, bytes
 
+	// ProcArgs are extra chaosproc flags of every process.
+	ProcArgs []string
+
+	// Turn: dispatchers must be seen holding the dispatch turn (the
+	// harness samples it), or the scenario did not exercise it; seeing
+	// it held, the harness kills every dispatcher (harness.watchTurn).
+	Turn bool
+
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
 	SlotArgs map[string][]string
@@ -66,6 +74,12 @@ var scenarios = []Scenario{
 		Name: "producers", Doc: "kill -9 producers mid-EnqueueBatch (large batches); batches must be all or nothing",
 		Producers: 4, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8,
 		KillProducers: time.Second, ProducerSelfKill: 0.3, BatchMax: 200, Pad: 2000,
+	},
+	{
+		Name: "turns", Doc: "four dispatchers over one-second buckets moved in parts (4 tasks a transaction), so that they take the dispatch turn; whenever the turn is seen held, kill -9 every dispatcher (the holder among them; at most every 4 s) and restart them",
+		Producers: 3, Dispatchers: 4, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 50,
+		ProcArgs: []string{"-resolution=1s", "-dispatch-tasks=4"},
+		Turn:     true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

@@ -46,6 +46,7 @@ type options struct {
 	// engine settings
 	resolution, timeout, leaseGrace, hbInterval, hbTTL, idleWait time.Duration
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
+	dispatchBuckets, dispatchTasks                               int
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
@@ -90,6 +91,8 @@ func main() {
 	flag.DurationVar(&o.doneRetention, "done-retention", 0, "Config.DoneRetention (0: default)")
 	flag.IntVar(&o.maxPayload, "max-payload", 64<<10, "Config.MaxPayload")
 	flag.IntVar(&o.maxRecoveries, "max-recoveries", 0, "Config.MaxRecoveries (0: default)")
+	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.DispatchBuckets (0: default)")
+	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -186,6 +189,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		UnknownTypeGrace: o.unknownGrace,
 		MaxRecoveries:    o.maxRecoveries,
 		DoneRetention:    o.doneRetention,
+		DispatchBuckets:  o.dispatchBuckets,
+		DispatchTasks:    o.dispatchTasks,
 		ReapInterval:     o.reapInterval,
 		Logger:           log,
 		Clock:            clocktest.Offset(o.offset),
