@@ -512,14 +512,18 @@ func (h *harness) watchTurn(ctx context.Context) {
 		}
 		last = time.Now()
 		h.turnKills.Add(1)
-		var wg sync.WaitGroup
+		var live []*slot
+		h.mu.Lock()
 		for _, s := range h.slots[roleDispatcher] {
 			s.mu.Lock()
-			ok := s.cur != nil && s.cur.alive() && !s.done
-			s.mu.Unlock()
-			if !ok {
-				continue
+			if s.cur != nil && s.cur.alive() && !s.done {
+				live = append(live, s)
 			}
+			s.mu.Unlock()
+		}
+		h.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, s := range live {
 			pause := time.Duration(50+rng.IntN(350)) * time.Millisecond
 			wg.Add(1)
 			go func() {
