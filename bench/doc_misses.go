@@ -86,7 +86,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		}
 	}
 	if missed["dispatch"] {
-		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over one backlog take turns (one moves while the others stand by, `docs/design.md`), after a first round in which they void each other's `WATCH`es; a burst (few large buckets) is where the bucket design leads. %s\n",
+		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. %s\n",
 			dispatchCPU(r))
 	}
 }

@@ -174,7 +174,7 @@ func BenchmarkMoveSpread(b *testing.B) {
 	b.ResetTimer()
 	moved := 0
 	for moved < b.N {
-		res, err := s.MoveDue(ctx, conns, t0, 128, 4096, 1024, 0)
+		res, err := s.MoveDue(ctx, conns, t0, 128, 4096, 1024, 0, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -54,8 +54,11 @@ type MoveResult struct {
 	// Window is the lookahead window of due buckets MoveDue read (the
 	// one asked for, or 0 when that one was empty), and WindowFull
 	// whether it held a whole lookahead (more windows may follow).
-	Window      int
-	WindowFull  bool
+	Window     int
+	WindowFull bool
+	// Gated says MoveDue's gate refused to move the full window it read:
+	// nothing was moved.
+	Gated       bool
 	Quarantined []string // keys of the wrong type renamed under bad:
 	Garbage     []string // index members that do not parse, removed
 	WrongType   []string // ready lists of the wrong type: their buckets wait; set them aside
@@ -394,7 +397,12 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // of a large backlog do not reach for the same buckets. If that window is
 // empty, the earliest is read instead. MoveResult.Window and WindowFull
 // say which was read and whether it was full.
-func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (MoveResult, error) {
+//
+// gate, when not nil, is asked before anything moves whether to move a
+// window that was read full (a backlog): the dispatcher takes its turn
+// there (TakeTurn). It may use conns[0]. When it answers false, MoveDue
+// moves nothing and says so (MoveResult.Gated).
+func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (MoveResult, error) {
 	members, err := s.dueBuckets(ctx, conns[0], now, window*lookahead, lookahead)
 	if err == nil && len(members) == 0 && window > 0 {
 		window = 0
@@ -402,6 +410,15 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 	}
 	if err != nil || len(members) == 0 {
 		return MoveResult{}, err
+	}
+	if gate != nil && len(members) == lookahead {
+		ok, err := gate()
+		if err != nil {
+			return MoveResult{}, err
+		}
+		if !ok {
+			return MoveResult{Window: window, WindowFull: true, Gated: true}, nil
+		}
 	}
 	var plans []*movePlan
 	chunk = planSize(len(members), chunk)

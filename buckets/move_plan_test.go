@@ -50,7 +50,7 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 	lanes := []*cmdCounter{{Conn: pool.Get(), n: map[string]int{}}, {Conn: pool.Get(), n: map[string]int{}}}
 	defer lanes[0].Close()
 	defer lanes[1].Close()
-	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, t0, 128, 100, 1024, 0)
+	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, t0, 128, 100, 1024, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,5 +66,39 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 	// 40 buckets, 4 a transaction: 10 transactions, dealt to both lanes.
 	if e0, e1 := lanes[0].n["EXEC"], lanes[1].n["EXEC"]; e0+e1 != 10 || e0 == 0 || e1 == 0 {
 		t.Fatalf("EXECs per lane = %d, %d; want 10 in all, on both", e0, e1)
+	}
+}
+
+// MoveDue asks its gate before moving a full window, and moves nothing
+// when the gate says no; a window that is not full moves without asking.
+func TestMoveDueGate(t *testing.T) {
+	st, pool, admin := realStore(t)
+	ctx := testCtx(t)
+	conn := pool.Get()
+	defer conn.Close()
+	const buckets = 20
+	for b := range buckets {
+		due := t0 - 100_000 + int64(b)*max(st.Resolution, 1)
+		if err := st.Enqueue(ctx, conn, t0-200_000, []*Record{newRec(fmt.Sprintf("t%d", b), due)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := 0
+	no := func() (bool, error) { asked++; return false, nil }
+	res, err := st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, no)
+	if err != nil || !res.Gated || !res.WindowFull || res.Tasks != 0 || asked != 1 {
+		t.Fatalf("MoveDue over a full window, gate saying no = %+v, %v (asked %d); want gated, nothing moved, asked once", res, err, asked)
+	}
+	if n, _ := redis.Int(admin.Do("ZCARD", st.Keys.Schedule())); n != buckets {
+		t.Fatalf("index holds %d members after a gated call; want %d", n, buckets)
+	}
+	yes := func() (bool, error) { asked++; return true, nil }
+	res, err = st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, yes)
+	if err != nil || res.Gated || res.Tasks != 16 || asked != 2 {
+		t.Fatalf("MoveDue over a full window, gate saying yes = %+v, %v (asked %d); want 16 moved", res, err, asked)
+	}
+	res, err = st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, no)
+	if err != nil || res.Gated || res.Tasks != 4 || asked != 2 {
+		t.Fatalf("MoveDue over the last 4 buckets = %+v, %v (asked %d); want 4 moved without asking", res, err, asked)
 	}
 }

@@ -43,7 +43,7 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 	}}
 	cc := &crashConn{inner: hc, at: "EXEC", after: true}
 	defer cc.Close()
-	res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0)
+	res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
 	if !errors.Is(err, errCrash) {
 		t.Fatalf("MoveDue error = %v; want the injected crash", err)
 	}
@@ -148,7 +148,7 @@ func TestSettleMoveNothingToDo(t *testing.T) {
 			t.Fatal(err)
 		}
 		cc := &crashConn{inner: pool.Get(), at: "EXEC", after: ran}
-		res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0)
+		res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
 		_ = cc.Close()
 		if !errors.Is(err, errCrash) || len(res.Uncertain) != 1 {
 			t.Fatalf("ran=%v: MoveDue = %+v, %v; want one uncertain move", ran, res, err)

@@ -21,7 +21,7 @@ type conflictMover struct {
 	done   chan struct{}
 }
 
-func (m *conflictMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error) {
+func (m *conflictMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (buckets.MoveResult, error) {
 	m.rounds = append(m.rounds, time.Now())
 	if len(m.rounds) <= m.n {
 		return buckets.MoveResult{Conflicts: 1}, nil

@@ -72,7 +72,7 @@ const maxWindows = 16
 // mover is the dispatcher's transactions: *buckets.Store in production,
 // wrapped by tests.
 type mover interface {
-	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int) (buckets.MoveResult, error)
+	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (buckets.MoveResult, error)
 	NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error)
 	SettleMove(ctx context.Context, conn redis.Conn, u buckets.UncertainMove) (buckets.SettleResult, error)
 }
@@ -281,6 +281,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		conns[i] = c
 	}
 	conn := conns[0]
+	var gate func() (bool, error)
 	if d.backlog || d.holding {
 		ok, err := d.turn(ctx, conn)
 		if err != nil {
@@ -289,6 +290,11 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		if !ok {
 			return turnedAway, nil
 		}
+	} else {
+		// A round that finds a backlog it did not expect (a full window:
+		// every dispatcher woken at once for it reads the same one) takes
+		// the turn before it moves anything.
+		gate = func() (bool, error) { return d.turn(ctx, conn) }
 	}
 	now := ms(d.cfg.Clock.Now())
 	// Several dispatchers over one large backlog each read a window of
@@ -297,7 +303,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	if d.windows > 1 {
 		window = rand.IntN(d.windows)
 	}
-	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, window)
+	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, window, gate)
 	if len(res.Uncertain) > 0 {
 		// Settle at once, on a fresh connection: the sooner it looks,
 		// the likelier a ready list that refused the push is still of
@@ -309,6 +315,10 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	}
 	if err != nil {
 		return 0, err
+	}
+	if res.Gated {
+		d.backlog = true
+		return turnedAway, nil
 	}
 	d.spread(window, res)
 	d.backlog = res.Partial || (res.Conflicts > 0 && res.Tasks == 0)

@@ -92,8 +92,8 @@ func TestDispatchTurnTakenOver(t *testing.T) {
 	start := time.Now()
 	stop := runBackground(t, d.Run)
 	defer stop()
-	// The first round, before it knows of a backlog, moves one window;
-	// the next is turned away, and marks it.
+	// The first round reads a full window, asks for the turn before it
+	// moves anything, and is turned away: it marks that.
 	waitFor(t, 10*time.Second, "the turned-away mark", func() bool {
 		n, _ := redis.Int(admin.Do("EXISTS", e.key("turn:missed")))
 		return n == 1
