@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -366,6 +368,12 @@ func (d *Dispatcher) turn(ctx context.Context, conn redis.Conn) (bool, error) {
 		return true, nil
 	}
 	taken, err := d.store.TakeTurn(ctx, conn, d.id, turnTTL)
+	if errors.Is(err, txn.ErrConflict) {
+		// The turn kept changing under every attempt: other dispatchers
+		// are taking and renewing it. Stand by as if turned away.
+		d.holding = false
+		return false, nil
+	}
 	if err != nil {
 		if !buckets.IsServerError(err) {
 			return false, err
