@@ -1,10 +1,8 @@
 package buckets
 
 import (
-	"context"
 	"testing"
 
-	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -13,16 +11,7 @@ import (
 // clears the mark; an end by a dispatcher that no longer holds the turn
 // changes nothing.
 func TestDispatchTurn(t *testing.T) {
-	srv := redistest.Start(t)
-	ns := redistest.Namespace(t)
-	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	s, err := NewStore(ns, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := srv.Pool(t).Get()
-	defer c.Close()
-	ctx := context.Background()
+	s, c, ctx := batchEnv(t)
 	take := func(id string, want bool) {
 		t.Helper()
 		got, err := s.TakeTurn(ctx, c, id, 5)
