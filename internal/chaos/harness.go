@@ -512,26 +512,10 @@ func (h *harness) watchTurn(ctx context.Context) {
 		}
 		last = time.Now()
 		h.turnKills.Add(1)
-		var live []*slot
-		h.mu.Lock()
-		for _, s := range h.slots[roleDispatcher] {
-			s.mu.Lock()
-			if s.cur != nil && s.cur.alive() && !s.done {
-				live = append(live, s)
-			}
-			s.mu.Unlock()
-		}
-		h.mu.Unlock()
 		var wg sync.WaitGroup
-		for _, s := range live {
-			pause := time.Duration(50+rng.IntN(350)) * time.Millisecond
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				h.kill(s, syscall.SIGKILL)
-				sleep(context.Background(), pause)
-				h.restart(s)
-			}()
+		for _, s := range h.liveSlots(roleDispatcher) {
+			pause := restartPause(rng)
+			wg.Go(func() { h.killAndRestart(s, syscall.SIGKILL, pause) })
 		}
 		wg.Wait()
 	}
@@ -607,19 +591,7 @@ func (h *harness) killLoop(ctx context.Context, name string, roles []string, mea
 		if !sleep(ctx, time.Duration((0.5+rng.Float64())*float64(mean))) {
 			return
 		}
-		var cands []*slot
-		h.mu.Lock()
-		for _, r := range roles {
-			for _, s := range h.slots[r] {
-				s.mu.Lock()
-				ok := s.cur != nil && s.cur.alive() && !s.done
-				s.mu.Unlock()
-				if ok {
-					cands = append(cands, s)
-				}
-			}
-		}
-		h.mu.Unlock()
+		cands := h.liveSlots(roles...)
 		if len(cands) == 0 {
 			continue
 		}
@@ -628,11 +600,39 @@ func (h *harness) killLoop(ctx context.Context, name string, roles []string, mea
 		if rng.Float64() < term {
 			sig = syscall.SIGTERM
 		}
-		pause := time.Duration(50+rng.IntN(350)) * time.Millisecond
-		h.kill(s, sig)
-		sleep(context.Background(), pause)
-		h.restart(s)
+		h.killAndRestart(s, sig, restartPause(rng))
 	}
+}
+
+// restartPause draws how long a killed process stays down: 50-400 ms.
+func restartPause(rng *rand.Rand) time.Duration {
+	return time.Duration(50+rng.IntN(350)) * time.Millisecond
+}
+
+// killAndRestart kills the current process of s with sig and restarts
+// it after pause.
+func (h *harness) killAndRestart(s *slot, sig syscall.Signal, pause time.Duration) {
+	h.kill(s, sig)
+	sleep(context.Background(), pause)
+	h.restart(s)
+}
+
+// liveSlots returns the slots of the roles whose current process runs
+// and is not done.
+func (h *harness) liveSlots(roles ...string) []*slot {
+	var live []*slot
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range roles {
+		for _, s := range h.slots[r] {
+			s.mu.Lock()
+			if s.cur != nil && s.cur.alive() && !s.done {
+				live = append(live, s)
+			}
+			s.mu.Unlock()
+		}
+	}
+	return live
 }
 
 // kill signals the current process of s, waits for it to exit, and for a
