@@ -34,7 +34,7 @@ import (
 //	LPUSH      q:<q> <id> ...                 due tasks, per queue, in order
 //	LPUSH/LTRIM n:<q> tokens                  wake idle workers of that queue
 //	RPUSH      b:<q>:<ts> <id> ...            scheduled tasks, per bucket
-//	ZADD       sched <ts> <q>:<ts>            index the bucket
+//	ZADD       sched <ts> <q>:<ts> ...        index the buckets, all in one
 //	HINCRBY    st:<q> scheduled <n>           per queue
 //	LPUSH/LTRIM wake <earliest ts>            wake a sleeping dispatcher, when
 //	                                          the earliest new bucket is at
@@ -154,13 +154,12 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 // its push and index entry, per queue its counter, one wake.
 func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []string) {
 	var (
-		mset      = make([]interface{}, 0, 2*len(recs))
-		queues    = map[string]bool{}
-		ready     = map[string][]string{}
-		sched     = map[string]map[int64][]string{}
-		readyQs   []string
-		earliest  int64 = -1
-		scheduled       = map[string]int{}
+		mset     = make([]interface{}, 0, 2*len(recs))
+		queues   = map[string]bool{}
+		ready    = map[string][]string{}
+		sched    = map[string]map[int64][]string{}
+		readyQs  []string
+		earliest int64 = -1
 	)
 	for _, r := range recs {
 		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
@@ -177,7 +176,6 @@ func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []st
 			sched[r.Queue] = map[int64][]string{}
 		}
 		sched[r.Queue][ts] = append(sched[r.Queue][ts], r.ID)
-		scheduled[r.Queue]++
 		if earliest < 0 || ts < earliest {
 			earliest = ts
 		}
@@ -200,18 +198,7 @@ func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []st
 	for _, q := range readyQs {
 		s.pushReady(&cmds, q, ready[q], false)
 	}
-	for _, q := range sortedKeys(sched) {
-		byTS := sched[q]
-		tss := make([]int64, 0, len(byTS))
-		for ts := range byTS {
-			tss = append(tss, ts)
-		}
-		sort.Slice(tss, func(i, j int) bool { return tss[i] < tss[j] })
-		for _, ts := range tss {
-			s.scheduleBucket(&cmds, q, ts, byTS[ts])
-		}
-		cmds.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, scheduled[q])
-	}
+	s.scheduleBuckets(&cmds, sched)
 	if earliest >= 0 {
 		s.wakeFor(&cmds, now, earliest)
 	}

@@ -215,20 +215,7 @@ func (s *Store) enqueueWrites(tx queuer, now int64, recs []*Record) {
 	for _, q := range sortedKeys(ready) {
 		s.pushReady(tx, q, ready[q], false)
 	}
-	for _, q := range sortedKeys(sched) {
-		n := 0
-		byTS := sched[q]
-		tss := make([]int64, 0, len(byTS))
-		for ts := range byTS {
-			tss = append(tss, ts)
-		}
-		sort.Slice(tss, func(i, j int) bool { return tss[i] < tss[j] })
-		for _, ts := range tss {
-			s.scheduleBucket(tx, q, ts, byTS[ts])
-			n += len(byTS[ts])
-		}
-		tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, n)
-	}
+	s.scheduleBuckets(tx, sched)
 	if earliest >= 0 {
 		s.wakeDispatchers(tx, earliest)
 	}

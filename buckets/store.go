@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,13 +155,51 @@ func (s *Store) untrimmed(key string) bool {
 // ts: RPUSH bucket ids..., ZADD index ts member. The caller wakes the
 // dispatchers once (wakeDispatchers) for all the buckets it adds.
 func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
+	s.pushBucket(tx, q, ts, ids)
+	tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
+}
+
+// scheduleBuckets queues the writes that place tasks in buckets, given as
+// queue -> bucket time -> ids: per queue, in time order, each bucket's
+// RPUSH; then one ZADD that indexes every bucket (variadic since 2.4, so
+// a group of one-task buckets sends one index command, not one a task);
+// then per queue HINCRBY st:<q> scheduled by its count. The caller wakes
+// the dispatchers.
+func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) {
+	if len(sched) == 0 {
+		return
+	}
+	qs := sortedKeys(sched)
+	zadd := []interface{}{s.Keys.Schedule()}
+	counts := make([]int, len(qs))
+	for i, q := range qs {
+		byTS := sched[q]
+		tss := make([]int64, 0, len(byTS))
+		for ts := range byTS {
+			tss = append(tss, ts)
+		}
+		sort.Slice(tss, func(i, j int) bool { return tss[i] < tss[j] })
+		for _, ts := range tss {
+			s.pushBucket(tx, q, ts, byTS[ts])
+			zadd = append(zadd, ts, Member(q, ts))
+			counts[i] += len(byTS[ts])
+		}
+	}
+	tx.Queue("ZADD", zadd...)
+	for i, q := range qs {
+		tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, counts[i])
+	}
+}
+
+// pushBucket queues scheduleBucket's RPUSH alone: the caller indexes the
+// bucket.
+func (s *Store) pushBucket(tx queuer, q string, ts int64, ids []string) {
 	args := make([]interface{}, 0, len(ids)+1)
 	args = append(args, s.Keys.Bucket(q, ts))
 	for _, id := range ids {
 		args = append(args, id)
 	}
 	tx.Queue("RPUSH", args...)
-	tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
 }
 
 // scheduleRetry queues the commands that put retry id at the front of
