@@ -74,6 +74,12 @@ type Config struct {
 	// meanwhile. An enqueue never waits when none is in flight. 1: every
 	// enqueue in its own transaction. 1 to 10000; default 256.
 	EnqueueGroupMax int
+	// EnqueueGroupLanes is how many of one Client's enqueue transactions
+	// may be in flight at once before further enqueues queue for group
+	// commit: with more than one, the next group is built and sent while
+	// the last one's round trip is still out, so the client and the
+	// server work at the same time. 1 to 64; default 2.
+	EnqueueGroupLanes int
 	// LeaseGrace is how long past its timeout a run may go before the
 	// worker gives the task up for another to run (its handler is hung).
 	// Default 30 s.
@@ -232,6 +238,9 @@ func (c Config) withDefaults() Config {
 	if c.EnqueueGroupMax == 0 {
 		c.EnqueueGroupMax = 256
 	}
+	if c.EnqueueGroupLanes == 0 {
+		c.EnqueueGroupLanes = 2
+	}
 	if c.LeaseGrace == 0 {
 		c.LeaseGrace = 30 * time.Second
 	}
@@ -361,6 +370,9 @@ func (c Config) Validate() error {
 	}
 	if c.EnqueueGroupMax < 1 || c.EnqueueGroupMax > 10000 {
 		return bad("EnqueueGroupMax", "%d: want 1 to 10000", c.EnqueueGroupMax)
+	}
+	if c.EnqueueGroupLanes < 1 || c.EnqueueGroupLanes > 64 {
+		return bad("EnqueueGroupLanes", "%d: want 1 to 64", c.EnqueueGroupLanes)
 	}
 	for _, d := range []struct {
 		name string

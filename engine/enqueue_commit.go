@@ -13,12 +13,14 @@ import (
 )
 
 // enqueueGroup is a Client's producer-side group commit. An enqueue of
-// plain tasks (generated ids, no unique key) that finds none of the
-// Client's enqueues in flight runs at once on its own goroutine, as
-// without grouping: a lone producer never waits. One that finds an
-// enqueue in flight joins the queue; when the transaction in flight ends,
-// a goroutine writes every queued enqueue (up to EnqueueGroupMax tasks)
-// in one transaction, then the next lot, until none is queued.
+// plain tasks (generated ids, no unique key) that finds fewer than lanes
+// of the Client's enqueues in flight runs at once on its own goroutine,
+// as without grouping: a lone producer never waits. One that finds lanes
+// in flight joins the queue; when a transaction in flight ends, its
+// goroutine writes the queued enqueues (up to EnqueueGroupMax tasks) in
+// one transaction, then the next lot, until none is queued. With two
+// lanes or more, the next group is built and sent while a round trip is
+// out, so the producers' client and the server work at the same time.
 //
 // A waiting caller whose context ends returns at once. If its enqueue was
 // still queued, it is withdrawn and nothing of it is written: the error
@@ -34,12 +36,13 @@ type enqueueGroup struct {
 	c   *Client
 	max int
 
-	mu   sync.Mutex
-	busy bool             // an enqueue is in flight
-	wait []*enqueueWaiter // queued, in arrival order
-	// retrying is why the enqueue in flight is being tried again (an
+	mu       sync.Mutex
+	lanes    int              // transactions allowed in flight at once
+	inflight int              // transactions in flight
+	wait     []*enqueueWaiter // queued, in arrival order
+	// retrying is why an enqueue in flight is being tried again (an
 	// attempt that no server ran: no master, a redirection), nil while
-	// none of its attempts failed so.
+	// none of the attempts since the last lot was taken failed so.
 	retrying error
 
 	// queued, when set (tests), is called with each enqueue that joins
@@ -89,8 +92,11 @@ func groupable(recs []*buckets.Record, chosen []string) bool {
 // in flight, or in the next group transaction otherwise.
 func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*buckets.Record) ([]*TaskInfo, error) {
 	g.mu.Lock()
-	if !g.busy {
-		g.busy, g.retrying = true, nil
+	if g.inflight < g.lanes {
+		if g.inflight == 0 {
+			g.retrying = nil
+		}
+		g.inflight++
 		g.mu.Unlock()
 		infos, err := g.c.write(txn.OnNotRun(ctx, g.noteRetry), now, recs, nil)
 		g.release()
@@ -149,7 +155,7 @@ func (g *enqueueGroup) noteRetry(err error) {
 func (g *enqueueGroup) release() {
 	g.mu.Lock()
 	if len(g.wait) == 0 {
-		g.busy = false
+		g.inflight--
 		g.mu.Unlock()
 		return
 	}
@@ -193,7 +199,7 @@ func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 	clear(g.wait[rest:])
 	g.wait = g.wait[:rest]
 	if len(batch) == 0 {
-		g.busy = false
+		g.inflight--
 		return nil, time.Time{}
 	}
 	limit := time.Now().Add(enqueueGroupTimeout)

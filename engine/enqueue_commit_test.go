@@ -83,8 +83,15 @@ func (c *gateConn) Err() error {
 // gatedClient is a Client whose connections go through g (each Get dials
 // anew: the pool keeps none idle); wrap, when set, wraps the i-th dialled
 // connection (from 1) below the gate. queued receives one value per
-// enqueue that joins the group's queue.
+// enqueue that joins the group's queue. It keeps one enqueue in flight
+// (EnqueueGroupLanes 1), so that holding one EXEC queues the rest;
+// gatedClientLanes sets another number.
 func gatedClient(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn) (c *Client, queued chan struct{}) {
+	t.Helper()
+	return gatedClientLanes(t, e, g, wrap, 1)
+}
+
+func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn, lanes int) (c *Client, queued chan struct{}) {
 	t.Helper()
 	var dials atomic.Int32
 	pool := &redis.Pool{Dial: func() (redis.Conn, error) {
@@ -95,7 +102,9 @@ func gatedClient(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Con
 		return &gateConn{Conn: conn, g: g}, nil
 	}}
 	t.Cleanup(func() { pool.Close() })
-	c, err := NewClient(pool, e.cfg)
+	cfg := e.cfg
+	cfg.EnqueueGroupLanes = lanes
+	c, err := NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +191,73 @@ func TestEnqueueGroupShares(t *testing.T) {
 		t.Fatalf("%d EXECs for one enqueue and five that arrived while it was in flight; want 2", n)
 	}
 	exactlyOnce(t, e.readyIDs(t, q), ready)
+}
+
+// With two lanes, an enqueue that arrives while one is in flight runs at
+// once in the second lane; one that arrives while both are in flight
+// queues, and the next lot goes when either ends. Every caller is
+// answered, every task placed once, and the lanes are free again after.
+func TestEnqueueGroupLanes(t *testing.T) {
+	e := realEnv(t)
+	const q = "group-lanes"
+	reached := make(chan int32, 2)
+	release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	g := &execGate{before: func(n int32) {
+		if n <= 2 {
+			reached <- n
+			<-release[n-1]
+		}
+	}}
+	c, queued := gatedClientLanes(t, e, g, nil, 2)
+	ctx := context.Background()
+	held := []<-chan enqueued1{enqueueAsync(ctx, c, q, false)}
+	<-reached
+	held = append(held, enqueueAsync(ctx, c, q, true))
+	<-reached // the second ran in its own lane, not queued
+	var rest []<-chan enqueued1
+	for i := 0; i < 4; i++ {
+		rest = append(rest, enqueueAsync(ctx, c, q, i%2 == 1))
+		<-queued
+	}
+	close(release[0])
+	close(release[1])
+	ready := map[string]bool{}
+	ids := map[string]bool{}
+	for _, ch := range append(held, rest...) {
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if ids[r.info.ID] {
+			t.Fatalf("id %s given twice", r.info.ID)
+		}
+		ids[r.info.ID] = true
+		if r.info.State == StateReady {
+			ready[r.info.ID] = true
+		}
+	}
+	if len(ids) != 6 || len(ready) != 3 {
+		t.Fatalf("%d tasks, %d ready; want 6, 3", len(ids), len(ready))
+	}
+	// Two held EXECs, then the four queued in one lot or two.
+	if n := g.n.Load(); n < 3 || n > 4 {
+		t.Fatalf("%d EXECs for two held enqueues and four queued behind them; want 3 or 4", n)
+	}
+	exactlyOnce(t, e.readyIDs(t, q), ready)
+	// The last lane frees itself just after answering its callers.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c.group.mu.Lock()
+		inflight := c.group.inflight
+		c.group.mu.Unlock()
+		if inflight == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d enqueues still counted in flight 2 s after all were answered", inflight)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Many producers on one Client: every enqueue is answered, every task is

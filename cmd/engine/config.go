@@ -113,7 +113,7 @@ var engineFields = map[string]string{
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
 	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
 	"claim_batch": "ClaimBatch", "group_commit.window": "GroupCommitWindow", "group_commit.max": "GroupCommitMax",
-	"enqueue_group.max": "EnqueueGroupMax",
+	"enqueue_group.max": "EnqueueGroupMax", "enqueue_group.lanes": "EnqueueGroupLanes",
 }
 
 // settings lists every key, sorted: the daemon's own and the engine's.
