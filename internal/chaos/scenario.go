@@ -46,6 +46,9 @@ type Scenario struct {
 	// harness samples it), or the scenario did not exercise it; seeing
 	// it held, the harness kills every dispatcher (harness.watchTurn).
 	Turn bool
+	// Groups: producers must be seen sharing enqueue transactions (group
+	// commit): over the producers' G lines, fewer EXECs than calls.
+	Groups bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -80,6 +83,14 @@ var scenarios = []Scenario{
 		Producers: 3, Dispatchers: 4, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 50,
 		ProcArgs: []string{"-resolution=1s", "-dispatch-tasks=4"},
 		Turn:     true,
+	},
+	{
+		Name: "groups", Doc: "producers enqueue one task a call from 16 goroutines on one client each, so that enqueues share group-commit transactions, two in flight at once; a proxy cuts connections around EXEC (a group's reply lost) and producers are killed (kill -9, some by themselves mid-call)",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 1,
+		ProcArgs:      []string{"-producer-goroutines=16"},
+		KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.005,
+		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
+		Groups: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

@@ -17,6 +17,8 @@
 //	F <batch> <error>                     after it returned an error
 //	X <batch> <delay_us>                  the producer will SIGKILL itself this
 //	                                      long after the call starts
+//	G <calls> <execs>                     now and then: the enqueue calls made
+//	                                      and the EXECs its connections sent
 //
 // The A lines of a batch are written together and fsync'd; a producer
 // killed before that has written nothing for the batch, which is correct:
@@ -158,6 +160,10 @@ type Producer struct {
 	Offset  int64
 	Batches []*Batch
 	Acked   []Acked
+	// Calls and Execs are from the last G line: the enqueue calls the
+	// producer made and the EXECs its connections sent by then (fewer
+	// EXECs than calls: enqueues shared transactions).
+	Calls, Execs int64
 }
 
 // lines returns the complete lines of path.
@@ -226,6 +232,13 @@ func ReadProducer(path string) (*Producer, error) {
 			if b := byID[f[1]]; b != nil {
 				b.SelfKill = true
 			}
+		case "G":
+			g := strings.Fields(l)
+			if len(g) != 3 {
+				return nil, bad()
+			}
+			p.Calls, _ = strconv.ParseInt(g[1], 10, 64)
+			p.Execs, _ = strconv.ParseInt(g[2], 10, 64)
 		case "F":
 			if len(f) < 2 {
 				return nil, bad()

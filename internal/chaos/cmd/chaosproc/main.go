@@ -59,6 +59,10 @@ type options struct {
 	prefix, queue        string
 	selfKill             float64
 	selfKillMax          time.Duration
+	goroutines           int
+	// census counts the commands of a producer's connections (its G
+	// lines: calls against EXECs).
+	census *redis24.Census
 
 	// worker
 	sleepMax, slowSleep time.Duration
@@ -108,6 +112,7 @@ func main() {
 	flag.StringVar(&o.queue, "queue", "default", "producer: queue")
 	flag.Float64Var(&o.selfKill, "self-kill", 0, "producer: chance per batch of killing itself (SIGKILL) during the call")
 	flag.DurationVar(&o.selfKillMax, "self-kill-max", 3*time.Millisecond, "producer: latest self-kill after the call starts")
+	flag.IntVar(&o.goroutines, "producer-goroutines", 1, "producer: goroutines enqueueing at once on its one client (group commit), sharing the rate")
 
 	flag.DurationVar(&o.sleepMax, "sleep-max", 20*time.Millisecond, "worker: longest noop handler sleep")
 	flag.DurationVar(&o.slowSleep, "slow-sleep", 1500*time.Millisecond, "worker: sleep of the slow handler")
@@ -129,6 +134,9 @@ func main() {
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
 	var violations atomic.Int64
+	if o.mode == "producer" {
+		o.census = redis24.NewCensus()
+	}
 	newPool := func(addr string) *redis.Pool {
 		return &redis.Pool{
 			MaxIdle:     o.concurrency + 8,
@@ -141,10 +149,14 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 				if err != nil {
 					return nil, err
 				}
-				return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) {
+				opts := []redis24.Option{redis24.OnViolation(func(v *redis24.Violation) {
 					violations.Add(1)
 					log.Error("redis24 violation", "command", v.Command, "args", strings.Join(v.Args, " "), "reason", v.Reason, "caller", v.Caller)
-				})), nil
+				})}
+				if o.census != nil {
+					opts = append(opts, redis24.WithCensus(o.census))
+				}
+				return redis24.Wrap(c, opts...), nil
 			},
 		}
 	}
@@ -313,102 +325,160 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 		}
 		pad = " " + string(b)
 	}
-	next := time.Now()
-	acked, failed, seq := 0, 0, 0
-	for acked < o.count && ctx.Err() == nil {
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-ctx.Done():
-				continue
-			case <-time.After(d):
+	// The goroutines share the count: each reserves its batch's tasks
+	// before it sends them and gives them back when the call fails, so
+	// that the producer stops once count tasks are acknowledged.
+	var (
+		mu                     sync.Mutex
+		claimed, acked, failed int
+		seq, calls             atomic.Int64
+	)
+	// groups writes a G line: the calls made and the EXECs sent so far.
+	groups := func() error {
+		if o.census == nil {
+			return nil
+		}
+		return led.Write(fmt.Sprintf("G %d %d", calls.Load(), o.census.Count("EXEC")))
+	}
+	reserve := func(n int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n = min(n, o.count-claimed)
+		claimed += max(n, 0)
+		return n
+	}
+	g := max(o.goroutines, 1)
+	rate := o.rate / float64(g)
+	loop := func() error {
+		next := time.Now()
+		for ctx.Err() == nil {
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-ctx.Done():
+					continue
+				case <-time.After(d):
+				}
+			} else if d < -time.Second {
+				next = time.Now() // do not burst to catch up after an outage
 			}
-		} else if d < -time.Second {
-			next = time.Now() // do not burst to catch up after an outage
-		}
-		n := 1 + int(rng.int64n(int64(o.batchMax)))
-		n = min(n, o.count-acked)
-		next = next.Add(time.Duration(float64(n) / o.rate * float64(time.Second)))
-		seq++
-		bid := fmt.Sprintf("%s.%d", o.prefix, seq)
-		now := clock.Now()
-		opts := []engine.Option{engine.Queue(o.queue)}
-		if o.addrs != "" {
-			// Sharded: a batch goes to one lane, all or nothing.
-			opts = append(opts, engine.ShardKey(bid))
-		}
-		delayed := make([]bool, n)
-		tasks := make([]engine.NewTask, n)
-		dues := make([]int64, n)
-		for i := range tasks {
-			payload := []byte(fmt.Sprintf("batch:%s:%d%s", bid, i, pad))
-			tasks[i] = engine.NewTask{Type: "noop", Payload: payload, Options: slices.Clone(opts)}
-			dues[i] = now.UnixMilli()
-			if rng.float() >= o.immediate {
-				due := now.Add(time.Duration(rng.int64n(int64(o.delayMax))))
-				tasks[i].Options = append(tasks[i].Options, engine.At(due))
-				delayed[i] = true
-				dues[i] = due.UnixMilli()
+			n := reserve(1 + int(rng.int64n(int64(o.batchMax))))
+			if n <= 0 {
+				return nil
 			}
-		}
-		if err := led.Write(fmt.Sprintf("B %s %d %d", bid, n, now.UnixMilli())); err != nil {
-			return err
-		}
-		if o.selfKill > 0 && rng.float() < o.selfKill {
-			// Die by SIGKILL a random moment after the call starts: in
-			// the middle of sending the batch, or just after it returned.
-			d := time.Duration(rng.int64n(int64(o.selfKillMax) + 1))
-			if err := led.Write(fmt.Sprintf("X %s %d", bid, d.Microseconds())); err != nil {
+			next = next.Add(time.Duration(float64(n) / rate * float64(time.Second)))
+			bid := fmt.Sprintf("%s.%d", o.prefix, seq.Add(1))
+			now := clock.Now()
+			opts := []engine.Option{engine.Queue(o.queue)}
+			if o.addrs != "" {
+				// Sharded: a batch goes to one lane, all or nothing.
+				opts = append(opts, engine.ShardKey(bid))
+			}
+			delayed := make([]bool, n)
+			tasks := make([]engine.NewTask, n)
+			dues := make([]int64, n)
+			for i := range tasks {
+				payload := []byte(fmt.Sprintf("batch:%s:%d%s", bid, i, pad))
+				tasks[i] = engine.NewTask{Type: "noop", Payload: payload, Options: slices.Clone(opts)}
+				dues[i] = now.UnixMilli()
+				if rng.float() >= o.immediate {
+					due := now.Add(time.Duration(rng.int64n(int64(o.delayMax))))
+					tasks[i].Options = append(tasks[i].Options, engine.At(due))
+					delayed[i] = true
+					dues[i] = due.UnixMilli()
+				}
+			}
+			if err := led.Write(fmt.Sprintf("B %s %d %d", bid, n, now.UnixMilli())); err != nil {
 				return err
 			}
-			time.AfterFunc(d, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		var ids []string
-		if n == 1 && rng.float() < 0.5 {
-			// Exercise the single-task entry points too.
-			var info *engine.TaskInfo
-			if delayed[0] {
-				info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, opts...)
+			if o.selfKill > 0 && rng.float() < o.selfKill {
+				// Die by SIGKILL a random moment after the call starts: in
+				// the middle of sending the batch, or just after it returned.
+				d := time.Duration(rng.int64n(int64(o.selfKillMax) + 1))
+				if err := led.Write(fmt.Sprintf("X %s %d", bid, d.Microseconds())); err != nil {
+					return err
+				}
+				time.AfterFunc(d, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+			}
+			c := calls.Add(1)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			var (
+				ids []string
+				err error
+			)
+			if n == 1 && rng.float() < 0.5 {
+				// Exercise the single-task entry points too.
+				var info *engine.TaskInfo
+				if delayed[0] {
+					info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, opts...)
+				} else {
+					info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, opts...)
+				}
+				if err == nil {
+					ids = []string{info.ID}
+				}
 			} else {
-				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, opts...)
+				var infos []*engine.TaskInfo
+				infos, err = client.EnqueueBatch(cctx, tasks)
+				for _, info := range infos {
+					ids = append(ids, info.ID)
+				}
 			}
-			if err == nil {
-				ids = []string{info.ID}
+			cancel()
+			if err != nil {
+				mu.Lock()
+				claimed -= n
+				failed++
+				nf := failed
+				mu.Unlock()
+				msg := strings.Join(strings.Fields(err.Error()), " ")
+				if werr := led.Write(fmt.Sprintf("F %s %s", bid, msg)); werr != nil {
+					return werr
+				}
+				if nf <= 10 || nf%100 == 0 {
+					log.Warn("enqueue failed", "batch", bid, "n", n, "err", err, "failures", nf)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(50+rng.int64n(150)) * time.Millisecond):
+				}
+				continue
 			}
-		} else {
-			var infos []*engine.TaskInfo
-			infos, err = client.EnqueueBatch(cctx, tasks)
-			for _, info := range infos {
-				ids = append(ids, info.ID)
+			ls := make([]string, n)
+			for i, id := range ids {
+				ls[i] = fmt.Sprintf("A %s %d %s %d", bid, i, id, dues[i])
 			}
+			if err := led.Write(ls...); err != nil {
+				return err
+			}
+			if c%20 == 0 {
+				if err := groups(); err != nil {
+					return err
+				}
+			}
+			if err := led.Sync(); err != nil {
+				return err
+			}
+			mu.Lock()
+			acked += n
+			mu.Unlock()
 		}
-		cancel()
-		if err != nil {
-			failed++
-			msg := strings.Join(strings.Fields(err.Error()), " ")
-			if werr := led.Write(fmt.Sprintf("F %s %s", bid, msg)); werr != nil {
-				return werr
-			}
-			if failed <= 10 || failed%100 == 0 {
-				log.Warn("enqueue failed", "batch", bid, "n", n, "err", err, "failures", failed)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Duration(50+rng.int64n(150)) * time.Millisecond):
-			}
-			continue
+		return nil
+	}
+	errs := make(chan error, g)
+	for range g {
+		go func() { errs <- loop() }()
+	}
+	var first error
+	for range g {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
-		ls := make([]string, n)
-		for i, id := range ids {
-			ls[i] = fmt.Sprintf("A %s %d %s %d", bid, i, id, dues[i])
-		}
-		if err := led.Write(ls...); err != nil {
-			return err
-		}
-		if err := led.Sync(); err != nil {
-			return err
-		}
-		acked += n
+	}
+	if first != nil {
+		return first
+	}
+	if err := groups(); err != nil {
+		return err
 	}
 	log.Info("producer done", "acked", acked, "failed_batches", failed)
 	return nil
