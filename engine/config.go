@@ -69,16 +69,19 @@ type Config struct {
 	// EnqueueGroupMax caps the tasks that concurrent enqueues of one
 	// Client share in one transaction (producer-side group commit): an
 	// enqueue of tasks with generated ids and no unique key that arrives
-	// while another of the Client's enqueues is in flight waits for it to
-	// end and goes in the next transaction with the others that arrived
-	// meanwhile. An enqueue never waits when none is in flight. 1: every
-	// enqueue in its own transaction. 1 to 10000; default 256.
+	// while EnqueueGroupLanes of the Client's enqueues are in flight
+	// waits for one to end and goes in the next transaction with the
+	// others that arrived meanwhile. An enqueue never waits while fewer
+	// are in flight. 1: every enqueue in its own transaction. 1 to
+	// 10000; default 256.
 	EnqueueGroupMax int
 	// EnqueueGroupLanes is how many of one Client's enqueue transactions
 	// may be in flight at once before further enqueues queue for group
 	// commit: with more than one, the next group is built and sent while
-	// the last one's round trip is still out, so the client and the
-	// server work at the same time. 1 to 64; default 2.
+	// the last one's round trip is still out, so many producers on one
+	// Client enqueue faster, in more and smaller transactions, which
+	// cost the server more CPU (on a loaded machine, scheduled tasks run
+	// later). 1 to 64; default 1.
 	EnqueueGroupLanes int
 	// LeaseGrace is how long past its timeout a run may go before the
 	// worker gives the task up for another to run (its handler is hung).
@@ -239,7 +242,7 @@ func (c Config) withDefaults() Config {
 		c.EnqueueGroupMax = 256
 	}
 	if c.EnqueueGroupLanes == 0 {
-		c.EnqueueGroupLanes = 2
+		c.EnqueueGroupLanes = 1
 	}
 	if c.LeaseGrace == 0 {
 		c.LeaseGrace = 30 * time.Second

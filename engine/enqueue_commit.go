@@ -88,8 +88,8 @@ func groupable(recs []*buckets.Record, chosen []string) bool {
 	return true
 }
 
-// enqueue writes recs (checked records, made at now) alone if nothing is
-// in flight, or in the next group transaction otherwise.
+// enqueue writes recs (checked records, made at now) alone if a lane is
+// free, or in the next group transaction otherwise.
 func (g *enqueueGroup) enqueue(ctx context.Context, now time.Time, recs []*buckets.Record) ([]*TaskInfo, error) {
 	g.mu.Lock()
 	if g.inflight < g.lanes {

@@ -87,7 +87,7 @@ var scenarios = []Scenario{
 	{
 		Name: "groups", Doc: "producers enqueue one task a call from 16 goroutines on one client each, so that enqueues share group-commit transactions, two in flight at once; a proxy cuts connections around EXEC (a group's reply lost) and producers are killed (kill -9, some by themselves mid-call)",
 		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 1,
-		ProcArgs:      []string{"-producer-goroutines=16"},
+		ProcArgs:      []string{"-producer-goroutines=16", "-enqueue-lanes=2"},
 		KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.005,
 		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
 		Groups: true,

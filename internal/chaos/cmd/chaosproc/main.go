@@ -46,7 +46,7 @@ type options struct {
 	// engine settings
 	resolution, timeout, leaseGrace, hbInterval, hbTTL, idleWait time.Duration
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
-	dispatchBuckets, dispatchTasks                               int
+	dispatchBuckets, dispatchTasks, enqueueLanes                 int
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
@@ -97,6 +97,7 @@ func main() {
 	flag.IntVar(&o.maxRecoveries, "max-recoveries", 0, "Config.MaxRecoveries (0: default)")
 	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.DispatchBuckets (0: default)")
 	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
+	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -197,15 +198,16 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
 			return min(backoff*time.Duration(max(attempt, 1)), time.Second)
 		},
-		UnknownType:      unknown,
-		UnknownTypeGrace: o.unknownGrace,
-		MaxRecoveries:    o.maxRecoveries,
-		DoneRetention:    o.doneRetention,
-		DispatchBuckets:  o.dispatchBuckets,
-		DispatchTasks:    o.dispatchTasks,
-		ReapInterval:     o.reapInterval,
-		Logger:           log,
-		Clock:            clocktest.Offset(o.offset),
+		UnknownType:       unknown,
+		UnknownTypeGrace:  o.unknownGrace,
+		MaxRecoveries:     o.maxRecoveries,
+		DoneRetention:     o.doneRetention,
+		DispatchBuckets:   o.dispatchBuckets,
+		DispatchTasks:     o.dispatchTasks,
+		EnqueueGroupLanes: o.enqueueLanes,
+		ReapInterval:      o.reapInterval,
+		Logger:            log,
+		Clock:             clocktest.Offset(o.offset),
 	}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
