@@ -162,26 +162,14 @@ func TestEnqueueGroupShares(t *testing.T) {
 		<-queued
 	}
 	close(release)
-	ids := map[string]bool{}
-	ready := map[string]bool{}
-	for _, ch := range append(rest, first) {
-		r := <-ch
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if ids[r.info.ID] {
-			t.Fatalf("id %s given twice", r.info.ID)
-		}
-		ids[r.info.ID] = true
-		if r.info.State == StateReady {
-			ready[r.info.ID] = true
-		}
-		got, err := c.Lookup(ctx, r.info.ID)
+	infos, ready := answers(t, append(rest, first))
+	for _, info := range infos {
+		got, err := c.Lookup(ctx, info.ID)
 		if err != nil {
-			t.Fatalf("Lookup %s: %v", r.info.ID, err)
+			t.Fatalf("Lookup %s: %v", info.ID, err)
 		}
-		if got.State != r.info.State {
-			t.Fatalf("task %s: state %s, Enqueue said %s", r.info.ID, got.State, r.info.State)
+		if got.State != info.State {
+			t.Fatalf("task %s: state %s, Enqueue said %s", info.ID, got.State, info.State)
 		}
 	}
 	if len(ready) != 4 {
@@ -221,23 +209,9 @@ func TestEnqueueGroupLanes(t *testing.T) {
 	}
 	close(release[0])
 	close(release[1])
-	ready := map[string]bool{}
-	ids := map[string]bool{}
-	for _, ch := range append(held, rest...) {
-		r := <-ch
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if ids[r.info.ID] {
-			t.Fatalf("id %s given twice", r.info.ID)
-		}
-		ids[r.info.ID] = true
-		if r.info.State == StateReady {
-			ready[r.info.ID] = true
-		}
-	}
-	if len(ids) != 6 || len(ready) != 3 {
-		t.Fatalf("%d tasks, %d ready; want 6, 3", len(ids), len(ready))
+	infos, ready := answers(t, append(held, rest...))
+	if len(infos) != 6 || len(ready) != 3 {
+		t.Fatalf("%d tasks, %d ready; want 6, 3", len(infos), len(ready))
 	}
 	// Two held EXECs, then the four queued in one lot or two.
 	if n := g.n.Load(); n < 3 || n > 4 {
@@ -258,6 +232,29 @@ func TestEnqueueGroupLanes(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// answers waits for every enqueue of chs and fails the test on an error
+// or an id given twice; it returns the tasks and the ids of those ready.
+func answers(t *testing.T, chs []<-chan enqueued1) (infos []*TaskInfo, ready map[string]bool) {
+	t.Helper()
+	ids := map[string]bool{}
+	ready = map[string]bool{}
+	for _, ch := range chs {
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if ids[r.info.ID] {
+			t.Fatalf("id %s given twice", r.info.ID)
+		}
+		ids[r.info.ID] = true
+		infos = append(infos, r.info)
+		if r.info.State == StateReady {
+			ready[r.info.ID] = true
+		}
+	}
+	return infos, ready
 }
 
 // Many producers on one Client: every enqueue is answered, every task is
