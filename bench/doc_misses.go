@@ -83,6 +83,9 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				"At this rate each of the %d handler slots has to turn a task around every %s ms, pop, claim and result included, so tasks wait in the ready list for a free slot. %s\n",
 				rate, workers, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"),
 				workers, formatValue(float64(workers)*1000/float64(rate), "ms"), latenessDiagnosis(r, rate, workers))
+			if pace := schedulePace(r, want); pace != "" {
+				p("  %s\n", pace)
+			}
 		}
 	}
 	if missed["dispatch"] {
@@ -171,6 +174,33 @@ func dispatchCPU(r *Report) string {
 	}
 	want := map[string]any{"shape": "spread", "dispatchers": 1, "backlog": bl[len(bl)-1]}
 	return cpuSentence(r, "dispatch", want, fmt.Sprintf("spread backlog of %d, one dispatcher: the dispatcher's process", bl[len(bl)-1]), "", "engine", "asynq")
+}
+
+// schedulePace says how long each design's producers took to schedule a
+// lateness case's tasks (the schedule_seconds detail of its last run),
+// and so the rate they kept: a case is named by the rate asked for, and
+// producers that cannot keep it load the rest less.
+func schedulePace(r *Report, want map[string]any) string {
+	var parts []string
+	var asked float64
+	for _, impl := range []string{"engine", "naive", "asynq"} {
+		res := r.find("lateness", impl, "p99", want)
+		if res == nil {
+			continue
+		}
+		secs, ok := res.Detail["schedule_seconds"].(float64)
+		n, _ := res.Params["n"].(float64)
+		if !ok || secs <= 0 || n <= 0 {
+			continue
+		}
+		asked, _ = res.Params["seconds"].(float64)
+		parts = append(parts, fmt.Sprintf("%s %s s (%s tasks/s)", impl, formatValue(secs, "s"), formatValue(n/secs, "tasks/s")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("The case asks for its tasks to be scheduled in %.0f s; the producers took (last run) %s. A design whose producers fall behind the rate loads its workers and dispatcher less than the case's name says.",
+		asked, strings.Join(parts, ", "))
 }
 
 // latenessDiagnosis says what the diagnostic lateness case (the same rate

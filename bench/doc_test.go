@@ -68,18 +68,22 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 		return &Result{Scenario: "lateness", Case: "lateness case", Params: params, Impl: impl, Metric: metric, Unit: "ms",
 			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
 	}
-	target := map[string]any{"rate": 20000.0, "workers": 16.0}
+	target := map[string]any{"rate": 20000.0, "workers": 16.0, "n": 200000.0, "seconds": 10.0}
 	diag := map[string]any{"rate": 20000.0, "workers": 64.0, "diagnostic": "4× the handlers"}
+	p99 := res("engine", "p99", target, 50)
+	p99.Detail = map[string]any{"schedule_seconds": 16.0}
 	rep := &Report{Meta: map[string]any{"impls": []any{"engine"}, "runs": 1.0},
 		Results: []*Result{
 			res("engine", "p50", diag, 8), res("engine", "p99", diag, 15), res("engine", "early", diag, 0),
-			res("engine", "p50", target, 12), res("engine", "p99", target, 50), res("engine", "early", target, 0),
+			res("engine", "p50", target, 12), p99, res("engine", "early", target, 0),
 		}}
 	doc := renderPage(t, rep, "")
 	for _, want := range []string{
 		"| lateness p99 at 20000 tasks/s scheduled, engine | ≤ 20 ms, 0 early | p99 50.0 ms, 0.0% early | **missed** |",
 		"The engine's p50 is 12.0 ms and p99 50.0 ms",
 		"The same case with 64 handlers (the diagnostic row under *Every figure*) has a p50 of 8.00 ms and a p99 of 15.0 ms, so with more handlers the wait for a free slot goes",
+		// The pace the producers kept, from the last run's detail.
+		"The case asks for its tasks to be scheduled in 10 s; the producers took (last run) engine 16 s (12.5k tasks/s).",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the page lacks %q", want)
