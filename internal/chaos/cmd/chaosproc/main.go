@@ -340,7 +340,8 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 		if o.census == nil {
 			return nil
 		}
-		return led.Write(fmt.Sprintf("G %d %d", calls.Load(), o.census.Count("EXEC")))
+		// The census counts names case-insensitively.
+		return led.Write(fmt.Sprintf("G %d %d", calls.Load(), o.census.Count("exec")))
 	}
 	reserve := func(n int) int {
 		mu.Lock()
