@@ -23,6 +23,9 @@ type observed struct {
 	runs      map[string][]*ledger.Run // by task id, in start order
 	batchRuns map[string]map[int]bool  // batch id -> indices that ran
 	payload   map[string]string        // task id -> payload word
+	// calls and execs sum the producers' last G lines: enqueue calls
+	// made and EXECs sent (Scenario.Groups).
+	calls, execs int64
 }
 
 func (h *harness) collect() (*observed, error) {
@@ -47,6 +50,8 @@ func (h *harness) collect() (*observed, error) {
 			for _, a := range pl.Acked {
 				o.acked[a.ID] = a
 			}
+			o.calls += pl.Calls
+			o.execs += pl.Execs
 		case roleWorker:
 			runs, err := ledger.ReadHandler(p.LedgerPath)
 			if err != nil {
@@ -484,6 +489,13 @@ func (h *harness) check(ctx context.Context) *Report {
 	}
 	if rep.DeadLettered > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d acknowledged noop tasks were dead-lettered (counted apart from lost)", rep.DeadLettered))
+	}
+	if h.sc.Groups {
+		if obs.calls == 0 || obs.execs >= obs.calls {
+			fail("producers made %d enqueue calls in %d EXECs: no enqueues shared a transaction, so the scenario did not exercise group commit", obs.calls, obs.execs)
+		} else {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", obs.calls, obs.execs))
+		}
 	}
 	return rep
 }

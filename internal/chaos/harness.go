@@ -17,7 +17,6 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
-	"github.com/bucketq/bucketq/internal/chaos/ledger"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -467,38 +466,7 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 			rep.Failures = append(rep.Failures, "the dispatch turn was never seen held: the scenario did not exercise it")
 		}
 	}
-	if h.sc.Groups {
-		calls, execs, err := h.producerGroups()
-		switch {
-		case err != nil:
-			rep.Failures = append(rep.Failures, fmt.Sprintf("reading the producers' group counts: %v", err))
-		case calls == 0 || execs >= calls:
-			rep.Failures = append(rep.Failures, fmt.Sprintf("producers made %d enqueue calls in %d EXECs: no enqueues shared a transaction, so the scenario did not exercise group commit", calls, execs))
-		default:
-			rep.Notes = append(rep.Notes, fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", calls, execs))
-		}
-	}
 	return rep, nil
-}
-
-// producerGroups sums the producers' last G lines: enqueue calls made and
-// EXECs sent (Scenario.Groups).
-func (h *harness) producerGroups() (calls, execs int64, err error) {
-	for _, p := range h.allProcs() {
-		if p.Role != roleProducer || p.LedgerPath == "" {
-			continue
-		}
-		if _, serr := os.Stat(p.LedgerPath); serr != nil {
-			continue // killed before it wrote anything
-		}
-		pl, rerr := ledger.ReadProducer(p.LedgerPath)
-		if rerr != nil {
-			return 0, 0, rerr
-		}
-		calls += pl.Calls
-		execs += pl.Execs
-	}
-	return calls, execs, nil
 }
 
 // turnSampleEvery is how often watchTurn looks at the dispatch turn.
