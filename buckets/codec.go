@@ -126,12 +126,49 @@ const (
 	recordMagic = 'B'
 	// recordVersion 1 ends with the payload. Version 2 has trailing
 	// sections after it, each a tag byte, a uvarint length and that many
-	// bytes. Version 3 (encode3) is written only when WriteCompactRecords
-	// is on; every version is read.
+	// bytes. Version 3 was written by the release before version 4 when
+	// compact records were on; version 4 (encode4) is written when they
+	// are on now. Every version is read.
 	recordVersion  = 1
 	recordVersion2 = 2
 	recordVersion3 = 3
+	recordVersion4 = 4
 )
+
+// Version 4 fields, by their bit in the record's presence mask (see
+// encode4). Each is stored only when it differs from what its absence
+// means, in this order.
+const (
+	f4CreatedID   = 1 << iota // Created is the time in the id (IDTime): no bytes
+	f4Due                     // Due ≠ Created: the zigzag varint of Due − Created
+	f4Created                 // Created otherwise, when not 0: a uvarint
+	f4Queue                   // Queue ≠ v4Queue: length-prefixed
+	f4MaxAttempts             // MaxAttempts ≠ v4MaxAttempts: a uvarint
+	f4Timeout                 // TimeoutMs ≠ v4TimeoutMs: a uvarint
+	f4Attempts                // then, when not 0: uvarints
+	f4Recoveries
+	f4Runs
+	f4Started
+	f4Finished
+	f4Deadline
+	f4Worker    // length-prefixed, when not ""
+	f4LastError // length-prefixed, when not ""
+	f4Sections  // the trailing sections, after the type: their length, then them
+	f4Known     = f4Sections<<1 - 1
+)
+
+// What a version 4 record means when it leaves a field out: the defaults
+// of the engine that introduced it. They are part of the format, so they
+// stay these values whatever a later release's defaults become.
+const (
+	v4Queue       = "default"
+	v4MaxAttempts = 25
+	v4TimeoutMs   = 30 * 60 * 1000
+)
+
+// v4States are the states by their code in a version 4 record's first
+// uvarint (its low 3 bits).
+var v4States = [...]State{StateWaiting, StateRetry, StateRunning, StateDone, StateDead, StateCancelled}
 
 // Version 3 numeric fields, by their bit in the record's presence mask: a
 // field is stored only when it is not zero, in this order.
@@ -177,27 +214,40 @@ const (
 
 const flagSkipIfRunning = 1
 
-// Encode returns the stored form of r. Version 3 (see encode3) when
+// Encode returns the stored form of r. Version 4 (see encode4) when
 // WriteCompactRecords is on; otherwise version 1, or version 2 when the
 // record has trailing sections, which every earlier release reads. A
 // record is most of a task's memory, so every form is compact: varints,
-// length-prefixed strings, the payload last.
+// length-prefixed strings. A Store encodes with EncodeRecord, which also
+// honours Store.Compact.
 func (r *Record) Encode() []byte {
-	if compactRecords.Load() {
-		return r.encode3()
+	return r.encode(compactRecords.Load())
+}
+
+func (r *Record) encode(compact bool) []byte {
+	if compact {
+		return r.encode4()
 	}
 	return r.encodeLegacy()
 }
 
-// compactRecords: Encode writes version 3 (WriteCompactRecords).
+// EncodeRecord returns the stored form of r as this store writes it:
+// version 4 when s.Compact (or WriteCompactRecords) is on, else what
+// Encode writes.
+func (s *Store) EncodeRecord(r *Record) []byte {
+	return r.encode(s.Compact || compactRecords.Load())
+}
+
+// compactRecords: Encode writes version 4 (WriteCompactRecords).
 var compactRecords atomic.Bool
 
-// WriteCompactRecords makes Encode, in this process, write version 3
-// records (on), whose header is about ten bytes shorter, or the version 1
-// and 2 records that earlier releases read (off, the default). This
-// release reads all three. Turn it on only once no process of an earlier
-// release runs against the namespace: such a process cannot read version
-// 3 and buries a record it meets as a dead letter holding the raw bytes.
+// WriteCompactRecords makes Encode, in this whole process, write version
+// 4 records (on), whose header is 20 to 30 bytes shorter, or the version 1
+// and 2 records that earlier releases read (off, the default). Store.Compact
+// sets the same for one store. This release reads versions 1 to 4. Turn
+// it on only once no process of an earlier release runs against the
+// namespace: such a process cannot read version 4 and buries a record it
+// meets as a dead letter holding the raw bytes.
 func WriteCompactRecords(on bool) { compactRecords.Store(on) }
 
 // encodeLegacy returns version 1: the magic byte, the version, the state,
@@ -231,42 +281,78 @@ func (r *Record) encodeLegacy() []byte {
 	return b
 }
 
-// encode3 returns version 3: the magic byte 'B', the version, the state,
-// a uvarint mask of the numeric and text fields that are not zero (field*
-// bits), those fields in bit order (unsigned varints, Due as the zigzag
-// varint of Due − Created, Worker and LastError length-prefixed), then the
-// length-prefixed queue, type and payload, then the trailing sections
-// (see sections). A field at zero takes no byte: a waiting task's header
-// is about 30 bytes where version 1's is 40.
-func (r *Record) encode3() []byte {
-	n := 3 + 12*binary.MaxVarintLen64 +
-		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
-	sections := r.sections()
-	for _, sec := range sections {
-		n += len(sec)
-	}
-	nums := r.numbers()
+// encode4 returns version 4: the magic byte 'B', the version, a uvarint
+// of the mask of the fields stored (f4* bits) shifted left by 3 and the
+// state's code (v4States) in the low 3 bits, those fields in bit order,
+// the length-prefixed type, the trailing sections when there are any
+// (their total length, then each as in version 2; see sections), and the
+// payload: the rest of the record, with no length. A field at what its
+// absence means takes no byte: a task created with a generated id
+// (IDTime), on the default queue with the default attempts and timeout,
+// stores its state, its due time relative to its creation, its type and
+// its payload, a header of 4 bytes plus the type and the due delta.
+func (r *Record) encode4() []byte {
+	created, due := max(r.Created, 0), max(r.Due, 0)
 	var mask uint64
-	for i, v := range nums {
+	if t, ok := IDTime(r.ID); ok && created == t {
+		mask |= f4CreatedID
+	} else if created > 0 {
+		mask |= f4Created
+	}
+	if due != created {
+		mask |= f4Due
+	}
+	if r.Queue != v4Queue {
+		mask |= f4Queue
+	}
+	maxAttempts, timeout := int64(max(r.MaxAttempts, 0)), max(r.TimeoutMs, 0)
+	if maxAttempts != v4MaxAttempts {
+		mask |= f4MaxAttempts
+	}
+	if timeout != v4TimeoutMs {
+		mask |= f4Timeout
+	}
+	counts := [...]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), r.Started, r.Finished, r.Deadline}
+	for i, v := range counts {
 		if v > 0 {
-			mask |= 1 << i
+			mask |= f4Attempts << i
 		}
 	}
 	if r.Worker != "" {
-		mask |= fieldWorker
+		mask |= f4Worker
 	}
 	if r.LastError != "" {
-		mask |= fieldLastError
+		mask |= f4LastError
 	}
-	b := make([]byte, 0, n)
-	b = append(b, recordMagic, recordVersion3, byte(r.State))
-	b = binary.AppendUvarint(b, mask)
-	for i, v := range nums {
-		switch {
-		case mask&(1<<i) == 0:
-		case 1<<i == fieldDue:
-			b = binary.AppendVarint(b, v-max(r.Created, 0))
-		default:
+	sections := r.sections()
+	size := 0
+	for _, sec := range sections {
+		size += len(sec)
+	}
+	if size > 0 {
+		mask |= f4Sections
+	}
+	b := make([]byte, 0, 2+12*binary.MaxVarintLen64+
+		len(r.Queue)+len(r.Type)+len(r.Worker)+len(r.LastError)+size+len(r.Payload))
+	b = append(b, recordMagic, recordVersion4)
+	b = binary.AppendUvarint(b, mask<<3|uint64(stateCode(r.State)))
+	if mask&f4Created != 0 {
+		b = binary.AppendUvarint(b, uint64(created))
+	}
+	if mask&f4Due != 0 {
+		b = binary.AppendVarint(b, due-created)
+	}
+	if mask&f4Queue != 0 {
+		b = appendLen(b, r.Queue)
+	}
+	if mask&f4MaxAttempts != 0 {
+		b = binary.AppendUvarint(b, uint64(maxAttempts))
+	}
+	if mask&f4Timeout != 0 {
+		b = binary.AppendUvarint(b, uint64(timeout))
+	}
+	for i, v := range counts {
+		if mask&(f4Attempts<<i) != 0 {
 			b = binary.AppendUvarint(b, uint64(v))
 		}
 	}
@@ -275,13 +361,26 @@ func (r *Record) encode3() []byte {
 			b = appendLen(b, s)
 		}
 	}
-	b = appendLen(b, r.Queue)
 	b = appendLen(b, r.Type)
-	b = appendLen(b, r.Payload)
-	for _, sec := range sections {
-		b = append(b, sec...)
+	if size > 0 {
+		b = binary.AppendUvarint(b, uint64(size))
+		for _, sec := range sections {
+			b = append(b, sec...)
+		}
 	}
-	return b
+	return append(b, r.Payload...)
+}
+
+// stateCode is st's code in a version 4 record; 7, which no decoder
+// takes, for a state that is not one (as versions 1 to 3 write the byte
+// as it is, for the decoder to refuse).
+func stateCode(st State) int {
+	for i, v := range v4States {
+		if v == st {
+			return i
+		}
+	}
+	return 7
 }
 
 // numbers returns the record's numeric fields in the order both encodings
@@ -351,6 +450,9 @@ func (r *Record) encodeMetadata() []byte {
 func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
+	}
+	if b[1] == recordVersion4 {
+		return decode4(id, b[2:])
 	}
 	if b[1] != recordVersion && b[1] != recordVersion2 && b[1] != recordVersion3 {
 		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
@@ -459,6 +561,118 @@ func (d *decoder) header3(r *Record) error {
 	r.Queue = d.name()
 	r.Type = d.name()
 	return nil
+}
+
+// decode4 parses the rest of a version 4 record, after 'B' and the
+// version (see encode4). A field the mask names must differ from what
+// its absence means, so that a record has one encoding; a mask bit this
+// version does not know is refused ("upgrade this worker").
+func decode4(id string, b []byte) (*Record, error) {
+	r := &Record{ID: id, Queue: v4Queue, MaxAttempts: v4MaxAttempts, TimeoutMs: v4TimeoutMs}
+	d := decoder{b: b}
+	h := d.uvarint()
+	if d.err {
+		return nil, fmt.Errorf("buckets: task %s: truncated record: %w", id, ErrMalformed)
+	}
+	if code := h & 7; code >= uint64(len(v4States)) {
+		return nil, fmt.Errorf("buckets: task %s: state code %d unknown: %w", id, h&7, ErrMalformed)
+	} else {
+		r.State = v4States[code]
+	}
+	mask := h >> 3
+	if mask&^f4Known != 0 {
+		return nil, fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", id, mask&^f4Known, ErrMalformed)
+	}
+	num := func(least uint64) uint64 {
+		v := d.uvarint()
+		if v < least || v > 1<<53 {
+			d.err = true
+		}
+		return v
+	}
+	idTime, idOK := IDTime(id)
+	switch {
+	case mask&f4CreatedID != 0:
+		if mask&f4Created != 0 || !idOK {
+			d.err = true
+		}
+		r.Created = idTime
+	case mask&f4Created != 0:
+		if r.Created = int64(num(1)); idOK && r.Created == idTime {
+			d.err = true
+		}
+	}
+	r.Due = r.Created
+	if mask&f4Due != 0 {
+		delta, n := binary.Varint(d.b)
+		if n <= 0 || delta == 0 {
+			d.err = true
+		} else {
+			d.b = d.b[n:]
+			if r.Due = r.Created + delta; r.Due < 0 || r.Due > 1<<53 {
+				d.err = true
+			}
+		}
+	}
+	if mask&f4Queue != 0 {
+		if r.Queue = d.name(); r.Queue == v4Queue {
+			d.err = true
+		}
+	}
+	if mask&f4MaxAttempts != 0 {
+		if v := num(0); v == v4MaxAttempts || v >= 1<<31 {
+			d.err = true
+		} else {
+			r.MaxAttempts = int(v)
+		}
+	}
+	if mask&f4Timeout != 0 {
+		if r.TimeoutMs = int64(num(0)); r.TimeoutMs == v4TimeoutMs {
+			d.err = true
+		}
+	}
+	for i, p := range []*int{&r.Attempts, &r.Recoveries, &r.Runs} {
+		if mask&(f4Attempts<<i) != 0 {
+			if v := num(1); v < 1<<31 {
+				*p = int(v)
+			} else {
+				d.err = true
+			}
+		}
+	}
+	for i, p := range []*int64{&r.Started, &r.Finished, &r.Deadline} {
+		if mask&(f4Started<<i) != 0 {
+			*p = int64(num(1))
+		}
+	}
+	if mask&f4Worker != 0 {
+		if r.Worker = d.name(); r.Worker == "" {
+			d.err = true
+		}
+	}
+	if mask&f4LastError != 0 {
+		if r.LastError = d.str(); r.LastError == "" {
+			d.err = true
+		}
+	}
+	r.Type = d.name()
+	if mask&f4Sections != 0 {
+		block, ok := d.next()
+		if !ok || len(block) == 0 {
+			d.err = true
+		} else {
+			sd := decoder{b: block}
+			if err := sd.sections(r); err != nil {
+				return nil, err
+			}
+			d.err = d.err || sd.err
+		}
+	}
+	if d.err {
+		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
+	}
+	r.Payload = append([]byte{}, d.b...)
+	return r, nil
 }
 
 type decoder struct {

@@ -15,24 +15,28 @@ func compact(t *testing.T) {
 
 func encodeLegacy(r *Record) []byte { return r.encodeLegacy() }
 
-// Records of earlier releases (versions 1 and 2) decode to the same
-// record as its version 3 encoding, and rewriting one writes version 3.
+// Records of earlier releases (versions 1 to 3) decode to the same
+// record as its version 4 encoding, and rewriting one writes version 4.
 func TestRecordLegacyDecode(t *testing.T) {
 	compact(t)
 	for i, r := range append(sampleRecords(), sample()) {
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
-		old := encodeLegacy(r)
-		got, err := DecodeRecord(r.ID, old)
-		if err != nil {
-			t.Fatalf("record %d (version %d): %v", i, old[1], err)
-		}
-		if !reflect.DeepEqual(got, r) {
-			t.Errorf("record %d (version %d):\n got %+v\nwant %+v", i, old[1], got, r)
-		}
-		if enc := got.Encode(); enc[1] != recordVersion3 || len(enc) > len(old) {
-			t.Errorf("record %d rewritten as version %d, %d bytes (was %d)", i, enc[1], len(enc), len(old))
+		for _, old := range [][]byte{encodeLegacy(r), r.encode3()} {
+			got, err := DecodeRecord(r.ID, old)
+			if err != nil {
+				t.Fatalf("record %d (version %d): %v", i, old[1], err)
+			}
+			if !reflect.DeepEqual(got, r) {
+				t.Errorf("record %d (version %d):\n got %+v\nwant %+v", i, old[1], got, r)
+			}
+			// Not always shorter than version 3: these samples leave
+			// fields unset that a producer always sets (max attempts,
+			// timeout), which version 4 then stores as 0.
+			if enc := got.Encode(); enc[1] != recordVersion4 || len(enc) > len(encodeLegacy(r)) {
+				t.Errorf("record %d rewritten as version %d, %d bytes (was %d)", i, enc[1], len(enc), len(old))
+			}
 		}
 	}
 }
@@ -109,16 +113,25 @@ func TestRecordVersion3Rejects(t *testing.T) {
 }
 
 // Encode writes what earlier releases read until WriteCompactRecords is
-// turned on, and version 3 after; both decode to the record.
+// turned on, and version 4 after; both decode to the record. A Store
+// with Compact writes version 4 while the process-wide switch is off.
 func TestWriteCompactRecords(t *testing.T) {
 	r := sample()
 	if b := r.Encode(); b[1] != recordVersion {
 		t.Fatalf("default: version %d, want %d", b[1], recordVersion)
 	}
+	if b := (&Store{Compact: true}).EncodeRecord(r); b[1] != recordVersion4 {
+		t.Fatalf("Store.Compact: version %d, want %d", b[1], recordVersion4)
+	}
+	if b := (&Store{}).EncodeRecord(r); b[1] != recordVersion {
+		t.Fatalf("Store without Compact: version %d, want %d", b[1], recordVersion)
+	}
 	compact(t)
-	b := r.Encode()
-	if b[1] != recordVersion3 {
-		t.Fatalf("compact: version %d, want %d", b[1], recordVersion3)
+	if b := r.Encode(); b[1] != recordVersion4 {
+		t.Fatalf("compact: version %d, want %d", b[1], recordVersion4)
+	}
+	if b := (&Store{}).EncodeRecord(r); b[1] != recordVersion4 {
+		t.Fatalf("WriteCompactRecords, Store without Compact: version %d, want %d", b[1], recordVersion4)
 	}
 	for i, r := range append(sampleRecords(), r) {
 		if r.Payload == nil {

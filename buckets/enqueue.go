@@ -132,7 +132,7 @@ func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList
 // (maybe) the dispatchers' wake. It returns them and the queue it adds.
 func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) {
 	cmds = make(cmdList, 0, 8)
-	cmds.Queue("SET", s.Keys.Task(r.ID), r.Encode())
+	cmds.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
 	if !s.queueKnown(r.Queue, now) {
 		cmds.Queue("SADD", s.Keys.Queues(), r.Queue)
 		added = []string{r.Queue}
@@ -162,7 +162,7 @@ func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []st
 		earliest int64 = -1
 	)
 	for _, r := range recs {
-		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
+		mset = append(mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
 		queues[r.Queue] = true
 		if r.Due <= now {
 			if len(ready[r.Queue]) == 0 {

@@ -48,39 +48,62 @@ func FuzzDecodeRecord(f *testing.F) {
 		f.Add(enc[:len(enc)-1])
 		f.Add(append(append([]byte{}, enc...), 0))
 		f.Add(r.encode3())
+		f.Add(r.encode4())
+		r.ID = fuzzIDs[1]
+		f.Add(r.encode4())
 	}
 	for _, b := range []string{"", "B", "B\x01", "B\x01w", "B\x02w", "B\x03w", "B\x03w\x00", "garbage", "B\x01z\x00",
 		"B\x01w\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"} {
 		f.Add([]byte(b))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRecord("id", b)
-		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("DecodeRecord error does not wrap ErrMalformed: %v", err)
-			}
-			if r != nil {
-				t.Fatalf("DecodeRecord returned a record with its error")
-			}
-			return
-		}
-		if r.ID != "id" || r.Payload == nil {
-			t.Fatalf("decoded record: id %q, payload nil %v", r.ID, r.Payload == nil)
-		}
-		for _, encode := range []func(*Record) []byte{(*Record).encodeLegacy, (*Record).encode3} {
-			enc := encode(r)
-			r2, err := DecodeRecord("id", enc)
-			if err != nil {
-				t.Fatalf("re-encoded record does not decode: %v\ninput %q\nencoded %q", err, b, enc)
-			}
-			if !reflect.DeepEqual(r, r2) {
-				t.Fatalf("round trip changed the record:\n first %+v\nsecond %+v", r, r2)
-			}
-			if enc2 := encode(r2); !bytes.Equal(enc, enc2) {
-				t.Fatalf("encoding is not stable:\n%q\n%q", enc, enc2)
-			}
+		for _, id := range fuzzIDs {
+			fuzzRecord(t, id, b)
 		}
 	})
+}
+
+// fuzzIDs are the ids the fuzzer decodes under: one without a time, one
+// a generated id with its time, and that one with a lane suffix (version
+// 4 reads the creation time from the last two).
+var fuzzIDs = []string{"id", idAt(1700000000000), idAt(1700000000000) + "~3"}
+
+// idAt is a generated id of Unix millisecond ms with fixed random bits,
+// so that a test's ids are the same in every run.
+func idAt(ms int64) string {
+	b := [16]byte{6: 0x5e, 15: 0x17}
+	b[0], b[1], b[2], b[3], b[4], b[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	return EncodeID(b)
+}
+
+// fuzzRecord is FuzzDecodeRecord's check of b as the record of task id.
+func fuzzRecord(t *testing.T, id string, b []byte) {
+	r, err := DecodeRecord(id, b)
+	if err != nil {
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("DecodeRecord error does not wrap ErrMalformed: %v", err)
+		}
+		if r != nil {
+			t.Fatalf("DecodeRecord returned a record with its error")
+		}
+		return
+	}
+	if r.ID != id || r.Payload == nil {
+		t.Fatalf("decoded record: id %q, payload nil %v", r.ID, r.Payload == nil)
+	}
+	for _, encode := range []func(*Record) []byte{(*Record).encodeLegacy, (*Record).encode3, (*Record).encode4} {
+		enc := encode(r)
+		r2, err := DecodeRecord(id, enc)
+		if err != nil {
+			t.Fatalf("re-encoded record does not decode: %v\ninput %q\nencoded %q", err, b, enc)
+		}
+		if !reflect.DeepEqual(r, r2) {
+			t.Fatalf("round trip changed the record:\n first %+v\nsecond %+v", r, r2)
+		}
+		if enc2 := encode(r2); !bytes.Equal(enc, enc2) {
+			t.Fatalf("encoding is not stable:\n%q\n%q", enc, enc2)
+		}
+	}
 }
 
 // TestRecordRoundTrip runs the round trip on the sample records directly.

@@ -191,7 +191,7 @@ func (s *Store) enqueueWrites(tx queuer, now int64, recs []*Record) {
 	sched := map[string]map[int64][]string{}
 	earliest := int64(-1)
 	for _, r := range recs {
-		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
+		mset = append(mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
 		queues[r.Queue] = true
 		if r.Due <= now {
 			ready[r.Queue] = append(ready[r.Queue], r.ID)
@@ -277,7 +277,7 @@ func (s *Store) cancelFirings(tx *txn.Tx, ids []string, now, ttl int64) ([]strin
 		r.State = StateCancelled
 		r.Finished = now
 		r.LastError = "cancelled: the entry's schedule changed"
-		tx.Queue("SETEX", key, ttl, r.Encode())
+		tx.Queue("SETEX", key, ttl, s.EncodeRecord(r))
 		tx.Queue("HINCRBY", st, StatCancelled, 1)
 		cancelled = append(cancelled, id)
 	}
@@ -333,7 +333,7 @@ func (s *Store) skipOverlap(tx queuer, r *Record, now int64, prev string) {
 	r.State = StateCancelled
 	r.Finished = now
 	r.LastError = "skipped: previous run " + prev + " still running"
-	tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, r.Encode())
+	tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, s.EncodeRecord(r))
 	tx.Queue("HINCRBY", st, StatCancelled, 1)
 }
 

@@ -139,7 +139,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 				}
 			}
 			r.State = StateWaiting
-			tx.Queue("SET", s.Keys.Task(id), r.Encode())
+			tx.Queue("SET", s.Keys.Task(id), s.EncodeRecord(r))
 			back.add(r.Queue, id)
 			res.Requeued++
 		}

@@ -52,6 +52,9 @@ type Store struct {
 	// FlowTTL is how long, in seconds, a workflow's hash is kept after
 	// the workflow ended (workflow.go); at least 1.
 	FlowTTL int64
+	// Compact makes the store write version 4 task records (EncodeRecord),
+	// which no earlier release reads; see WriteCompactRecords.
+	Compact bool
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues

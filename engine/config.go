@@ -21,11 +21,14 @@ type Config struct {
 	Resolution time.Duration
 	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
 	MaxPayload int
-	// CompactRecords writes task records in the shorter format of this
-	// release (about ten bytes a task less), in this whole process once any
-	// of its parts is built with it (buckets.WriteCompactRecords). Off by
-	// default, because earlier releases cannot read it: turn it on once
-	// every process on the namespace runs this release or a later one.
+	// CompactRecords makes the parts built with this Config write task
+	// records in the shorter format of this release (record version 4: a
+	// waiting task's header is 20 to 30 bytes shorter; the time it was
+	// created is read from its generated id, and the default queue,
+	// attempts and timeout take no byte). Off by default, because earlier
+	// releases cannot read it: turn it on once every process on the
+	// namespace runs this release or a later one. Records of every
+	// format stay readable either way.
 	CompactRecords bool
 
 	// DefaultQueue is the queue of a task enqueued without Queue().
@@ -423,9 +426,6 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 		return c, nil, err
 	}
 	c = c.withDefaults()
-	if c.CompactRecords {
-		buckets.WriteCompactRecords(true)
-	}
 	st, err := buckets.NewLaneStore(c.Namespace, c.lane.index, c.Resolution.Milliseconds())
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
@@ -438,6 +438,7 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
 	}
 	st.FlowTTL = c.doneTTL()
+	st.Compact = c.CompactRecords
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}

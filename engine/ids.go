@@ -1,40 +1,26 @@
 package engine
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"math/bits"
+	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/google/uuid"
 )
 
-// idLen is the length of a generated task id: 128 random bits in base 62
-// (62^22 > 2^128), which is what a task costs in every key and list that
-// names it; a canonical UUID spells the same bits in 36 characters.
-const idLen = 22
+// idLen and base62 are the shape of a generated task id
+// (buckets.NewID): 22 base62 digits of 128 bits, the Unix millisecond it
+// was made in the top 48 and random bits below.
+const (
+	idLen  = buckets.IDLen
+	base62 = buckets.Base62
+)
 
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+// newID returns a new task id made now.
+func newID() string { return newIDAt(time.Now()) }
 
-// newID returns a new random task id: 128 bits of crypto/rand as idLen
-// base62 digits, most significant first, zero-padded.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
-	return encodeID(b)
-}
-
-// encodeID spells 128 bits (big-endian) as idLen base62 digits.
-func encodeID(b [16]byte) string {
-	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
-	var out [idLen]byte
-	for i := idLen - 1; i >= 0; i-- {
-		var r uint64
-		hi, r = hi/62, hi%62
-		lo, r = bits.Div64(r, lo, 62)
-		out[i] = base62[r]
-	}
-	return string(out[:])
-}
+// newIDAt returns a new task id made at now, whose time a record then
+// need not store (buckets.IDTime): the task's Created is that millisecond.
+func newIDAt(now time.Time) string { return buckets.NewID(ms(now)) }
 
 // generatedID reports whether id has the shape of an id this package
 // generates without a lane: newID's (22 base62 digits of at most 128

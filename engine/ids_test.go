@@ -40,7 +40,7 @@ func TestNewIDFormat(t *testing.T) {
 	}
 }
 
-// encodeID is the base62 spelling of the 128-bit number, as math/big has it.
+// EncodeID is the base62 spelling of the 128-bit number, as math/big has it.
 func TestEncodeID(t *testing.T) {
 	var cases [][16]byte
 	cases = append(cases, [16]byte{}, [16]byte{15: 61}, [16]byte{15: 62})
@@ -67,8 +67,8 @@ func TestEncodeID(t *testing.T) {
 			return r
 		}, want)
 		want = strings.Repeat("0", idLen-len(want)) + want
-		if got := encodeID(b); got != want {
-			t.Fatalf("encodeID(%x) = %q, want %q", b, got, want)
+		if got := buckets.EncodeID(b); got != want {
+			t.Fatalf("EncodeID(%x) = %q, want %q", b, got, want)
 		}
 	}
 }
@@ -107,7 +107,7 @@ func TestLaneOfGeneratedIDs(t *testing.T) {
 		if got := LaneOf(id+"~5~r1.17", 8); got != 5 {
 			t.Fatalf("reply of %q~5: lane %d", id, got)
 		}
-		if id := laneTaskID(3, 8); LaneOf(id, 8) != 3 || !generatedID(strings.TrimSuffix(id, "~3")) {
+		if id := laneTaskID(3, 8, time.Now().UnixMilli()); LaneOf(id, 8) != 3 || !generatedID(strings.TrimSuffix(id, "~3")) {
 			t.Fatalf("laneTaskID(3, 8) = %q", id)
 		}
 	}
@@ -165,7 +165,6 @@ func TestCompactRecords(t *testing.T) {
 	if v := version(old.ID); v != 1 {
 		t.Fatalf("default: record version %d, want 1 (what earlier releases read)", v)
 	}
-	t.Cleanup(func() { buckets.WriteCompactRecords(false) })
 	cfg := e.cfg
 	cfg.CompactRecords = true
 	c, err := NewClient(e.pool, cfg)
@@ -176,8 +175,25 @@ func TestCompactRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := version(nu.ID); v != 3 {
-		t.Fatalf("CompactRecords: record version %d, want 3", v)
+	if v := version(nu.ID); v != 4 {
+		t.Fatalf("CompactRecords: record version %d, want 4", v)
+	}
+	// The setting is the Config's: a client without it still writes
+	// what earlier releases read.
+	if ti, err := e.client(t).Enqueue(ctx, "job", []byte("z"), In(time.Hour)); err != nil || version(ti.ID) != 1 {
+		t.Fatalf("a client without CompactRecords after one with it: %v, version %d", err, version(ti.ID))
+	}
+	// Its creation time is its id's, not stored: the header is the
+	// magic, the version, state and mask, the due delta and the type.
+	raw, err := redis.Bytes(conn.Do("GET", e.key("t:"+nu.ID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, ok := buckets.IDTime(nu.ID); !ok || created != nu.Created.UnixMilli() {
+		t.Fatalf("id %s carries %d, %v; the task was created at %d", nu.ID, created, ok, nu.Created.UnixMilli())
+	}
+	if head := len(raw) - len("y") - len("job"); head > 3+4+1 {
+		t.Fatalf("a compact record's header is %d bytes: %x", head, raw)
 	}
 	for _, ti := range []*TaskInfo{old, nu} {
 		got, err := c.Lookup(ctx, ti.ID)
@@ -188,7 +204,7 @@ func TestCompactRecords(t *testing.T) {
 			t.Fatalf("Cancel(%s): %v", ti.ID, err)
 		}
 	}
-	if v := version(old.ID); v != 3 {
-		t.Errorf("a cancelled earlier-format record is rewritten as version %d, want 3", v)
+	if v := version(old.ID); v != 4 {
+		t.Errorf("a cancelled earlier-format record is rewritten as version %d, want 4", v)
 	}
 }

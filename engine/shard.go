@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
@@ -138,12 +139,14 @@ func hashLane(s string, lanes int) int {
 	return int(h.Sum64() % uint64(lanes))
 }
 
-// laneTaskID returns a new random id in lane k of lanes lanes.
-func laneTaskID(k, lanes int) string {
+// laneTaskID returns a new id in lane k of lanes lanes for a task created
+// at Unix millisecond created (buckets.NewID).
+func laneTaskID(k, lanes int, created int64) string {
+	id := buckets.NewID(created)
 	if lanes <= 1 {
-		return newID()
+		return id
 	}
-	return newID() + laneSep + strconv.Itoa(k)
+	return id + laneSep + strconv.Itoa(k)
 }
 
 // ShardKey picks the task's lane in a sharded client by hashing key, so

@@ -181,7 +181,7 @@ func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*Bat
 			}
 			ids[r.ID] = i
 		} else {
-			r.ID = laneTaskID(res.Lanes[i], n)
+			r.ID = laneTaskID(res.Lanes[i], n, r.Created)
 		}
 		recs[i], chosen[i] = r, mine
 	}
@@ -249,7 +249,7 @@ func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*Bat
 			c.cfg.Logger.Warn("lane unreachable; tasks written to another lane", "from_lane", k, "to_lane", to, "tasks", len(idx), keyErr, res.Errs[idx[0]])
 			for _, i := range idx {
 				res.Lanes[i], res.Errs[i] = to, nil
-				recs[i].ID = laneTaskID(to, n)
+				recs[i].ID = laneTaskID(to, n, recs[i].Created)
 				pending = append(pending, i)
 			}
 		}

@@ -316,7 +316,7 @@ func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Opt
 	}
 	id := o.id
 	if id == "" {
-		id = newID()
+		id = newIDAt(now)
 	}
 	r = &buckets.Record{
 		ID: id, Queue: o.queue, Type: typ, Payload: payload,

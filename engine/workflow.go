@@ -270,7 +270,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 		}
 		r.ID = buckets.FlowCallbackID(g.ID)
 		r.Created, r.Due = 0, g.Callback.Delay.Milliseconds() // the template's Due is its delay
-		cb = r.Encode()
+		cb = c.store.EncodeRecord(r)
 	}
 	fields := buckets.GroupFields(len(g.Members), ms(now), g.Policy.store(), cb)
 	if err := c.enqueueFlow(ctx, g.ID, ms(now), fields, recs); err != nil {
