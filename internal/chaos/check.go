@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -497,7 +498,51 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", obs.calls, obs.execs))
 		}
 	}
+	if h.sc.Formats {
+		if note, err := h.checkFormats(obs); err != nil {
+			fail("%v", err)
+		} else {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
 	return rep
+}
+
+// checkFormats reads the record of every acknowledged task and tells, by
+// its producer's setting (Scenario.Formats), whether it is still in the
+// format its producer wrote. Each crossing (a compact record rewritten in
+// the earlier format, and the other way) must be seen at least once.
+func (h *harness) checkFormats(obs *observed) (string, error) {
+	compact := map[string]bool{} // producer ledger path → writes version 4
+	for _, p := range h.allProcs() {
+		if p.Role == roleProducer && slices.Contains(h.sc.SlotArgs[fmt.Sprintf("%s-%d", p.Role, p.Slot)], "-compact-records") {
+			compact[p.LedgerPath] = true
+		}
+	}
+	var n [2][2]int // [producer compact][record compact]
+	for id, a := range obs.acked {
+		l := h.laneOf(id)
+		c := l.admin.Get()
+		raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
+		c.Close()
+		if err != nil || len(raw) < 2 {
+			continue // no done record kept, or bad data
+		}
+		n[b2i(compact[a.File])][b2i(raw[1] == 4)]++
+	}
+	note := fmt.Sprintf("task records at the end: of compact producers' tasks %d compact and %d in the earlier format; of the others' %d compact and %d in the earlier format",
+		n[1][1], n[1][0], n[0][1], n[0][0])
+	if n[1][0] == 0 || n[0][1] == 0 {
+		return "", fmt.Errorf("no record was seen rewritten across formats both ways (%s)", note)
+	}
+	return note, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // earlyBound is how early a task may start on its producer's clock: the

@@ -49,6 +49,12 @@ type Scenario struct {
 	// Groups: producers must be seen sharing enqueue transactions (group
 	// commit): over the producers' G lines, fewer EXECs than calls.
 	Groups bool
+	// Formats: the processes with "-compact-records" in SlotArgs write
+	// version 4 records and the others version 1 or 2; tasks' records
+	// must be seen, at the end, in the format a process other than their
+	// producer wrote, both ways, or the scenario did not hand records
+	// across formats (harness.checkFormats).
+	Formats bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -91,6 +97,18 @@ var scenarios = []Scenario{
 		KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.005,
 		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
 		Groups: true,
+	},
+	{
+		Name: "formats", Doc: "half the processes write compact (version 4) task records and half the format earlier releases read, so that a task's record changes format as processes hand it on; workers and producers are killed (kill -9, some SIGTERM, producers some by themselves mid-batch) and a proxy cuts connections around EXEC",
+		Producers: 4, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
+		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.2,
+		Cuts: &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.01},
+		SlotArgs: map[string][]string{
+			"producer-0": {"-compact-records"}, "producer-2": {"-compact-records"},
+			"worker-1": {"-compact-records"}, "worker-3": {"-compact-records"},
+			"reaper-0": {"-compact-records"}, "dispatcher-1": {"-compact-records"},
+		},
+		Formats: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

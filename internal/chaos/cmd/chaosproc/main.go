@@ -50,6 +50,7 @@ type options struct {
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
+	compact                                                      bool
 
 	// producer
 	count, batchMax, pad int
@@ -98,6 +99,7 @@ func main() {
 	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.DispatchBuckets (0: default)")
 	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
+	flag.BoolVar(&o.compact, "compact-records", false, "Config.CompactRecords: write version 4 task records")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -205,6 +207,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		DispatchBuckets:   o.dispatchBuckets,
 		DispatchTasks:     o.dispatchTasks,
 		EnqueueGroupLanes: o.enqueueLanes,
+		CompactRecords:    o.compact,
 		ReapInterval:      o.reapInterval,
 		Logger:            log,
 		Clock:             clocktest.Offset(o.offset),
