@@ -45,17 +45,19 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 	}
 	if missed["bytes"] {
 		var parts []string
-		for _, shape := range []string{"burst", "spread"} {
-			res := r.find("memory", "engine", "total", map[string]any{"shape": shape})
-			if res == nil || res.Detail == nil {
-				continue
-			}
-			bd, _ := res.Detail["breakdown"].(map[string]any)
-			per, _ := bd["bytes_per_task"].(map[string]any)
-			f := func(k string) float64 { v, _ := per[k].(float64); return v }
-			if per != nil {
-				parts = append(parts, fmt.Sprintf("%s: record key %.0f, record value %.0f, bucket lists %.0f, index %.0f, rest %.0f bytes a task",
-					shape, f("record_key"), f("record_value"), f("bucket"), f("index"), f("rest")))
+		for _, records := range []string{"default", "compact"} {
+			for _, shape := range []string{"burst", "spread"} {
+				res := r.find("memory", "engine", "total", map[string]any{"shape": shape, "records": records})
+				if res == nil || res.Detail == nil {
+					continue
+				}
+				bd, _ := res.Detail["breakdown"].(map[string]any)
+				per, _ := bd["bytes_per_task"].(map[string]any)
+				f := func(k string) float64 { v, _ := per[k].(float64); return v }
+				if per != nil {
+					parts = append(parts, fmt.Sprintf("%s: record key %.0f, record value %.0f, bucket lists %.0f, index %.0f, rest %.0f bytes a task",
+						memoryLabel(res.Params), f("record_key"), f("record_value"), f("bucket"), f("index"), f("rest")))
+				}
 			}
 		}
 		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. Closing the one-task gap needs a bucket of one task to keep no list (the index member naming the task), a change to the dispatcher's move.\n",

@@ -86,10 +86,12 @@ a power of two at least the number of keys, two tables while it grows) and alloc
 
 What the figures are made of. In full buckets a task costs its record key and its entry in a
 bucket list (the id and two bytes). The record value is the payload (with the harness's task
-number) plus a header of queue, type, times and counts, rounded up to a size class: at this
-payload the header puts it one class above the payload alone, which is why
-` + "`compact_records`" + ` (ten header bytes less) leaves the figure as it is here while it saves about
-that much a task on average over payload sizes. On its own server the harness names each
+number) plus a header of queue, type, times and counts, rounded up to a size class. The default
+format (record version 1, which earlier releases read) stores every field; at this payload its
+header puts the record one class above the payload alone. ` + "`compact_records`" + ` (version 4) reads
+the creation time from the task's generated id and leaves out the default queue, attempts and
+timeout, so a waiting task's header is its state, its due time relative to its creation and its
+type: the *compact records* columns show what that moves (the record value's row). On its own server the harness names each
 measurement's namespace ` + "`b`" + ` and its number in base 36, as short as the default ` + "`bq`" + ` or one
 character longer, so key names are a default deployment's: a record key's name (28 or 29 bytes)
 fits a 32-byte block. On a shared server (` + "`-redis`" + `) its ` + "`bqb-<run>-<n>`" + ` makes each key name 11

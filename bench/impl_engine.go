@@ -87,6 +87,19 @@ func (e *engineImpl) Close() error {
 	return e.pool.Close()
 }
 
+// UseCompactRecords implements RecordFormatter: the client writes version
+// 4 task records from now on (engine.Config.CompactRecords).
+func (e *engineImpl) UseCompactRecords() error {
+	cfg := e.cfg
+	cfg.CompactRecords = true
+	c, err := engine.NewClient(e.pool, cfg)
+	if err != nil {
+		return err
+	}
+	e.cfg, e.client = cfg, c
+	return nil
+}
+
 // KeyPatterns implements Impl: every key is under "{ns}:".
 func (e *engineImpl) KeyPatterns() []string { return []string{"{" + e.ns + "}:*"} }
 

@@ -22,23 +22,55 @@ import (
 // before and after, what its keys hold by part (MEMORY USAGE, Redis ≥ 4),
 // and the differences per task go to the result's detail "breakdown"
 // (see [breakdown]), which docs/benchmarks.md renders as a table.
+//
+// Each shape is measured twice: with each design's default configuration
+// ("records": "default"), and, for a design that has a choice of task
+// record format ([RecordFormatter]: the engine's compact_records, which
+// is off by default until no earlier release runs on a namespace), with
+// its compact format ("records": "compact").
 func memoryCases(s Sizes) []*Case {
 	var cs []*Case
-	for _, shape := range []string{"burst", "spread"} {
-		n := s.MemoryN
-		cs = append(cs, &Case{
-			Scenario: "memory",
-			Title:    fmt.Sprintf("%s, n=%d scheduled, payload=%dB", shape, n, s.Payload),
-			Params:   map[string]any{"shape": shape, "n": n, "payload_bytes": s.Payload},
-			Metrics:  []MetricDef{{Key: "overhead", Unit: "B/task"}, {Key: "total", Unit: "B/task"}},
-			Needs:    needScheduler,
-			Timeout:  5*time.Minute + time.Duration(n/1000)*time.Second,
-			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-				return runMemory(ctx, m, shape, n)
-			},
-		})
+	for _, records := range []string{"default", "compact"} {
+		for _, shape := range []string{"burst", "spread"} {
+			n := s.MemoryN
+			title := fmt.Sprintf("%s, n=%d scheduled, payload=%dB", shape, n, s.Payload)
+			needs := needScheduler
+			if records == "compact" {
+				title += ", compact records"
+				needs = func(i Impl) string {
+					if _, ok := i.(RecordFormatter); !ok {
+						return "no choice of record format"
+					}
+					return needScheduler(i)
+				}
+			}
+			cs = append(cs, &Case{
+				Scenario: "memory",
+				Title:    title,
+				Params:   map[string]any{"shape": shape, "n": n, "payload_bytes": s.Payload, "records": records},
+				Metrics:  []MetricDef{{Key: "overhead", Unit: "B/task"}, {Key: "total", Unit: "B/task"}},
+				Needs:    needs,
+				Timeout:  5*time.Minute + time.Duration(n/1000)*time.Second,
+				Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+					if records == "compact" {
+						if err := m.Impl.(RecordFormatter).UseCompactRecords(); err != nil {
+							return nil, err
+						}
+					}
+					return runMemory(ctx, m, shape, n)
+				},
+			})
+		}
 	}
 	return cs
+}
+
+// RecordFormatter is a design with a compact task record format that its
+// default configuration does not write (the engine's compact_records).
+type RecordFormatter interface {
+	// UseCompactRecords makes the producers write the compact format
+	// from now on.
+	UseCompactRecords() error
 }
 
 // runMemory performs one memory measurement.
