@@ -548,16 +548,7 @@ func (d *decoder) header3(r *Record) error {
 		}
 		*ints[i-len(small)] = int64(v)
 	}
-	if mask&fieldWorker != 0 {
-		if r.Worker = d.name(); r.Worker == "" {
-			d.err = true
-		}
-	}
-	if mask&fieldLastError != 0 {
-		if r.LastError = d.str(); r.LastError == "" {
-			d.err = true
-		}
-	}
+	d.workerAndError(r, mask&fieldWorker != 0, mask&fieldLastError != 0)
 	r.Queue = d.name()
 	r.Type = d.name()
 	return nil
@@ -645,16 +636,7 @@ func decode4(id string, b []byte) (*Record, error) {
 			*p = int64(num(1))
 		}
 	}
-	if mask&f4Worker != 0 {
-		if r.Worker = d.name(); r.Worker == "" {
-			d.err = true
-		}
-	}
-	if mask&f4LastError != 0 {
-		if r.LastError = d.str(); r.LastError == "" {
-			d.err = true
-		}
-	}
+	d.workerAndError(r, mask&f4Worker != 0, mask&f4LastError != 0)
 	r.Type = d.name()
 	if mask&f4Sections != 0 {
 		block, ok := d.next()
@@ -673,6 +655,22 @@ func decode4(id string, b []byte) (*Record, error) {
 	}
 	r.Payload = append([]byte{}, d.b...)
 	return r, nil
+}
+
+// workerAndError reads the worker and the last error of a version 3 or 4
+// record, each when its mask bit says it is stored: then it must not be
+// empty.
+func (d *decoder) workerAndError(r *Record, worker, lastError bool) {
+	if worker {
+		if r.Worker = d.name(); r.Worker == "" {
+			d.err = true
+		}
+	}
+	if lastError {
+		if r.LastError = d.str(); r.LastError == "" {
+			d.err = true
+		}
+	}
 }
 
 type decoder struct {

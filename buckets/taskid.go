@@ -50,10 +50,11 @@ func EncodeID(b [16]byte) string {
 
 // IDTime returns the Unix millisecond in the top 48 bits of id's 128, when
 // id starts with IDLen base62 digits spelling at most 128 bits and the
-// rest, if any, is a lane suffix ("~k", see the engine's LaneOf). Any id
-// of that shape has such a time, generated or chosen: a record uses it
-// only when it equals the record's Created (fieldCreatedID), so a chosen
-// id can never make a record decode to another time.
+// rest, if any, starts with '~' (a lane suffix "~k", see the engine's
+// LaneOf, or a reply task's "~r<run>.<finished>"). Any id of that shape
+// has such a time, generated or chosen: a version 4 record uses it only
+// when it equals the record's Created (f4CreatedID), so an id can never
+// make a record decode to another time.
 func IDTime(id string) (int64, bool) {
 	if len(id) < IDLen || len(id) > IDLen && id[IDLen] != '~' {
 		return 0, false
