@@ -185,6 +185,7 @@ func dispatchCPU(r *Report) string {
 func schedulePace(r *Report, want map[string]any) string {
 	var parts []string
 	var asked float64
+	producers := 4.0 // results from before the case said
 	for _, impl := range []string{"engine", "naive", "asynq"} {
 		res := r.find("lateness", impl, "p99", want)
 		if res == nil {
@@ -196,13 +197,16 @@ func schedulePace(r *Report, want map[string]any) string {
 			continue
 		}
 		asked, _ = res.Params["seconds"].(float64)
+		if v, ok := res.Params["producers"].(float64); ok {
+			producers = v
+		}
 		parts = append(parts, fmt.Sprintf("%s %s s (%s tasks/s)", impl, formatValue(secs, "s"), formatValue(n/secs, "tasks/s")))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("The case asks for its tasks to be scheduled in %.0f s; the producers took (last run) %s. A design whose producers fall behind the rate loads its workers and dispatcher less than the case's name says.",
-		asked, strings.Join(parts, ", "))
+	return fmt.Sprintf("The case asks for its tasks to be scheduled in %.0f s; the producers took (last run) %s. A design whose producers fall behind the rate loads its workers and dispatcher less than the case's name says. `-lateness-producers` sets how many goroutines schedule (%.0f here); with enough to keep the rate, the case also asks the design to run that many tasks a second end to end, which the e2e rates above bound.",
+		asked, strings.Join(parts, ", "), producers)
 }
 
 // latenessDiagnosis says what the diagnostic lateness case (the same rate

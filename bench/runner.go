@@ -29,32 +29,36 @@ type Sizes struct {
 	LatenessDuration time.Duration // how long tasks are scheduled
 	LatenessMaxDelay time.Duration // delays are uniform in [0, max]
 	LatenessWorkers  int           // handlers, lateness scenario (1 dispatcher)
-	IdleDuration     time.Duration // measured idle window
-	IdleWorkers      int           // handlers, idle scenario (1 dispatcher)
-	IdlePeriods      int           // idle window: at least this many of the design's longest idle period
-	MemoryN          int           // scheduled tasks, memory scenario
+	// LatenessProducers is how many goroutines schedule the lateness
+	// scenario's tasks, each one Schedule call at a time.
+	LatenessProducers int
+	IdleDuration      time.Duration // measured idle window
+	IdleWorkers       int           // handlers, idle scenario (1 dispatcher)
+	IdlePeriods       int           // idle window: at least this many of the design's longest idle period
+	MemoryN           int           // scheduled tasks, memory scenario
 }
 
 // sizePreset returns the "small" or "full" sizes.
 func sizePreset(name string) (Sizes, error) {
 	s := Sizes{
-		Payload:          100,
-		EnqueueN:         20000,
-		Producers:        []int{1, 8},
-		Batch:            100,
-		Backlogs:         []int{10000, 100000},
-		Dispatchers:      []int{1, 4},
-		E2EN:             20000,
-		E2EProducers:     8,
-		Handlers:         []int{8, 64},
-		LatenessRates:    []int{2000, 20000},
-		LatenessDuration: 10 * time.Second,
-		LatenessMaxDelay: 5 * time.Second,
-		LatenessWorkers:  16,
-		IdleDuration:     10 * time.Second,
-		IdleWorkers:      16,
-		IdlePeriods:      3,
-		MemoryN:          100000,
+		Payload:           100,
+		EnqueueN:          20000,
+		Producers:         []int{1, 8},
+		Batch:             100,
+		Backlogs:          []int{10000, 100000},
+		Dispatchers:       []int{1, 4},
+		E2EN:              20000,
+		E2EProducers:      8,
+		Handlers:          []int{8, 64},
+		LatenessRates:     []int{2000, 20000},
+		LatenessDuration:  10 * time.Second,
+		LatenessMaxDelay:  5 * time.Second,
+		LatenessWorkers:   16,
+		LatenessProducers: 4,
+		IdleDuration:      10 * time.Second,
+		IdleWorkers:       16,
+		IdlePeriods:       3,
+		MemoryN:           100000,
 	}
 	switch name {
 	case "small":

@@ -11,7 +11,8 @@ import (
 )
 
 // latenessCases measure how late (or early) delayed tasks start: Consume runs
-// with Sizes.LatenessWorkers handlers and 1 dispatcher; 4 producers Schedule
+// with Sizes.LatenessWorkers handlers and 1 dispatcher; Sizes.LatenessProducers
+// goroutines (4 by default) Schedule
 // tasks at a steady rate per second (one case per Sizes.LatenessRates) for Sizes.LatenessDuration,
 // each due at (time of its Schedule call) + a delay uniform in
 // [0, Sizes.LatenessMaxDelay] (seeded, so every implementation gets the same
@@ -54,11 +55,15 @@ var latenessDiagLabel = fmt.Sprintf("%d× the handlers", latenessDiagFactor)
 // names a diagnostic case ("" for a target's).
 func latenessCase(s Sizes, rate, workers int, needs func(Impl) string, diag string) *Case {
 	n := int(float64(rate) * s.LatenessDuration.Seconds())
+	producers := max(s.LatenessProducers, 1)
 	title := fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
 		rate, s.LatenessDuration, n, s.LatenessMaxDelay, workers)
+	if producers != 4 {
+		title += fmt.Sprintf(", %d producers", producers)
+	}
 	params := map[string]any{"rate": rate, "seconds": s.LatenessDuration.Seconds(), "n": n,
 		"max_delay_seconds": s.LatenessMaxDelay.Seconds(), "workers": workers, "dispatchers": 1,
-		"payload_bytes": s.Payload}
+		"payload_bytes": s.Payload, "producers": producers}
 	if diag != "" {
 		title += " (diagnostic: " + diag + ")"
 		params["diagnostic"] = diag
@@ -74,13 +79,13 @@ func latenessCase(s Sizes, rate, workers int, needs func(Impl) string, diag stri
 		Needs:   needs,
 		Timeout: s.LatenessDuration + s.LatenessMaxDelay + 3*time.Minute,
 		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-			return runLateness(ctx, m, n, rate, s.LatenessMaxDelay, workers)
+			return runLateness(ctx, m, n, rate, s.LatenessMaxDelay, workers, producers)
 		},
 	}
 }
 
 // runLateness performs one lateness measurement.
-func runLateness(ctx context.Context, m *Measure, n, rate int, maxDelay time.Duration, workers int) (map[string]float64, error) {
+func runLateness(ctx context.Context, m *Measure, n, rate int, maxDelay time.Duration, workers, producers int) (map[string]float64, error) {
 	sch := m.Impl.(Scheduler)
 	rng := rand.New(rand.NewPCG(1, 2))
 	delays := make([]time.Duration, n)
@@ -98,7 +103,7 @@ func runLateness(ctx context.Context, m *Measure, n, rate int, maxDelay time.Dur
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now().Add(50 * time.Millisecond)
-	err = parallel(ctx, n, 4, func(i int) error {
+	err = parallel(ctx, n, producers, func(i int) error {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			time.Sleep(d)
 		}
