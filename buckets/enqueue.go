@@ -149,44 +149,57 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 	return cmds, added
 }
 
+// enqueueSplit is a set of records as an enqueue writes them: the MSET
+// arguments, their queues, the ids due now by queue, and the others by
+// queue and bucket time.
+type enqueueSplit struct {
+	mset     []interface{}
+	queues   map[string]bool
+	ready    map[string][]string
+	readyQs  []string // the queues of ready, in the order they first appear
+	sched    map[string]map[int64][]string
+	earliest int64 // the earliest bucket time; -1 when none
+}
+
+// splitEnqueue sorts recs for an enqueue at now: a record due by now
+// (Due <= now) goes to its ready list, the others to their buckets.
+func (s *Store) splitEnqueue(now int64, recs []*Record) enqueueSplit {
+	sp := enqueueSplit{mset: make([]interface{}, 0, 2*len(recs)), queues: map[string]bool{},
+		ready: map[string][]string{}, sched: map[string]map[int64][]string{}, earliest: -1}
+	for _, r := range recs {
+		sp.mset = append(sp.mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
+		sp.queues[r.Queue] = true
+		if r.Due <= now {
+			if len(sp.ready[r.Queue]) == 0 {
+				sp.readyQs = append(sp.readyQs, r.Queue)
+			}
+			sp.ready[r.Queue] = append(sp.ready[r.Queue], r.ID)
+			continue
+		}
+		ts := BucketTime(r.Due, s.Resolution)
+		if sp.sched[r.Queue] == nil {
+			sp.sched[r.Queue] = map[int64][]string{}
+		}
+		sp.sched[r.Queue][ts] = append(sp.sched[r.Queue][ts], r.ID)
+		if sp.earliest < 0 || ts < sp.earliest {
+			sp.earliest = ts
+		}
+	}
+	return sp
+}
+
 // enqueueMany builds Enqueue's writes for several records (see Enqueue):
 // one MSET, one SADD, per queue its ready push, per bucket in time order
 // its push and index entry, per queue its counter, one wake.
 func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []string) {
-	var (
-		mset     = make([]interface{}, 0, 2*len(recs))
-		queues   = map[string]bool{}
-		ready    = map[string][]string{}
-		sched    = map[string]map[int64][]string{}
-		readyQs  []string
-		earliest int64 = -1
-	)
-	for _, r := range recs {
-		mset = append(mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
-		queues[r.Queue] = true
-		if r.Due <= now {
-			if len(ready[r.Queue]) == 0 {
-				readyQs = append(readyQs, r.Queue)
-			}
-			ready[r.Queue] = append(ready[r.Queue], r.ID)
-			continue
-		}
-		ts := BucketTime(r.Due, s.Resolution)
-		if sched[r.Queue] == nil {
-			sched[r.Queue] = map[int64][]string{}
-		}
-		sched[r.Queue][ts] = append(sched[r.Queue][ts], r.ID)
-		if earliest < 0 || ts < earliest {
-			earliest = ts
-		}
-	}
-	if len(mset) == 2 {
-		cmds.Queue("SET", mset...)
+	sp := s.splitEnqueue(now, recs)
+	if len(sp.mset) == 2 {
+		cmds.Queue("SET", sp.mset...)
 	} else {
-		cmds.Queue("MSET", mset...)
+		cmds.Queue("MSET", sp.mset...)
 	}
 	sadd := []interface{}{s.Keys.Queues()}
-	for _, q := range sortedKeys(queues) {
+	for _, q := range sortedKeys(sp.queues) {
 		if !s.queueKnown(q, now) {
 			sadd = append(sadd, q)
 			added = append(added, q)
@@ -195,12 +208,12 @@ func (s *Store) enqueueMany(now int64, recs []*Record) (cmds cmdList, added []st
 	if len(sadd) > 1 {
 		cmds.Queue("SADD", sadd...)
 	}
-	for _, q := range readyQs {
-		s.pushReady(&cmds, q, ready[q], false)
+	for _, q := range sp.readyQs {
+		s.pushReady(&cmds, q, sp.ready[q], false)
 	}
-	s.scheduleBuckets(&cmds, sched)
-	if earliest >= 0 {
-		s.wakeFor(&cmds, now, earliest)
+	s.scheduleBuckets(&cmds, sp.sched)
+	if sp.earliest >= 0 {
+		s.wakeFor(&cmds, now, sp.earliest)
 	}
 	return cmds, added
 }

@@ -185,39 +185,19 @@ func (s *Store) enqueueWrites(tx queuer, now int64, recs []*Record) {
 	if len(recs) == 0 {
 		return
 	}
-	mset := []interface{}{}
-	queues := map[string]bool{}
-	ready := map[string][]string{}
-	sched := map[string]map[int64][]string{}
-	earliest := int64(-1)
-	for _, r := range recs {
-		mset = append(mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
-		queues[r.Queue] = true
-		if r.Due <= now {
-			ready[r.Queue] = append(ready[r.Queue], r.ID)
-			continue
-		}
-		ts := BucketTime(r.Due, s.Resolution)
-		if sched[r.Queue] == nil {
-			sched[r.Queue] = map[int64][]string{}
-		}
-		sched[r.Queue][ts] = append(sched[r.Queue][ts], r.ID)
-		if earliest < 0 || ts < earliest {
-			earliest = ts
-		}
-	}
-	tx.Queue("MSET", mset...)
+	sp := s.splitEnqueue(now, recs)
+	tx.Queue("MSET", sp.mset...)
 	sadd := []interface{}{s.Keys.Queues()}
-	for _, q := range sortedKeys(queues) {
+	for _, q := range sortedKeys(sp.queues) {
 		sadd = append(sadd, q)
 	}
 	tx.Queue("SADD", sadd...)
-	for _, q := range sortedKeys(ready) {
-		s.pushReady(tx, q, ready[q], false)
+	for _, q := range sortedKeys(sp.ready) {
+		s.pushReady(tx, q, sp.ready[q], false)
 	}
-	s.scheduleBuckets(tx, sched)
-	if earliest >= 0 {
-		s.wakeDispatchers(tx, earliest)
+	s.scheduleBuckets(tx, sp.sched)
+	if sp.earliest >= 0 {
+		s.wakeDispatchers(tx, sp.earliest)
 	}
 }
 
