@@ -185,7 +185,7 @@ func dispatchCPU(r *Report) string {
 func schedulePace(r *Report, want map[string]any) string {
 	var parts []string
 	var asked float64
-	producers := 4.0 // results from before the case said
+	producers := float64(defaultLatenessProducers) // results from before the case said
 	for _, impl := range []string{"engine", "naive", "asynq"} {
 		res := r.find("lateness", impl, "p99", want)
 		if res == nil {

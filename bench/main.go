@@ -91,7 +91,7 @@ func parseFlags(args []string) (*options, error) {
 	latDur := fs.Duration("lateness-duration", 0, "how long lateness schedules tasks")
 	latDelay := fs.Duration("lateness-max-delay", 0, "largest random delay in lateness")
 	latWorkers := fs.Int("lateness-workers", 0, "handlers in lateness")
-	latProducers := fs.Int("lateness-producers", 0, "goroutines scheduling in lateness (default 4)")
+	latProducers := fs.Int("lateness-producers", 0, fmt.Sprintf("goroutines scheduling in lateness (default %d)", defaultLatenessProducers))
 	idleDur := fs.Duration("idle-duration", 0, "measured window of idle")
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")

@@ -54,7 +54,7 @@ func sizePreset(name string) (Sizes, error) {
 		LatenessDuration:  10 * time.Second,
 		LatenessMaxDelay:  5 * time.Second,
 		LatenessWorkers:   16,
-		LatenessProducers: 4,
+		LatenessProducers: defaultLatenessProducers,
 		IdleDuration:      10 * time.Second,
 		IdleWorkers:       16,
 		IdlePeriods:       3,

@@ -12,7 +12,7 @@ import (
 
 // latenessCases measure how late (or early) delayed tasks start: Consume runs
 // with Sizes.LatenessWorkers handlers and 1 dispatcher; Sizes.LatenessProducers
-// goroutines (4 by default) Schedule
+// goroutines (defaultLatenessProducers) Schedule
 // tasks at a steady rate per second (one case per Sizes.LatenessRates) for Sizes.LatenessDuration,
 // each due at (time of its Schedule call) + a delay uniform in
 // [0, Sizes.LatenessMaxDelay] (seeded, so every implementation gets the same
@@ -43,6 +43,11 @@ func latenessCases(s Sizes) []*Case {
 	return cs
 }
 
+// defaultLatenessProducers is how many goroutines schedule the lateness
+// cases unless -lateness-producers says otherwise; results from before the
+// cases named it ran with this many.
+const defaultLatenessProducers = 4
+
 // latenessDiagFactor is how many times the handlers the diagnostic
 // lateness case runs.
 const latenessDiagFactor = 4
@@ -58,7 +63,7 @@ func latenessCase(s Sizes, rate, workers int, needs func(Impl) string, diag stri
 	producers := max(s.LatenessProducers, 1)
 	title := fmt.Sprintf("%d/s for %s (n=%d), delay 0–%s, 1 dispatcher + %d workers",
 		rate, s.LatenessDuration, n, s.LatenessMaxDelay, workers)
-	if producers != 4 {
+	if producers != defaultLatenessProducers {
 		title += fmt.Sprintf(", %d producers", producers)
 	}
 	params := map[string]any{"rate": rate, "seconds": s.LatenessDuration.Seconds(), "n": n,
