@@ -83,7 +83,7 @@ func (f *Fence) wrapSteps(steps []Step) []Step {
 	for i, st := range steps {
 		build := st.Build
 		out[i] = Step{
-			Watch: append(slices.Clip(st.Watch), f.Key),
+			Watch: append(slices.Clip(st.Watch), f.Key), // WatchArgs left out: boxed afresh
 			Reads: append([]Cmd{{Name: "GET", Args: []interface{}{f.Key}}}, st.Reads...),
 			Build: func(reads []interface{}, q *Cmds) error {
 				if err := f.judge(reads[0]); err != nil {

@@ -14,6 +14,10 @@ import (
 type Step struct {
 	// Watch are the keys to watch; none makes a plain MULTI/EXEC.
 	Watch []string
+	// WatchArgs, when not nil, are the keys of Watch as command
+	// arguments, in the same order: a caller that has them boxed already
+	// spares the pipeline boxing each key again.
+	WatchArgs []interface{}
 	// Reads are sent right after the WATCH, in the same round trip.
 	Reads []Cmd
 	// Build sees the replies to Reads in order (an error reply as a
@@ -121,7 +125,11 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 // sendStep sends a step's WATCH and reads without flushing.
 func sendStep(conn redis.Conn, st Step) error {
 	if len(st.Watch) > 0 {
-		if err := sendAll(conn, []Cmd{watchCmd(st.Watch)}); err != nil {
+		w := Cmd{Name: "WATCH", Args: st.WatchArgs}
+		if len(st.WatchArgs) != len(st.Watch) {
+			w = watchCmd(st.Watch)
+		}
+		if err := sendAll(conn, []Cmd{w}); err != nil {
 			return err
 		}
 	}

@@ -640,6 +640,12 @@ func (tx *Tx) Queue(name string, args ...interface{}) {
 	tx.queued.Queue(name, args...)
 }
 
+// QueueAll adds writes to run between MULTI and EXEC, in order, as
+// Queue would one by one.
+func (tx *Tx) QueueAll(cmds Cmds) {
+	tx.queued = append(tx.queued, cmds...)
+}
+
 // Hold asks Run to WATCH keys again right after this attempt's EXEC, in
 // the same round trip, and to leave that watch on the connection for a
 // later transaction: [Held.Exec] then writes without reading again,
