@@ -20,11 +20,25 @@ func (s *Store) DueBuckets(ctx context.Context, conn redis.Conn, now int64, limi
 }
 
 func (s *Store) dueBuckets(ctx context.Context, conn redis.Conn, now int64, offset, limit int) ([]string, error) {
-	ms, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", offset, limit))
-	if err != nil {
-		return nil, fmt.Errorf("buckets: due buckets: %w", err)
+	ms, _, err := s.dueMembers(ctx, conn, now, offset, limit)
+	return ms, err
+}
+
+// dueMembers is dueBuckets that also returns each member as the reply
+// gave it, a bulk string already boxed, for use as a command argument.
+func (s *Store) dueMembers(ctx context.Context, conn redis.Conn, now int64, offset, limit int) ([]string, []interface{}, error) {
+	raw, err := redis.Values(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), "-inf", now, "LIMIT", offset, limit))
+	if err == nil && !allBulk(raw) {
+		err = errNotBulk
 	}
-	return ms, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("buckets: due buckets: %w", err)
+	}
+	ms := make([]string, len(raw))
+	for i, v := range raw {
+		ms[i] = string(v.([]byte))
+	}
+	return ms, raw, nil
 }
 
 // NextDue returns the earliest bucket time in the index (ZRANGE sched 0 0
@@ -124,22 +138,38 @@ type moveBucket struct {
 	keyArg, memberArg interface{}
 }
 
-func (s *Store) plan(members []string, maxTasks int) *movePlan {
+// plan reads members into a move plan. distinct says the members are
+// known to be distinct (one read of the index gave them): the plan then
+// skips looking for repeats, which cost more than the rest of plan.
+// boxed, when not nil, holds the same members as command arguments (as
+// the index's reply gave them), so that the plan need not box them again.
+func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distinct bool) *movePlan {
 	p := &movePlan{buckets: make([]moveBucket, 0, len(members))}
-	seen := make(map[string]bool, len(members)) // sized: growing it cost more than the rest of plan
+	var seen map[string]bool
+	if !distinct {
+		seen = make(map[string]bool, len(members))
+	}
 	seenQ := map[string]bool{}
-	for _, m := range members {
-		if seen[m] {
-			continue
+	for i, m := range members {
+		if seen != nil {
+			if seen[m] {
+				continue
+			}
+			seen[m] = true
 		}
-		seen[m] = true
 		q, ts, err := ParseMember(m)
 		if err != nil {
 			p.badMems = append(p.badMems, m)
 			continue
 		}
 		key := s.Keys.bucketOf(m, q, ts)
-		p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: m})
+		var memberArg interface{}
+		if boxed != nil {
+			memberArg = boxed[i]
+		} else {
+			memberArg = m
+		}
+		p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: memberArg})
 		if !seenQ[q] {
 			seenQ[q] = true
 			p.queues = append(p.queues, q)
@@ -157,13 +187,27 @@ func (p *movePlan) watch() []string {
 	return keys
 }
 
+// watchArgs is watch as command arguments, the keys boxed once by plan.
+func (p *movePlan) watchArgs() []interface{} {
+	args := make([]interface{}, len(p.buckets))
+	for i, b := range p.buckets {
+		args[i] = b.keyArg
+	}
+	return args
+}
+
 // sendReads queues the plan's reads without flushing: LRANGE b 0 share per
 // bucket (one more than the share, to learn whether the bucket is larger),
 // TYPE q:<q> per queue, and HMGET rc of the buckets' members (how many of
 // each bucket's first entries are retries).
 func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) error {
-	for _, b := range p.buckets {
-		if err := send("LRANGE", b.keyArg, 0, p.share); err != nil {
+	// The LRANGEs' arguments share one array: a plan reads many buckets.
+	flat := make([]interface{}, 3*len(p.buckets))
+	share := interface{}(p.share)
+	for i, b := range p.buckets {
+		args := flat[3*i : 3*i+3 : 3*i+3]
+		args[0], args[1], args[2] = b.keyArg, 0, share
+		if err := send("LRANGE", args...); err != nil {
 			return err
 		}
 	}
@@ -356,7 +400,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 // meanwhile keeps its index entry. A crash anywhere before EXEC leaves
 // everything in its bucket; EXEC applies all of it.
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
-	p := s.plan(members, maxTasks)
+	p := s.plan(members, nil, maxTasks, false)
 	var res MoveResult
 	_, err := s.run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
@@ -403,10 +447,10 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // there (TakeTurn). It may use conns[0]. When it answers false, MoveDue
 // moves nothing and says so (MoveResult.Gated).
 func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (MoveResult, error) {
-	members, err := s.dueBuckets(ctx, conns[0], now, window*lookahead, lookahead)
+	members, boxed, err := s.dueMembers(ctx, conns[0], now, window*lookahead, lookahead)
 	if err == nil && len(members) == 0 && window > 0 {
 		window = 0
-		members, err = s.dueBuckets(ctx, conns[0], now, 0, lookahead)
+		members, boxed, err = s.dueMembers(ctx, conns[0], now, 0, lookahead)
 	}
 	if err != nil || len(members) == 0 {
 		return MoveResult{}, err
@@ -423,7 +467,8 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 	var plans []*movePlan
 	chunk = planSize(len(members), chunk)
 	for i := 0; i < len(members); i += chunk {
-		plans = append(plans, s.plan(members[i:min(i+chunk, len(members))], maxTasks))
+		j := min(i+chunk, len(members))
+		plans = append(plans, s.plan(members[i:j], boxed[i:j], maxTasks, true))
 	}
 	// All due buckets are due; taking the chunks in a random order keeps
 	// several dispatchers over one backlog from all reaching for the same
@@ -481,20 +526,29 @@ func planSize(n, chunk int) int {
 	return min(chunk, max(minPlanBuckets, (n+minPlans-1)/minPlans))
 }
 
+// discard is a queuer that keeps nothing: build run again only to learn
+// what a move took.
+type discard struct{}
+
+func (discard) Queue(string, ...interface{}) {}
+
 // moveLane runs plans on one connection as one txn pipeline: each plan's
 // MULTI/EXEC travels with the next plan's WATCH and reads. A plan that
 // meets a conflict is counted and left for the next call.
 func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan) (MoveResult, error) {
 	steps := make([]txn.Step, len(plans))
 	results := make([]MoveResult, len(plans))
-	moved := make([]UncertainMove, len(plans))
-	built := make([]bool, len(plans))
+	// read holds each step's reads as its writes were built from them
+	// (nil: not built). Only a step whose outcome goes unseen needs to
+	// know what it took from each bucket: build tells that again then,
+	// from the same reads.
+	read := make([][]interface{}, len(plans))
 	for i, p := range plans {
-		var reads cmdList
+		reads := make(cmdList, 0, len(p.buckets)+len(p.queues)+1)
 		s.sendReads(func(name string, args ...interface{}) error { reads.Queue(name, args...); return nil }, p)
-		steps[i] = txn.Step{Watch: p.watch(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
-			results[i] = s.build(q, p, reps, &moved[i])
-			built[i] = true
+		steps[i] = txn.Step{Watch: p.watch(), WatchArgs: p.watchArgs(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
+			results[i] = s.build(q, p, reps, nil)
+			read[i] = reps
 			return nil
 		}}
 	}
@@ -522,9 +576,13 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 		// The step in flight, if its writes were built, may have
 		// committed unseen (the connection failed after its EXEC was
 		// sent): its caller settles it (SettleMove).
-		if k := len(out); k < len(plans) && built[k] && len(moved[k].Buckets) > 0 {
-			moved[k].spell()
-			total.Uncertain = append(total.Uncertain, moved[k])
+		if k := len(out); k < len(plans) && read[k] != nil {
+			var moved UncertainMove
+			s.build(discard{}, plans[k], read[k], &moved)
+			if len(moved.Buckets) > 0 {
+				moved.spell()
+				total.Uncertain = append(total.Uncertain, moved)
+			}
 		}
 		errs = append(errs, fmt.Errorf("buckets: move: %w", err))
 	}

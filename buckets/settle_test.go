@@ -53,7 +53,14 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 	if len(res.Uncertain) != 1 {
 		t.Fatalf("Uncertain = %+v; want the one move in flight", res.Uncertain)
 	}
-	if n, err := redis.Int(admin.Do("EXISTS", st.Keys.Bucket("q", BucketTime(due, st.Resolution)))); err != nil || n != 0 {
+	// What the move took, told again from its reads when its outcome
+	// went unseen: the bucket's three ids, its key, member and queue.
+	bts := BucketTime(due, st.Resolution)
+	if mb := res.Uncertain[0].Buckets; len(mb) != 1 || !slices.Equal(mb[0].IDs, ids) || mb[0].Queue != "q" ||
+		mb[0].Key != st.Keys.Bucket("q", bts) || mb[0].Member != Member("q", bts) {
+		t.Fatalf("uncertain move = %+v; want ids %v from bucket %s", mb, ids, st.Keys.Bucket("q", bts))
+	}
+	if n, err := redis.Int(admin.Do("EXISTS", st.Keys.Bucket("q", bts))); err != nil || n != 0 {
 		t.Fatalf("bucket exists = %d (%v); want it removed by the EXEC that ran", n, err)
 	}
 
