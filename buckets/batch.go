@@ -122,7 +122,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		batch := &batchState{runs: map[string]string{}}
 		args := s.workerArgs(w)
 		seen := make(map[string]bool, len(ids))
-		var writes cmdList
+		writes := make(cmdList, 0, 4*len(ids))
 		for i, id := range ids {
 			if seen[id] {
 				// The same id twice in the list (a push repeated after a
@@ -142,9 +142,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if atHead {
 			writes = trimInflight(writes, inflight, len(ids))
 		}
-		for _, c := range coalesce(writes) {
-			tx.Queue(c.Name, c.Args...)
-		}
+		tx.QueueAll(coalesce(writes))
 		return nil
 	})
 	if err != nil {
@@ -282,8 +280,8 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			return err
 		}
 		seen := make(map[string]bool, len(items))
-		views := FlowViews{} // the groups of workflow members, shared by the items
-		var writes cmdList   // every item's writes, in order
+		views := FlowViews{}                     // the groups of workflow members, shared by the items
+		writes := make(cmdList, 0, 5*len(items)) // every item's writes, in order
 		args := s.workerArgs(w)
 		for i, it := range items {
 			raw, err := redis.Bytes(reps[i], asError(reps[i]))
@@ -322,9 +320,7 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 			}
 			res[i] = FinishResult{Rec: r, Out: out}
 		}
-		for _, c := range coalesce(writes) {
-			tx.Queue(c.Name, c.Args...)
-		}
+		tx.QueueAll(coalesce(writes))
 		return nil
 	})
 	if err != nil {
@@ -407,7 +403,18 @@ func coalesce(cmds cmdList) cmdList {
 	// (its Args are not copied): a merge builds new Args for the command
 	// it joins, never changing a caller's.
 	type mergeKey struct{ name, key, field string }
-	last := make(map[string]int, len(cmds))
+	// Only the keys of commands that may merge are ever looked up in
+	// last, so only those are tracked: a group's writes name many more
+	// strings (ids, fields, other keys) than they have such keys.
+	cand := make(map[string]bool)
+	for _, c := range cmds {
+		if mergeable(c) {
+			if key, ok := c.Args[0].(string); ok {
+				cand[key] = true
+			}
+		}
+	}
+	last := make(map[string]int, len(cand))
 	open := make(map[mergeKey]int)
 	var owned []bool // per command of out: its Args were built here
 	// sums: per HINCRBY of out that later ones joined, the sum so far,
@@ -415,7 +422,7 @@ func coalesce(cmds cmdList) cmdList {
 	var sums map[int]int64
 	names := func(j int, args []interface{}) {
 		for _, a := range args {
-			if s, ok := a.(string); ok {
+			if s, ok := a.(string); ok && cand[s] {
 				last[s] = j
 			}
 		}
@@ -489,6 +496,20 @@ func coalesce(cmds cmdList) cmdList {
 		out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
 	}
 	return out
+}
+
+// mergeable reports whether coalesce may merge c into an earlier command
+// or later ones into c: the commands its switch gives a merge key.
+func mergeable(c txn.Cmd) bool {
+	switch c.Name {
+	case "SET":
+		return len(c.Args) == 2
+	case "HINCRBY":
+		return len(c.Args) == 3
+	case "ZADD", "ZREM":
+		return true
+	}
+	return false
 }
 
 // onlyHincrby reports whether every command of cmds that names key is a

@@ -257,8 +257,17 @@ func WriteCompactRecords(on bool) { compactRecords.Store(on) }
 // has trailing sections, which follow.
 func (r *Record) encodeLegacy() []byte {
 	sections := r.sections()
-	n := 3 + 10*binary.MaxVarintLen64 + 5*binary.MaxVarintLen32 +
-		len(r.Queue) + len(r.Type) + len(r.Worker) + len(r.LastError) + len(r.Payload)
+	nums := r.numbers()
+	strs := [...]string{r.Queue, r.Type, r.Worker, r.LastError}
+	// The exact length: a record is written for every task, and room to
+	// spare would put many in a larger allocator class.
+	n := 3 + lenPrefixed(len(r.Payload))
+	for _, v := range nums {
+		n += uvarintLen(uint64(max(v, 0)))
+	}
+	for _, s := range strs {
+		n += lenPrefixed(len(s))
+	}
 	for _, sec := range sections {
 		n += len(sec)
 	}
@@ -268,10 +277,10 @@ func (r *Record) encodeLegacy() []byte {
 	}
 	b := make([]byte, 0, n)
 	b = append(b, recordMagic, version, byte(r.State))
-	for _, v := range r.numbers() {
+	for _, v := range nums {
 		b = binary.AppendUvarint(b, uint64(max(v, 0)))
 	}
-	for _, s := range []string{r.Queue, r.Type, r.Worker, r.LastError} {
+	for _, s := range strs {
 		b = appendLen(b, s)
 	}
 	b = appendLen(b, r.Payload)
@@ -391,6 +400,18 @@ func (r *Record) numbers() [10]int64 {
 		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
 }
 
+// uvarintLen is the length of v as binary.AppendUvarint writes it.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// lenPrefixed is the length of n bytes behind their uvarint length.
+func lenPrefixed(n int) int { return uvarintLen(uint64(n)) + n }
+
 // sections returns the record's trailing sections in increasing tag order:
 // the optional fields, the metadata and those kept unread (r.extra).
 func (r *Record) sections() [][]byte {
@@ -420,7 +441,9 @@ func (r *Record) sections() [][]byte {
 		out = append(out, m)
 	}
 	out = append(out, r.extra...)
-	sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	if len(out) > 1 {
+		sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	}
 	return out
 }
 

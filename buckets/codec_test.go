@@ -31,6 +31,27 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// The default encoding allocates exactly the record's length, whatever
+// the widths of its numbers and strings: a record is written per task.
+func TestEncodeExactSize(t *testing.T) {
+	long := &Record{ID: "x", Queue: strings.Repeat("q", 200), Type: "t", Payload: bytes.Repeat([]byte{1}, 300),
+		State: StateRunning, Attempts: 1 << 20, Runs: 127, MaxAttempts: 128, TimeoutMs: 1 << 35,
+		Created: 1 << 45, Worker: "w", LastError: strings.Repeat("e", 16384)}
+	withSections := sample()
+	withSections.Periodic, withSections.Unique, withSections.UniqueTTL = "every", "u", 60
+	withSections.Metadata = map[string]string{"trace": "abc"}
+	for name, r := range map[string]*Record{"sample": sample(), "zero": {ID: "z", State: StateWaiting},
+		"wide": long, "sections": withSections} {
+		b := r.Encode()
+		if len(b) != cap(b) {
+			t.Errorf("%s: %d bytes in a buffer of %d", name, len(b), cap(b))
+		}
+		if _, err := DecodeRecord(r.ID, b); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	good := sample().Encode()
 	for name, b := range map[string][]byte{
