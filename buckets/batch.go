@@ -397,18 +397,17 @@ func (b *batchState) flush(tx queuer, key string) {
 // HINCRBY (increments commute). Everything else keeps its place.
 func coalesce(cmds cmdList) cmdList {
 	out := make(cmdList, 0, len(cmds))
-	// last: per string argument (a key, in any position), the last
-	// command in out that names it; open: per name+key(+field), a command
-	// later ones of the same kind may join. A command is kept as given
-	// (its Args are not copied): a merge builds new Args for the command
-	// it joins, never changing a caller's.
-	type mergeKey struct{ name, key, field string }
-	// Only the keys of commands that may merge are ever looked up in
-	// last, so only those are tracked: a group's writes name many more
-	// strings (ids, fields, other keys) than they have such keys.
+	// cand: the keys of the commands that may merge (mergeKeyOf); last:
+	// per cand key, the last command in out that names it as any string
+	// argument (a key, in any position); open: per merge key, a command
+	// later ones of the same kind may join. Only cand keys are ever
+	// looked up in last, so only they are tracked: a group's writes name
+	// many more strings (ids, fields, other keys). A command is kept as
+	// given (its Args are not copied): a merge builds new Args for the
+	// command it joins, never changing a caller's.
 	cand := make(map[string]bool)
 	for _, c := range cmds {
-		if mergeable(c) {
+		if mk := mergeKeyOf(c); mk.name != "" {
 			if key, ok := c.Args[0].(string); ok {
 				cand[key] = true
 			}
@@ -438,31 +437,17 @@ func coalesce(cmds cmdList) cmdList {
 	}
 	for _, c := range cmds {
 		key, _ := c.Args[0].(string)
-		var mk mergeKey
-		switch c.Name {
-		case "SET":
+		mk := mergeKeyOf(c)
+		if mk.name == "SET" {
 			// SETs of distinct keys are an MSET, at the first one's place,
 			// when nothing since names this key.
-			if len(c.Args) == 2 && key != "" {
-				mk = mergeKey{name: c.Name}
-				if j, ok := open[mk]; ok {
-					if t, seen := last[key]; !seen || t < j {
-						out[j].Name = "MSET"
-						join(j, c.Args)
-						continue
-					}
+			if j, ok := open[mk]; ok {
+				if t, seen := last[key]; !seen || t < j {
+					out[j].Name = "MSET"
+					join(j, c.Args)
+					continue
 				}
 			}
-		case "HINCRBY":
-			if len(c.Args) == 3 {
-				field, ok := c.Args[1].(string)
-				if !ok {
-					field = fmt.Sprint(c.Args[1])
-				}
-				mk = mergeKey{c.Name, key, field}
-			}
-		case "ZADD", "ZREM":
-			mk = mergeKey{name: c.Name, key: key}
 		}
 		if mk.name != "" && c.Name != "SET" {
 			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
@@ -498,18 +483,30 @@ func coalesce(cmds cmdList) cmdList {
 	return out
 }
 
-// mergeable reports whether coalesce may merge c into an earlier command
-// or later ones into c: the commands its switch gives a merge key.
-func mergeable(c txn.Cmd) bool {
+// mergeKey names what coalesce merges: SETs of any keys (name only), the
+// HINCRBYs of one hash and field, the ZADDs or ZREMs of one key.
+type mergeKey struct{ name, key, field string }
+
+// mergeKeyOf is c's merge key; the zero mergeKey when c never merges.
+func mergeKeyOf(c txn.Cmd) mergeKey {
+	key, _ := c.Args[0].(string)
 	switch c.Name {
 	case "SET":
-		return len(c.Args) == 2
+		if len(c.Args) == 2 && key != "" {
+			return mergeKey{name: c.Name}
+		}
 	case "HINCRBY":
-		return len(c.Args) == 3
+		if len(c.Args) == 3 {
+			field, ok := c.Args[1].(string)
+			if !ok {
+				field = fmt.Sprint(c.Args[1])
+			}
+			return mergeKey{c.Name, key, field}
+		}
 	case "ZADD", "ZREM":
-		return true
+		return mergeKey{name: c.Name, key: key}
 	}
-	return false
+	return mergeKey{}
 }
 
 // onlyHincrby reports whether every command of cmds that names key is a
