@@ -395,7 +395,12 @@ func (b *batchState) flush(tx queuer, key string) {
 // into the first of them. A command is merged only when nothing between
 // the two touches its key, except other HINCRBYs of the same hash for a
 // HINCRBY (increments commute). Everything else keeps its place.
-func coalesce(cmds cmdList) cmdList {
+func coalesce(cmds cmdList) cmdList { return coalesceTracking(cmds, false) }
+
+// coalesceTracking is coalesce. With trackAll it tracks every string
+// argument in last, not only the keys of mergeable commands: the form
+// coalesce had before, which its tests hold it to.
+func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 	out := make(cmdList, 0, len(cmds))
 	// cand: the keys of the commands that may merge (mergeKeyOf); last:
 	// per cand key, the last command in out that names it as any string
@@ -421,7 +426,7 @@ func coalesce(cmds cmdList) cmdList {
 	var sums map[int]int64
 	names := func(j int, args []interface{}) {
 		for _, a := range args {
-			if s, ok := a.(string); ok && cand[s] {
+			if s, ok := a.(string); ok && (trackAll || cand[s]) {
 				last[s] = j
 			}
 		}

@@ -288,8 +288,8 @@ func TestCoalesce(t *testing.T) {
 }
 
 // coalesce tracks only the keys of mergeable commands; it merges exactly
-// as tracking every string argument did (coalesceReference, the earlier
-// form), over random lists of writes that share keys, fields and members.
+// as tracking every string argument did (its earlier form, trackAll),
+// over random lists of writes that share keys, fields and members.
 func TestCoalesceTracksOnlyMergeKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"p", "st", "t:a", "t:b", "z", "f", "a", "running", "processed"}
@@ -323,102 +323,10 @@ func TestCoalesceTracksOnlyMergeKeys(t *testing.T) {
 			}
 			return out
 		}
-		if got, want := show(coalesce(in)), show(coalesceReference(in)); !slices.Equal(got, want) {
+		if got, want := show(coalesce(in)), show(coalesceTracking(in, true)); !slices.Equal(got, want) {
 			t.Fatalf("coalesce(%q):\n got %q\nwant %q", show(in), got, want)
 		}
 	}
-}
-
-func coalesceReference(cmds cmdList) cmdList {
-	out := make(cmdList, 0, len(cmds))
-	// last: per string argument (a key, in any position), the last
-	// command in out that names it; open: per name+key(+field), a command
-	// later ones of the same kind may join. A command is kept as given
-	// (its Args are not copied): a merge builds new Args for the command
-	// it joins, never changing a caller's.
-	type mergeKey struct{ name, key, field string }
-	last := make(map[string]int, len(cmds))
-	open := make(map[mergeKey]int)
-	var owned []bool // per command of out: its Args were built here
-	// sums: per HINCRBY of out that later ones joined, the sum so far,
-	// written into its own Args once at the end.
-	var sums map[int]int64
-	names := func(j int, args []interface{}) {
-		for _, a := range args {
-			if s, ok := a.(string); ok {
-				last[s] = j
-			}
-		}
-	}
-	// join appends args to command j, building its own Args first.
-	join := func(j int, args []interface{}) {
-		if !owned[j] {
-			out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(args)), out[j].Args...)
-			owned[j] = true
-		}
-		out[j].Args = append(out[j].Args, args...)
-		names(j, args)
-	}
-	for _, c := range cmds {
-		key, _ := c.Args[0].(string)
-		var mk mergeKey
-		switch c.Name {
-		case "SET":
-			// SETs of distinct keys are an MSET, at the first one's place,
-			// when nothing since names this key.
-			if len(c.Args) == 2 && key != "" {
-				mk = mergeKey{name: c.Name}
-				if j, ok := open[mk]; ok {
-					if t, seen := last[key]; !seen || t < j {
-						out[j].Name = "MSET"
-						join(j, c.Args)
-						continue
-					}
-				}
-			}
-		case "HINCRBY":
-			if len(c.Args) == 3 {
-				field, ok := c.Args[1].(string)
-				if !ok {
-					field = fmt.Sprint(c.Args[1])
-				}
-				mk = mergeKey{c.Name, key, field}
-			}
-		case "ZADD", "ZREM":
-			mk = mergeKey{name: c.Name, key: key}
-		}
-		if mk.name != "" && c.Name != "SET" {
-			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
-				if c.Name == "HINCRBY" {
-					a, aok := sums[j]
-					if !aok {
-						a, aok = toInt64(out[j].Args[2])
-					}
-					b, bok := toInt64(c.Args[2])
-					if aok && bok {
-						if sums == nil {
-							sums = map[int]int64{}
-						}
-						sums[j] = a + b
-						continue
-					}
-				} else {
-					join(j, c.Args[1:])
-					continue
-				}
-			}
-		}
-		out = append(out, c)
-		owned = append(owned, false)
-		names(len(out)-1, c.Args)
-		if mk.name != "" {
-			open[mk] = len(out) - 1
-		}
-	}
-	for j, n := range sums {
-		out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
-	}
-	return out
 }
 
 // A worker forgotten by a reaper while it was cut off (its heartbeat
