@@ -528,7 +528,7 @@ func (h *harness) checkFormats(obs *observed) (string, error) {
 		if err != nil || len(raw) < 2 {
 			continue // no done record kept, or bad data
 		}
-		n[b2i(compact[a.File])][b2i(raw[1] == 4)]++
+		n[btoi(compact[a.File])][btoi(raw[1] == 4)]++
 	}
 	note := fmt.Sprintf("task records at the end: of compact producers' tasks %d compact and %d in the earlier format; of the others' %d compact and %d in the earlier format",
 		n[1][1], n[1][0], n[0][1], n[0][0])
@@ -536,13 +536,6 @@ func (h *harness) checkFormats(obs *observed) (string, error) {
 		return "", fmt.Errorf("no record was seen rewritten across formats both ways (%s)", note)
 	}
 	return note, nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // earlyBound is how early a task may start on its producer's clock: the
