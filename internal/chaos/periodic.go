@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/chaos/ledger"
 	"github.com/bucketq/bucketq/internal/schedule"
 	"github.com/gomodule/redigo/redis"
@@ -51,7 +52,7 @@ type PeriodicReport struct {
 	Duplicate []string     // firings run more than once (the worker is never killed: no lease loss)
 	Early     []string     // runs started before their firing time (real clock), or with a Due that is not the firing
 	Kills     int          // SIGKILLs of scheduler processes
-	Gauge     string       // a scheduled gauge that disagrees with the buckets, if any
+	Check     []string     // the namespace check's findings once every process has stopped (a gauge that disagrees with the structures, a task out of place)
 	// After the outage: the watermark when every scheduler was down, the
 	// restart, the missed firings up to a second before the restart
 	// (policy "once" runs none of them) and the first firing that ran
@@ -85,7 +86,8 @@ const periodicEntry = "chaos-tick"
 // second, far less than the horizon); one dispatcher, reaper and worker on
 // the real clock run the firings. It then checks that every firing of the
 // window ran exactly once, none before its firing time, with the firing
-// time as its Due, and that the scheduled gauge matches the buckets.
+// time as its Due, and that the namespace check (every gauge against the
+// structures) finds nothing once every process has stopped.
 func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error) {
 	if o.Duration == 0 {
 		o.Duration = 30 * time.Second
@@ -114,20 +116,21 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	rep := &PeriodicReport{Dir: o.Dir}
 	const ns = "chaosp"
 	common := []string{"-addr", srv.Addr, "-ns", ns}
+	lanes := []string{srv.Addr}
 	if o.Shards > 1 {
-		addrs := []string{srv.Addr}
 		for k := 1; k < o.Shards; k++ {
 			other, err := startRedis(bin, filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)), redisOptions{})
 			if err != nil {
 				return nil, err
 			}
 			defer other.Stop(syscall.SIGTERM)
-			addrs = append(addrs, other.Addr)
+			lanes = append(lanes, other.Addr)
 		}
-		common = append(common, "-addrs", strings.Join(addrs, ","))
+		common = append(common, "-addrs", strings.Join(lanes, ","))
 	}
 	var mu sync.Mutex
 	var procs []*exec.Cmd
+	var exited []chan struct{} // closed when procs[i] has exited
 	start := func(name string, args ...string) (*exec.Cmd, error) {
 		lf, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -139,9 +142,11 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			lf.Close()
 			return nil, err
 		}
-		go func() { _ = cmd.Wait(); lf.Close() }()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
 		mu.Lock()
 		procs = append(procs, cmd)
+		exited = append(exited, done)
 		mu.Unlock()
 		return cmd, nil
 	}
@@ -335,26 +340,25 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			rep.Failures = append(rep.Failures, "the outage missed no firing")
 		}
 	}
-	// The scheduled gauge counts exactly the ids in buckets.
-	buckets, err := redis.Strings(admin.Do("KEYS", key("b:*")))
-	if err != nil {
-		return nil, err
+	// Every gauge matches the structures, read once every process has
+	// stopped: schedulers enqueue and the dispatcher moves up to the end,
+	// so a count taken while they run can see a bucket and a gauge of two
+	// different moments.
+	mu.Lock()
+	running, waits := append([]*exec.Cmd(nil), procs...), append([]chan struct{}(nil), exited...)
+	mu.Unlock()
+	for _, c := range running {
+		_ = c.Process.Signal(syscall.SIGTERM)
 	}
-	inBuckets := 0
-	for _, b := range buckets {
-		n, err := redis.Int(admin.Do("LLEN", b))
-		if err != nil {
-			return nil, err
+	for i, done := range waits {
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = running[i].Process.Signal(syscall.SIGKILL)
+			<-done
 		}
-		inBuckets += n
 	}
-	gauge, err := redis.Int(admin.Do("HGET", key("st:default"), "scheduled"))
-	if err != nil && err != redis.ErrNil {
-		return nil, err
-	}
-	if gauge != inBuckets {
-		rep.Gauge = fmt.Sprintf("scheduled gauge %d, %d ids in buckets", gauge, inBuckets)
-	}
+	rep.Check = checkPeriodicNamespace(ctx, ns, lanes)
 	if judged := o.Duration - creationSkew; rep.Firings < int(judged/time.Second)-1 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("only %d firings judged in a window of %v (%v after creation)", rep.Firings, o.Duration, judged))
 	}
@@ -363,9 +367,7 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%d firings %s: %s", len(ids), what, strings.Join(ids[:min(len(ids), 5)], ", ")))
 		}
 	}
-	if rep.Gauge != "" {
-		rep.Failures = append(rep.Failures, rep.Gauge)
-	}
+	rep.Failures = append(rep.Failures, rep.Check...)
 	for _, name := range []string{"dispatcher", "reaper", "worker", "scheduler-0", "scheduler-1", "scheduler-2"} {
 		if b, err := os.ReadFile(filepath.Join(o.Dir, name+".log")); err == nil {
 			for _, l := range strings.Split(string(b), "\n") {
@@ -377,4 +379,21 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 		}
 	}
 	return rep, nil
+}
+
+// checkPeriodicNamespace runs the engine's consistency check over the
+// lanes at addrs once every process has stopped, and returns a line per
+// finding.
+func checkPeriodicNamespace(ctx context.Context, ns string, addrs []string) []string {
+	var sh engine.Shards
+	for _, a := range addrs {
+		p := clientPool(a)
+		defer p.Close()
+		sh.Pools = append(sh.Pools, p)
+	}
+	c, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns, Logger: quietLogger()})
+	if err != nil {
+		return []string{fmt.Sprintf("namespace check: %v", err)}
+	}
+	return checkWorkflowNamespace(ctx, c)
 }
