@@ -326,6 +326,24 @@ var crashCases = []crashCase{
 		_, err := s.Move(ctx, c, []string{Member("q", BucketTime(t0-1000, s.Resolution))}, 100)
 		return err
 	}},
+	{"Enqueue/scheduled inline", func(ctx context.Context, s *Store, c redis.Conn) error {
+		s.Inline = true
+		return nil
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		return s.Enqueue(ctx, c, t0, []*Record{newRec(fixedID(1), t0+60_000)})
+	}},
+	{"Move/inline", func(ctx context.Context, s *Store, c redis.Conn) error {
+		s.Inline = true
+		for i, id := range []string{fixedID(1), fixedID(2)} {
+			if err := s.Enqueue(ctx, c, t0-60_000, []*Record{newRec(id, t0-1000-int64(i)*1000)}); err != nil {
+				return err
+			}
+		}
+		return s.Enqueue(ctx, c, t0-60_000, []*Record{newRec("a", t0-3000), newRec("b", t0-3000)})
+	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+		_, err := s.Move(ctx, c, []string{InlineMember("q", fixedID(1)), InlineMember("q", fixedID(2)), Member("q", BucketTime(t0-3000, s.Resolution))}, 100)
+		return err
+	}},
 	{"Claim", popped("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
 		_, res, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, nil)
 		if err == nil && res != Claimed {

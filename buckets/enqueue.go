@@ -128,8 +128,9 @@ func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList
 }
 
 // enqueueOne builds Enqueue's writes for one record: SET, SADD when the
-// queue is not known, then LPUSH q + tokens or RPUSH b, ZADD, HINCRBY and
-// (maybe) the dispatchers' wake. It returns them and the queue it adds.
+// queue is not known, then LPUSH q + tokens or RPUSH b and ZADD (only ZADD
+// of its inline entry with Store.Inline), HINCRBY and (maybe) the
+// dispatchers' wake. It returns them and the queue it adds.
 func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) {
 	cmds = make(cmdList, 0, 8)
 	cmds.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
@@ -143,7 +144,11 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 		return cmds, added
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	s.scheduleBucket(&cmds, r.Queue, ts, ids)
+	if s.inline(r.ID) {
+		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.Queue, r.ID))
+	} else {
+		s.scheduleBucket(&cmds, r.Queue, ts, ids)
+	}
 	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	s.wakeFor(&cmds, now, ts)
 	return cmds, added

@@ -69,7 +69,9 @@ func (k Keys) bucketOf(m, q string, ts int64) string {
 	return k.Bucket(q, ts)
 }
 
-// Schedule is the bucket index: ZSET, member "queue:ts", score ts.
+// Schedule is the bucket index: ZSET, member "queue:ts", score ts; or,
+// for a task scheduled inline, member "queue:id" (InlineMember), score
+// the task's bucket time.
 func (k Keys) Schedule() string { return k.prefix + "sched" }
 
 // RetryCounts counts the retries at the front of each bucket: HASH, field
@@ -186,6 +188,68 @@ func ParseMember(m string) (q string, ts int64, err error) {
 		return "", 0, fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
 	}
 	return q, ts, nil
+}
+
+// Guards is how many inline guards a namespace has (Keys.Guard).
+const Guards = 16
+
+// Guard is inline guard i (0 ≤ i < Guards): STRING, a counter. Every
+// transaction that removes an inline entry (InlineMember) from the index
+// watches the entry's guard (GuardOf) before it reads the entry, and
+// increments the guard in its MULTI: of two such transactions over one
+// entry, at most one commits. An inline entry has no key of its own to
+// watch, and watching the index would make every move conflict with
+// every enqueue.
+func (k Keys) Guard(i int) string { return k.prefix + "g:" + strconv.Itoa(i) }
+
+// GuardOf is the guard of task id's inline entry: FNV-1a of the id,
+// modulo Guards.
+func GuardOf(id string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return int(h % Guards)
+}
+
+// InlineMember is the index member of task id of queue q scheduled inline:
+// without a bucket list, the index naming the task itself ("q:id", scored
+// with the task's bucket time). Only an Inlineable id is scheduled so.
+func InlineMember(q, id string) string { return q + ":" + id }
+
+// Inlineable reports whether task id may be scheduled inline: an id of the
+// generated shape (IDTime: 22 base62 digits, perhaps a "~" suffix) without
+// ':'. Such an id never parses as a bucket time (22 digits are more than an
+// int64 holds), so ParseIndexMember tells its entry from a bucket's.
+func Inlineable(id string) bool {
+	if _, ok := IDTime(id); !ok {
+		return false
+	}
+	return strings.IndexByte(id, ':') < 0
+}
+
+// ParseIndexMember splits an index member: a bucket's into its queue and
+// time (id empty), an inline entry's (InlineMember) into its queue and
+// task id (ts 0: the entry's time is its score).
+func ParseIndexMember(m string) (q string, ts int64, id string, err error) {
+	if i := strings.LastIndexByte(m, ':'); i > 0 && Inlineable(m[i+1:]) {
+		if !ValidName(m[:i]) {
+			return "", 0, "", fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
+		}
+		return m[:i], 0, m[i+1:], nil
+	}
+	q, ts, err = ParseMember(m)
+	return q, ts, "", err
+}
+
+// inlineEntry returns the task id of index member m when m is an inline
+// entry, without checking its queue (ParseIndexMember does).
+func inlineEntry(m string) (string, bool) {
+	if i := strings.LastIndexByte(m, ':'); i > 0 && Inlineable(m[i+1:]) {
+		return m[i+1:], true
+	}
+	return "", false
 }
 
 // BucketTime rounds a due time up to the bucket resolution: the bucket of a

@@ -96,6 +96,10 @@ type UncertainMove struct {
 type MovedBucket struct {
 	Queue, Key, Member string
 	IDs                []string
+	// Inline says Member is the inline entry (InlineMember) of the one
+	// task in IDs, and Key that entry's guard (Keys.Guard): there is no
+	// bucket list.
+	Inline bool
 	// raw are the ids as the bucket's read gave them; a move spells them
 	// out in IDs only if its outcome is uncertain (spell).
 	raw []interface{}
@@ -129,10 +133,15 @@ type movePlan struct {
 	queues  []string      // distinct queues, in first-seen order
 	badMems []interface{} // members that do not parse
 	share   int           // ids read per bucket at most
+	lists   int           // of buckets, how many are lists (not inline entries)
+	guards  []int         // the distinct guards of the inline entries
 }
 
+// moveBucket is one index member of a plan: a bucket list, or an inline
+// entry (id set), which is one task and has no key: its key is its guard.
 type moveBucket struct {
 	member, q, key string
+	id             string // an inline entry's task; empty for a bucket list
 	// keyArg and memberArg are key and member as command arguments,
 	// boxed once for the several commands that name them.
 	keyArg, memberArg interface{}
@@ -150,6 +159,7 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 		seen = make(map[string]bool, len(members))
 	}
 	seenQ := map[string]bool{}
+	var guardSeen uint32 // bit g: guard g is in p.guards
 	for i, m := range members {
 		if seen != nil {
 			if seen[m] {
@@ -157,19 +167,30 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 			}
 			seen[m] = true
 		}
-		q, ts, err := ParseMember(m)
+		q, ts, id, err := ParseIndexMember(m)
 		if err != nil {
 			p.badMems = append(p.badMems, m)
 			continue
 		}
-		key := s.Keys.bucketOf(m, q, ts)
 		var memberArg interface{}
 		if boxed != nil {
 			memberArg = boxed[i]
 		} else {
 			memberArg = m
 		}
-		p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: memberArg})
+		if id != "" {
+			g := GuardOf(id)
+			if guardSeen&(1<<g) == 0 {
+				guardSeen |= 1 << g
+				p.guards = append(p.guards, g)
+			}
+			key := s.Keys.Guard(g)
+			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, id: id, memberArg: memberArg})
+		} else {
+			key := s.Keys.bucketOf(m, q, ts)
+			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: memberArg})
+			p.lists++
+		}
 		if !seenQ[q] {
 			seenQ[q] = true
 			p.queues = append(p.queues, q)
@@ -179,32 +200,56 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 	return p
 }
 
-func (p *movePlan) watch() []string {
-	keys := make([]string, len(p.buckets))
-	for i, b := range p.buckets {
-		keys[i] = b.key
+// watch is what the plan watches: its bucket lists, then the guards of
+// its inline entries.
+func (p *movePlan) watch(k Keys) []string {
+	keys := make([]string, 0, p.lists+len(p.guards))
+	for _, b := range p.buckets {
+		if b.id == "" {
+			keys = append(keys, b.key)
+		}
+	}
+	for _, g := range p.guards {
+		keys = append(keys, k.Guard(g))
 	}
 	return keys
 }
 
-// watchArgs is watch as command arguments, the keys boxed once by plan.
-func (p *movePlan) watchArgs() []interface{} {
-	args := make([]interface{}, len(p.buckets))
-	for i, b := range p.buckets {
-		args[i] = b.keyArg
+// watchArgs is watch as command arguments, the bucket keys boxed once by
+// plan.
+func (p *movePlan) watchArgs(k Keys) []interface{} {
+	args := make([]interface{}, 0, p.lists+len(p.guards))
+	for _, b := range p.buckets {
+		if b.id == "" {
+			args = append(args, b.keyArg)
+		}
+	}
+	for _, g := range p.guards {
+		args = append(args, k.Guard(g))
 	}
 	return args
 }
 
-// sendReads queues the plan's reads without flushing: LRANGE b 0 share per
-// bucket (one more than the share, to learn whether the bucket is larger),
-// TYPE q:<q> per queue, and HMGET rc of the buckets' members (how many of
-// each bucket's first entries are retries).
+// sendReads queues the plan's reads without flushing: per member, LRANGE b
+// 0 share for a bucket (one more than the share, to learn whether the
+// bucket is larger) or ZSCORE sched member for an inline entry (is it
+// still there, now that its guard is watched); TYPE q:<q> per queue; and
+// HMGET rc of the bucket lists' members (how many of each bucket's first
+// entries are retries; an inline entry is never a retry).
 func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) error {
-	// The LRANGEs' arguments share one array: a plan reads many buckets.
+	// The reads' arguments share one array: a plan reads many buckets.
 	flat := make([]interface{}, 3*len(p.buckets))
 	share := interface{}(p.share)
+	sched := interface{}(s.Keys.Schedule())
 	for i, b := range p.buckets {
+		if b.id != "" {
+			args := flat[3*i : 3*i+2 : 3*i+2]
+			args[0], args[1] = sched, b.memberArg
+			if err := send("ZSCORE", args...); err != nil {
+				return err
+			}
+			continue
+		}
 		args := flat[3*i : 3*i+3 : 3*i+3]
 		args[0], args[1], args[2] = b.keyArg, 0, share
 		if err := send("LRANGE", args...); err != nil {
@@ -216,13 +261,15 @@ func (s *Store) sendReads(send func(string, ...interface{}) error, p *movePlan) 
 			return err
 		}
 	}
-	if len(p.buckets) == 0 {
+	if p.lists == 0 {
 		return nil
 	}
-	args := make([]interface{}, 0, len(p.buckets)+1)
+	args := make([]interface{}, 0, p.lists+1)
 	args = append(args, s.Keys.RetryCounts())
 	for _, b := range p.buckets {
-		args = append(args, b.memberArg)
+		if b.id == "" {
+			args = append(args, b.memberArg)
+		}
 	}
 	return send("HMGET", args...)
 }
@@ -264,6 +311,7 @@ func retryCounts(rep interface{}, n int) ([]int, []bool) {
 //	           ids are retries: per bucket, min(taken, its retry count))
 //	DEL b ...; ZREM sched member ...      (buckets taken whole, stale members)
 //	HDEL rc member ...                    (the same, where counted)
+//	ZREM sched entry ...; INCR g:<k> ...  (inline entries still there, their guards)
 //	LTRIM b n -1; HINCRBY rc member -r    (a bucket larger than its share)
 //	RENAME b bad:b                        (a bucket of the wrong type)
 //	a ready list of the wrong type: its buckets are left, see WrongType
@@ -297,9 +345,11 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 		counts  []int
 		counted []bool
 	)
-	if nb > 0 {
-		counts, counted = retryCounts(reps[nb+len(p.queues)], nb)
+	if p.lists > 0 {
+		counts, counted = retryCounts(reps[nb+len(p.queues)], p.lists)
 	}
+	// rc is the index in counts of each bucket list, in plan order.
+	rc := 0
 	del := make([]interface{}, 0, nb)
 	zrem := make([]interface{}, 0, 1+len(p.badMems)+nb)
 	zrem = append(append(zrem, s.Keys.Schedule()), p.badMems...)
@@ -309,14 +359,41 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 		moved.Buckets = make([]MovedBucket, 0, nb)
 	}
 	// dropMember removes bucket i's index member, and its retry count
-	// with it when it has one.
-	dropMember := func(i int) {
+	// with it when it has one (c is its index in counts).
+	dropMember := func(i, c int) {
 		zrem = append(zrem, p.buckets[i].memberArg)
-		if counted[i] {
+		if counted[c] {
 			hdel = append(hdel, p.buckets[i].memberArg)
 		}
 	}
+	var touched uint32 // bit g: an inline entry of guard g is removed
 	for i, b := range p.buckets {
+		if b.id != "" {
+			// An inline entry: its task, if the entry is still there.
+			if badQ[b.q] {
+				continue
+			}
+			if _, ok := reps[i].([]byte); !ok {
+				// Gone (nil): another transaction took it since the
+				// index was read, and bumped its guard after our read.
+				res.Stale++
+				continue
+			}
+			zrem = append(zrem, b.memberArg)
+			touched |= 1 << GuardOf(b.id)
+			res.Buckets++
+			res.Tasks++
+			if ready[b.q] == nil {
+				ready[b.q] = append(make([]interface{}, 0, 1+nb-i), s.Keys.Ready(b.q))
+			}
+			ready[b.q] = append(ready[b.q], b.id)
+			if moved != nil {
+				moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, IDs: []string{b.id}, Inline: true})
+			}
+			continue
+		}
+		c := rc
+		rc++
 		if badQ[b.q] {
 			continue
 		}
@@ -328,28 +405,28 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 			// Not a list: set it aside so that it stops hiding the
 			// buckets behind it.
 			tx.Queue("RENAME", b.key, s.Keys.Quarantine(b.key))
-			dropMember(i)
+			dropMember(i, c)
 			res.Quarantined = append(res.Quarantined, b.key)
 			continue
 		}
 		if len(ids) == 0 {
-			dropMember(i)
+			dropMember(i, c)
 			res.Stale++
 			continue
 		}
 		if len(ids) > p.share {
 			ids = ids[:p.share]
 			tx.Queue("LTRIM", b.key, p.share, -1)
-			if r := min(counts[i], len(ids)); r > 0 {
+			if r := min(counts[c], len(ids)); r > 0 {
 				tx.Queue("HINCRBY", s.Keys.RetryCounts(), b.member, -r)
 			}
 			res.Partial = true
 		} else {
 			del = append(del, b.keyArg)
-			dropMember(i)
+			dropMember(i, c)
 			res.Buckets++
 		}
-		retries[b.q] += min(counts[i], len(ids))
+		retries[b.q] += min(counts[c], len(ids))
 		if ready[b.q] == nil {
 			ready[b.q] = append(make([]interface{}, 0, 1+len(ids)*(nb-i)), s.Keys.Ready(b.q))
 		}
@@ -380,6 +457,11 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	if len(hdel) > 1 {
 		tx.Queue("HDEL", hdel...)
 	}
+	for _, g := range p.guards {
+		if touched&(1<<g) != 0 {
+			tx.Queue("INCR", s.Keys.Guard(g))
+		}
+	}
 	return res
 }
 
@@ -402,7 +484,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
 	p := s.plan(members, nil, maxTasks, false)
 	var res MoveResult
-	_, err := s.run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, p.watch(s.Keys), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
 			return err
 		}
@@ -464,20 +546,8 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 			return MoveResult{Window: window, WindowFull: true, Gated: true}, nil
 		}
 	}
-	var plans []*movePlan
 	chunk = planSize(len(members), chunk)
-	for i := 0; i < len(members); i += chunk {
-		j := min(i+chunk, len(members))
-		plans = append(plans, s.plan(members[i:j], boxed[i:j], maxTasks, true))
-	}
-	// All due buckets are due; taking the chunks in a random order keeps
-	// several dispatchers over one backlog from all reaching for the same
-	// buckets first and conflicting.
-	rand.Shuffle(len(plans), func(i, j int) { plans[i], plans[j] = plans[j], plans[i] })
-	lanes := make([][]*movePlan, min(len(conns), len(plans)))
-	for j, p := range plans {
-		lanes[j%len(lanes)] = append(lanes[j%len(lanes)], p)
-	}
+	lanes := s.deal(members, boxed, chunk, maxTasks, min(len(conns), (len(members)+chunk-1)/chunk))
 	results := make([]MoveResult, len(lanes))
 	errs := make([]error, len(lanes))
 	var wg sync.WaitGroup
@@ -498,6 +568,63 @@ func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chun
 		total.Partial = true
 	}
 	return total, errors.Join(errs...)
+}
+
+// deal cuts the due members into move plans of chunk members and deals
+// them out to n lanes. All due buckets are due; each lane takes its
+// plans in a random order, which keeps several dispatchers over one
+// backlog from all reaching for the same buckets first and conflicting.
+// Lanes run at once, so their plans must not watch the same keys: a
+// bucket list is watched by its own plan alone, but inline entries share
+// Guards guards, so an inline entry goes to the lane its guard names
+// (GuardOf mod n), and bucket lists are dealt out in turn.
+func (s *Store) deal(members []string, boxed []interface{}, chunk, maxTasks, n int) [][]*movePlan {
+	cut := func(ms []string, bs []interface{}) []*movePlan {
+		var plans []*movePlan
+		for i := 0; i < len(ms); i += chunk {
+			j := min(i+chunk, len(ms))
+			plans = append(plans, s.plan(ms[i:j], bs[i:j], maxTasks, true))
+		}
+		rand.Shuffle(len(plans), func(i, j int) { plans[i], plans[j] = plans[j], plans[i] })
+		return plans
+	}
+	inline := false
+	if n > 1 {
+		for _, m := range members {
+			if _, ok := inlineEntry(m); ok {
+				inline = true
+				break
+			}
+		}
+	}
+	if !inline {
+		plans := cut(members, boxed)
+		lanes := make([][]*movePlan, min(n, len(plans)))
+		for j, p := range plans {
+			lanes[j%len(lanes)] = append(lanes[j%len(lanes)], p)
+		}
+		return lanes
+	}
+	ms := make([][]string, n)
+	bs := make([][]interface{}, n)
+	turn := 0
+	for i, m := range members {
+		k := turn % n
+		if id, ok := inlineEntry(m); ok {
+			k = GuardOf(id) % n
+		} else {
+			turn++
+		}
+		ms[k] = append(ms[k], m)
+		bs[k] = append(bs[k], boxed[i])
+	}
+	lanes := make([][]*movePlan, 0, n)
+	for k := range ms {
+		if len(ms[k]) > 0 {
+			lanes = append(lanes, cut(ms[k], bs[k]))
+		}
+	}
+	return lanes
 }
 
 // A round whose due buckets would all fit in one transaction deals them
@@ -546,7 +673,7 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 	for i, p := range plans {
 		reads := make(cmdList, 0, len(p.buckets)+len(p.queues)+1)
 		s.sendReads(func(name string, args ...interface{}) error { reads.Queue(name, args...); return nil }, p)
-		steps[i] = txn.Step{Watch: p.watch(), WatchArgs: p.watchArgs(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
+		steps[i] = txn.Step{Watch: p.watch(s.Keys), WatchArgs: p.watchArgs(s.Keys), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
 			results[i] = s.build(q, p, reps, nil)
 			read[i] = reps
 			return nil

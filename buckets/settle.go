@@ -22,8 +22,10 @@ type SettleResult struct {
 // its tasks are in no list. Run it on a connection other than the one
 // that failed. One optimistic transaction:
 //
-//	WATCH   b:<q>:<ts> ... q:<q> ...        the move's buckets, ready lists
-//	read    LRANGE b 0 n-1 per bucket (n ids the move took from it),
+//	WATCH   b:<q>:<ts> ... q:<q> ...        the move's buckets (the guards of
+//	                                        inline entries), ready lists
+//	read    LRANGE b 0 n-1 per bucket (n ids the move took from it; ZSCORE
+//	        sched entry for an inline entry),
 //	        TYPE q:<q>, EXISTS bad:q:<q> per queue, GET t:<id> per id
 //	queue   per queue whose ready list is not a list now, or was set
 //	        aside (its quarantine key exists: it was not a list recently,
@@ -73,6 +75,12 @@ func (s *Store) SettleMove(ctx context.Context, conn redis.Conn, u UncertainMove
 	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = SettleResult{}
 		for _, b := range u.Buckets {
+			if b.Inline {
+				if err := tx.Send("ZSCORE", s.Keys.Schedule(), b.Member); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := tx.Send("LRANGE", b.Key, 0, len(b.IDs)-1); err != nil {
 				return err
 			}
@@ -112,7 +120,7 @@ func (s *Store) SettleMove(ctx context.Context, conn redis.Conn, u UncertainMove
 		for i, b := range u.Buckets {
 			r := recs[j : j+len(b.IDs)]
 			j += len(b.IDs)
-			if !suspect[b.Queue] || stillThere(reps[i], b.IDs) {
+			if !suspect[b.Queue] || stillThere(b, reps[i]) {
 				continue
 			}
 			for k, id := range b.IDs {
@@ -145,10 +153,18 @@ func (s *Store) SettleMove(ctx context.Context, conn redis.Conn, u UncertainMove
 	return res, nil
 }
 
-// stillThere reports whether a bucket's LRANGE reply begins with ids: the
-// move that took them did not commit. Ids are unique, so a bucket emptied
-// by the move and filled again holds other ids.
-func stillThere(rep interface{}, ids []string) bool {
+// stillThere reports whether what a move took from b is still there, so
+// the move did not commit: a bucket's LRANGE reply begins with b's ids
+// (ids are unique, so a bucket emptied by the move and filled again holds
+// other ids), or an inline entry's ZSCORE found it in the index (an entry
+// removed is never added again: the task's next schedule is a retry, in
+// a bucket list).
+func stillThere(b MovedBucket, rep interface{}) bool {
+	if b.Inline {
+		_, ok := rep.([]byte)
+		return ok
+	}
+	ids := b.IDs
 	got, err := redis.Strings(rep, nil)
 	if err != nil || len(got) < len(ids) {
 		return false

@@ -55,6 +55,13 @@ type Store struct {
 	// Compact makes the store write version 4 task records (EncodeRecord),
 	// which no earlier release reads; see WriteCompactRecords.
 	Compact bool
+	// Inline makes the store schedule a task that is alone in its bucket
+	// at enqueue without a bucket list: its index entry names the task
+	// (InlineMember), which saves the list key's memory and the bucket's
+	// reads and writes at the move. No earlier release reads such an
+	// entry. Tasks enqueued together for one bucket, retries and tasks
+	// placed again keep bucket lists.
+	Inline bool
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
@@ -165,7 +172,9 @@ func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
 // scheduleBuckets queues the writes that place tasks in buckets, given as
 // queue -> bucket time -> ids: per queue, in time order, each bucket's
 // RPUSH; then one ZADD that indexes every bucket (variadic since 2.4, so
-// a group of one-task buckets sends one index command, not one a task);
+// a group of one-task buckets sends one index command, not one a task;
+// with Store.Inline a bucket of one task is its task's inline entry,
+// with no RPUSH);
 // then per queue HINCRBY st:<q> scheduled by its count. The caller wakes
 // the dispatchers.
 func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) {
@@ -183,9 +192,14 @@ func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) 
 		}
 		sort.Slice(tss, func(i, j int) bool { return tss[i] < tss[j] })
 		for _, ts := range tss {
-			s.pushBucket(tx, q, ts, byTS[ts])
+			ids := byTS[ts]
+			counts[i] += len(ids)
+			if len(ids) == 1 && s.inline(ids[0]) {
+				zadd = append(zadd, ts, InlineMember(q, ids[0]))
+				continue
+			}
+			s.pushBucket(tx, q, ts, ids)
 			zadd = append(zadd, ts, Member(q, ts))
-			counts[i] += len(byTS[ts])
 		}
 	}
 	tx.Queue("ZADD", zadd...)
@@ -193,6 +207,10 @@ func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) 
 		tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, counts[i])
 	}
 }
+
+// inline reports whether a task alone in its bucket is scheduled inline
+// (Store.Inline).
+func (s *Store) inline(id string) bool { return s.Inline && Inlineable(id) }
 
 // pushBucket queues scheduleBucket's RPUSH alone: the caller indexes the
 // bucket.
