@@ -14,15 +14,17 @@ import (
 // list, leaving a cancelled record for ttl seconds (at least one hour, so
 // that a worker that popped the id a moment before finds the tombstone).
 //
-// WATCH   t:<id>, then b:<q>:<ts> of its due time
-// read    GET t:<id>; ZSCORE sched member; LRANGE bucket (when indexed)
-// queue   LREM bucket 1 id + HINCRBY scheduled -1   (found in the bucket;
-//
-//	        ZREM sched member too when it was the bucket's only id)
-//
-//		or LREM q:<q> 1 id                      (otherwise: ready or taken)
-//		SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
-//		the final writes (unique key, completion, reply: see finalWrites)
+//	WATCH   t:<id>, then (findSpot) g:<k> of its inline entry when it is a
+//	        first attempt with an Inlineable id, then b:<q>:<ts> of its
+//	        due time unless the entry was found
+//	read    GET t:<id>; ZSCORE sched entry; ZSCORE sched member; LRANGE
+//	        bucket (when indexed)
+//	queue   ZREM sched entry + INCR g:<k> + HINCRBY scheduled -1 (inline)
+//	        or LREM bucket 1 id + HINCRBY scheduled -1   (found in the
+//	        bucket; ZREM sched member too when it was the bucket's only id)
+//	        or LREM q:<q> 1 id                 (otherwise: ready or taken)
+//	        SETEX t:<id> ttl cancelled record; HINCRBY cancelled +1 (retrying -1)
+//	        the final writes (unique key, completion, reply: see finalWrites)
 //
 // If a worker popped the id but has not claimed it, the LREM finds
 // nothing, the record becomes a tombstone, and the worker's claim drops
@@ -41,24 +43,13 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		case StateDone, StateDead, StateCancelled:
 			return fmt.Errorf("task %s is %s: %w", id, r.State, ErrAlreadyDone)
 		}
-		ts := BucketTime(r.Due, s.Resolution)
-		bucket := s.Keys.Bucket(r.Queue, ts)
-		if err := tx.Watch(bucket); err != nil {
-			return err
-		}
-		inBucket, last, err := s.inBucket(tx, r.Queue, ts, id)
+		sp, err := s.findSpot(tx, r)
 		if err != nil {
 			return err
 		}
 		st := s.Keys.Stats(r.Queue)
-		if inBucket {
-			tx.Queue("LREM", bucket, 1, id)
-			s.unbucketed(tx, r)
-			if last {
-				// The bucket empties and Redis deletes it: its index
-				// member goes with it, so the index names no empty bucket.
-				s.dropMember(tx, Member(r.Queue, ts))
-			}
+		if sp.scheduled() {
+			s.unschedule(tx, r, sp)
 		} else {
 			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
 		}
@@ -76,6 +67,60 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		return fmt.Errorf("buckets: cancel %s: %w", id, err)
 	}
 	return nil
+}
+
+// spot is where a waiting task is scheduled (findSpot): its inline entry,
+// its bucket (only: as the bucket's one entry), or neither (its ready
+// list, or taken by a worker that has not claimed it yet).
+type spot struct {
+	inline, bucket, only bool
+}
+
+func (sp spot) scheduled() bool { return sp.inline || sp.bucket }
+
+// findSpot watches and reads where waiting or retrying task r is
+// scheduled: its inline entry (only a first attempt with an Inlineable id
+// can have one) under the watch of its guard, else its bucket under the
+// bucket's watch. The caller watches r's record.
+func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
+	if r.State == StateWaiting && Inlineable(r.ID) {
+		if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
+			return spot{}, err
+		}
+		score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+		if err != nil {
+			return spot{}, err
+		}
+		if score != nil {
+			return spot{inline: true}, nil
+		}
+	}
+	ts := BucketTime(r.Due, s.Resolution)
+	if err := tx.Watch(s.Keys.Bucket(r.Queue, ts)); err != nil {
+		return spot{}, err
+	}
+	found, only, err := s.inBucket(tx, r.Queue, ts, r.ID)
+	return spot{bucket: found, only: only}, err
+}
+
+// unschedule queues the removal of r from where findSpot found it: ZREM
+// of its inline entry and INCR of the entry's guard, or LREM from its
+// bucket (and the bucket's index member, when it was the bucket's only
+// entry: the list empties and Redis deletes it, so the index names no
+// empty bucket); and the gauge it leaves (unbucketed).
+func (s *Store) unschedule(tx queuer, r *Record, sp spot) {
+	if sp.inline {
+		tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+		tx.Queue("INCR", s.Keys.Guard(GuardOf(r.ID)))
+		s.unbucketed(tx, r)
+		return
+	}
+	ts := BucketTime(r.Due, s.Resolution)
+	tx.Queue("LREM", s.Keys.Bucket(r.Queue, ts), 1, r.ID)
+	s.unbucketed(tx, r)
+	if sp.only {
+		s.dropMember(tx, Member(r.Queue, ts))
+	}
 }
 
 // inBucket reports whether id is still in its bucket (the bucket is in
@@ -126,13 +171,12 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 		if r.State != StateWaiting && r.State != StateRetry {
 			return nil
 		}
-		ts := BucketTime(r.Due, s.Resolution)
-		in, _, err := s.inBucket(tx, r.Queue, ts, id)
+		sp, err := s.findSpot(tx, r)
 		if err != nil {
 			return err
 		}
 		where = InReady
-		if in {
+		if sp.scheduled() {
 			where = InBucket
 		}
 		return nil
@@ -336,7 +380,10 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	}
 	for i := 0; i+1 < len(ms); i += 2 {
 		m, _ := redis.String(ms[i], nil)
-		q, ts, err := ParseMember(m)
+		q, ts, id, err := ParseIndexMember(m)
+		if err == nil && id != "" {
+			ts, err = redis.Int64(ms[i+1], nil) // an inline entry's time is its score
+		}
 		if err == nil {
 			if _, ok := next[q]; !ok {
 				next[q] = ts

@@ -190,7 +190,8 @@ type walk struct {
 	unreg     map[string]bool     // listed, not registered
 	dead      map[string]bool     // workers without a heartbeat
 	buckets   []*bucketInfo       // by key order
-	places    map[string][]string // id -> keys holding it
+	inline    map[string]int64    // queue -> its inline entries in the index
+	places    map[string][]string // id -> keys holding it (InlinePlace for an inline entry)
 	recs      map[string]*Record  // id -> decoded record (absent: missing or malformed)
 	stored    map[string]map[string]int64
 	retries   map[string]int64 // the retry counts hash, by member
@@ -219,7 +220,7 @@ func (s *Store) page(o CheckOptions) int {
 // moves that change no record (a dispatcher's move, a worker's pop) can
 // make an id appear twice but never nowhere.
 func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
-	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{},
+	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{}, inline: map[string]int64{},
 		recs: map[string]*Record{}, stored: map[string]map[string]int64{}}
 	n := s.page(o)
 	k := s.Keys
@@ -281,9 +282,15 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 			return nil, fmt.Errorf("bucket index: %w", err)
 		}
 		for _, m := range ms {
-			q, ts, err := ParseMember(m)
+			q, ts, id, err := ParseIndexMember(m)
 			if err != nil {
 				w.found = append(w.found, Finding{Kind: FindBadMember, Member: m, Key: k.Schedule()})
+				continue
+			}
+			if id != "" {
+				w.inline[q]++
+				w.queues[q] = true
+				w.see(id, k.InlinePlace(m))
 				continue
 			}
 			addBucket(k.Bucket(q, ts), m, q, ts, true)
@@ -553,6 +560,9 @@ func (w *walk) judge(k Keys, resolution int64) {
 	for _, b := range w.buckets {
 		count(b.q, StatScheduled, b.length)
 	}
+	for q, n := range w.inline {
+		count(q, StatScheduled, n)
+	}
 	retryIn := map[string]int64{} // bucket key -> retrying tasks in it
 	ids := make([]string, 0, len(w.recs))
 	for id := range w.recs {
@@ -580,8 +590,12 @@ func (w *walk) judge(k Keys, resolution int64) {
 					}
 				}
 			}
+			entry := ""
+			if r.State == StateWaiting {
+				entry = k.InlinePlace(InlineMember(r.Queue, id)) // never a retry's
+			}
 			allowed = func(key string) bool {
-				return key == k.Ready(r.Queue) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix)
+				return key == k.Ready(r.Queue) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix) || key == entry
 			}
 		case StateRunning:
 			count(r.Queue, StatRunning, 1)
@@ -684,7 +698,13 @@ func (s *Store) watchFor(f Finding) []string {
 		return keys
 	case FindHomeless, FindDuplicate, FindStray:
 		keys := []string{k.Task(f.ID)}
-		keys = append(keys, f.Places...)
+		for _, p := range f.Places {
+			if _, ok := k.inlinePlaceID(p); ok {
+				// Whoever removes an inline entry bumps its guard.
+				p = k.Guard(GuardOf(f.ID))
+			}
+			keys = append(keys, p)
+		}
 		if f.Kind == FindHomeless {
 			keys = append(keys, k.Ready(f.Queue))
 		}
@@ -806,8 +826,9 @@ func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, fi
 //	                queue ZADD sched ts member + a dispatcher wake-up.
 //	stale member:   WATCH b:<q>:<ts>; read EXISTS, ZSCORE; queue ZREM sched member.
 //	bad member:     WATCH sched; read ZSCORE; queue ZREM sched member.
-//	homeless task:  WATCH t:<id> and the places of its state; read GET
-//	                t:<id> and those places; queue, for a waiting or
+//	homeless task:  WATCH t:<id> and the places of its state (the guard
+//	                of its inline entry too); read GET t:<id> and those
+//	                places; queue, for a waiting or
 //	                retrying task, its bucket (+ HINCRBY scheduled) or the
 //	                front of its ready list; for a running one ZADD p:<w>
 //	                deadline id + SADD w <w> (its worker finishes it, or the
@@ -923,6 +944,15 @@ func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOpti
 		}
 		switch r.State {
 		case StateWaiting, StateRetry:
+			if r.State == StateWaiting && Inlineable(r.ID) {
+				if err := tx.Watch(k.Guard(GuardOf(r.ID))); err != nil {
+					return err
+				}
+				score, err := tx.Do("ZSCORE", k.Schedule(), InlineMember(r.Queue, r.ID))
+				if err != nil || score != nil {
+					return err // its inline entry is its home
+				}
+			}
 			bucket := k.Bucket(r.Queue, BucketTime(r.Due, s.Resolution))
 			if err := tx.Watch(bucket); err != nil {
 				return err

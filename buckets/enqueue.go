@@ -144,7 +144,7 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 		return cmds, added
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	if s.inline(r.ID) {
+	if s.inline(r.Queue, ts, r.ID) {
 		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.Queue, r.ID))
 	} else {
 		s.scheduleBucket(&cmds, r.Queue, ts, ids)

@@ -310,3 +310,119 @@ func TestInlineSettleMove(t *testing.T) {
 		})
 	}
 }
+
+// checkClean runs the namespace check and fails on any finding.
+func checkClean(t *testing.T, st *Store, conn redis.Conn, when string) *CheckReport {
+	t.Helper()
+	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings)+len(rep.Unconfirmed) > 0 {
+		t.Fatalf("check %s: %+v %+v", when, rep.Findings, rep.Unconfirmed)
+	}
+	return rep
+}
+
+// The paths that find a scheduled task by its record find it in its
+// inline entry: Lookup, Cancel, Act (run, cancel, delete), the queue's
+// next due time, a listing of its scheduled tasks, and the namespace
+// check, which counts inline entries in the scheduled gauge and tells a
+// task in no place.
+func TestInlineReaders(t *testing.T) {
+	st, pool, admin := inlineStore(t)
+	ctx := testCtx(t)
+	conn := pool.Get()
+	defer conn.Close()
+	ids := []string{fixedID(1), fixedID(2), fixedID(3), fixedID(4), fixedID(5)}
+	for i, id := range ids {
+		if err := st.Enqueue(ctx, conn, t0, []*Record{newRec(id, t0+int64(1+i)*60_000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second task for the bucket of ids[0] goes to the bucket's list.
+	if err := st.Enqueue(ctx, conn, t0, []*Record{newRec(fixedID(6), t0+60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := redis.Int(admin.Do("LLEN", st.Keys.Bucket("q", t0+60_000))); n != 1 {
+		t.Fatalf("bucket list of the first time holds %d; want the second task", n)
+	}
+	rep := checkClean(t, st, conn, "after enqueue")
+	if rep.Tasks != 6 {
+		t.Fatalf("check saw %d tasks; want 6", rep.Tasks)
+	}
+	// Lookup and Stats.
+	if _, where, err := st.Lookup(ctx, conn, ids[1]); err != nil || where != InBucket {
+		t.Fatalf("Lookup = %v, %v; want InBucket", where, err)
+	}
+	qs, err := st.Stats(ctx, conn, 100)
+	if err != nil || len(qs) != 1 || qs[0].NextDue != t0+60_000 || qs[0].Scheduled != 6 {
+		t.Fatalf("Stats = %+v, %v; want next due %d and 6 scheduled", qs, err, t0+60_000)
+	}
+	// A listing: times once each, the first time's window holds the
+	// inline task then the list's.
+	times, _, _, err := st.BucketTimes(ctx, conn, "q", 0, 64)
+	if err != nil || len(times) != 5 || times[0] != t0+60_000 {
+		t.Fatalf("BucketTimes = %v, %v; want the 5 times", times, err)
+	}
+	ws, err := st.BucketWindows(ctx, conn, "q", []BucketRange{{Ts: t0 + 60_000, Lo: 0, Hi: 9}, {Ts: t0 + 60_000, Lo: 1, Hi: 9}, {Ts: t0 + 120_000, Lo: 0, Hi: 0}})
+	if err != nil || fmt.Sprint(ws) != fmt.Sprint([][]string{{ids[0], fixedID(6)}, {fixedID(6)}, {ids[1]}}) {
+		t.Fatalf("BucketWindows = %v, %v", ws, err)
+	}
+	if ok, err := st.BucketIndexed(ctx, conn, "q", t0+180_000); err != nil || !ok {
+		t.Fatalf("BucketIndexed of an inline entry's time = %v, %v; want true", ok, err)
+	}
+	// Cancel one, act on three.
+	if err := st.Cancel(ctx, conn, ids[1], t0, 3600); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := redis.Int(admin.Do("ZCARD", st.Keys.Schedule())); n != 5 {
+		t.Fatalf("index holds %d after a cancel; want 5", n)
+	}
+	if _, err := st.Act(ctx, conn, ActRun, []string{ids[2]}, t0, 3600, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Act(ctx, conn, ActCancel, []string{ids[3]}, t0, 3600, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Act(ctx, conn, ActDelete, []string{ids[4], ids[4]}, t0, 3600, nil); err != nil || res.Done != 1 {
+		t.Fatalf("Act delete = %+v, %v", res, err)
+	}
+	ready, _ := redis.Strings(admin.Do("LRANGE", st.Keys.Ready("q"), 0, -1))
+	if fmt.Sprint(ready) != fmt.Sprint([]string{ids[2]}) {
+		t.Fatalf("ready = %v; want the task run now", ready)
+	}
+	members, _ := redis.Strings(admin.Do("ZRANGE", st.Keys.Schedule(), 0, -1))
+	if fmt.Sprint(members) != fmt.Sprint([]string{InlineMember("q", ids[0]), Member("q", t0+60_000)}) {
+		t.Fatalf("index = %v; want the first time's entry and list", members)
+	}
+	checkClean(t, st, conn, "after cancel and acts")
+	// A task whose inline entry is lost is homeless; repair places it.
+	if _, err := admin.Do("ZREM", st.Keys.Schedule(), InlineMember("q", ids[0])); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = st.CheckNamespace(ctx, conn, CheckOptions{ListKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var homeless, gauge int
+	for _, f := range rep.Findings {
+		switch {
+		case f.Kind == FindHomeless && f.ID == ids[0]:
+			homeless++
+		case f.Kind == FindGauge && f.Gauge == StatScheduled:
+			gauge++
+		default:
+			t.Errorf("finding %+v", f)
+		}
+	}
+	if homeless != 1 || gauge != 1 {
+		t.Fatalf("check after losing an entry: %+v; want the task homeless and the scheduled gauge off", rep.Findings)
+	}
+	for _, f := range rep.Findings {
+		if _, err := st.Repair(ctx, conn, CheckOptions{}, f, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkClean(t, st, conn, "after repair")
+}

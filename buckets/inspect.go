@@ -125,27 +125,45 @@ func (s *Store) ReadyWindow(ctx context.Context, conn redis.Conn, q string, lo, 
 }
 
 // BucketTimes reads the bucket index from fromTs on, at most scan members
-// (ZRANGEBYSCORE sched fromTs +inf LIMIT 0 scan), and returns the times
-// of queue q's buckets among them, in due order, and the time of the last
-// member read (any queue's); more says whether the index may hold more.
+// (ZRANGEBYSCORE sched fromTs +inf WITHSCORES LIMIT 0 scan), and returns
+// the times at which queue q has a bucket or inline entries among them,
+// each once, in due order, and the time of the last member read (any
+// queue's); more says whether the index may hold more. A listing treats
+// what q has at one time as one bucket (BucketWindows): its inline
+// entries, then its bucket list.
 func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, fromTs int64, scan int) (ts []int64, last int64, more bool, err error) {
-	ms, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), fromTs, "+inf", "LIMIT", 0, scan))
+	vs, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), fromTs, "+inf", "WITHSCORES", "LIMIT", 0, scan))
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("buckets: bucket index: %w", err)
 	}
 	last = fromTs
-	for _, m := range ms {
-		mq, t, err := ParseMember(m)
+	for i := 0; i+1 < len(vs); i += 2 {
+		mq, t, id, err := ParseIndexMember(vs[i])
 		if err != nil {
 			continue
 		}
+		if id != "" {
+			f, err := strconv.ParseFloat(vs[i+1], 64)
+			if err != nil {
+				continue
+			}
+			t = int64(f)
+		}
 		last = t
-		if mq == q {
+		if mq == q && (len(ts) == 0 || ts[len(ts)-1] != t) {
 			ts = append(ts, t)
 		}
 	}
-	return ts, last, len(ms) == scan, nil
+	return ts, last, len(vs) == 2*scan, nil
 }
+
+// MaxInlineListed bounds the index members at one time that a listing
+// reads (BucketWindows, BucketIndexed): the inline entries of every queue
+// there. A producer schedules inline only the first task it enqueues for
+// a bucket and the rest in the bucket's list (Store.Inline), so one time
+// seldom has more than a few; beyond this many, a listing leaves the rest
+// out.
+const MaxInlineListed = 1024
 
 // BucketRange is a window of one bucket to read: ids at head positions Lo
 // to Hi inclusive (0 is the next the dispatcher moves).
@@ -154,14 +172,19 @@ type BucketRange struct {
 	Lo, Hi int64
 }
 
-// BucketWindows reads windows of queue q's buckets in one MULTI/EXEC (one
-// LRANGE each). A bucket that is gone reads as empty.
+// BucketWindows reads windows of queue q's buckets in one MULTI/EXEC. The
+// bucket at a time is q's inline entries there (in index order), then its
+// bucket list: ZRANGEBYSCORE sched ts ts and LRANGE of the list each. A
+// bucket that is gone reads as empty. When q has inline entries at a time
+// whose window does not start at 0, the list's part is read again in a
+// second step, at the positions the entries move it to.
 func (s *Store) BucketWindows(ctx context.Context, conn redis.Conn, q string, rs []BucketRange) ([][]string, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
 	var cmds cmdList
 	for _, r := range rs {
+		cmds.Queue("ZRANGEBYSCORE", s.Keys.Schedule(), r.Ts, r.Ts, "LIMIT", 0, MaxInlineListed)
 		cmds.Queue("LRANGE", s.Keys.Bucket(q, r.Ts), r.Lo, r.Hi)
 	}
 	reps, err := s.snapshot(ctx, conn, cmds)
@@ -169,9 +192,59 @@ func (s *Store) BucketWindows(ctx context.Context, conn redis.Conn, q string, rs
 		return nil, fmt.Errorf("buckets: buckets of %s: %w", q, err)
 	}
 	out := make([][]string, len(rs))
-	for i := range rs {
-		if out[i], err = redis.Strings(reps[i], nil); err != nil {
-			return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, rs[i].Ts), err)
+	var again []int // windows whose list part moved
+	inl := make([][]string, len(rs))
+	for i, r := range rs {
+		ms, err := redis.Strings(reps[2*i], nil)
+		if err != nil {
+			return nil, fmt.Errorf("buckets: bucket index: %w", err)
+		}
+		for _, m := range ms {
+			if mq, _, id, err := ParseIndexMember(m); err == nil && id != "" && mq == q {
+				inl[i] = append(inl[i], id)
+			}
+		}
+		list, err := redis.Strings(reps[2*i+1], nil)
+		if err != nil {
+			return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, r.Ts), err)
+		}
+		n := int64(len(inl[i]))
+		switch {
+		case n == 0:
+			out[i] = list
+		case r.Lo == 0:
+			// The entries come first: the list's part starts at 0, and
+			// what was read of it (from 0) holds it.
+			w := append([]string(nil), inl[i][:min(n, r.Hi+1)]...)
+			out[i] = append(w, list[:min(int64(len(list)), max(0, r.Hi+1-n))]...)
+		default:
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		var cmds cmdList
+		for _, i := range again {
+			r, n := rs[i], int64(len(inl[i]))
+			cmds.Queue("LRANGE", s.Keys.Bucket(q, r.Ts), max(0, r.Lo-n), max(-1, r.Hi-n))
+		}
+		reps, err := s.snapshot(ctx, conn, cmds)
+		if err != nil {
+			return nil, fmt.Errorf("buckets: buckets of %s: %w", q, err)
+		}
+		for k, i := range again {
+			r, n := rs[i], int64(len(inl[i]))
+			list, err := redis.Strings(reps[k], nil)
+			if err != nil {
+				return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, r.Ts), err)
+			}
+			var w []string
+			if r.Lo < n {
+				w = append(w, inl[i][r.Lo:min(n, r.Hi+1)]...)
+			}
+			if r.Hi-n < 0 {
+				list = nil // LRANGE b 0 -1 read the whole list
+			}
+			out[i] = append(w, list...)
 		}
 	}
 	return out, nil
@@ -295,12 +368,18 @@ func (s *Store) WorkerIDs(ctx context.Context, conn redis.Conn) ([]string, error
 	return ids, nil
 }
 
-// BucketIndexed reports whether queue q has a bucket at ts in the index
-// (ZSCORE sched member).
+// BucketIndexed reports whether queue q has a bucket or an inline entry
+// at ts in the index (ZRANGEBYSCORE sched ts ts: the members at ts, up to
+// MaxInlineListed).
 func (s *Store) BucketIndexed(ctx context.Context, conn redis.Conn, q string, ts int64) (bool, error) {
-	rep, err := do(ctx, conn, "ZSCORE", s.Keys.Schedule(), Member(q, ts))
+	ms, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), ts, ts, "LIMIT", 0, MaxInlineListed))
 	if err != nil {
 		return false, fmt.Errorf("buckets: bucket index: %w", err)
 	}
-	return rep != nil, nil
+	for _, m := range ms {
+		if mq, _, _, err := ParseIndexMember(m); err == nil && mq == q {
+			return true, nil
+		}
+	}
+	return false, nil
 }

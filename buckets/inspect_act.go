@@ -57,23 +57,24 @@ const MaxActBatch = 100
 //
 // WATCH   t:<id> of every id, then b:<q>:<ts> of every waiting/retrying
 //
-//	task's bucket
+//	task's bucket and g:<k> of every waiting task's inline entry (an
+//	Inlineable id)
 //
 // read    GET t:<id> (pipelined); ZSCORE sched member + LRANGE bucket per
 //
-//	bucket (pipelined)
+//	bucket, ZSCORE sched entry per inline entry (pipelined)
 //
 // queue   per task, by action and where it is:
 //
 //	run/retry, in its bucket: LREM b 1 id (+ ZREM sched member when the
-//	  bucket empties), scheduled -1, SET t:<id> due now, RPUSH q (front)
-//	  + tokens
+//	  bucket empties), or ZREM sched entry + INCR g:<k> (inline),
+//	  scheduled -1, SET t:<id> due now, RPUSH q (front) + tokens
 //	retry, dead: ZREM dead, dead -1, SET t:<id> waiting with attempts
 //	  reset, RPUSH q (front) + tokens
 //	cancel, waiting/retrying: as Cancel (bucket or LREM q), SETEX t:<id>
 //	  cancelled, cancelled +1 (retrying -1)
-//	delete, in its bucket: LREM b (+ ZREM member), scheduled -1
-//	  (retrying -1), DEL t:<id>
+//	delete, in its bucket: LREM b (+ ZREM member), or ZREM entry + INCR
+//	  g:<k>, scheduled -1 (retrying -1), DEL t:<id>
 //	delete, ready (or popped, not claimed): LREM q 1 id (retrying -1),
 //	  SETEX t:<id> a cancelled tombstone saying "deleted" for ttl, so a
 //	  worker that popped it drops it at its claim instead of burying it
@@ -125,6 +126,11 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		}
 		var bks []bkey
 		seen := map[bkey]bool{}
+		// Waiting tasks that may have an inline entry, and the guards
+		// of those entries (bit g: Guard(g) is in guardKeys).
+		var inl []*Record
+		var guards uint32
+		var guardKeys []string
 		for i, id := range ids {
 			if e, ok := reps[i].(redis.Error); ok {
 				return fmt.Errorf("read %s: %w", id, e)
@@ -138,6 +144,13 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				continue // the claim or the checker deals with it
 			}
 			recs[i] = r
+			if r.State == StateWaiting && Inlineable(id) {
+				inl = append(inl, r)
+				if g := GuardOf(id); guards&(1<<g) == 0 {
+					guards |= 1 << g
+					guardKeys = append(guardKeys, s.Keys.Guard(g))
+				}
+			}
 			if r.State == StateWaiting || r.State == StateRetry {
 				k := bkey{r.Queue, BucketTime(r.Due, s.Resolution)}
 				if !seen[k] {
@@ -150,12 +163,13 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		indexed := map[bkey]bool{}
 		content := map[bkey]map[string]bool{}
 		size := map[bkey]int{}
+		inline := map[string]bool{} // ids found in their inline entries
 		if len(bks) > 0 {
-			keys := make([]string, len(bks))
+			keys := make([]string, len(bks), len(bks)+len(guardKeys))
 			for i, k := range bks {
 				keys[i] = s.Keys.Bucket(k.q, k.ts)
 			}
-			if err := tx.Watch(keys...); err != nil {
+			if err := tx.Watch(append(keys, guardKeys...)...); err != nil {
 				return err
 			}
 			for _, k := range bks {
@@ -166,9 +180,21 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 					return err
 				}
 			}
+			for _, r := range inl {
+				if err := tx.Send("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID)); err != nil {
+					return err
+				}
+			}
 			reps, err := tx.Flush()
 			if err != nil {
 				return err
+			}
+			for j, r := range inl {
+				rep := reps[2*len(bks)+j]
+				if e, ok := rep.(redis.Error); ok {
+					return fmt.Errorf("bucket index: %w", e)
+				}
+				inline[r.ID] = rep != nil
 			}
 			for i, k := range bks {
 				if e, ok := reps[2*i].(redis.Error); ok {
@@ -187,7 +213,14 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 			}
 		}
 		removed := map[bkey]int{}
+		var touched uint32 // bit g: an inline entry of guard g is removed
 		fromBucket := func(r *Record) {
+			if inline[r.ID] {
+				tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+				touched |= 1 << GuardOf(r.ID)
+				s.unbucketed(tx, r)
+				return
+			}
 			k := bkey{r.Queue, BucketTime(r.Due, s.Resolution)}
 			tx.Queue("LREM", s.Keys.Bucket(k.q, k.ts), 1, r.ID)
 			s.unbucketed(tx, r)
@@ -206,7 +239,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 			inBucket := false
 			if r.State == StateWaiting || r.State == StateRetry {
 				k := bkey{r.Queue, BucketTime(r.Due, s.Resolution)}
-				inBucket = indexed[k] && content[k][r.ID]
+				inBucket = inline[r.ID] || indexed[k] && content[k][r.ID]
 			}
 			ok := true
 			switch {
@@ -288,6 +321,11 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		for k, n := range removed {
 			if n >= size[k] && indexed[k] {
 				s.dropMember(tx, Member(k.q, k.ts))
+			}
+		}
+		for g := range Guards {
+			if touched&(1<<g) != 0 {
+				tx.Queue("INCR", s.Keys.Guard(g))
 			}
 		}
 		return nil

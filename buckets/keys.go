@@ -229,6 +229,20 @@ func Inlineable(id string) bool {
 	return strings.IndexByte(id, ':') < 0
 }
 
+// InlinePlace names inline entry m as a place of its task in the
+// namespace check's findings (Finding.Places): "{ns}:sched:" and the
+// entry. No key has that name; the entry is a member of the index.
+func (k Keys) InlinePlace(m string) string { return k.prefix + "sched:" + m }
+
+// inlinePlaceID returns the task id of an InlinePlace.
+func (k Keys) inlinePlaceID(place string) (string, bool) {
+	m, ok := strings.CutPrefix(place, k.prefix+"sched:")
+	if !ok {
+		return "", false
+	}
+	return inlineEntry(m)
+}
+
 // ParseIndexMember splits an index member: a bucket's into its queue and
 // time (id empty), an inline entry's (InlineMember) into its queue and
 // task id (ts 0: the entry's time is its score).

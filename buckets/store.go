@@ -55,13 +55,21 @@ type Store struct {
 	// Compact makes the store write version 4 task records (EncodeRecord),
 	// which no earlier release reads; see WriteCompactRecords.
 	Compact bool
-	// Inline makes the store schedule a task that is alone in its bucket
-	// at enqueue without a bucket list: its index entry names the task
-	// (InlineMember), which saves the list key's memory and the bucket's
-	// reads and writes at the move. No earlier release reads such an
-	// entry. Tasks enqueued together for one bucket, retries and tasks
-	// placed again keep bucket lists.
+	// Inline makes the store schedule the first task it enqueues for a
+	// bucket without a bucket list, when no other task of its enqueue
+	// goes there: its index entry names the task (InlineMember), which
+	// saves the list key's memory and the bucket's reads and writes at
+	// the move. Later tasks of the bucket go to its list (the store
+	// remembers the last inlineMemory buckets it inlined), as do tasks
+	// enqueued together for one bucket, ids not Inlineable, retries and
+	// tasks placed again. No earlier release reads an inline entry.
 	Inline bool
+
+	// inlined remembers the buckets this store scheduled an inline entry
+	// for (firstInBucket): a later task of the same bucket goes to its
+	// list, so a burst keeps the list's cost per task, not an entry's.
+	inlinedMu sync.Mutex
+	inlined   map[bucketRef]struct{}
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
@@ -194,7 +202,7 @@ func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) 
 		for _, ts := range tss {
 			ids := byTS[ts]
 			counts[i] += len(ids)
-			if len(ids) == 1 && s.inline(ids[0]) {
+			if len(ids) == 1 && s.inline(q, ts, ids[0]) {
 				zadd = append(zadd, ts, InlineMember(q, ids[0]))
 				continue
 			}
@@ -208,9 +216,36 @@ func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) 
 	}
 }
 
-// inline reports whether a task alone in its bucket is scheduled inline
-// (Store.Inline).
-func (s *Store) inline(id string) bool { return s.Inline && Inlineable(id) }
+// bucketRef names a bucket: queue and time.
+type bucketRef struct {
+	q  string
+	ts int64
+}
+
+// inlineMemory bounds the buckets a store remembers inlining: past it,
+// it forgets them all (a later task of one of those buckets then makes a
+// second inline entry, which costs memory, never correctness).
+const inlineMemory = 4096
+
+// inline reports whether task id, alone in its enqueue's bucket q at ts,
+// is scheduled inline (Store.Inline): the first such task of the bucket
+// this store sees.
+func (s *Store) inline(q string, ts int64, id string) bool {
+	if !s.Inline || !Inlineable(id) {
+		return false
+	}
+	k := bucketRef{q, ts}
+	s.inlinedMu.Lock()
+	defer s.inlinedMu.Unlock()
+	if _, ok := s.inlined[k]; ok {
+		return false
+	}
+	if s.inlined == nil || len(s.inlined) >= inlineMemory {
+		s.inlined = make(map[bucketRef]struct{})
+	}
+	s.inlined[k] = struct{}{}
+	return true
+}
 
 // pushBucket queues scheduleBucket's RPUSH alone: the caller indexes the
 // bucket.

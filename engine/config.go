@@ -21,14 +21,18 @@ type Config struct {
 	Resolution time.Duration
 	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
 	MaxPayload int
-	// CompactRecords makes the parts built with this Config write task
-	// records in the shorter format of this release (record version 4: a
-	// waiting task's header is 20 to 30 bytes shorter; the time it was
-	// created is read from its generated id, and the default queue,
-	// attempts and timeout take no byte). Off by default, because earlier
-	// releases cannot read it: turn it on once every process on the
-	// namespace runs this release or a later one. Records of every
-	// format stay readable either way.
+	// CompactRecords makes the parts built with this Config write the
+	// compact storage of this release. Task records in the shorter format
+	// (record version 4: a waiting task's header is 20 to 30 bytes
+	// shorter; the time it was created is read from its generated id, and
+	// the default queue, attempts and timeout take no byte). And inline
+	// entries: the first delayed task a client enqueues for a bucket,
+	// alone in its enqueue's bucket, is scheduled by an index entry that
+	// names it, without a bucket list (about 180 bytes less on Redis 7.0,
+	// and a cheaper move). Off by default, because earlier releases read
+	// neither: turn it on once every process on the namespace runs this
+	// release or a later one. Everything written either way stays
+	// readable.
 	CompactRecords bool
 
 	// DefaultQueue is the queue of a task enqueued without Queue().
@@ -439,6 +443,7 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	}
 	st.FlowTTL = c.doneTTL()
 	st.Compact = c.CompactRecords
+	st.Inline = c.CompactRecords
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}
