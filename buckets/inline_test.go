@@ -361,13 +361,29 @@ func TestInlineReaders(t *testing.T) {
 	}
 	// A listing: times once each, the first time's window holds the
 	// inline task then the list's.
-	times, _, _, err := st.BucketTimes(ctx, conn, "q", 0, 64)
-	if err != nil || len(times) != 5 || times[0] != t0+60_000 {
-		t.Fatalf("BucketTimes = %v, %v; want the 5 times", times, err)
+	ats, _, _, err := st.BucketTimes(ctx, conn, "q", 0, 64)
+	if err != nil || len(ats) != 5 || ats[0].Ts != t0+60_000 || !ats[0].List || fmt.Sprint(ats[0].Inline) != fmt.Sprint(ids[:1]) ||
+		ats[1].List || fmt.Sprint(ats[1].Inline) != fmt.Sprint(ids[1:2]) || ats[4].Partial {
+		t.Fatalf("BucketTimes = %+v, %v; want the 5 times", ats, err)
 	}
-	ws, err := st.BucketWindows(ctx, conn, "q", []BucketRange{{Ts: t0 + 60_000, Lo: 0, Hi: 9}, {Ts: t0 + 60_000, Lo: 1, Hi: 9}, {Ts: t0 + 120_000, Lo: 0, Hi: 0}})
-	if err != nil || fmt.Sprint(ws) != fmt.Sprint([][]string{{ids[0], fixedID(6)}, {fixedID(6)}, {ids[1]}}) {
-		t.Fatalf("BucketWindows = %v, %v", ws, err)
+	// Read with what BucketTimes read, and without (At nil: all read).
+	want := fmt.Sprint([][]string{{ids[0], fixedID(6)}, {fixedID(6)}, {ids[1]}, {}})
+	for _, with := range []bool{true, false} {
+		rs := []BucketRange{{Ts: t0 + 60_000, Lo: 0, Hi: 9, At: &ats[0]}, {Ts: t0 + 60_000, Lo: 1, Hi: 9, At: &ats[0]},
+			{Ts: t0 + 120_000, Lo: 0, Hi: 0, At: &ats[1]}, {Ts: t0 + 120_000, Lo: 1, Hi: 5, At: &ats[1]}}
+		if !with {
+			for i := range rs {
+				rs[i].At = nil
+			}
+		}
+		ws, err := st.BucketWindows(ctx, conn, "q", rs)
+		if err != nil || fmt.Sprint(ws) != want {
+			t.Fatalf("BucketWindows (with BucketTimes's reads: %v) = %v, %v; want %v", with, ws, err, want)
+		}
+	}
+	// A read that ends among a time's members says so.
+	if ats, _, more, err := st.BucketTimes(ctx, conn, "q", 0, 2); err != nil || !more || len(ats) != 1 || !ats[0].Partial {
+		t.Fatalf("BucketTimes of 2 members = %+v, %v, %v; want the first time, partial", ats, more, err)
 	}
 	if ok, err := st.BucketIndexed(ctx, conn, "q", t0+180_000); err != nil || !ok {
 		t.Fatalf("BucketIndexed of an inline entry's time = %v, %v; want true", ok, err)

@@ -124,14 +124,25 @@ func (s *Store) ReadyWindow(ctx context.Context, conn redis.Conn, q string, lo, 
 	return ids, length, nil
 }
 
+// BucketAt is what queue q has at one time of the index, as BucketTimes
+// read it: its inline entries (in index order) and whether it has a
+// bucket list. Partial says the read may have ended among that time's
+// members, so that BucketWindows reads them again.
+type BucketAt struct {
+	Ts      int64
+	Inline  []string
+	List    bool
+	Partial bool
+}
+
 // BucketTimes reads the bucket index from fromTs on, at most scan members
 // (ZRANGEBYSCORE sched fromTs +inf WITHSCORES LIMIT 0 scan), and returns
 // the times at which queue q has a bucket or inline entries among them,
-// each once, in due order, and the time of the last member read (any
-// queue's); more says whether the index may hold more. A listing treats
-// what q has at one time as one bucket (BucketWindows): its inline
-// entries, then its bucket list.
-func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, fromTs int64, scan int) (ts []int64, last int64, more bool, err error) {
+// each once, in due order, with what q has there, and the time of the
+// last member read (any queue's); more says whether the index may hold
+// more. A listing treats what q has at one time as one bucket
+// (BucketWindows): its inline entries, then its bucket list.
+func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, fromTs int64, scan int) (bs []BucketAt, last int64, more bool, err error) {
 	vs, err := redis.Strings(do(ctx, conn, "ZRANGEBYSCORE", s.Keys.Schedule(), fromTs, "+inf", "WITHSCORES", "LIMIT", 0, scan))
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("buckets: bucket index: %w", err)
@@ -150,11 +161,24 @@ func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, from
 			t = int64(f)
 		}
 		last = t
-		if mq == q && (len(ts) == 0 || ts[len(ts)-1] != t) {
-			ts = append(ts, t)
+		if mq != q {
+			continue
+		}
+		if len(bs) == 0 || bs[len(bs)-1].Ts != t {
+			bs = append(bs, BucketAt{Ts: t})
+		}
+		b := &bs[len(bs)-1]
+		if id != "" {
+			b.Inline = append(b.Inline, id)
+		} else {
+			b.List = true
 		}
 	}
-	return ts, last, len(vs) == 2*scan, nil
+	more = len(vs) == 2*scan
+	if n := len(bs); more && n > 0 && bs[n-1].Ts == last {
+		bs[n-1].Partial = true
+	}
+	return bs, last, more, nil
 }
 
 // MaxInlineListed bounds the index members at one time that a listing
@@ -166,47 +190,71 @@ func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, from
 const MaxInlineListed = 1024
 
 // BucketRange is a window of one bucket to read: ids at head positions Lo
-// to Hi inclusive (0 is the next the dispatcher moves).
+// to Hi inclusive (0 is the next the dispatcher moves). At, when set, is
+// what BucketTimes read of the bucket (the time is then At.Ts): a time
+// read whole needs no second read of its inline entries, nor an LRANGE
+// when it has no list.
 type BucketRange struct {
 	Ts     int64
 	Lo, Hi int64
+	At     *BucketAt
 }
 
 // BucketWindows reads windows of queue q's buckets in one MULTI/EXEC. The
 // bucket at a time is q's inline entries there (in index order), then its
-// bucket list: ZRANGEBYSCORE sched ts ts and LRANGE of the list each. A
-// bucket that is gone reads as empty. When q has inline entries at a time
-// whose window does not start at 0, the list's part is read again in a
-// second step, at the positions the entries move it to.
+// bucket list: ZRANGEBYSCORE sched ts ts, unless BucketTimes read the
+// time whole, and LRANGE of the list unless it read none there. A bucket
+// that is gone reads as empty. When q has inline entries at a time whose
+// window does not start at 0, the list's part is read again in a second
+// step, at the positions the entries move it to.
 func (s *Store) BucketWindows(ctx context.Context, conn redis.Conn, q string, rs []BucketRange) ([][]string, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
 	var cmds cmdList
-	for _, r := range rs {
-		cmds.Queue("ZRANGEBYSCORE", s.Keys.Schedule(), r.Ts, r.Ts, "LIMIT", 0, MaxInlineListed)
-		cmds.Queue("LRANGE", s.Keys.Bucket(q, r.Ts), r.Lo, r.Hi)
+	index := make([]int, len(rs)) // the reply of each range's index read, or -1
+	lists := make([]int, len(rs)) // the reply of each range's LRANGE, or -1
+	for i, r := range rs {
+		index[i], lists[i] = -1, -1
+		if r.At == nil || r.At.Partial {
+			index[i] = len(cmds)
+			cmds.Queue("ZRANGEBYSCORE", s.Keys.Schedule(), r.Ts, r.Ts, "LIMIT", 0, MaxInlineListed)
+		}
+		if r.At == nil || r.At.Partial || r.At.List {
+			lists[i] = len(cmds)
+			cmds.Queue("LRANGE", s.Keys.Bucket(q, r.Ts), r.Lo, r.Hi)
+		}
 	}
-	reps, err := s.snapshot(ctx, conn, cmds)
-	if err != nil {
-		return nil, fmt.Errorf("buckets: buckets of %s: %w", q, err)
+	var reps []interface{}
+	if len(cmds) > 0 {
+		var err error
+		if reps, err = s.snapshot(ctx, conn, cmds); err != nil {
+			return nil, fmt.Errorf("buckets: buckets of %s: %w", q, err)
+		}
 	}
 	out := make([][]string, len(rs))
 	var again []int // windows whose list part moved
 	inl := make([][]string, len(rs))
 	for i, r := range rs {
-		ms, err := redis.Strings(reps[2*i], nil)
-		if err != nil {
-			return nil, fmt.Errorf("buckets: bucket index: %w", err)
-		}
-		for _, m := range ms {
-			if mq, _, id, err := ParseIndexMember(m); err == nil && id != "" && mq == q {
-				inl[i] = append(inl[i], id)
+		if index[i] < 0 {
+			inl[i] = r.At.Inline
+		} else {
+			ms, err := redis.Strings(reps[index[i]], nil)
+			if err != nil {
+				return nil, fmt.Errorf("buckets: bucket index: %w", err)
+			}
+			for _, m := range ms {
+				if mq, _, id, err := ParseIndexMember(m); err == nil && id != "" && mq == q {
+					inl[i] = append(inl[i], id)
+				}
 			}
 		}
-		list, err := redis.Strings(reps[2*i+1], nil)
-		if err != nil {
-			return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, r.Ts), err)
+		var list []string
+		if lists[i] >= 0 {
+			var err error
+			if list, err = redis.Strings(reps[lists[i]], nil); err != nil {
+				return nil, fmt.Errorf("buckets: bucket %s: %w", Member(q, r.Ts), err)
+			}
 		}
 		n := int64(len(inl[i]))
 		switch {
@@ -217,6 +265,8 @@ func (s *Store) BucketWindows(ctx context.Context, conn redis.Conn, q string, rs
 			// what was read of it (from 0) holds it.
 			w := append([]string(nil), inl[i][:min(n, r.Hi+1)]...)
 			out[i] = append(w, list[:min(int64(len(list)), max(0, r.Hi+1-n))]...)
+		case lists[i] < 0:
+			out[i] = append([]string(nil), inl[i][min(n, r.Lo):min(n, r.Hi+1)]...)
 		default:
 			again = append(again, i)
 		}

@@ -86,16 +86,20 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 	}
 	page := &TaskPage{Total: total}
 	scan := o.scan()
-	times, lastTs, more, err := in.store.BucketTimes(ctx, conn, o.Queue, cur.Ts, maxVisits)
+	ats, lastTs, more, err := in.store.BucketTimes(ctx, conn, o.Queue, cur.Ts, maxVisits)
 	if err != nil {
 		return nil, err
 	}
-	if cur.Done && len(times) > 0 && times[0] == cur.Ts {
-		times = times[1:]
+	if cur.Done && len(ats) > 0 && ats[0].Ts == cur.Ts {
+		ats = ats[1:]
 	}
-	if len(times) > scan {
+	if len(ats) > scan {
 		// Each bucket holds at least one id: scan of them fill the page.
-		times, more = times[:scan], true
+		ats, more = ats[:scan], true
+	}
+	times := make([]int64, len(ats))
+	for i := range ats {
+		times[i] = ats[i].Ts
 	}
 	if len(times) == 0 && more {
 		// None of q's buckets among the index members read. Those all lie
@@ -117,7 +121,7 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 			page.Next = cursor{Ts: cur.Ts + 1}.encode()
 			return page, nil
 		}
-		times = []int64{cur.Ts}
+		times, ats = []int64{cur.Ts}, nil
 	}
 	if len(times) == 0 {
 		return page, nil
@@ -127,6 +131,9 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 	ranges := make([]buckets.BucketRange, len(times))
 	for i, ts := range times {
 		ranges[i] = buckets.BucketRange{Ts: ts, Lo: 0, Hi: int64(scan) - 1}
+		if ats != nil {
+			ranges[i].At = &ats[i]
+		}
 	}
 	if resume {
 		ranges[0].Lo, ranges[0].Hi = max(0, cur.Pos-slack), cur.Pos+int64(scan+cursorAnchors)
