@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -505,7 +506,37 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.Notes = append(rep.Notes, note)
 		}
 	}
+	if h.sc.Inline {
+		if note, err := h.checkInline(); err != nil {
+			fail("%v", err)
+		} else {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
 	return rep
+}
+
+// checkInline sums the inline guards of every lane: each removal of an
+// inline entry (a move, a cancel) increments one, so a sum of zero means
+// no inline entry was moved.
+func (h *harness) checkInline() (string, error) {
+	total := 0
+	for _, l := range h.lanes {
+		c := l.admin.Get()
+		for g := range buckets.Guards {
+			n, err := redis.Int(c.Do("GET", l.keys.Guard(g)))
+			if err != nil && !errors.Is(err, redis.ErrNil) {
+				c.Close()
+				return "", fmt.Errorf("inline guard %d: %w", g, err)
+			}
+			total += n
+		}
+		c.Close()
+	}
+	if total == 0 {
+		return "", errors.New("no inline entry was moved: the scenario did not exercise them")
+	}
+	return fmt.Sprintf("inline entries removed from the index (the guards' total): %d", total), nil
 }
 
 // checkFormats reads the record of every acknowledged task and tells, by

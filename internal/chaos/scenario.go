@@ -55,6 +55,10 @@ type Scenario struct {
 	// producer wrote, both ways, or the scenario did not hand records
 	// across formats (harness.checkFormats).
 	Formats bool
+	// Inline: inline entries must be seen moved (the guards' counters,
+	// which every removal of an entry increments, above zero at the end),
+	// or the scenario did not exercise them (harness.checkInline).
+	Inline bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -109,6 +113,14 @@ var scenarios = []Scenario{
 			"reaper-0": {"-compact-records"}, "dispatcher-1": {"-compact-records"},
 		},
 		Formats: true,
+	},
+	{
+		Name: "inline", Doc: "every process writes the compact storage, so most delayed tasks are scheduled as inline entries (one task a call, 80% delayed); dispatchers and reapers are killed mid-flight (3 of each), workers too, and a proxy cuts connections around EXEC (a move's reply lost: settled)",
+		Producers: 3, Dispatchers: 3, Reapers: 3, Workers: 3, Concurrency: 8, BatchMax: 1,
+		ProcArgs:  []string{"-compact-records", "-immediate=0.2"},
+		KillInfra: 400 * time.Millisecond, KillWorkers: 1500 * time.Millisecond,
+		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
+		Inline: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",
