@@ -60,7 +60,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				}
 			}
 		}
-		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. Closing the one-task gap needs a bucket of one task to keep no list (the index member naming the task), a change to the dispatcher's move.\n",
+		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are the storage earlier releases read: record version 1 and a list for every bucket. `compact_records` writes the shorter record (version 4) and schedules a task alone in its bucket as an inline entry, an index member naming the task with no list; it is off by default until every process on a namespace runs this release (docs/operations.md).\n",
 			orText(strings.Join(parts, "; "), "no breakdown in this run"))
 	}
 	if missed["lateness"] {

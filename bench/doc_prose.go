@@ -103,8 +103,12 @@ skiplist node, the member's name, a slot of the ZSET's hash table). A shorter ti
 digits instead of 13 decimal ones) would move a member like ` + "`default:<ts>`" + ` (21 bytes) to no
 smaller class, and a bucket key down by one class at most (8 bytes with the default namespace,
 none with the long one of a shared server), so bucket keys and members are unchanged: an earlier dispatcher could
-not read a second format. What would close the one-task gap is not keeping a list for a bucket of one task (an
-index member naming the task itself), a change of the dispatcher's move.
+not read a second format. With ` + "`compact_records`" + ` a task alone in its bucket keeps no list: the first task a
+producer enqueues for a bucket is an inline entry, an index member ` + "`queue:<id>`" + ` (30 bytes with a generated id
+and the default queue, the size class of ` + "`queue:<ts>`" + `) scored with the bucket's time, and the producer's later
+tasks for that bucket go to its list, so a burst keeps a list's cost per task (the *burst, compact records* column
+counts one inline entry and one list a bucket). The *spread, compact records* column is what that moves: no bucket
+lists, an index member a task, and fewer keys in the keyspace's hash table.
 
 On Redis 2.4 there is no ` + "`MEMORY USAGE`" + `, so no breakdown. There a list is one ziplist (an
 entry costs the id and two bytes) up to ` + "`list-max-ziplist-entries`" + ` (512) entries of at most

@@ -43,7 +43,7 @@ func TestRenderDoc(t *testing.T) {
 		"| `BLPOP` | 0.1 |",
 		"| part | spread |",
 		"| record key: dict entry, key name (`t:<id>`), object header | 88.0 |",
-		"| index ZSET: the buckets' members | - |",
+		"| index ZSET: the buckets' members and inline entries | - |",
 		"| **total** (payload included) | **400** |",
 		"| command | engine | naive |",
 		"| `RPOPLPUSH` | 1.00 | 1.00 |",

@@ -168,7 +168,7 @@ var breakdownRows = []struct{ Key, Label string }{
 	{"record_key", "record key: dict entry, key name (`t:<id>`), object header"},
 	{"record_value", "record value: the encoded record, payload included"},
 	{"bucket", "bucket lists: key, list, and the id entries"},
-	{"index", "index ZSET: the buckets' members"},
+	{"index", "index ZSET: the buckets' members and inline entries"},
 	{"other", "other keys: counters, queue set, wake list"},
 	{"rest", "rest: keyspace hash table slots, allocator (used_memory − the above)"},
 }

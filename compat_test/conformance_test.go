@@ -28,6 +28,10 @@ var scenarios = []scenario{
 	{name: "enqueue", run: scenarioEnqueue},
 	{name: "schedule", run: scenarioSchedule},
 	{name: "cancel", run: scenarioCancel},
+	// The compact storage: most scheduled tasks are inline entries, which
+	// the dispatcher moves and Cancel removes under their guards.
+	{name: "cancel/compact", run: func(e *env) { e.cfg.CompactRecords = true; scenarioCancel(e) }},
+	{name: "schedule/compact", run: func(e *env) { e.cfg.CompactRecords = true; scenarioSchedule(e) }},
 	{name: "cancel-race", run: scenarioCancelRace},
 	{name: "periodic", run: scenarioPeriodic},
 	{name: "exactly-once", run: scenarioExactlyOnce},
