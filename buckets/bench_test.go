@@ -155,15 +155,27 @@ func BenchmarkMove(b *testing.B) {
 // BenchmarkMoveSpread: tasks moved by MoveDue from one-task buckets (a
 // spread backlog), on two connections as the dispatcher does; the
 // per-bucket cost of a move.
-func BenchmarkMoveSpread(b *testing.B) {
+func BenchmarkMoveSpread(b *testing.B) { benchMoveSpread(b, false) }
+
+// BenchmarkMoveSpreadInline is BenchmarkMoveSpread with every task an
+// inline entry (Store.Inline, ids of the generated shape): a ZSCORE each
+// instead of a bucket's WATCH, LRANGE, DEL and retry count.
+func BenchmarkMoveSpreadInline(b *testing.B) { benchMoveSpread(b, true) }
+
+func benchMoveSpread(b *testing.B, inline bool) {
 	s, pool := benchStoreRes(b, 10)
+	s.Inline = inline
 	c, c2 := pool.Get(), pool.Get()
 	b.Cleanup(func() { c.Close(); c2.Close() })
 	ctx := context.Background()
 	for i := 0; i < b.N; i += 1000 {
 		var recs []*Record
 		for j := i; j < min(i+1000, b.N); j++ {
-			recs = append(recs, newRec(fmt.Sprintf("s%07d", j), t0-int64(b.N-j)*s.Resolution))
+			id := fmt.Sprintf("s%07d", j)
+			if inline {
+				id = fixedID(uint32(j))
+			}
+			recs = append(recs, newRec(id, t0-int64(b.N-j)*s.Resolution))
 		}
 		if err := s.Enqueue(ctx, c, t0-int64(b.N+1)*s.Resolution, recs); err != nil {
 			b.Fatal(err)
