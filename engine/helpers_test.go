@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,6 +36,81 @@ func testLogger(t testing.TB) *slog.Logger {
 		return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// logOnFailure points e's logger at a buffer that the test prints, with a
+// dump of the namespace's keys, only if it fails: for tests that fail too
+// seldom to rerun with ENGINE_TEST_LOG set. Call it before building the
+// parts whose logs matter (they take e.cfg's logger). The dump is taken
+// at the test's end, after the parts started later have been stopped
+// (cleanups run last registered first).
+func (e *env) logOnFailure(t *testing.T) {
+	if os.Getenv("ENGINE_TEST_LOG") != "" {
+		return // already printed as it goes
+	}
+	buf := &lockedBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		t.Logf("engine log:\n%s", buf.String())
+		e.dump(t)
+	})
+}
+
+// dump logs every key of the namespace: its type, TTL and contents.
+func (e *env) dump(t testing.TB) {
+	c := e.admin(t)
+	keys, err := redis.Strings(c.Do("KEYS", "{"+e.ns+"}:*"))
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		typ, _ := redis.String(c.Do("TYPE", k))
+		ttl, _ := redis.Int64(c.Do("TTL", k))
+		var v interface{}
+		switch typ {
+		case "string":
+			var raw []byte
+			raw, err = redis.Bytes(c.Do("GET", k))
+			v = string(raw)
+			if id, ok := strings.CutPrefix(k, "{"+e.ns+"}:t:"); ok && err == nil {
+				if r, derr := buckets.DecodeRecord(id, raw); derr == nil {
+					v = fmt.Sprintf("%+v", *r)
+				}
+			}
+		case "list":
+			v, err = redis.Strings(c.Do("LRANGE", k, 0, -1))
+		case "zset":
+			v, err = redis.Strings(c.Do("ZRANGE", k, 0, -1, "WITHSCORES"))
+		case "hash":
+			v, err = redis.StringMap(c.Do("HGETALL", k))
+		case "set":
+			v, err = redis.Strings(c.Do("SMEMBERS", k))
+		}
+		t.Logf("dump: %s %s ttl %d: %q %v", k, typ, ttl, v, err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func newEnv(t testing.TB, srv *redistest.Server) *env {

@@ -77,6 +77,9 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, e *env) {
+				// It has stalled, seldom (a task not done in 20 s):
+				// keep the logs and the keys for the next time.
+				e.logOnFailure(t)
 				c := e.client(t)
 				id, err := idOf(c.Enqueue(context.Background(), "t", []byte("p")))
 				if err != nil {
