@@ -83,17 +83,8 @@ func (sp spot) scheduled() bool { return sp.inline || sp.bucket }
 // can have one) under the watch of its guard, else its bucket under the
 // bucket's watch. The caller watches r's record.
 func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
-	if r.State == StateWaiting && Inlineable(r.ID) {
-		if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
-			return spot{}, err
-		}
-		score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
-		if err != nil {
-			return spot{}, err
-		}
-		if score != nil {
-			return spot{inline: true}, nil
-		}
+	if in, err := s.inInlineEntry(tx, r); err != nil || in {
+		return spot{inline: in}, err
 	}
 	ts := BucketTime(r.Due, s.Resolution)
 	if err := tx.Watch(s.Keys.Bucket(r.Queue, ts)); err != nil {
@@ -101,6 +92,21 @@ func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
 	}
 	found, only, err := s.inBucket(tx, r.Queue, ts, r.ID)
 	return spot{bucket: found, only: only}, err
+}
+
+// inInlineEntry reports whether waiting task r is in its inline entry,
+// read under the watch of the entry's guard: only a first attempt with an
+// Inlineable id can have one (for any other, it watches and reads
+// nothing).
+func (s *Store) inInlineEntry(tx *txn.Tx, r *Record) (bool, error) {
+	if r.State != StateWaiting || !Inlineable(r.ID) {
+		return false, nil
+	}
+	if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
+		return false, err
+	}
+	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+	return score != nil, err
 }
 
 // unschedule queues the removal of r from where findSpot found it: ZREM

@@ -944,14 +944,8 @@ func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOpti
 		}
 		switch r.State {
 		case StateWaiting, StateRetry:
-			if r.State == StateWaiting && Inlineable(r.ID) {
-				if err := tx.Watch(k.Guard(GuardOf(r.ID))); err != nil {
-					return err
-				}
-				score, err := tx.Do("ZSCORE", k.Schedule(), InlineMember(r.Queue, r.ID))
-				if err != nil || score != nil {
-					return err // its inline entry is its home
-				}
+			if in, err := s.inInlineEntry(tx, r); err != nil || in {
+				return err // in its inline entry: that is its home
 			}
 			bucket := k.Bucket(r.Queue, BucketTime(r.Due, s.Resolution))
 			if err := tx.Watch(bucket); err != nil {

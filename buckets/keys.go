@@ -247,11 +247,11 @@ func (k Keys) inlinePlaceID(place string) (string, bool) {
 // time (id empty), an inline entry's (InlineMember) into its queue and
 // task id (ts 0: the entry's time is its score).
 func ParseIndexMember(m string) (q string, ts int64, id string, err error) {
-	if i := strings.LastIndexByte(m, ':'); i > 0 && Inlineable(m[i+1:]) {
-		if !ValidName(m[:i]) {
+	if id, ok := inlineEntry(m); ok {
+		if q = m[:len(m)-len(id)-1]; !ValidName(q) {
 			return "", 0, "", fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
 		}
-		return m[:i], 0, m[i+1:], nil
+		return q, 0, id, nil
 	}
 	q, ts, err = ParseMember(m)
 	return q, ts, "", err

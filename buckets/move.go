@@ -135,6 +135,7 @@ type movePlan struct {
 	share   int           // ids read per bucket at most
 	lists   int           // of buckets, how many are lists (not inline entries)
 	guards  []int         // the distinct guards of the inline entries
+	gkeys   []string      // their keys (Keys.Guard), in the same order
 }
 
 // moveBucket is one index member of a plan: a bucket list, or an inline
@@ -159,7 +160,8 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 		seen = make(map[string]bool, len(members))
 	}
 	seenQ := map[string]bool{}
-	var guardSeen uint32 // bit g: guard g is in p.guards
+	var guardSeen uint32    // bit g: guard g is in p.guards
+	var gkey [Guards]string // the key of each guard in p.guards
 	for i, m := range members {
 		if seen != nil {
 			if seen[m] {
@@ -182,10 +184,11 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 			g := GuardOf(id)
 			if guardSeen&(1<<g) == 0 {
 				guardSeen |= 1 << g
+				gkey[g] = s.Keys.Guard(g)
 				p.guards = append(p.guards, g)
+				p.gkeys = append(p.gkeys, gkey[g])
 			}
-			key := s.Keys.Guard(g)
-			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, id: id, memberArg: memberArg})
+			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: gkey[g], id: id, memberArg: memberArg})
 		} else {
 			key := s.Keys.bucketOf(m, q, ts)
 			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: memberArg})
@@ -202,30 +205,27 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 
 // watch is what the plan watches: its bucket lists, then the guards of
 // its inline entries.
-func (p *movePlan) watch(k Keys) []string {
-	keys := make([]string, 0, p.lists+len(p.guards))
+func (p *movePlan) watch() []string {
+	keys := make([]string, 0, p.lists+len(p.gkeys))
 	for _, b := range p.buckets {
 		if b.id == "" {
 			keys = append(keys, b.key)
 		}
 	}
-	for _, g := range p.guards {
-		keys = append(keys, k.Guard(g))
-	}
-	return keys
+	return append(keys, p.gkeys...)
 }
 
 // watchArgs is watch as command arguments, the bucket keys boxed once by
 // plan.
-func (p *movePlan) watchArgs(k Keys) []interface{} {
-	args := make([]interface{}, 0, p.lists+len(p.guards))
+func (p *movePlan) watchArgs() []interface{} {
+	args := make([]interface{}, 0, p.lists+len(p.gkeys))
 	for _, b := range p.buckets {
 		if b.id == "" {
 			args = append(args, b.keyArg)
 		}
 	}
-	for _, g := range p.guards {
-		args = append(args, k.Guard(g))
+	for _, k := range p.gkeys {
+		args = append(args, k)
 	}
 	return args
 }
@@ -457,9 +457,9 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 	if len(hdel) > 1 {
 		tx.Queue("HDEL", hdel...)
 	}
-	for _, g := range p.guards {
+	for i, g := range p.guards {
 		if touched&(1<<g) != 0 {
-			tx.Queue("INCR", s.Keys.Guard(g))
+			tx.Queue("INCR", p.gkeys[i])
 		}
 	}
 	return res
@@ -484,7 +484,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, maxTasks int) (MoveResult, error) {
 	p := s.plan(members, nil, maxTasks, false)
 	var res MoveResult
-	_, err := s.run(ctx, conn, p.watch(s.Keys), func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, p.watch(), func(tx *txn.Tx) error {
 		if err := s.sendReads(tx.Send, p); err != nil {
 			return err
 		}
@@ -673,7 +673,7 @@ func (s *Store) moveLane(ctx context.Context, conn redis.Conn, plans []*movePlan
 	for i, p := range plans {
 		reads := make(cmdList, 0, len(p.buckets)+len(p.queues)+1)
 		s.sendReads(func(name string, args ...interface{}) error { reads.Queue(name, args...); return nil }, p)
-		steps[i] = txn.Step{Watch: p.watch(s.Keys), WatchArgs: p.watchArgs(s.Keys), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
+		steps[i] = txn.Step{Watch: p.watch(), WatchArgs: p.watchArgs(), Reads: reads, Build: func(reps []interface{}, q *txn.Cmds) error {
 			results[i] = s.build(q, p, reps, nil)
 			read[i] = reps
 			return nil
