@@ -150,7 +150,12 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		// is lost.
 		ss.losePop.Store(true)
 		lost, _ := idOf(c.Enqueue(ctx, "t", nil))
-		waitFor(t, 5*time.Second, "the pop reply lost", func() bool { return !ss.losePop.Load() })
+		// lostID is stored just after losePop is cleared: wait for it, not
+		// for the flag, or the check below can read between the two.
+		waitFor(t, 5*time.Second, "the pop reply lost", func() bool {
+			got, _ := ss.lostID.Load().(string)
+			return got != ""
+		})
 		if got, _ := ss.lostID.Load().(string); got != lost {
 			t.Fatalf("lost the pop of %q, want %q", got, lost)
 		}
