@@ -276,28 +276,22 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	sort.Strings(workers)
 	w.workers = workers
 	// The bucket index, a page at a time.
-	for off := 0; ; off += n {
-		ms, err := redis.Strings(r.do("ZRANGE", k.Schedule(), off, off+n-1))
+	err = s.walkIndex(r, n, func(m string) {
+		q, ts, id, err := ParseIndexMember(m)
 		if err != nil {
-			return nil, fmt.Errorf("bucket index: %w", err)
+			w.found = append(w.found, Finding{Kind: FindBadMember, Member: m, Key: k.Schedule()})
+			return
 		}
-		for _, m := range ms {
-			q, ts, id, err := ParseIndexMember(m)
-			if err != nil {
-				w.found = append(w.found, Finding{Kind: FindBadMember, Member: m, Key: k.Schedule()})
-				continue
-			}
-			if id != "" {
-				w.inline[q]++
-				w.queues[q] = true
-				w.see(id, k.InlinePlace(m))
-				continue
-			}
-			addBucket(k.Bucket(q, ts), m, q, ts, true)
+		if id != "" {
+			w.inline[q]++
+			w.queues[q] = true
+			w.see(id, k.InlinePlace(m))
+			return
 		}
-		if len(ms) < n {
-			break
-		}
+		addBucket(k.Bucket(q, ts), m, q, ts, true)
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(w.buckets, func(i, j int) bool { return w.buckets[i].key < w.buckets[j].key })
 	// The retry counts: one field per bucket that ever held a retry,
@@ -435,6 +429,50 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	}
 	w.judge(k, s.Resolution)
 	return w, nil
+}
+
+// walkIndex calls each once for every member of the bucket index, n
+// members per read, paging by score: ZRANGEBYSCORE sched <from> +inf
+// WITHSCORES LIMIT <skip> n, where from is the last score read and skip
+// is 0, so that the members at that score are read again and passed over.
+// Dispatchers remove members from the head of the index while the walk
+// reads; pages by rank (ZRANGE off off+n-1) would then shift under the
+// walk and skip members it has not reached. Pages by score do not: a
+// removal can only take a member the walk already read, or one it is
+// still to read, which it then rightly does not see. Only when a whole
+// page holds one score does the walk go on within it by rank (skip), as a
+// listing of one time does.
+func (s *Store) walkIndex(r reader, n int, each func(member string)) error {
+	seen := map[string]bool{}
+	from, skip := "-inf", 0
+	for {
+		vs, err := redis.Strings(r.do("ZRANGEBYSCORE", s.Keys.Schedule(), from, "+inf", "WITHSCORES", "LIMIT", skip, n))
+		if err != nil {
+			return fmt.Errorf("bucket index: %w", err)
+		}
+		if len(vs)%2 != 0 {
+			return fmt.Errorf("bucket index: %d replies to a read WITHSCORES", len(vs))
+		}
+		for i := 0; i < len(vs); i += 2 {
+			if !seen[vs[i]] {
+				seen[vs[i]] = true
+				each(vs[i])
+			}
+		}
+		if len(vs) < 2*n {
+			return nil
+		}
+		last := vs[len(vs)-1]
+		if last == vs[1] && last == from {
+			skip += n // a whole page at one score, and not the first
+			continue
+		}
+		if last == vs[1] {
+			from, skip = last, n // the first page at this score
+			continue
+		}
+		from, skip = last, 0
+	}
 }
 
 // types reads the TYPE of each key, a page per round trip.

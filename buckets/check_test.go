@@ -3,6 +3,7 @@ package buckets
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -201,5 +202,91 @@ func TestCheckDeadLetterOfNoQueue(t *testing.T) {
 	rep, err := st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
 	if err != nil || len(rep.Findings) != 0 {
 		t.Fatalf("check = %+v, %v; want no finding", rep, err)
+	}
+}
+
+// headEater is a reader that, before every read of the index but the
+// first, removes its lowest members, as a dispatcher moving the head of
+// the index while the checker walks it would.
+type headEater struct {
+	connReader
+	admin redis.Conn
+	key   string
+	eat   int
+	reads int
+}
+
+func (r *headEater) do(name string, args ...interface{}) (interface{}, error) {
+	if name == "ZRANGEBYSCORE" {
+		if r.reads > 0 {
+			if _, err := r.admin.Do("ZREMRANGEBYRANK", r.key, 0, r.eat-1); err != nil {
+				return nil, err
+			}
+		}
+		r.reads++
+	}
+	return r.connReader.do(name, args...)
+}
+
+// The checker's walk of the index pages by score, so that members removed
+// from its head between two pages (already read) make it skip none of the
+// rest, and a time holding more members than a page is read whole.
+func TestWalkIndexUnderMoves(t *testing.T) {
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	key := st.Keys.Schedule()
+	var want []string
+	add := func(score int64, m string) {
+		t.Helper()
+		if _, err := admin.Do("ZADD", key, score, m); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, m)
+	}
+	for i := range int64(20) {
+		add(1000+i, fmt.Sprintf("q:%d", 1000+i))
+	}
+	for i := range 8 {
+		add(2000, fmt.Sprintf("q%d:2000", i)) // one time, more than a page
+	}
+	add(3000, "q:3000")
+
+	// Removing from the head, three members before each page of three:
+	// every member is read before it is removed, once.
+	r := &headEater{connReader: connReader{testCtx(t), conn}, admin: admin, key: key, eat: 3}
+	got := map[string]int{}
+	if err := st.walkIndex(r, 3, func(m string) { got[m]++ }); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range want[:20] {
+		if got[m] != 1 {
+			t.Fatalf("member %s read %d times under moves; read %v", m, got[m], got)
+		}
+	}
+
+	// Untouched: every member once, the eight at one time included.
+	if _, err := admin.Do("DEL", key); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:0]
+	for i := range int64(5) {
+		add(1000+i, fmt.Sprintf("q:%d", 1000+i))
+	}
+	for i := range 8 {
+		add(2000, fmt.Sprintf("q%d:2000", i))
+	}
+	add(3000, "q:3000")
+	got = map[string]int{}
+	if err := st.walkIndex(connReader{testCtx(t), conn}, 3, func(m string) { got[m]++ }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d members, want %d: %v", len(got), len(want), got)
+	}
+	for _, m := range want {
+		if got[m] != 1 {
+			t.Fatalf("member %s read %d times; read %v", m, got[m], got)
+		}
 	}
 }
