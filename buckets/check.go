@@ -104,7 +104,8 @@ type CheckOptions struct {
 	// database in one command, O(keys in the database), and blocks the
 	// server meanwhile: on a large database run it off-peak.
 	ListKeys bool
-	// Page bounds the elements read by one command (LRANGE, ZRANGE, MGET);
+	// Page bounds the elements read by one command (LRANGE, ZRANGEBYSCORE,
+	// MGET);
 	// zero means 500.
 	Page int
 	// Attempts bounds the confirmation and repair transactions' attempts
@@ -276,7 +277,7 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	sort.Strings(workers)
 	w.workers = workers
 	// The bucket index, a page at a time.
-	err = s.walkIndex(r, n, func(m string) {
+	err = walkByScore(r, k.Schedule(), n, func(m string) {
 		q, ts, id, err := ParseIndexMember(m)
 		if err != nil {
 			w.found = append(w.found, Finding{Kind: FindBadMember, Member: m, Key: k.Schedule()})
@@ -291,7 +292,7 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 		addBucket(k.Bucket(q, ts), m, q, ts, true)
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bucket index: %w", err)
 	}
 	sort.Slice(w.buckets, func(i, j int) bool { return w.buckets[i].key < w.buckets[j].key })
 	// The retry counts: one field per bucket that ever held a retry,
@@ -431,27 +432,28 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	return w, nil
 }
 
-// walkIndex calls each once for every member of the bucket index, n
-// members per read, paging by score: ZRANGEBYSCORE sched <from> +inf
+// walkByScore calls each once for every member of the sorted set key, n
+// members per read, paging by score: ZRANGEBYSCORE key <from> +inf
 // WITHSCORES LIMIT <skip> n, where from is the last score read and skip
 // is 0, so that the members at that score are read again and passed over.
-// Dispatchers remove members from the head of the index while the walk
-// reads; pages by rank (ZRANGE off off+n-1) would then shift under the
-// walk and skip members it has not reached. Pages by score do not: a
-// removal can only take a member the walk already read, or one it is
-// still to read, which it then rightly does not see. Only when a whole
-// page holds one score does the walk go on within it by rank (skip), as a
-// listing of one time does.
-func (s *Store) walkIndex(r reader, n int, each func(member string)) error {
+// The engine removes members while the walk reads (a dispatcher the head
+// of the bucket index, a reaper or a finish an id of a pending set, a
+// retry or purge a dead letter); pages by rank (ZRANGE off off+n-1) would
+// then shift under the walk and skip members it has not reached. Pages by
+// score do not: a removal can only take a member the walk already read,
+// or one it is still to read, which it then rightly does not see. Only
+// when a whole page holds one score does the walk go on within it by rank
+// (skip), as a listing of one time does.
+func walkByScore(r reader, key string, n int, each func(member string)) error {
 	seen := map[string]bool{}
 	from, skip := "-inf", 0
 	for {
-		vs, err := redis.Strings(r.do("ZRANGEBYSCORE", s.Keys.Schedule(), from, "+inf", "WITHSCORES", "LIMIT", skip, n))
+		vs, err := redis.Strings(r.do("ZRANGEBYSCORE", key, from, "+inf", "WITHSCORES", "LIMIT", skip, n))
 		if err != nil {
-			return fmt.Errorf("bucket index: %w", err)
+			return err
 		}
 		if len(vs)%2 != 0 {
-			return fmt.Errorf("bucket index: %d replies to a read WITHSCORES", len(vs))
+			return fmt.Errorf("%d replies to a read WITHSCORES", len(vs))
 		}
 		for i := 0; i < len(vs); i += 2 {
 			if !seen[vs[i]] {
@@ -463,15 +465,14 @@ func (s *Store) walkIndex(r reader, n int, each func(member string)) error {
 			return nil
 		}
 		last := vs[len(vs)-1]
-		if last == vs[1] && last == from {
+		switch {
+		case last == vs[1] && last == from:
 			skip += n // a whole page at one score, and not the first
-			continue
-		}
-		if last == vs[1] {
+		case last == vs[1]:
 			from, skip = last, n // the first page at this score
-			continue
+		default:
+			from, skip = last, 0
 		}
-		from, skip = last, 0
 	}
 }
 
@@ -552,7 +553,7 @@ func (s *Store) readLists(r reader, w *walk, n int, xs []string, key func(string
 	return nil
 }
 
-// readZset reads a sorted set's members, n per round trip.
+// readZset reads a sorted set's members, n per round trip (walkByScore).
 func (s *Store) readZset(r reader, w *walk, n int, key string) error {
 	t, err := redis.String(r.do("TYPE", key))
 	if err != nil {
@@ -566,18 +567,10 @@ func (s *Store) readZset(r reader, w *walk, n int, key string) error {
 		w.found = append(w.found, Finding{Kind: FindWrongType, Key: key})
 		return nil
 	}
-	for off := 0; ; off += n {
-		ids, err := redis.Strings(r.do("ZRANGE", key, off, off+n-1))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", key, err)
-		}
-		for _, id := range ids {
-			w.see(id, key)
-		}
-		if len(ids) < n {
-			return nil
-		}
+	if err := walkByScore(r, key, n, func(id string) { w.see(id, key) }); err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
 	}
+	return nil
 }
 
 // judge turns what was read into findings: where each record is against

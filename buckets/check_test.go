@@ -228,7 +228,7 @@ func (r *headEater) do(name string, args ...interface{}) (interface{}, error) {
 	return r.connReader.do(name, args...)
 }
 
-// The checker's walk of the index pages by score, so that members removed
+// The checker's walk of a sorted set (the index here) pages by score, so that members removed
 // from its head between two pages (already read) make it skip none of the
 // rest, and a time holding more members than a page is read whole.
 func TestWalkIndexUnderMoves(t *testing.T) {
@@ -256,7 +256,7 @@ func TestWalkIndexUnderMoves(t *testing.T) {
 	// every member is read before it is removed, once.
 	r := &headEater{connReader: connReader{testCtx(t), conn}, admin: admin, key: key, eat: 3}
 	got := map[string]int{}
-	if err := st.walkIndex(r, 3, func(m string) { got[m]++ }); err != nil {
+	if err := walkByScore(r, key, 3, func(m string) { got[m]++ }); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range want[:20] {
@@ -278,7 +278,7 @@ func TestWalkIndexUnderMoves(t *testing.T) {
 	}
 	add(3000, "q:3000")
 	got = map[string]int{}
-	if err := st.walkIndex(connReader{testCtx(t), conn}, 3, func(m string) { got[m]++ }); err != nil {
+	if err := walkByScore(connReader{testCtx(t), conn}, key, 3, func(m string) { got[m]++ }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {
