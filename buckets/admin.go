@@ -99,7 +99,7 @@ func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
 // Inlineable id can have one (for any other, it watches and reads
 // nothing).
 func (s *Store) inInlineEntry(tx *txn.Tx, r *Record) (bool, error) {
-	if r.State != StateWaiting || !Inlineable(r.ID) {
+	if !mayBeInline(r) {
 		return false, nil
 	}
 	if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
@@ -108,6 +108,11 @@ func (s *Store) inInlineEntry(tx *txn.Tx, r *Record) (bool, error) {
 	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
 	return score != nil, err
 }
+
+// mayBeInline reports whether task r may be scheduled by an inline entry:
+// only a first attempt (waiting) with an Inlineable id can be; retries and
+// tasks placed again go to bucket lists.
+func mayBeInline(r *Record) bool { return r.State == StateWaiting && Inlineable(r.ID) }
 
 // unschedule queues the removal of r from where findSpot found it: ZREM
 // of its inline entry and INCR of the entry's guard, or LREM from its

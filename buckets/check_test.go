@@ -103,10 +103,7 @@ func TestRepairCrashBeforeExec(t *testing.T) {
 	if wrote, err := st.Repair(testCtx(t), conn2, CheckOptions{}, f, time.Now().UnixMilli()); err != nil || !wrote {
 		t.Fatalf("second Repair = %v, %v; want written", wrote, err)
 	}
-	rep, err := st.CheckNamespace(testCtx(t), conn2, CheckOptions{ListKeys: true})
-	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
-		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
-	}
+	checkClean(t, st, conn2, "after repair")
 }
 
 // A gauge repair racing a transition of its queue (an enqueue into a
@@ -144,10 +141,7 @@ func TestRepairGaugeRacingEnqueue(t *testing.T) {
 	if err != nil || m[StatRunning] != 0 || m[StatScheduled] != 2 {
 		t.Fatalf("gauges = %v, %v; want running 0, scheduled 2 (the racing enqueue counted)", m, err)
 	}
-	rep, err = st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
-	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
-		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
-	}
+	checkClean(t, st, conn, "after repair")
 }
 
 // A worker holding a task but missing from the registry (forgotten by a
@@ -175,10 +169,7 @@ func TestCheckFindsUnregisteredWorker(t *testing.T) {
 	if in, err := redis.Bool(admin.Do("SISMEMBER", st.Keys.Workers(), "w1")); err != nil || !in {
 		t.Fatalf("w1 registered = %v, %v", in, err)
 	}
-	rep, err = st.CheckNamespace(testCtx(t), conn, CheckOptions{ListKeys: true})
-	if err != nil || len(rep.Findings)+len(rep.Unconfirmed) != 0 {
-		t.Fatalf("after repair: %+v, %v; want no findings", rep, err)
-	}
+	checkClean(t, st, conn, "after repair")
 }
 
 // A dead letter of no queue (an id found with no record where only the id

@@ -144,7 +144,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				continue // the claim or the checker deals with it
 			}
 			recs[i] = r
-			if r.State == StateWaiting && Inlineable(id) {
+			if mayBeInline(r) {
 				inl = append(inl, r)
 				if g := GuardOf(id); guards&(1<<g) == 0 {
 					guards |= 1 << g

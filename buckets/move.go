@@ -143,6 +143,7 @@ type movePlan struct {
 type moveBucket struct {
 	member, q, key string
 	id             string // an inline entry's task; empty for a bucket list
+	guard          int    // an inline entry's guard (GuardOf id)
 	// keyArg and memberArg are key and member as command arguments,
 	// boxed once for the several commands that name them.
 	keyArg, memberArg interface{}
@@ -188,7 +189,7 @@ func (s *Store) plan(members []string, boxed []interface{}, maxTasks int, distin
 				p.guards = append(p.guards, g)
 				p.gkeys = append(p.gkeys, gkey[g])
 			}
-			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: gkey[g], id: id, memberArg: memberArg})
+			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: gkey[g], id: id, guard: g, memberArg: memberArg})
 		} else {
 			key := s.Keys.bucketOf(m, q, ts)
 			p.buckets = append(p.buckets, moveBucket{member: m, q: q, key: key, keyArg: key, memberArg: memberArg})
@@ -380,7 +381,7 @@ func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *Uncerta
 				continue
 			}
 			zrem = append(zrem, b.memberArg)
-			touched |= 1 << GuardOf(b.id)
+			touched |= 1 << b.guard
 			res.Buckets++
 			res.Tasks++
 			if ready[b.q] == nil {

@@ -66,7 +66,7 @@ type Store struct {
 	Inline bool
 
 	// inlined remembers the buckets this store scheduled an inline entry
-	// for (firstInBucket): a later task of the same bucket goes to its
+	// for (Store.inline): a later task of the same bucket goes to its
 	// list, so a burst keeps the list's cost per task, not an entry's.
 	inlinedMu sync.Mutex
 	inlined   map[bucketRef]struct{}
