@@ -105,6 +105,17 @@ func (p *processor) gather(want int) int {
 			return n
 		}
 	}
+	// The other slots went back faster than the loop took them (a group
+	// frees its slots together): take those still free.
+	for n < want {
+		select {
+		case p.sem <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		break
+	}
 	return n
 }
 
