@@ -72,35 +72,57 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 // second copy is Skipped. A change to any of the records before EXEC makes
 // the whole batch read and decide again (txn.Runner.Run). cs has one ClaimState per id, kept
 // by the caller across retries of the batch, so that a retry after a lost
-// EXEC reply recognises its own claims. No watch is held after it: a
-// batch's results are recorded with FinishGroup, which reads.
+// EXEC reply recognises its own claims.
+//
+// Without hold no watch is left after it: the batch's results are
+// recorded with FinishGroup, which reads. With hold the claim also
+// watches and reads every id's waiter mark (WATCH cw:<id> too; the MGET
+// reads t:<id> and cw:<id>), and the records and marks of the tasks it
+// claimed (a workflow member's left out: its finish reads its group) are
+// WATCHed again right after EXEC, in the same round trip. That watch is
+// left on conn for FinishGroupHeld: each such id's cs[i].Held() is it (one
+// Held, shared) and cs[i].Waited() the mark read. The caller must run
+// nothing else on conn until the watch is used or released.
 //
 // Crash points are Claim's: before EXEC every id is still in f:<w>, where
 // the worker's recoverer (or, once its heartbeat is gone, the reaper)
 // finds it; after EXEC each claimed task is in p:<w> under its lease.
-func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*Record) int64, cs []ClaimState) ([]*Record, []ClaimResult, error) {
+func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*Record) int64, cs []ClaimState, hold bool) ([]*Record, []ClaimResult, error) {
 	if len(cs) != len(ids) {
 		return nil, nil, fmt.Errorf("buckets: claim batch: %d claim states for %d ids", len(cs), len(ids))
 	}
 	inflight := s.Keys.Inflight(w)
-	watch := make([]string, 0, len(ids)+2)
+	n := len(ids)
+	watch := make([]string, 0, 2*n+2)
 	for _, id := range ids {
 		watch = append(watch, s.Keys.Task(id))
 	}
+	var wkeys []string // cw:<id>, with hold
+	if hold {
+		for _, id := range ids {
+			watch = append(watch, s.Keys.Waiter(id))
+		}
+		wkeys = watch[n : 2*n]
+	}
 	watch = append(watch, s.Keys.Paused(), inflight)
-	recs := make([]*Record, len(ids))
-	results := make([]ClaimResult, len(ids))
+	recs := make([]*Record, n)
+	results := make([]ClaimResult, n)
+	var (
+		held   *txn.Held
+		waited []bool
+	)
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
+		held, waited = nil, nil
 		for i := range ids {
 			recs[i], results[i] = nil, Skipped
 		}
-		if err := s.sendRecords(tx, ids, false, watch[:len(ids)], nil); err != nil {
+		if err := s.sendRecords(tx, ids, hold, watch[:n], wkeys); err != nil {
 			return err
 		}
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
 			return err
 		}
-		if err := tx.Send("LRANGE", inflight, 0, len(ids)-1); err != nil {
+		if err := tx.Send("LRANGE", inflight, 0, n-1); err != nil {
 			return err
 		}
 		got, err := tx.Flush()
@@ -115,14 +137,14 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if err != nil {
 			return err
 		}
-		reps, _, err := s.recordReplies(tx, ids, false, got[0])
+		reps, marked, err := s.recordReplies(tx, ids, hold, got[0])
 		if err != nil {
 			return err
 		}
 		batch := &batchState{runs: map[string]string{}}
 		args := s.workerArgs(w)
-		seen := make(map[string]bool, len(ids))
-		writes := make(cmdList, 0, 4*len(ids))
+		seen := make(map[string]bool, n)
+		writes := make(cmdList, 0, 4*n)
 		for i, id := range ids {
 			if seen[id] {
 				// The same id twice in the list (a push repeated after a
@@ -140,13 +162,30 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		}
 		batch.flush(&writes, s.Keys.Ready(q))
 		if atHead {
-			writes = trimInflight(writes, inflight, len(ids))
+			writes = trimInflight(writes, inflight, n)
 		}
 		tx.QueueAll(coalesce(writes))
+		if hold {
+			var keep []string
+			for i, r := range recs {
+				if results[i] == Claimed && !r.FlowReads() {
+					keep = append(keep, watch[i], wkeys[i])
+				}
+			}
+			if len(keep) > 0 {
+				held, waited = tx.Hold(keep...), marked
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", len(ids), err)
+		return nil, nil, fmt.Errorf("buckets: claim batch of %d: %w", n, err)
+	}
+	for i := range cs {
+		cs[i].held, cs[i].waited = nil, false
+		if held != nil && results[i] == Claimed && !recs[i].FlowReads() {
+			cs[i].held, cs[i].waited = held, waited[i]
+		}
 	}
 	return recs, results, nil
 }
@@ -324,6 +363,68 @@ func (s *Store) FinishGroup(ctx context.Context, conn redis.Conn, w string, item
 		return nil
 	})
 	if err != nil {
+		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+	}
+	return res, nil
+}
+
+// HeldItem is one run's result for FinishGroupHeld.
+type HeldItem struct {
+	Rec    *Record // the record as the claim wrote it (not changed)
+	Waited bool    // the claim's read of the waiter mark (ClaimState.Waited)
+	Now    int64   // when the run ended, ms
+	// Decide sets what the outcome needs on a copy of Rec, as Finish's
+	// decide.
+	Decide func(*Record) Outcome
+}
+
+// FinishGroupHeld is FinishGroup in one round trip, for runs that a
+// ClaimBatch with hold claimed together: held is the watch it left (the
+// items' ClaimState.Held), and nothing else ran on its connection since.
+// Each record is the claimed one, known without reading it, because any
+// change to a held record or mark since the claim makes EXEC answer nil;
+// then nothing is written and ErrWatchLost is returned, and the caller
+// records the results with FinishGroup. The items may be any of the
+// batch's held runs: the watch is used up either way, and the others are
+// recorded with FinishGroup.
+//
+//	(held)  WATCH t:<id>... cw:<id>... of the batch's runs, set by the claim
+//	queue   per item, Finish's writes for its record, coalesced as
+//	        FinishGroup's
+//
+// A returned error other than ErrWatchLost means the group as a whole
+// failed; when it is a connection failure the EXEC may have run, and each
+// item must be reconciled as a lost reply of Finish is. Crash points are
+// FinishGroup's. The round trip is bounded by ctx.
+func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []HeldItem, doneTTL int64) ([]FinishResult, error) {
+	args := s.workerArgs(w)
+	res := make([]FinishResult, len(items))
+	writes := make(cmdList, 0, 5*len(items))
+	for i, it := range items {
+		if it.Rec.FlowReads() {
+			// Its group must be read: the checked way. (ClaimBatch holds
+			// no such run.)
+			_ = held.Release(ctx)
+			return nil, ErrWatchLost
+		}
+		r := it.Rec.clone()
+		out, err := s.finishWrites(&writes, args, s.Keys.Task(r.ID), r, it.Now, doneTTL, it.Waited, it.Decide)
+		if err != nil {
+			_ = held.Release(ctx)
+			return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+		}
+		res[i] = FinishResult{Rec: r, Out: out}
+	}
+	reps, _, err := held.Exec(ctx, coalesce(writes))
+	switch {
+	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrNotHeld):
+		return nil, ErrWatchLost
+	case err != nil:
+		// EXEC ran but a push failed on a key of the wrong type: place
+		// the tasks again once the key is set aside.
+		if ok, rerr := s.repairPlacement(ctx, held.Conn(), reps, err); rerr == nil && ok {
+			return res, nil
+		}
 		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
 	}
 	return res, nil

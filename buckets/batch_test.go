@@ -72,7 +72,7 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := make([]ClaimState, len(ids))
-	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs)
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestClaimBatchPaused(t *testing.T) {
 	if err := s.Pause(ctx, c, "q"); err != nil {
 		t.Fatal(err)
 	}
-	_, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 3))
+	_, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 3), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +142,11 @@ func TestClaimBatchLostReply(t *testing.T) {
 	ids := popAll(t, s, c, 2)
 	cs := make([]ClaimState, 2)
 	cc := &crashConn{inner: pool.Get(), at: "EXEC", after: true}
-	if _, _, err := s.ClaimBatch(ctx, cc, w1, "q", ids, t0+10, lease, cs); !errors.Is(err, errCrash) {
+	if _, _, err := s.ClaimBatch(ctx, cc, w1, "q", ids, t0+10, lease, cs, false); !errors.Is(err, errCrash) {
 		t.Fatalf("ClaimBatch on a cut connection: %v", err)
 	}
 	cc.Close()
-	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs)
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs, false)
 	if err != nil || !slices.Equal(res, []ClaimResult{Claimed, Claimed}) {
 		t.Fatalf("retry: %v, %v", res, err)
 	}
@@ -224,7 +224,7 @@ func TestClaimBatchDuplicateID(t *testing.T) {
 	if !slices.Equal(ids, []string{"a", "a"}) {
 		t.Fatalf("popped %v", ids)
 	}
-	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 2))
+	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, 2), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestClaimRegistersForgottenWorker(t *testing.T) {
 			}
 			var res []ClaimResult
 			if batch {
-				_, r, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, len(ids)))
+				_, r, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, make([]ClaimState, len(ids)), false)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -73,7 +73,7 @@ func benchClaimBatch(b *testing.B, k int) {
 	b.ResetTimer()
 	for i := 0; i < len(ids); i += k {
 		batch := ids[i:min(i+k, len(ids))]
-		if _, _, err := s.ClaimBatch(ctx, c, w1, "q", batch, t0+10, lease, make([]ClaimState, len(batch))); err != nil {
+		if _, _, err := s.ClaimBatch(ctx, c, w1, "q", batch, t0+10, lease, make([]ClaimState, len(batch)), false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func benchClaimed(b *testing.B, s *Store, c redis.Conn, n int) []string {
 	ids := benchPopped(b, s, c, n)
 	for i := 0; i < n; i += 32 {
 		batch := ids[i:min(i+32, n)]
-		if _, _, err := s.ClaimBatch(context.Background(), c, w1, "q", batch, t0+10, lease, make([]ClaimState, len(batch))); err != nil {
+		if _, _, err := s.ClaimBatch(context.Background(), c, w1, "q", batch, t0+10, lease, make([]ClaimState, len(batch)), false); err != nil {
 			b.Fatal(err)
 		}
 	}

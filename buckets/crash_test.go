@@ -388,7 +388,7 @@ var crashCases = []crashCase{
 		return err
 	}},
 	{"ClaimBatch", popped("a", "b", "c"), func(ctx context.Context, s *Store, c redis.Conn) error {
-		_, res, err := s.ClaimBatch(ctx, c, w1, "q", []string{"a", "b", "c"}, t0+10, lease, make([]ClaimState, 3))
+		_, res, err := s.ClaimBatch(ctx, c, w1, "q", []string{"a", "b", "c"}, t0+10, lease, make([]ClaimState, 3), false)
 		if err == nil && (res[0] != Claimed || res[1] != Claimed || res[2] != Claimed) {
 			err = fmt.Errorf("claim batch: %v", res)
 		}

@@ -67,7 +67,7 @@ func TestClaimBatchTrimsInflightHead(t *testing.T) {
 			}
 			cc := &cmdCounter{Conn: pool.Get(), n: map[string]int{}}
 			defer cc.Close()
-			_, res, err := st.ClaimBatch(ctx, cc, w1, "q", ids, t0+10, lease, make([]ClaimState, 3))
+			_, res, err := st.ClaimBatch(ctx, cc, w1, "q", ids, t0+10, lease, make([]ClaimState, 3), false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -162,7 +162,7 @@ func TestClaimBatchWrongTypeRecord(t *testing.T) {
 	if _, err := admin.Do("RPUSH", st.Keys.Task("b"), "x"); err != nil {
 		t.Fatal(err)
 	}
-	_, res, err := st.ClaimBatch(ctx, c, w1, "q", []string{"a", "b"}, t0+10, lease, make([]ClaimState, 2))
+	_, res, err := st.ClaimBatch(ctx, c, w1, "q", []string{"a", "b"}, t0+10, lease, make([]ClaimState, 2), false)
 	if err != nil {
 		t.Fatal(err)
 	}

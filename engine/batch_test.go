@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -19,8 +20,11 @@ import (
 type batchStore struct {
 	workerStore
 	maxClaim, maxGroup atomic.Int64
-	mu                 sync.Mutex
-	pops               []string // guarded by mu
+	// held: groups recorded with a batch claim's watch; heldLost: groups
+	// whose watch a change voided (recorded the checked way after).
+	held, heldLost atomic.Int64
+	mu             sync.Mutex
+	pops           []string // guarded by mu
 }
 
 func (b *batchStore) popped(q string, n int) {
@@ -45,14 +49,26 @@ func (b *batchStore) PopMany(ctx context.Context, conn redis.Conn, q, w string, 
 	return ids, err
 }
 
-func (b *batchStore) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState) ([]*buckets.Record, []buckets.ClaimResult, error) {
+func (b *batchStore) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
 	raise(&b.maxClaim, len(ids))
-	return b.workerStore.ClaimBatch(ctx, conn, w, q, ids, now, deadline, cs)
+	return b.workerStore.ClaimBatch(ctx, conn, w, q, ids, now, deadline, cs, hold)
 }
 
 func (b *batchStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
 	raise(&b.maxGroup, len(items))
 	return b.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+}
+
+func (b *batchStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	raise(&b.maxGroup, len(items))
+	res, err := b.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+	switch {
+	case err == nil:
+		b.held.Add(1)
+	case errors.Is(err, buckets.ErrWatchLost):
+		b.heldLost.Add(1)
+	}
+	return res, err
 }
 
 func raise(v *atomic.Int64, n int) {
@@ -144,11 +160,18 @@ func TestBatchExactlyOnce(t *testing.T) {
 			if st.Ready != 0 || st.Running != 0 || st.Retrying != 0 || st.Dead != 0 || st.Failed != n/10 {
 				t.Errorf("queue after the run: %+v", st)
 			}
-			var claim, group int64
+			var claim, group, held int64
 			for _, bs := range stores {
 				claim, group = max(claim, bs.maxClaim.Load()), max(group, bs.maxGroup.Load())
+				held += bs.held.Load()
 			}
-			t.Logf("largest claim batch %d, largest result group %d", claim, group)
+			t.Logf("largest claim batch %d, largest result group %d, groups recorded with the claim's watch %d", claim, group, held)
+			if k > 1 && tc.window >= 0 && held == 0 {
+				t.Errorf("no result group recorded with its batch claim's watch")
+			}
+			if tc.window < 0 && held > 0 {
+				t.Errorf("%d groups recorded with a held watch with group commit off", held)
+			}
 			if claim > int64(k) {
 				t.Errorf("a claim batch of %d, above ClaimBatch %d", claim, k)
 			}
@@ -216,7 +239,23 @@ type stallStore struct {
 }
 
 func (s *stallStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
-	if len(items) == s.full {
+	if err := s.stall(ctx, len(items)); err != nil {
+		return nil, err
+	}
+	return s.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+}
+
+func (s *stallStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	if err := s.stall(ctx, len(items)); err != nil {
+		_ = held.Release(ctx)
+		return nil, err
+	}
+	return s.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+}
+
+// stall holds back the first group of n == full results until released.
+func (s *stallStore) stall(ctx context.Context, n int) error {
+	if n == s.full {
 		first := false
 		s.once.Do(func() { first = true })
 		if first {
@@ -225,11 +264,78 @@ func (s *stallStore) FinishGroup(ctx context.Context, conn redis.Conn, w string,
 			select {
 			case <-s.release:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 		}
 	}
-	return s.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+	return nil
+}
+
+// A waiter that starts waiting for tasks of a batch while they run marks
+// them, which voids the watch the batch claim left for their results: the
+// group is recorded the checked way, which reads the marks and pushes the
+// completion list of each task marked (and of no other: the done records
+// are kept longer than the lists, so an unwaited success writes none).
+// Every task runs once.
+func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
+	e := realEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := e.client(t)
+	const n, slots = 64, 8
+	var batch []NewTask
+	for i := range n {
+		batch = append(batch, NewTask{Type: "t", Payload: []byte(fmt.Sprint(i % 4))})
+	}
+	infos, err := c.EnqueueBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Concurrency = slots
+	e.cfg.ClaimBatch = slots
+	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	admin := e.admin(t)
+	var mu sync.Mutex
+	rec := newRecorder(func(hctx context.Context, task *Task) error {
+		if string(task.Payload) == "0" {
+			// As Wait's first Completed does.
+			mu.Lock()
+			_, err := admin.Do("SETEX", e.key("cw:"+task.ID), buckets.WaiterTTL, 1)
+			mu.Unlock()
+			if err != nil {
+				return Permanent(err)
+			}
+		}
+		return nil
+	})
+	w, err := NewWorker(e.pool, e.cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &batchStore{workerStore: w.store}
+	w.store = bs
+	runBackground(t, w.Run)
+	waitFor(t, 30*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Processed == n && st.Running == 0
+	})
+	for i, info := range infos {
+		if got := rec.count(info.ID); got != 1 {
+			t.Fatalf("task %d ran %d times, want 1", i, got)
+		}
+		mu.Lock()
+		has, err := redis.Int(admin.Do("EXISTS", e.key("c:"+info.ID)))
+		mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i%4 == 0; (has == 1) != want {
+			t.Errorf("task %d: completion list %v, want %v", i, has == 1, want)
+		}
+	}
+	if bs.heldLost.Load() == 0 {
+		t.Errorf("no held group voided by a waiter's mark (held groups %d)", bs.held.Load())
+	}
 }
 
 // A result group that holds every slot gives them back before its round

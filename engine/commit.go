@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
+	"github.com/bucketq/bucketq/txn"
+	"github.com/gomodule/redigo/redis"
 )
 
 // committer records the results of runs that end together in one
@@ -18,8 +21,11 @@ import (
 // could join) or GroupCommitMax results are waiting: under load the
 // results that arrive while a group is being recorded form the next one.
 //
-// Only results of tasks claimed in a batch come here; a task claimed on
-// its own records its result with the watch its claim left (FinishHeld).
+// Only results of tasks claimed in a batch whose watch was not kept come
+// here (a workflow member's, or every batch's when the claim fell back to
+// one task at a time); a task claimed on its own records its result with
+// the watch its claim left (FinishHeld), and a batch whose claim left its
+// watch records its runs' results with it (heldGroup).
 type committer struct {
 	w    *Worker
 	reqs chan commitReq
@@ -31,6 +37,11 @@ type commitReq struct {
 	item  buckets.FinishItem
 	free  func() // gives the slot's token back; nil: none
 	reply chan commitRes
+	// For a heldGroup: the record as claimed and the waiter mark the
+	// claim read; gone: the run was given back and no result comes.
+	rec    *buckets.Record
+	waited bool
+	gone   bool
 }
 
 type commitRes struct {
@@ -125,13 +136,17 @@ func (c *committer) run(baseCtx context.Context) {
 
 // record runs one group's transaction and answers each of its slots.
 func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []commitReq) {
-	w := c.w
+	recordGroup(baseCtx, c.w, h, nil, group)
+}
+
+// recordGroup records a group's results in one transaction on h and
+// answers each of its slots: with held (the watch a batch claim left on
+// h's connection, covering every run of the group) without reading
+// (FinishGroupHeld), else, or when a held record changed meanwhile, with
+// FinishGroup. held is used up either way.
+func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.Held, group []commitReq) {
 	ctx, cancel := context.WithTimeout(baseCtx, groupCommitTimeout)
 	defer cancel()
-	items := make([]buckets.FinishItem, len(group))
-	for i, r := range group {
-		items[i] = r.item
-	}
 	// Every slot waiting on this group: the fetching loop has nothing to
 	// do until they are free, so they go back now and the next pop and
 	// claim overlap this round trip. Otherwise they go back once it is
@@ -141,13 +156,43 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 	if early {
 		freeAll(group)
 	}
-	var res []buckets.FinishResult
-	conn, err := h.Get(ctx)
-	sent := err == nil
-	if err == nil {
-		res, err = w.store.FinishGroup(ctx, conn, w.id, items, w.cfg.doneTTL())
-		if err != nil {
+	var (
+		res  []buckets.FinishResult
+		err  error
+		sent bool
+	)
+	if held != nil {
+		if held.Conn() != h.Conn() || held.Conn().Err() != nil {
+			err = buckets.ErrWatchLost
+		} else {
+			items := make([]buckets.HeldItem, len(group))
+			for i, r := range group {
+				items[i] = buckets.HeldItem{Rec: r.rec, Waited: r.waited, Now: r.item.Now, Decide: r.item.Decide}
+			}
+			sent = true
+			res, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL())
+		}
+		if errors.Is(err, buckets.ErrWatchLost) {
+			// A record or mark changed since the claim: the checked way,
+			// which reads them.
+			res, err, sent = nil, nil, false
+		} else if err != nil {
 			h.Drop()
+		}
+	}
+	if res == nil && err == nil {
+		items := make([]buckets.FinishItem, len(group))
+		for i, r := range group {
+			items[i] = r.item
+		}
+		var conn redis.Conn
+		conn, err = h.Get(ctx)
+		sent = err == nil
+		if err == nil {
+			res, err = w.store.FinishGroup(ctx, conn, w.id, items, w.cfg.doneTTL())
+			if err != nil {
+				h.Drop()
+			}
 		}
 	}
 	if !early {
@@ -159,6 +204,98 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 			continue
 		}
 		r.reply <- commitRes{res: res[i]}
+	}
+}
+
+// heldGroup records the results of the runs of one batch whose claim left
+// its watch on the batch's connection (ClaimBatch with hold): the first
+// group of them that ends together is recorded with that watch, in one
+// round trip and without reading the records again (FinishGroupHeld);
+// any later group of the batch, or every group when a record changed
+// since the claim, the checked way (FinishGroup). The first result waits
+// for the batch's others at most Config.GroupCommitWindow, as the
+// committer's. It runs on the batch's goroutine until each of its runs has
+// reported, with its result or as given back (gone).
+type heldGroup struct {
+	w    *Worker
+	h    *rconn.Holder // the claim's connection, with the watch
+	held *txn.Held     // nil once used
+	left int           // runs not yet reported
+	reqs chan commitReq
+}
+
+func newHeldGroup(w *Worker, h *rconn.Holder, held *txn.Held, runs int) *heldGroup {
+	return &heldGroup{w: w, h: h, held: held, left: runs, reqs: make(chan commitReq, runs)}
+}
+
+// commit hands a run's result to the group and waits for its answer, as
+// committer.commit.
+func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited bool, free func()) (res buckets.FinishResult, sent bool, err error) {
+	reply := make(chan commitRes, 1)
+	g.reqs <- commitReq{item: item, free: free, reply: reply, rec: rec, waited: waited}
+	r := <-reply
+	return r.res, r.sent, r.err
+}
+
+// gone tells the group that a run was given back: no result comes.
+func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
+
+// run records the batch's results as they come, then closes the batch's
+// connection (the pool unwatches a watch left unused).
+func (g *heldGroup) run(baseCtx context.Context) {
+	defer g.h.Close()
+	window := g.w.cfg.GroupCommitWindow
+	var timer *time.Timer
+	for g.left > 0 {
+		var group []commitReq
+		take := func(r commitReq) {
+			g.left--
+			if !r.gone {
+				group = append(group, r)
+			}
+		}
+		take(<-g.reqs)
+		var expire <-chan time.Time
+	gather:
+		for g.left > 0 {
+			select {
+			case r := <-g.reqs:
+				take(r)
+				continue
+			default:
+			}
+			if len(group) == 0 {
+				take(<-g.reqs) // only runs given back so far
+				continue
+			}
+			if window <= 0 {
+				break
+			}
+			if expire == nil {
+				if timer == nil {
+					timer = time.NewTimer(window)
+				} else {
+					timer.Reset(window)
+				}
+				expire = timer.C
+			}
+			select {
+			case r := <-g.reqs:
+				take(r)
+			case <-expire:
+				expire = nil
+				break gather
+			}
+		}
+		if expire != nil && !timer.Stop() {
+			<-timer.C
+		}
+		if len(group) == 0 {
+			continue
+		}
+		held := g.held
+		g.held = nil
+		recordGroup(baseCtx, g.w, g.h, held, group)
 	}
 }
 

@@ -106,8 +106,11 @@ type claimed struct {
 	rec  *buckets.Record
 	h    *rconn.Holder
 	held *txn.Held
+	// batch: the claim of a batch left its watch for the batch's results,
+	// which this run's joins (heldGroup); nil otherwise.
+	batch *heldGroup
 	// waited: the claim found the task waited for (its waiter mark, which
-	// the held watch covers), for FinishHeld.
+	// the held watch covers), for FinishHeld and FinishGroupHeld.
 	waited bool
 	// free gives the task's slot token back once (nil: the caller's
 	// business). The committer calls it for all of a group's slots at
@@ -363,13 +366,17 @@ func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
 
 // claimBatch claims ids popped together from queue q in one transaction
 // (ClaimBatch) and ends the hold on every id whatever happens. It returns
-// one record per id, nil for an id not claimed. A connection failure is
-// retried a few times as claim's; an error reply of the server (a key of
-// the wrong type) or a conflict that persists falls back to claiming each
-// id on its own, which sets such keys aside. ctx ended before the claim:
-// the ids stay in the in-flight list, which the worker gives back when
-// it unregisters.
-func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids []string) []*buckets.Record {
+// one record per id, nil for an id not claimed, each with its claim
+// state. A connection failure is retried a few times as claim's; an error
+// reply of the server (a key of the wrong type) or a conflict that
+// persists falls back to claiming each id on its own, which sets such
+// keys aside. ctx ended before the claim: the ids stay in the in-flight
+// list, which the worker gives back when it unregisters.
+//
+// With hold, the batch transaction leaves its watch on h's connection
+// (ClaimState.Held of the runs it covers) for the batch's results: the
+// caller then runs nothing else on h until they are recorded.
+func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
 	w := f.w
 	// An id another slot of the process is claiming (a second copy of
 	// it) is claimed on its own, after that claim (see lockClaim).
@@ -387,22 +394,28 @@ func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids
 			later = append(later, i)
 		}
 	}
-	recs := f.claimBatchLocked(ctx, h, q, ids)
+	recs, cs := f.claimBatchLocked(ctx, h, q, ids, hold)
 	for _, unlock := range unlocks {
 		unlock()
 	}
-	for _, i := range later {
-		r, _, _ := f.claim(ctx, h, q, all[i], nil, false)
-		recs = append(recs, r)
+	if len(later) > 0 {
+		// On a connection of their own: h may hold the batch's watch.
+		lh := w.holder()
+		defer lh.Close()
+		for _, i := range later {
+			r, _, _ := f.claim(ctx, lh, q, all[i], nil, false)
+			recs = append(recs, r)
+			cs = append(cs, buckets.ClaimState{})
+		}
 	}
-	return recs
+	return recs, cs
 }
 
 // claimBatchLocked is claimBatch for ids whose claim locks the caller holds.
-func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q string, ids []string) []*buckets.Record {
+func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
 	w := f.w
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	var bo rconn.Backoff
 	cs := make([]buckets.ClaimState, len(ids))
@@ -414,20 +427,20 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 		for _, id := range ids {
 			w.inflight.release(id, false)
 		}
-		return recs
+		return recs, cs
 	}
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
-			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Clock.Now()), f.leaseDeadline, cs)
+			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Clock.Now()), f.leaseDeadline, cs, hold)
 			if err == nil {
 				for i, id := range ids {
 					w.inflight.release(id, false)
 					f.claimed(q, id, res[i])
 				}
-				return got
+				return got, cs
 			}
 			h.Drop()
 			if buckets.IsServerError(err) || errors.Is(err, txn.ErrConflict) {
@@ -441,7 +454,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 			for i, id := range ids {
 				recs[i], _, _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
 			}
-			return recs
+			return recs, cs
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}

@@ -42,8 +42,8 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 	}
 	var next popped
 	cut := false // a connection failed after a result may have been sent
-	if c.held == nil && f.group != nil {
-		// The committer gives the slot back with the group's (see
+	if c.batch != nil || (c.held == nil && f.group != nil) {
+		// The group gives the slot back with the group's (see
 		// committer.commit), even when the group fails and this result
 		// goes the checked way: a result whose slot went back holds one
 		// of the unrecorded tokens until it is recorded, so there are
@@ -51,7 +51,17 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		unrecorded := w.proc.unrecorded
 		unrecorded <- struct{}{}
 		defer func() { <-unrecorded }()
-		res, sent, gerr := f.group.commit(buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}, c.free)
+		item := buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}
+		var (
+			res  buckets.FinishResult
+			sent bool
+			gerr error
+		)
+		if c.batch != nil {
+			res, sent, gerr = c.batch.commit(item, rec, c.waited, c.free)
+		} else {
+			res, sent, gerr = f.group.commit(item, c.free)
+		}
 		switch {
 		case gerr == nil && res.Err == nil:
 			f.logOutcome(res.Rec, res.Out, herr)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bucketq/bucketq/txn"
 )
 
 // processor bounds the handlers running at once with one semaphore of
@@ -156,29 +158,52 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 
 // batch claims ids, popped together from queue q, in one transaction and
 // runs each claimed task in a slot of its own; it holds one token per id.
+// With group commit on, the claim keeps its watch for the batch's results
+// (heldGroup), which this goroutine then records.
 func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) {
 	w := p.w
 	h := w.holder()
-	recs := w.fetcher.claimBatch(fetchCtx, h, q, ids)
-	h.Close()
-	for _, rec := range recs {
+	recs, cs := w.fetcher.claimBatch(fetchCtx, h, q, ids, w.finisher.group != nil)
+	var held *txn.Held // the claim's watch, shared by the runs it covers
+	runs := 0
+	for i, rec := range recs {
 		if rec != nil {
 			// Counted from now: the committer waits for them to join.
 			p.running.Add(1)
+			if cs[i].Held() != nil {
+				held = cs[i].Held()
+				runs++
+			}
 		}
 	}
-	for _, rec := range recs {
+	var group *heldGroup
+	if held != nil {
+		group = newHeldGroup(w, h, held, runs)
+	} else {
+		h.Close()
+	}
+	for i, rec := range recs {
 		if rec == nil {
 			p.release(1)
 			continue
 		}
 		free := sync.OnceFunc(func() { p.release(1) })
+		c := claimed{rec: rec, free: free, counted: true}
+		if cs[i].Held() != nil {
+			c.batch, c.waited = group, cs[i].Waited()
+		}
 		tasks.Go(func() {
 			defer free()
 			h := w.holder()
 			defer h.Close()
-			_, _ = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, free: free, counted: true})
+			c.h = h
+			if _, ok := p.runTask(fetchCtx, baseCtx, c); !ok && c.batch != nil {
+				c.batch.gone()
+			}
 		})
+	}
+	if group != nil {
+		group.run(baseCtx)
 	}
 }
 
