@@ -21,10 +21,11 @@ A worker takes a lone task in three round trips: the claim's read (` + "`WATCH`"
 record), the claim (` + "`MULTI/EXEC`" + `, which leaves a watch on the record), and the result, which
 travels with the next ` + "`RPOPLPUSH`" + ` in one round trip. When the queues are deep, a worker process
 takes up to K tasks of one queue in one round trip (K pipelined ` + "`RPOPLPUSH`" + ` into its in-flight
-list), claims them in one transaction (two round trips), and records the results of runs that end
-together in one transaction (two round trips: the read of the records and the writes): about
-five round trips for K tasks. When a group holds every handler slot its slots go back as its round
-trip starts, so the next pop and claim overlap the recording. K adapts: 1 while pops find the queues
+list), claims them in one transaction (two round trips, which leave a watch on the records), and
+records the results of runs that end together in one transaction with that watch, without reading
+the records again (one round trip): about four round trips for K tasks. When a group holds every
+handler slot its slots go back as its round trip starts, so the next pop and claim overlap the
+recording. K adapts: 1 while pops find the queues
 shallow, doubling while every pop finds all it asked for, bounded by the free handler slots and
 ` + "`Config.ClaimBatch`" + `. A batch
 never mixes queues, so under strict priority a lower queue is popped only when every higher one was
