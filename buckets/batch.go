@@ -109,10 +109,11 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	results := make([]ClaimResult, n)
 	var (
 		held   *txn.Held
-		waited []bool
+		waited []bool // per id, its mark as read (with hold)
+		kept   []int  // the ids whose record and mark held covers
 	)
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
-		held, waited = nil, nil
+		held, waited, kept = nil, nil, nil
 		for i := range ids {
 			recs[i], results[i] = nil, Skipped
 		}
@@ -170,6 +171,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 			for i, r := range recs {
 				if results[i] == Claimed && !r.FlowReads() {
 					keep = append(keep, watch[i], wkeys[i])
+					kept = append(kept, i)
 				}
 			}
 			if len(keep) > 0 {
@@ -183,9 +185,9 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	}
 	for i := range cs {
 		cs[i].held, cs[i].waited = nil, false
-		if held != nil && results[i] == Claimed && !recs[i].FlowReads() {
-			cs[i].held, cs[i].waited = held, waited[i]
-		}
+	}
+	for _, i := range kept {
+		cs[i].held, cs[i].waited = held, waited[i]
 	}
 	return recs, results, nil
 }

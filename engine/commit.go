@@ -90,7 +90,7 @@ func (c *committer) run(baseCtx context.Context) {
 	h := w.holder()
 	defer h.Close()
 	window, most := w.cfg.GroupCommitWindow, w.cfg.GroupCommitMax
-	var timer *time.Timer
+	var timer groupTimer
 	for {
 		var group []commitReq
 		select {
@@ -112,12 +112,7 @@ func (c *committer) run(baseCtx context.Context) {
 				break // nobody left to join
 			}
 			if expire == nil {
-				if timer == nil {
-					timer = time.NewTimer(window)
-				} else {
-					timer.Reset(window)
-				}
-				expire = timer.C
+				expire = timer.start(window)
 			}
 			select {
 			case r := <-c.reqs:
@@ -127,9 +122,7 @@ func (c *committer) run(baseCtx context.Context) {
 				break gather
 			}
 		}
-		if expire != nil && !timer.Stop() {
-			<-timer.C
-		}
+		timer.stop(expire)
 		c.record(baseCtx, h, group)
 	}
 }
@@ -245,7 +238,7 @@ func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 func (g *heldGroup) run(baseCtx context.Context) {
 	defer g.h.Close()
 	window := g.w.cfg.GroupCommitWindow
-	var timer *time.Timer
+	var timer groupTimer
 	for g.left > 0 {
 		var group []commitReq
 		take := func(r commitReq) {
@@ -272,12 +265,7 @@ func (g *heldGroup) run(baseCtx context.Context) {
 				break
 			}
 			if expire == nil {
-				if timer == nil {
-					timer = time.NewTimer(window)
-				} else {
-					timer.Reset(window)
-				}
-				expire = timer.C
+				expire = timer.start(window)
 			}
 			select {
 			case r := <-g.reqs:
@@ -287,15 +275,35 @@ func (g *heldGroup) run(baseCtx context.Context) {
 				break gather
 			}
 		}
-		if expire != nil && !timer.Stop() {
-			<-timer.C
-		}
+		timer.stop(expire)
 		if len(group) == 0 {
 			continue
 		}
 		held := g.held
 		g.held = nil
 		recordGroup(baseCtx, g.w, g.h, held, group)
+	}
+}
+
+// groupTimer is the window a group's first result waits for others in:
+// one time.Timer, armed again for each group.
+type groupTimer struct{ t *time.Timer }
+
+// start arms the timer for d and returns its channel.
+func (g *groupTimer) start(d time.Duration) <-chan time.Time {
+	if g.t == nil {
+		g.t = time.NewTimer(d)
+	} else {
+		g.t.Reset(d)
+	}
+	return g.t.C
+}
+
+// stop disarms the timer when it was started (expire, start's channel,
+// not nil) and has not been received from.
+func (g *groupTimer) stop(expire <-chan time.Time) {
+	if expire != nil && !g.t.Stop() {
+		<-g.t.C
 	}
 }
 

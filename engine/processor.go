@@ -83,16 +83,7 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 // It does not wait when no other slot is taken. It returns the tokens it
 // holds, the one taken before included.
 func (p *processor) gather(want int) int {
-	n := 1
-	for n < want {
-		select {
-		case p.sem <- struct{}{}:
-			n++
-			continue
-		default:
-		}
-		break
-	}
+	n := p.takeFree(1, want)
 	window := p.w.cfg.GroupCommitWindow
 	if n == want || window <= 0 || len(p.sem) == n {
 		return n
@@ -109,14 +100,19 @@ func (p *processor) gather(want int) int {
 	}
 	// The other slots went back faster than the loop took them (a group
 	// frees its slots together): take those still free.
+	return p.takeFree(n, want)
+}
+
+// takeFree takes, without waiting, free tokens up to want in all, n held
+// already, and returns how many it holds then.
+func (p *processor) takeFree(n, want int) int {
 	for n < want {
 		select {
 		case p.sem <- struct{}{}:
 			n++
-			continue
 		default:
+			return n
 		}
-		break
 	}
 	return n
 }
