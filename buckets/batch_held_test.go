@@ -59,7 +59,7 @@ func TestFinishGroupHeld(t *testing.T) {
 		if recs[i].State != StateRunning {
 			t.Errorf("the claimed record %d was changed: %+v", i, recs[i])
 		}
-		if rec := stored(t, st, admin, ids[i]); rec.State != StateDone {
+		if rec := mustRecord(t, ctx, st, admin, ids[i]); rec.State != StateDone {
 			t.Errorf("record %s: %+v; want done", ids[i], rec)
 		}
 	}
@@ -142,7 +142,7 @@ func TestFinishGroupHeldWatchLost(t *testing.T) {
 				}
 			}
 			for _, id := range ids {
-				if rec := stored(t, st, admin, id); rec.State != StateDone {
+				if rec := mustRecord(t, ctx, st, admin, id); rec.State != StateDone {
 					t.Errorf("record %s: %+v; want done", id, rec)
 				}
 			}
@@ -154,18 +154,4 @@ func TestFinishGroupHeldWatchLost(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stored reads and decodes task id's record.
-func stored(t *testing.T, st *Store, admin redis.Conn, id string) *Record {
-	t.Helper()
-	raw, err := redis.Bytes(admin.Do("GET", st.Keys.Task(id)))
-	if err != nil {
-		t.Fatalf("record %s: %v", id, err)
-	}
-	r, err := DecodeRecord(id, raw)
-	if err != nil {
-		t.Fatalf("record %s: %v", id, err)
-	}
-	return r
 }
