@@ -302,10 +302,11 @@ type WorkflowInfo struct {
 	Kind    string    `json:"kind"` // "chain" or "group"
 	Created time.Time `json:"created"`
 	// State: "running"; "done" (a chain whose last step succeeded, a
-	// group whose callback was enqueued, or that completed without one);
+	// group whose callback succeeded, or that completed without one);
 	// "stopped" (a chain whose current step is dead); "failed" (a group
 	// under FailGroup whose members are all final, one dead or
-	// cancelled); "cancelled".
+	// cancelled, or whose callback is dead); "cancelled" (the workflow,
+	// or a group's callback, was cancelled).
 	State string `json:"state"`
 	// StoppedAt is the index of the dead step of a stopped chain, -1
 	// otherwise.
@@ -418,11 +419,11 @@ func workflowInfo(fi *buckets.FlowInfo) *WorkflowInfo {
 		switch {
 		case fi.Cancelled:
 			wi.State = "cancelled"
-		case fi.Fired != "":
+		case fi.Fired == "-":
 			wi.State = "done"
-			if fi.Fired != "-" {
-				wi.Callback = cb
-			}
+		case fi.Fired != "":
+			wi.Callback = cb
+			wi.State = groupStateAfterFire(fi.Callback)
 		case fi.Final >= fi.Total:
 			wi.State = "failed"
 			wi.Callback = cb
@@ -431,6 +432,24 @@ func workflowInfo(fi *buckets.FlowInfo) *WorkflowInfo {
 		}
 	}
 	return wi
+}
+
+// groupStateAfterFire is the state of a group whose callback was
+// enqueued: the callback's own outcome. A callback whose record is gone
+// ended and its retention passed.
+func groupStateAfterFire(cb *buckets.Record) string {
+	if cb == nil {
+		return "done"
+	}
+	switch cb.State {
+	case buckets.StateDone:
+		return "done"
+	case buckets.StateDead:
+		return "failed"
+	case buckets.StateCancelled:
+		return "cancelled"
+	}
+	return "running"
 }
 
 // CancelWorkflow cancels workflow id and returns how many of its tasks it

@@ -337,3 +337,41 @@ func TestChainStepCancelledAlone(t *testing.T) {
 		t.Fatalf("chain after its step's cancel: %+v %v", wf, err)
 	}
 }
+
+// A group is running until its callback has ended, and then takes the
+// callback's outcome: done when it succeeded, failed when it is dead.
+func TestGroupStateFollowsCallback(t *testing.T) {
+	e := realEnv(t)
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	mux := NewMux()
+	mux.HandleFunc("m", func(context.Context, *Task) error { return nil })
+	mux.HandleFunc("cb", func(context.Context, *Task) error {
+		running <- struct{}{}
+		<-release
+		return nil
+	})
+	mux.HandleFunc("badcb", func(context.Context, *Task) error { return Permanent(errors.New("cannot report")) })
+	e.runServer(t, mux)
+	c := e.client(t)
+	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "slow", Members: []Step{{Type: "m"}}, Callback: &Step{Type: "cb"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	wf, err := c.Workflow(t.Context(), "slow")
+	if err != nil || wf.State != "running" || wf.Callback == nil || wf.Callback.State != StateRunning {
+		t.Fatalf("group while its callback runs: %+v %v; want running", wf, err)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "the group to be done", workflowState(t, c, "slow", "done"))
+	if wf, _ := c.Workflow(t.Context(), "slow"); wf.Callback == nil || wf.Callback.State != StateDone {
+		t.Fatalf("done group's callback: %+v", wf.Callback)
+	}
+	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "bad", Members: []Step{{Type: "m"}}, Callback: &Step{Type: "badcb"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the group to fail", workflowState(t, c, "bad", "failed"))
+	if wf, _ := c.Workflow(t.Context(), "bad"); wf.Callback == nil || wf.Callback.State != StateDead {
+		t.Fatalf("failed group's callback: %+v", wf.Callback)
+	}
+}
