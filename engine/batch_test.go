@@ -391,3 +391,48 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 		}
 	}
 }
+
+// Runs whose claim kept a watch for their results (a task claimed alone,
+// a held batch) record them without the committer, so the committer does
+// not count them among those that may join its group: with only such runs
+// running, a result handed to it is recorded without waiting the window.
+func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	const slots = 4
+	var batch []NewTask
+	for range 2 * slots {
+		batch = append(batch, NewTask{Type: "t"})
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Concurrency = slots
+	e.cfg.ClaimBatch = slots
+	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	release := make(chan struct{})
+	var started atomic.Int32
+	rec := newRecorder(func(context.Context, *Task) error {
+		started.Add(1)
+		<-release
+		return nil
+	})
+	w, err := NewWorker(e.pool, e.cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, w.Run)
+	waitFor(t, 10*time.Second, "every slot running", func() bool { return started.Load() == slots })
+	if n := w.proc.running.Load(); n != 0 {
+		t.Errorf("the committer counts %d runs that may join it; want 0 (every run holds its claim's watch)", n)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Processed == 2*slots && st.Running == 0
+	})
+	if n := w.proc.running.Load(); n != 0 {
+		t.Errorf("%d runs counted after all ended", n)
+	}
+}

@@ -32,8 +32,9 @@ type processor struct {
 	// unrecorded holds a token for each result handed to the committer
 	// and not yet recorded: max(Concurrency, GroupCommitMax) at most.
 	unrecorded chan struct{}
-	// running counts handlers running now; the committer records a group
-	// at once when none is left to join it.
+	// running counts the handlers running now whose results go to the
+	// committer (claimed without a watch kept for them); the committer
+	// records a group at once when none is left to join it.
 	running atomic.Int64
 }
 
@@ -163,13 +164,14 @@ func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGro
 	var held *txn.Held // the claim's watch, shared by the runs it covers
 	runs := 0
 	for i, rec := range recs {
-		if rec != nil {
+		switch {
+		case rec == nil:
+		case cs[i].Held() != nil:
+			held = cs[i].Held()
+			runs++
+		default:
 			// Counted from now: the committer waits for them to join.
 			p.running.Add(1)
-			if cs[i].Held() != nil {
-				held = cs[i].Held()
-				runs++
-			}
 		}
 	}
 	var group *heldGroup
@@ -210,11 +212,14 @@ func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (poppe
 	w := p.w
 	w.observeStart(c.rec)
 	var result []byte
-	if !c.counted {
+	joins := c.held == nil && c.batch == nil // its result goes to the committer
+	if joins && !c.counted {
 		p.running.Add(1)
 	}
 	herr, ok := w.runs.run(baseCtx, c.rec, &result)
-	p.running.Add(-1)
+	if joins {
+		p.running.Add(-1)
+	}
 	if !ok {
 		return popped{}, false
 	}
