@@ -137,6 +137,93 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 	}
 }
 
+// TestWorkerKilledAtEachBatchStep: a worker taking tasks several at a
+// time dies at each step of a batch (its pop, its claim, before and after
+// its result group); a reaper and a second worker take over. Nothing is
+// lost, and the tasks of the fatal call ran as often as the step says:
+// once, except those whose results died unsent (twice). Every other task
+// ran once or, if it was running in the dead worker, twice.
+func TestWorkerKilledAtEachBatchStep(t *testing.T) {
+	for _, stage := range []string{"after-popmany", "after-claimbatch", "before-group", "after-group"} {
+		t.Run(stage, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, e *env) {
+				e.logOnFailure(t)
+				c := e.client(t)
+				const n, slots = 24, 4
+				batch := make([]NewTask, n)
+				for i := range batch {
+					batch[i] = NewTask{Type: "t"}
+				}
+				ids, err := idsOf(c.EnqueueBatch(context.Background(), batch))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.cfg.Concurrency = slots
+				e.cfg.ClaimBatch = slots
+				rec := newRecorder(nil)
+				w1, err := NewWorker(e.pool, e.cfg, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds := &dyingStore{workerStore: w1.store, stage: stage}
+				w1.store = ds
+				w1.cfg.ShutdownTimeout = 100 * time.Millisecond
+				runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
+				waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
+				rp, _ := NewReaper(e.pool, e.cfg)
+				runBackground(t, rp.Run)
+				w2, _ := NewWorker(e.pool, e.cfg, rec)
+				runBackground(t, func(ctx context.Context) error {
+					if err := w2.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+						return err
+					}
+					return nil
+				})
+				waitFor(t, 30*time.Second, "every task done", func() bool {
+					e.tick()
+					for _, id := range ids {
+						if e.state(t, id) != StateDone {
+							return false
+						}
+					}
+					return true
+				})
+				fatal := map[string]bool{}
+				for _, id := range ds.fatal {
+					fatal[id] = true
+				}
+				if len(fatal) == 0 {
+					t.Fatal("the fatal call handled no task")
+				}
+				wantRuns, wantRec := 1, 0
+				switch stage {
+				case "after-claimbatch":
+					wantRec = 1
+				case "before-group":
+					wantRuns, wantRec = 2, 1
+				}
+				for _, id := range ids {
+					runs := rec.count(id)
+					if !fatal[id] {
+						if runs < 1 || runs > 2 {
+							t.Errorf("task %s (not in the fatal call) ran %d times, want 1 or 2", id, runs)
+						}
+						continue
+					}
+					info, err := c.Lookup(context.Background(), id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if runs != wantRuns || info.Recoveries != wantRec {
+						t.Errorf("task %s of the fatal call: ran %d times with %d recoveries, want %d and %d",
+							id, runs, info.Recoveries, wantRuns, wantRec)
+					}
+				}
+			})
+		})
+	}
+}
+
 // TestHelperWorkerProcess is the body of the child process that
 // TestWorkerSIGKILL kills; it does nothing in a normal run.
 func TestHelperWorkerProcess(t *testing.T) {

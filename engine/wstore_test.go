@@ -14,11 +14,16 @@ import (
 // right there would look from Redis: what the step wrote stays, nothing
 // after it is written. Stages: after-pop (the pop happened, its reply is
 // lost), after-claim (likewise for the claim), before-finish (the result
-// is never sent), after-finish (the result is recorded, then death).
+// is never sent), after-finish (the result is recorded, then death). The
+// batch stages name the same steps of a batch: after-popmany (a pop of
+// several), after-claimbatch (a claim of several), before-group and
+// after-group (a held batch's result group); fatal then holds the ids the
+// fatal call handled.
 type dyingStore struct {
 	workerStore
 	stage string
 	fired atomic.Bool
+	fatal []string // written before fired is set
 }
 
 func (d *dyingStore) dead() bool { return d.fired.Load() }
@@ -50,6 +55,62 @@ func (d *dyingStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (str
 		return "", errInjected
 	}
 	return id, err
+}
+
+// dieWith is die for a batch stage, recording the ids of the fatal call.
+func (d *dyingStore) dieWith(stage string, ids []string) bool {
+	if stage != d.stage || d.fired.Load() {
+		return false
+	}
+	d.fatal = ids
+	return d.die(stage)
+}
+
+func (d *dyingStore) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error) {
+	if d.dead() {
+		return nil, errInjected
+	}
+	ids, err := d.workerStore.PopMany(ctx, conn, q, w, n)
+	if len(ids) > 1 && d.dieWith("after-popmany", ids) {
+		return nil, errInjected
+	}
+	return ids, err
+}
+
+func (d *dyingStore) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
+	if d.dead() {
+		return nil, nil, errInjected
+	}
+	recs, res, err := d.workerStore.ClaimBatch(ctx, conn, w, q, ids, now, deadline, cs, hold)
+	if err == nil && len(ids) > 1 && d.dieWith("after-claimbatch", ids) {
+		return nil, nil, errInjected
+	}
+	return recs, res, err
+}
+
+func (d *dyingStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	if d.dead() {
+		return nil, errInjected
+	}
+	return d.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
+}
+
+func (d *dyingStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+	if d.dead() {
+		return nil, errInjected
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.Rec.ID
+	}
+	if d.dieWith("before-group", ids) {
+		return nil, errInjected
+	}
+	res, err := d.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+	if err == nil && d.dieWith("after-group", ids) {
+		return nil, errInjected
+	}
+	return res, err
 }
 
 func (d *dyingStore) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error) {
@@ -118,4 +179,18 @@ func (d *dyingStore) Forget(ctx context.Context, conn redis.Conn, w string, requ
 		return false, errInjected
 	}
 	return d.workerStore.Forget(ctx, conn, w, requireDead)
+}
+
+func (d *dyingStore) PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error) {
+	if d.dead() {
+		return nil, errInjected
+	}
+	return d.workerStore.PausedQueues(ctx, conn)
+}
+
+func (d *dyingStore) SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error) {
+	if d.dead() {
+		return nil, errInjected
+	}
+	return d.workerStore.SetAside(ctx, conn, want, keys...)
 }
