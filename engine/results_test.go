@@ -141,16 +141,7 @@ func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
 				got <- o
 			}()
 			h := HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("out")) })
-			w1, _ := NewWorker(e.pool, e.cfg, h)
-			ds := &dyingStore{workerStore: w1.store, stage: stage}
-			w1.store = ds
-			w1.cfg.ShutdownTimeout = 100 * time.Millisecond
-			runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
-			waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
-			rp, _ := NewReaper(e.pool, e.cfg)
-			runBackground(t, rp.Run)
-			w2, _ := NewWorker(e.pool, e.cfg, h)
-			runBackground(t, w2.Run)
+			e.dieAndTakeOver(t, h, stage)
 			o := <-got
 			if o == nil || o.State != StateDone || string(o.Result) != "out" {
 				t.Fatalf("wait: %+v", o)

@@ -86,28 +86,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 					t.Fatal(err)
 				}
 				rec := newRecorder(nil)
-				w1, err := NewWorker(e.pool, e.cfg, rec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ds := &dyingStore{workerStore: w1.store, stage: stage}
-				w1.store = ds
-				w1.cfg.ShutdownTimeout = 100 * time.Millisecond
-				runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
-				waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
-				// The dead worker's heartbeat expires; a reaper and a
-				// second worker take over.
-				rp, _ := NewReaper(e.pool, e.cfg)
-				runBackground(t, rp.Run)
-				w2, _ := NewWorker(e.pool, e.cfg, rec)
-				runBackground(t, func(ctx context.Context) error {
-					// After a recorded result the task may be done before
-					// this worker registers: stopping it then is no fault.
-					if err := w2.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-						return err
-					}
-					return nil
-				})
+				e.dieAndTakeOver(t, rec, stage)
 				waitFor(t, 20*time.Second, "task done", func() bool { e.tick(); return e.state(t, id) == StateDone })
 				runs := rec.count(id)
 				switch stage {
@@ -161,24 +140,7 @@ func TestWorkerKilledAtEachBatchStep(t *testing.T) {
 				e.cfg.Concurrency = slots
 				e.cfg.ClaimBatch = slots
 				rec := newRecorder(nil)
-				w1, err := NewWorker(e.pool, e.cfg, rec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ds := &dyingStore{workerStore: w1.store, stage: stage}
-				w1.store = ds
-				w1.cfg.ShutdownTimeout = 100 * time.Millisecond
-				runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
-				waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
-				rp, _ := NewReaper(e.pool, e.cfg)
-				runBackground(t, rp.Run)
-				w2, _ := NewWorker(e.pool, e.cfg, rec)
-				runBackground(t, func(ctx context.Context) error {
-					if err := w2.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-						return err
-					}
-					return nil
-				})
+				ds := e.dieAndTakeOver(t, rec, stage)
 				waitFor(t, 30*time.Second, "every task done", func() bool {
 					e.tick()
 					for _, id := range ids {

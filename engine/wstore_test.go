@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
+	"testing"
+	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/txn"
@@ -193,4 +196,38 @@ func (d *dyingStore) SetAside(ctx context.Context, conn redis.Conn, want string,
 		return nil, errInjected
 	}
 	return d.workerStore.SetAside(ctx, conn, want, keys...)
+}
+
+// dieAndTakeOver runs a worker with h that dies at stage (a dyingStore),
+// waits for the death, then starts a reaper and a second worker with h,
+// which take the dead worker's tasks over. It returns the dying store.
+func (e *env) dieAndTakeOver(t *testing.T, h Handler, stage string) *dyingStore {
+	t.Helper()
+	w1, err := NewWorker(e.pool, e.cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &dyingStore{workerStore: w1.store, stage: stage}
+	w1.store = ds
+	w1.cfg.ShutdownTimeout = 100 * time.Millisecond
+	runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
+	waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
+	rp, err := NewReaper(e.pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, rp.Run)
+	w2, err := NewWorker(e.pool, e.cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, func(ctx context.Context) error {
+		// The tasks may all be done before this worker registers:
+		// stopping it then is no fault.
+		if err := w2.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+			return err
+		}
+		return nil
+	})
+	return ds
 }
