@@ -1,6 +1,9 @@
 package buckets
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -60,5 +63,165 @@ func TestRepairPlacementAfterWrongTypedReadyList(t *testing.T) {
 				t.Fatalf("quarantine holds %q, OnSetAside told %d times; want the string set aside once", s, set)
 			}
 		})
+	}
+}
+
+// cutConn is hookConn that also fails as a cut connection would once
+// cutAt commands have been sent after the transaction's first EXEC: the
+// repair's own round trips then fail.
+type cutConn struct {
+	hookConn
+	cutAt  int // commands after the first EXEC that go through; the next fails
+	execed bool
+	after  int
+	cut    bool
+}
+
+func (c *cutConn) Send(name string, args ...interface{}) error {
+	if err := c.count(name); err != nil {
+		return err
+	}
+	return c.hookConn.Send(name, args...)
+}
+
+// count counts a command about to be sent, and fails it past cutAt.
+func (c *cutConn) count(name string) error {
+	if c.execed {
+		if c.after >= c.cutAt {
+			if !c.cut {
+				c.cut = true
+				c.Conn.Close()
+			}
+			return errors.New("cut: use of closed network connection")
+		}
+		c.after++
+	}
+	if name == "EXEC" {
+		c.execed = true
+	}
+	return nil
+}
+
+func (c *cutConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
+	if name == "MULTI" && !c.fired {
+		c.fired = true
+		if err := c.hook(); err != nil {
+			return nil, err
+		}
+	}
+	if name != "" {
+		if err := c.count(name); err != nil {
+			return nil, err
+		}
+	}
+	return redis.DoContext(c.Conn, ctx, name, args...)
+}
+
+// The transaction's EXEC ran with its push into a ready list refused (a
+// string written between its reads and its EXEC), and then the repair's
+// own connection was cut: in SetAside, or as it placed the task again.
+// With Redial the repair goes on at once on a fresh connection; without
+// it, the repair is kept (Unplaced) and the Store's next placing
+// transaction, or PlaceAgain, applies it. Either way the task ends in its
+// ready list, never in no list.
+func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
+	// Commands that go through after the first EXEC: SetAside is WATCH,
+	// TYPE, MULTI, RENAME, EXEC; then the placing MULTI, RPUSH...
+	for _, cut := range []struct {
+		name string
+		at   int
+	}{{"in set aside", 1}, {"placing again", 6}} {
+		for _, redial := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/redial=%v", cut.name, redial), func(t *testing.T) {
+				st, pool, admin := realStore(t)
+				conn := pool.Get()
+				defer conn.Close()
+				if err := claimed("a")(testCtx(t), st, conn); err != nil {
+					t.Fatal(err)
+				}
+				ready := st.Keys.Ready("q")
+				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: func() error {
+					_, err := admin.Do("SET", ready, "not a list")
+					return err
+				}}, cutAt: cut.at}
+				defer cc.Close()
+				dials := 0
+				if redial {
+					st.Redial = func(ctx context.Context) (redis.Conn, error) {
+						dials++
+						return pool.GetContext(ctx)
+					}
+				}
+				_, err := st.Requeue(testCtx(t), cc, w1, []string{"a"}, t0+30, WorkerDied, 3)
+				if !cc.cut {
+					t.Fatal("the connection was never cut: the repair sent less than the test expects")
+				}
+				inReady := func() []string {
+					ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
+					if IsWrongType(err) {
+						return nil // the string is still there: not set aside yet
+					}
+					if err != nil {
+						t.Fatalf("LRANGE ready: %v", err)
+					}
+					return ids
+				}
+				if redial {
+					if err != nil || dials == 0 {
+						t.Fatalf("Requeue = %v after %d redials; want the repair done on a fresh connection", err, dials)
+					}
+					if ids := inReady(); len(ids) != 1 || ids[0] != "a" || st.Unplaced() != 0 {
+						t.Fatalf("ready list %v, %d kept; want [a], none kept", ids, st.Unplaced())
+					}
+					return
+				}
+				if err == nil || st.Unplaced() != 1 {
+					t.Fatalf("Requeue = %v with %d repairs kept; want an error and the repair kept", err, st.Unplaced())
+				}
+				if ids := inReady(); len(ids) != 0 {
+					t.Fatalf("ready list %v before the repair is applied", ids)
+				}
+				// The Store's next transaction that places tasks applies it
+				// first (here a Requeue with nothing to return).
+				if _, err := st.Requeue(testCtx(t), conn, w1, []string{"zz"}, t0+40, WorkerDied, 3); err != nil {
+					t.Fatal(err)
+				}
+				if ids := inReady(); len(ids) != 1 || ids[0] != "a" || st.Unplaced() != 0 {
+					t.Fatalf("ready list %v, %d kept; want [a] placed by the next transaction", ids, st.Unplaced())
+				}
+				if r := mustRecord(t, testCtx(t), st, admin, "a"); r.State != StateWaiting {
+					t.Fatalf("record %+v; want waiting", r)
+				}
+				if s, _ := redis.String(admin.Do("GET", st.Keys.Quarantine(ready))); s != "not a list" {
+					t.Fatalf("quarantine holds %q; want the string set aside", s)
+				}
+			})
+		}
+	}
+}
+
+// PlaceAgain keeps what it cannot apply, and applies it on the next call.
+func TestPlaceAgainKeepsWhatFails(t *testing.T) {
+	st, pool, admin := realStore(t)
+	ready := st.Keys.Ready("q")
+	if _, err := admin.Do("SET", ready, "not a list"); err != nil {
+		t.Fatal(err)
+	}
+	var fix placementFix
+	fix.aside = []wrongKey{{"list", ready}}
+	fix.retry.Queue("RPUSH", ready, "a", "b")
+	st.keepUnplaced(fix)
+	dead := pool.Get()
+	dead.Close()
+	if n, err := st.PlaceAgain(testCtx(t), dead); err == nil || n != 0 || st.Unplaced() != 1 {
+		t.Fatalf("PlaceAgain on a closed connection = %d, %v, %d kept; want an error and the repair kept", n, err, st.Unplaced())
+	}
+	conn := pool.Get()
+	defer conn.Close()
+	if n, err := st.PlaceAgain(testCtx(t), conn); err != nil || n != 2 || st.Unplaced() != 0 {
+		t.Fatalf("PlaceAgain = %d, %v, %d kept; want 2 placed, none kept", n, err, st.Unplaced())
+	}
+	if ids, _ := redis.Strings(admin.Do("LRANGE", ready, 0, -1)); len(ids) != 2 {
+		t.Fatalf("ready list %v; want [a b]", ids)
 	}
 }

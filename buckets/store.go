@@ -44,6 +44,11 @@ type Store struct {
 	// OnSetAside, when set, is told of each key of the wrong type that a
 	// transaction's repair set aside (see repairPlacement), for the log.
 	OnSetAside func(key, movedTo string)
+	// Redial, when set, returns a fresh connection (the caller closes
+	// it). A repair of a placement (repairPlacement) whose connection
+	// failed midway tries again on one, so that a cut connection does not
+	// leave the tasks it was placing in no list.
+	Redial func(ctx context.Context) (redis.Conn, error)
 
 	// ResultTTL is how long, in seconds, a task's result is kept after it
 	// succeeded; 0 keeps none. Completion lists are kept at least
@@ -70,6 +75,13 @@ type Store struct {
 	// list, so a burst keeps the list's cost per task, not an entry's.
 	inlinedMu sync.Mutex
 	inlined   map[bucketRef]struct{}
+
+	// unplaced are the repairs of placements that failed on every try
+	// (repairPlacement); PlaceAgain applies them. unplacedN is their
+	// number, read without the lock.
+	unplacedMu sync.Mutex
+	unplaced   []placementFix
+	unplacedN  atomic.Int64
 
 	runner txn.Runner // runs every transaction, and counts their conflicts
 	known  sync.Map   // queue name → when (Unix ms) an enqueue added it to the set of queues
@@ -393,7 +405,12 @@ func IsServerError(err error) bool {
 // transaction's reads and its EXEC), the other commands have run (Redis
 // has no rollback), so the tasks would be in no list. repairPlacement then
 // sets the key aside and places them again, and run reports success.
+//
+// Repairs kept from earlier failures (PlaceAgain) are tried first.
 func (s *Store) run(ctx context.Context, conn redis.Conn, watch []string, fn func(*txn.Tx) error) ([]interface{}, error) {
+	if s.unplacedN.Load() > 0 {
+		_, _ = s.PlaceAgain(ctx, conn) // what fails is kept for the next try
+	}
 	reps, err := s.runner.Run(ctx, conn, watch, fn)
 	if err != nil {
 		if ok, rerr := s.repairPlacement(ctx, conn, reps, err); rerr != nil {
@@ -419,60 +436,6 @@ func (s *Store) placement(c txn.Cmd) bool {
 		return key == s.Keys.Schedule()
 	}
 	return false
-}
-
-// repairPlacement completes a transaction whose EXEC ran while some of its
-// commands failed on keys of the wrong type (err is the *txn.ExecError,
-// reps EXEC's replies). Each such key is set aside (SetAside) and the
-// failed commands that place tasks run again in one MULTI/EXEC. It reports
-// whether the transaction is now complete: false, with a nil error, when
-// err is not such a failure or a command other than placement, tokens and
-// counters failed.
-//
-// A crash between the two EXECs leaves the tasks' records waiting in no
-// list; `engine check --repair` finds and re-homes them.
-func (s *Store) repairPlacement(ctx context.Context, conn redis.Conn, reps []interface{}, err error) (bool, error) {
-	var ee *txn.ExecError
-	if !errors.As(err, &ee) || ee.Queued || len(reps) != len(ee.Commands) {
-		return false, nil
-	}
-	var retry cmdList
-	complete := true
-	for i, rep := range reps {
-		e, failed := rep.(redis.Error)
-		if !failed {
-			continue
-		}
-		c := ee.Commands[i]
-		if !IsWrongType(e) {
-			complete = false
-			continue
-		}
-		key, _ := c.Args[0].(string)
-		moved, err := s.SetAside(ctx, conn, typeFor[c.Name], key)
-		if err != nil {
-			return false, err
-		}
-		for _, k := range moved {
-			if s.OnSetAside != nil {
-				s.OnSetAside(k, s.Keys.Quarantine(k))
-			}
-		}
-		switch {
-		case s.placement(c):
-			retry = append(retry, c)
-		case c.Name == "LPUSH", c.Name == "LTRIM", c.Name == "HINCRBY", c.Name == "HDEL":
-			// a wake-up token or a counter: not worth a retry
-		default:
-			complete = false
-		}
-	}
-	if len(retry) > 0 {
-		if _, err := s.exec(ctx, conn, retry); err != nil {
-			return false, fmt.Errorf("placing tasks again after setting keys aside: %w", err)
-		}
-	}
-	return complete, nil
 }
 
 // workerArgs holds, boxed once, the keys that a claim's or a result's

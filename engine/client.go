@@ -26,7 +26,7 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewClient: nil pool: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
 )
 
 // Config holds every setting of the engine's parts. The zero value of each
@@ -424,8 +425,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// prepare fills defaults, validates, and builds the store.
-func (c Config) prepare() (Config, *buckets.Store, error) {
+// prepare fills defaults, validates, and builds the store; with a pool,
+// the store's repairs try again on its fresh connections
+// (buckets.Store.Redial).
+func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	if err := c.Validate(); err != nil {
 		return c, nil, err
 	}
@@ -440,6 +443,9 @@ func (c Config) prepare() (Config, *buckets.Store, error) {
 	log := c.Logger
 	st.OnSetAside = func(key, movedTo string) {
 		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
+	}
+	if pool != nil {
+		st.Redial = pool.GetContext
 	}
 	st.FlowTTL = c.doneTTL()
 	st.Compact = c.CompactRecords

@@ -84,7 +84,7 @@ func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewDispatcher: nil pool: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}
@@ -441,6 +441,7 @@ func (d *Dispatcher) endTurnOnExit(ctx context.Context) {
 // settled stays in d.unsettled, and the next round settles it before
 // moving anything.
 func (d *Dispatcher) settle(ctx context.Context) error {
+	placeAgain(ctx, d.pool, d.store, d.log)
 	if len(d.unsettled) == 0 {
 		return nil
 	}

@@ -162,5 +162,6 @@ func (h *heartbeater) run(ctx context.Context) {
 			continue
 		}
 		fails = 0
+		placeAgain(ctx, w.pool, w.store, w.log)
 	}
 }

@@ -33,7 +33,7 @@ func NewInspector(pool *redis.Pool, cfg Config) (*Inspector, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewInspector: nil pool: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}

@@ -59,3 +59,32 @@ func (r *rateLimit) Allow() bool {
 	}
 	return false
 }
+
+// placer is the part of a store that keeps repairs of placements which
+// failed on every try (buckets.Store.PlaceAgain).
+type placer interface {
+	Unplaced() int
+	PlaceAgain(ctx context.Context, conn redis.Conn) (int, error)
+}
+
+// placeAgain applies, on a pooled connection, the repairs st keeps: tasks
+// whose push failed on a key of the wrong type and whose repair then lost
+// its connection, so they are in no list until it succeeds. Components
+// call it on their periodic step; what fails stays kept for the next.
+func placeAgain(ctx context.Context, pool *redis.Pool, st placer, log *slog.Logger) {
+	if st.Unplaced() == 0 {
+		return
+	}
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	n, err := st.PlaceAgain(ctx, conn)
+	if n > 0 {
+		log.Warn("tasks whose placement failed on a key of the wrong type placed again", "tasks", n)
+	}
+	if err != nil {
+		log.Error("tasks in no list until their placement succeeds; trying again at the next step", keyErr, err, "kept", st.Unplaced())
+	}
+}

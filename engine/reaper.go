@@ -34,7 +34,7 @@ func NewReaper(pool *redis.Pool, cfg Config) (*Reaper, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewReaper: nil pool: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +72,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 	for {
 		trim := trimmed.IsZero() || time.Since(trimmed) >= r.trimEvery()
 		at := time.Now()
+		placeAgain(ctx, r.pool, r.store, r.log)
 		res, err := r.reap(ctx, trim)
 		if err != nil {
 			if ctx.Err() != nil {

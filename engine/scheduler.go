@@ -196,7 +196,7 @@ func NewScheduler(pool *redis.Pool, cfg Config) (*Scheduler, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewScheduler: nil pool: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}

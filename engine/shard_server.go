@@ -108,7 +108,7 @@ func hubFixer(sh Shards, base Config, pool *redis.Pool, ks []int) (func(context.
 	}
 	var lanes []lane
 	for _, k := range ks {
-		_, st, err := sh.laneConfig(base, k).prepare()
+		_, st, err := sh.laneConfig(base, k).prepare(pool)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +177,7 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 // reapers of processes with the current map once its heartbeat expires.
 func (s *ShardedServer) watchMap(ctx context.Context, k int) {
 	srv := s.Lanes[k]
-	_, st, err := srv.cfg.prepare()
+	_, st, err := srv.cfg.prepare(srv.pool)
 	if err != nil {
 		return
 	}

@@ -80,7 +80,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 	if pool == nil || h == nil {
 		return nil, fmt.Errorf("engine: NewWorker: nil pool or handler: %w", ErrInvalidOption)
 	}
-	cfg, st, err := cfg.prepare()
+	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
 		return nil, err
 	}

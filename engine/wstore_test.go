@@ -49,6 +49,13 @@ func (d *dyingStore) Refresh(ctx context.Context, conn redis.Conn, w string, ttl
 	return d.workerStore.Refresh(ctx, conn, w, ttl, info, served...)
 }
 
+func (d *dyingStore) PlaceAgain(ctx context.Context, conn redis.Conn) (int, error) {
+	if d.dead() {
+		return 0, errInjected
+	}
+	return d.workerStore.PlaceAgain(ctx, conn)
+}
+
 func (d *dyingStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
 	if d.dead() {
 		return "", errInjected
