@@ -31,17 +31,8 @@ func TestRepairPlacementAfterWrongTypedReadyList(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, pool, admin := realStore(t)
-			conn := pool.Get()
-			defer conn.Close()
-			if err := claimed("a")(testCtx(t), st, conn); err != nil {
-				t.Fatal(err)
-			}
-			ready := st.Keys.Ready("q")
-			hc := &hookConn{Conn: pool.Get(), hook: func() error {
-				_, err := admin.Do("SET", ready, "not a list")
-				return err
-			}}
+			st, pool, admin, ready, trap := readyTrap(t)
+			hc := &hookConn{Conn: pool.Get(), hook: trap}
 			defer hc.Close()
 			set := 0
 			st.OnSetAside = func(key, _ string) {
@@ -63,6 +54,24 @@ func TestRepairPlacementAfterWrongTypedReadyList(t *testing.T) {
 				t.Fatalf("quarantine holds %q, OnSetAside told %d times; want the string set aside once", s, set)
 			}
 		})
+	}
+}
+
+// readyTrap claims task "a" of queue q for w1 on a real store and returns,
+// with the store, its pool and an admin connection, q's ready list and a
+// hook that makes it a string (a hookConn's, run at the next MULTI).
+func readyTrap(t *testing.T) (st *Store, pool *redis.Pool, admin redis.Conn, ready string, trap func() error) {
+	t.Helper()
+	st, pool, admin = realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	if err := claimed("a")(testCtx(t), st, conn); err != nil {
+		t.Fatal(err)
+	}
+	ready = st.Keys.Ready("q")
+	return st, pool, admin, ready, func() error {
+		_, err := admin.Do("SET", ready, "not a list")
+		return err
 	}
 }
 
@@ -133,17 +142,10 @@ func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
 	}{{"in set aside", 1}, {"placing again", 6}} {
 		for _, redial := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/redial=%v", cut.name, redial), func(t *testing.T) {
-				st, pool, admin := realStore(t)
+				st, pool, admin, ready, trap := readyTrap(t)
 				conn := pool.Get()
 				defer conn.Close()
-				if err := claimed("a")(testCtx(t), st, conn); err != nil {
-					t.Fatal(err)
-				}
-				ready := st.Keys.Ready("q")
-				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: func() error {
-					_, err := admin.Do("SET", ready, "not a list")
-					return err
-				}}, cutAt: cut.at}
+				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: trap}, cutAt: cut.at}
 				defer cc.Close()
 				dials := 0
 				if redial {

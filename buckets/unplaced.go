@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -103,10 +102,6 @@ func (s *Store) repairPlacement(ctx context.Context, conn redis.Conn, reps []int
 func (s *Store) applyFixTries(ctx context.Context, conn redis.Conn, fix placementFix) error {
 	err := s.applyFix(ctx, conn, fix)
 	for try := 1; err != nil && try < repairTries && s.Redial != nil && ctx.Err() == nil; try++ {
-		if !sleepCtx(ctx, time.Duration(try)*20*time.Millisecond) {
-			break
-		}
-		var c redis.Conn
 		c, rerr := s.Redial(ctx)
 		if rerr != nil {
 			err = rerr
@@ -175,16 +170,4 @@ func (s *Store) PlaceAgain(ctx context.Context, conn redis.Conn) (int, error) {
 		placed += f.tasks()
 	}
 	return placed, nil
-}
-
-// sleepCtx waits d, or less if ctx ends first; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
