@@ -112,7 +112,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 	ids = uniq
 	watch := s.Keys.Tasks(ids)
 	var res ActResult
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = ActResult{}
 		views := FlowViews{}
 		reps, err := getAll(tx, watch)

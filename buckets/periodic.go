@@ -82,7 +82,7 @@ func (s *Store) SchedulePass(ctx context.Context, conn redis.Conn, e PassEntry, 
 	plan func(last int64) PassPlan, stale func(oldDef []byte, oldLast int64) []string) (PassResult, error) {
 	key := s.Keys.PeriodicEntry(e.Name)
 	var res PassResult
-	_, err := s.runner.Run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, []string{key}, func(tx *txn.Tx) error {
 		res = PassResult{}
 		vals, err := redis.Values(tx.Do("HMGET", key, EntryDef, EntryFP, EntryStamp, EntryLast))
 		if err != nil {

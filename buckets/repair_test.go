@@ -227,3 +227,50 @@ func TestPlaceAgainKeepsWhatFails(t *testing.T) {
 		t.Fatalf("ready list %v; want [a b]", ids)
 	}
 }
+
+// An operator's run-now (Act) and a periodic entry's scheduling pass
+// place tasks too: a push that fails inside their EXEC on a key of the
+// wrong type is repaired, not left with its task in no list.
+func TestRepairPlacementOfActAndSchedulePass(t *testing.T) {
+	t.Run("Act/run", func(t *testing.T) {
+		st, pool, admin := realStore(t)
+		conn := pool.Get()
+		defer conn.Close()
+		if err := st.Enqueue(testCtx(t), conn, t0, []*Record{newRec("b", t0+60_000)}); err != nil {
+			t.Fatal(err)
+		}
+		ready := st.Keys.Ready("q")
+		hc := &hookConn{Conn: pool.Get(), hook: func() error {
+			_, err := admin.Do("SET", ready, "not a list")
+			return err
+		}}
+		defer hc.Close()
+		res, err := st.Act(testCtx(t), hc, ActRun, []string{"b"}, t0+10, 3600, nil)
+		if err != nil || res.Done != 1 || !hc.fired {
+			t.Fatalf("Act = %+v, %v (hook ran: %v); want it done, the push repaired", res, err, hc.fired)
+		}
+		if ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1)); err != nil || len(ids) != 1 || ids[0] != "b" {
+			t.Fatalf("ready list = %v, %v; want [b]", ids, err)
+		}
+	})
+	t.Run("SchedulePass", func(t *testing.T) {
+		st, pool, admin := realStore(t)
+		sched := st.Keys.Schedule()
+		hc := &hookConn{Conn: pool.Get(), hook: func() error {
+			_, err := admin.Do("SET", sched, "not a zset")
+			return err
+		}}
+		defer hc.Close()
+		res, err := pass(testCtx(t), st, hc, "a", 1, t0, 2000, noStale)
+		if err != nil || !hc.fired {
+			t.Fatalf("pass = %+v, %v (hook ran: %v); want the index entries repaired", res, err, hc.fired)
+		}
+		n, err := redis.Int(admin.Do("ZCARD", sched))
+		if err != nil || n == 0 {
+			t.Fatalf("index holds %d, %v; want the firings' buckets indexed again", n, err)
+		}
+		if s, _ := redis.String(admin.Do("GET", st.Keys.Quarantine(sched))); s != "not a zset" {
+			t.Fatalf("quarantine holds %q; want the string set aside", s)
+		}
+	})
+}

@@ -64,7 +64,7 @@ func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id 
 		}
 	}
 	sent := false
-	_, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		sent = false
 		for _, k := range watch {
 			if err := tx.Send("EXISTS", k); err != nil {
