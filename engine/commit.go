@@ -15,11 +15,12 @@ import (
 // transaction and one round trip (group commit, buckets.FinishGroup). A
 // run hands its result over and waits for the group's answer; its slot
 // is free for the next task when the group is recorded, or as its round
-// trip starts when every slot of the worker is taken. The first
-// result of a group waits at most Config.GroupCommitWindow for others,
-// and not at all when no other handler of the process whose result would
-// come here is running (nobody could join) or GroupCommitMax results are waiting: under load the
-// results that arrive while a group is being recorded form the next one.
+// trip starts when every slot of the worker is taken. The first result
+// of a group waits at most Config.GroupCommitWindow for others, and not
+// at all when no other handler of the process whose result would come
+// here is running (nobody could join) or GroupCommitMax results are
+// waiting: under load the results that arrive while a group is being
+// recorded form the next one.
 //
 // Only results of tasks claimed in a batch whose watch was not kept come
 // here (a workflow member's, or every batch's when the claim fell back to
