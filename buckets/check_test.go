@@ -20,13 +20,19 @@ type hookConn struct {
 }
 
 func (c *hookConn) Send(name string, args ...interface{}) error {
-	if name == "MULTI" && !c.fired {
-		c.fired = true
-		if err := c.hook(); err != nil {
-			return err
-		}
+	if err := c.fire(name); err != nil {
+		return err
 	}
 	return c.Conn.Send(name, args...)
+}
+
+// fire runs the hook before the first MULTI.
+func (c *hookConn) fire(name string) error {
+	if name == "MULTI" && !c.fired {
+		c.fired = true
+		return c.hook()
+	}
+	return nil
 }
 
 // DoContext and ReceiveContext pass through: txn's round trips need a

@@ -266,10 +266,7 @@ func TestInlineSettleMove(t *testing.T) {
 				}
 			}
 			ready := st.Keys.Ready("q")
-			hc := &hookConn{Conn: pool.Get(), hook: func() error {
-				_, err := admin.Do("SET", ready, "not a list")
-				return err
-			}}
+			hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 			cc := &crashConn{inner: hc, at: "EXEC", after: ran}
 			defer cc.Close()
 			res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)

@@ -69,8 +69,13 @@ func readyTrap(t *testing.T) (st *Store, pool *redis.Pool, admin redis.Conn, rea
 		t.Fatal(err)
 	}
 	ready = st.Keys.Ready("q")
-	return st, pool, admin, ready, func() error {
-		_, err := admin.Do("SET", ready, "not a list")
+	return st, pool, admin, ready, stringTrap(admin, ready, "not a list")
+}
+
+// stringTrap returns a hook (hookConn's) that makes key the string s.
+func stringTrap(admin redis.Conn, key, s string) func() error {
+	return func() error {
+		_, err := admin.Do("SET", key, s)
 		return err
 	}
 }
@@ -112,11 +117,8 @@ func (c *cutConn) count(name string) error {
 }
 
 func (c *cutConn) DoContext(ctx context.Context, name string, args ...interface{}) (interface{}, error) {
-	if name == "MULTI" && !c.fired {
-		c.fired = true
-		if err := c.hook(); err != nil {
-			return nil, err
-		}
+	if err := c.fire(name); err != nil {
+		return nil, err
 	}
 	if name != "" {
 		if err := c.count(name); err != nil {
@@ -212,7 +214,13 @@ func TestPlaceAgainKeepsWhatFails(t *testing.T) {
 	var fix placementFix
 	fix.aside = []wrongKey{{"list", ready}}
 	fix.retry.Queue("RPUSH", ready, "a", "b")
+	// An index entry of a bucket places no task of its own; an inline
+	// entry places its task.
+	inline := "0353K62eVoeBbHiHQyD0oS"
+	fix.retry.Queue("ZADD", st.Keys.Schedule(), t0, Member("q", t0), t0, InlineMember("q", inline))
 	st.keepUnplaced(fix)
+	told := 0
+	st.OnPlacedAgain = func(n int) { told += n }
 	dead := pool.Get()
 	dead.Close()
 	if n, err := st.PlaceAgain(testCtx(t), dead); err == nil || n != 0 || st.Unplaced() != 1 {
@@ -220,8 +228,9 @@ func TestPlaceAgainKeepsWhatFails(t *testing.T) {
 	}
 	conn := pool.Get()
 	defer conn.Close()
-	if n, err := st.PlaceAgain(testCtx(t), conn); err != nil || n != 2 || st.Unplaced() != 0 {
-		t.Fatalf("PlaceAgain = %d, %v, %d kept; want 2 placed, none kept", n, err, st.Unplaced())
+	if n, err := st.PlaceAgain(testCtx(t), conn); err != nil || n != 3 || st.Unplaced() != 0 || told != 3 {
+		t.Fatalf("PlaceAgain = %d, %v, %d kept, OnPlacedAgain told %d; want 3 placed (a, b and the inline entry), none kept, told 3",
+			n, err, st.Unplaced(), told)
 	}
 	if ids, _ := redis.Strings(admin.Do("LRANGE", ready, 0, -1)); len(ids) != 2 {
 		t.Fatalf("ready list %v; want [a b]", ids)
@@ -240,10 +249,7 @@ func TestRepairPlacementOfActAndSchedulePass(t *testing.T) {
 			t.Fatal(err)
 		}
 		ready := st.Keys.Ready("q")
-		hc := &hookConn{Conn: pool.Get(), hook: func() error {
-			_, err := admin.Do("SET", ready, "not a list")
-			return err
-		}}
+		hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 		defer hc.Close()
 		res, err := st.Act(testCtx(t), hc, ActRun, []string{"b"}, t0+10, 3600, nil)
 		if err != nil || res.Done != 1 || !hc.fired {
@@ -256,10 +262,7 @@ func TestRepairPlacementOfActAndSchedulePass(t *testing.T) {
 	t.Run("SchedulePass", func(t *testing.T) {
 		st, pool, admin := realStore(t)
 		sched := st.Keys.Schedule()
-		hc := &hookConn{Conn: pool.Get(), hook: func() error {
-			_, err := admin.Do("SET", sched, "not a zset")
-			return err
-		}}
+		hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, sched, "not a zset")}
 		defer hc.Close()
 		res, err := pass(testCtx(t), st, hc, "a", 1, t0, 2000, noStale)
 		if err != nil || !hc.fired {

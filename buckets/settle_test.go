@@ -37,10 +37,7 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 		t.Fatal(err)
 	}
 	ready := st.Keys.Ready("q")
-	hc := &hookConn{Conn: pool.Get(), hook: func() error {
-		_, err := admin.Do("SET", ready, "not a list")
-		return err
-	}}
+	hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 	cc := &crashConn{inner: hc, at: "EXEC", after: true}
 	defer cc.Close()
 	res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
@@ -179,10 +176,7 @@ func TestSettleEnqueueAfterLostExecReply(t *testing.T) {
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	ready := st.Keys.Ready("q")
-	hc := &hookConn{Conn: pool.Get(), hook: func() error {
-		_, err := admin.Do("SET", ready, "not a list")
-		return err
-	}}
+	hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 	cc := &crashConn{inner: hc, at: "EXEC", after: true}
 	defer cc.Close()
 	recs := []*Record{newRec("a", t0), newRec("b", t0)}

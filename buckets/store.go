@@ -49,6 +49,10 @@ type Store struct {
 	// failed midway tries again on one, so that a cut connection does not
 	// leave the tasks it was placing in no list.
 	Redial func(ctx context.Context) (redis.Conn, error)
+	// OnPlacedAgain, when set, is told how many tasks PlaceAgain placed
+	// (when it placed any), for the log: whoever calls it, the Store
+	// before a placing transaction or a component on its periodic step.
+	OnPlacedAgain func(tasks int)
 
 	// ResultTTL is how long, in seconds, a task's result is kept after it
 	// succeeded; 0 keeps none. Completion lists are kept at least

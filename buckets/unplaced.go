@@ -19,15 +19,24 @@ type placementFix struct {
 
 type wrongKey struct{ want, key string }
 
-// tasks is how many task ids the fix's commands place (for the log).
+// tasks is how many tasks the fix's commands place (for the log): the ids
+// pushed into a ready list or a bucket, and the index entries that are
+// inline entries (a bucket's entry names a bucket, whose ids its push
+// counts, or which held them already).
 func (f placementFix) tasks() int {
 	n := 0
 	for _, c := range f.retry {
-		if c.Name == "ZADD" {
-			n += (len(c.Args) - 1) / 2
+		if c.Name != "ZADD" {
+			n += len(c.Args) - 1
 			continue
 		}
-		n += len(c.Args) - 1
+		for i := 2; i < len(c.Args); i += 2 {
+			if m, ok := c.Args[i].(string); ok {
+				if _, inline := inlineEntry(m); inline {
+					n++
+				}
+			}
+		}
 	}
 	return n
 }
@@ -162,6 +171,11 @@ func (s *Store) PlaceAgain(ctx context.Context, conn redis.Conn) (int, error) {
 	s.unplacedN.Store(0)
 	s.unplacedMu.Unlock()
 	placed := 0
+	defer func() {
+		if placed > 0 && s.OnPlacedAgain != nil {
+			s.OnPlacedAgain(placed)
+		}
+	}()
 	for i, f := range fixes {
 		if err := s.applyFix(ctx, conn, f); err != nil {
 			s.keepUnplaced(fixes[i:]...)

@@ -444,6 +444,9 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	st.OnSetAside = func(key, movedTo string) {
 		log.Error("key of the wrong type set aside; the tasks a write could not place were placed again", "key", key, "moved_to", movedTo)
 	}
+	st.OnPlacedAgain = func(tasks int) {
+		log.Warn("tasks whose placement failed on a key of the wrong type placed again", "tasks", tasks)
+	}
 	if pool != nil {
 		st.Redial = pool.GetContext
 	}

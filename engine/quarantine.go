@@ -80,11 +80,10 @@ func placeAgain(ctx context.Context, pool *redis.Pool, st placer, log *slog.Logg
 		return
 	}
 	defer conn.Close()
-	n, err := st.PlaceAgain(ctx, conn)
-	if n > 0 {
-		log.Warn("tasks whose placement failed on a key of the wrong type placed again", "tasks", n)
-	}
-	if err != nil {
+	// What it placed is logged by the store (buckets.Store.OnPlacedAgain,
+	// set in Config.prepare), as when the store's own next transaction
+	// places it.
+	if _, err := st.PlaceAgain(ctx, conn); err != nil {
 		log.Error("tasks in no list until their placement succeeds; trying again at the next step", keyErr, err, "kept", st.Unplaced())
 	}
 }
