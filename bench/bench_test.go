@@ -124,8 +124,8 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if r.Params["diagnostic"] != nil && r.Impl != "engine" {
 			return StatusNA // the engine's own diagnostic case
 		}
-		if r.Params["records"] == "compact" && r.Impl != "engine" {
-			return StatusNA // the engine's compact records
+		if r.Params["records"] == "legacy" && r.Impl != "engine" {
+			return StatusNA // the engine's legacy records
 		}
 		return shortCPU(r)
 	})
@@ -196,8 +196,8 @@ func TestSmokeLibraries(t *testing.T) {
 		case r.Impl == "rmq" && (r.Scenario == "dispatch" || r.Scenario == "memory" ||
 			strings.Contains(r.Case, "delayed")):
 			return StatusNA
-		case r.Params["records"] == "compact":
-			return StatusNA // the engine's compact records
+		case r.Params["records"] == "legacy":
+			return StatusNA // the engine's legacy records
 		}
 		return shortCPU(r)
 	})

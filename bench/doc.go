@@ -62,10 +62,10 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 // memoryCases).
 func memoryRow(r *Report, shape, records string, max float64) target {
 	what := "bytes per task beyond payload, " + shape + " (" + map[string]string{"burst": "full buckets", "spread": "one-task buckets"}[shape] + ")"
-	if records == "compact" {
-		what += ", `compact_records`"
+	if records == "legacy" {
+		what += ", `legacy_records`"
 	} else {
-		what += ", default records"
+		what += ", default (compact storage on a new namespace)"
 	}
 	t := target{what: what, goal: fmt.Sprintf("≤ %.0f", max)}
 	if v, ok := median(r.find("memory", "engine", "overhead", map[string]any{"shape": shape, "records": records})); ok {
@@ -80,8 +80,8 @@ func memoryRow(r *Report, shape, records string, max float64) target {
 // memoryLabel names a memory case by its shape, and its record format
 // when it is not the default.
 func memoryLabel(params map[string]any) string {
-	if params["records"] == "compact" {
-		return fmt.Sprintf("%v, compact records", params["shape"])
+	if params["records"] == "legacy" {
+		return fmt.Sprintf("%v, legacy records", params["shape"])
 	}
 	return fmt.Sprint(params["shape"])
 }
@@ -128,7 +128,7 @@ func (r *Report) targets() []target {
 		ts = append(ts, ratioRow(r, fmt.Sprintf("single delayed enqueue, %d producer(s), engine vs asynq", p), "≥ 1.2×", 1.2,
 			"enqueue", "rate", map[string]any{"batch": 1, "delayed": true, "producers": p}, "engine", "asynq"))
 	}
-	for _, records := range []string{"default", "compact"} {
+	for _, records := range []string{"default", "legacy"} {
 		for _, shape := range []struct {
 			name string
 			max  float64

@@ -40,12 +40,12 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				"*Where the time goes* shows where the client's time goes (`scripts/profiles.sh` profiles this scenario): system calls, the Go scheduler handing tasks and replies between goroutines, and memory allocation; the engine's own functions are a few percent of it.", "engine", "naive", "asynq"))
 	}
 	if missed["single"] {
-		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. With `compact_records` the `RPUSH` goes (the task alone in its bucket is an inline entry: `ZADD` names it); these rows use the default storage, which earlier releases read. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
+		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. On a namespace marked for the compact storage, as the harness's new one is, a task alone in its bucket is an inline entry that `ZADD` names, so the transaction has no `RPUSH`; with the storage every release reads (`legacy_records`, or a namespace in use before this release and not marked) it has. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
 			cpuSentence(r, "enqueue", map[string]any{"producers": 1, "batch": 1, "delayed": true}, "the producer's process", "", "engine", "naive", "asynq"))
 	}
 	if missed["bytes"] {
 		var parts []string
-		for _, records := range []string{"default", "compact"} {
+		for _, records := range []string{"default", "legacy"} {
 			for _, shape := range []string{"burst", "spread"} {
 				res := r.find("memory", "engine", "total", map[string]any{"shape": shape, "records": records})
 				if res == nil || res.Detail == nil {
@@ -60,7 +60,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				}
 			}
 		}
-		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are the storage earlier releases read: record version 1 and a list for every bucket. `compact_records` writes the shorter record (version 4) and schedules a task alone in its bucket as an inline entry, an index member naming the task with no list; it is off by default until every process on a namespace runs this release (docs/operations.md).\n",
+		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are what the default configuration writes on a new namespace, the compact storage: the shorter record (version 4), and a task alone in its bucket scheduled as an inline entry, an index member naming the task with no list. The *legacy records* columns are the storage every release reads (record version 1 and a list for every bucket), which a namespace in use before this release keeps until `engine storage compact` marks it (docs/operations.md), or `legacy_records` writes.\n",
 			orText(strings.Join(parts, "; "), "no breakdown in this run"))
 	}
 	if missed["lateness"] {
@@ -91,7 +91,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		}
 	}
 	if missed["dispatch"] {
-		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. With `compact_records` a task alone in its bucket is an inline entry, which the move reads with one `ZSCORE` instead of the bucket's `WATCH`, `LRANGE`, `DEL` and retry count (`BenchmarkMoveSpreadInline` in `buckets`); these rows use the default storage. %s\n",
+		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. In these rows the dispatcher moves buckets the harness enqueued in batches (one list a bucket). On a namespace marked for the compact storage, a task enqueued alone in its bucket is an inline entry, which the move reads with one `ZSCORE` instead of the bucket's `WATCH`, `LRANGE`, `DEL` and retry count (`BenchmarkMoveSpreadInline` in `buckets`). %s\n",
 			dispatchCPU(r))
 	}
 }

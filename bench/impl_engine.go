@@ -87,11 +87,11 @@ func (e *engineImpl) Close() error {
 	return e.pool.Close()
 }
 
-// UseCompactRecords implements RecordFormatter: the client writes version
-// 4 task records from now on (engine.Config.CompactRecords).
-func (e *engineImpl) UseCompactRecords() error {
+// UseLegacyRecords implements RecordFormatter: the client writes the
+// storage every release reads from now on (engine.Config.LegacyRecords).
+func (e *engineImpl) UseLegacyRecords() error {
 	cfg := e.cfg
-	cfg.CompactRecords = true
+	cfg.LegacyRecords = true
 	c, err := engine.NewClient(e.pool, cfg)
 	if err != nil {
 		return err

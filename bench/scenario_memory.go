@@ -24,19 +24,20 @@ import (
 // (see [breakdown]), which docs/benchmarks.md renders as a table.
 //
 // Each shape is measured twice: with each design's default configuration
-// ("records": "default"), and, for a design that has a choice of task
-// record format ([RecordFormatter]: the engine's compact_records, which
-// is off by default until no earlier release runs on a namespace), with
-// its compact format ("records": "compact").
+// ("records": "default"; the engine on the harness's new namespace writes
+// its compact storage), and, for a design that has a choice of storage
+// format ([RecordFormatter]: the engine's legacy_records, the storage
+// every release reads, which a namespace in use before this release keeps
+// until it is marked), with that format ("records": "legacy").
 func memoryCases(s Sizes) []*Case {
 	var cs []*Case
-	for _, records := range []string{"default", "compact"} {
+	for _, records := range []string{"default", "legacy"} {
 		for _, shape := range []string{"burst", "spread"} {
 			n := s.MemoryN
 			title := fmt.Sprintf("%s, n=%d scheduled, payload=%dB", shape, n, s.Payload)
 			needs := needScheduler
-			if records == "compact" {
-				title += ", compact records"
+			if records == "legacy" {
+				title += ", legacy records"
 				needs = func(i Impl) string {
 					if _, ok := i.(RecordFormatter); !ok {
 						return "no choice of record format"
@@ -52,8 +53,8 @@ func memoryCases(s Sizes) []*Case {
 				Needs:    needs,
 				Timeout:  5*time.Minute + time.Duration(n/1000)*time.Second,
 				Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-					if records == "compact" {
-						if err := m.Impl.(RecordFormatter).UseCompactRecords(); err != nil {
+					if records == "legacy" {
+						if err := m.Impl.(RecordFormatter).UseLegacyRecords(); err != nil {
 							return nil, err
 						}
 					}
@@ -65,12 +66,12 @@ func memoryCases(s Sizes) []*Case {
 	return cs
 }
 
-// RecordFormatter is a design with a compact task record format that its
-// default configuration does not write (the engine's compact_records).
+// RecordFormatter is a design with a second storage format that its
+// default configuration does not write on a new namespace (the engine's
+// legacy_records).
 type RecordFormatter interface {
-	// UseCompactRecords makes the producers write the compact format
-	// from now on.
-	UseCompactRecords() error
+	// UseLegacyRecords makes the producers write that format from now on.
+	UseLegacyRecords() error
 }
 
 // runMemory performs one memory measurement.

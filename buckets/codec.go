@@ -232,10 +232,11 @@ func (r *Record) encode(compact bool) []byte {
 }
 
 // EncodeRecord returns the stored form of r as this store writes it:
-// version 4 when s.Compact (or WriteCompactRecords) is on, else what
-// Encode writes.
+// version 4 when s.Compact (or WriteCompactRecords) is on, or s.Auto and
+// the namespace's format mark allows it (ResolveFormat), else what Encode
+// writes.
 func (s *Store) EncodeRecord(r *Record) []byte {
-	return r.encode(s.Compact || compactRecords.Load())
+	return r.encode(s.compact())
 }
 
 // compactRecords: Encode writes version 4 (WriteCompactRecords).

@@ -73,6 +73,15 @@ type Store struct {
 	// enqueued together for one bucket, ids not Inlineable, retries and
 	// tasks placed again. No earlier release reads an inline entry.
 	Inline bool
+	// Auto makes the store follow the namespace's format mark: it writes
+	// compact storage (as Compact and Inline do) once ResolveFormat found
+	// the namespace marked for it, or new and marked it (format.go).
+	Auto bool
+	// format is what the store knows of the mark (formatUnknown,
+	// formatLegacy, formatCompact); formatNext is when (time.Now in ns)
+	// ResolveFormat may look again.
+	format     atomic.Int32
+	formatNext atomic.Int64
 
 	// inlined remembers the buckets this store scheduled an inline entry
 	// for (Store.inline): a later task of the same bucket goes to its
@@ -247,7 +256,7 @@ const inlineMemory = 4096
 // is scheduled inline (Store.Inline): the first such task of the bucket
 // this store sees.
 func (s *Store) inline(q string, ts int64, id string) bool {
-	if !s.Inline || !Inlineable(id) {
+	if !s.inlines() || !Inlineable(id) {
 		return false
 	}
 	k := bucketRef{q, ts}

@@ -515,3 +515,75 @@ func scenarioWrongType(e *env) {
 		t.Errorf("ready list is a %s after the dispatcher ran", typ)
 	}
 }
+
+// scenarioStorageFormat: the namespace's format mark decides what a
+// client that follows it writes. A new namespace is marked and gets
+// version 4 records; with the mark removed, a client finds the namespace
+// in use and writes version 1; marked again, a new client writes version
+// 4; LegacyRecords writes version 1 whatever the mark says. A mark that
+// is not a version is an error naming it. Every task, of either format,
+// runs once.
+func scenarioStorageFormat(e *env) {
+	t, ctx := e.t, e.ctx
+	admin := e.admin()
+	defer admin.Close()
+	version := func(id string) byte {
+		t.Helper()
+		v, err := redis.Bytes(admin.Do("GET", e.key("t:"+id)))
+		if err != nil || len(v) < 2 {
+			t.Fatalf("record of %s: %q, %v", id, v, err)
+		}
+		return v[1]
+	}
+	format := func(c *engine.Client, want int) {
+		t.Helper()
+		if got, err := c.StorageFormat(ctx); err != nil || got != want {
+			t.Fatalf("StorageFormat = %d, %v; want %d", got, err, want)
+		}
+	}
+	var ids []string
+	enqueue := func(c *engine.Client, want byte) {
+		t.Helper()
+		id := must(t)(c.Enqueue(ctx, "job", []byte("x")))
+		if v := version(id); v != want {
+			t.Errorf("a task enqueued is record version %d; want %d", v, want)
+		}
+		ids = append(ids, id)
+	}
+
+	c := e.client()
+	enqueue(c, 4) // a new namespace: marked
+	format(c, engine.CompactStorage)
+	if err := c.SetStorageFormat(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	format(c, 0)
+	enqueue(e.client(), 1) // in use, not marked
+	if err := c.SetStorageFormat(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(e.client(), 4)
+	legacy := e.cfg
+	legacy.LegacyRecords = true
+	lc, err := engine.NewClient(e.pool, legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(lc, 1)
+	if _, err := admin.Do("SET", e.key("format"), "later"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StorageFormat(ctx); err == nil || !strings.Contains(err.Error(), `"later"`) {
+		t.Errorf("StorageFormat with a bad mark: %v; want an error naming it", err)
+	}
+	enqueue(e.client(), 1) // a bad mark: the storage every release reads
+	if err := c.SetStorageFormat(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+
+	var rec recorder
+	_, stop := e.server(e.cfg, rec.handler())
+	rec.waitRuns(t, len(ids), 30*time.Second)
+	stop()
+	rec.exactlyOnce(t, ids)
+}

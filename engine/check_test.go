@@ -41,6 +41,7 @@ func describe(fs []CheckFinding) string {
 // finds nothing.
 func TestCheckFindsAndRepairsDamage(t *testing.T) {
 	e := realEnv(t)
+	e.cfg.LegacyRecords = true // the damage is to a bucket list and its index member
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)
 	due := time.Now().Add(time.Hour) // one bucket for the three

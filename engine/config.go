@@ -23,18 +23,30 @@ type Config struct {
 	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
 	MaxPayload int
 	// CompactRecords makes the parts built with this Config write the
-	// compact storage of this release. Task records in the shorter format
-	// (record version 4: a waiting task's header is 20 to 30 bytes
-	// shorter; the time it was created is read from its generated id, and
-	// the default queue, attempts and timeout take no byte). And inline
-	// entries: the first delayed task a client enqueues for a bucket,
-	// alone in its enqueue's bucket, is scheduled by an index entry that
-	// names it, without a bucket list (about 180 bytes less on Redis 7.0,
-	// and a cheaper move). Off by default, because earlier releases read
-	// neither: turn it on once every process on the namespace runs this
-	// release or a later one. Everything written either way stays
-	// readable.
+	// compact storage of this release whatever the namespace's format
+	// mark says. Task records in the shorter format (record version 4: a
+	// waiting task's header is 20 to 30 bytes shorter; the time it was
+	// created is read from its generated id, and the default queue,
+	// attempts and timeout take no byte). And inline entries: the first
+	// delayed task a client enqueues for a bucket, alone in its enqueue's
+	// bucket, is scheduled by an index entry that names it, without a
+	// bucket list (about 180 bytes less on Redis 7.0, and a cheaper
+	// move). Earlier releases read neither.
+	//
+	// With neither CompactRecords nor LegacyRecords (the default), the
+	// namespace decides: a client or worker writes compact storage on a
+	// namespace marked for it (the key {ns}:format), and marks a new
+	// namespace (one on which nothing was ever enqueued and no worker
+	// registered) itself. A namespace in use without the mark keeps the
+	// storage every release reads until `engine storage compact` marks
+	// it, once every process on it runs this release or a later one
+	// (docs/operations.md). Everything written either way stays readable.
 	CompactRecords bool
+	// LegacyRecords makes the parts built with this Config write only
+	// the storage every release reads (record versions 1 and 2, a list
+	// for every bucket), whatever the namespace's mark says: for a
+	// process that shares a namespace with earlier releases.
+	LegacyRecords bool
 
 	// DefaultQueue is the queue of a task enqueued without Queue().
 	// Default "default".
@@ -336,6 +348,9 @@ func (c Config) Validate() error {
 	if !buckets.ValidName(c.Namespace) {
 		return bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
 	}
+	if c.CompactRecords && c.LegacyRecords {
+		return bad("LegacyRecords", "set with CompactRecords: want one of them, or neither (the namespace's format mark decides)")
+	}
 	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
 		return bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
 	}
@@ -453,6 +468,7 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	st.FlowTTL = c.doneTTL()
 	st.Compact = c.CompactRecords
 	st.Inline = c.CompactRecords
+	st.Auto = !c.CompactRecords && !c.LegacyRecords
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}

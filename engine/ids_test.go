@@ -144,9 +144,10 @@ func TestEnqueueIDs(t *testing.T) {
 	}
 }
 
-// Records are written in the format earlier releases read until
-// CompactRecords is set; then in the shorter one, which this release reads
-// like the other (a record of each is looked up and cancelled).
+// Records are written in the format earlier releases read with
+// LegacyRecords, or by default on a namespace in use that is not marked;
+// in the shorter one with CompactRecords, which this release reads like
+// the other (a record of each is looked up and cancelled).
 func TestCompactRecords(t *testing.T) {
 	e := realEnv(t)
 	ctx := context.Background()
@@ -158,12 +159,23 @@ func TestCompactRecords(t *testing.T) {
 		}
 		return b[1]
 	}
-	old, err := e.client(t).Enqueue(ctx, "job", []byte("x"), In(time.Hour))
+	legacy := e.cfg
+	legacy.LegacyRecords = true
+	lc, err := NewClient(e.pool, legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := lc.Enqueue(ctx, "job", []byte("x"), In(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v := version(old.ID); v != 1 {
-		t.Fatalf("default: record version %d, want 1 (what earlier releases read)", v)
+		t.Fatalf("LegacyRecords: record version %d, want 1 (what earlier releases read)", v)
+	}
+	// The namespace is in use now and not marked: a client that follows
+	// the mark (the default) writes what earlier releases read.
+	if ti, err := e.client(t).Enqueue(ctx, "job", []byte("w"), In(time.Hour)); err != nil || version(ti.ID) != 1 {
+		t.Fatalf("default on a namespace in use without the mark: %v, version %d; want 1", err, version(ti.ID))
 	}
 	cfg := e.cfg
 	cfg.CompactRecords = true
@@ -178,10 +190,13 @@ func TestCompactRecords(t *testing.T) {
 	if v := version(nu.ID); v != 4 {
 		t.Fatalf("CompactRecords: record version %d, want 4", v)
 	}
-	// The setting is the Config's: a client without it still writes
-	// what earlier releases read.
+	// The setting is the Config's: a client without it still follows
+	// the namespace, which is not marked.
 	if ti, err := e.client(t).Enqueue(ctx, "job", []byte("z"), In(time.Hour)); err != nil || version(ti.ID) != 1 {
 		t.Fatalf("a client without CompactRecords after one with it: %v, version %d", err, version(ti.ID))
+	}
+	if _, err := NewClient(e.pool, Config{Namespace: e.ns, CompactRecords: true, LegacyRecords: true}); err == nil {
+		t.Fatal("a Config with both CompactRecords and LegacyRecords was taken")
 	}
 	// Its creation time is its id's, not stored: the header is the
 	// magic, the version, state and mask, the due delta and the type.

@@ -102,7 +102,7 @@ type setting struct {
 // engine.Config field: the file, the environment and flags write straight
 // into an engine.Config.
 var engineFields = map[string]string{
-	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload", "compact_records": "CompactRecords",
+	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload", "compact_records": "CompactRecords", "legacy_records": "LegacyRecords",
 	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
 	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
 	"concurrency": "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",

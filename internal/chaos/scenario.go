@@ -50,7 +50,8 @@ type Scenario struct {
 	// commit): over the producers' G lines, fewer EXECs than calls.
 	Groups bool
 	// Formats: the processes with "-compact-records" in SlotArgs write
-	// version 4 records and the others version 1 or 2; tasks' records
+	// version 4 records and the others ("-legacy-records") version 1 or
+	// 2; tasks' records
 	// must be seen, at the end, in the format a process other than their
 	// producer wrote, both ways, or the scenario did not hand records
 	// across formats (harness.checkFormats).
@@ -111,6 +112,9 @@ var scenarios = []Scenario{
 			"producer-0": {"-compact-records"}, "producer-2": {"-compact-records"},
 			"worker-1": {"-compact-records"}, "worker-3": {"-compact-records"},
 			"reaper-0": {"-compact-records"}, "dispatcher-1": {"-compact-records"},
+			"producer-1": {"-legacy-records"}, "producer-3": {"-legacy-records"},
+			"worker-0": {"-legacy-records"}, "worker-2": {"-legacy-records"},
+			"reaper-1": {"-legacy-records"}, "dispatcher-0": {"-legacy-records"},
 		},
 		Formats: true,
 	},

@@ -51,6 +51,7 @@ type options struct {
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
 	compact                                                      bool
+	legacy                                                       bool
 
 	// producer
 	count, batchMax, pad int
@@ -100,6 +101,7 @@ func main() {
 	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
 	flag.BoolVar(&o.compact, "compact-records", false, "Config.CompactRecords: write version 4 task records")
+	flag.BoolVar(&o.legacy, "legacy-records", false, "Config.LegacyRecords: write only the storage every release reads, whatever the namespace's format mark says")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -208,6 +210,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		DispatchTasks:     o.dispatchTasks,
 		EnqueueGroupLanes: o.enqueueLanes,
 		CompactRecords:    o.compact,
+		LegacyRecords:     o.legacy,
 		ReapInterval:      o.reapInterval,
 		Logger:            log,
 		Clock:             clocktest.Offset(o.offset),

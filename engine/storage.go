@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// CompactStorage is the storage version StorageFormat reports for a
+// namespace marked for compact storage (record version 4 and inline
+// entries; Config.CompactRecords).
+const CompactStorage = 4
+
+// StorageFormat reads the namespace's format mark (the key {ns}:format):
+// CompactStorage when the clients and workers that follow it (a Config
+// with neither CompactRecords nor LegacyRecords) write compact storage, 0
+// when they write the storage every release reads. A mark that is not a
+// version is an error that says what it holds.
+func (c *Client) StorageFormat(ctx context.Context) (int, error) {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	m, err := c.store.ReadFormat(ctx, conn)
+	if err != nil {
+		return 0, failed("read the storage format", err)
+	}
+	if m.Raw != "" {
+		return 0, failed("read the storage format", fmt.Errorf("the format mark holds %q, not a storage version (SetStorageFormat sets it right)", m.Raw))
+	}
+	return m.Version, nil
+}
+
+// SetStorageFormat sets the namespace's format mark: compact lets every
+// client and worker that follows it write compact storage, from its next
+// look (within a minute); do it once every process on the namespace runs
+// this release or a later one (docs/operations.md). !compact removes the
+// mark: processes started from then on write the storage every release
+// reads, while a running one that already writes compact storage goes on
+// until it restarts (or set LegacyRecords on it). Everything written
+// either way stays readable.
+func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := c.store.MarkFormat(ctx, conn, compact); err != nil {
+		return failed("set the storage format", err)
+	}
+	return nil
+}
