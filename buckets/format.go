@@ -82,64 +82,66 @@ func (s *Store) ResolveFormat(ctx context.Context, conn redis.Conn) (bool, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, FormatLookTimeout)
 	defer cancel()
-	k := s.Keys
 	if s.format.Load() == formatLegacy {
-		v, err := redis.String(do(ctx, conn, "GET", k.Format()))
-		if err == redis.ErrNil {
-			return false, nil
-		}
+		m, err := s.ReadFormat(ctx, conn)
 		if err != nil {
-			return false, fmt.Errorf("buckets: read the format mark %s: %w", k.Format(), err)
+			return false, err
 		}
-		return s.judgeFormat(v)
+		return s.judgeFormat(m)
 	}
-	var mark string
-	_, err := s.runner.Run(ctx, conn, []string{k.Format(), k.Queues(), k.Workers(), k.Schedule(), k.Dead(), k.Periodics()},
-		func(tx *txn.Tx) error {
-			_ = tx.Send("GET", k.Format())
-			for _, key := range []string{k.Queues(), k.Workers(), k.Schedule(), k.Dead(), k.Periodics()} {
-				_ = tx.Send("EXISTS", key)
+	k := s.Keys
+	lasting := []string{k.Queues(), k.Workers(), k.Schedule(), k.Dead(), k.Periodics()}
+	var (
+		m     FormatMark
+		inUse bool // no mark, and one of lasting exists: earlier releases may work on it
+	)
+	_, err := s.runner.Run(ctx, conn, append([]string{k.Format()}, lasting...), func(tx *txn.Tx) error {
+		m, inUse = FormatMark{}, false
+		_ = tx.Send("GET", k.Format())
+		for _, key := range lasting {
+			_ = tx.Send("EXISTS", key)
+		}
+		reps, err := tx.Flush()
+		if err != nil {
+			return err
+		}
+		if e, ok := reps[0].(redis.Error); ok {
+			return e
+		}
+		if reps[0] != nil {
+			v, err := redis.String(reps[0], nil)
+			m = parseFormat(v)
+			return err
+		}
+		for _, r := range reps[1:] {
+			if n, _ := redis.Int(r, nil); n != 0 {
+				inUse = true
+				return nil
 			}
-			reps, err := tx.Flush()
-			if err != nil {
-				return err
-			}
-			if e, ok := reps[0].(redis.Error); ok {
-				return e
-			}
-			if reps[0] != nil {
-				mark, err = redis.String(reps[0], nil)
-				return err
-			}
-			for _, r := range reps[1:] {
-				if n, _ := redis.Int(r, nil); n != 0 {
-					mark = "" // in use: earlier releases may work on it
-					s.format.Store(formatLegacy)
-					return nil
-				}
-			}
-			mark = strconv.Itoa(CompactVersion)
-			tx.Queue("SET", k.Format(), mark)
-			return nil
-		})
+		}
+		m = FormatMark{Version: CompactVersion, Set: true}
+		tx.Queue("SET", k.Format(), strconv.Itoa(CompactVersion))
+		return nil
+	})
 	if err != nil {
-		s.format.CompareAndSwap(formatLegacy, formatUnknown)
 		return false, fmt.Errorf("buckets: read the format mark %s: %w", k.Format(), err)
 	}
-	if mark == "" {
+	if inUse {
+		s.format.Store(formatLegacy)
 		return false, nil
 	}
-	return s.judgeFormat(mark)
+	return s.judgeFormat(m)
 }
 
-// judgeFormat applies a format mark read from the namespace.
-func (s *Store) judgeFormat(v string) (bool, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
+// judgeFormat applies a format mark read from the namespace: an absent
+// or lower one keeps the storage every release reads, as does one that is
+// not a version, which is an error naming it.
+func (s *Store) judgeFormat(m FormatMark) (bool, error) {
+	if m.Bad() {
 		s.format.Store(formatLegacy)
-		return false, fmt.Errorf("buckets: the format mark %s holds %q, not a storage version: writing the storage every release reads (`engine storage compact` sets it right)", s.Keys.Format(), v)
+		return false, fmt.Errorf("buckets: the format mark %s holds %q, not a storage version: writing the storage every release reads (`engine storage compact` sets it right)", s.Keys.Format(), m.Raw)
 	}
-	if n < CompactVersion {
+	if m.Version < CompactVersion {
 		s.format.Store(formatLegacy)
 		return false, nil
 	}
@@ -154,7 +156,13 @@ type FormatMark struct {
 	Version int
 	// Raw is the mark as stored, when it is not a version ("" otherwise).
 	Raw string
+	// Set: the mark exists.
+	Set bool
 }
+
+// Bad reports a mark that exists and is not a version (Raw says what it
+// holds).
+func (m FormatMark) Bad() bool { return m.Set && m.Version == 0 }
 
 // ReadFormat reads the namespace's format mark (one GET).
 func (s *Store) ReadFormat(ctx context.Context, conn redis.Conn) (FormatMark, error) {
@@ -165,10 +173,15 @@ func (s *Store) ReadFormat(ctx context.Context, conn redis.Conn) (FormatMark, er
 	if err != nil {
 		return FormatMark{}, fmt.Errorf("buckets: read the format mark %s: %w", s.Keys.Format(), err)
 	}
+	return parseFormat(v), nil
+}
+
+// parseFormat reads a stored mark: a version from 1 up, or Raw.
+func parseFormat(v string) FormatMark {
 	if n, err := strconv.Atoi(v); err == nil && n >= 1 {
-		return FormatMark{Version: n}, nil
+		return FormatMark{Version: n, Set: true}
 	}
-	return FormatMark{Raw: v}, nil
+	return FormatMark{Raw: v, Set: true}
 }
 
 // MarkFormat sets the namespace's format mark: compact lets every store

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -130,16 +129,10 @@ func TestResolveFormatKeepsANamespaceInUse(t *testing.T) {
 // is not marked: the look's WATCH fails the EXEC and the reads, done
 // again, find it in use.
 func TestResolveFormatRace(t *testing.T) {
-	srv := redistest.Start(t)
-	ns := redistest.Namespace(t)
-	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	s, err := NewStore(ns, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pool, _ := realStore(t)
 	s.Auto = true
 	ctx := context.Background()
-	c, other := srv.Pool(t).Get(), srv.Pool(t).Get()
+	c, other := pool.Get(), pool.Get()
 	t.Cleanup(func() { c.Close(); other.Close() })
 	hc := &hookConn{Conn: c, hook: func() error {
 		_, err := other.Do("SADD", s.Keys.Queues(), "q")
@@ -181,6 +174,17 @@ func TestResolveFormatBadMark(t *testing.T) {
 	s.formatNext.Store(0)
 	if on, err := s.ResolveFormat(ctx, c); err == nil || on || s.WritesCompact() {
 		t.Fatalf("ResolveFormat with a list for a mark = %v, %v; want false and an error", on, err)
+	}
+	// An empty mark is not a version either.
+	if _, err := c.Do("DEL", s.Keys.Format()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", s.Keys.Format(), ""); err != nil {
+		t.Fatal(err)
+	}
+	s.formatNext.Store(0)
+	if on, err := s.ResolveFormat(ctx, c); err == nil || on || s.WritesCompact() {
+		t.Fatalf("ResolveFormat with an empty mark = %v, %v; want false and an error", on, err)
 	}
 	// An old mark (a lower version) is the legacy storage, without error.
 	if _, err := c.Do("DEL", s.Keys.Format()); err != nil {

@@ -188,7 +188,7 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 		return nil, err
 	}
 	defer conn.Close()
-	c.resolveFormat(ctx, conn)
+	resolveFormat(ctx, c.store, conn, c.cfg.Logger)
 	if err := c.store.Enqueue(ctx, conn, ms(now), recs, chosen...); err != nil {
 		var ex *buckets.ExistsError
 		var dup *buckets.DuplicateError
@@ -210,16 +210,6 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 	}
 	c.cfg.observeEnqueued(recs, now)
 	return enqueued(recs, now), nil
-}
-
-// resolveFormat lets the client's store learn the namespace's format mark
-// (buckets.Store.ResolveFormat): no round trip once it writes compact
-// storage, at most one look per buckets.FormatRecheck otherwise. A
-// failure only keeps the storage every release reads; it is logged.
-func (c *Client) resolveFormat(ctx context.Context, conn redis.Conn) {
-	if _, err := c.store.ResolveFormat(ctx, conn); err != nil {
-		c.cfg.Logger.Warn("could not read the namespace's format mark; writing the storage every release reads", keyErr, err)
-	}
 }
 
 // enqueued describes records just written by a producer at now.

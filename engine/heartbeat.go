@@ -119,9 +119,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := w.store.ResolveFormat(ctx, conn); err != nil {
-		w.log.Warn("could not read the namespace's format mark; writing the storage every release reads", keyErr, err)
-	}
+	resolveFormat(ctx, w.store, conn, w.log)
 	ttl := int64(w.cfg.HeartbeatTTL / time.Second)
 	if full {
 		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)

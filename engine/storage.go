@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // CompactStorage is the storage version StorageFormat reports for a
@@ -25,7 +28,7 @@ func (c *Client) StorageFormat(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, failed("read the storage format", err)
 	}
-	if m.Raw != "" {
+	if m.Bad() {
 		return 0, failed("read the storage format", fmt.Errorf("the format mark holds %q, not a storage version (SetStorageFormat sets it right)", m.Raw))
 	}
 	return m.Version, nil
@@ -49,4 +52,16 @@ func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
 		return failed("set the storage format", err)
 	}
 	return nil
+}
+
+// resolveFormat lets a client's or worker's store learn the namespace's
+// format mark (buckets.Store.ResolveFormat): no round trip once it writes
+// compact storage, at most one look per buckets.FormatRecheck otherwise.
+// A failure only keeps the storage every release reads; it is logged.
+func resolveFormat(ctx context.Context, st interface {
+	ResolveFormat(context.Context, redis.Conn) (bool, error)
+}, conn redis.Conn, log *slog.Logger) {
+	if _, err := st.ResolveFormat(ctx, conn); err != nil {
+		log.Warn("could not read the namespace's format mark; writing the storage every release reads", keyErr, err)
+	}
 }
