@@ -79,7 +79,9 @@ func TestReadmeQuickStart(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatalf("README block did not finish\n%s", h.file("readme.out"))
 	}
-	id := regexp.MustCompile(`(?m)^\+ id=(\S+)$`).FindStringSubmatch(h.file("readme.out"))
+	// The shell's trace line is "+ id=…", but the daemon started with & writes
+	// to the same file and its log line can land between the "+ " and the rest.
+	id := regexp.MustCompile(`(?m)^(?:\+ )?id=(\S+)$`).FindStringSubmatch(h.file("readme.out"))
 	if id == nil {
 		t.Fatalf("no task id in the README block's trace:\n%s", h.file("readme.out"))
 	}
