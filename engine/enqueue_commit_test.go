@@ -104,6 +104,9 @@ func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redi
 	t.Cleanup(func() { pool.Close() })
 	cfg := e.cfg
 	cfg.EnqueueGroupLanes = lanes
+	// The tests count, gate and refuse the enqueue's own round trips: no
+	// look at the format mark (its own transaction) before them.
+	cfg.LegacyRecords = true
 	c, err := NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +152,6 @@ func enqueueAsync(ctx context.Context, c *Client, q string, later bool) <-chan e
 // every task placed.
 func TestEnqueueGroupShares(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 	const q = "group-share"
 	reached, release := make(chan struct{}), make(chan struct{})
 	g := &execGate{before: holdExec(1, reached, release)}
@@ -353,7 +355,6 @@ func TestEnqueueGroupWithdrawn(t *testing.T) {
 // error); the transaction goes on and writes its task.
 func TestEnqueueGroupCancelledInFlight(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 	const q = "group-inflight"
 	reached, release := make(chan struct{}), make(chan struct{})
 	reached2, release2 := make(chan struct{}), make(chan struct{})
@@ -392,7 +393,6 @@ func TestEnqueueGroupCancelledInFlight(t *testing.T) {
 // placed (the lost-reply settle finds nothing to redo).
 func TestEnqueueGroupLostReply(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 	const q = "group-lost"
 	reached, release := make(chan struct{}), make(chan struct{})
 	g := &execGate{before: holdExec(1, reached, release), lose: func(n int32) bool { return n == 2 }}
@@ -578,7 +578,6 @@ func TestEnqueueGroupWithdrawnSaysWhy(t *testing.T) {
 // written and the error says why.
 func TestEnqueueGroupTakenAtItsDeadlineGetsTheAnswer(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 	const q = "group-taken-deadline"
 	refused := make(chan struct{}, 1)
 	c, queued := gatedClient(t, e, &execGate{}, func(_ int, conn redis.Conn) redis.Conn {
