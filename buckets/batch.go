@@ -145,7 +145,9 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		batch := &batchState{runs: map[string]string{}}
 		args := s.workerArgs(w)
 		seen := make(map[string]bool, n)
-		writes := make(cmdList, 0, 4*n)
+		// Four writes a claimed task, the registry's SADD and the ids
+		// given back: room for all, so that the list is not grown.
+		writes := make(cmdList, 0, 4*n+2)
 		for i, id := range ids {
 			if seen[id] {
 				// The same id twice in the list (a push repeated after a
@@ -213,7 +215,7 @@ func popHead(rep interface{}, ids []string) bool {
 // f:<w> n -1, for a batch whose ids are the n entries at the head of the
 // in-flight list (popHead, read under WATCH f:<w>: EXEC fails if the list
 // changed since). Writes with another count of LREMs are returned as
-// they are.
+// they are; otherwise the result is built in writes' array.
 func trimInflight(writes cmdList, inflight string, n int) cmdList {
 	lrems := 0
 	for _, c := range writes {
@@ -224,7 +226,7 @@ func trimInflight(writes cmdList, inflight string, n int) cmdList {
 	if lrems != n {
 		return writes
 	}
-	out := make(cmdList, 0, len(writes)-n+1)
+	out := writes[:0] // in place: each command is read before its slot is written
 	for _, c := range writes {
 		if c.Name == "LREM" && c.Args[0] == inflight {
 			continue
@@ -498,41 +500,62 @@ func (b *batchState) flush(tx queuer, key string) {
 // into the first of them. A command is merged only when nothing between
 // the two touches its key, except other HINCRBYs of the same hash for a
 // HINCRBY (increments commute). Everything else keeps its place.
+//
+// The result is built in cmds' array: the caller must not use cmds
+// afterwards. The Args of its commands are never changed.
 func coalesce(cmds cmdList) cmdList { return coalesceTracking(cmds, false) }
 
-// coalesceTracking is coalesce. With trackAll it tracks every string
-// argument in last, not only the keys of mergeable commands: the form
-// coalesce had before, which its tests hold it to.
+// coalesceTracking is coalesce. With trackAll it is the form coalesce
+// had before, which its tests hold it to: it tracks every string
+// argument in last, not only the keys of mergeable commands, and decides
+// whether only HINCRBYs named a key since a HINCRBY by scanning the
+// commands between them instead of looking the last other one up.
 func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
-	out := make(cmdList, 0, len(cmds))
-	// cand: the keys of the commands that may merge (mergeKeyOf); last:
-	// per cand key, the last command in out that names it as any string
-	// argument (a key, in any position); open: per merge key, a command
-	// later ones of the same kind may join. Only cand keys are ever
-	// looked up in last, so only they are tracked: a group's writes name
-	// many more strings (ids, fields, other keys). A command is kept as
-	// given (its Args are not copied): a merge builds new Args for the
-	// command it joins, never changing a caller's.
-	cand := make(map[string]bool)
+	// out shares cmds' array: it never holds more commands than have been
+	// read, and each command is copied out of cmds before its slot can be
+	// written.
+	out := cmds[:0]
+	// marks: per candidate key (the key of a command that may merge,
+	// mergeKeyOf), the last command in out that names it as any string
+	// argument (a key, in any position) and the last one, not a HINCRBY,
+	// whose key it is; open: per merge key, a command later ones of the
+	// same kind may join. Only candidate keys are ever looked up, so only
+	// they are tracked: a group's writes name many more strings (ids,
+	// fields, other keys). A command is kept as given (its Args are not
+	// copied): a merge builds new Args for the command it joins, never
+	// changing a caller's.
+	marks := make(map[string]keyMarks)
 	for _, c := range cmds {
 		if mk := mergeKeyOf(c); mk.name != "" {
 			if key, ok := c.Args[0].(string); ok {
-				cand[key] = true
+				marks[key] = keyMarks{cand: true, last: -1, other: -1}
 			}
 		}
 	}
-	last := make(map[string]int, len(cand))
 	open := make(map[mergeKey]int)
-	var owned []bool // per command of out: its Args were built here
+	owned := make([]bool, len(cmds)) // per command of out: its Args were built here
 	// sums: per HINCRBY of out that later ones joined, the sum so far,
 	// written into its own Args once at the end.
 	var sums map[int]int64
 	names := func(j int, args []interface{}) {
 		for _, a := range args {
-			if s, ok := a.(string); ok && (trackAll || cand[s]) {
-				last[s] = j
+			if s, ok := a.(string); ok {
+				if m, found := marks[s]; found {
+					m.last = j
+					marks[s] = m
+				} else if trackAll {
+					marks[s] = keyMarks{last: j, other: -1}
+				}
 			}
 		}
+	}
+	// onlyHincrbySince reports whether every command of out from j on
+	// whose key is key is a HINCRBY.
+	onlyHincrbySince := func(j int, key string) bool {
+		if trackAll {
+			return onlyHincrby(out[j:], key)
+		}
+		return marks[key].other < j
 	}
 	// join appends args to command j, building its own Args first.
 	join := func(j int, args []interface{}) {
@@ -550,7 +573,7 @@ func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 			// SETs of distinct keys are an MSET, at the first one's place,
 			// when nothing since names this key.
 			if j, ok := open[mk]; ok {
-				if t, seen := last[key]; !seen || t < j {
+				if marks[key].last < j {
 					out[j].Name = "MSET"
 					join(j, c.Args)
 					continue
@@ -558,7 +581,7 @@ func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 			}
 		}
 		if mk.name != "" && c.Name != "SET" {
-			if j, ok := open[mk]; ok && (last[key] == j || c.Name == "HINCRBY" && onlyHincrby(out[j:], key)) {
+			if j, ok := open[mk]; ok && (marks[key].last == j || c.Name == "HINCRBY" && onlyHincrbySince(j, key)) {
 				if c.Name == "HINCRBY" {
 					a, aok := sums[j]
 					if !aok {
@@ -578,17 +601,30 @@ func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 				}
 			}
 		}
+		j := len(out)
 		out = append(out, c)
-		owned = append(owned, false)
-		names(len(out)-1, c.Args)
+		names(j, c.Args)
+		if m, found := marks[key]; found && m.cand && c.Name != "HINCRBY" {
+			m.other = j
+			marks[key] = m
+		}
 		if mk.name != "" {
-			open[mk] = len(out) - 1
+			open[mk] = j
 		}
 	}
 	for j, n := range sums {
 		out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
 	}
 	return out
+}
+
+// keyMarks is what coalesce knows of a key: whether a command that may
+// merge has it as its key (cand), and the places in its result of the
+// last command that names it (last) and of the last one, not a HINCRBY,
+// whose key it is (other); -1 for none.
+type keyMarks struct {
+	cand        bool
+	last, other int
 }
 
 // mergeKey names what coalesce merges: SETs of any keys (name only), the

@@ -323,8 +323,15 @@ func TestCoalesceTracksOnlyMergeKeys(t *testing.T) {
 			}
 			return out
 		}
-		if got, want := show(coalesce(in)), show(coalesceTracking(in, true)); !slices.Equal(got, want) {
-			t.Fatalf("coalesce(%q):\n got %q\nwant %q", show(in), got, want)
+		// Each call builds its result in the array it is given; the
+		// commands' Args are the caller's and must come out unchanged.
+		given := show(in)
+		got := show(coalesce(slices.Clone(in)))
+		if want := show(coalesceTracking(slices.Clone(in), true)); !slices.Equal(got, want) {
+			t.Fatalf("coalesce(%q):\n got %q\nwant %q", given, got, want)
+		}
+		if after := show(in); !slices.Equal(after, given) {
+			t.Fatalf("coalesce changed its input's Args: %q, was %q", after, given)
 		}
 	}
 }
