@@ -16,14 +16,15 @@ import (
 const CompactVersion = 4
 
 // FormatRecheck is how often a store that follows the format mark
-// (Store.Auto) and found none looks for it again: an operator sets it
-// with `engine storage compact` once every process runs this release.
+// (Store.Auto) and found none looks for it again, unless its
+// FormatRecheck says otherwise: an operator sets the mark with `engine
+// storage compact` once every process runs this release.
 const FormatRecheck = time.Minute
 
 // FormatLookTimeout bounds one look at the format mark within the
 // caller's deadline: a look that cannot be answered (no master, a
 // failover) must not take the time of the enqueue or heartbeat it comes
-// before. A look that fails is tried again after FormatRecheck.
+// before. A look that fails is tried again after the recheck interval.
 const FormatLookTimeout = time.Second
 
 // What a store that follows the format mark (Store.Auto) knows of it.
@@ -32,6 +33,15 @@ const (
 	formatLegacy               // the namespace is in use and not marked
 	formatCompact              // marked, or new and marked by this store
 )
+
+// formatRecheck is the store's interval between looks at an unmarked
+// namespace.
+func (s *Store) formatRecheck() time.Duration {
+	if s.FormatRecheck > 0 {
+		return s.FormatRecheck
+	}
+	return FormatRecheck
+}
 
 // compact reports whether the store writes version 4 records.
 func (s *Store) compact() bool {
@@ -55,7 +65,8 @@ func (s *Store) WritesCompact() bool { return s.compact() }
 // a task; the caller may log the error and go on.
 //
 // It sends nothing once the store writes compact storage, nor within
-// FormatRecheck of its last look; a look takes at most FormatLookTimeout.
+// its recheck interval (Store.FormatRecheck) of its last look; a look takes
+// at most FormatLookTimeout.
 // The first look is one transaction:
 //
 //	watch   format queues w sched dead periodic
@@ -77,7 +88,7 @@ func (s *Store) ResolveFormat(ctx context.Context, conn redis.Conn) (bool, error
 	}
 	now := time.Now().UnixNano()
 	next := s.formatNext.Load()
-	if now < next || !s.formatNext.CompareAndSwap(next, now+int64(FormatRecheck)) {
+	if now < next || !s.formatNext.CompareAndSwap(next, now+int64(s.formatRecheck())) {
 		return false, nil // looked lately, or another caller is looking now
 	}
 	ctx, cancel := context.WithTimeout(ctx, FormatLookTimeout)

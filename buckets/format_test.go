@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -122,6 +123,47 @@ func TestResolveFormatKeepsANamespaceInUse(t *testing.T) {
 				t.Fatalf("ReadFormat = %+v, %v", m, err)
 			}
 		})
+	}
+}
+
+// Store.FormatRecheck sets how long an unmarked namespace in use is left
+// unlooked at: no command within it, one GET once it has passed.
+func TestResolveFormatRecheckInterval(t *testing.T) {
+	s, c, ctx := batchEnv(t)
+	s.Auto, s.FormatRecheck = true, 300*time.Millisecond
+	if _, err := c.Do("SADD", s.Keys.Queues(), "q"); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := s.ResolveFormat(ctx, c); err != nil || on {
+		t.Fatalf("the first look = %v, %v; want false", on, err)
+	}
+	start := time.Now()
+	if err := s.MarkFormat(ctx, c, true); err != nil {
+		t.Fatal(err)
+	}
+	cc := &countConn{Conn: c}
+	for time.Since(start) < 200*time.Millisecond {
+		if on, err := s.ResolveFormat(ctx, cc); err != nil || on || cc.n != 0 {
+			t.Fatalf("a look within the interval = %v, %v after %d commands; want false after none", on, err, cc.n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		on, err := s.ResolveFormat(ctx, cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mark was not taken up within 5 s with a 300 ms interval (%d commands)", cc.n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cc.n != 1 {
+		t.Fatalf("taking the mark up sent %d commands; want one GET", cc.n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -77,6 +78,10 @@ type Store struct {
 	// compact storage (as Compact and Inline do) once ResolveFormat found
 	// the namespace marked for it, or new and marked it (format.go).
 	Auto bool
+	// FormatRecheck is how often a store that follows the mark looks at
+	// an unmarked namespace again (one GET); 0: the package's
+	// FormatRecheck, a minute.
+	FormatRecheck time.Duration
 	// format is what the store knows of the mark (formatUnknown,
 	// formatLegacy, formatCompact); formatNext is when (time.Now in ns)
 	// ResolveFormat may look again.

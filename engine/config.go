@@ -47,6 +47,13 @@ type Config struct {
 	// for every bucket), whatever the namespace's mark says: for a
 	// process that shares a namespace with earlier releases.
 	LegacyRecords bool
+	// FormatRecheck is how often a process that follows the namespace's
+	// format mark (neither CompactRecords nor LegacyRecords) and found the
+	// namespace in use and unmarked looks at the mark again: one GET, on
+	// the enqueue or heartbeat path, at most this often. After `engine
+	// storage compact` every such process writes compact storage within
+	// it. Default 1 minute.
+	FormatRecheck time.Duration
 
 	// DefaultQueue is the queue of a task enqueued without Queue().
 	// Default "default".
@@ -225,6 +232,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPayload == 0 {
 		c.MaxPayload = 512 << 10
 	}
+	if c.FormatRecheck == 0 {
+		c.FormatRecheck = buckets.FormatRecheck
+	}
 	if c.DefaultQueue == "" {
 		c.DefaultQueue = "default"
 	}
@@ -351,6 +361,9 @@ func (c Config) Validate() error {
 	if c.CompactRecords && c.LegacyRecords {
 		return bad("LegacyRecords", "set with CompactRecords: want one of them, or neither (the namespace's format mark decides)")
 	}
+	if c.FormatRecheck < 0 {
+		return bad("FormatRecheck", "%v: want a positive interval, or 0 for the default", c.FormatRecheck)
+	}
 	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
 		return bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
 	}
@@ -469,6 +482,7 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	st.Compact = c.CompactRecords
 	st.Inline = c.CompactRecords
 	st.Auto = !c.CompactRecords && !c.LegacyRecords
+	st.FormatRecheck = c.FormatRecheck
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}

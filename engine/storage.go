@@ -56,7 +56,7 @@ func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
 
 // resolveFormat lets a client's or worker's store learn the namespace's
 // format mark (buckets.Store.ResolveFormat): no round trip once it writes
-// compact storage, at most one look per buckets.FormatRecheck otherwise.
+// compact storage, at most one look per Config.FormatRecheck otherwise.
 // A failure only keeps the storage every release reads; it is logged.
 func resolveFormat(ctx context.Context, st interface {
 	ResolveFormat(context.Context, redis.Conn) (bool, error)

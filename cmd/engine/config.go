@@ -103,7 +103,8 @@ type setting struct {
 // into an engine.Config.
 var engineFields = map[string]string{
 	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload", "compact_records": "CompactRecords", "legacy_records": "LegacyRecords",
-	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
+	"format_recheck": "FormatRecheck",
+	"default_queue":  "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
 	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
 	"concurrency": "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",
 	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",

@@ -506,6 +506,13 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.Notes = append(rep.Notes, note)
 		}
 	}
+	if h.sc.FormatSwitch {
+		if note, err := h.checkSwitch(obs); err != nil {
+			fail("%v", err)
+		} else {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
 	if h.sc.Inline {
 		if note, err := h.checkInline(); err != nil {
 			fail("%v", err)

@@ -163,6 +163,9 @@ type harness struct {
 	// turnKills counts watchTurn's kills of every dispatcher.
 	turnKills    atomic.Int64
 	partialWhere map[string]*partialWhere
+	// markedAt is when the harness marked the namespace for the compact
+	// storage (Scenario.FormatSwitch); zero until then.
+	markedAt time.Time
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -331,6 +334,11 @@ func (h *harness) addSlots(role string, n int) []*slot {
 
 func (h *harness) run(ctx context.Context) (*Report, error) {
 	sc := h.sc
+	if sc.FormatSwitch {
+		if err := h.useNamespace(); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range []struct {
 		role string
 		n    int
@@ -399,6 +407,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	if sc.Restarts > 0 {
 		goLoop(h.restartLoop)
+	}
+	if sc.FormatSwitch {
+		goLoop(h.markFormatLater)
 	}
 
 	// Production.

@@ -60,6 +60,12 @@ type Scenario struct {
 	// which every removal of an entry increments, above zero at the end),
 	// or the scenario did not exercise them (harness.checkInline).
 	Inline bool
+	// FormatSwitch: the namespace is in use and unmarked when the
+	// processes start, and the harness marks it for the compact storage a
+	// third of the way through production; task records in the earlier
+	// format and, among tasks done after the mark, compact ones must be
+	// seen at the end (harness.checkSwitch).
+	FormatSwitch bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -117,6 +123,14 @@ var scenarios = []Scenario{
 			"reaper-1": {"-legacy-records"}, "dispatcher-0": {"-legacy-records"},
 		},
 		Formats: true,
+	},
+	{
+		Name: "format-switch", Doc: "the namespace is in use and not marked when the processes start, so every process (on the default, following the mark) writes the storage earlier releases read; a third of the way through production the harness marks it (`engine storage compact`) and each process takes the mark up at its next look (every 300 ms here) while workers and producers are killed (kill -9, some SIGTERM, producers some by themselves mid-batch) and a proxy cuts connections around EXEC",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
+		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.2,
+		Cuts:         &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.01},
+		ProcArgs:     []string{"-format-recheck=300ms"},
+		FormatSwitch: true,
 	},
 	{
 		Name: "inline", Doc: "every process writes the compact storage, so most delayed tasks are scheduled as inline entries (one task a call, 80% delayed); dispatchers and reapers are killed mid-flight (3 of each), workers too, and a proxy cuts connections around EXEC (a move's reply lost: settled)",

@@ -49,7 +49,7 @@ type options struct {
 	dispatchBuckets, dispatchTasks, enqueueLanes                 int
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
-	unknownGrace                                                 time.Duration
+	unknownGrace, formatRecheck                                  time.Duration
 	compact                                                      bool
 	legacy                                                       bool
 
@@ -102,6 +102,7 @@ func main() {
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
 	flag.BoolVar(&o.compact, "compact-records", false, "Config.CompactRecords: write version 4 task records")
 	flag.BoolVar(&o.legacy, "legacy-records", false, "Config.LegacyRecords: write only the storage every release reads, whatever the namespace's format mark says")
+	flag.DurationVar(&o.formatRecheck, "format-recheck", 0, "Config.FormatRecheck (0: default)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -211,6 +212,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		EnqueueGroupLanes: o.enqueueLanes,
 		CompactRecords:    o.compact,
 		LegacyRecords:     o.legacy,
+		FormatRecheck:     o.formatRecheck,
 		ReapInterval:      o.reapInterval,
 		Logger:            log,
 		Clock:             clocktest.Offset(o.offset),
