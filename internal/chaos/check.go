@@ -559,14 +559,9 @@ func (h *harness) checkFormats(obs *observed) (string, error) {
 	}
 	var n [2][2]int // [producer compact][record compact]
 	for id, a := range obs.acked {
-		l := h.laneOf(id)
-		c := l.admin.Get()
-		raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
-		c.Close()
-		if err != nil || len(raw) < 2 {
-			continue // no done record kept, or bad data
+		if v, ok := h.recordVersion(id); ok {
+			n[btoi(compact[a.File])][btoi(v == 4)]++
 		}
-		n[btoi(compact[a.File])][btoi(raw[1] == 4)]++
 	}
 	note := fmt.Sprintf("task records at the end: of compact producers' tasks %d compact and %d in the earlier format; of the others' %d compact and %d in the earlier format",
 		n[1][1], n[1][0], n[0][1], n[0][0])
@@ -574,6 +569,19 @@ func (h *harness) checkFormats(obs *observed) (string, error) {
 		return "", fmt.Errorf("no record was seen rewritten across formats both ways (%s)", note)
 	}
 	return note, nil
+}
+
+// recordVersion reads task id's record and returns its version; false
+// when no record is kept (no done record, or bad data).
+func (h *harness) recordVersion(id string) (byte, bool) {
+	l := h.laneOf(id)
+	c := l.admin.Get()
+	defer c.Close()
+	raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
+	if err != nil || len(raw) < 2 {
+		return 0, false
+	}
+	return raw[1], true
 }
 
 // earlyBound is how early a task may start on its producer's clock: the

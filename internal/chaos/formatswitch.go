@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // The format-switch scenario (Scenario.FormatSwitch): the namespace is in
@@ -81,14 +79,9 @@ func (h *harness) checkSwitch(obs *observed) (string, error) {
 		if end == 0 {
 			continue
 		}
-		l := h.laneOf(id)
-		c := l.admin.Get()
-		raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
-		c.Close()
-		if err != nil || len(raw) < 2 {
-			continue // no done record kept, or bad data
+		if v, ok := h.recordVersion(id); ok {
+			n[btoi(end > at)][btoi(v == 4)]++
 		}
-		n[btoi(end > at)][btoi(raw[1] == 4)]++
 	}
 	note := fmt.Sprintf("task records at the end: of tasks done before the mark %d compact and %d in the earlier format; of those done after it %d compact and %d in the earlier format",
 		n[0][1], n[0][0], n[1][1], n[1][0])
