@@ -197,9 +197,10 @@ func parseFormat(v string) FormatMark {
 
 // MarkFormat sets the namespace's format mark: compact lets every store
 // that follows it (Store.Auto) write compact storage, from its next look
-// (within FormatRecheck); !compact removes the mark, so that stores
-// started from then on write the storage every release reads (a running
-// store that already writes compact storage goes on until it restarts).
+// (within its recheck interval, Store.FormatRecheck); !compact removes the
+// mark, so that stores started from then on write the storage every
+// release reads (a running store that already writes compact storage goes
+// on until it restarts).
 // One SET or DEL.
 func (s *Store) MarkFormat(ctx context.Context, conn redis.Conn, compact bool) error {
 	var err error

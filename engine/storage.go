@@ -36,12 +36,12 @@ func (c *Client) StorageFormat(ctx context.Context) (int, error) {
 
 // SetStorageFormat sets the namespace's format mark: compact lets every
 // client and worker that follows it write compact storage, from its next
-// look (within a minute); do it once every process on the namespace runs
-// this release or a later one (docs/operations.md). !compact removes the
-// mark: processes started from then on write the storage every release
-// reads, while a running one that already writes compact storage goes on
-// until it restarts (or set LegacyRecords on it). Everything written
-// either way stays readable.
+// look (within its Config.FormatRecheck, a minute by default); do it once
+// every process on the namespace runs this release or a later one
+// (docs/operations.md). !compact removes the mark: processes started from
+// then on write the storage every release reads, while a running one that
+// already writes compact storage goes on until it restarts (or set
+// LegacyRecords on it). Everything written either way stays readable.
 func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
 	conn, err := c.conn(ctx)
 	if err != nil {

@@ -51,10 +51,9 @@ type Scenario struct {
 	Groups bool
 	// Formats: the processes with "-compact-records" in SlotArgs write
 	// version 4 records and the others ("-legacy-records") version 1 or
-	// 2; tasks' records
-	// must be seen, at the end, in the format a process other than their
-	// producer wrote, both ways, or the scenario did not hand records
-	// across formats (harness.checkFormats).
+	// 2; tasks' records must be seen, at the end, in the format a process
+	// other than their producer wrote, both ways, or the scenario did not
+	// hand records across formats (harness.checkFormats).
 	Formats bool
 	// Inline: inline entries must be seen moved (the guards' counters,
 	// which every removal of an entry increments, above zero at the end),
