@@ -207,35 +207,29 @@ func TestResolveFormatBadMark(t *testing.T) {
 	if m, err := s.ReadFormat(ctx, c); err != nil || m.Version != 0 || m.Raw != "soon" {
 		t.Fatalf("ReadFormat = %+v, %v", m, err)
 	}
-	if _, err := c.Do("DEL", s.Keys.Format()); err != nil {
-		t.Fatal(err)
+	// replace writes the mark again with cmd (SET, or RPUSH for a key of
+	// the wrong type) and lets the next look read it at once.
+	replace := func(cmd, v string) {
+		t.Helper()
+		if _, err := c.Do("DEL", s.Keys.Format()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do(cmd, s.Keys.Format(), v); err != nil {
+			t.Fatal(err)
+		}
+		s.formatNext.Store(0)
 	}
-	if _, err := c.Do("RPUSH", s.Keys.Format(), "4"); err != nil {
-		t.Fatal(err)
-	}
-	s.formatNext.Store(0)
+	replace("RPUSH", "4")
 	if on, err := s.ResolveFormat(ctx, c); err == nil || on || s.WritesCompact() {
 		t.Fatalf("ResolveFormat with a list for a mark = %v, %v; want false and an error", on, err)
 	}
 	// An empty mark is not a version either.
-	if _, err := c.Do("DEL", s.Keys.Format()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Do("SET", s.Keys.Format(), ""); err != nil {
-		t.Fatal(err)
-	}
-	s.formatNext.Store(0)
+	replace("SET", "")
 	if on, err := s.ResolveFormat(ctx, c); err == nil || on || s.WritesCompact() {
 		t.Fatalf("ResolveFormat with an empty mark = %v, %v; want false and an error", on, err)
 	}
 	// An old mark (a lower version) is the legacy storage, without error.
-	if _, err := c.Do("DEL", s.Keys.Format()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Do("SET", s.Keys.Format(), "1"); err != nil {
-		t.Fatal(err)
-	}
-	s.formatNext.Store(0)
+	replace("SET", "1")
 	if on, err := s.ResolveFormat(ctx, c); err != nil || on {
 		t.Fatalf("ResolveFormat with mark 1 = %v, %v; want false", on, err)
 	}

@@ -499,26 +499,22 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", obs.calls, obs.execs))
 		}
 	}
-	if h.sc.Formats {
-		if note, err := h.checkFormats(obs); err != nil {
+	// A scenario's own check: its note, or the failure it found.
+	noted := func(note string, err error) {
+		if err != nil {
 			fail("%v", err)
 		} else {
 			rep.Notes = append(rep.Notes, note)
 		}
+	}
+	if h.sc.Formats {
+		noted(h.checkFormats(obs))
 	}
 	if h.sc.FormatSwitch {
-		if note, err := h.checkSwitch(obs); err != nil {
-			fail("%v", err)
-		} else {
-			rep.Notes = append(rep.Notes, note)
-		}
+		noted(h.checkSwitch(obs))
 	}
 	if h.sc.Inline {
-		if note, err := h.checkInline(); err != nil {
-			fail("%v", err)
-		} else {
-			rep.Notes = append(rep.Notes, note)
-		}
+		noted(h.checkInline())
 	}
 	return rep
 }
