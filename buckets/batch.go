@@ -24,19 +24,34 @@ func (s *Store) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int
 		}
 		return []string{id}, err
 	}
+	reps, err := pipeline(ctx, conn, s.PopsNext(q, w, n))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: pop %s: %w", q, err)
+	}
+	return Popped(q, reps)
+}
+
+// PopsNext is n pops of queue q into w's in-flight list (PopNext), to
+// pipeline or to send behind a transaction (FinishGroupHeld's next); read
+// their replies with Popped.
+func (s *Store) PopsNext(q, w string, n int) []txn.Cmd {
 	cmds := make([]txn.Cmd, n)
 	cmds[0] = s.PopNext(q, w)
 	for i := range cmds {
 		cmds[i] = cmds[0] // one argument list for all: sending only reads it
 	}
-	reps, err := pipeline(ctx, conn, cmds)
-	if err != nil {
-		return nil, fmt.Errorf("buckets: pop %s: %w", q, err)
-	}
+	return cmds
+}
+
+// Popped reads the replies of pops of queue q (PopNext, sent behind
+// another transaction or pipelined) as the ids they took into the
+// in-flight list, in order. An error reply is returned after the others
+// are read: it stopped nothing on the server, and ids taken by later pops
+// are returned with it.
+func Popped(q string, reps []interface{}) ([]string, error) {
 	var ids []string
+	var err error
 	for _, rep := range reps {
-		// An error reply stops nothing on the server: ids the later pops
-		// took are returned with it.
 		if e := asError(rep); e != nil {
 			err = fmt.Errorf("buckets: pop %s: %w", q, e)
 			continue
@@ -396,11 +411,15 @@ type HeldItem struct {
 //	queue   per item, Finish's writes for its record, coalesced as
 //	        FinishGroup's
 //
+// next, when given, is sent right behind EXEC in the same round trip (the
+// pops of the batch that follows, PopNext), and its replies are returned
+// whenever they came, ErrWatchLost included, as FinishHeld's.
+//
 // A returned error other than ErrWatchLost means the group as a whole
 // failed; when it is a connection failure the EXEC may have run, and each
 // item must be reconciled as a lost reply of Finish is. Crash points are
 // FinishGroup's. The round trip is bounded by ctx.
-func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []HeldItem, doneTTL int64) ([]FinishResult, error) {
+func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []HeldItem, doneTTL int64, next []txn.Cmd) ([]FinishResult, []interface{}, error) {
 	args := s.workerArgs(w)
 	res := make([]FinishResult, len(items))
 	writes := make(cmdList, 0, 5*len(items))
@@ -409,29 +428,29 @@ func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, i
 			// Its group must be read: the checked way. (ClaimBatch holds
 			// no such run.)
 			_ = held.Release(ctx)
-			return nil, ErrWatchLost
+			return nil, nil, ErrWatchLost
 		}
 		r := it.Rec.clone()
 		out, err := s.finishWrites(&writes, args, s.Keys.Task(r.ID), r, it.Now, doneTTL, it.Waited, it.Decide)
 		if err != nil {
 			_ = held.Release(ctx)
-			return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+			return nil, nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
 		}
 		res[i] = FinishResult{Rec: r, Out: out}
 	}
-	reps, _, err := held.Exec(ctx, coalesce(writes))
+	reps, after, err := held.Exec(ctx, coalesce(writes), next...)
 	switch {
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrNotHeld):
-		return nil, ErrWatchLost
+		return nil, after, ErrWatchLost
 	case err != nil:
 		// EXEC ran but a push failed on a key of the wrong type: place
 		// the tasks again once the key is set aside.
 		if ok, rerr := s.repairPlacement(ctx, held.Conn(), reps, err); rerr == nil && ok {
-			return res, nil
+			return res, after, nil
 		}
-		return nil, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
+		return nil, after, fmt.Errorf("buckets: finish group of %d: %w", len(items), err)
 	}
-	return res, nil
+	return res, after, nil
 }
 
 // batchState is what the decisions of one ClaimBatch share: the

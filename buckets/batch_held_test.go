@@ -48,7 +48,7 @@ func TestFinishGroupHeld(t *testing.T) {
 	for i := range items {
 		items[i] = HeldItem{Rec: recs[i], Waited: cs[i].Waited(), Now: t0 + 20, Decide: done}
 	}
-	fr, err := st.FinishGroupHeld(ctx, held, w1, items, 600)
+	fr, _, err := st.FinishGroupHeld(ctx, held, w1, items, 600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestFinishGroupHeldWatchLost(t *testing.T) {
 			for i := range tc.some {
 				items = append(items, HeldItem{Rec: recs[i], Waited: cs[i].Waited(), Now: t0 + 20, Decide: done})
 			}
-			_, err = st.FinishGroupHeld(ctx, cs[0].Held(), w1, items, 600)
+			_, _, err = st.FinishGroupHeld(ctx, cs[0].Held(), w1, items, 600, nil)
 			rest := 0
 			if tc.change {
 				if !errors.Is(err, ErrWatchLost) {

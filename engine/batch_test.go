@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,8 +24,11 @@ type batchStore struct {
 	// held: groups recorded with a batch claim's watch; heldLost: groups
 	// whose watch a change voided (recorded the checked way after).
 	held, heldLost atomic.Int64
-	mu             sync.Mutex
-	pops           []string // guarded by mu
+	// chained: groups whose round trip took the next batch (the pops
+	// sent behind their EXEC found tasks).
+	chained atomic.Int64
+	mu      sync.Mutex
+	pops    []string // guarded by mu
 }
 
 func (b *batchStore) popped(q string, n int) {
@@ -59,16 +63,25 @@ func (b *batchStore) FinishGroup(ctx context.Context, conn redis.Conn, w string,
 	return b.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
 }
 
-func (b *batchStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+func (b *batchStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error) {
 	raise(&b.maxGroup, len(items))
-	res, err := b.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+	res, after, err := b.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL, next)
 	switch {
 	case err == nil:
 		b.held.Add(1)
 	case errors.Is(err, buckets.ErrWatchLost):
 		b.heldLost.Add(1)
 	}
-	return res, err
+	if len(next) > 0 {
+		// The pops name the ready list: ...q:<queue>.
+		key := next[0].Args[0].(string)
+		q := key[strings.LastIndex(key, ":q:")+3:]
+		if ids, _ := buckets.Popped(q, after); len(ids) > 0 {
+			b.chained.Add(1)
+			b.popped(q, len(ids))
+		}
+	}
+	return res, after, err
 }
 
 func raise(v *atomic.Int64, n int) {
@@ -245,12 +258,12 @@ func (s *stallStore) FinishGroup(ctx context.Context, conn redis.Conn, w string,
 	return s.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
 }
 
-func (s *stallStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+func (s *stallStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error) {
 	if err := s.stall(ctx, len(items)); err != nil {
 		_ = held.Release(ctx)
-		return nil, err
+		return nil, nil, err
 	}
-	return s.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+	return s.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL, next)
 }
 
 // stall holds back the first group of n == full results until released.
@@ -308,17 +321,7 @@ func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := NewWorker(e.pool, e.cfg, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs := &batchStore{workerStore: w.store}
-	w.store = bs
-	runBackground(t, w.Run)
-	waitFor(t, 30*time.Second, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
-		return err == nil && st.Processed == n && st.Running == 0
-	})
+	_, bs := runRecorded(t, e, c, rec, n)
 	for i, info := range infos {
 		if got := rec.count(info.ID); got != 1 {
 			t.Fatalf("task %d ran %d times, want 1", i, got)
@@ -338,25 +341,52 @@ func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
 	}
 }
 
-// A result group that holds every slot gives them back before its round
-// trip ends: the next batch runs while it is recorded. The results handed
-// over and not yet recorded stay bounded: with the group stalled, no more
-// than one more batch of slots runs. Every task still runs exactly once.
-func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
-	e := realEnv(t)
-	ctx := context.Background()
-	c := e.client(t)
-	const n, slots = 400, 4
-	var batch []NewTask
-	for range n {
-		batch = append(batch, NewTask{Type: "t"})
+// runRecorded runs a worker of e with handler rec, its store counted (a
+// batchStore), until the default queue has n tasks processed and none
+// running.
+func runRecorded(t *testing.T, e *env, c *Client, rec *recorder, n int) (*Worker, *batchStore) {
+	t.Helper()
+	w, err := NewWorker(e.pool, e.cfg, rec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	infos, err := c.EnqueueBatch(ctx, batch)
+	bs := &batchStore{workerStore: w.store}
+	w.store = bs
+	runBackground(t, w.Run)
+	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(context.Background(), "default")
+		return err == nil && st.Processed == int64(n) && st.Running == 0
+	})
+	return w, bs
+}
+
+// deepQueue enqueues n tasks of type "t" in one batch, and sets workers
+// of e to slots slots that take batches of them all.
+func deepQueue(t *testing.T, n, slots int) (*env, *Client, []*TaskInfo) {
+	t.Helper()
+	e := realEnv(t)
+	c := e.client(t)
+	batch := make([]NewTask, n)
+	for i := range batch {
+		batch[i] = NewTask{Type: "t"}
+	}
+	infos, err := c.EnqueueBatch(context.Background(), batch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.cfg.Concurrency = slots
 	e.cfg.ClaimBatch = slots
+	return e, c, infos
+}
+
+// A result group that holds every slot gives them back before its round
+// trip ends: the next batch runs while it is recorded. The results handed
+// over and not yet recorded stay bounded: with the group stalled, no more
+// than one more batch of slots runs. Every task still runs exactly once.
+func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
+	const n, slots = 400, 4
+	e, c, infos := deepQueue(t, n, slots)
+	ctx := context.Background()
 	e.cfg.GroupCommitMax = slots // unrecorded results: at most max(slots, GroupCommitMax)
 	e.cfg.GroupCommitWindow = 50 * time.Millisecond
 	rec := newRecorder(nil)
@@ -366,6 +396,10 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	}
 	ss := &stallStore{workerStore: w.store, full: slots, arrived: make(chan struct{}), release: make(chan struct{}), rec: rec}
 	w.store = ss
+	// A group of every slot from a deep queue takes the next batch with
+	// its result (TestBatchTakesNextWithResult) and keeps its slots: here
+	// it gives them back.
+	w.proc.unchained = true
 	runBackground(t, w.Run)
 	select {
 	case <-ss.arrived:
@@ -389,6 +423,37 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 		if got := rec.count(info.ID); got != 1 {
 			t.Fatalf("task %d ran %d times, want 1", i, got)
 		}
+	}
+}
+
+// From a deep queue, a batch of every slot records its results and pops
+// the next batch in one round trip, and goes on with it: every task still
+// runs exactly once, the counters add up, and no id is left in the
+// worker's in-flight list.
+func TestBatchTakesNextWithResult(t *testing.T) {
+	const n, slots = 400, 4
+	e, c, infos := deepQueue(t, n, slots)
+	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	rec := newRecorder(nil)
+	w, bs := runRecorded(t, e, c, rec, n)
+	for i, info := range infos {
+		if got := rec.count(info.ID); got != 1 {
+			t.Fatalf("task %d ran %d times, want 1", i, got)
+		}
+	}
+	bs.mu.Lock()
+	pops := len(bs.pops)
+	bs.mu.Unlock()
+	t.Logf("pops that took tasks %d, of which sent with a result group %d", pops, bs.chained.Load())
+	if bs.chained.Load() == 0 {
+		t.Errorf("no result group took the next batch")
+	}
+	if got := rec.total(); got != n {
+		t.Errorf("%d runs, want %d", got, n)
+	}
+	left, err := redis.Int(e.admin(t).Do("LLEN", e.key("f:"+w.id)))
+	if err != nil || left != 0 {
+		t.Errorf("in-flight list after the run: %d ids (%v), want none", left, err)
 	}
 }
 

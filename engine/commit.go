@@ -35,8 +35,12 @@ type committer struct {
 }
 
 type commitReq struct {
-	item  buckets.FinishItem
-	free  func() // gives the slot's token back; nil: none
+	item buckets.FinishItem
+	free func() // gives the slot's token back; nil: none
+	// keep takes the slot's token over instead (free then does nothing),
+	// for the batch a heldGroup takes with its result; false when the
+	// token went back already. nil: the committer's, which keeps none.
+	keep  func() bool
 	reply chan commitRes
 	// For a heldGroup: the record as claimed and the waiter mark the
 	// claim read; gone: the run was given back and no result comes.
@@ -130,7 +134,15 @@ func (c *committer) run(baseCtx context.Context) {
 
 // record runs one group's transaction and answers each of its slots.
 func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []commitReq) {
-	recordGroup(baseCtx, c.w, h, nil, group)
+	recordGroup(baseCtx, c.w, h, nil, group, nil)
+}
+
+// groupPop is the pop of the next batch that a batch's last group sends
+// behind its EXEC (see processor.nextPop): n tasks of queue q, one for
+// each slot token the group kept.
+type groupPop struct {
+	q string
+	n int
 }
 
 // recordGroup records a group's results in one transaction on h and
@@ -138,7 +150,12 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 // h's connection, covering every run of the group) without reading
 // (FinishGroupHeld), else, or when a held record changed meanwhile, with
 // FinishGroup. held is used up either way.
-func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.Held, group []commitReq) {
+//
+// pop, when given with held, is sent behind the group's EXEC in the same
+// round trip; recordGroup returns the ids it took, which the in-flight
+// set holds for the caller's claim (none when the round trip failed: a
+// pop that ran is then the recoverer's).
+func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.Held, group []commitReq, pop *groupPop) (ids []string) {
 	ctx, cancel := context.WithTimeout(baseCtx, groupCommitTimeout)
 	defer cancel()
 	// Every slot waiting on this group: the fetching loop has nothing to
@@ -164,7 +181,19 @@ func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.
 				items[i] = buckets.HeldItem{Rec: r.rec, Waited: r.waited, Now: r.item.Now, Decide: r.item.Decide}
 			}
 			sent = true
-			res, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL())
+			if pop == nil {
+				res, _, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL(), nil)
+			} else {
+				cmds := w.store.PopsNext(pop.q, w.id, pop.n)
+				ids, _ = w.inflight.popMany(func() ([]string, bool, error) {
+					var after []interface{}
+					res, after, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL(), cmds)
+					// An error reply of a pop (a ready list of the wrong
+					// type) is the fetching loop's to find and set aside.
+					got, _ := buckets.Popped(pop.q, after)
+					return got, len(after) != len(cmds), nil
+				})
+			}
 		}
 		if errors.Is(err, buckets.ErrWatchLost) {
 			// A record or mark changed since the claim: the checked way,
@@ -199,6 +228,7 @@ func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.
 		}
 		r.reply <- commitRes{res: res[i]}
 	}
+	return ids
 }
 
 // heldGroup records the results of the runs of one batch whose claim left
@@ -209,7 +239,9 @@ func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.
 // since the claim, the checked way (FinishGroup). The first result waits
 // for the batch's others at most Config.GroupCommitWindow, as the
 // committer's. It runs on the batch's goroutine until each of its runs has
-// reported, with its result or as given back (gone).
+// reported, with its result or as given back (gone). While the queues look
+// deep, the group recorded with the watch, when it is the batch's last,
+// takes the next batch with its result (processor.nextPop).
 type heldGroup struct {
 	w    *Worker
 	h    *rconn.Holder // the claim's connection, with the watch
@@ -224,9 +256,9 @@ func newHeldGroup(w *Worker, h *rconn.Holder, held *txn.Held, runs int) *heldGro
 
 // commit hands a run's result to the group and waits for its answer, as
 // committer.commit.
-func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited bool, free func()) (res buckets.FinishResult, sent bool, err error) {
+func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited bool, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
-	g.reqs <- commitReq{item: item, free: free, reply: reply, rec: rec, waited: waited}
+	g.reqs <- commitReq{item: item, free: tok.free, keep: tok.keep, reply: reply, rec: rec, waited: waited}
 	r := <-reply
 	return r.res, r.sent, r.err
 }
@@ -235,8 +267,10 @@ func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited 
 func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 
 // run records the batch's results as they come, then closes the batch's
-// connection (the pool unwatches a watch left unused).
-func (g *heldGroup) run(baseCtx context.Context) {
+// connection (the pool unwatches a watch left unused). It returns the
+// next batch, taken with the last group's result: its queue and ids, for
+// which it holds a slot token each (none: nothing was taken).
+func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string) {
 	defer g.h.Close()
 	window := g.w.cfg.GroupCommitWindow
 	var timer groupTimer
@@ -282,8 +316,16 @@ func (g *heldGroup) run(baseCtx context.Context) {
 		}
 		held := g.held
 		g.held = nil
-		recordGroup(baseCtx, g.w, g.h, held, group)
+		var pop *groupPop
+		if g.left == 0 && held != nil {
+			pop = g.w.proc.nextPop(fetchCtx, group)
+		}
+		ids := recordGroup(baseCtx, g.w, g.h, held, group, pop)
+		if pop != nil {
+			return pop.q, g.w.proc.popped(pop, ids)
+		}
 	}
+	return "", nil
 }
 
 // groupTimer is the window a group's first result waits for others in:

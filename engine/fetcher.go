@@ -117,6 +117,9 @@ type claimed struct {
 	// once, so that the fetching loop takes as many tasks together (see
 	// committer.commit).
 	free func()
+	// tok: with batch, the slot's token (free is its free), which the
+	// batch's group may take over for the next batch.
+	tok *slotToken
 	// counted: processor.running already counts the run.
 	counted bool
 }

@@ -21,11 +21,15 @@ import (
 //     nothing, or the queues look deep, does the token go back.
 //   - several: one transaction claims them all (ClaimBatch), each runs in
 //     its own slot, and results that end together are recorded together
-//     (the committer, group commit). A group's tokens go back together
-//     when it is recorded, or, when every slot is taken, as its round trip
-//     starts, so the next pop and claim overlap the recording. Results
-//     handed over and not yet recorded are bounded (unrecorded): past the
-//     bound a slot keeps its token until its result can be handed over.
+//     (the committer, group commit). While the queues look deep, the
+//     batch's last group pops the next batch in the same round trip as its
+//     result and keeps its tokens for it (nextPop): a batch then costs
+//     three round trips, its claim's two and its result's. Otherwise a
+//     group's tokens go back together when it is recorded, or, when every
+//     slot is taken, as its round trip starts, so the next pop and claim
+//     overlap the recording. Results handed over and not yet recorded are
+//     bounded (unrecorded): past the bound a slot keeps its token until
+//     its result can be handed over.
 type processor struct {
 	w   *Worker
 	sem chan struct{}
@@ -36,6 +40,9 @@ type processor struct {
 	// committer (claimed without a watch kept for them); the committer
 	// records a group at once when none is left to join it.
 	running atomic.Int64
+	// unchained (tests): a batch's result never takes the next batch,
+	// so that a group of every slot gives them back early (nextPop).
+	unchained bool
 }
 
 // run fetches until fetchCtx ends, then waits for the running tasks.
@@ -156,8 +163,17 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 // batch claims ids, popped together from queue q, in one transaction and
 // runs each claimed task in a slot of its own; it holds one token per id.
 // With group commit on, the claim keeps its watch for the batch's results
-// (heldGroup), which this goroutine then records.
+// (heldGroup), which this goroutine then records, and goes on with the
+// batch taken with them, as long as there is one.
 func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) {
+	for len(ids) > 0 {
+		q, ids = p.batchOnce(fetchCtx, baseCtx, tasks, q, ids)
+	}
+}
+
+// batchOnce is one batch of batch: it returns the next, taken with its
+// last result (see nextPop), with a token held for each of its ids.
+func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) (string, []string) {
 	w := p.w
 	h := w.holder()
 	recs, cs := w.fetcher.claimBatch(fetchCtx, h, q, ids, w.finisher.group != nil)
@@ -185,13 +201,14 @@ func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGro
 			p.release(1)
 			continue
 		}
-		free := sync.OnceFunc(func() { p.release(1) })
-		c := claimed{rec: rec, free: free, counted: true}
+		tok := &slotToken{p: p}
+		tok.held.Store(true)
+		c := claimed{rec: rec, free: tok.free, counted: true}
 		if cs[i].Held() != nil {
-			c.batch, c.waited = group, cs[i].Waited()
+			c.batch, c.waited, c.tok = group, cs[i].Waited(), tok
 		}
 		tasks.Go(func() {
-			defer free()
+			defer tok.free()
 			h := w.holder()
 			defer h.Close()
 			c.h = h
@@ -200,9 +217,78 @@ func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGro
 			}
 		})
 	}
-	if group != nil {
-		group.run(baseCtx)
+	if group == nil {
+		return "", nil
 	}
+	return group.run(fetchCtx, baseCtx)
+}
+
+// slotToken is a batch run's slot token, which goes back once: when the
+// run ends or its group gives it back (free), unless its group took it
+// over for the next batch first (keep).
+type slotToken struct {
+	p    *processor
+	held atomic.Bool
+}
+
+func (t *slotToken) free() {
+	if t.held.CompareAndSwap(true, false) {
+		t.p.release(1)
+	}
+}
+
+func (t *slotToken) keep() bool { return t.held.CompareAndSwap(true, false) }
+
+// nextPop decides whether a batch's last group, about to be recorded with
+// the watch its claim kept, takes the next batch in the same round trip:
+// when the group holds every slot of the worker and the queues look deep
+// enough for a pop of that many (and the worker is fetching and its
+// heartbeats succeed), it keeps the group's slot tokens for as many tasks
+// of the first queue in the fetch order, which respects priorities as
+// the fetching loop's pop does. It returns nil, keeping nothing,
+// otherwise: then the group gives its slots back as its round trip starts
+// (recordGroup), and the fetching loop's pop overlaps it.
+//
+// Only a group of every slot takes the next batch: the fetching loop
+// then waits for a token, and no other pop of the worker can run between
+// the next batch's claim's WATCH of the in-flight list and its EXEC.
+// Batches of part of the slots, each taking its own next, void each
+// other's claims.
+func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupPop {
+	w := p.w
+	if p.unchained || fetchCtx.Err() != nil || !w.hb.alive() || w.fetcher.shallow() {
+		return nil
+	}
+	want := w.fetcher.want()
+	if want < cap(p.sem) || len(group) < cap(p.sem) {
+		return nil
+	}
+	order := w.fetcher.order()
+	if len(order) == 0 {
+		return nil
+	}
+	n := 0
+	for _, r := range group {
+		if r.keep != nil && r.keep() {
+			n++
+		}
+	}
+	if n < cap(p.sem) {
+		p.release(n)
+		return nil
+	}
+	return &groupPop{q: order[0], n: n}
+}
+
+// popped ends pop, which took ids: the tokens kept for tasks it did not
+// find go back, and the fetcher learns how deep the queue was.
+func (p *processor) popped(pop *groupPop, ids []string) []string {
+	p.release(pop.n - len(ids))
+	p.w.fetcher.adapt(pop.n, len(ids))
+	if len(ids) > 0 {
+		p.w.chained.Add(1)
+	}
+	return ids
 }
 
 // runTask runs a claimed task and records its result; it returns the

@@ -73,6 +73,7 @@ type Worker struct {
 	runErr    error         // Run's result, read after done is closed
 
 	processed, failed atomic.Int64
+	chained           atomic.Int64 // batches taken with the results before them
 }
 
 // NewWorker returns a Worker that runs tasks with h (a *Mux, usually).
@@ -113,6 +114,12 @@ func (w *Worker) Processed() int64 { return w.processed.Load() }
 
 // Failed counts this worker's runs that failed.
 func (w *Worker) Failed() int64 { return w.failed.Load() }
+
+// Chained counts the batches this worker took in the same round trip as
+// the results of the batch before them: while the queues are deep, a
+// batch of every slot (Concurrency at most ClaimBatch) sends the next
+// batch's pops behind its results' EXEC (docs/design.md, Workers).
+func (w *Worker) Chained() int64 { return w.chained.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
 // called, then shuts down gracefully: it stops taking tasks, lets running

@@ -17,11 +17,12 @@ type workerStore interface {
 	PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error)
 	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
 	PopNext(q, w string) txn.Cmd
+	PopsNext(q, w string, n int) []txn.Cmd
 	PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error)
 	Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error)
 	ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error)
 	FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error)
-	FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error)
+	FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error)
 	FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error)
 	Finish(ctx context.Context, conn redis.Conn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error)
 	Abandon(ctx context.Context, conn redis.Conn, w string, r *buckets.Record, now int64) (buckets.AbandonResult, error)

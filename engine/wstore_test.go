@@ -105,22 +105,22 @@ func (d *dyingStore) FinishGroup(ctx context.Context, conn redis.Conn, w string,
 	return d.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
 }
 
-func (d *dyingStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64) ([]buckets.FinishResult, error) {
+func (d *dyingStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error) {
 	if d.dead() {
-		return nil, errInjected
+		return nil, nil, errInjected
 	}
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.Rec.ID
 	}
 	if d.dieWith("before-group", ids) {
-		return nil, errInjected
+		return nil, nil, errInjected
 	}
-	res, err := d.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL)
+	res, after, err := d.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL, next)
 	if err == nil && d.dieWith("after-group", ids) {
-		return nil, errInjected
+		return nil, nil, errInjected
 	}
-	return res, err
+	return res, after, err
 }
 
 func (d *dyingStore) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error) {
