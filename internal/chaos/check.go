@@ -28,6 +28,9 @@ type observed struct {
 	// calls and execs sum the producers' last G lines: enqueue calls
 	// made and EXECs sent (Scenario.Groups).
 	calls, execs int64
+	// chained sums the workers' last C lines: batches taken with the
+	// results before them (Scenario.Chained).
+	chained int64
 }
 
 func (h *harness) collect() (*observed, error) {
@@ -59,6 +62,11 @@ func (h *harness) collect() (*observed, error) {
 			if err != nil {
 				return nil, err
 			}
+			n, err := ledger.ReadChained(p.LedgerPath)
+			if err != nil {
+				return nil, err
+			}
+			o.chained += n
 			for _, r := range runs {
 				o.runs[r.ID] = append(o.runs[r.ID], r)
 				o.payload[r.ID] = r.Payload
@@ -497,6 +505,13 @@ func (h *harness) check(ctx context.Context) *Report {
 			fail("producers made %d enqueue calls in %d EXECs: no enqueues shared a transaction, so the scenario did not exercise group commit", obs.calls, obs.execs)
 		} else {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", obs.calls, obs.execs))
+		}
+	}
+	if h.sc.Chained {
+		if obs.chained == 0 {
+			fail("no worker took a batch in the round trip of the results before it, so the scenario did not exercise it")
+		} else {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("workers took %d batches in the round trip of the results before them (by the last count of each worker)", obs.chained))
 		}
 	}
 	// A scenario's own check: its note, or the failure it found.

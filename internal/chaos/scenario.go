@@ -49,6 +49,9 @@ type Scenario struct {
 	// Groups: producers must be seen sharing enqueue transactions (group
 	// commit): over the producers' G lines, fewer EXECs than calls.
 	Groups bool
+	// Chained: workers must be seen taking a batch in the round trip of
+	// the results before it: over the workers' C lines, a count above 0.
+	Chained bool
 	// Formats: the processes with "-compact-records" in SlotArgs write
 	// version 4 records and the others ("-legacy-records") version 1 or
 	// 2; tasks' records must be seen, at the end, in the format a process
@@ -138,6 +141,14 @@ var scenarios = []Scenario{
 		KillInfra: 400 * time.Millisecond, KillWorkers: 1500 * time.Millisecond,
 		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
 		Inline: true,
+	},
+	{
+		Name: "chained", Doc: "every task due at once, in batches of up to 100, and handlers that return at once, so that a worker's batch of every slot takes the next batch in the round trip of its results; workers are killed (kill -9, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH (a group's results and the next batch's pops lost together)",
+		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 100,
+		ProcArgs:    []string{"-immediate=1", "-sleep-max=0s"},
+		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
+		Cuts:    &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
+		Chained: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

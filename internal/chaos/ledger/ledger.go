@@ -114,6 +114,10 @@ func End(id string, endMs int64, pid int) string {
 	return fmt.Sprintf("E %s %d %d", id, endMs, pid)
 }
 
+// Chained formats a worker's C line: the batches it took in the round
+// trip of the results before them so far (engine.Worker.Chained).
+func Chained(n int64) string { return fmt.Sprintf("C %d", n) }
+
 // Run is one handler run read from a handler ledger.
 type Run struct {
 	ID         string
@@ -298,9 +302,31 @@ func ReadHandler(path string) ([]*Run, error) {
 					break
 				}
 			}
+		case "C": // ReadChained's
+			if len(g) != 2 {
+				return nil, bad()
+			}
 		default:
 			return nil, bad()
 		}
 	}
 	return runs, nil
+}
+
+// ReadChained reads a handler ledger's last C line: the batches the
+// worker took with the results before them by then (0 without one).
+func ReadChained(path string) (int64, error) {
+	ls, err := lines(path)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, l := range ls {
+		if g := strings.Fields(l); len(g) == 2 && g[0] == "C" {
+			if n, err = strconv.ParseInt(g[1], 10, 64); err != nil {
+				return 0, fmt.Errorf("%s: malformed line %q", path, l)
+			}
+		}
+	}
+	return n, nil
 }
