@@ -118,7 +118,7 @@ func (w *Worker) Failed() int64 { return w.failed.Load() }
 // Chained counts the batches this worker took in the same round trip as
 // the results of the batch before them: while the queues are deep, a
 // batch of every slot (Concurrency at most ClaimBatch) sends the next
-// batch's pops behind its results' EXEC (docs/design.md, Workers).
+// batch's pops behind its results' EXEC (docs/design.md, "The worker").
 func (w *Worker) Chained() int64 { return w.chained.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
