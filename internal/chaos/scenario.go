@@ -143,8 +143,12 @@ var scenarios = []Scenario{
 		Inline: true,
 	},
 	{
-		Name: "chained", Doc: "every task due at once, in batches of up to 100, and handlers that return at once, so that a worker's batch of every slot takes the next batch in the round trip of its results; workers are killed (kill -9, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH (a group's results and the next batch's pops lost together)",
-		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 100,
+		Name: "chained", Doc: "every task due at once, in batches of up to 100, and handlers that return at once, so that the worker's batch of every slot (two) takes the next batch in the round trip of its results; workers are killed (kill -9, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH (a group's results and the next batch's pops lost together)",
+		// One worker of two slots: a batch of every slot is reached soon
+		// after each burst of tasks, and the ready list grows deep while
+		// the worker is down, on three shards too (each lane a third of
+		// the tasks).
+		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 1, Concurrency: 2, BatchMax: 100,
 		ProcArgs:    []string{"-immediate=1", "-sleep-max=0s"},
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
 		Cuts:    &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},

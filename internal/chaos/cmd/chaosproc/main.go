@@ -513,24 +513,29 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 		return err
 	}
 	log.Info("worker id", "worker", w.ID())
-	done := make(chan struct{})
-	counted := make(chan struct{})
-	go func() {
-		defer close(counted)
-		countChained(led, w, done, log)
-	}()
-	err = w.Run(ctx)
-	close(done)
-	<-counted
+	err = countChained(led, w.Chained, log, func() error { return w.Run(ctx) })
 	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed(), "chained", w.Chained())
 	return err
 }
 
-// countChained writes a C line (ledger.Chained) whenever the worker's
-// count of batches taken with results has grown, looking every 200 ms,
-// and once more when done closes: a worker killed loses at most the
-// last 200 ms of it.
-func countChained(led *ledger.Writer, w *engine.Worker, done <-chan struct{}, log *slog.Logger) {
+// countChained runs run, meanwhile writing a C line (ledger.Chained)
+// whenever count, the worker's batches taken with results, has grown,
+// looking every 200 ms, and once more when run returns: a worker killed
+// loses at most the last 200 ms of it.
+func countChained(led *ledger.Writer, count func() int64, log *slog.Logger, run func() error) error {
+	done := make(chan struct{})
+	counted := make(chan struct{})
+	go func() {
+		defer close(counted)
+		writeChained(led, count, done, log)
+	}()
+	err := run()
+	close(done)
+	<-counted
+	return err
+}
+
+func writeChained(led *ledger.Writer, count func() int64, done <-chan struct{}, log *slog.Logger) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	var last int64
@@ -541,7 +546,7 @@ func countChained(led *ledger.Writer, w *engine.Worker, done <-chan struct{}, lo
 		case <-done:
 			stop = true
 		}
-		if n := w.Chained(); n != last {
+		if n := count(); n != last {
 			last = n
 			if err := led.Write(ledger.Chained(n)); err != nil {
 				log.Warn("could not write the chained count", "err", err)
