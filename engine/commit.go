@@ -35,12 +35,8 @@ type committer struct {
 }
 
 type commitReq struct {
-	item buckets.FinishItem
-	free func() // gives the slot's token back; nil: none
-	// keep takes the slot's token over instead (free then does nothing),
-	// for the batch a heldGroup takes with its result; false when the
-	// token went back already. nil: the committer's, which keeps none.
-	keep  func() bool
+	item  buckets.FinishItem
+	tok   *slotToken // the run's slot token; nil: none
 	reply chan commitRes
 	// For a heldGroup: the record as claimed and the waiter mark the
 	// claim read; gone: the run was given back and no result comes.
@@ -78,13 +74,13 @@ func (f *finisher) startGroup(baseCtx context.Context) func() {
 // commit hands item to the committer and waits for its group's answer.
 // A group error comes with sent set when the transaction may have run.
 //
-// free, when given, gives the run's slot back, for all of a group's slots
-// at once so that the fetching loop finds them free together and takes as
-// many tasks: before the group's round trip when no slot of the worker is
-// free (the loop waits for them), after it otherwise.
-func (c *committer) commit(item buckets.FinishItem, free func()) (res buckets.FinishResult, sent bool, err error) {
+// tok, when given, is the run's slot token, given back with all of a
+// group's slots at once so that the fetching loop finds them free together
+// and takes as many tasks: before the group's round trip when no slot of
+// the worker is free (the loop waits for them), after it otherwise.
+func (c *committer) commit(item buckets.FinishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
-	c.reqs <- commitReq{item: item, free: free, reply: reply}
+	c.reqs <- commitReq{item: item, tok: tok, reply: reply}
 	r := <-reply
 	return r.res, r.sent, r.err
 }
@@ -258,7 +254,7 @@ func newHeldGroup(w *Worker, h *rconn.Holder, held *txn.Held, runs int) *heldGro
 // committer.commit.
 func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited bool, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
-	g.reqs <- commitReq{item: item, free: tok.free, keep: tok.keep, reply: reply, rec: rec, waited: waited}
+	g.reqs <- commitReq{item: item, tok: tok, reply: reply, rec: rec, waited: waited}
 	r := <-reply
 	return r.res, r.sent, r.err
 }
@@ -353,8 +349,6 @@ func (g *groupTimer) stop(expire <-chan time.Time) {
 // freeAll gives back the slots of a group's runs.
 func freeAll(group []commitReq) {
 	for _, r := range group {
-		if r.free != nil {
-			r.free()
-		}
+		r.tok.free()
 	}
 }

@@ -112,13 +112,10 @@ type claimed struct {
 	// waited: the claim found the task waited for (its waiter mark, which
 	// the held watch covers), for FinishHeld and FinishGroupHeld.
 	waited bool
-	// free gives the task's slot token back once (nil: the caller's
-	// business). The committer calls it for all of a group's slots at
-	// once, so that the fetching loop takes as many tasks together (see
-	// committer.commit).
-	free func()
-	// tok: with batch, the slot's token (free is its free), which the
-	// batch's group may take over for the next batch.
+	// tok is a batch run's slot token (nil: the caller's business). Its
+	// group gives it back with all of the group's slots at once, so that
+	// the fetching loop takes as many tasks together (see
+	// committer.commit), or a heldGroup takes it over for the next batch.
 	tok *slotToken
 	// counted: processor.running already counts the run.
 	counted bool

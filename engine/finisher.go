@@ -60,7 +60,7 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		if c.batch != nil {
 			res, sent, gerr = c.batch.commit(item, rec, c.waited, c.tok)
 		} else {
-			res, sent, gerr = f.group.commit(item, c.free)
+			res, sent, gerr = f.group.commit(item, c.tok)
 		}
 		switch {
 		case gerr == nil && res.Err == nil:

@@ -203,9 +203,9 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		}
 		tok := &slotToken{p: p}
 		tok.held.Store(true)
-		c := claimed{rec: rec, free: tok.free, counted: true}
+		c := claimed{rec: rec, tok: tok, counted: true}
 		if cs[i].Held() != nil {
-			c.batch, c.waited, c.tok = group, cs[i].Waited(), tok
+			c.batch, c.waited = group, cs[i].Waited()
 		}
 		tasks.Go(func() {
 			defer tok.free()
@@ -225,19 +225,20 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 
 // slotToken is a batch run's slot token, which goes back once: when the
 // run ends or its group gives it back (free), unless its group took it
-// over for the next batch first (keep).
+// over for the next batch first (keep). A nil *slotToken is no token:
+// free does nothing and keep reports false.
 type slotToken struct {
 	p    *processor
 	held atomic.Bool
 }
 
 func (t *slotToken) free() {
-	if t.held.CompareAndSwap(true, false) {
+	if t.keep() {
 		t.p.release(1)
 	}
 }
 
-func (t *slotToken) keep() bool { return t.held.CompareAndSwap(true, false) }
+func (t *slotToken) keep() bool { return t != nil && t.held.CompareAndSwap(true, false) }
 
 // nextPop decides whether a batch's last group, about to be recorded with
 // the watch its claim kept, takes the next batch in the same round trip:
@@ -269,7 +270,7 @@ func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupP
 	}
 	n := 0
 	for _, r := range group {
-		if r.keep != nil && r.keep() {
+		if r.tok.keep() {
 			n++
 		}
 	}
