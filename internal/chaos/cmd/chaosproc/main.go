@@ -539,20 +539,20 @@ func writeChained(led *ledger.Writer, count func() int64, done <-chan struct{}, 
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	var last int64
-	for {
-		stop := false
-		select {
-		case <-t.C:
-		case <-done:
-			stop = true
-		}
+	write := func() {
 		if n := count(); n != last {
 			last = n
 			if err := led.Write(ledger.Chained(n)); err != nil {
 				log.Warn("could not write the chained count", "err", err)
 			}
 		}
-		if stop {
+	}
+	for {
+		select {
+		case <-t.C:
+			write()
+		case <-done:
+			write()
 			return
 		}
 	}
