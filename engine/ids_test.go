@@ -159,16 +159,23 @@ func TestCompactRecords(t *testing.T) {
 		}
 		return b[1]
 	}
+	// enqueueWith enqueues a delayed task with a new client of cfg, and
+	// returns the client too.
+	enqueueWith := func(cfg Config, payload string) (*Client, *TaskInfo) {
+		t.Helper()
+		c, err := NewClient(e.pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti, err := c.Enqueue(ctx, "job", []byte(payload), In(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, ti
+	}
 	legacy := e.cfg
 	legacy.LegacyRecords = true
-	lc, err := NewClient(e.pool, legacy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := lc.Enqueue(ctx, "job", []byte("x"), In(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, old := enqueueWith(legacy, "x")
 	if v := version(old.ID); v != 1 {
 		t.Fatalf("LegacyRecords: record version %d, want 1 (what earlier releases read)", v)
 	}
@@ -179,14 +186,7 @@ func TestCompactRecords(t *testing.T) {
 	}
 	cfg := e.cfg
 	cfg.CompactRecords = true
-	c, err := NewClient(e.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nu, err := c.Enqueue(ctx, "job", []byte("y"), In(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, nu := enqueueWith(cfg, "y")
 	if v := version(nu.ID); v != 4 {
 		t.Fatalf("CompactRecords: record version %d, want 4", v)
 	}

@@ -20,7 +20,8 @@ or worker of this release; one that was in use before is not.
 
 "compact" marks the namespace (every lane, with shards): run it once every
 process on the namespace runs this release or a later one, since earlier
-releases read neither form. Running processes take it up within a minute.
+releases read neither form. Running processes take it up within their
+format_recheck (a minute by default).
 "legacy" removes the mark: processes started from then on write the storage
 every release reads; running ones that already write the compact storage go
 on until they restart. Everything written either way stays readable.`,
