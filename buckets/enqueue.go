@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/txn"
@@ -78,6 +77,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	if len(ukeys) > 0 {
 		all = append(watch[:len(watch):len(watch)], ukeys...)
 	}
+	s.placeKept(ctx, conn)
 	reps, err := s.runner.Run(ctx, conn, all, func(tx *txn.Tx) error {
 		sent = false
 		if err := s.checkFree(tx, chosen, watch); err != nil {
@@ -290,40 +290,43 @@ var ErrSetAside = errors.New("keys of the wrong type set aside")
 
 // repairEnqueue completes an Enqueue whose EXEC ran but where commands
 // failed on keys of the wrong type (2.4 runs the rest: there is no
-// rollback). It sets the bad keys aside and, in one more MULTI/EXEC, runs
-// again the failed commands that place tasks (ready list, bucket, index);
-// the failed counter and wake-up writes are not worth a retry. It returns
-// an error wrapping ErrSetAside when all is placed, another error if not.
+// rollback), as repairPlacement completes the other placing transactions
+// and with its fix: it sets the bad keys aside and, in one more
+// MULTI/EXEC, runs again the failed commands that place tasks (ready list,
+// bucket, index); the failed counter and wake-up writes are not worth a
+// retry. The fix is tried on fresh connections when the caller's fails,
+// and kept for the Store's next placing transaction (PlaceAgain) when
+// every try fails: the tasks' records are written, and in no list until
+// it runs. It returns an error wrapping ErrSetAside when all is placed,
+// another error if not.
 func (s *Store) repairEnqueue(ctx context.Context, conn redis.Conn, cmds cmdList, reps []interface{}) error {
 	var (
-		retry cmdList
-		moved []string
+		fix   placementFix
+		wrong []string
 	)
 	for i, rep := range reps {
 		if _, ok := rep.(redis.Error); !ok {
 			continue
 		}
-		c := cmds[i]
-		key, _ := c.Args[0].(string)
 		// Only a key of the wrong type for its command is set aside; a
 		// command that failed for another reason (out of memory) fails
-		// again below, and Enqueue reports it.
-		m, err := s.SetAside(ctx, conn, typeFor[c.Name], key)
-		if err != nil {
-			return fmt.Errorf("enqueue: repairing after a failed %s: %w", c.Name, err)
-		}
-		moved = append(moved, m...)
-		switch {
-		case c.Name == "LPUSH" && strings.Contains(key, "}:q:"), c.Name == "RPUSH", c.Name == "ZADD":
-			retry = append(retry, c)
+		// again in the fix, and Enqueue reports it.
+		c := cmds[i]
+		key, _ := c.Args[0].(string)
+		fix.aside = append(fix.aside, wrongKey{typeFor[c.Name], key})
+		wrong = append(wrong, key)
+		if s.placement(c) {
+			fix.retry = append(fix.retry, c)
 		}
 	}
-	if len(retry) > 0 {
-		if _, err := s.exec(ctx, conn, retry); err != nil {
-			return fmt.Errorf("enqueue: placing tasks again after setting aside %v: %w", moved, err)
+	if err := s.applyFixTries(ctx, conn, fix); err != nil {
+		if len(fix.retry) > 0 {
+			s.keepUnplaced(fix)
+			return fmt.Errorf("enqueue: repairing after writes failed on %v: %w (kept: placed again by the next try)", wrong, err)
 		}
+		return fmt.Errorf("enqueue: repairing after writes failed on %v: %w", wrong, err)
 	}
-	return fmt.Errorf("enqueue: %v: %w", moved, ErrSetAside)
+	return fmt.Errorf("enqueue: %v: %w", wrong, ErrSetAside)
 }
 
 // exec runs commands in one MULTI/EXEC without WATCH.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -198,6 +199,78 @@ func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
 				}
 				if s, _ := redis.String(admin.Do("GET", st.Keys.Quarantine(ready))); s != "not a list" {
 					t.Fatalf("quarantine holds %q; want the string set aside", s)
+				}
+			})
+		}
+	}
+}
+
+// An enqueue's EXEC ran with its push into the ready list refused (a
+// string written between the commands' building and the EXEC), and then
+// the repair's own connection was cut: in SetAside, or as it placed the
+// task again. As for the other placing transactions, the repair goes on
+// on a fresh connection with Redial, and without it is kept and applied
+// by the Store's next enqueue: the written task ends in its ready list,
+// never in no list.
+func TestRepairEnqueueSurvivesACutConnection(t *testing.T) {
+	for _, cut := range []struct {
+		name string
+		at   int
+	}{{"in set aside", 1}, {"placing again", 6}} {
+		for _, redial := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/redial=%v", cut.name, redial), func(t *testing.T) {
+				st, pool, admin := realStore(t)
+				ready := st.Keys.Ready("q")
+				now := time.Now().UnixMilli()
+				rec := func(id string) *Record {
+					return &Record{ID: id, Queue: "q", Type: "t", State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1000, Created: now, Due: now}
+				}
+				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}, cutAt: cut.at}
+				defer cc.Close()
+				dials := 0
+				if redial {
+					st.Redial = func(ctx context.Context) (redis.Conn, error) {
+						dials++
+						return pool.GetContext(ctx)
+					}
+				}
+				err := st.Enqueue(testCtx(t), cc, now, []*Record{rec("a")})
+				if !cc.cut {
+					t.Fatal("the connection was never cut: the repair sent less than the test expects")
+				}
+				inReady := func() []string {
+					ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
+					if IsWrongType(err) {
+						return nil // the string is still there: not set aside yet
+					}
+					if err != nil {
+						t.Fatalf("LRANGE ready: %v", err)
+					}
+					return ids
+				}
+				if redial {
+					if !errors.Is(err, ErrSetAside) || dials == 0 {
+						t.Fatalf("Enqueue = %v after %d redials; want ErrSetAside, the repair done on a fresh connection", err, dials)
+					}
+					if ids := inReady(); len(ids) != 1 || ids[0] != "a" || st.Unplaced() != 0 {
+						t.Fatalf("ready list %v, %d kept; want [a], none kept", ids, st.Unplaced())
+					}
+					return
+				}
+				if err == nil || errors.Is(err, ErrSetAside) || st.Unplaced() != 1 {
+					t.Fatalf("Enqueue = %v with %d repairs kept; want an error and the repair kept", err, st.Unplaced())
+				}
+				if ids := inReady(); len(ids) != 0 {
+					t.Fatalf("ready list %v before the repair is applied", ids)
+				}
+				// The Store's next enqueue applies it first.
+				conn := pool.Get()
+				defer conn.Close()
+				if err := st.Enqueue(testCtx(t), conn, now, []*Record{rec("b")}); err != nil {
+					t.Fatal(err)
+				}
+				if ids := inReady(); len(ids) != 2 || ids[0] != "b" || ids[1] != "a" || st.Unplaced() != 0 {
+					t.Fatalf("ready list %v, %d kept; want [b a]: a placed by the next enqueue", ids, st.Unplaced())
 				}
 			})
 		}

@@ -426,9 +426,7 @@ func IsServerError(err error) bool {
 //
 // Repairs kept from earlier failures (PlaceAgain) are tried first.
 func (s *Store) run(ctx context.Context, conn redis.Conn, watch []string, fn func(*txn.Tx) error) ([]interface{}, error) {
-	if s.unplacedN.Load() > 0 {
-		_, _ = s.PlaceAgain(ctx, conn) // what fails is kept for the next try
-	}
+	s.placeKept(ctx, conn)
 	reps, err := s.runner.Run(ctx, conn, watch, fn)
 	if err != nil {
 		if ok, rerr := s.repairPlacement(ctx, conn, reps, err); rerr != nil {
@@ -438,6 +436,14 @@ func (s *Store) run(ctx context.Context, conn redis.Conn, watch []string, fn fun
 		}
 	}
 	return reps, err
+}
+
+// placeKept applies the repairs the Store keeps (PlaceAgain), if any,
+// before a transaction that places tasks; what fails is kept for the next.
+func (s *Store) placeKept(ctx context.Context, conn redis.Conn) {
+	if s.unplacedN.Load() > 0 {
+		_, _ = s.PlaceAgain(ctx, conn)
+	}
 }
 
 // placement reports whether c places tasks: a push into a ready list or a
