@@ -72,16 +72,22 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 	diag := map[string]any{"rate": 20000.0, "workers": 64.0, "diagnostic": "4× the handlers"}
 	p99 := res("engine", "p99", target, 50)
 	p99.Detail = map[string]any{"schedule_seconds": 16.0}
-	rep := &Report{Meta: map[string]any{"impls": []any{"engine"}, "runs": 1.0},
+	p99.Runs, p99.Min, p99.Max = []float64{30, 50, 70}, f(30), f(70)
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "engine-1ms"}, "runs": 3.0},
 		Results: []*Result{
 			res("engine", "p50", diag, 8), res("engine", "p99", diag, 15), res("engine", "early", diag, 0),
 			res("engine", "p50", target, 12), p99, res("engine", "early", target, 0),
+			res("engine-1ms", "p50", target, 4), res("engine-1ms", "p99", target, 18),
 		}}
 	doc := renderPage(t, rep, "")
 	for _, want := range []string{
 		"| lateness p99 at 20000 tasks/s scheduled, engine | ≤ 20 ms, 0 early | p99 50.0 ms, 0.0% early | **missed** |",
 		"The engine's p50 is 12.0 ms and p99 50.0 ms",
 		"The same case with 64 handlers (the diagnostic row under *Every figure*) has a p50 of 8.00 ms and a p99 of 15.0 ms, so with more handlers the wait for a free slot goes",
+		// What the resolution adds, from engine-1ms in the same run, and
+		// the spread of the target's runs.
+		"With 1 ms buckets (engine-1ms, same case and run) the p50 is 4.00 ms and the p99 18.0 ms: the resolution accounts for 8.00 ms of the p50.",
+		"The engine's p99 ranged over 30.0–70.0 ms across the 3 runs of this case",
 		// The pace the producers kept, from the last run's detail.
 		"The case asks for its tasks to be scheduled in 10 s; the producers took (last run) engine 16 s (12.5k tasks/s).",
 	} {
