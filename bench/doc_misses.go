@@ -32,10 +32,10 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		h8 := map[string]any{"handlers": 8}
 		p("- **End to end.** Client and Redis share the cores, so the rate follows the work each task costs. With 8 handlers the engine runs %s commands per task in %s round trips, the naive design %s (it has no acknowledgement: a pop and a push), asynq %s, from `INFO commandstats` (*End to end, command by command*). "+
 			"What the engine spends beyond naive is its reliability: the record written at enqueue and its done record kept for `DoneRetention`, the claim, the in-flight list and the counters. %s"+
-			"The rest are per transaction, shared by the tasks of a claim batch, a result group or an enqueue group: they shrink as batches grow (compare 64 handlers). %s\n",
+			"The rest are per transaction, shared by the tasks of a claim batch, a result group or an enqueue group: they shrink as batches grow. %s%s\n",
 			num(r.find("e2e", "engine", "commands_per_task", h8)), num(r.find("e2e", "engine", "round_trips_per_task", h8)),
 			num(r.find("e2e", "naive", "commands_per_task", h8)), num(r.find("e2e", "asynq", "commands_per_task", h8)),
-			perTaskFloor(r.find("e2e", "engine", "commands_per_task", h8)),
+			perTaskFloor(r.find("e2e", "engine", "commands_per_task", h8)), shallowE2E(r, 64),
 			cpuSentence(r, "e2e", h8, "the process running the producers, the worker and the dispatcher",
 				"*Where the time goes* shows where the client's time goes (`scripts/profiles.sh` profiles this scenario): system calls, the Go scheduler handing tasks and replies between goroutines, and memory allocation; the engine's own functions are a few percent of it.", "engine", "naive", "asynq"))
 	}
@@ -97,6 +97,34 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. In these rows the dispatcher moves buckets the harness enqueued in batches (one list a bucket). On a namespace marked for the compact storage, a task enqueued alone in its bucket is an inline entry, which the move reads with one `ZSCORE` instead of the bucket's `WATCH`, `LRANGE`, `DEL` and retry count (`BenchmarkMoveSpreadInline` in `buckets`). %s\n",
 			dispatchCPU(r))
 	}
+}
+
+// shallowE2E says why the engine's e2e run with handlers handlers cost more
+// commands per task than with 8 (when it did), from its per-command
+// figures: pops that found less than they asked for, and tasks taken out
+// of the in-flight list one by one. "" when the run lacks the case or its
+// figures.
+func shallowE2E(r *Report, handlers int) string {
+	want := map[string]any{"handlers": handlers}
+	res := r.find("e2e", "engine", "commands_per_task", want)
+	cmds, ok := median(res)
+	base, okBase := median(r.find("e2e", "engine", "commands_per_task", map[string]any{"handlers": 8}))
+	if !ok || !okBase || cmds <= base || res.Detail == nil {
+		return ""
+	}
+	m, _ := res.Detail["commands_per_task_by_command"].(map[string]any)
+	pops, ok1 := m["rpoplpush"].(float64)
+	lrem, ok2 := m["lrem"].(float64)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	producers, _ := res.Params["producers"].(float64)
+	trips := "n/a"
+	if v, ok := median(r.find("e2e", "engine", "round_trips_per_task", want)); ok {
+		trips = fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("With %d handlers the engine runs %.2f commands per task in %s round trips, not fewer: the handlers outrun the %.0f producers, so the ready list runs shallow. Pops ask for more tasks than it holds (`RPOPLPUSH` %.2f per task, one per task finding one), and more tasks leave the in-flight list by an `LREM` of their own (%.2f per task) instead of a batch's one `LTRIM`: those taken one at a time, and those of a batch claimed while another batch's ids were at the list's head. ",
+		handlers, cmds, trips, producers, pops, lrem)
 }
 
 func orText(s, alt string) string {

@@ -57,6 +57,41 @@ func TestRenderDoc(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+	// No 64-handler case in this run: no account of one.
+	if strings.Contains(doc, "With 64 handlers the engine runs") {
+		t.Error("the page accounts for a 64-handler case the run lacks")
+	}
+}
+
+// TestRenderShallowE2E: when the 64-handler case cost more commands per task
+// than the 8-handler one, the account of the e2e miss says why, from its
+// per-command figures; when it cost less, it says nothing of it.
+func TestRenderShallowE2E(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(impl, metric string, params map[string]any, v float64, detail map[string]any) *Result {
+		return &Result{Scenario: "e2e", Case: "e2e case", Params: params, Impl: impl, Metric: metric, Unit: "x",
+			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v), Detail: detail}
+	}
+	h8 := map[string]any{"handlers": 8.0, "producers": 8.0}
+	h64 := map[string]any{"handlers": 64.0, "producers": 8.0}
+	page := func(cmds64 float64) string {
+		rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq"}, "runs": 1.0},
+			Results: []*Result{
+				res("engine", "rate", h8, 20000, nil), res("asynq", "rate", h8, 10000, nil),
+				res("engine", "commands_per_task", h8, 5.5, nil),
+				res("engine", "commands_per_task", h64, cmds64,
+					map[string]any{"commands_per_task_by_command": map[string]any{"rpoplpush": 1.4, "lrem": 0.46}}),
+				res("engine", "round_trips_per_task", h64, 1.37, nil),
+			}}
+		return renderPage(t, rep, "")
+	}
+	want := "With 64 handlers the engine runs 7.30 commands per task in 1.37 round trips, not fewer: the handlers outrun the 8 producers, so the ready list runs shallow. Pops ask for more tasks than it holds (`RPOPLPUSH` 1.40 per task, one per task finding one), and more tasks leave the in-flight list by an `LREM` of their own (0.46 per task)"
+	if doc := page(7.3); !strings.Contains(doc, want) {
+		t.Errorf("the page lacks %q", want)
+	}
+	if doc := page(5); strings.Contains(doc, "With 64 handlers the engine runs") {
+		t.Error("the page accounts for a 64-handler case that cost fewer commands per task")
+	}
 }
 
 // TestRenderLatenessDiagnosis: the lateness target reads the target case,
