@@ -150,30 +150,18 @@ func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
 				defer conn.Close()
 				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: trap}, cutAt: cut.at}
 				defer cc.Close()
-				dials := 0
+				var dials *int
 				if redial {
-					st.Redial = func(ctx context.Context) (redis.Conn, error) {
-						dials++
-						return pool.GetContext(ctx)
-					}
+					dials = countRedials(st, pool)
 				}
 				_, err := st.Requeue(testCtx(t), cc, w1, []string{"a"}, t0+30, WorkerDied, 3)
 				if !cc.cut {
 					t.Fatal("the connection was never cut: the repair sent less than the test expects")
 				}
-				inReady := func() []string {
-					ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
-					if IsWrongType(err) {
-						return nil // the string is still there: not set aside yet
-					}
-					if err != nil {
-						t.Fatalf("LRANGE ready: %v", err)
-					}
-					return ids
-				}
+				inReady := func() []string { return readyIDs(t, admin, ready) }
 				if redial {
-					if err != nil || dials == 0 {
-						t.Fatalf("Requeue = %v after %d redials; want the repair done on a fresh connection", err, dials)
+					if err != nil || *dials == 0 {
+						t.Fatalf("Requeue = %v after %d redials; want the repair done on a fresh connection", err, *dials)
 					}
 					if ids := inReady(); len(ids) != 1 || ids[0] != "a" || st.Unplaced() != 0 {
 						t.Fatalf("ready list %v, %d kept; want [a], none kept", ids, st.Unplaced())
@@ -205,6 +193,31 @@ func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
 	}
 }
 
+// countRedials makes st redial from pool, counting the dials in the
+// returned counter.
+func countRedials(st *Store, pool *redis.Pool) *int {
+	dials := new(int)
+	st.Redial = func(ctx context.Context) (redis.Conn, error) {
+		*dials++
+		return pool.GetContext(ctx)
+	}
+	return dials
+}
+
+// readyIDs reads the ready list ready; nil while it is still the string a
+// trap wrote there (not set aside yet).
+func readyIDs(t *testing.T, admin redis.Conn, ready string) []string {
+	t.Helper()
+	ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
+	if IsWrongType(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("LRANGE ready: %v", err)
+	}
+	return ids
+}
+
 // An enqueue's EXEC ran with its push into the ready list refused (a
 // string written between the commands' building and the EXEC), and then
 // the repair's own connection was cut: in SetAside, or as it placed the
@@ -227,30 +240,18 @@ func TestRepairEnqueueSurvivesACutConnection(t *testing.T) {
 				}
 				cc := &cutConn{hookConn: hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}, cutAt: cut.at}
 				defer cc.Close()
-				dials := 0
+				var dials *int
 				if redial {
-					st.Redial = func(ctx context.Context) (redis.Conn, error) {
-						dials++
-						return pool.GetContext(ctx)
-					}
+					dials = countRedials(st, pool)
 				}
 				err := st.Enqueue(testCtx(t), cc, now, []*Record{rec("a")})
 				if !cc.cut {
 					t.Fatal("the connection was never cut: the repair sent less than the test expects")
 				}
-				inReady := func() []string {
-					ids, err := redis.Strings(admin.Do("LRANGE", ready, 0, -1))
-					if IsWrongType(err) {
-						return nil // the string is still there: not set aside yet
-					}
-					if err != nil {
-						t.Fatalf("LRANGE ready: %v", err)
-					}
-					return ids
-				}
+				inReady := func() []string { return readyIDs(t, admin, ready) }
 				if redial {
-					if !errors.Is(err, ErrSetAside) || dials == 0 {
-						t.Fatalf("Enqueue = %v after %d redials; want ErrSetAside, the repair done on a fresh connection", err, dials)
+					if !errors.Is(err, ErrSetAside) || *dials == 0 {
+						t.Fatalf("Enqueue = %v after %d redials; want ErrSetAside, the repair done on a fresh connection", err, *dials)
 					}
 					if ids := inReady(); len(ids) != 1 || ids[0] != "a" || st.Unplaced() != 0 {
 						t.Fatalf("ready list %v, %d kept; want [a], none kept", ids, st.Unplaced())
