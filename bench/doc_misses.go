@@ -22,12 +22,6 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		return
 	}
 	p("\n### Why a target is missed\n\n")
-	num := func(res *Result) string {
-		if v, ok := median(res); ok {
-			return fmt.Sprintf("%.2f", v)
-		}
-		return "n/a"
-	}
 	if missed["e2e"] {
 		h8 := map[string]any{"handlers": 8}
 		p("- **End to end.** Client and Redis share the cores, so the rate follows the work each task costs. With 8 handlers the engine runs %s commands per task in %s round trips, the naive design %s (it has no acknowledgement: a pop and a push), asynq %s, from `INFO commandstats` (*End to end, command by command*). "+
@@ -66,7 +60,8 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 	if missed["lateness"] {
 		for _, rate := range r.intParams("lateness", "rate") {
 			want := map[string]any{"rate": rate, "diagnostic": nil} // nil: not the diagnostic case
-			p99, ok := median(r.find("lateness", "engine", "p99", want))
+			p99res := r.find("lateness", "engine", "p99", want)
+			p99, ok := median(p99res)
 			if !ok || p99 <= 20 {
 				continue
 			}
@@ -76,16 +71,13 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				}
 				return "n/a"
 			}
-			workers := 0
-			if res := r.find("lateness", "engine", "p99", want); res != nil {
-				w, _ := res.Params["workers"].(float64) // as JSON decodes it, like intParams
-				workers = int(w)
-			}
+			w, _ := p99res.Params["workers"].(float64) // as JSON decodes it, like intParams
+			workers := int(w)
 			p("- **Lateness at %d tasks/s.** The producer, the dispatcher, %d workers and Redis share the cores. The engine's p50 is %s ms and p99 %s ms; at the same rate the naive design's p99 is %s ms and asynq's %s ms. "+
 				"At this rate each of the %d handler slots has to turn a task around every %s ms, pop, claim and result included, so tasks wait in the ready list for a free slot. %s\n",
 				rate, workers, ms("engine", "p50"), ms("engine", "p99"), ms("naive", "p99"), ms("asynq", "p99"),
 				workers, formatValue(float64(workers)*1000/float64(rate), "ms"), latenessDiagnosis(r, rate, workers))
-			if res := latenessResolution(r, rate, want); res != "" {
+			if res := latenessResolution(r, p99res, want); res != "" {
 				p("  %s\n", res)
 			}
 			if pace := schedulePace(r, want); pace != "" {
@@ -119,12 +111,17 @@ func shallowE2E(r *Report, handlers int) string {
 		return ""
 	}
 	producers, _ := res.Params["producers"].(float64)
-	trips := "n/a"
-	if v, ok := median(r.find("e2e", "engine", "round_trips_per_task", want)); ok {
-		trips = fmt.Sprintf("%.2f", v)
-	}
+	trips := num(r.find("e2e", "engine", "round_trips_per_task", want))
 	return fmt.Sprintf("With %d handlers the engine runs %.2f commands per task in %s round trips, not fewer: the handlers outrun the %.0f producers, so the ready list runs shallow. Pops ask for more tasks than it holds (`RPOPLPUSH` %.2f per task, one per task finding one), and more tasks leave the in-flight list by an `LREM` of their own (%.2f per task) instead of a batch's one `LTRIM`: those taken one at a time, and those of a batch claimed while another batch's ids were at the list's head. ",
 		handlers, cmds, trips, producers, pops, lrem)
+}
+
+// num is res's median with two decimals, or "n/a".
+func num(res *Result) string {
+	if v, ok := median(res); ok {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return "n/a"
 }
 
 func orText(s, alt string) string {
@@ -241,10 +238,10 @@ func schedulePace(r *Report, want map[string]any) string {
 }
 
 // latenessResolution says what the bucket resolution adds to the engine's
-// lateness at rate, from the engine-1ms figures of the same case in the same
-// run, and how far apart the engine's p99 runs were; "" when the run has
-// neither.
-func latenessResolution(r *Report, rate int, want map[string]any) string {
+// lateness in the case want names, from the engine-1ms figures of the same
+// case in the same run, and how far apart the engine's p99 runs (p99) were;
+// "" when the run has neither.
+func latenessResolution(r *Report, p99 *Result, want map[string]any) string {
 	var out []string
 	p50, ok1 := median(r.find("lateness", "engine", "p50", want))
 	fine50, ok2 := median(r.find("lateness", "engine-1ms", "p50", want))
@@ -253,9 +250,9 @@ func latenessResolution(r *Report, rate int, want map[string]any) string {
 		out = append(out, fmt.Sprintf("A due time is rounded up to its bucket's, so the default 10 ms resolution alone makes a task up to 10 ms late (5 ms on average). With 1 ms buckets (engine-1ms, same case and run) the p50 is %s ms and the p99 %s ms: the resolution accounts for %s ms of the p50. A finer default would cost the moves of bursts (the dispatch rows of engine-1ms).",
 			formatValue(fine50, "ms"), formatValue(fine99, "ms"), formatValue(p50-fine50, "ms")))
 	}
-	if res := r.find("lateness", "engine", "p99", want); res != nil && res.Min != nil && res.Max != nil && len(res.Runs) > 1 {
+	if p99.Min != nil && p99.Max != nil && len(p99.Runs) > 1 {
 		out = append(out, fmt.Sprintf("The engine's p99 ranged over %s–%s ms across the %d runs of this case: the tail follows how busy the shared cores are.",
-			formatValue(*res.Min, "ms"), formatValue(*res.Max, "ms"), len(res.Runs)))
+			formatValue(*p99.Min, "ms"), formatValue(*p99.Max, "ms"), len(p99.Runs)))
 	}
 	return strings.Join(out, " ")
 }
