@@ -27,7 +27,11 @@ the records again (one round trip): about four round trips for K tasks. When a g
 handler slot its slots go back as its round trip starts, so the next pop and claim overlap the
 recording. K adapts: 1 while pops find the queues
 shallow, doubling while every pop finds all it asked for, bounded by the free handler slots and
-` + "`Config.ClaimBatch`" + `. A batch
+` + "`Config.ClaimBatch`" + `. While the queues are deep and the handlers quick (their mean run
+time, times the tasks claimed ahead per slot, within ` + "`Config.PrefetchWait`" + `, 5 ms), a worker
+also claims ahead of its free slots, up to ` + "`Config.ClaimBatch`" + ` tasks in all (` + "`Config.Prefetch`" + `):
+the tasks claimed ahead wait in the process for a slot, so a worker of 8 slots pays one claim and one
+result transaction for up to 32 no-op tasks, not 8. A batch
 never mixes queues, so under strict priority a lower queue is popped only when every higher one was
 empty at the pop.
 

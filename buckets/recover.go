@@ -21,7 +21,15 @@ const (
 	WorkerDied
 	// LeaseExpired: the task ran past its lease (a hung handler).
 	LeaseExpired
+	// Unstarted: the worker claimed the task ahead of a free handler slot
+	// (prefetch) and gives it back without having started it: it stops,
+	// or the task waited too long for a slot. Not counted as a recovery.
+	Unstarted
 )
+
+// counted reports whether a return for this reason counts as a recovery
+// (and can send a task to the dead letters): the task may have started.
+func (r Reason) counted() bool { return r != Shutdown && r != Unstarted }
 
 func (r Reason) String() string {
 	switch r {
@@ -31,6 +39,8 @@ func (r Reason) String() string {
 		return "worker died while running it"
 	case LeaseExpired:
 		return "lease expired while running it"
+	case Unstarted:
+		return "returned before it started"
 	}
 	return "unknown reason"
 }
@@ -124,7 +134,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			tx.Queue("HINCRBY", st, StatRunning, -1)
 			r.Worker = ""
 			r.Deadline = 0
-			if why != Shutdown {
+			if why.counted() {
 				r.Recoveries++
 				tx.Queue("HINCRBY", st, StatRecovered, 1)
 				res.Recovered = append(res.Recovered, RecoveredTask{ID: id, Queue: r.Queue, Type: r.Type, Buried: r.Recoveries > maxRecoveries})

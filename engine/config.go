@@ -82,6 +82,26 @@ type Config struct {
 	// pop finds a task and slots are free. 1 takes one task at a time.
 	// 1 to 1000; default 32.
 	ClaimBatch int
+	// Prefetch is how many tasks a worker process may claim beyond
+	// Concurrency, to wait in the process for a free handler slot, while
+	// the queue is deep and its handlers are quick (see PrefetchWait): a
+	// batch of quick tasks then takes up to ClaimBatch tasks in one claim
+	// and one result transaction, not Concurrency. A task claimed ahead
+	// waits in the in-flight list and the pending set as a running one
+	// does, so a crash recovers it as today; when the worker stops, or
+	// when it waited half of LeaseGrace for a slot, it goes back to the
+	// front of its queue at once, not counted as a recovery. 0: the
+	// default, ClaimBatch minus Concurrency (none when Concurrency is at
+	// least ClaimBatch); negative: never more than Concurrency. At most
+	// 1000.
+	Prefetch int
+	// PrefetchWait is how long a task claimed ahead may expect to wait
+	// for a slot: the worker claims ahead only while its handlers' recent
+	// mean run time, times the tasks claimed ahead per slot, is within
+	// it, so a worker does not sit on tasks that another could start, nor
+	// delay a task of a higher-priority queue that arrives meanwhile, by
+	// more than about this long. 0 to 1 s; default 5 ms.
+	PrefetchWait time.Duration
 	// GroupCommitWindow is how long the first of several results that
 	// finish together may wait for others to share its transaction (and
 	// round trip); a result never waits when no other handler of the
@@ -262,6 +282,9 @@ func (c Config) withDefaults() Config {
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = 32
 	}
+	if c.PrefetchWait == 0 {
+		c.PrefetchWait = 5 * time.Millisecond
+	}
 	if c.GroupCommitWindow == 0 {
 		c.GroupCommitWindow = time.Millisecond
 	}
@@ -401,6 +424,12 @@ func (c Config) Validate() error {
 	if c.ClaimBatch < 1 || c.ClaimBatch > 1000 {
 		return bad("ClaimBatch", "%d: want 1 to 1000", c.ClaimBatch)
 	}
+	if c.Prefetch > 1000 {
+		return bad("Prefetch", "%d: want at most 1000 (negative: none)", c.Prefetch)
+	}
+	if c.PrefetchWait < 0 || c.PrefetchWait > time.Second {
+		return bad("PrefetchWait", "%v: want 0 to 1s", c.PrefetchWait)
+	}
 	if c.GroupCommitWindow > 100*time.Millisecond {
 		return bad("GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.GroupCommitWindow)
 	}
@@ -498,4 +527,12 @@ func (c Config) doneTTL() int64 {
 		return 0
 	}
 	return max(1, int64(c.DoneRetention/time.Second))
+}
+
+// prefetch is how many tasks a worker may claim beyond Concurrency.
+func (c Config) prefetch() int {
+	if c.Prefetch == 0 {
+		return max(c.ClaimBatch-c.Concurrency, 0)
+	}
+	return max(c.Prefetch, 0)
 }

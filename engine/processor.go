@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/txn"
 )
 
@@ -30,9 +31,25 @@ import (
 //     overlap the recording. Results handed over and not yet recorded are
 //     bounded (unrecorded): past the bound a slot keeps its token until
 //     its result can be handed over.
+//
+// Claiming ahead (Config.Prefetch): while the queues look deep and the
+// handlers are quick (prefetching), the semaphore has Prefetch tokens more
+// than Concurrency, so that a batch takes up to ClaimBatch tasks, and a
+// second one, slots, of Concurrency tokens bounds the handlers running at
+// once: a task claimed ahead waits for one of those (startRun). Otherwise
+// the fetching loop holds those extra tokens itself (reserved), and at
+// most Concurrency tasks are taken at a time, as without prefetch.
 type processor struct {
-	w   *Worker
-	sem chan struct{}
+	w     *Worker
+	sem   chan struct{} // Concurrency + prefetch tokens: tasks taken, not yet recorded
+	slots chan struct{} // Concurrency tokens: handlers running
+	// reserved: tokens of sem the fetching loop holds back while it does
+	// not claim ahead (its goroutine only); usable is cap(sem) minus them.
+	reserved int
+	usable   atomic.Int64
+	// meanRun is the handlers' recent mean run time in nanoseconds, plus
+	// one (0: none measured yet), a moving average of the last runs.
+	meanRun atomic.Int64
 	// unrecorded holds a token for each result handed to the committer
 	// and not yet recorded: max(Concurrency, GroupCommitMax) at most.
 	unrecorded chan struct{}
@@ -45,6 +62,83 @@ type processor struct {
 	unchained bool
 }
 
+func newProcessor(w *Worker) *processor {
+	c, pre := w.cfg.Concurrency, w.cfg.prefetch()
+	p := &processor{w: w, sem: make(chan struct{}, c+pre), slots: make(chan struct{}, c),
+		unrecorded: make(chan struct{}, max(c+pre, w.cfg.GroupCommitMax))}
+	p.usable.Store(int64(c + pre))
+	return p
+}
+
+// prefetching reports whether the worker claims ahead of its free slots
+// now: the queues look deep (the next pop would ask for more tasks than
+// there are slots) and the handlers' mean run time, times the tasks
+// claimed ahead per slot, is within Config.PrefetchWait.
+func (p *processor) prefetching() bool {
+	slots, extra := cap(p.slots), cap(p.sem)-cap(p.slots)
+	mean := p.meanRun.Load()
+	if extra == 0 || mean == 0 || p.w.fetcher.want() <= slots {
+		return false
+	}
+	perSlot := (extra + slots - 1) / slots
+	return time.Duration(mean-1)*time.Duration(perSlot) <= p.w.cfg.PrefetchWait
+}
+
+// reserve adjusts the tokens the fetching loop holds back: none while
+// prefetching, otherwise as many of the extra ones as are free now.
+func (p *processor) reserve() {
+	extra := cap(p.sem) - cap(p.slots)
+	if extra == 0 {
+		return
+	}
+	if p.prefetching() {
+		p.release(p.reserved)
+		p.reserved = 0
+	} else {
+		p.reserved = p.takeFree(p.reserved, extra)
+	}
+	p.usable.Store(int64(cap(p.sem) - p.reserved))
+}
+
+// observeRun adds a handler's run time to the moving mean.
+func (p *processor) observeRun(d time.Duration) {
+	v := int64(d) + 1
+	if old := p.meanRun.Load(); old != 0 {
+		v = old + (v-old)/8
+	}
+	p.meanRun.Store(v)
+}
+
+// startRun takes a slots token for rec's handler. A task claimed ahead
+// finds none free and waits for one; it goes back to the front of its
+// queue unstarted (not counted as a recovery) when the worker stops
+// fetching meanwhile, or when half of LeaseGrace has passed since its
+// claim, so that the lease the claim set still covers its whole run.
+func (p *processor) startRun(fetchCtx context.Context, rec *buckets.Record) bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+	}
+	w := p.w
+	grace := w.cfg.LeaseGrace.Milliseconds()
+	claimedAt := rec.Deadline - rec.TimeoutMs - grace // fetcher.leaseDeadline
+	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Clock.Now())) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		if fetchCtx.Err() == nil {
+			return true
+		}
+		<-p.slots
+	case <-fetchCtx.Done():
+	case <-t.C:
+	}
+	w.log.Debug("task claimed ahead of a free slot given back unstarted", keyTaskID, rec.ID, keyQueue, rec.Queue, "stopping", fetchCtx.Err() != nil)
+	_ = w.requeuer.requeue([]string{rec.ID}, buckets.Unstarted)
+	return false
+}
+
 // run fetches until fetchCtx ends, then waits for the running tasks.
 // baseCtx is the parent of the handlers' contexts.
 func (p *processor) run(fetchCtx, baseCtx context.Context) {
@@ -55,10 +149,16 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 	defer tasks.Wait()
 	defer w.fetcher.close()
 	for {
+		p.reserve()
 		select {
 		case p.sem <- struct{}{}:
 		case <-fetchCtx.Done():
 			return
+		}
+		if p.reserved < cap(p.sem)-cap(p.slots) && !p.prefetching() {
+			// A token a task claimed ahead gave back: held back now.
+			p.reserved++
+			continue
 		}
 		want := w.fetcher.want()
 		n := 1
@@ -93,12 +193,12 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 func (p *processor) gather(want int) int {
 	n := p.takeFree(1, want)
 	window := p.w.cfg.GroupCommitWindow
-	if n == want || window <= 0 || len(p.sem) == n {
+	if n == want || window <= 0 || len(p.sem)-p.reserved == n {
 		return n
 	}
 	t := time.NewTimer(window)
 	defer t.Stop()
-	for n < want && len(p.sem) > n {
+	for n < want && len(p.sem)-p.reserved > n {
 		select {
 		case p.sem <- struct{}{}:
 			n++
@@ -260,8 +360,8 @@ func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupP
 	if p.unchained || fetchCtx.Err() != nil || !w.hb.alive() || w.fetcher.shallow() {
 		return nil
 	}
-	want := w.fetcher.want()
-	if want < cap(p.sem) || len(group) < cap(p.sem) {
+	want, usable := w.fetcher.want(), int(p.usable.Load())
+	if want < usable || len(group) < usable {
 		return nil
 	}
 	order := w.fetcher.order()
@@ -274,7 +374,7 @@ func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupP
 			n++
 		}
 	}
-	if n < cap(p.sem) {
+	if n < usable {
 		p.release(n)
 		return nil
 	}
@@ -297,13 +397,22 @@ func (p *processor) popped(pop *groupPop, ids []string) []string {
 // back while it ran.
 func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (popped, bool) {
 	w := p.w
+	joins := c.held == nil && c.batch == nil // its result goes to the committer
+	if !p.startRun(fetchCtx, c.rec) {
+		if joins && c.counted {
+			p.running.Add(-1)
+		}
+		return popped{}, false
+	}
 	w.observeStart(c.rec)
 	var result []byte
-	joins := c.held == nil && c.batch == nil // its result goes to the committer
 	if joins && !c.counted {
 		p.running.Add(1)
 	}
+	start := time.Now()
 	herr, ok := w.runs.run(baseCtx, c.rec, &result)
+	<-p.slots
+	p.observeRun(time.Since(start))
 	if joins {
 		p.running.Add(-1)
 	}

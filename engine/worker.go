@@ -98,8 +98,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 	w.inflight = newInflightSet()
 	w.recoverer = &recoverer{w: w}
 	w.fetcher = newFetcher(w)
-	w.proc = &processor{w: w, sem: make(chan struct{}, cfg.Concurrency),
-		unrecorded: make(chan struct{}, max(cfg.Concurrency, cfg.GroupCommitMax))}
+	w.proc = newProcessor(w)
 	w.runs = &runner{w: w, running: map[string]*activeRun{}}
 	w.finisher = &finisher{w: w, policy: retryPolicy{cfg: cfg}}
 	w.requeuer = &requeuer{w: w}

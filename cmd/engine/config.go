@@ -113,7 +113,8 @@ var engineFields = map[string]string{
 	"done_retention":     "DoneRetention", "dead_retention": "DeadRetention",
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
 	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
-	"claim_batch": "ClaimBatch", "group_commit.window": "GroupCommitWindow", "group_commit.max": "GroupCommitMax",
+	"claim_batch": "ClaimBatch", "prefetch.max": "Prefetch", "prefetch.wait": "PrefetchWait",
+	"group_commit.window": "GroupCommitWindow", "group_commit.max": "GroupCommitMax",
 	"enqueue_group.max": "EnqueueGroupMax", "enqueue_group.lanes": "EnqueueGroupLanes",
 }
 

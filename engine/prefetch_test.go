@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
+)
+
+// requeueStore counts the tasks a worker gave back unstarted.
+type requeueStore struct {
+	*batchStore
+	unstarted atomic.Int64
+}
+
+func (s *requeueStore) Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why buckets.Reason, maxRecoveries int) (buckets.RequeueResult, error) {
+	res, err := s.batchStore.Requeue(ctx, conn, w, ids, now, why, maxRecoveries)
+	if err == nil && why == buckets.Unstarted {
+		s.unstarted.Add(int64(len(ids)))
+	}
+	return res, err
+}
+
+// concurrent counts the handlers running at once, and the most seen.
+type concurrent struct{ now, most atomic.Int64 }
+
+func (c *concurrent) enter() { raise(&c.most, int(c.now.Add(1))) }
+func (c *concurrent) exit()  { c.now.Add(-1) }
+
+// prefetchWorker starts a worker of e with handler rec, its store counted.
+func prefetchWorker(t *testing.T, e *env, rec *recorder) (*Worker, *requeueStore, func()) {
+	t.Helper()
+	w, err := NewWorker(e.pool, e.cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &requeueStore{batchStore: &batchStore{workerStore: w.store}}
+	w.store = rs
+	return w, rs, runBackground(t, w.Run)
+}
+
+// From a deep queue of quick tasks a worker claims ahead of its slots: a
+// batch takes more tasks than Concurrency, yet no more handlers run at
+// once than Concurrency, and every task runs exactly once.
+func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
+	const n, slots = 600, 4
+	e, c, infos := deepQueue(t, n, slots)
+	e.cfg.ClaimBatch = 16 // Prefetch: 12 by default
+	var cc concurrent
+	rec := newRecorder(func(context.Context, *Task) error {
+		cc.enter()
+		defer cc.exit()
+		return nil
+	})
+	w, rs, _ := prefetchWorker(t, e, rec)
+	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(context.Background(), "default")
+		return err == nil && st.Processed == n && st.Running == 0
+	})
+	for i, info := range infos {
+		if got := rec.count(info.ID); got != 1 {
+			t.Fatalf("task %d ran %d times, want 1", i, got)
+		}
+	}
+	claim := rs.maxClaim.Load()
+	t.Logf("largest claim %d, most handlers at once %d, chained batches %d", claim, cc.most.Load(), w.Chained())
+	if claim <= slots {
+		t.Errorf("largest claim %d: never claimed ahead of %d slots", claim, slots)
+	}
+	if claim > 16 {
+		t.Errorf("a claim of %d, above ClaimBatch 16", claim)
+	}
+	if most := cc.most.Load(); most > slots {
+		t.Errorf("%d handlers ran at once, Concurrency is %d", most, slots)
+	}
+	if u := rs.unstarted.Load(); u != 0 {
+		t.Errorf("%d tasks given back unstarted while the worker ran", u)
+	}
+}
+
+// Handlers slower than PrefetchWait allows turn claiming ahead off: no
+// claim takes more tasks than there are slots.
+func TestPrefetchOffForSlowHandlers(t *testing.T) {
+	const n, slots = 60, 2
+	e, c, _ := deepQueue(t, n, slots)
+	e.cfg.ClaimBatch = 16
+	rec := newRecorder(func(context.Context, *Task) error {
+		time.Sleep(10 * time.Millisecond) // 7 tasks ahead a slot: 70 ms > 5 ms
+		return nil
+	})
+	_, rs, _ := prefetchWorker(t, e, rec)
+	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(context.Background(), "default")
+		return err == nil && st.Processed == n && st.Running == 0
+	})
+	if claim := rs.maxClaim.Load(); claim > slots {
+		t.Errorf("a claim of %d with handlers of 10 ms, want at most %d (no claiming ahead)", claim, slots)
+	}
+	if got := rec.total(); got != n {
+		t.Errorf("%d runs, want %d", got, n)
+	}
+}
+
+// blockAfter returns a handler that returns at once for its first quick
+// runs (so that the worker claims ahead) and then blocks until release is
+// closed, counting the blocked runs in blocked.
+func blockAfter(quick int64, release <-chan struct{}, blocked *atomic.Int64) func(context.Context, *Task) error {
+	var runs atomic.Int64
+	return func(ctx context.Context, _ *Task) error {
+		if runs.Add(1) <= quick {
+			return nil
+		}
+		blocked.Add(1)
+		<-release
+		return nil
+	}
+}
+
+// A graceful shutdown gives the tasks claimed ahead back to the front of
+// their queue at once, unstarted and not counted as recovered, while the
+// handlers that started finish; no task is lost or runs twice.
+func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
+	const n, slots = 400, 2
+	e, c, infos := deepQueue(t, n, slots)
+	e.cfg.ClaimBatch = 16
+	ctx := context.Background()
+	release := make(chan struct{})
+	var blocked atomic.Int64
+	rec := newRecorder(blockAfter(100, release, &blocked))
+	w, rs, _ := prefetchWorker(t, e, rec)
+	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return blocked.Load() == slots })
+	if claim := rs.maxClaim.Load(); claim <= slots {
+		t.Fatalf("largest claim %d: the worker never claimed ahead", claim)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Shutdown(ctx) }()
+	// Only the two blocked handlers' tasks stay running.
+	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Running == slots
+	})
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	st, err := c.Inspector().Queue(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := rec.total()
+	t.Logf("runs %d, given back unstarted %d, queue %+v", ran, rs.unstarted.Load(), st)
+	if rs.unstarted.Load() == 0 {
+		t.Errorf("no task given back unstarted")
+	}
+	if int(st.Processed)+int(st.Ready) != n || st.Running != 0 || st.Dead != 0 {
+		t.Errorf("after shutdown: %+v, want processed + ready = %d", st, n)
+	}
+	conn := e.admin(t)
+	defer conn.Close()
+	for i, info := range infos {
+		got := rec.count(info.ID)
+		if got > 1 {
+			t.Fatalf("task %d ran %d times", i, got)
+		}
+		if r := e.record(t, conn, info.ID); r != nil && r.Recoveries != 0 {
+			t.Errorf("task %d: %d recoveries, want none (given back unstarted)", i, r.Recoveries)
+		}
+	}
+}
+
+// A task claimed ahead that waits for a slot past half of LeaseGrace goes
+// back to its queue unstarted before its lease could run out under its
+// run; it runs later, once, and is not counted as recovered.
+func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
+	const n, slots = 200, 1
+	e, c, infos := deepQueue(t, n, slots)
+	e.cfg.ClaimBatch = 8
+	e.cfg.LeaseGrace = 400 * time.Millisecond
+	ctx := context.Background()
+	release := make(chan struct{})
+	var blocked atomic.Int64
+	rec := newRecorder(blockAfter(100, release, &blocked))
+	_, rs, _ := prefetchWorker(t, e, rec)
+	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return blocked.Load() == 1 })
+	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
+	close(release)
+	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Processed == n && st.Running == 0
+	})
+	conn := e.admin(t)
+	defer conn.Close()
+	for i, info := range infos {
+		if got := rec.count(info.ID); got != 1 {
+			t.Fatalf("task %d ran %d times, want 1", i, got)
+		}
+		if r := e.record(t, conn, info.ID); r != nil && r.Recoveries != 0 {
+			t.Errorf("task %d: %d recoveries, want none", i, r.Recoveries)
+		}
+	}
+	t.Logf("given back unstarted %d", rs.unstarted.Load())
+}
