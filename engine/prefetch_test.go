@@ -70,6 +70,9 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 	if claim <= slots {
 		t.Errorf("largest claim %d: never claimed ahead of %d slots", claim, slots)
 	}
+	if w.ClaimedAhead() == 0 {
+		t.Errorf("no task waited for a slot after being claimed ahead")
+	}
 	if claim > 16 {
 		t.Errorf("a claim of %d, above ClaimBatch 16", claim)
 	}

@@ -121,6 +121,7 @@ func (p *processor) startRun(fetchCtx context.Context, rec *buckets.Record) bool
 	default:
 	}
 	w := p.w
+	w.ahead.Add(1)
 	grace := w.cfg.LeaseGrace.Milliseconds()
 	claimedAt := rec.Deadline - rec.TimeoutMs - grace // fetcher.leaseDeadline
 	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Clock.Now())) * time.Millisecond)

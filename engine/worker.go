@@ -74,6 +74,7 @@ type Worker struct {
 
 	processed, failed atomic.Int64
 	chained           atomic.Int64 // batches taken with the results before them
+	ahead             atomic.Int64 // tasks claimed ahead of a free slot
 }
 
 // NewWorker returns a Worker that runs tasks with h (a *Mux, usually).
@@ -119,6 +120,11 @@ func (w *Worker) Failed() int64 { return w.failed.Load() }
 // batch of every slot (Concurrency at most ClaimBatch) sends the next
 // batch's pops behind its results' EXEC (docs/design.md, "The worker").
 func (w *Worker) Chained() int64 { return w.chained.Load() }
+
+// ClaimedAhead counts the tasks this worker claimed ahead of a free
+// handler slot (Config.Prefetch) that then waited for one: started once
+// one was free, or given back unstarted.
+func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
 // called, then shuts down gracefully: it stops taking tasks, lets running

@@ -31,6 +31,8 @@ type observed struct {
 	// chained sums the workers' last C lines: batches taken with the
 	// results before them (Scenario.Chained).
 	chained int64
+	// ahead: tasks workers claimed ahead of a free slot (Scenario.Ahead).
+	ahead int64
 }
 
 func (h *harness) collect() (*observed, error) {
@@ -67,6 +69,10 @@ func (h *harness) collect() (*observed, error) {
 				return nil, err
 			}
 			o.chained += n
+			if n, err = ledger.ReadAhead(p.LedgerPath); err != nil {
+				return nil, err
+			}
+			o.ahead += n
 			for _, r := range runs {
 				o.runs[r.ID] = append(o.runs[r.ID], r)
 				o.payload[r.ID] = r.Payload
@@ -514,6 +520,9 @@ func (h *harness) check(ctx context.Context) *Report {
 	if h.sc.Chained {
 		noted(obs.checkChained())
 	}
+	if h.sc.Ahead {
+		noted(obs.checkAhead())
+	}
 	if h.sc.Formats {
 		noted(h.checkFormats(obs))
 	}
@@ -542,6 +551,15 @@ func (o *observed) checkChained() (string, error) {
 		return "", errors.New("no worker took a batch in the round trip of the results before it, so the scenario did not exercise it")
 	}
 	return fmt.Sprintf("workers took %d batches in the round trip of the results before them (by the last count of each worker)", o.chained), nil
+}
+
+// checkAhead tells whether workers claimed tasks ahead of a free slot,
+// by the workers' last A lines.
+func (o *observed) checkAhead() (string, error) {
+	if o.ahead == 0 {
+		return "", errors.New("no worker claimed a task ahead of a free slot, so the scenario did not exercise claiming ahead")
+	}
+	return fmt.Sprintf("workers claimed %d tasks ahead of a free slot (by the last count of each worker)", o.ahead), nil
 }
 
 // checkInline sums the inline guards of every lane: each removal of an

@@ -52,6 +52,9 @@ type Scenario struct {
 	// Chained: workers must be seen taking a batch in the round trip of
 	// the results before it: over the workers' C lines, a count above 0.
 	Chained bool
+	// Ahead: workers must be seen claiming tasks ahead of a free slot
+	// (engine Config.Prefetch): over the workers' A lines, a count above 0.
+	Ahead bool
 	// Formats: the processes with "-compact-records" in SlotArgs write
 	// version 4 records and the others ("-legacy-records") version 1 or
 	// 2; tasks' records must be seen, at the end, in the format a process
@@ -148,11 +151,24 @@ var scenarios = []Scenario{
 		// after each burst of tasks, and the ready list grows deep while
 		// the worker is down, on three shards too (each lane a third of
 		// the tasks).
+		//
+		// Without claiming ahead (-prefetch=-1): a batch of every slot is
+		// then two tasks. With it the batch's tokens are 32, and handlers
+		// that write the ledger seldom end all 32 within one group's
+		// window, which chaining needs (scenario prefetch exercises that).
 		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 1, Concurrency: 2, BatchMax: 100,
-		ProcArgs:    []string{"-immediate=1", "-sleep-max=0s"},
+		ProcArgs:    []string{"-immediate=1", "-sleep-max=0s", "-prefetch=-1"},
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
 		Cuts:    &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
 		Chained: true,
+	},
+	{
+		Name: "prefetch", Doc: "every task due at once, in batches of up to 100, and handlers that return at once, so that workers of two slots claim up to 32 tasks and the rest wait in the process for a slot (claiming ahead); workers are killed (kill -9 with tasks claimed ahead, a third SIGTERM, which gives them back unstarted) and a proxy cuts connections around EXEC and after RPOPLPUSH",
+		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 2, Concurrency: 2, BatchMax: 100,
+		ProcArgs:    []string{"-immediate=1", "-sleep-max=0s"},
+		KillWorkers: 700 * time.Millisecond, TermWorkers: 0.33,
+		Cuts:  &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
+		Ahead: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

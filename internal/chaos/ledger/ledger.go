@@ -118,6 +118,10 @@ func End(id string, endMs int64, pid int) string {
 // trip of the results before them so far (engine.Worker.Chained).
 func Chained(n int64) string { return fmt.Sprintf("C %d", n) }
 
+// Ahead formats a worker's A line: the tasks it claimed ahead of a free
+// handler slot so far (engine.Worker.ClaimedAhead).
+func Ahead(n int64) string { return fmt.Sprintf("A %d", n) }
+
 // Run is one handler run read from a handler ledger.
 type Run struct {
 	ID         string
@@ -302,7 +306,7 @@ func ReadHandler(path string) ([]*Run, error) {
 					break
 				}
 			}
-		case "C": // ReadChained's
+		case "C", "A": // ReadChained's, ReadAhead's
 			if len(g) != 2 {
 				return nil, bad()
 			}
@@ -315,14 +319,21 @@ func ReadHandler(path string) ([]*Run, error) {
 
 // ReadChained reads a handler ledger's last C line: the batches the
 // worker took with the results before them by then (0 without one).
-func ReadChained(path string) (int64, error) {
+func ReadChained(path string) (int64, error) { return lastCount(path, "C") }
+
+// ReadAhead reads a handler ledger's last A line: the tasks the worker
+// claimed ahead of a free slot by then (0 without one).
+func ReadAhead(path string) (int64, error) { return lastCount(path, "A") }
+
+// lastCount reads the count of a handler ledger's last line of kind k.
+func lastCount(path, k string) (int64, error) {
 	ls, err := lines(path)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, l := range ls {
-		if g := strings.Fields(l); len(g) == 2 && g[0] == "C" {
+		if g := strings.Fields(l); len(g) == 2 && g[0] == k {
 			if n, err = strconv.ParseInt(g[1], 10, 64); err != nil {
 				return 0, fmt.Errorf("%s: malformed line %q", path, l)
 			}

@@ -46,7 +46,7 @@ type options struct {
 	// engine settings
 	resolution, timeout, leaseGrace, hbInterval, hbTTL, idleWait time.Duration
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
-	dispatchBuckets, dispatchTasks, enqueueLanes                 int
+	dispatchBuckets, dispatchTasks, enqueueLanes, prefetch       int
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
 	unknownGrace, formatRecheck                                  time.Duration
@@ -100,6 +100,7 @@ func main() {
 	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.DispatchBuckets (0: default)")
 	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
+	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Prefetch (0: default; negative: none)")
 	flag.BoolVar(&o.compact, "compact-records", false, "Config.CompactRecords: write version 4 task records")
 	flag.BoolVar(&o.legacy, "legacy-records", false, "Config.LegacyRecords: write only the storage every release reads, whatever the namespace's format mark says")
 	flag.DurationVar(&o.formatRecheck, "format-recheck", 0, "Config.FormatRecheck (0: default)")
@@ -210,6 +211,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		DispatchBuckets:   o.dispatchBuckets,
 		DispatchTasks:     o.dispatchTasks,
 		EnqueueGroupLanes: o.enqueueLanes,
+		Prefetch:          o.prefetch,
 		CompactRecords:    o.compact,
 		LegacyRecords:     o.legacy,
 		FormatRecheck:     o.formatRecheck,
@@ -513,21 +515,22 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 		return err
 	}
 	log.Info("worker id", "worker", w.ID())
-	err = countChained(led, w.Chained, log, func() error { return w.Run(ctx) })
-	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed(), "chained", w.Chained())
+	err = countChained(led, w.Chained, w.ClaimedAhead, log, func() error { return w.Run(ctx) })
+	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed(), "chained", w.Chained(), "ahead", w.ClaimedAhead())
 	return err
 }
 
 // countChained runs run, meanwhile writing a C line (ledger.Chained)
 // whenever count, the worker's batches taken with results, has grown,
-// looking every 200 ms, and once more when run returns: a worker killed
-// loses at most the last 200 ms of it.
-func countChained(led *ledger.Writer, count func() int64, log *slog.Logger, run func() error) error {
+// and an A line (ledger.Ahead) whenever ahead, its tasks claimed ahead of
+// a free slot, has, looking every 200 ms, and once more when run returns:
+// a worker killed loses at most the last 200 ms of them.
+func countChained(led *ledger.Writer, count, ahead func() int64, log *slog.Logger, run func() error) error {
 	done := make(chan struct{})
 	counted := make(chan struct{})
 	go func() {
 		defer close(counted)
-		writeChained(led, count, done, log)
+		writeChained(led, count, ahead, done, log)
 	}()
 	err := run()
 	close(done)
@@ -535,15 +538,21 @@ func countChained(led *ledger.Writer, count func() int64, log *slog.Logger, run 
 	return err
 }
 
-func writeChained(led *ledger.Writer, count func() int64, done <-chan struct{}, log *slog.Logger) {
+func writeChained(led *ledger.Writer, count, ahead func() int64, done <-chan struct{}, log *slog.Logger) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	var last int64
+	var last, lastAhead int64
 	write := func() {
 		if n := count(); n != last {
 			last = n
 			if err := led.Write(ledger.Chained(n)); err != nil {
 				log.Warn("could not write the chained count", "err", err)
+			}
+		}
+		if n := ahead(); n != lastAhead {
+			lastAhead = n
+			if err := led.Write(ledger.Ahead(n)); err != nil {
+				log.Warn("could not write the claimed-ahead count", "err", err)
 			}
 		}
 	}

@@ -82,7 +82,14 @@ func runSharded(ctx context.Context, sh engine.Shards, cfg engine.Config, o opti
 			}
 			return n
 		}
-		return countChained(led, chained, log, func() error { return runUntil(ctx, srv, cfg.ShutdownTimeout) })
+		ahead := func() int64 {
+			var n int64
+			for _, l := range srv.Lanes {
+				n += l.Worker.ClaimedAhead()
+			}
+			return n
+		}
+		return countChained(led, chained, ahead, log, func() error { return runUntil(ctx, srv, cfg.ShutdownTimeout) })
 	case "scheduler":
 		// Periodic entries live in lane 0 (ShardedServer.AddPeriodic
 		// declares them there): the scheduler is lane 0's. It runs with a
