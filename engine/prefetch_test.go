@@ -138,6 +138,9 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	if claim := rs.maxClaim.Load(); claim <= slots {
 		t.Fatalf("largest claim %d: the worker never claimed ahead", claim)
 	}
+	// The fetching loop claims ahead while the mean run is quick: the
+	// blocked handlers have not returned, so it is.
+	waitFor(t, 10*time.Second, "tasks claimed ahead waiting for a slot", func() bool { return w.proc.waiting.Load() > 0 })
 	done := make(chan error, 1)
 	go func() { done <- w.Shutdown(ctx) }()
 	// Only the two blocked handlers' tasks stay running.
@@ -157,6 +160,9 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	t.Logf("runs %d, given back unstarted %d, queue %+v", ran, rs.unstarted.Load(), st)
 	if rs.unstarted.Load() == 0 {
 		t.Errorf("no task given back unstarted")
+	}
+	if n := w.proc.waiting.Load(); n != 0 {
+		t.Errorf("%d tasks still waiting for a slot after the shutdown", n)
 	}
 	if int(st.Processed)+int(st.Ready) != n || st.Running != 0 || st.Dead != 0 {
 		t.Errorf("after shutdown: %+v, want processed + ready = %d", st, n)

@@ -50,6 +50,8 @@ type processor struct {
 	// meanRun is the handlers' recent mean run time in nanoseconds, plus
 	// one (0: none measured yet), a moving average of the last runs.
 	meanRun atomic.Int64
+	// waiting counts the tasks claimed ahead waiting for a slot now.
+	waiting atomic.Int64
 	// unrecorded holds a token for each result handed to the committer
 	// and not yet recorded: max(Concurrency, GroupCommitMax) at most.
 	unrecorded chan struct{}
@@ -122,6 +124,8 @@ func (p *processor) startRun(fetchCtx context.Context, rec *buckets.Record) bool
 	}
 	w := p.w
 	w.ahead.Add(1)
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
 	grace := w.cfg.LeaseGrace.Milliseconds()
 	claimedAt := rec.Deadline - rec.TimeoutMs - grace // fetcher.leaseDeadline
 	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Clock.Now())) * time.Millisecond)
