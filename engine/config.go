@@ -83,8 +83,9 @@ type Config struct {
 	// 1 to 1000; default 32.
 	ClaimBatch int
 	// Prefetch is how many tasks a worker process may claim beyond
-	// Concurrency, to wait in the process for a free handler slot, while
-	// the queue is deep and its handlers are quick (see PrefetchWait): a
+	// Concurrency, to wait in the process for a free handler slot (and
+	// start in the order claimed), while the worker takes from one queue,
+	// it is deep and its handlers are quick (see PrefetchWait): a
 	// batch of quick tasks then takes up to ClaimBatch tasks in one claim
 	// and one result transaction, not Concurrency. A task claimed ahead
 	// waits in the in-flight list and the pending set as a running one

@@ -119,6 +119,10 @@ type claimed struct {
 	tok *slotToken
 	// counted: processor.running already counts the run.
 	counted bool
+	// turn and next order a batch's runs (processor.startRun): turn is
+	// closed once the run claimed before this one has its slot or went
+	// back, and this run closes next once it has (nil: no order).
+	turn, next chan struct{}
 }
 
 // want is how many tasks the next pop asks for: 1 while the queues look

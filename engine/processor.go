@@ -73,13 +73,15 @@ func newProcessor(w *Worker) *processor {
 }
 
 // prefetching reports whether the worker claims ahead of its free slots
-// now: the queues look deep (the next pop would ask for more tasks than
+// now: it takes tasks from one queue (a batch claimed ahead would bend the
+// shares of weighted queues, and hold a lower queue's tasks while a
+// higher one's arrive), the queue looks deep (the next pop would ask for more tasks than
 // there are slots) and the handlers' mean run time, times the tasks
 // claimed ahead per slot, is within Config.PrefetchWait.
 func (p *processor) prefetching() bool {
 	slots, extra := cap(p.slots), cap(p.sem)-cap(p.slots)
 	mean := p.meanRun.Load()
-	if extra == 0 || mean == 0 || p.w.fetcher.want() <= slots {
+	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
 		return false
 	}
 	perSlot := (extra + slots - 1) / slots
@@ -116,14 +118,20 @@ func (p *processor) observeRun(d time.Duration) {
 // queue unstarted (not counted as a recovery) when the worker stops
 // fetching meanwhile, or when half of LeaseGrace has passed since its
 // claim, so that the lease the claim set still covers its whole run.
-func (p *processor) startRun(fetchCtx context.Context, rec *buckets.Record) bool {
+func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
+	if c.next != nil {
+		defer close(c.next)
+	}
+	if c.turn != nil {
+		<-c.turn // the batch's run before has its slot, or went back
+	}
+	rec := c.rec
 	select {
 	case p.slots <- struct{}{}:
 		return true
 	default:
 	}
 	w := p.w
-	w.ahead.Add(1)
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	grace := w.cfg.LeaseGrace.Milliseconds()
@@ -295,7 +303,11 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 			p.running.Add(1)
 		}
 	}
+	if n, slots := len(ids), cap(p.slots); n > slots {
+		w.ahead.Add(int64(n - slots))
+	}
 	var group *heldGroup
+	var turn chan struct{} // closed once the run before has its slot
 	if held != nil {
 		group = newHeldGroup(w, h, held, runs)
 	} else {
@@ -308,7 +320,11 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		}
 		tok := &slotToken{p: p}
 		tok.held.Store(true)
-		c := claimed{rec: rec, tok: tok, counted: true}
+		// The batch's runs take slots in claim order (startRun): a task
+		// claimed ahead starts after those before it in its queue.
+		next := make(chan struct{})
+		c := claimed{rec: rec, tok: tok, counted: true, turn: turn, next: next}
+		turn = next
 		if cs[i].Held() != nil {
 			c.batch, c.waited = group, cs[i].Waited()
 		}
@@ -403,7 +419,7 @@ func (p *processor) popped(pop *groupPop, ids []string) []string {
 func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (popped, bool) {
 	w := p.w
 	joins := c.held == nil && c.batch == nil // its result goes to the committer
-	if !p.startRun(fetchCtx, c.rec) {
+	if !p.startRun(fetchCtx, c) {
 		if joins && c.counted {
 			p.running.Add(-1)
 		}

@@ -121,9 +121,8 @@ func (w *Worker) Failed() int64 { return w.failed.Load() }
 // batch's pops behind its results' EXEC (docs/design.md, "The worker").
 func (w *Worker) Chained() int64 { return w.chained.Load() }
 
-// ClaimedAhead counts the tasks this worker claimed ahead of a free
-// handler slot (Config.Prefetch) that then waited for one: started once
-// one was free, or given back unstarted.
+// ClaimedAhead counts the tasks this worker claimed ahead of its handler
+// slots (Config.Prefetch): those of each batch beyond Concurrency.
 func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is

@@ -31,7 +31,7 @@ type observed struct {
 	// chained sums the workers' last C lines: batches taken with the
 	// results before them (Scenario.Chained).
 	chained int64
-	// ahead: tasks workers claimed ahead of a free slot (Scenario.Ahead).
+	// ahead: tasks workers claimed ahead of their slots (Scenario.Ahead).
 	ahead int64
 }
 
@@ -553,13 +553,13 @@ func (o *observed) checkChained() (string, error) {
 	return fmt.Sprintf("workers took %d batches in the round trip of the results before them (by the last count of each worker)", o.chained), nil
 }
 
-// checkAhead tells whether workers claimed tasks ahead of a free slot,
-// by the workers' last A lines.
+// checkAhead tells whether workers claimed tasks ahead of their slots,
+// by the workers' last P lines.
 func (o *observed) checkAhead() (string, error) {
 	if o.ahead == 0 {
-		return "", errors.New("no worker claimed a task ahead of a free slot, so the scenario did not exercise claiming ahead")
+		return "", errors.New("no worker claimed a task ahead of their slots, so the scenario did not exercise claiming ahead")
 	}
-	return fmt.Sprintf("workers claimed %d tasks ahead of a free slot (by the last count of each worker)", o.ahead), nil
+	return fmt.Sprintf("workers claimed %d tasks ahead of their slots (by the last count of each worker)", o.ahead), nil
 }
 
 // checkInline sums the inline guards of every lane: each removal of an

@@ -52,8 +52,8 @@ type Scenario struct {
 	// Chained: workers must be seen taking a batch in the round trip of
 	// the results before it: over the workers' C lines, a count above 0.
 	Chained bool
-	// Ahead: workers must be seen claiming tasks ahead of a free slot
-	// (engine Config.Prefetch): over the workers' A lines, a count above 0.
+	// Ahead: workers must be seen claiming tasks ahead of their slots
+	// (engine Config.Prefetch): over the workers' P lines, a count above 0.
 	Ahead bool
 	// Formats: the processes with "-compact-records" in SlotArgs write
 	// version 4 records and the others ("-legacy-records") version 1 or

@@ -118,9 +118,9 @@ func End(id string, endMs int64, pid int) string {
 // trip of the results before them so far (engine.Worker.Chained).
 func Chained(n int64) string { return fmt.Sprintf("C %d", n) }
 
-// Ahead formats a worker's A line: the tasks it claimed ahead of a free
-// handler slot so far (engine.Worker.ClaimedAhead).
-func Ahead(n int64) string { return fmt.Sprintf("A %d", n) }
+// Ahead formats a worker's P line: the tasks it claimed ahead of its
+// handler slots so far (engine.Worker.ClaimedAhead).
+func Ahead(n int64) string { return fmt.Sprintf("P %d", n) }
 
 // Run is one handler run read from a handler ledger.
 type Run struct {
@@ -306,7 +306,7 @@ func ReadHandler(path string) ([]*Run, error) {
 					break
 				}
 			}
-		case "C", "A": // ReadChained's, ReadAhead's
+		case "C", "P": // ReadChained's, ReadAhead's
 			if len(g) != 2 {
 				return nil, bad()
 			}
@@ -321,9 +321,9 @@ func ReadHandler(path string) ([]*Run, error) {
 // worker took with the results before them by then (0 without one).
 func ReadChained(path string) (int64, error) { return lastCount(path, "C") }
 
-// ReadAhead reads a handler ledger's last A line: the tasks the worker
-// claimed ahead of a free slot by then (0 without one).
-func ReadAhead(path string) (int64, error) { return lastCount(path, "A") }
+// ReadAhead reads a handler ledger's last P line: the tasks the worker
+// claimed ahead of its slots by then (0 without one).
+func ReadAhead(path string) (int64, error) { return lastCount(path, "P") }
 
 // lastCount reads the count of a handler ledger's last line of kind k.
 func lastCount(path, k string) (int64, error) {

@@ -522,7 +522,7 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 
 // countChained runs run, meanwhile writing a C line (ledger.Chained)
 // whenever count, the worker's batches taken with results, has grown,
-// and an A line (ledger.Ahead) whenever ahead, its tasks claimed ahead of
+// and a P line (ledger.Ahead) whenever ahead, its tasks claimed ahead of
 // a free slot, has, looking every 200 ms, and once more when run returns:
 // a worker killed loses at most the last 200 ms of them.
 func countChained(led *ledger.Writer, count, ahead func() int64, log *slog.Logger, run func() error) error {
