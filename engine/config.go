@@ -88,8 +88,8 @@ type Config struct {
 	// it is deep and its handlers are quick (see PrefetchWait): a
 	// batch of quick tasks then takes up to ClaimBatch tasks in one claim
 	// and one result transaction, not Concurrency. A task claimed ahead
-	// waits in the in-flight list and the pending set as a running one
-	// does, so a crash recovers it as today; when the worker stops, or
+	// is claimed: it waits in the pending set, under a lease, as a running
+	// one does, so a crash recovers it as today; when the worker stops, or
 	// when it waited half of LeaseGrace for a slot, it goes back to the
 	// front of its queue at once, not counted as a recovery. 0: the
 	// default, ClaimBatch minus Concurrency (none when Concurrency is at

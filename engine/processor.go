@@ -53,7 +53,8 @@ type processor struct {
 	// waiting counts the tasks claimed ahead waiting for a slot now.
 	waiting atomic.Int64
 	// unrecorded holds a token for each result handed to the committer
-	// and not yet recorded: max(Concurrency, GroupCommitMax) at most.
+	// and not yet recorded: max(Concurrency + prefetch, GroupCommitMax) at
+	// most.
 	unrecorded chan struct{}
 	// running counts the handlers running now whose results go to the
 	// committer (claimed without a watch kept for them); the committer
@@ -72,14 +73,17 @@ func newProcessor(w *Worker) *processor {
 	return p
 }
 
+// extra is how many tasks the worker may claim beyond its slots.
+func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
+
 // prefetching reports whether the worker claims ahead of its free slots
-// now: it takes tasks from one queue (a batch claimed ahead would bend the
-// shares of weighted queues, and hold a lower queue's tasks while a
-// higher one's arrive), the queue looks deep (the next pop would ask for more tasks than
-// there are slots) and the handlers' mean run time, times the tasks
-// claimed ahead per slot, is within Config.PrefetchWait.
+// now: it takes tasks from one queue (a batch claimed ahead would bend
+// the shares of weighted queues, and hold a lower queue's tasks while a
+// higher one's arrive), the queue looks deep (the next pop would ask for
+// more tasks than there are slots) and the handlers' mean run time, times
+// the tasks claimed ahead per slot, is within Config.PrefetchWait.
 func (p *processor) prefetching() bool {
-	slots, extra := cap(p.slots), cap(p.sem)-cap(p.slots)
+	slots, extra := cap(p.slots), p.extra()
 	mean := p.meanRun.Load()
 	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
 		return false
@@ -91,7 +95,7 @@ func (p *processor) prefetching() bool {
 // reserve adjusts the tokens the fetching loop holds back: none while
 // prefetching, otherwise as many of the extra ones as are free now.
 func (p *processor) reserve() {
-	extra := cap(p.sem) - cap(p.slots)
+	extra := p.extra()
 	if extra == 0 {
 		return
 	}
@@ -168,7 +172,7 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 		case <-fetchCtx.Done():
 			return
 		}
-		if p.reserved < cap(p.sem)-cap(p.slots) && !p.prefetching() {
+		if p.reserved < p.extra() && !p.prefetching() {
 			// A token a task claimed ahead gave back: held back now.
 			p.reserved++
 			continue

@@ -74,7 +74,7 @@ type Worker struct {
 
 	processed, failed atomic.Int64
 	chained           atomic.Int64 // batches taken with the results before them
-	ahead             atomic.Int64 // tasks claimed ahead of a free slot
+	ahead             atomic.Int64 // tasks of batches beyond the slots (ClaimedAhead)
 }
 
 // NewWorker returns a Worker that runs tasks with h (a *Mux, usually).

@@ -557,7 +557,7 @@ func (o *observed) checkChained() (string, error) {
 // by the workers' last P lines.
 func (o *observed) checkAhead() (string, error) {
 	if o.ahead == 0 {
-		return "", errors.New("no worker claimed a task ahead of their slots, so the scenario did not exercise claiming ahead")
+		return "", errors.New("no worker claimed a task ahead of its slots, so the scenario did not exercise claiming ahead")
 	}
 	return fmt.Sprintf("workers claimed %d tasks ahead of their slots (by the last count of each worker)", o.ahead), nil
 }
