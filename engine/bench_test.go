@@ -138,7 +138,7 @@ func reportCommands(b *testing.B, e *env, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0
+	total, execs := 0, 0
 	for _, line := range strings.Split(info, "\n") {
 		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") || strings.HasPrefix(line, "cmdstat_config") {
 			continue
@@ -150,8 +150,14 @@ func reportCommands(b *testing.B, e *env, n int) {
 		var calls int
 		fmt.Sscanf(f[1], "%d", &calls)
 		total += calls
+		if strings.HasPrefix(line, "cmdstat_exec:") {
+			execs = calls
+		}
 	}
 	b.ReportMetric(float64(total)/float64(n), "cmds/op")
+	if execs > 0 {
+		b.ReportMetric(float64(n)/float64(execs), "tasks/exec")
+	}
 	if os.Getenv("BENCH_STATS") != "" {
 		b.Log(info)
 	}

@@ -32,7 +32,7 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 	}
 	c := &Client{pool: pool, cfg: cfg, store: st}
 	if cfg.EnqueueGroupMax > 1 {
-		c.group = &enqueueGroup{c: c, max: cfg.EnqueueGroupMax, lanes: cfg.EnqueueGroupLanes}
+		c.group = &enqueueGroup{c: c, max: cfg.EnqueueGroupMax, lanes: cfg.EnqueueGroupLanes, yields: regroupYields}
 	}
 	return c, nil
 }

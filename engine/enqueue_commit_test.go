@@ -184,6 +184,48 @@ func TestEnqueueGroupShares(t *testing.T) {
 	exactlyOnce(t, e.readyIDs(t, q), ready)
 }
 
+// The callers of a group who come straight back with their next enqueue
+// share the next transaction: the group's writer holds the lane until
+// they are queued (regroup), so none of them runs alone ahead of the
+// others. One held enqueue, four queued behind it, then each of the four
+// once more: three EXECs, where ending the busy spell between groups
+// would send the first caller back alone and the other three after it.
+func TestEnqueueGroupRegroups(t *testing.T) {
+	e := realEnv(t)
+	const q, k = "group-regroup", 4
+	reached, release := make(chan struct{}), make(chan struct{})
+	g := &execGate{before: holdExec(1, reached, release)}
+	c, queued := gatedClient(t, e, g, nil)
+	// Yield for as long as it takes: the four come back whatever the
+	// machine's load (a caller that does not come back costs the bound).
+	c.group.yields = 1 << 20
+	ctx := context.Background()
+	first := enqueueAsync(ctx, c, q, false)
+	<-reached
+	again := make(chan enqueued1, 2*k)
+	for i := 0; i < k; i++ {
+		go func() {
+			for range 2 {
+				again <- <-enqueueAsync(ctx, c, q, false)
+			}
+		}()
+		<-queued
+	}
+	close(release)
+	chs := []<-chan enqueued1{first}
+	for range 2 * k {
+		chs = append(chs, again)
+	}
+	_, ready := answers(t, chs)
+	if len(ready) != 2*k+1 {
+		t.Fatalf("%d tasks ready, want %d", len(ready), 2*k+1)
+	}
+	if n := g.n.Load(); n != 3 {
+		t.Fatalf("%d EXECs for one enqueue, %d queued behind it and their %d next ones; want 3", n, k, k)
+	}
+	exactlyOnce(t, e.readyIDs(t, q), ready)
+}
+
 // With two lanes, an enqueue that arrives while one is in flight runs at
 // once in the second lane; one that arrives while both are in flight
 // queues, and the next lot goes when either ends. Every caller is
