@@ -32,10 +32,16 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 			perTaskFloor(r.find("e2e", "engine", "commands_per_task", h8)), shallowE2E(r, 64),
 			cpuSentence(r, "e2e", h8, "the process running the producers, the worker and the dispatcher",
 				"*Where the time goes* shows where the client's time goes (`scripts/profiles.sh` profiles this scenario): system calls, the Go scheduler handing tasks and replies between goroutines, and memory allocation; the engine's own functions are a few percent of it.", "engine", "naive", "asynq"))
+		if c := e2eClose(r, h8); c != "" {
+			p("  %s\n", c)
+		}
 	}
 	if missed["single"] {
 		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. On a namespace marked for the compact storage, as the harness's new one is, a task alone in its bucket is an inline entry that `ZADD` names, so the transaction has no `RPUSH`; with the storage every release reads (`legacy_records`, or a namespace in use before this release and not marked) it has. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
 			cpuSentence(r, "enqueue", map[string]any{"producers": 1, "batch": 1, "delayed": true}, "the producer's process", "", "engine", "naive", "asynq"))
+		if c := enqueueClose(r); c != "" {
+			p("  %s\n", c)
+		}
 	}
 	if missed["bytes"] {
 		var parts []string
@@ -54,7 +60,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 				}
 			}
 		}
-		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are what the default configuration writes on a new namespace, the compact storage: the shorter record (version 4), and a task alone in its bucket scheduled as an inline entry, an index member naming the task with no list. The *legacy records* columns are the storage every release reads (record version 1 and a list for every bucket), which a namespace in use before this release keeps until `engine storage compact` marks it (docs/operations.md), or `legacy_records` writes.\n",
+		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are what the default configuration writes on a new namespace, the compact storage: the shorter record (version 4), and a task alone in its bucket scheduled as an inline entry, an index member naming the task with no list. The *legacy records* columns are the storage every release reads (record version 1 and a list for every bucket), which a namespace in use before this release keeps until `engine storage compact` marks it (docs/operations.md), or `legacy_records` writes. What closes it: that mark, once every process on the namespace runs this release; the storage every release reads stays as it is, since earlier releases must go on reading what it writes.\n",
 			orText(strings.Join(parts, "; "), "no breakdown in this run"))
 	}
 	if missed["lateness"] {
@@ -83,11 +89,12 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 			if pace := schedulePace(r, want); pace != "" {
 				p("  %s\n", pace)
 			}
+			p("  %s\n", latenessClose(r, want))
 		}
 	}
 	if missed["dispatch"] {
-		p("- **Dispatch.** A move costs both sides: for each bucket a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count, built and read back by the client and run by Redis, in transactions of many buckets; asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. In these rows the dispatcher moves buckets the harness enqueued in batches (one list a bucket). On a namespace marked for the compact storage, a task enqueued alone in its bucket is an inline entry, which the move reads with one `ZSCORE` instead of the bucket's `WATCH`, `LRANGE`, `DEL` and retry count (`BenchmarkMoveSpreadInline` in `buckets`). %s\n",
-			dispatchCPU(r))
+		p("- **Dispatch.** A move costs both sides, built and read back by the client and run by Redis, in transactions of many buckets: for a bucket list a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count; for an inline entry (a task alone in its bucket on a namespace marked for the compact storage, as the harness's new one is: the spread rows' backlog, enqueued in batches, is all inline entries) a `ZSCORE` of it under a `WATCH` of its guard, then its `ZREM` and the guard's `INCR`. asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. %s %s\n",
+			dispatchCPU(r), dispatchClose(r))
 	}
 }
 
@@ -275,4 +282,126 @@ func latenessDiagnosis(r *Report, rate, workers int) string {
 	}
 	return fmt.Sprintf("The same case with %.0f handlers (the diagnostic row under *Every figure*) has a p50 of %s ms and a p99 of %s ms, %s.",
 		w, formatValue(p50, "ms"), formatValue(p99, "ms"), what)
+}
+
+// cpuPerTask is a case's client plus server CPU time per task (µs).
+func cpuPerTask(r *Report, scenario, impl string, want map[string]any) (float64, bool) {
+	c, ok1 := median(r.find(scenario, impl, "client_cpu", want))
+	v, ok2 := median(r.find(scenario, impl, "server_cpu", want))
+	return c + v, ok1 && ok2
+}
+
+// e2eClose says what would close the e2e misses, from the run's CPU and
+// command figures: against asynq, the CPU each task costs; against naive,
+// the commands the engine sends once per task or more, which already
+// match all that naive sends. "" without the figures.
+func e2eClose(r *Report, want map[string]any) string {
+	eng, ok1 := cpuPerTask(r, "e2e", "engine", want)
+	asy, ok2 := cpuPerTask(r, "e2e", "asynq", want)
+	nai, ok3 := cpuPerTask(r, "e2e", "naive", want)
+	naiveCmds, ok4 := median(r.find("e2e", "naive", "commands_per_task", want))
+	var out []string
+	if ok1 && ok2 && eng > 0 {
+		out = append(out, fmt.Sprintf("What would close it: against asynq, less CPU per task. Client and Redis together spent %.1f µs a task for asynq and %.1f µs for the engine (%.2f×); with the cores about as busy in both runs the rates differ by about that ratio, so 3× needs the engine's CPU per task below a third of asynq's, and most of it is the client's.",
+			asy, eng, asy/eng))
+	}
+	if floor := perTaskSum(r.find("e2e", "engine", "commands_per_task", want)); ok1 && ok3 && ok4 && floor > 0 {
+		out = append(out, fmt.Sprintf("Against naive, nothing that keeps the acknowledgement: naive's whole cost is %.2f commands a task, the engine's commands sent once per task or more add up to %.2f alone, and naive spent %.1f µs of CPU a task to the engine's %.1f µs; only the per-transaction share and the client's CPU per task can shrink, not to naive's.",
+			naiveCmds, floor, nai, eng))
+	}
+	return strings.Join(out, " ")
+}
+
+// perTaskSum adds up the commands an e2e run sent about once per task or
+// more (those perTaskFloor names).
+func perTaskSum(res *Result) float64 {
+	if res == nil || res.Status != StatusOK || res.Detail == nil {
+		return 0
+	}
+	m, _ := res.Detail["commands_per_task_by_command"].(map[string]any)
+	sum := 0.0
+	for _, v := range m {
+		if f, ok := v.(float64); ok && f >= 0.9 {
+			sum += f
+		}
+	}
+	return sum
+}
+
+// enqueueClose says what would close the single delayed enqueue misses:
+// with one producer, the CPU a round trip costs both sides against
+// asynq's and naive's; with several, how busy the cores were while one
+// group transaction at a time was in flight.
+func enqueueClose(r *Report) string {
+	var out []string
+	one := map[string]any{"producers": 1, "batch": 1, "delayed": true}
+	eng, ok1 := cpuPerTask(r, "enqueue", "engine", one)
+	asy, ok2 := cpuPerTask(r, "enqueue", "asynq", one)
+	nai, ok3 := cpuPerTask(r, "enqueue", "naive", one)
+	if ok1 && ok2 && ok3 {
+		need := asy / 1.2
+		s := fmt.Sprintf("What would close it: with one producer the rate is one over the round trip, whose CPU on both sides was %.1f µs for the engine and %.1f µs for asynq; 1.2× needs the engine's below %.1f µs.", eng, asy, need)
+		if need < nai {
+			s += fmt.Sprintf(" That is less than naive's %.1f µs for a round trip of one command, so it is the round trip's own cost (system calls, waking the caller), not the transaction's commands, that is left.", nai)
+		}
+		out = append(out, s)
+	}
+	for _, pr := range r.intParams("enqueue", "producers") {
+		if pr <= 1 {
+			continue
+		}
+		want := map[string]any{"producers": pr, "batch": 1, "delayed": true}
+		b, ok := median(r.find("enqueue", "engine", "cores_busy", want))
+		ab, ok2 := median(r.find("enqueue", "asynq", "cores_busy", want))
+		if ok && ok2 && b < ab {
+			out = append(out, fmt.Sprintf("With %d producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were %.0f%% busy against asynq's %.0f%%: a second lane overlaps the client's work with the server's, and on a process that only enqueues it is the setting to raise; it is not the default because, where producers share the cores with workers, its smaller and more numerous transactions made scheduled tasks run later (`docs/operations.md`).", pr, b, ab))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// latenessClose says what would close a missed lateness target, from the
+// run's engine-1ms figures for the same case: a finer resolution where
+// that meets it, or that neither the resolution nor more handlers do.
+func latenessClose(r *Report, want map[string]any) string {
+	fine, ok := median(r.find("lateness", "engine-1ms", "p99", want))
+	switch {
+	case !ok:
+		return "What would close it: the engine-1ms column (`-impls engine-1ms`) tells whether a finer resolution does."
+	case fine <= 20:
+		return fmt.Sprintf("What would close it: a finer resolution where bursts are rare; with 1 ms buckets the p99 was %s ms in this run (the `resolution` setting), at the cost of the moves of bursts (the engine-1ms dispatch rows).", formatValue(fine, "ms"))
+	}
+	return fmt.Sprintf("What would close it: not the resolution alone (1 ms buckets gave a p99 of %s ms in this run); the tail is the time tasks wait for the shared cores, so fewer commands and less CPU per task end to end, or cores of their own for the workers.", formatValue(fine, "ms"))
+}
+
+// dispatchClose says what would close a missed dispatch target, from the
+// largest spread backlog's rates with one dispatcher and with the most:
+// how much each design gained from more dispatchers, and which side of the
+// engine's move cost the most CPU.
+func dispatchClose(r *Report) string {
+	bl := r.intParams("dispatch", "backlog")
+	ds := r.intParams("dispatch", "dispatchers")
+	if len(bl) == 0 || len(ds) < 2 {
+		return ""
+	}
+	n, lo, hi := bl[len(bl)-1], ds[0], ds[len(ds)-1]
+	gain := func(impl string) (float64, bool) {
+		a, ok1 := median(r.find("dispatch", impl, "rate", map[string]any{"shape": "spread", "backlog": n, "dispatchers": lo}))
+		b, ok2 := median(r.find("dispatch", impl, "rate", map[string]any{"shape": "spread", "backlog": n, "dispatchers": hi}))
+		return b / a, ok1 && ok2 && a > 0
+	}
+	eg, ok1 := gain("engine")
+	ag, ok2 := gain("asynq")
+	if !ok1 || !ok2 {
+		return ""
+	}
+	side := "Redis's"
+	want := map[string]any{"shape": "spread", "dispatchers": 1, "backlog": n}
+	c, okc := median(r.find("dispatch", "engine", "client_cpu", want))
+	v, oks := median(r.find("dispatch", "engine", "server_cpu", want))
+	if okc && oks && c > v {
+		side = "the dispatcher's client"
+	}
+	return fmt.Sprintf("What would close it: from %d to %d dispatchers over the spread backlog of %d, asynq's rate changed ×%.2f and the engine's ×%.2f. Redis runs one script at a time, so asynq's gain is its clients' work overlapping; the engine's dispatchers take turns, so it gains only from a cheaper move per task, of which %s CPU is the larger part (`BenchmarkMoveSpreadInline` in `buckets` times the move alone).",
+		lo, hi, n, ag, eg, side)
 }
