@@ -61,9 +61,10 @@ side a design spends its time on.
 ` + "`BENCH_STATS=1 go test -run XXX -bench WorkerThroughput ./engine`" + ` prints the commands Redis ran
 per task, and ` + "`cd buckets && go test -run XXX -bench . -benchmem`" + ` times the claim, finish and move
 transactions one at a time and in batches. The e2e scenario counts them too (*End to end, command
-by command* below): per task, the worker's share is one ` + "`RPOPLPUSH`" + `, the claim's ` + "`SET`" + ` of the record
-and ` + "`LREM`" + ` from the in-flight list, the success's ` + "`SETEX`" + ` of the done record, and a share of each
-batch's ` + "`WATCH`" + `, ` + "`MGET`" + `, ` + "`MULTI`" + `/` + "`EXEC`" + ` and counters; a success nobody waits for pushes no
+by command* below): per task, the worker's share is one ` + "`RPOPLPUSH`" + ` and the success's ` + "`SETEX`" + ` of the
+done record, and a share of each batch's ` + "`WATCH`" + `, ` + "`MGET`" + `, ` + "`MULTI`" + `/` + "`EXEC`" + `, counters, the claim's
+` + "`MSET`" + ` of its records and one ` + "`LTRIM`" + ` of the in-flight list (a task claimed alone writes its record
+with a ` + "`SET`" + ` and leaves the in-flight list by an ` + "`LREM`" + ` of its own); a success nobody waits for pushes no
 completion list (its kept record tells a later ` + "`Wait`" + `). The rest is the producers' enqueue.
 
 ## Reading the figures

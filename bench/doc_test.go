@@ -178,6 +178,7 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	add("e2e", "engine", "commands_per_task", h8, 3.4).Detail = map[string]any{
 		"commands_per_task_by_command": map[string]any{"rpoplpush": 1.0, "setex": 1.0, "multi": 0.2}}
 	add("e2e", "naive", "commands_per_task", h8, 2)
+	add("e2e", "engine", "round_trips_per_task", h8, 0.4)
 	cpu("e2e", "engine", h8, 40, 20, 70)
 	cpu("e2e", "asynq", h8, 110, 70, 73)
 	cpu("e2e", "naive", h8, 25, 18, 82)
@@ -185,6 +186,7 @@ func TestRenderWhatWouldClose(t *testing.T) {
 		params := map[string]any{"producers": p, "batch": 1.0, "delayed": true}
 		add("enqueue", "engine", "rate", params, 13000)
 		add("enqueue", "asynq", "rate", params, 12000)
+		add("enqueue", "naive", "rate", params, 14000)
 		cpu("enqueue", "engine", params, 45, 30, 50+p)
 		cpu("enqueue", "asynq", params, 48, 34, 60+p)
 		cpu("enqueue", "naive", params, 40, 29, 46)
@@ -201,13 +203,15 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	add("lateness", "engine-1ms", "p99", lat, 17.2)
 	add("memory", "engine", "total", map[string]any{"shape": "spread", "records": "legacy"}, 597)
 	add("memory", "engine", "overhead", map[string]any{"shape": "spread", "records": "legacy"}, 497)
-	doc := renderPage(t, &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0}, Results: rs}, "")
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0}, Results: rs}
+	doc := renderPage(t, rep, "")
 	for _, want := range []string{
 		"What would close it: against asynq, less CPU per task. Client and Redis together spent 180.0 µs a task for asynq and 60.0 µs for the engine (3.00×)",
-		"naive's whole cost is 2.00 commands a task, the engine's commands sent once per task or more add up to 2.00 alone, and naive spent 43.0 µs of CPU a task to the engine's 60.0 µs",
-		"whose CPU on both sides was 75.0 µs for the engine and 82.0 µs for asynq; 1.2× needs the engine's below 68.3 µs.",
+		"Against naive: naive's whole cost is 2.00 commands a task, and the engine's commands sent once per task or more add up to 2.00 alone",
+		"Redis spent 20.0 µs a task on the engine's and 18.0 µs on naive's; the clients 40.0 µs and 25.0 µs (60.0 µs and 43.0 µs in all). The engine's client makes 0.40 round trips a task",
+		"What would close it: with one producer the rate is one over the round trip, whose CPU on both sides was 75.0 µs for the engine and 82.0 µs for asynq; 1.2× needs the engine's below 68.3 µs.",
 		"That is less than naive's 69.0 µs",
-		"With 8 producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were 58% busy against asynq's 68%",
+		"; with 8 producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were 58% busy against asynq's 68%",
 		"What would close it: from 1 to 4 dispatchers over the spread backlog of 100000, asynq's rate changed ×1.27 and the engine's ×0.97.",
 		"of which the dispatcher's client CPU is the larger part",
 		"What would close it: a finer resolution where bursts are rare; with 1 ms buckets the p99 was 17.2 ms in this run",
@@ -216,5 +220,18 @@ func TestRenderWhatWouldClose(t *testing.T) {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the page lacks %q", want)
 		}
+	}
+	// With the one-producer row met, only the eight-producer row's account.
+	for _, res := range rs {
+		if res.Scenario == "enqueue" && res.Impl == "engine" && res.Metric == "rate" && res.Params["producers"] == 1.0 {
+			*res.Median = 15000
+		}
+	}
+	doc = renderPage(t, rep, "")
+	if strings.Contains(doc, "with one producer the rate is one over the round trip") {
+		t.Error("the page says what would close the one-producer enqueue row, which was met")
+	}
+	if !strings.Contains(doc, "What would close it: with 8 producers on one `Client` one group transaction is in flight at a time") {
+		t.Error("the page lacks what would close the eight-producer enqueue row")
 	}
 }
