@@ -33,7 +33,7 @@ func TestRenderDoc(t *testing.T) {
 				map[string]any{"breakdown": map[string]any{"bytes_per_task": map[string]any{"record_key": 88.0, "record_value": 160.0, "rest": 12.5}}}),
 		}}
 	doc := renderPage(t, rep, "A note.")
-	for _, want := range []string{
+	wantOnPage(t, doc,
 		"GENERATED",
 		"A note.",
 		"| e2e no-op tasks/s, 8 handlers, engine vs asynq | ≥ 3× | 3.00× (30k vs 10k) | met |",
@@ -52,11 +52,7 @@ func TestRenderDoc(t *testing.T) {
 		"| **round trips** (the design's own count; a pipeline is one) | 2.25 | n/a |",
 		"### Why a target is missed",
 		"- **End to end.** Client and Redis share the cores",
-	} {
-		if !strings.Contains(doc, want) {
-			t.Errorf("the page lacks %q", want)
-		}
-	}
+	)
 	// No 64-handler case in this run: no account of one.
 	if strings.Contains(doc, "With 64 handlers the engine runs") {
 		t.Error("the page accounts for a 64-handler case the run lacks")
@@ -115,7 +111,7 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 			res("engine-1ms", "p50", target, 4), res("engine-1ms", "p99", target, 18),
 		}}
 	doc := renderPage(t, rep, "")
-	for _, want := range []string{
+	wantOnPage(t, doc,
 		"| lateness p99 at 20000 tasks/s scheduled, engine | ≤ 20 ms, 0 early | p99 50.0 ms, 0.0% early | **missed** |",
 		"The engine's p50 is 12.0 ms and p99 50.0 ms",
 		"The same case with 64 handlers (the diagnostic row under *Every figure*) has a p50 of 8.00 ms and a p99 of 15.0 ms, so with more handlers the wait for a free slot goes",
@@ -125,11 +121,7 @@ func TestRenderLatenessDiagnosis(t *testing.T) {
 		"The engine's p99 ranged over 30.0–70.0 ms across the 3 runs of this case",
 		// The pace the producers kept, from the last run's detail.
 		"The case asks for its tasks to be scheduled in 10 s; the producers took (last run) engine 16 s (12.5k tasks/s).",
-	} {
-		if !strings.Contains(doc, want) {
-			t.Errorf("the page lacks %q", want)
-		}
-	}
+	)
 }
 
 // renderPage writes rep as a results file and returns the page rendered
@@ -205,7 +197,7 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	add("memory", "engine", "overhead", map[string]any{"shape": "spread", "records": "legacy"}, 497)
 	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0}, Results: rs}
 	doc := renderPage(t, rep, "")
-	for _, want := range []string{
+	wantOnPage(t, doc,
 		"What would close it: against asynq, less CPU per task. Client and Redis together spent 180.0 µs a task for asynq and 60.0 µs for the engine (3.00×)",
 		"Against naive: naive's whole cost is 2.00 commands a task, and the engine's commands sent once per task or more add up to 2.00 alone",
 		"Redis spent 20.0 µs a task on the engine's and 18.0 µs on naive's; the clients 40.0 µs and 25.0 µs (60.0 µs and 43.0 µs in all). The engine's client makes 0.40 round trips a task",
@@ -216,11 +208,7 @@ func TestRenderWhatWouldClose(t *testing.T) {
 		"of which the dispatcher's client CPU is the larger part",
 		"What would close it: a finer resolution where bursts are rare; with 1 ms buckets the p99 was 17.2 ms in this run",
 		"What closes it: that mark, once every process on the namespace runs this release",
-	} {
-		if !strings.Contains(doc, want) {
-			t.Errorf("the page lacks %q", want)
-		}
-	}
+	)
 	// With the one-producer row met, only the eight-producer row's account.
 	for _, res := range rs {
 		if res.Scenario == "enqueue" && res.Impl == "engine" && res.Metric == "rate" && res.Params["producers"] == 1.0 {
@@ -233,5 +221,15 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	}
 	if !strings.Contains(doc, "What would close it: with 8 producers on one `Client` one group transaction is in flight at a time") {
 		t.Error("the page lacks what would close the eight-producer enqueue row")
+	}
+}
+
+// wantOnPage fails the test for each of wants the page lacks.
+func wantOnPage(t *testing.T, doc string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the page lacks %q", want)
+		}
 	}
 }

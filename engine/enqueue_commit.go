@@ -187,9 +187,9 @@ const regroupYields = 8
 // transaction. Without it the take finds the queue empty, the busy spell
 // ends, the first caller back runs alone and the others queue behind it,
 // and eight producers' transactions carry about half as many tasks each
-// (BenchmarkEnqueueDelayed8 reports tasks/exec). It yields at most g.yields times and stops as soon
-// as k enqueues are queued; it never sleeps, and it holds the lane, so
-// enqueues that arrive meanwhile queue.
+// (BenchmarkEnqueueDelayed8 reports tasks/exec). It yields at most
+// g.yields times and stops as soon as k enqueues are queued; it never
+// sleeps, and it holds the lane, so enqueues that arrive meanwhile queue.
 func (g *enqueueGroup) regroup(k int) {
 	for range g.yields {
 		g.mu.Lock()
