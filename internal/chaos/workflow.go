@@ -410,6 +410,23 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	}
 	logf("every workflow acknowledged; faults go on a little")
 	sleep(ctx, 2*time.Second)
+	// A short run can be acknowledged before the first draw of a fault
+	// loop comes up: the faults then go on until each configured kind has
+	// struck once, so that every run is judged under all of them (bounded
+	// by the loops' own longest draw, and by ctx).
+	struck := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return (o.KillEvery <= 0 || rep.Kills > 0) && (o.RestartEvery <= 0 || rep.Restarts > 0)
+	}
+	for until := time.Now().Add(2 * max(o.KillEvery, o.RestartEvery)); !struck() && time.Now().Before(until); {
+		if !sleep(ctx, 100*time.Millisecond) {
+			break
+		}
+	}
+	if !struck() {
+		logf("the run ended before every kind of fault struck")
+	}
 	stopFaults()
 	loops.Wait()
 	enableCuts(false)
