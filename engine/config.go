@@ -99,7 +99,9 @@ type Config struct {
 	// PrefetchWait is how long a task claimed ahead may expect to wait
 	// for a slot: the worker claims ahead only while its handlers' recent
 	// mean run time, times the tasks claimed ahead per slot, is within
-	// it, so a worker does not sit on tasks that another could start, nor
+	// it, and, while every slot is taken, one was freed within it (runs
+	// stuck in long handlers do not count in the mean until they end),
+	// so a worker does not sit on tasks that another could start, nor
 	// delay a task of a higher-priority queue that arrives meanwhile, by
 	// more than about this long. 0 to 1 s; default 5 ms.
 	PrefetchWait time.Duration

@@ -149,9 +149,13 @@ func (f *fetcher) adapt(n, got int) {
 func (f *fetcher) shallow() bool { return f.w.cfg.ClaimBatch <= 1 || f.k.Load() <= 1 }
 
 // next pops up to n tasks (at least 1) of one queue into the in-flight
-// list, waiting while every queue is empty; the in-flight set holds their
-// ids until the caller's claim. It returns false when ctx ended.
-func (f *fetcher) next(ctx context.Context, n int) (string, []string, bool) {
+// list; the in-flight set holds their ids until the caller's claim. When
+// every queue is empty it waits for a wake, and then asks bound how many
+// of the n it may still take: n was chosen before the wait, and the
+// handlers may all have become busy since. When bound says none, next
+// returns no ids, for the caller to decide again. It returns false when
+// ctx ended.
+func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (string, []string, bool) {
 	w := f.w
 	for ctx.Err() == nil {
 		if !w.hb.alive() {
@@ -189,7 +193,12 @@ func (f *fetcher) next(ctx context.Context, n int) (string, []string, bool) {
 		}
 		if len(ids) == 0 {
 			f.k.Store(1)
-			f.waiter.wait(ctx)
+			if !f.waiter.wait(ctx) {
+				break
+			}
+			if n = bound(n); n <= 0 {
+				return "", nil, true
+			}
 			continue
 		}
 		f.adapt(n, len(ids))

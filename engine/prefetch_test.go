@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +123,17 @@ func blockAfter(quick int64, release <-chan struct{}, blocked *atomic.Int64) fun
 	}
 }
 
+// opener returns the function that closes release, once, and has the
+// test's cleanup call it too. Call it after the worker started: cleanups
+// run last registered first, so a test that fails before it releases its
+// blocked handlers still unblocks them before the worker is stopped.
+func opener(t *testing.T, release chan struct{}) func() {
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	return open
+}
+
 // A graceful shutdown gives the tasks claimed ahead back to the front of
 // their queue at once, unstarted and not counted as recovered, while the
 // handlers that started finish; no task is lost or runs twice.
@@ -129,17 +141,19 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	const n, slots = 400, 2
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.ClaimBatch = 16
+	e.cfg.PrefetchWait = 50 * time.Millisecond // a busy machine's pauses do not turn claiming ahead off
 	ctx := context.Background()
 	release := make(chan struct{})
 	var blocked atomic.Int64
 	rec := newRecorder(blockAfter(100, release, &blocked))
 	w, rs, _ := prefetchWorker(t, e, rec)
+	open := opener(t, release)
 	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return blocked.Load() == slots })
 	if claim := rs.maxClaim.Load(); claim <= slots {
 		t.Fatalf("largest claim %d: the worker never claimed ahead", claim)
 	}
-	// The fetching loop claims ahead while the mean run is quick: the
-	// blocked handlers have not returned, so it is.
+	// The tasks claimed with the blocked ones, and those of the pops
+	// right after (within PrefetchWait of the last slot freed), wait.
 	waitFor(t, 10*time.Second, "tasks claimed ahead waiting for a slot", func() bool { return w.proc.waiting.Load() > 0 })
 	done := make(chan error, 1)
 	go func() { done <- w.Shutdown(ctx) }()
@@ -148,7 +162,7 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Running == slots
 	})
-	close(release)
+	open()
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -188,14 +202,16 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.ClaimBatch = 8
 	e.cfg.LeaseGrace = 400 * time.Millisecond
+	e.cfg.PrefetchWait = 50 * time.Millisecond
 	ctx := context.Background()
 	release := make(chan struct{})
 	var blocked atomic.Int64
 	rec := newRecorder(blockAfter(100, release, &blocked))
 	_, rs, _ := prefetchWorker(t, e, rec)
+	open := opener(t, release)
 	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return blocked.Load() == 1 })
 	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
-	close(release)
+	open()
 	waitFor(t, 60*time.Second, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
@@ -211,4 +227,94 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 		}
 	}
 	t.Logf("given back unstarted %d", rs.unstarted.Load())
+}
+
+// When every slot is taken by a run that does not end, the worker stops
+// claiming ahead, however quick the runs that ended were: the tasks it
+// claimed ahead go back past half of LeaseGrace, and are not claimed
+// again while the slots stay stuck (another worker can start them).
+func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
+	const n, slots = 200, 2
+	e, c, _ := deepQueue(t, n, slots)
+	e.cfg.ClaimBatch = 16
+	e.cfg.LeaseGrace = 400 * time.Millisecond
+	e.cfg.PrefetchWait = 50 * time.Millisecond
+	ctx := context.Background()
+	release := make(chan struct{})
+	var blocked atomic.Int64
+	rec := newRecorder(blockAfter(100, release, &blocked))
+	w, rs, _ := prefetchWorker(t, e, rec)
+	opener(t, release)
+	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return blocked.Load() == slots })
+	// Those claimed ahead before the slots were seen stuck go back once
+	// they waited half the grace (200 ms): then only the stuck runs are
+	// claimed.
+	waitFor(t, 10*time.Second, "only the stuck runs claimed (the tasks claimed ahead given back, and not claimed again)", func() bool {
+		st, err := c.Inspector().Queue(ctx, "default")
+		return err == nil && st.Running == slots && rs.unstarted.Load() > 0
+	})
+	back := rs.unstarted.Load()
+	time.Sleep(3 * e.cfg.LeaseGrace / 2) // three more halves of the grace
+	st, err := c.Inspector().Queue(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rs.unstarted.Load(); u != back {
+		t.Errorf("given back unstarted: %d, then %d: the worker claimed ahead again while every slot was stuck", back, u)
+	}
+	if w.proc.waiting.Load() != 0 || st.Running != slots {
+		t.Errorf("%d tasks waiting for a slot, queue %+v: want none waiting and %d running", w.proc.waiting.Load(), st, slots)
+	}
+	t.Logf("given back unstarted %d, queue %+v", back, st)
+}
+
+// A pop that finds every queue empty waits for a wake and then takes no
+// more tasks than the fetching loop's bound says it may still start (the
+// loop decided how many to ask for before the wait, and its slots may all
+// have filled since): none, and it returns no task for the loop to decide
+// again; some, and it pops that many.
+func TestFetcherBoundAfterWaiting(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	e.cfg.Concurrency, e.cfg.ClaimBatch = 2, 16
+	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := w.fetcher
+	defer f.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	enqueueLater := func(k int) {
+		time.Sleep(100 * time.Millisecond)
+		batch := make([]NewTask, k)
+		for i := range batch {
+			batch[i] = NewTask{Type: "t"}
+		}
+		if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+			t.Errorf("enqueue: %v", err)
+		}
+	}
+	var asked []int
+	none := func(n int) int { asked = append(asked, n); return 0 }
+	go enqueueLater(5)
+	q, ids, ok := f.next(ctx, 16, none)
+	if !ok || len(ids) != 0 || q != "" || len(asked) != 1 || asked[0] != 16 {
+		t.Fatalf("bound 0 after a wait: next = %q, %v, %v (bound asked %v); want no task", q, ids, ok, asked)
+	}
+	if k := f.want(); k != 1 {
+		t.Errorf("after an empty pop the fetcher asks for %d, want 1", k)
+	}
+	// The five tasks are there: the next pop takes up to n, unbounded.
+	q, ids, ok = f.next(ctx, 3, none)
+	if !ok || len(ids) != 3 || q != "default" || len(asked) != 1 {
+		t.Fatalf("the pop after the wait: %q, %v, %v; want three tasks of default, no bound asked", q, ids, ok)
+	}
+	f.next(ctx, 2, none) // empties the queue
+	two := func(n int) int { return min(n, 2) }
+	go enqueueLater(5)
+	q, ids, ok = f.next(ctx, 16, two)
+	if !ok || len(ids) != 2 || q != "default" {
+		t.Fatalf("bound 2 after a wait: %q, %v, %v; want two tasks of default", q, ids, ok)
+	}
 }

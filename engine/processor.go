@@ -50,6 +50,10 @@ type processor struct {
 	// meanRun is the handlers' recent mean run time in nanoseconds, plus
 	// one (0: none measured yet), a moving average of the last runs.
 	meanRun atomic.Int64
+	// freed is when a handler last gave its slot back (UnixNano; 0:
+	// never): slots that are all taken and none freed for a while are
+	// not quick now, whatever the mean of the runs that ended says.
+	freed atomic.Int64
 	// waiting counts the tasks claimed ahead waiting for a slot now.
 	waiting atomic.Int64
 	// unrecorded holds a token for each result handed to the committer
@@ -80,16 +84,24 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 // now: it takes tasks from one queue (a batch claimed ahead would bend
 // the shares of weighted queues, and hold a lower queue's tasks while a
 // higher one's arrive), the queue looks deep (the next pop would ask for
-// more tasks than there are slots) and the handlers' mean run time, times
-// the tasks claimed ahead per slot, is within Config.PrefetchWait.
+// more tasks than there are slots), the handlers' mean run time, times
+// the tasks claimed ahead per slot, is within Config.PrefetchWait, and
+// the slots turn over: when every one is taken, one was freed within
+// PrefetchWait. The mean only counts runs that ended, so handlers that
+// are all stuck in long runs would otherwise still look quick, and the
+// worker would sit on tasks that another worker could start.
 func (p *processor) prefetching() bool {
 	slots, extra := cap(p.slots), p.extra()
 	mean := p.meanRun.Load()
 	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
 		return false
 	}
+	wait := p.w.cfg.PrefetchWait
+	if len(p.slots) == slots && time.Duration(time.Now().UnixNano()-p.freed.Load()) > wait {
+		return false
+	}
 	perSlot := (extra + slots - 1) / slots
-	return time.Duration(mean-1)*time.Duration(perSlot) <= p.w.cfg.PrefetchWait
+	return time.Duration(mean-1)*time.Duration(perSlot) <= wait
 }
 
 // reserve adjusts the tokens the fetching loop holds back: none while
@@ -182,12 +194,17 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 		if want > 1 {
 			n = p.gather(want)
 		}
-		q, ids, ok := w.fetcher.next(fetchCtx, n)
+		q, ids, ok := w.fetcher.next(fetchCtx, n, p.bound)
 		if !ok {
 			p.release(n)
 			return
 		}
 		p.release(n - len(ids))
+		if len(ids) == 0 {
+			// The queues were empty, and by the wake every slot was
+			// taken: the extra tokens are held back again, or not.
+			continue
+		}
 		if len(ids) == 1 && (want == 1 || n > 1) {
 			// One task while the queues look shallow: claimed holding
 			// its record's watch, for the shortest way through.
@@ -199,6 +216,22 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 		}
 		tasks.Go(func() { p.batch(fetchCtx, baseCtx, &tasks, q, ids) })
 	}
+}
+
+// bound is how many of the n tokens the fetching loop holds it may still
+// fill after the fetcher waited for an empty queue (fetcher.next): all of
+// them while it claims ahead, otherwise as many as there are slots that
+// no other task taken holds (none: the loop decides again). Whether to
+// claim ahead was decided before the wait, with the handlers' state then:
+// those that were running have not all ended (a handler that blocks), and
+// a wake must not fill tokens taken for a deep queue with tasks that
+// would wait for a slot. The fetching loop's goroutine only.
+func (p *processor) bound(n int) int {
+	if p.prefetching() {
+		return n
+	}
+	others := len(p.sem) - p.reserved - n // tokens of tasks taken: they start first
+	return max(min(n, cap(p.slots)-others), 0)
 }
 
 // gather takes more tokens, up to want in all, while the queues look
@@ -437,7 +470,9 @@ func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (poppe
 	start := time.Now()
 	herr, ok := w.runs.run(baseCtx, c.rec, &result)
 	<-p.slots
-	p.observeRun(time.Since(start))
+	end := time.Now()
+	p.freed.Store(end.UnixNano())
+	p.observeRun(end.Sub(start))
 	if joins {
 		p.running.Add(-1)
 	}
