@@ -174,6 +174,11 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	cpu("e2e", "engine", h8, 40, 20, 70)
 	cpu("e2e", "asynq", h8, 110, 70, 73)
 	cpu("e2e", "naive", h8, 25, 18, 82)
+	h64 := map[string]any{"handlers": 64.0}
+	add("e2e", "engine", "rate", h64, 30000) // 3.75× asynq: met
+	add("e2e", "asynq", "rate", h64, 8000)
+	cpu("e2e", "engine", h64, 38, 19, 70)
+	cpu("e2e", "asynq", h64, 105, 68, 73)
 	for _, p := range []float64{1, 8} {
 		params := map[string]any{"producers": p, "batch": 1.0, "delayed": true}
 		add("enqueue", "engine", "rate", params, 13000)
@@ -198,17 +203,32 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0}, Results: rs}
 	doc := renderPage(t, rep, "")
 	wantOnPage(t, doc,
-		"What would close it: against asynq, less CPU per task. Client and Redis together spent 180.0 µs a task for asynq and 60.0 µs for the engine (3.00×)",
+		"What would close it: against asynq with 8 handlers, less CPU per task. Client and Redis together spent 180.0 µs a task for asynq and 60.0 µs for the engine (3.00×)",
 		"Against naive: naive's whole cost is 2.00 commands a task, and the engine's commands sent once per task or more add up to 2.00 alone",
 		"Redis spent 20.0 µs a task on the engine's and 18.0 µs on naive's; the clients 40.0 µs and 25.0 µs (60.0 µs and 43.0 µs in all). The engine's client makes 0.40 round trips a task",
 		"What would close it: with one producer the rate is one over the round trip, whose CPU on both sides was 75.0 µs for the engine and 82.0 µs for asynq; 1.2× needs the engine's below 68.3 µs.",
 		"That is less than naive's 69.0 µs",
-		"; with 8 producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were 58% busy against asynq's 68%",
+		"that is left. With 8 producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were 58% busy against asynq's 68%",
 		"What would close it: from 1 to 4 dispatchers over the spread backlog of 100000, asynq's rate changed ×1.27 and the engine's ×0.97.",
 		"of which the dispatcher's client CPU is the larger part",
 		"What would close it: a finer resolution where bursts are rare; with 1 ms buckets the p99 was 17.2 ms in this run",
 		"What closes it: that mark, once every process on the namespace runs this release",
 	)
+	if strings.Contains(doc, "asynq with 64 handlers") {
+		t.Error("the page says what would close the 64-handler row against asynq, which was met")
+	}
+	// With the 8-handler row met and the 64-handler one missed, the
+	// account against asynq is the 64-handler row's.
+	for _, res := range rs {
+		if res.Scenario == "e2e" && res.Impl == "engine" && res.Metric == "rate" {
+			*res.Median = map[any]float64{8.0: 40000, 64.0: 20000}[res.Params["handlers"]] // 5× and 2.5× asynq
+		}
+	}
+	doc = renderPage(t, rep, "")
+	wantOnPage(t, doc, "What would close it: against asynq with 64 handlers, less CPU per task. Client and Redis together spent 173.0 µs a task for asynq and 57.0 µs for the engine (3.04×)")
+	if strings.Contains(doc, "asynq with 8 handlers") {
+		t.Error("the page says what would close the 8-handler row against asynq, which was met")
+	}
 	// With the one-producer row met, only the eight-producer row's account.
 	for _, res := range rs {
 		if res.Scenario == "enqueue" && res.Impl == "engine" && res.Metric == "rate" && res.Params["producers"] == 1.0 {
