@@ -108,30 +108,56 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 	}
 }
 
-// blockAfter returns a handler that returns at once for its first quick
-// runs (so that the worker claims ahead) and then blocks until release is
-// closed, counting the blocked runs in blocked.
-func blockAfter(quick int64, release <-chan struct{}, blocked *atomic.Int64) func(context.Context, *Task) error {
-	var runs atomic.Int64
-	return func(ctx context.Context, _ *Task) error {
-		if runs.Add(1) <= quick {
-			return nil
-		}
-		blocked.Add(1)
-		<-release
-		return nil
-	}
+// stuckSetup is a worker of a deep queue whose handler returns at once
+// for its first 100 runs (so that the worker claims ahead) and then
+// blocks until open is called, counting the blocked runs.
+type stuckSetup struct {
+	e       *env
+	c       *Client
+	infos   []*TaskInfo
+	w       *Worker
+	rs      *requeueStore
+	rec     *recorder
+	blocked atomic.Int64
+	open    func() // unblocks the handlers, once; the test's cleanup too
 }
 
-// opener returns the function that closes release, once, and has the
-// test's cleanup call it too. Call it after the worker started: cleanups
-// run last registered first, so a test that fails before it releases its
-// blocked handlers still unblocks them before the worker is stopped.
-func opener(t *testing.T, release chan struct{}) func() {
+// newStuckSetup starts a stuckSetup of n tasks, slots handlers, claims of
+// up to claimBatch and, when grace is not 0, that LeaseGrace.
+// PrefetchWait is 50 ms, so that a busy machine's pauses do not turn
+// claiming ahead off.
+func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) *stuckSetup {
+	t.Helper()
+	st := &stuckSetup{}
+	st.e, st.c, st.infos = deepQueue(t, n, slots)
+	st.e.cfg.ClaimBatch = claimBatch
+	st.e.cfg.PrefetchWait = 50 * time.Millisecond
+	if grace != 0 {
+		st.e.cfg.LeaseGrace = grace
+	}
+	release := make(chan struct{})
+	var runs atomic.Int64
+	st.rec = newRecorder(func(context.Context, *Task) error {
+		if runs.Add(1) <= 100 {
+			return nil
+		}
+		st.blocked.Add(1)
+		<-release
+		return nil
+	})
+	st.w, st.rs, _ = prefetchWorker(t, st.e, st.rec)
+	// Registered after the worker's: cleanups run last registered
+	// first, so a test that fails before it opens still unblocks the
+	// handlers before the worker is stopped.
 	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(open)
-	return open
+	st.open = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(st.open)
+	return st
+}
+
+// queue reads the default queue's figures.
+func (st *stuckSetup) queue() (*QueueInfo, error) {
+	return st.c.Inspector().Queue(context.Background(), "default")
 }
 
 // A graceful shutdown gives the tasks claimed ahead back to the front of
@@ -139,16 +165,10 @@ func opener(t *testing.T, release chan struct{}) func() {
 // handlers that started finish; no task is lost or runs twice.
 func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	const n, slots = 400, 2
-	e, c, infos := deepQueue(t, n, slots)
-	e.cfg.ClaimBatch = 16
-	e.cfg.PrefetchWait = 50 * time.Millisecond // a busy machine's pauses do not turn claiming ahead off
+	su := newStuckSetup(t, n, slots, 16, 0)
+	e, c, infos, w, rs, rec := su.e, su.c, su.infos, su.w, su.rs, su.rec
 	ctx := context.Background()
-	release := make(chan struct{})
-	var blocked atomic.Int64
-	rec := newRecorder(blockAfter(100, release, &blocked))
-	w, rs, _ := prefetchWorker(t, e, rec)
-	open := opener(t, release)
-	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return blocked.Load() == slots })
+	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return su.blocked.Load() == slots })
 	if claim := rs.maxClaim.Load(); claim <= slots {
 		t.Fatalf("largest claim %d: the worker never claimed ahead", claim)
 	}
@@ -162,7 +182,7 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Running == slots
 	})
-	open()
+	su.open()
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -199,19 +219,12 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 // run; it runs later, once, and is not counted as recovered.
 func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	const n, slots = 200, 1
-	e, c, infos := deepQueue(t, n, slots)
-	e.cfg.ClaimBatch = 8
-	e.cfg.LeaseGrace = 400 * time.Millisecond
-	e.cfg.PrefetchWait = 50 * time.Millisecond
+	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
+	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
 	ctx := context.Background()
-	release := make(chan struct{})
-	var blocked atomic.Int64
-	rec := newRecorder(blockAfter(100, release, &blocked))
-	_, rs, _ := prefetchWorker(t, e, rec)
-	open := opener(t, release)
-	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return blocked.Load() == 1 })
+	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return su.blocked.Load() == 1 })
 	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
-	open()
+	su.open()
 	waitFor(t, 60*time.Second, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
@@ -235,37 +248,29 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 // again while the slots stay stuck (another worker can start them).
 func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 	const n, slots = 200, 2
-	e, c, _ := deepQueue(t, n, slots)
-	e.cfg.ClaimBatch = 16
-	e.cfg.LeaseGrace = 400 * time.Millisecond
-	e.cfg.PrefetchWait = 50 * time.Millisecond
-	ctx := context.Background()
-	release := make(chan struct{})
-	var blocked atomic.Int64
-	rec := newRecorder(blockAfter(100, release, &blocked))
-	w, rs, _ := prefetchWorker(t, e, rec)
-	opener(t, release)
-	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return blocked.Load() == slots })
+	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond)
+	e, w, rs := su.e, su.w, su.rs
+	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return su.blocked.Load() == slots })
 	// Those claimed ahead before the slots were seen stuck go back once
 	// they waited half the grace (200 ms): then only the stuck runs are
 	// claimed.
 	waitFor(t, 10*time.Second, "only the stuck runs claimed (the tasks claimed ahead given back, and not claimed again)", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
-		return err == nil && st.Running == slots && rs.unstarted.Load() > 0
+		q, err := su.queue()
+		return err == nil && q.Running == slots && rs.unstarted.Load() > 0
 	})
 	back := rs.unstarted.Load()
 	time.Sleep(3 * e.cfg.LeaseGrace / 2) // three more halves of the grace
-	st, err := c.Inspector().Queue(ctx, "default")
+	q, err := su.queue()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u := rs.unstarted.Load(); u != back {
 		t.Errorf("given back unstarted: %d, then %d: the worker claimed ahead again while every slot was stuck", back, u)
 	}
-	if w.proc.waiting.Load() != 0 || st.Running != slots {
-		t.Errorf("%d tasks waiting for a slot, queue %+v: want none waiting and %d running", w.proc.waiting.Load(), st, slots)
+	if w.proc.waiting.Load() != 0 || q.Running != slots {
+		t.Errorf("%d tasks waiting for a slot, queue %+v: want none waiting and %d running", w.proc.waiting.Load(), q, slots)
 	}
-	t.Logf("given back unstarted %d, queue %+v", back, st)
+	t.Logf("given back unstarted %d, queue %+v", back, q)
 }
 
 // A pop that finds every queue empty waits for a wake and then takes no
