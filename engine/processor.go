@@ -202,7 +202,7 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 		p.release(n - len(ids))
 		if len(ids) == 0 {
 			// The queues were empty, and by the wake every slot was
-			// taken: the extra tokens are held back again, or not.
+			// taken: decide again (reserve) before the next pop.
 			continue
 		}
 		if len(ids) == 1 && (want == 1 || n > 1) {
@@ -219,17 +219,14 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 }
 
 // bound is how many of the n tokens the fetching loop holds it may still
-// fill after the fetcher waited for an empty queue (fetcher.next): all of
-// them while it claims ahead, otherwise as many as there are slots that
-// no other task taken holds (none: the loop decides again). Whether to
-// claim ahead was decided before the wait, with the handlers' state then:
-// those that were running have not all ended (a handler that blocks), and
-// a wake must not fill tokens taken for a deep queue with tasks that
-// would wait for a slot. The fetching loop's goroutine only.
+// fill after the fetcher waited for an empty queue (fetcher.next): as
+// many as there are slots that no other task taken holds (none: the loop
+// decides again). The tokens were taken before the wait, maybe to claim
+// ahead of a deep queue; the queue turned out empty, so the pop takes no
+// task that would wait for a slot, and the handlers that started
+// meanwhile (or were running, and block) keep theirs. The fetching loop's
+// goroutine only.
 func (p *processor) bound(n int) int {
-	if p.prefetching() {
-		return n
-	}
 	others := len(p.sem) - p.reserved - n // tokens of tasks taken: they start first
 	return max(min(n, cap(p.slots)-others), 0)
 }

@@ -412,8 +412,8 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	sleep(ctx, 2*time.Second)
 	// A short run can be acknowledged before the first draw of a fault
 	// loop comes up: the faults then go on until each configured kind has
-	// struck once, so that every run is judged under all of them (bounded
-	// by the loops' own longest draw, and by ctx).
+	// struck once, so that every run is judged under all of them (for at
+	// most twice the longer of the two means, and within ctx).
 	struck := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
