@@ -327,23 +327,31 @@ func e2eClose(r *Report, want map[string]any) string {
 		e, ok1 := cpuPerTask(r, "e2e", "engine", hw)
 		a, ok2 := cpuPerTask(r, "e2e", "asynq", hw)
 		if ok1 && ok2 && e > 0 {
-			out = append(out, fmt.Sprintf("Against asynq with %d handlers, less CPU per task. Client and Redis together spent %.1f µs a task for asynq and %.1f µs for the engine (%.2f×); with the cores about as busy in both runs the rates differ by about that ratio, so 3× needs the engine's CPU per task below a third of asynq's, and most of it is the client's.",
+			out = append(out, fmt.Sprintf("against asynq with %d handlers, less CPU per task. Client and Redis together spent %.1f µs a task for asynq and %.1f µs for the engine (%.2f×); with the cores about as busy in both runs the rates differ by about that ratio, so 3× needs the engine's CPU per task below a third of asynq's, and most of it is the client's.",
 				h, a, e, a/e))
 		}
 	}
 	if floor := perTaskSum(r.find("e2e", "engine", "commands_per_task", want)); ok4 && floor > 0 {
-		out = append(out, fmt.Sprintf("Against naive: naive's whole cost is %.2f commands a task, and the engine's commands sent once per task or more add up to %.2f alone: the engine cannot send fewer commands a task than naive.", naiveCmds, floor))
+		out = append(out, fmt.Sprintf("against naive: naive's whole cost is %.2f commands a task, and the engine's commands sent once per task or more add up to %.2f alone: the engine cannot send fewer commands a task than naive.", naiveCmds, floor))
 	}
 	trips, okt := median(r.find("e2e", "engine", "round_trips_per_task", want))
 	if ok1 && ok3 && okt && ec > nc {
 		out = append(out, fmt.Sprintf("Redis spent %.1f µs a task on the engine's and %.1f µs on naive's; the clients %.1f µs and %.1f µs (%.1f µs and %.1f µs in all). The engine's client makes %.2f round trips a task, where naive's makes one a command, so what would have to shrink is the engine's client work between round trips (building and reading records and transactions, handing tasks between goroutines, allocation: *Where the time goes*), by about the difference.",
 			es, ns, ec, nc, eng, nai, trips))
 	}
+	return wouldClose(out)
+}
+
+// wouldClose joins the accounts of what would close a miss into the
+// line that says so ("" when there are none): each account is whole
+// sentences, written to follow the colon, so each after the first starts
+// with a capital.
+func wouldClose(out []string) string {
 	if len(out) == 0 {
 		return ""
 	}
-	if rest, ok := strings.CutPrefix(out[0], "Against"); ok {
-		out[0] = "against" + rest // after the colon
+	for i := 1; i < len(out); i++ {
+		out[i] = strings.ToUpper(out[i][:1]) + out[i][1:]
 	}
 	return "What would close it: " + strings.Join(out, " ")
 }
@@ -390,15 +398,7 @@ func enqueueClose(r *Report) string {
 			out = append(out, fmt.Sprintf("with %d producers on one `Client` one group transaction is in flight at a time (`EnqueueGroupLanes` 1), and the cores were %.0f%% busy against asynq's %.0f%%: a second lane overlaps the client's work with the server's, and on a process that only enqueues it is the setting to raise; it is not the default because, where producers share the cores with workers, its smaller and more numerous transactions made scheduled tasks run later (`docs/operations.md`).", pr, b, ab))
 		}
 	}
-	if len(out) == 0 {
-		return ""
-	}
-	// Each account is whole sentences: the first follows the colon, the
-	// others start sentences of their own.
-	for i := 1; i < len(out); i++ {
-		out[i] = strings.ToUpper(out[i][:1]) + out[i][1:]
-	}
-	return "What would close it: " + strings.Join(out, " ")
+	return wouldClose(out)
 }
 
 // latenessClose says what would close a missed lateness target, from the
