@@ -79,18 +79,50 @@ func TestReadmeQuickStart(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatalf("README block did not finish\n%s", h.file("readme.out"))
 	}
-	// The shell's trace line is "+ id=…", but the daemon started with & writes
-	// to the same file and its log line can land between the "+ " and the rest.
-	id := regexp.MustCompile(`(?m)^(?:\+ )?id=(\S+)$`).FindStringSubmatch(h.file("readme.out"))
-	if id == nil {
+	id := readmeTaskID(h.file("readme.out"))
+	if id == "" {
 		t.Fatalf("no task id in the README block's trace:\n%s", h.file("readme.out"))
 	}
 	h.eventually(30*time.Second, "the README's task to be done", func() bool {
 		var l taskJSON
-		stdout, _, code := h.cli("lookup", id[1], "--json")
+		stdout, _, code := h.cli("lookup", id, "--json")
 		return code == 0 && json.Unmarshal([]byte(stdout), &l) == nil && l.State == "done"
 	})
 	if _, err := os.Stat(filepath.Join(root, "bin", "engine")); err != nil {
 		t.Errorf("the README's build command did not write bin/engine: %v", err)
+	}
+}
+
+// readmeTaskIDRE finds the id the README block's enqueue printed. The shell's
+// trace line is "+ id=…", but the daemon started with & writes to the same
+// file, and its log lines can land anywhere in that line: after the "+ ", or
+// straight after the id with no newline between. A generated id is exactly 22
+// base62 digits, so the match needs no line anchors.
+var readmeTaskIDRE = regexp.MustCompile(`\bid=([0-9A-Za-z]{22})`)
+
+// readmeTaskID is the id in the README block's trace, or "" when there is none.
+func readmeTaskID(trace string) string {
+	m := readmeTaskIDRE.FindStringSubmatch(trace)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// The daemon's log lines interleave with the shell's trace in every way a
+// run has shown; each still yields the id.
+func TestReadmeTaskID(t *testing.T) {
+	const id = "0355KHJ5BBsT4aTYoKGo96"
+	for _, trace := range []string{
+		"+ id=" + id + "\n+ bin/engine lookup " + id + "\n",
+		"+ time=2026-11-28T08:27:35.775Z level=INFO msg=\"reaper started\"\nid=" + id + "\n",
+		"+ id=" + id + "time=2026-11-28T08:27:35.776Z level=INFO msg=\"worker started\" worker=ac302dc8\n",
+	} {
+		if got := readmeTaskID(trace); got != id {
+			t.Errorf("readmeTaskID(%q) = %q, want %q", trace, got, id)
+		}
+	}
+	if got := readmeTaskID("+ id=\n"); got != "" {
+		t.Errorf("an empty id gave %q", got)
 	}
 }
