@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/gomodule/redigo/redis"
 )
@@ -481,22 +480,20 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 }
 
 // turnSampleEvery is how often watchTurn looks at the dispatch turn.
-const turnSampleEvery = 20 * time.Millisecond
+const turnSampleEvery = 5 * time.Millisecond
 
 // turnKillGap is the least time between two kills of every dispatcher by
 // watchTurn.
 const turnKillGap = 4 * time.Second
 
-// watchTurn samples whether a dispatcher holds the dispatch turn (of
-// lane 0) until ctx ends. Seeing it held, it kills every dispatcher at
-// once (SIGKILL), the holder among them, at most every turnKillGap, and
-// restarts them: the turn of a dead holder must end on its own, and the
-// restarted dispatchers take the backlog over.
+// watchTurn samples whether a dispatcher holds the dispatch turn of any
+// lane (each lane's server has its own) until ctx ends. Seeing it held, it
+// kills every dispatcher at once (SIGKILL), the holder among them, at most
+// every turnKillGap, and restarts them: the turn of a dead holder must end
+// on its own, and the restarted dispatchers take the backlog over. A turn
+// over one lane's share of a sharded backlog can be held for less than a
+// sampling interval, so one lane alone may go unseen for a whole run.
 func (h *harness) watchTurn(ctx context.Context) {
-	keys, err := buckets.NewKeys(h.ns)
-	if err != nil {
-		return
-	}
 	rng := h.rngFor("turn-kills")
 	var last time.Time
 	t := time.NewTicker(turnSampleEvery)
@@ -507,14 +504,22 @@ func (h *harness) watchTurn(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		c := h.admin.Get()
-		n, err := redis.Int(c.Do("EXISTS", keys.Turn()))
-		c.Close()
-		if err != nil {
-			continue // a restart or a cut: not a sample
+		read, held := false, false
+		for _, l := range h.lanes {
+			c := l.admin.Get()
+			n, err := redis.Int(c.Do("EXISTS", l.keys.Turn()))
+			c.Close()
+			if err != nil {
+				continue // a restart or a cut: no sample of this lane
+			}
+			read = true
+			held = held || n == 1
+		}
+		if !read {
+			continue
 		}
 		h.turnSamples.Add(1)
-		if n != 1 {
+		if !held {
 			continue
 		}
 		h.turnHeld.Add(1)
