@@ -116,13 +116,19 @@ func ratioRow(r *Report, what, goal string, min float64, scen, metric string, pa
 	return t
 }
 
+// e2eVsAsynq is the target row of the e2e rate with h handlers against
+// asynq's: the target table's row, and the verdict e2eClose goes by.
+func e2eVsAsynq(r *Report, h int) target {
+	return ratioRow(r, fmt.Sprintf("e2e no-op tasks/s, %d handlers, engine vs asynq", h), "≥ 3×", 3,
+		"e2e", "rate", map[string]any{"handlers": h}, "engine", "asynq")
+}
+
 func (r *Report) targets() []target {
 	var ts []target
-	e2e := func(h int) map[string]any { return map[string]any{"handlers": h} }
 	ts = append(ts,
-		ratioRow(r, "e2e no-op tasks/s, 8 handlers, engine vs asynq", "≥ 3×", 3, "e2e", "rate", e2e(8), "engine", "asynq"),
-		ratioRow(r, "e2e no-op tasks/s, 8 handlers, engine vs naive (no acknowledgement)", "≥ 1.0×", 1, "e2e", "rate", e2e(8), "engine", "naive"),
-		ratioRow(r, "e2e no-op tasks/s, 64 handlers, engine vs asynq", "≥ 3×", 3, "e2e", "rate", e2e(64), "engine", "asynq"),
+		e2eVsAsynq(r, 8),
+		ratioRow(r, "e2e no-op tasks/s, 8 handlers, engine vs naive (no acknowledgement)", "≥ 1.0×", 1, "e2e", "rate", map[string]any{"handlers": 8}, "engine", "naive"),
+		e2eVsAsynq(r, 64),
 	)
 	for _, p := range r.intParams("enqueue", "producers") {
 		ts = append(ts, ratioRow(r, fmt.Sprintf("single delayed enqueue, %d producer(s), engine vs asynq", p), "≥ 1.2×", 1.2,
