@@ -123,6 +123,10 @@ type claimed struct {
 	// closed once the run claimed before this one has its slot or went
 	// back, and this run closes next once it has (nil: no order).
 	turn, next chan struct{}
+	// order is the batch's claim order and idx this run's place in it:
+	// a run given back unstarted takes those after it along (nil: alone).
+	order *claimOrder
+	idx   int
 }
 
 // want is how many tasks the next pop asks for: 1 while the queues look

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,18 +13,33 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// requeueStore counts the tasks a worker gave back unstarted.
+// requeueStore counts the tasks a worker gave back unstarted, and keeps
+// the ids of each Requeue that did.
 type requeueStore struct {
 	*batchStore
 	unstarted atomic.Int64
+	mu        sync.Mutex
+	calls     [][]string
 }
 
 func (s *requeueStore) Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why buckets.Reason, maxRecoveries int) (buckets.RequeueResult, error) {
 	res, err := s.batchStore.Requeue(ctx, conn, w, ids, now, why, maxRecoveries)
 	if err == nil && why == buckets.Unstarted {
 		s.unstarted.Add(int64(len(ids)))
+		s.mu.Lock()
+		s.calls = append(s.calls, append([]string(nil), ids...))
+		s.mu.Unlock()
 	}
 	return res, err
+}
+
+// takeCalls returns the unstarted Requeues' ids so far and forgets them.
+func (s *requeueStore) takeCalls() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls
+	s.calls = nil
+	return c
 }
 
 // concurrent counts the handlers running at once, and the most seen.
@@ -177,8 +194,11 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	waitFor(t, 10*time.Second, "tasks claimed ahead waiting for a slot", func() bool { return w.proc.waiting.Load() > 0 })
 	done := make(chan error, 1)
 	go func() { done <- w.Shutdown(ctx) }()
-	// Only the two blocked handlers' tasks stay running.
-	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool {
+	// Only the two blocked handlers' tasks stay running: the others are
+	// back while those handlers still block (they are let go below). The
+	// bound is generous for a loaded machine: a give-back is one Requeue
+	// a batch, tens of milliseconds under the race detector here.
+	waitFor(t, 30*time.Second, "tasks claimed ahead given back", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Running == slots
 	})
@@ -194,6 +214,19 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	t.Logf("runs %d, given back unstarted %d, queue %+v", ran, rs.unstarted.Load(), st)
 	if rs.unstarted.Load() == 0 {
 		t.Errorf("no task given back unstarted")
+	}
+	// Each Requeue gave back the rest of one batch, in enqueue order.
+	place := make(map[string]int, len(infos))
+	for i, info := range infos {
+		place[info.ID] = i
+	}
+	for _, ids := range rs.takeCalls() {
+		for j := 1; j < len(ids); j++ {
+			if place[ids[j]] != place[ids[j-1]]+1 {
+				t.Errorf("given back together out of enqueue order: %v", ids)
+				break
+			}
+		}
 	}
 	if n := w.proc.waiting.Load(); n != 0 {
 		t.Errorf("%d tasks still waiting for a slot after the shutdown", n)
@@ -321,5 +354,90 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	q, ids, ok = f.next(ctx, 16, two)
 	if !ok || len(ids) != 2 || q != "default" {
 		t.Fatalf("bound 2 after a wait: %q, %v, %v; want two tasks of default", q, ids, ok)
+	}
+}
+
+// A run claimed ahead that finds no slot gives back, in one Requeue and in
+// claim order, itself and every run of its batch claimed after it (they
+// wait for its turn, so none started): at a stop, and past half of
+// LeaseGrace, one round trip a batch, and the batch keeps its order at the
+// front of its queue. A run that had its slot is not given back.
+func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
+	e := realEnv(t)
+	e.cfg.Concurrency, e.cfg.ClaimBatch = 1, 8
+	e.cfg.LeaseGrace = 400 * time.Millisecond
+	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &requeueStore{batchStore: &batchStore{workerStore: w.store}}
+	w.store = rs
+	p := w.proc
+	grace := e.cfg.LeaseGrace.Milliseconds()
+	// chain starts n runs of one batch, claimed now, as batchOnce orders
+	// them, and returns what each startRun answered once all have.
+	chain := func(fetchCtx context.Context, n int) ([]string, []bool) {
+		recs := make([]*buckets.Record, n)
+		for i := range recs {
+			// claimedAt = Deadline - TimeoutMs - grace (fetcher.leaseDeadline)
+			recs[i] = &buckets.Record{ID: fmt.Sprintf("run-%d-%d", n, i), Queue: "default", TimeoutMs: 1000, Deadline: ms(time.Now()) + 1000 + grace}
+		}
+		order := newClaimOrder(recs)
+		started := make([]bool, n)
+		var wg sync.WaitGroup
+		var turn chan struct{}
+		for i, rec := range recs {
+			next := make(chan struct{})
+			c := claimed{rec: rec, turn: turn, next: next, order: order, idx: i}
+			turn = next
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				started[i] = p.startRun(fetchCtx, c)
+			}()
+		}
+		wg.Wait()
+		return order.ids, started
+	}
+	check := func(name string, calls [][]string, want []string) {
+		t.Helper()
+		if len(calls) != 1 || !slices.Equal(calls[0], want) {
+			t.Errorf("%s: given back in %d Requeues %v, want one of %v", name, len(calls), calls, want)
+		}
+	}
+
+	// A stop: every slot taken, the fetching loop stopped while the runs wait.
+	p.slots <- struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	ids, started := chain(ctx, 5)
+	if slices.Contains(started, true) {
+		t.Errorf("stop: runs started %v, want none", started)
+	}
+	check("stop", rs.takeCalls(), ids)
+
+	// The first run has the free slot; the two after it go back together.
+	<-p.slots
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	ids, started = chain(ctx, 3)
+	if !slices.Equal(started, []bool{true, false, false}) {
+		t.Errorf("one slot free: runs started %v, want only the first", started)
+	}
+	check("one slot free", rs.takeCalls(), ids[1:])
+
+	// Half of LeaseGrace waited with the fetching loop going on: the slot
+	// is still taken by the first chain's run.
+	begin := time.Now()
+	ids, started = chain(context.Background(), 4)
+	if slices.Contains(started, true) {
+		t.Errorf("half the grace: runs started %v, want none", started)
+	}
+	if waited := time.Since(begin); waited < e.cfg.LeaseGrace/2-10*time.Millisecond {
+		t.Errorf("given back after %v, before half of LeaseGrace (%v)", waited, e.cfg.LeaseGrace/2)
+	}
+	check("half the grace", rs.takeCalls(), ids)
+	if n := p.waiting.Load(); n != 0 {
+		t.Errorf("%d runs still counted waiting", n)
 	}
 }

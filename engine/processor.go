@@ -133,13 +133,18 @@ func (p *processor) observeRun(d time.Duration) {
 // finds none free and waits for one; it goes back to the front of its
 // queue unstarted (not counted as a recovery) when the worker stops
 // fetching meanwhile, or when half of LeaseGrace has passed since its
-// claim, so that the lease the claim set still covers its whole run.
+// claim, so that the lease the claim set still covers its whole run. It
+// takes along the runs of its batch claimed after it (claimOrder), which
+// then return false at their turn without a round trip of their own.
 func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
 	if c.next != nil {
 		defer close(c.next)
 	}
 	if c.turn != nil {
 		<-c.turn // the batch's run before has its slot, or went back
+	}
+	if c.order.gone(c.idx) {
+		return false // given back with a run claimed before it
 	}
 	rec := c.rec
 	select {
@@ -163,9 +168,50 @@ func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
 	case <-fetchCtx.Done():
 	case <-t.C:
 	}
-	w.log.Debug("task claimed ahead of a free slot given back unstarted", keyTaskID, rec.ID, keyQueue, rec.Queue, "stopping", fetchCtx.Err() != nil)
-	_ = w.requeuer.requeue([]string{rec.ID}, buckets.Unstarted)
+	ids := c.order.giveBack(c.idx, rec.ID)
+	w.log.Debug("tasks claimed ahead of a free slot given back unstarted", keyTaskID, rec.ID, keyQueue, rec.Queue, "tasks", len(ids), "stopping", fetchCtx.Err() != nil)
+	_ = w.requeuer.requeue(ids, buckets.Unstarted)
 	return false
+}
+
+// claimOrder is a batch's claim order, shared by its runs (startRun). A
+// run that finds no free slot in time gives back, with itself, every run
+// of its batch claimed after it: those wait for its turn, so none has
+// started, and they were claimed together, so the half of LeaseGrace it
+// waited is theirs too. One Requeue returns them all to the front of
+// their queue in claim order, and a graceful stop costs one round trip a
+// batch, not one a task, while the handlers that started run on.
+type claimOrder struct {
+	ids  []string     // the batch's claimed runs, in claim order
+	back atomic.Int64 // index of the first run given back: len(ids) while none
+}
+
+// newClaimOrder orders the claimed runs of recs (nil: not claimed).
+func newClaimOrder(recs []*buckets.Record) *claimOrder {
+	o := &claimOrder{ids: make([]string, 0, len(recs))}
+	for _, rec := range recs {
+		if rec != nil {
+			o.ids = append(o.ids, rec.ID)
+		}
+	}
+	o.back.Store(int64(len(o.ids)))
+	return o
+}
+
+// gone reports whether the run at index i was given back with one claimed
+// before it. A nil *claimOrder orders nothing: never.
+func (o *claimOrder) gone(i int) bool { return o != nil && int64(i) >= o.back.Load() }
+
+// giveBack marks the run at index i, and every one after it, given back,
+// and returns their ids (id alone for a nil *claimOrder). The runs after
+// i read the mark after their turn, which the giver's closing of its next
+// orders after the store.
+func (o *claimOrder) giveBack(i int, id string) []string {
+	if o == nil {
+		return []string{id}
+	}
+	o.back.Store(int64(i))
+	return o.ids[i:]
 }
 
 // run fetches until fetchCtx ends, then waits for the running tasks.
@@ -342,11 +388,13 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 	}
 	var group *heldGroup
 	var turn chan struct{} // closed once the run before has its slot
+	order := newClaimOrder(recs)
 	if held != nil {
 		group = newHeldGroup(w, h, held, runs)
 	} else {
 		h.Close()
 	}
+	idx := 0 // rec's place in order
 	for i, rec := range recs {
 		if rec == nil {
 			p.release(1)
@@ -357,7 +405,8 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		// The batch's runs take slots in claim order (startRun): a task
 		// claimed ahead starts after those before it in its queue.
 		next := make(chan struct{})
-		c := claimed{rec: rec, tok: tok, counted: true, turn: turn, next: next}
+		c := claimed{rec: rec, tok: tok, counted: true, turn: turn, next: next, order: order, idx: idx}
+		idx++
 		turn = next
 		if cs[i].Held() != nil {
 			c.batch, c.waited = group, cs[i].Waited()
