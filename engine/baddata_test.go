@@ -72,7 +72,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 				t.Fatal("the slot is wedged")
 			}
 		}
-		waitFor(t, 5*time.Second, "second done", func() bool { return e.state(t, second) == StateDone })
+		waitFor(t, 30*time.Second, "second done", func() bool { return e.state(t, second) == StateDone })
 		if n, _ := redis.Int(admin.Do("ZCARD", e.key("p:"+srv.Worker.ID()))); n != 0 {
 			t.Fatalf("pending set holds %d entries", n)
 		}

@@ -407,7 +407,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 		t.Fatal("no result group of every slot")
 	}
 	then := int(ss.runsThen.Load())
-	waitFor(t, 5*time.Second, "a run while the group is stalled", func() bool { return rec.total() > then })
+	waitFor(t, 30*time.Second, "a run while the group is stalled", func() bool { return rec.total() > then })
 	// Give the worker time to run more than it may.
 	time.Sleep(300 * time.Millisecond)
 	if got := rec.total() - then; got > slots {

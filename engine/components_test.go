@@ -174,7 +174,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 	}
 	d, _ := NewDispatcher(e.pool, e.cfg)
 	runBackground(t, d.Run)
-	waitFor(t, 5*time.Second, "the index emptied", func() bool {
+	waitFor(t, 30*time.Second, "the index emptied", func() bool {
 		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
 		return n == 0
 	})
@@ -184,7 +184,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 	if _, err := admin.Do("LPUSH", e.key("wake"), "1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the second member removed", func() bool {
+	waitFor(t, 30*time.Second, "the second member removed", func() bool {
 		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
 		return n == 0
 	})

@@ -110,7 +110,7 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	setexes := func() int { return e.srv.Census.Count("SETEX") }
 	base := lranges()
 	runBackground(t, w.Run)
-	waitFor(t, 5*time.Second, "the recoverer's first look", func() bool { return lranges() > base })
+	waitFor(t, 30*time.Second, "the recoverer's first look", func() bool { return lranges() > base })
 	// Ten heartbeat intervals with nothing popped: no look.
 	looks, beats := lranges(), setexes()
 	waitFor(t, 10*time.Second, "ten heartbeats", func() bool { return setexes() >= beats+10 })
@@ -133,8 +133,8 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the popped task to run", func() bool { return rec.count(id) == 1 })
-	waitFor(t, 5*time.Second, "the stray id back in its ready list", func() bool {
+	waitFor(t, 30*time.Second, "the popped task to run", func() bool { return rec.count(id) == 1 })
+	waitFor(t, 30*time.Second, "the stray id back in its ready list", func() bool {
 		n, err := redis.Int(admin.Do("LLEN", e.key("f:"+w.ID())))
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 			bl := &beatLog{workerStore: w.store, slow: e.cfg.HeartbeatTTL, fail: tc.fail}
 			w.store = bl
 			runBackground(t, w.Run)
-			waitFor(t, 5*time.Second, "renewals", func() bool { return len(bl.seq()) >= 5 })
+			waitFor(t, 30*time.Second, "renewals", func() bool { return len(bl.seq()) >= 5 })
 			if s := bl.seq(); s[0] != "beat" || !slices.Contains(s, "refresh") {
 				t.Fatalf("heartbeat calls %v: want a full beat first, then renewals", s)
 			}
@@ -279,7 +279,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the first task", func() bool { return rec.count(first) == 1 })
+	waitFor(t, 30*time.Second, "the first task", func() bool { return rec.count(first) == 1 })
 	// Lost pause: the set says paused, no message went out.
 	if _, err := admin.Do("SADD", e.key("paused"), "default"); err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the worker to learn the pause from a claim", func() bool { return w.control.isPaused("default") })
+	waitFor(t, 30*time.Second, "the worker to learn the pause from a claim", func() bool { return w.control.isPaused("default") })
 	if rec.count(held) != 0 {
 		t.Fatal("a task of a paused queue ran")
 	}
@@ -297,7 +297,7 @@ func TestLostPauseAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	waitFor(t, 5*time.Second, "the held task after the lost resume", func() bool { return rec.count(held) == 1 })
+	waitFor(t, 30*time.Second, "the held task after the lost resume", func() bool { return rec.count(held) == 1 })
 	if d := time.Since(at); d > e.cfg.IdleWait+time.Second {
 		t.Fatalf("resumed after %v; bound IdleWait %v", d, e.cfg.IdleWait)
 	}
@@ -319,7 +319,7 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "t", nil, MaxAttempts(1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a dead letter", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 1 })
+	waitFor(t, 30*time.Second, "a dead letter", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 1 })
 	at := time.Now()
 	r, err := NewReaper(e.pool, e.cfg)
 	if err != nil {

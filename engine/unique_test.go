@@ -251,7 +251,7 @@ func TestUniqueStateTable(t *testing.T) {
 					enq(typ, Queue("nobody"))
 				}
 				// The server expires the key on its own clock.
-				waitFor(t, 5*time.Second, "the key to expire", func() bool { return countKeys(t, e, "u:k:row-"+row.row) == 0 })
+				waitFor(t, 30*time.Second, "the key to expire", func() bool { return countKeys(t, e, "u:k:row-"+row.row) == 0 })
 			case "revived dead letter, key free":
 				id := enq("die")
 				wait(id)

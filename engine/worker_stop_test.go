@@ -256,7 +256,7 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	if armed.Load() {
 		t.Fatal("the fault never fired")
 	}
-	waitFor(t, 5*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, 30*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}
