@@ -256,7 +256,7 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
 	ctx := context.Background()
 	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return su.blocked.Load() == 1 })
-	waitFor(t, 5*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
+	waitFor(t, 30*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
 	su.open()
 	waitFor(t, 60*time.Second, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
