@@ -149,6 +149,28 @@ func TestShardSharedWaitIdle(t *testing.T) {
 	}
 	runBackground(t, srv.Run)
 	waitFor(t, 10*time.Second, "the lanes' dispatchers and workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	// Every lane's worker past its start: waiting in the shared BLPOP. A
+	// worker that starts later, on a loaded machine, rightly ends the
+	// BLPOP under way (an LPUSH) to have its lists named: that is not the
+	// idle cost measured here.
+	hub := srv.Lanes[0].Worker.cfg.lane.hub
+	var workerKeys []string
+	for _, l := range srv.Lanes {
+		if l.Worker.cfg.lane.hub != hub {
+			t.Fatal("the lanes do not share one wait")
+		}
+		workerKeys = append(workerKeys, l.Worker.keys.Notify("default"))
+	}
+	waitFor(t, 30*time.Second, "every lane's worker waiting in the shared BLPOP", func() bool {
+		hub.mu.Lock()
+		defer hub.mu.Unlock()
+		for _, k := range workerKeys {
+			if !hub.blocking[k] {
+				return false
+			}
+		}
+		return true
+	})
 	// Let every lane look once since the shared wait began.
 	lookCounts := func() []int64 {
 		out := make([]int64, n)
