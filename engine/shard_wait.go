@@ -32,7 +32,8 @@ import (
 // so that the BLPOP returns and is sent again with the new keys; a worker
 // that waits again on the lists it waited on before (the idle case: its
 // wait timed out, and it waits again after looking) finds them in the
-// BLPOP under way, and costs no command. A token that arrives for a worker
+// BLPOP under way, and costs no command: the lists of a wait that timed
+// out stay in every BLPOP for IdleWait, whatever ends a BLPOP meanwhile. A token that arrives for a worker
 // that is no longer waiting is kept, and ends that worker's next wait at
 // once, so no wake-up is lost between a worker's last look at its queues
 // and its next wait.
@@ -47,14 +48,14 @@ type waitHub struct {
 	fix func(ctx context.Context, keys []string)
 
 	mu       sync.Mutex
-	waiters  map[*hubWaiter]bool // guarded by mu
-	subs     map[*hubSub]bool    // guarded by mu: the dispatchers
-	kept     map[string]bool     // guarded by mu: tokens no waiter took
-	blocking map[string]bool     // guarded by mu: the keys of the BLPOP under way; nil: none
-	recent   map[string]bool     // guarded by mu: keys of waiters whose wait timed out since the last BLPOP began
-	started  bool                // guarded by mu
-	closed   bool                // guarded by mu
-	kick     chan struct{}       // wakes the loop when it waits for waiters
+	waiters  map[*hubWaiter]bool  // guarded by mu
+	subs     map[*hubSub]bool     // guarded by mu: the dispatchers
+	kept     map[string]bool      // guarded by mu: tokens no waiter took
+	blocking map[string]bool      // guarded by mu: the keys of the BLPOP under way; nil: none
+	recent   map[string]time.Time // guarded by mu: keys of waiters whose wait timed out, and when, for maxWait
+	started  bool                 // guarded by mu
+	closed   bool                 // guarded by mu
+	kick     chan struct{}        // wakes the loop when it waits for waiters
 	stop     context.CancelFunc
 	ctx      context.Context
 	done     chan struct{}
@@ -74,7 +75,7 @@ type hubSub struct {
 func newWaitHub(pool *redis.Pool, prefix string, maxWait time.Duration, log *slog.Logger) *waitHub {
 	ctx, stop := context.WithCancel(context.Background())
 	return &waitHub{pool: pool, key: prefix + "hw:" + uuid.NewString(), maxWait: maxWait, log: log,
-		waiters: map[*hubWaiter]bool{}, subs: map[*hubSub]bool{}, recent: map[string]bool{}, kept: map[string]bool{}, kick: make(chan struct{}, 1),
+		waiters: map[*hubWaiter]bool{}, subs: map[*hubSub]bool{}, recent: map[string]time.Time{}, kept: map[string]bool{}, kick: make(chan struct{}, 1),
 		ctx: ctx, stop: stop, done: make(chan struct{})}
 }
 
@@ -110,9 +111,10 @@ func (h *waitHub) pop(ctx context.Context, keys []string, wait time.Duration) (s
 		}
 		if timedOut {
 			// It waits again on the same lists after a look: keep them
-			// in the next BLPOP, so that it finds them there.
+			// in the BLPOPs sent meanwhile, so that it finds them there.
+			now := time.Now()
 			for _, k := range keys {
-				h.recent[k] = true
+				h.recent[k] = now
 			}
 		}
 		h.mu.Unlock()
@@ -226,10 +228,16 @@ func (h *waitHub) run() {
 			keys = append(keys, sub.key)
 		}
 		if len(keys) > 0 {
-			for k := range h.recent {
+			// A look between two waits can outlast a BLPOP (a token for a
+			// dispatcher ends it, or a slow machine stretches the look):
+			// every BLPOP within maxWait of the timeout names the lists.
+			for k, at := range h.recent {
+				if time.Since(at) >= h.maxWait {
+					delete(h.recent, k)
+					continue
+				}
 				keys = append(keys, k)
 			}
-			clear(h.recent)
 			h.blocking = make(map[string]bool, len(keys)+1)
 			for _, k := range keys {
 				h.blocking[k] = true

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -512,4 +513,75 @@ func TestShardSharedWaitWrongType(t *testing.T) {
 		due[id] = at
 	}
 	rec.requireOnTime(t, due, 15*time.Second)
+}
+
+// The lists of a worker's wait that timed out stay in every BLPOP of the
+// hub for IdleWait, however many BLPOPs end meanwhile (a dispatcher's
+// token ends one, and a look on a loaded machine can outlast several):
+// when the worker waits on them again it finds them in the BLPOP under
+// way and sends nothing. Past IdleWait they are left out.
+func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
+	e := privateEnv(t)
+	a := e.admin(t)
+	const idle = 2 * time.Second
+	h := newWaitHub(e.pool, e.key(""), idle, testLogger(t))
+	defer h.close()
+	dkey, q := e.key("wake"), e.key("n:default")
+	wake, unsubscribe, err := h.subscribe(dkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsubscribe()
+	ctx := context.Background()
+	// endBLPOP ends the BLPOP under way with a token for the dispatcher
+	// and waits for the next BLPOP's keys.
+	endBLPOP := func() map[string]bool {
+		t.Helper()
+		select {
+		case <-wake: // a BLPOP that timed out before: not this one
+		default:
+		}
+		if _, err := a.Do("LPUSH", dkey, "1"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the dispatcher's token was not delivered")
+		}
+		var keys map[string]bool
+		waitFor(t, 10*time.Second, "the next BLPOP", func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			keys = maps.Clone(h.blocking)
+			return keys != nil
+		})
+		return keys
+	}
+	if k, err := h.pop(ctx, []string{q}, 100*time.Millisecond); k != "" || err != nil {
+		t.Fatalf("first wait: %q, %v; want a timeout", k, err)
+	}
+	for i := 1; i <= 3; i++ {
+		if keys := endBLPOP(); !keys[q] {
+			t.Fatalf("BLPOP %d after the wait timed out does not name its list: %v", i, keys)
+		}
+	}
+	pushes := e.srv.Census.Count("LPUSH")
+	if k, err := h.pop(ctx, []string{q}, 100*time.Millisecond); k != "" || err != nil {
+		t.Fatalf("second wait: %q, %v; want a timeout", k, err)
+	}
+	if n := e.srv.Census.Count("LPUSH") - pushes; n != 0 {
+		t.Errorf("waiting again on the same list sent %d LPUSHes, want none (its list is in the BLPOP under way)", n)
+	}
+	// The second wait timed out too: past IdleWait from then, its list
+	// is left out of the BLPOPs.
+	left := time.Now()
+	waitFor(t, 10*time.Second, "a BLPOP without the list", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.blocking != nil && !h.blocking[q]
+	})
+	if d := time.Since(left); d < idle-100*time.Millisecond {
+		t.Errorf("the list left the BLPOPs %v after its wait timed out, before IdleWait (%v)", d, idle)
+	}
 }
