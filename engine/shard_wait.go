@@ -33,10 +33,10 @@ import (
 // that waits again on the lists it waited on before (the idle case: its
 // wait timed out, and it waits again after looking) finds them in the
 // BLPOP under way, and costs no command: the lists of a wait that timed
-// out stay in every BLPOP for IdleWait, whatever ends a BLPOP meanwhile. A token that arrives for a worker
-// that is no longer waiting is kept, and ends that worker's next wait at
-// once, so no wake-up is lost between a worker's last look at its queues
-// and its next wait.
+// out stay in every BLPOP for IdleWait, whatever ends a BLPOP meanwhile.
+// A token that arrives for a worker that is no longer waiting is kept,
+// and ends that worker's next wait at once, so no wake-up is lost between
+// a worker's last look at its queues and its next wait.
 type waitHub struct {
 	pool    *redis.Pool
 	key     string        // the hub's own wake-up list
