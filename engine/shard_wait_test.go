@@ -33,6 +33,13 @@ func blockedPops(t testing.TB, a redis.Conn) int {
 	return n
 }
 
+// blockingKeys is a copy of the keys of h's BLPOP under way (nil: none).
+func blockingKeys(h *waitHub) map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.blocking)
+}
+
 // TestShardSharedWait: the idle workers of four lanes on one server (one
 // pool) block in one BLPOP, not four, and a task enqueued to any lane
 // still wakes its worker, long before the idle wait would.
@@ -163,10 +170,9 @@ func TestShardSharedWaitIdle(t *testing.T) {
 		workerKeys = append(workerKeys, l.Worker.keys.Notify("default"))
 	}
 	waitFor(t, 30*time.Second, "every lane's worker waiting in the shared BLPOP", func() bool {
-		hub.mu.Lock()
-		defer hub.mu.Unlock()
+		blocking := blockingKeys(hub)
 		for _, k := range workerKeys {
-			if !hub.blocking[k] {
+			if !blocking[k] {
 				return false
 			}
 		}
@@ -551,9 +557,7 @@ func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
 		}
 		var keys map[string]bool
 		waitFor(t, 10*time.Second, "the next BLPOP", func() bool {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			keys = maps.Clone(h.blocking)
+			keys = blockingKeys(h)
 			return keys != nil
 		})
 		return keys
@@ -577,9 +581,8 @@ func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
 	// is left out of the BLPOPs.
 	left := time.Now()
 	waitFor(t, 10*time.Second, "a BLPOP without the list", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.blocking != nil && !h.blocking[q]
+		keys := blockingKeys(h)
+		return keys != nil && !keys[q]
 	})
 	if d := time.Since(left); d < idle-100*time.Millisecond {
 		t.Errorf("the list left the BLPOPs %v after its wait timed out, before IdleWait (%v)", d, idle)
