@@ -55,13 +55,24 @@
 // # Redis 2.4 caveats
 //
 // At Redis 2.4 a command that the server rejects while it is being queued
-// (unknown name, wrong number of arguments) is dropped, and EXEC still runs
-// the rest: there is no EXECABORT before 2.6.5. txn therefore checks every
-// queued command against the Redis 2.4 table and argument forms (package
-// redis24) before it sends MULTI, and it checks every element of the EXEC
-// reply: a runtime error (a key of the wrong type, say) is one element, and
-// the commands after it still ran. Such an element is reported as an
-// [*ExecError] naming the command, with the replies.
+// (unknown name, wrong number of arguments, or any write while memory is
+// over maxmemory) is dropped, and EXEC still runs the rest: there is no
+// EXECABORT before 2.6.5. txn therefore checks every queued command
+// against the Redis 2.4 table and argument forms (package redis24) before
+// it sends MULTI; and on a server older than 2.6.5 (a Runner reads the
+// version once, with INFO; a server that does not say is taken for old)
+// it reads the replies to MULTI and the queued commands before it sends
+// EXEC, and sends DISCARD instead when any was refused. That costs one
+// round trip per transaction there, and makes every transaction all or
+// nothing on 2.4 as on later servers. 2.4 also refuses EXEC itself at
+// maxmemory and keeps the transaction open; txn then DISCARDs, so no
+// connection is handed back inside MULTI. A write refused for memory
+// matches [ErrFull].
+//
+// txn checks every element of the EXEC reply: a runtime error (a key of
+// the wrong type, say) is one element, and the commands after it still
+// ran. Such an element is reported as an [*ExecError] naming the command,
+// with the replies.
 //
 // Within this module, package buckets builds the task engine's
 // transactions on txn, and package engine is the stable API.

@@ -27,8 +27,8 @@ var ErrNotRun = errors.New("txn: the server ran none of the request")
 var ErrNotHeld = errors.New("txn: no watch is held")
 
 // ExecError reports a command of a transaction that failed: one refused
-// while queueing (Queued true) or one that failed inside EXEC. At Redis 2.4
-// the other commands of the transaction still ran in both cases.
+// while queueing (Queued true: nothing of the transaction was written) or
+// one that failed inside EXEC (the other commands still ran).
 type ExecError struct {
 	Index   int    // position of the command among the queued ones, from 0
 	Command string // the command's name

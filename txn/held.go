@@ -35,8 +35,11 @@ func (h *Held) Conn() redis.Conn { return h.conn }
 // Exec returns an error wrapping [ErrConflict]; after still ran, and its
 // replies are returned. As in [Runner.Run], the commands are checked
 // against Redis 2.4 before anything is sent, and a command that fails
-// while queueing or inside EXEC is reported as an [*ExecError]. The watch
-// is used up whatever happens.
+// while queueing or inside EXEC is reported as an [*ExecError]. A
+// transaction refused as a whole (a command refused while queueing, or
+// EXEC refused at maxmemory) writes nothing; on a server older than 2.6.5
+// after is then not run either, and its replies are nil. The watch is
+// used up whatever happens.
 func (h *Held) Exec(ctx context.Context, queued []Cmd, after ...Cmd) (replies, afterReplies []interface{}, err error) {
 	if h == nil || !h.active {
 		return nil, nil, ErrNotHeld
@@ -47,13 +50,27 @@ func (h *Held) Exec(ctx context.Context, queued []Cmd, after ...Cmd) (replies, a
 		return nil, nil, err
 	}
 	n := 1 // UNWATCH
-	if len(queued) > 0 {
+	var multi []interface{} // MULTI's and queued's replies, read before EXEC (see Tx.commit)
+	switch {
+	case len(queued) > 0 && h.r.mode.Load() != modeAborts:
+		var err error
+		if _, multi, err = openMulti(ctx, h.conn, 0, queued); err != nil {
+			// Refused while queueing and discarded (or the connection
+			// failed): nothing written, and after is not sent.
+			return nil, nil, err
+		}
+		if err := h.conn.Send("EXEC"); err != nil {
+			return nil, nil, fmt.Errorf("txn: send EXEC: %w", err)
+		}
+	case len(queued) > 0:
 		if err := sendMulti(h.conn, queued); err != nil {
 			return nil, nil, err
 		}
 		n = len(queued) + 2
-	} else if err := h.conn.Send("UNWATCH"); err != nil {
-		return nil, nil, fmt.Errorf("txn: send UNWATCH: %w", err)
+	default:
+		if err := h.conn.Send("UNWATCH"); err != nil {
+			return nil, nil, fmt.Errorf("txn: send UNWATCH: %w", err)
+		}
 	}
 	if err := sendAll(h.conn, after); err != nil {
 		return nil, nil, err
@@ -69,7 +86,16 @@ func (h *Held) Exec(ctx context.Context, queued []Cmd, after ...Cmd) (replies, a
 	if len(queued) == 0 {
 		return nil, afterReplies, nil
 	}
-	replies, err = execReplies(queued, all[:n])
+	execAll := all[:n]
+	if multi != nil {
+		execAll = append(multi, all[0])
+	}
+	replies, err = execReplies(queued, execAll)
+	if multi != nil && execFailed(all[0]) {
+		// Redis 2.4 refused EXEC (at maxmemory) and kept the transaction
+		// open, with after queued in it: after did not run.
+		return nil, nil, discardAfter(ctx, h.conn, err)
+	}
 	if errors.Is(err, errNilExec) {
 		h.r.conflicts.Add(1)
 	}

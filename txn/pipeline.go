@@ -48,15 +48,22 @@ type StepResult struct {
 // chose the steps from a snapshot should choose again from a fresh one.
 // Every step is judged on its own and a failed step does not stop the
 // others. Pipeline returns one result per step that ran; it stops early,
-// with err, only when the connection fails or answers out of turn: the
-// steps after the last result did not commit (the one in flight may have,
-// if the connection failed after its EXEC was sent).
+// with err, only when the connection fails or answers out of turn, or the
+// server refused an EXEC (at maxmemory): the steps after the last result
+// did not commit (the one in flight may have, if the connection failed
+// after its EXEC was sent). On a server older than 2.6.5 each step reads
+// the replies to its queued commands before EXEC (see [Runner.Run]), one
+// more round trip per step that writes.
 func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([]StepResult, error) {
 	if len(steps) == 0 {
 		return nil, nil
 	}
 	if r.Fence != nil {
 		steps = r.Fence.wrapSteps(steps)
+	}
+	legacy, err := r.checkQueued(ctx, conn)
+	if err != nil {
+		return nil, err
 	}
 	results := make([]StepResult, 0, len(steps))
 	if err := sendStep(conn, steps[0]); err != nil {
@@ -84,8 +91,26 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 		if berr == nil {
 			berr = check(q, nil)
 		}
+		// multi are the replies to MULTI and q when a server that runs
+		// the rest after a refused command had them read before EXEC.
+		var multi []interface{}
 		n := 0 // replies of this step in the next round trip
 		switch {
+		case berr == nil && len(q) > 0 && legacy:
+			_, multi, err = openMulti(ctx, conn, 0, q)
+			var ee *ExecError
+			if errors.As(err, &ee) {
+				// Refused while queueing and discarded: nothing written.
+				berr = err
+				break
+			}
+			if err != nil {
+				return results, err
+			}
+			if err := conn.Send("EXEC"); err != nil {
+				return results, fmt.Errorf("txn: send EXEC: %w", err)
+			}
+			n = 1
 		case berr == nil && len(q) > 0:
 			if err := sendMulti(conn, q); err != nil {
 				return results, err
@@ -110,10 +135,21 @@ func (r *Runner) Pipeline(ctx context.Context, conn redis.Conn, steps []Step) ([
 			return results, fmt.Errorf("txn: pipeline step %d: %d replies, want at least %d", i, len(all), n)
 		}
 		res := StepResult{Err: berr}
-		if n == len(q)+2 && berr == nil {
-			res.Replies, res.Err = execReplies(q, all[:n])
+		if berr == nil && len(q) > 0 {
+			execAll := all[:n]
+			if multi != nil {
+				execAll = append(multi, all[0])
+			}
+			res.Replies, res.Err = execReplies(q, execAll)
 			if errors.Is(res.Err, errNilExec) {
 				r.conflicts.Add(1)
+			}
+			if multi != nil && execFailed(all[0]) {
+				// Redis 2.4 refused EXEC (at maxmemory) and kept the
+				// transaction open, with the next step's commands queued
+				// in it.
+				results = append(results, res)
+				return results, discardAfter(ctx, conn, fmt.Errorf("txn: pipeline step %d: %w", i, res.Err))
 			}
 		}
 		results = append(results, res)

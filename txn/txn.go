@@ -39,6 +39,7 @@ type Runner struct {
 	Fence *Fence
 
 	conflicts atomic.Int64
+	mode      atomic.Int32 // what the server does with a refused queued command (queued.go)
 }
 
 // Conflicts reports how many times EXEC found a watched key changed, in
@@ -68,8 +69,10 @@ func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) erro
 //
 // Every queued command is checked against Redis 2.4 before MULTI is sent;
 // a refused one fails the attempt before anything is written. A command
-// that fails while queueing or inside EXEC is returned as an [*ExecError];
-// the replies are returned with it, because at 2.4 the other commands ran.
+// that fails while queueing is returned as an [*ExecError] and nothing was
+// written (on servers older than 2.6.5 too: see the package doc); one that
+// fails inside EXEC is returned as an [*ExecError] with the replies,
+// because the other commands ran.
 //
 // Every round trip is bounded by ctx: when ctx ends during one, the
 // connection is closed (a pool then discards it) and the error wraps
@@ -81,6 +84,9 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	}
 	if r.Fence != nil {
 		watch, fn = r.Fence.wrapRun(watch, fn)
+	}
+	if _, err := r.checkQueued(ctx, conn); err != nil {
+		return nil, err
 	}
 	unwatch := false // a hold's WATCH from a conflicting attempt is on conn
 	var notRun error // the last attempt's error wrapping ErrNotRun
@@ -182,29 +188,10 @@ func (tx *Tx) run(watch []string, fn func(*Tx) error) ([]interface{}, error) {
 		_ = tx.unwatch()
 		return nil, err
 	}
-	if err := sendMulti(tx.conn, tx.queued); err != nil {
-		return nil, err
-	}
-	if err := sendAll(tx.conn, after); err != nil {
-		return nil, err
-	}
-	all, err := values(Do(tx.ctx, tx.conn, ""))
+	all, err := tx.commit(after)
 	if err != nil {
-		return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
+		return nil, err
 	}
-	// Replies: those of sends left unread (a WATCH with no read after
-	// it), then MULTI's OK, one QUEUED per command, EXEC's reply, and the
-	// hold's WATCH.
-	skip := len(all) - (len(tx.queued) + 2 + len(after))
-	if skip < 0 {
-		return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued))
-	}
-	for _, rep := range all[:skip] {
-		if e, ok := rep.(redis.Error); ok {
-			return nil, fmt.Errorf("txn: read before MULTI: %w", e)
-		}
-	}
-	all = all[skip:]
 	replies, err := execReplies(tx.queued, all[:len(all)-len(after)])
 	if tx.hold != nil {
 		if err != nil {
@@ -220,6 +207,86 @@ func (tx *Tx) run(watch []string, fn func(*Tx) error) ([]interface{}, error) {
 		tx.hold.active = true
 	}
 	return replies, err
+}
+
+// commit sends MULTI, the queued commands, EXEC and after, and returns
+// the replies of MULTI, the queued commands, EXEC and after. On a server
+// that runs the rest of a transaction after refusing a queued command
+// (checkQueued), it reads the replies of MULTI and the queued commands
+// before EXEC and DISCARDs when any was refused: nothing is written then.
+// There, an EXEC that failed (Redis 2.4 refuses EXEC itself at maxmemory,
+// and the transaction stays open, with after queued in it) is followed by
+// DISCARD, and the error is returned.
+func (tx *Tx) commit(after []Cmd) ([]interface{}, error) {
+	// Sends left unread before MULTI: a WATCH with no read after it.
+	pre := tx.hidden + tx.sent
+	tx.hidden, tx.sent = 0, 0
+	var all []interface{}
+	legacy := tx.r.mode.Load() != modeAborts
+	if legacy {
+		before, multi, err := openMulti(tx.ctx, tx.conn, pre, tx.queued)
+		if err == nil {
+			err = readsOK(before)
+			if err != nil {
+				err = discardAfter(tx.ctx, tx.conn, err)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.conn.Send("EXEC"); err != nil {
+			return nil, fmt.Errorf("txn: send EXEC: %w", err)
+		}
+		if err := sendAll(tx.conn, after); err != nil {
+			return nil, err
+		}
+		rest, err := values(Do(tx.ctx, tx.conn, ""))
+		if err != nil {
+			return nil, fmt.Errorf("txn: EXEC: %w", err)
+		}
+		if len(rest) != 1+len(after) {
+			return nil, fmt.Errorf("txn: EXEC: %d replies for %d commands", len(rest), 1+len(after))
+		}
+		all = append(multi, rest...)
+	} else {
+		if err := sendMulti(tx.conn, tx.queued); err != nil {
+			return nil, err
+		}
+		if err := sendAll(tx.conn, after); err != nil {
+			return nil, err
+		}
+		var err error
+		if all, err = values(Do(tx.ctx, tx.conn, "")); err != nil {
+			return nil, fmt.Errorf("txn: MULTI/EXEC: %w", err)
+		}
+		// Replies: those of sends left unread, then MULTI's OK, one
+		// QUEUED per command, EXEC's reply, and after's.
+		if len(all) != pre+len(tx.queued)+2+len(after) {
+			return nil, fmt.Errorf("txn: MULTI/EXEC: %d replies for %d commands", len(all), len(tx.queued))
+		}
+		if err := readsOK(all[:pre]); err != nil {
+			return nil, err
+		}
+		all = all[pre:]
+	}
+	if legacy && execFailed(all[len(tx.queued)+1]) {
+		// Redis 2.4 refused EXEC (at maxmemory) and kept the transaction
+		// open, with after queued in it.
+		_, err := execReplies(tx.queued, all[:len(tx.queued)+2])
+		return nil, discardAfter(tx.ctx, tx.conn, err)
+	}
+	return all, nil
+}
+
+// readsOK reports the first error among the replies of commands sent
+// before MULTI.
+func readsOK(reps []interface{}) error {
+	for _, rep := range reps {
+		if e, ok := rep.(redis.Error); ok {
+			return fmt.Errorf("txn: read before MULTI: %w", e)
+		}
+	}
+	return nil
 }
 
 // check checks commands against Redis 2.4 before MULTI is sent: 2.4 drops
@@ -288,7 +355,7 @@ func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 	var queueErr *ExecError
 	for i, q := range all[1 : len(all)-1] {
 		if e, ok := q.(redis.Error); ok {
-			queueErr = &ExecError{Index: i, Command: queued[i].Name, Queued: true, Err: e, Commands: queued}
+			queueErr = &ExecError{Index: i, Command: queued[i].Name, Queued: true, Err: replyError(e), Commands: queued}
 			break
 		}
 	}
@@ -304,7 +371,7 @@ func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 		if queueErr != nil {
 			return nil, queueErr
 		}
-		return nil, fmt.Errorf("txn: EXEC: %w", exec)
+		return nil, fmt.Errorf("txn: EXEC: %w", replyError(exec))
 	case []interface{}:
 		if queueErr != nil {
 			return exec, queueErr
@@ -315,7 +382,7 @@ func execReplies(queued []Cmd, all []interface{}) ([]interface{}, error) {
 				if i < len(queued) {
 					name = queued[i].Name
 				}
-				return exec, &ExecError{Index: i, Command: name, Err: e, Commands: queued}
+				return exec, &ExecError{Index: i, Command: name, Err: replyError(e), Commands: queued}
 			}
 		}
 		if len(exec) != len(queued) {

@@ -19,6 +19,7 @@ import (
 func servers(t *testing.T, f func(t *testing.T, s *redistest.Server)) {
 	t.Run("miniredis", func(t *testing.T) { f(t, redistest.Mini(t)) })
 	t.Run("redis", func(t *testing.T) { f(t, redistest.Start(t)) })
+	t.Run("redis24", func(t *testing.T) { f(t, redistest.Start24(t)) })
 }
 
 func TestRetryOnConflict(t *testing.T) {

@@ -124,11 +124,13 @@ func (s *Server) dialAdmin() (redis.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch s.Kind {
-	case KindReal:
+	switch {
+	case s.v24:
+		// 2.4 has no ACL: every connection has full rights.
+	case s.Kind == KindReal:
 		// AUTH user password is the one post-2.4 form allowed: test setup only.
 		_, err = c.Do("AUTH", "admin", s.adminPassword)
-	case KindMiniredis:
+	case s.Kind == KindMiniredis:
 		_, err = c.Do(adminCommand, s.adminToken)
 	}
 	if err != nil {

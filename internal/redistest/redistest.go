@@ -40,6 +40,9 @@ const (
 	EnvAddr     = "ENGINE_TEST_REDIS"          // host:port of an external server
 	EnvPassword = "ENGINE_TEST_REDIS_PASSWORD" // its password (AUTH password), if any
 	EnvBinary   = "REDIS_SERVER"               // path of redis-server, default from PATH
+	// EnvBinary24 is the path of a real Redis 2.4 redis-server, for
+	// [Start24]; the tests that need it skip, saying so, without it.
+	EnvBinary24 = "REDIS24_SERVER"
 )
 
 const (
@@ -65,6 +68,7 @@ type Server struct {
 	adminToken    string // marker that exempts Admin conns from the miniredis hook
 
 	// real servers only
+	v24               bool // a Redis 2.4 server (Start24): config file, no ACL
 	bin, dir, logPath string
 	port              int
 	args              []string
@@ -147,6 +151,79 @@ func Start(t testing.TB, opts ...Option) *Server {
 	t.Fatalf("redistest: %v", lastErr)
 	return nil
 }
+
+// Start24 returns a real Redis 2.4 server of t's own, started from the
+// binary that REDIS24_SERVER names, on a free loopback port in t.TempDir()
+// and stopped in t.Cleanup. Redis 2.4 has no ACL: every connection may run
+// every command, and only the redis24.Wrap guard of [Server.Pool] keeps
+// the code under test to the 2.4 table. Options are as for [Start]
+// (WithArgs' "--name value" pairs become config-file lines). Without
+// REDIS24_SERVER the test is skipped with a message saying that it did not
+// run on Redis 2.4: never a silent pass. A set but missing binary fails.
+func Start24(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin := os.Getenv(EnvBinary24)
+	if bin == "" {
+		t.Skipf("redistest: %s is not set: this test did not run on a real Redis 2.4 "+
+			"(set it to the path of a Redis 2.4 redis-server)", EnvBinary24)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("redistest: %s=%s: %v", EnvBinary24, bin, err)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{Kind: KindReal, v24: true, Census: redis24.NewCensus(), bin: bin, dir: t.TempDir()}
+	s.logPath = filepath.Join(s.dir, "redis.log")
+	s.args = configLines24(s.dir, cfg)
+	t.Cleanup(s.stop)
+	var lastErr error
+	for try := 0; try < startTries; try++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = s.launch(); lastErr == nil {
+			return s
+		}
+		if !strings.Contains(lastErr.Error(), "in use") {
+			break
+		}
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+// configLines24 is a Redis 2.4 config file, but for its port line: 2.4
+// takes no --option arguments.
+func configLines24(dir string, cfg config) []string {
+	lines := []string{"bind 127.0.0.1", "dir " + dir, "daemonize no", "loglevel notice"}
+	if cfg.appendOnly {
+		lines = append(lines, "appendonly yes", "appendfsync always")
+	} else {
+		lines = append(lines, "appendonly no")
+	}
+	var cur []string
+	for _, a := range cfg.extra {
+		if strings.HasPrefix(a, "--") {
+			if len(cur) > 0 {
+				lines = append(lines, strings.Join(cur, " "))
+			}
+			cur = []string{strings.TrimPrefix(a, "--")}
+			continue
+		}
+		cur = append(cur, a)
+	}
+	if len(cur) > 0 {
+		lines = append(lines, strings.Join(cur, " "))
+	}
+	return lines
+}
+
+// Is24 reports whether s is a real Redis 2.4 started by [Start24].
+func (s *Server) Is24() bool { return s.v24 }
 
 func findRedisServer() (string, error) {
 	if bin := os.Getenv(EnvBinary); bin != "" {
@@ -240,6 +317,14 @@ func (s *Server) launch() error {
 	logStart, _ := logf.Seek(0, io.SeekEnd)
 
 	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
+	if s.v24 {
+		conf := filepath.Join(s.dir, "redis.conf")
+		text := "port " + strconv.Itoa(s.port) + "\n" + strings.Join(s.args, "\n") + "\n"
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", conf, err)
+		}
+		args = []string{conf}
+	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
