@@ -49,7 +49,7 @@ func (h *Held) Exec(ctx context.Context, queued []Cmd, after ...Cmd) (replies, a
 		_ = h.unwatch(ctx)
 		return nil, nil, err
 	}
-	n := 1 // UNWATCH
+	n := 1                  // UNWATCH
 	var multi []interface{} // MULTI's and queued's replies, read before EXEC (see Tx.commit)
 	switch {
 	case len(queued) > 0 && h.r.mode.Load() != modeAborts:
