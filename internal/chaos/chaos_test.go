@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redistest"
 	"go.uber.org/goleak"
 )
 
@@ -76,6 +77,20 @@ func TestChaosShards(t *testing.T) {
 	runScenarios(t, 3, tasks)
 }
 
+// TestChaosRedis24 is a short run, on a real Redis 2.4 (REDIS24_SERVER;
+// skipped, saying so, without it), of the full scenario and of the faults
+// that touch 2.4's own behaviour: connection cuts, server restarts, kills.
+func TestChaosRedis24(t *testing.T) {
+	if os.Getenv(redistest.EnvBinary24) == "" {
+		t.Skipf("%s is not set: the chaos scenarios did not run on a real Redis 2.4", redistest.EnvBinary24)
+	}
+	tasks := 1500
+	if testing.Short() {
+		tasks = 600
+	}
+	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts"}, os.Getenv(redistest.EnvBinary24))
+}
+
 // runScenarios runs every scenario (or those CHAOS_SCENARIOS names) on
 // shards lanes (1: one server), tasks tasks each unless CHAOS_TASKS says
 // otherwise, with the seed of CHAOS_SEED or a new one.
@@ -83,6 +98,12 @@ func runScenarios(t *testing.T, shards, tasks int) {
 	if _, err := findRedisServer(); err != nil {
 		t.Fatalf("%v", err)
 	}
+	runOn(t, shards, tasks, Scenarios(), "")
+}
+
+// runOn runs the named scenarios (or those CHAOS_SCENARIOS names) on
+// shards lanes of Redis 7, or of the Redis 2.4 at bin24 when set.
+func runOn(t *testing.T, shards, tasks int, names []string, bin24 string) {
 	seed := time.Now().UnixNano()%1_000_000_000 + 1
 	if s := os.Getenv(envSeed); s != "" {
 		var err error
@@ -97,13 +118,15 @@ func runScenarios(t *testing.T, shards, tasks int) {
 		}
 		tasks = n
 	}
-	names := Scenarios()
 	if s := os.Getenv(envScenarios); s != "" {
 		names = strings.Split(s, ",")
 	}
 	layout := "one server"
 	if shards > 1 {
 		layout = fmt.Sprintf("%d shards", shards)
+	}
+	if bin24 != "" {
+		layout += " (Redis 2.4)"
 	}
 	t.Logf("chaos seed %d on %s (replay: %s=%d go test ./internal/chaos -run '^%s$')", seed, layout, envSeed, seed, t.Name())
 
@@ -125,7 +148,7 @@ func runScenarios(t *testing.T, shards, tasks int) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			rep, err := Run(ctx, Options{Scenario: name, Tasks: tasks, Seed: seed, Bin: procBin,
-				Drain: 20 * time.Second, Log: progress, Shards: shards})
+				Drain: 20 * time.Second, Log: progress, Shards: shards, Redis24: bin24})
 			if err != nil {
 				t.Fatalf("scenario %s on %s (seed %d): %v", name, layout, seed, err)
 			}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +61,9 @@ type Options struct {
 	// own seeded cuts), and its bad data goes into the keys of one lane
 	// the seed picks.
 	Shards int
+	// Redis24 is the path of a Redis 2.4 redis-server to run the scenario
+	// on instead of the one findRedisServer finds.
+	Redis24 string
 
 	// For the harness's own tests: a scenario not in the list, and
 	// damage done behind the engine's back that the check must catch.
@@ -160,7 +165,9 @@ type harness struct {
 	// (Scenario.Turn).
 	turnHeld, turnSamples atomic.Int64
 	// turnKills counts watchTurn's kills of every dispatcher.
-	turnKills    atomic.Int64
+	turnKills atomic.Int64
+	// fills counts fullLoop's fills of a server (Scenario.Full).
+	fills        atomic.Int64
 	partialWhere map[string]*partialWhere
 	// markedAt is when the harness marked the namespace for the compact
 	// storage (Scenario.FormatSwitch); zero until then.
@@ -257,7 +264,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	h.redis, err = startRedis(rbin, filepath.Join(h.dir, "redis"), redisOptions{
-		appendOnly: sc.Restarts > 0, timeout: sc.ServerTimeout})
+		appendOnly: sc.Restarts > 0, timeout: sc.ServerTimeout, bin24: o.Redis24})
 	if err != nil {
 		return nil, err
 	}
@@ -407,6 +414,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if sc.Restarts > 0 {
 		goLoop(h.restartLoop)
 	}
+	if sc.Full > 0 {
+		goLoop(h.fullLoop)
+	}
 	if sc.FormatSwitch {
 		goLoop(h.markFormatLater)
 	}
@@ -468,6 +478,13 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 	}
 	if !drained {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("drain timed out after %v", h.opts.Drain))
+	}
+	if h.sc.Full > 0 {
+		refused := h.logCount("maxmemory")
+		rep.Notes = append(rep.Notes, fmt.Sprintf("server filled %d times for %v each; %d log lines of the processes name a maxmemory refusal", h.fills.Load(), FullFor, refused))
+		if h.fills.Load() == 0 || refused == 0 {
+			rep.Failures = append(rep.Failures, "no write was seen refused for memory: the scenario did not exercise a full server")
+		}
 	}
 	if h.sc.Turn {
 		held, samples := h.turnHeld.Load(), h.turnSamples.Load()
@@ -723,6 +740,73 @@ func (h *harness) restartLoop(ctx context.Context) {
 		h.mu.Unlock()
 		h.logf("redis-server %v, back after %v", sig, time.Since(at).Round(time.Millisecond))
 	}
+}
+
+// FullFor is how long fullLoop keeps a server full each time.
+const FullFor = 150 * time.Millisecond
+
+// fullLoop fills a lane's server every Scenario.Full (0.5-1.5 times it):
+// maxmemory just below the memory in use, so that every write is refused
+// (and a volatile policy evicts keys with a TTL), for FullFor; then no
+// limit again. The limit is lifted whatever happens, also at the end.
+func (h *harness) fullLoop(ctx context.Context) {
+	rng := h.rngFor("full")
+	for {
+		if !sleep(ctx, time.Duration((0.5+rng.Float64())*float64(h.sc.Full))) {
+			return
+		}
+		l := h.lanes[rng.IntN(len(h.lanes))]
+		if err := fillFor(l.admin, FullFor); err != nil {
+			h.logf("fill the server: %v", err)
+			continue
+		}
+		h.fills.Add(1)
+	}
+}
+
+// fillFor sets maxmemory just below used_memory, waits d, and lifts it.
+func fillFor(admin *redis.Pool, d time.Duration) error {
+	c := admin.Get()
+	defer c.Close()
+	info, err := redis.String(c.Do("INFO"))
+	if err != nil {
+		return err
+	}
+	used := 0
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ = strconv.Atoi(v)
+		}
+	}
+	if used < 2 {
+		return fmt.Errorf("INFO gave no used_memory")
+	}
+	if _, err := c.Do("CONFIG", "SET", "maxmemory", used-1); err != nil {
+		return err
+	}
+	// Real time is what is tested: how long the server stays full.
+	time.Sleep(d)
+	for try := 0; ; try++ {
+		_, err = c.Do("CONFIG", "SET", "maxmemory", 0)
+		if err == nil || try == 20 {
+			return err
+		}
+		c.Close()
+		c = admin.Get()
+	}
+}
+
+// logCount counts the lines of every process's log that contain s.
+func (h *harness) logCount(s string) int {
+	n := 0
+	for _, p := range h.allProcs() {
+		b, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			continue
+		}
+		n += strings.Count(string(b), s)
+	}
+	return n
 }
 
 // deadSet lists the dead letters' ids, of every lane.

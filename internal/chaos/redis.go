@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +32,7 @@ type redisServer struct {
 	args    []string
 	adminPW string
 	logPath string
+	v24     bool // a Redis 2.4: a config file, no ACL, no admin user
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,6 +42,9 @@ type redisServer struct {
 type redisOptions struct {
 	appendOnly bool
 	timeout    int // server "timeout": idle connections closed after this many seconds
+	// bin24, when set, is a Redis 2.4 redis-server to start instead of
+	// the one findRedisServer finds.
+	bin24 string
 }
 
 // findRedisServer finds redis-server: $REDIS_SERVER or PATH.
@@ -64,6 +69,20 @@ func startRedis(bin, dir string, o redisOptions) (*redisServer, error) {
 	pw := make([]byte, 12)
 	_, _ = rand.Read(pw)
 	s := &redisServer{bin: bin, dir: dir, adminPW: hex.EncodeToString(pw), logPath: filepath.Join(dir, "redis.log")}
+	if o.bin24 != "" {
+		// 2.4 reads a config file only, and has no ACL: the processes'
+		// connections are held to the 2.4 table by their own guard.
+		s.bin, s.v24 = o.bin24, true
+		s.args = []string{"bind 127.0.0.1", "dir " + dir, "logfile " + s.logPath, "daemonize no",
+			"timeout " + strconv.Itoa(o.timeout), "appendonly no"}
+		if o.appendOnly {
+			s.args = append(s.args, "appendonly yes", "appendfsync always")
+		}
+		if err := s.startOnFreePort(); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	args := []string{"--bind", "127.0.0.1", "--save", "", "--dir", dir, "--logfile", s.logPath}
 	if o.appendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -75,20 +94,29 @@ func startRedis(bin, dir string, o redisOptions) (*redisServer, error) {
 	args = append(args, redistest.ACLRules()...)
 	args = append(args, "--user", "admin", "on", ">"+s.adminPW, "~*", "&*", "+@all")
 	s.args = args
+	if err := s.startOnFreePort(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startOnFreePort starts the server on a free loopback port, trying
+// another when the chosen one was taken meanwhile.
+func (s *redisServer) startOnFreePort() error {
 	var last error
 	for try := 0; try < 5; try++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.port = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		if last = s.Start(); last == nil {
-			return s, nil
+			return nil
 		}
 	}
-	return nil, last
+	return last
 }
 
 // Start starts the server (again) on its port and waits for PING.
@@ -98,7 +126,16 @@ func (s *redisServer) Start() error {
 	if s.cmd != nil {
 		return errors.New("redis-server already running")
 	}
-	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port)}, s.args...)...)
+	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
+	if s.v24 {
+		conf := filepath.Join(s.dir, "redis.conf")
+		text := "port " + strconv.Itoa(s.port) + "\n" + strings.Join(s.args, "\n") + "\n"
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return err
+		}
+		args = []string{conf}
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	setProcAttr(cmd)
 	if err := cmd.Start(); err != nil {
@@ -157,6 +194,9 @@ func (s *redisServer) Admin() (redis.Conn, error) {
 		redis.DialReadTimeout(30*time.Second), redis.DialWriteTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
+	}
+	if s.v24 {
+		return c, nil
 	}
 	if _, err := c.Do("AUTH", "admin", s.adminPW); err != nil {
 		c.Close()

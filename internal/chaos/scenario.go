@@ -29,6 +29,14 @@ type Scenario struct {
 
 	Restarts time.Duration // mean gap between redis-server restarts (AOF, fsync always)
 
+	// Full is the mean gap between the times the harness fills the
+	// server: it sets maxmemory just below the memory in use for
+	// FullFor, so that every write is refused (and, under a volatile
+	// policy, keys with a TTL are evicted), then lifts it. The refusals
+	// must be seen in the processes' logs, or the scenario did not
+	// exercise them.
+	Full time.Duration
+
 	Skew bool // processes run with clocks offset by -2 s, 0 or +2 s
 
 	// BadData injects corrupted and hand-edited data: 1 records, ids,
@@ -206,6 +214,11 @@ var scenarios = []Scenario{
 		Name: "kills-restarts", Doc: "kill -9 workers (some SIGTERM) while redis-server is stopped or crashed and restarted",
 		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
 		KillWorkers: 700 * time.Millisecond, TermWorkers: 0.15, Restarts: 2500 * time.Millisecond,
+	},
+	{
+		Name: "full", Doc: "the server runs out of memory every 250 ms for 150 ms (maxmemory set just below what is used, the server's own policy: noeviction on Redis 7, volatile-lru on 2.4) while tasks are enqueued, moved, run and retried; writes are refused, transactions must be all or nothing, and everything resumes by itself",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		Full: 250 * time.Millisecond,
 	},
 	{
 		Name: "combined", Doc: "all of the above at once (bad data without the wrong-type ready and wake-up lists)",

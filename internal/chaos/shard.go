@@ -40,7 +40,7 @@ func (h *harness) startLanes(rbin string, n int) error {
 	addrs := []string{h.procAddr}
 	for k := 1; k < n; k++ {
 		srv, err := startRedis(rbin, filepath.Join(h.dir, fmt.Sprintf("redis-%d", k)), redisOptions{
-			appendOnly: h.sc.Restarts > 0, timeout: h.sc.ServerTimeout})
+			appendOnly: h.sc.Restarts > 0, timeout: h.sc.ServerTimeout, bin24: h.opts.Redis24})
 		if err != nil {
 			return err
 		}
