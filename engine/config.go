@@ -198,6 +198,12 @@ type Config struct {
 	// on at once (disjoint buckets, so they never conflict). Default 2.
 	DispatchLanes int
 
+	// AllowEviction lets Server.Run start on a Redis whose
+	// maxmemory-policy is allkeys-* with a limit set, which evicts task
+	// records when memory is full: tasks can then be lost. Default false
+	// (Run refuses with ErrEviction).
+	AllowEviction bool
+
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Clock tells the time. Default (nil): the system clock, time.Now.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/txn"
 )
 
 // Sentinel errors; test for them with errors.Is. They are the engine's
@@ -55,6 +56,15 @@ var (
 	ErrNoHandler = errors.New("engine: no handler for task type")
 	// ErrClosed: the Server or Worker was shut down already.
 	ErrClosed = errors.New("engine: closed")
+	// ErrFull: Redis refused the write because its memory is at
+	// maxmemory; nothing was written. Retry later (the same TaskID keeps
+	// it to one task); the engine's own parts back off and resume by
+	// themselves once memory is freed.
+	ErrFull = errors.New("engine: Redis is out of memory (maxmemory); nothing was written")
+	// ErrEviction: Server.Run refused to start because Redis may evict
+	// any key when full (an allkeys-* maxmemory-policy with a limit set),
+	// task records included. See Config.AllowEviction.
+	ErrEviction = errors.New("engine: Redis may evict task records")
 )
 
 // TaskExistsError is the error of an Enqueue or EnqueueBatch whose TaskID
@@ -97,6 +107,7 @@ var storeKinds = []struct{ from, to error }{
 	{buckets.ErrInvalidName, ErrInvalidName},
 	{buckets.ErrExists, ErrTaskExists},
 	{buckets.ErrUncertain, ErrUncertain},
+	{txn.ErrFull, ErrFull},
 }
 
 func kindOf(err error) error {

@@ -106,6 +106,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("engine: server already ran or was shut down: %w", ErrClosed)
 	}
 	s.started = true
+	s.mu.Unlock()
+	if err := s.checkMemory(ctx); err != nil {
+		close(s.done)
+		return err
+	}
+	s.mu.Lock()
 	mctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.mu.Unlock()
@@ -149,6 +155,14 @@ func (s *Server) Run(ctx context.Context) error {
 	s.runErr = err
 	s.mu.Unlock()
 	return err
+}
+
+// checkMemory looks at Redis's memory policy once, at start (see
+// MemoryPolicy): an evicting one is refused unless Config.AllowEviction.
+func (s *Server) checkMemory(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return checkMemoryPolicy(cctx, s.pool, s.cfg.AllowEviction, s.cfg.withDefaults().Logger)
 }
 
 // Shutdown stops the server gracefully with ctx as the deadline for
