@@ -20,6 +20,15 @@ type checkJSON struct {
 	InMotion    int           `json:"in_motion"`
 	Repaired    int           `json:"repaired"`
 	Remaining   []findingJSON `json:"remaining,omitempty"`
+	Memory      memoryJSON    `json:"redis_memory"`
+}
+
+// memoryJSON is the Redis server's memory limit and eviction policy.
+type memoryJSON struct {
+	MaxMemory int64  `json:"maxmemory"`
+	Policy    string `json:"policy,omitempty"`
+	Unknown   string `json:"unknown,omitempty"`
+	Summary   string `json:"summary"`
 }
 
 type findingJSON struct {
@@ -61,11 +70,16 @@ func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io
 	if repair && rep.Remaining != nil {
 		remaining = rep.Remaining
 	}
+	mem, err := c.Inspector().MemoryPolicy(ctx)
+	if err != nil {
+		return len(remaining), err
+	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		j := checkJSON{Tasks: rep.Tasks, Queues: rep.Queues, Findings: findingsJSON(rep.Findings),
-			Unconfirmed: findingsJSON(rep.Unconfirmed), InMotion: rep.InMotion, Repaired: rep.Repaired}
+			Unconfirmed: findingsJSON(rep.Unconfirmed), InMotion: rep.InMotion, Repaired: rep.Repaired,
+			Memory: memoryJSON{MaxMemory: mem.MaxMemory, Policy: mem.Policy, Unknown: mem.Unknown, Summary: mem.String()}}
 		if rep.Remaining != nil {
 			j.Remaining = findingsJSON(rep.Remaining)
 		}
@@ -75,6 +89,7 @@ func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io
 		return len(remaining), nil
 	}
 	fmt.Fprintf(out, "checked %d tasks in %d queues\n", rep.Tasks, rep.Queues)
+	fmt.Fprintf(out, "redis memory: %s\n", mem)
 	if len(rep.Findings) == 0 {
 		fmt.Fprintln(out, "no findings")
 	} else {

@@ -28,7 +28,8 @@ func TestRunCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if n, err := runCheck(ctx, c, false, false, &out); err != nil || n != 0 || !strings.Contains(out.String(), "no findings") {
+	if n, err := runCheck(ctx, c, false, false, &out); err != nil || n != 0 || !strings.Contains(out.String(), "no findings") ||
+		!strings.Contains(out.String(), "redis memory: ") {
 		t.Fatalf("healthy: runCheck = %d, %v; output:\n%s", n, err, out.String())
 	}
 	stats := "{" + ns + "}:st:default"
