@@ -67,7 +67,7 @@ func kinds() []*kind {
 	if os.Getenv(redistest.EnvAddr) != "" {
 		return []*kind{{name: "external"}}
 	}
-	return []*kind{{name: "miniredis"}, {name: "redis"}}
+	return []*kind{{name: "miniredis"}, {name: "redis"}, {name: "redis24"}}
 }
 
 // TestConformance runs every scenario on every server, then checks the
@@ -83,7 +83,7 @@ func TestConformance(t *testing.T) {
 			k.ran = map[string]bool{}
 			k.side = side7 // miniredis aborts EXEC as Redis 7 does
 			if k.name != "miniredis" {
-				k.shared = redistest.Start(t)
+				k.shared = startKind(t, k.name)
 				k.census = k.shared.Census
 				var err error
 				if k.side, k.version, err = serverSide(k.shared.Admin(t)); err != nil {
@@ -93,6 +93,15 @@ func TestConformance(t *testing.T) {
 			runScenarios(t, k)
 		})
 	}
+}
+
+// startKind starts the server of a kind: a real Redis 2.4 for "redis24"
+// (skipped, saying so, without REDIS24_SERVER), else redistest.Start's.
+func startKind(t *testing.T, name string) *redistest.Server {
+	if name == "redis24" {
+		return redistest.Start24(t)
+	}
+	return redistest.Start(t)
 }
 
 // runScenarios runs the scenarios on k in parallel, and checks k's census
