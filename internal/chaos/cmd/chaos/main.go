@@ -43,6 +43,7 @@ func main() {
 		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
 		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
 		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
+		redis24  = flag.String("redis24", "", "run the task scenarios on this Redis 2.4 redis-server binary instead of redis-server 7")
 		workflow = flag.String("workflow", "", "run the workflow scenario instead of the task scenarios: CHAINSxSTEPS,GROUPSxMEMBERS, e.g. 2000x5,200x50 (kills, cuts and redis-server restarts at once)")
 	)
 	flag.Parse()
@@ -107,7 +108,7 @@ func main() {
 	var reports []*chaos.Report
 	for _, n := range names {
 		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
-			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards}
+			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards, Redis24: *redis24}
 		if progress != nil {
 			o.Log = progress
 		}
