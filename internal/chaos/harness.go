@@ -166,8 +166,9 @@ type harness struct {
 	turnHeld, turnSamples atomic.Int64
 	// turnKills counts watchTurn's kills of every dispatcher.
 	turnKills atomic.Int64
-	// fills counts fullLoop's fills of a server (Scenario.Full).
-	fills        atomic.Int64
+	// fills counts fullLoop's fills of a server (Scenario.Full), and
+	// evicted the keys the servers evicted meanwhile (INFO evicted_keys).
+	fills, evicted atomic.Int64
 	partialWhere map[string]*partialWhere
 	// markedAt is when the harness marked the namespace for the compact
 	// storage (Scenario.FormatSwitch); zero until then.
@@ -481,7 +482,7 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 	}
 	if h.sc.Full > 0 {
 		refused := h.logCount("maxmemory")
-		rep.Notes = append(rep.Notes, fmt.Sprintf("server filled %d times for %v each; %d log lines of the processes name a maxmemory refusal", h.fills.Load(), FullFor, refused))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("server filled %d times for %v each; %d log lines of the processes name a maxmemory refusal; %d keys evicted", h.fills.Load(), FullFor, refused, h.evicted.Load()))
 		if h.fills.Load() == 0 || refused == 0 {
 			rep.Failures = append(rep.Failures, "no write was seen refused for memory: the scenario did not exercise a full server")
 		}
@@ -756,44 +757,67 @@ func (h *harness) fullLoop(ctx context.Context) {
 			return
 		}
 		l := h.lanes[rng.IntN(len(h.lanes))]
-		if err := fillFor(l.admin, FullFor); err != nil {
+		evicted, err := fillFor(l.admin, FullFor)
+		if err != nil {
 			h.logf("fill the server: %v", err)
 			continue
 		}
 		h.fills.Add(1)
+		h.evicted.Add(evicted)
 	}
 }
 
 // fillFor sets maxmemory just below used_memory, waits d, and lifts it.
-func fillFor(admin *redis.Pool, d time.Duration) error {
+// It returns how many keys the server evicted meanwhile.
+func fillFor(admin *redis.Pool, d time.Duration) (int64, error) {
 	c := admin.Get()
-	defer c.Close()
-	info, err := redis.String(c.Do("INFO"))
+	defer func() { c.Close() }()
+	before, err := infoFields(c)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	used := 0
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			used, _ = strconv.Atoi(v)
-		}
-	}
+	used, _ := strconv.ParseInt(before["used_memory"], 10, 64)
 	if used < 2 {
-		return fmt.Errorf("INFO gave no used_memory")
+		return 0, fmt.Errorf("INFO gave no used_memory")
 	}
 	if _, err := c.Do("CONFIG", "SET", "maxmemory", used-1); err != nil {
-		return err
+		return 0, err
 	}
 	// Real time is what is tested: how long the server stays full.
 	time.Sleep(d)
 	for try := 0; ; try++ {
 		_, err = c.Do("CONFIG", "SET", "maxmemory", 0)
 		if err == nil || try == 20 {
-			return err
+			break
 		}
 		c.Close()
 		c = admin.Get()
 	}
+	if err != nil {
+		return 0, err
+	}
+	after, err := infoFields(c)
+	if err != nil {
+		return 0, err
+	}
+	a, _ := strconv.ParseInt(after["evicted_keys"], 10, 64)
+	b, _ := strconv.ParseInt(before["evicted_keys"], 10, 64)
+	return max(a-b, 0), nil
+}
+
+// infoFields is INFO (no section: the 2.4 form) as a map.
+func infoFields(c redis.Conn) (map[string]string, error) {
+	info, err := redis.String(c.Do("INFO"))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m, nil
 }
 
 // logCount counts the lines of every process's log that contain s.
