@@ -39,6 +39,10 @@ type Options struct {
 	// means nothing beyond Redis is checked. It must return quickly and is
 	// given a context bounded by PingTimeout.
 	Ready func(context.Context) error
+	// Detail, when set, adds lines to /readyz's body, ready or not (the
+	// Redis memory policy, say). It is given a context bounded by
+	// PingTimeout; an error is shown in its place.
+	Detail func(context.Context) (string, error)
 	// PingTimeout bounds the readiness check; 0 is DefaultPingTimeout.
 	PingTimeout time.Duration
 	// Logger receives the server's errors; nil discards them.
@@ -134,11 +138,21 @@ func pingRedis(ctx context.Context, pool *redis.Pool) error {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	detail := ""
+	if s.opts.Detail != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.PingTimeout)
+		d, err := s.opts.Detail(ctx)
+		cancel()
+		if err != nil {
+			d = "detail unavailable: " + err.Error()
+		}
+		detail = strings.TrimRight(d, "\n") + "\n"
+	}
 	if err := s.Check(r.Context()); err != nil {
-		plain(w, http.StatusServiceUnavailable, "not ready: "+strings.ReplaceAll(err.Error(), "\n", "; ")+"\n")
+		plain(w, http.StatusServiceUnavailable, "not ready: "+strings.ReplaceAll(err.Error(), "\n", "; ")+"\n"+detail)
 		return
 	}
-	plain(w, http.StatusOK, "ready\n")
+	plain(w, http.StatusOK, "ready\n"+detail)
 }
 
 func plain(w http.ResponseWriter, code int, body string) {

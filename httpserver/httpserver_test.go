@@ -134,3 +134,35 @@ func TestResolveAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyzDetail: Detail's lines follow the verdict, ready or not, and
+// an error in it is shown in its place.
+func TestReadyzDetail(t *testing.T) {
+	t.Parallel()
+	var up, broken atomic.Bool
+	base := start(t, httpserver.Options{
+		Ready: func(context.Context) error {
+			if !up.Load() {
+				return errors.New("worker not started")
+			}
+			return nil
+		},
+		Detail: func(context.Context) (string, error) {
+			if broken.Load() {
+				return "", errors.New("CONFIG GET timed out")
+			}
+			return "redis memory: maxmemory 100 bytes, policy noeviction\n", nil
+		},
+	})
+	if code, body := get(t, base+"/readyz"); code != 503 || !strings.HasSuffix(body, "\nredis memory: maxmemory 100 bytes, policy noeviction\n") {
+		t.Errorf("/readyz = %d %q, want 503 followed by the detail", code, body)
+	}
+	up.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\nredis memory: maxmemory 100 bytes, policy noeviction\n" {
+		t.Errorf("/readyz = %d %q, want ready and the detail", code, body)
+	}
+	broken.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\ndetail unavailable: CONFIG GET timed out\n" {
+		t.Errorf("/readyz = %d %q, want ready and the detail's error", code, body)
+	}
+}
