@@ -197,6 +197,12 @@ func (h *harness) check(ctx context.Context) *Report {
 	if len(h.proxies) > 0 {
 		rep.Cuts, rep.Faults["connection cuts"] = h.cuts()
 	}
+	if n := h.fills.Load(); n > 0 {
+		rep.Faults["server full"] = int(n)
+		if e := h.evicted.Load(); e > 0 {
+			rep.Faults["keys evicted"] = int(e)
+		}
+	}
 
 	// Dead letters, through the public API.
 	dead := map[string]string{}

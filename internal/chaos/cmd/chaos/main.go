@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/internal/chaos"
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 func main() {
@@ -43,10 +44,17 @@ func main() {
 		periodic = flag.Duration("periodic", 0, "run the periodic scenario (3 skewed schedulers of an every-1s entry killed at random) for this long instead of the task scenarios")
 		outage   = flag.Duration("periodic-outage", 30*time.Second, "with -periodic: then stop every scheduler this long and restart one (0: no outage)")
 		markdown = flag.String("markdown", "", "write the reports as the Markdown tables of docs/reliability.md to this file")
-		redis24  = flag.String("redis24", "", "run the task scenarios on this Redis 2.4 redis-server binary instead of redis-server 7")
+		on24     = flag.Bool("on24", false, "run the task scenarios on the Redis 2.4 redis-server binary that $REDIS24_SERVER names, instead of redis-server 7")
 		workflow = flag.String("workflow", "", "run the workflow scenario instead of the task scenarios: CHAINSxSTEPS,GROUPSxMEMBERS, e.g. 2000x5,200x50 (kills, cuts and redis-server restarts at once)")
 	)
 	flag.Parse()
+	bin24 := ""
+	if *on24 {
+		if bin24 = os.Getenv(redistest.EnvBinary24); bin24 == "" {
+			fmt.Fprintf(os.Stderr, "chaos: -on24 needs %s, the path of a Redis 2.4 redis-server\n", redistest.EnvBinary24)
+			os.Exit(2)
+		}
+	}
 	if *list {
 		fmt.Print(chaos.Describe())
 		return
@@ -108,7 +116,7 @@ func main() {
 	var reports []*chaos.Report
 	for _, n := range names {
 		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
-			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards, Redis24: *redis24}
+			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards, Redis24: bin24}
 		if progress != nil {
 			o.Log = progress
 		}
