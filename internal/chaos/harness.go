@@ -169,7 +169,7 @@ type harness struct {
 	// fills counts fullLoop's fills of a server (Scenario.Full), and
 	// evicted the keys the servers evicted meanwhile (INFO evicted_keys).
 	fills, evicted atomic.Int64
-	partialWhere map[string]*partialWhere
+	partialWhere   map[string]*partialWhere
 	// markedAt is when the harness marked the namespace for the compact
 	// storage (Scenario.FormatSwitch); zero until then.
 	markedAt time.Time
