@@ -149,7 +149,11 @@ func main() {
 		// other flags as given.
 		cmd := "go run ./internal/chaos/cmd/chaos"
 		flag.Visit(func(f *flag.Flag) {
-			if f.Name != "markdown" && f.Name != "seed" && f.Name != "q" && f.Name != "keep" && f.Name != "dir" {
+			switch {
+			case f.Name == "markdown" || f.Name == "seed" || f.Name == "q" || f.Name == "keep" || f.Name == "dir":
+			case f.Name == "on24":
+				cmd += " -on24" // a bool flag takes no value
+			default:
 				cmd += fmt.Sprintf(" -%s %s", f.Name, f.Value)
 			}
 		})
