@@ -198,7 +198,7 @@ func (d *Dashboard) readGate(w http.ResponseWriter, r *http.Request) bool {
 	ok, err := d.mayRead(r)
 	switch {
 	case err != nil:
-		d.fail(w, r, http.StatusTooManyRequests, err)
+		d.tooMany(w, r, err)
 	case ok:
 		return true
 	case r.Method == http.MethodGet && !wantsJSON(r):
@@ -219,6 +219,7 @@ func (d *Dashboard) Guard(h http.Handler) http.Handler {
 		ok, err := d.mayRead(r)
 		switch {
 		case err != nil:
+			w.Header().Set("Retry-After", strconv.Itoa(int(guessWindow/time.Second)))
 			replyJSON(w, http.StatusTooManyRequests, map[string]string{"error": err.Error()})
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="bucketq"`)
@@ -645,6 +646,12 @@ func (d *Dashboard) pauseResume(pause bool) http.HandlerFunc {
 	}
 }
 
+// tooMany answers a client refused for its wrong tokens.
+func (d *Dashboard) tooMany(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(guessWindow/time.Second)))
+	d.fail(w, r, http.StatusTooManyRequests, err)
+}
+
 // allowed says whether r may change state (see authorized), and
 // answers it when not: 429 for a client refused for its wrong tokens,
 // else 403.
@@ -655,8 +662,7 @@ func (d *Dashboard) allowed(w http.ResponseWriter, r *http.Request, what string,
 	}
 	d.opts.Logger.Warn("dashboard: refused "+what, append([]any{"remote", r.RemoteAddr}, args...)...)
 	if err != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(int(guessWindow/time.Second)))
-		d.fail(w, r, http.StatusTooManyRequests, err)
+		d.tooMany(w, r, err)
 		return false
 	}
 	msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
@@ -693,7 +699,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	acc, err := d.checkToken(r, r.PostFormValue("token"))
 	if err != nil {
-		d.fail(w, r, http.StatusTooManyRequests, err)
+		d.tooMany(w, r, err)
 		return
 	}
 	if acc == noAccess {
