@@ -184,7 +184,8 @@ func (o *ListOptions) scan() int {
 // bucket or worker it visits, never more than Limit of those) and reads at
 // most Limit entries, or SearchScan when it must judge entries by their
 // records; the page's entries are read in one MULTI/EXEC where they come
-// from one list. Paging while tasks move returns no task twice and skips
+// from one list. With MaxBytes their records are read 16 to a command
+// until that many bytes were read. Paging while tasks move returns no task twice and skips
 // none that stayed in its state, as long as fewer than about a thousand
 // tasks left a list ahead of the page between two calls; a task that
 // leaves its state and comes back (a retry, a recovery) may be listed
