@@ -123,11 +123,19 @@ func TestHTTPReadTokenFile(t *testing.T) {
 }
 
 // `engine run --http` gives the dashboard and /metrics a small pool of
-// their own, not the workers'.
+// their own, not the workers', with shards too.
 func TestRunHTTPOwnPool(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	a, _, logs := inproc(t, srv)
+	t.Run("one server", func(t *testing.T) { t.Parallel(); runHTTPOwnPool(t, srv) })
+	t.Run("shards", func(t *testing.T) {
+		t.Parallel()
+		runHTTPOwnPool(t, srv, "ENGINE_SHARDS_LANES="+srv.Addr+","+srv.Addr)
+	})
+}
+
+func runHTTPOwnPool(t *testing.T, srv *redistest.Server, env ...string) {
+	a, _, logs := inproc(t, srv, env...)
 	pools := make(chan [2]*redis.Pool, 1)
 	a.testPools = func(workers, http *redis.Pool) { pools <- [2]*redis.Pool{workers, http} }
 	base := serveInProc(t, a, logs, "run", "--http", "127.0.0.1:0")
@@ -137,8 +145,9 @@ func TestRunHTTPOwnPool(t *testing.T) {
 	default:
 		t.Fatal("engine run --http made no pool of its own for the HTTP side")
 	}
-	if p[0] == p[1] || p[1].MaxActive != dashboardPoolSize {
-		t.Errorf("HTTP pool %p (%d connections), workers' %p: want another pool of %d", p[1], p[1].MaxActive, p[0], dashboardPoolSize)
+	if p[0] == p[1] || p[1].MaxActive%dashboardPoolSize != 0 || p[1].MaxActive >= p[0].MaxActive {
+		t.Errorf("HTTP pool %p (%d connections), workers' %p (%d): want another, smaller pool of %d a lane",
+			p[1], p[1].MaxActive, p[0], p[0].MaxActive, dashboardPoolSize)
 	}
 	if code := getWith(t, base+"/", ""); code != http.StatusOK {
 		t.Errorf("the dashboard: %d", code)
