@@ -156,3 +156,12 @@ func runHTTPOwnPool(t *testing.T, srv *redistest.Server, env ...string) {
 		t.Errorf("/metrics: %d", code)
 	}
 }
+
+// Neither HTTP token reaches a handler command.
+func TestHandlerEnvDropsHTTPTokens(t *testing.T) {
+	t.Parallel()
+	got := handlerEnv([]string{"ENGINE_HTTP_TOKEN=w", "ENGINE_HTTP_READ_TOKEN=r", "KEPT=1", "ENGINE_HTTP_READ_TOKEN_FILE=/f"})
+	if len(got) != 2 || got[0] != "KEPT=1" || got[1] != "ENGINE_HTTP_READ_TOKEN_FILE=/f" {
+		t.Errorf("handler environment %q, want KEPT=1 and the file's name only", got)
+	}
+}
