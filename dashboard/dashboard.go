@@ -13,7 +13,9 @@
 // value checked against a cookie, together with the Origin and
 // Sec-Fetch-Site headers; a script sends "Authorization: Bearer TOKEN".
 // Without a token, or in read-only mode, no action is offered and every
-// state-changing request is refused with 403.
+// state-changing request is refused with 403. With a read token, seeing
+// anything needs one of the two tokens too; the read token allows no
+// change. A script's errors are JSON: {"error": "..."}.
 package dashboard
 
 import (
@@ -25,6 +27,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -46,6 +49,17 @@ const (
 	DefaultPageSize    = 25
 	chartWindow        = time.Hour
 	requestTimeout     = 10 * time.Second
+
+	// maxScans bounds the listings and searches in flight: one more is
+	// answered 503 at once rather than queued.
+	maxScans = 4
+	// scanBudget bounds the bytes of task records one listing or search
+	// reads; the page then says where it stopped and Next goes on.
+	scanBudget = 8 << 20
+	// Bounds of a request body: forms are small, a script's action may
+	// name many tasks.
+	maxFormBody   = 64 << 10
+	maxActionBody = 1 << 20
 )
 
 // Options configures [New].
@@ -53,8 +67,15 @@ type Options struct {
 	// Token is what signs a browser in and what a script sends as a
 	// bearer token. Empty: nothing can be changed.
 	Token string
+	// ReadToken, when set, is needed (or Token) to see anything: pages,
+	// listings, and what Guard serves. It allows no change.
+	ReadToken string
 	// ReadOnly offers no action and refuses every change, token or not.
 	ReadOnly bool
+	// SecureCookies marks every cookie Secure. Without it a cookie is
+	// Secure when the request came over TLS or through a proxy that sent
+	// X-Forwarded-Proto: https.
+	SecureCookies bool
 	// SampleEvery is how often Run samples the processed and failed
 	// totals for the chart; 0 is DefaultSampleEvery.
 	SampleEvery time.Duration
@@ -77,6 +98,10 @@ type Dashboard struct {
 	sess  sessions
 	guess guesses
 	start time.Time
+	scans chan struct{} // a slot per listing or search in flight
+	// budget is what ListOptions.MaxBytes is given (scanBudget; tests
+	// lower it).
+	budget int64
 }
 
 // New returns the dashboard over b.
@@ -97,7 +122,8 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 		opts.Now = time.Now
 	}
 	d := &Dashboard{b: b, opts: opts, mux: http.NewServeMux(), tmpl: map[string]*template.Template{},
-		hist: newHistory(int(chartWindow/opts.SampleEvery) + 1), start: opts.Now()}
+		hist: newHistory(int(chartWindow/opts.SampleEvery) + 1), start: opts.Now(),
+		scans: make(chan struct{}, maxScans), budget: scanBudget}
 	for _, page := range []string{"overview", "queue", "task", "workflow", "workers", "periodic", "confirm", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(d.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
@@ -144,7 +170,64 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/static/") {
 		h.Set("Cache-Control", "no-store")
 	}
+	if r.Method == http.MethodPost {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(mt, "multipart/") {
+			d.fail(w, r, http.StatusUnsupportedMediaType, errors.New("a multipart body is not accepted: send application/x-www-form-urlencoded"))
+			return
+		}
+		limit := int64(maxFormBody)
+		if r.URL.Path == "/actions" {
+			limit = maxActionBody
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+	}
+	switch {
+	case r.URL.Path == "/login", r.URL.Path == "/logout", strings.HasPrefix(r.URL.Path, "/static/"):
+	default:
+		if !d.readGate(w, r) {
+			return
+		}
+	}
 	d.mux.ServeHTTP(w, r)
+}
+
+// readGate lets through the requests that may read the dashboard (see
+// mayRead) and answers the others: a browser's page view goes to the
+// sign-in page, anything else gets 401.
+func (d *Dashboard) readGate(w http.ResponseWriter, r *http.Request) bool {
+	ok, err := d.mayRead(r)
+	switch {
+	case err != nil:
+		d.tooMany(w, r, err)
+	case ok:
+		return true
+	case r.Method == http.MethodGet && !wantsJSON(r):
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+	default:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bucketq"`)
+		d.fail(w, r, http.StatusUnauthorized, errors.New("refused: send the read token or the token (Authorization: Bearer TOKEN), or sign in"))
+	}
+	return false
+}
+
+// Guard serves h to the requests that may read the dashboard: all of
+// them without a read token, else those with either token as their
+// bearer token or a signed-in session; the others get 401. It is how a
+// process puts /metrics behind the read token.
+func (d *Dashboard) Guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, err := d.mayRead(r)
+		switch {
+		case err != nil:
+			w.Header().Set("Retry-After", strconv.Itoa(int(guessWindow/time.Second)))
+			replyJSON(w, http.StatusTooManyRequests, map[string]string{"error": err.Error()})
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="bucketq"`)
+			replyJSON(w, http.StatusUnauthorized, map[string]string{"error": "refused: send the read token or the token (Authorization: Bearer TOKEN)"})
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
 }
 
 func cacheForever(h http.Handler) http.Handler {
@@ -188,21 +271,26 @@ func (d *Dashboard) sample(ctx context.Context) {
 // canAct says whether actions are offered at all.
 func (d *Dashboard) canAct() bool { return d.opts.Token != "" && !d.opts.ReadOnly }
 
+// canSignIn says whether there is a token to sign in with.
+func (d *Dashboard) canSignIn() bool { return d.canAct() || d.opts.ReadToken != "" }
+
 // base is what every page's layout shows.
 type base struct {
 	Title, Nav   string
 	CSRF         string
-	CanAct       bool // a token is configured and not read-only
+	CanAct       bool // a token is configured, not read-only, and the session is not a reader's
 	SignedIn     bool
+	Reader       bool // signed in with the read token
 	ReadOnly     bool
 	Flash, Error string
 	Path         string
 }
 
 func (d *Dashboard) base(w http.ResponseWriter, r *http.Request, title, nav string) base {
-	ok, bad := takeFlash(w, r)
-	return base{Title: title, Nav: nav, CSRF: csrfToken(w, r), CanAct: d.canAct(),
-		SignedIn: d.canAct() && d.signedIn(r), ReadOnly: d.opts.ReadOnly,
+	ok, bad := d.takeFlash(w, r)
+	acc := d.session(r)
+	return base{Title: title, Nav: nav, CSRF: d.csrfToken(w, r), CanAct: d.canAct() && acc != readAccess,
+		SignedIn: acc != noAccess, Reader: acc == readAccess, ReadOnly: d.opts.ReadOnly,
 		Flash: ok, Error: bad, Path: r.URL.RequestURI()}
 }
 
@@ -218,8 +306,14 @@ func (d *Dashboard) render(w http.ResponseWriter, page string, code int, data an
 	_, _ = w.Write([]byte(b.String()))
 }
 
+// fail answers r with code and err: a JSON {"error": ...} to a script
+// (see wantsJSON), else the error page.
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
-	d.opts.Logger.Warn("dashboard", "path", r.URL.Path, "err", err)
+	d.opts.Logger.Warn("dashboard", "path", r.URL.Path, "code", code, "err", err)
+	if wantsJSON(r) {
+		replyJSON(w, code, map[string]string{"error": err.Error()})
+		return
+	}
 	d.render(w, "error", code, struct {
 		base
 		Code int
@@ -230,6 +324,40 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, code int, err e
 func ctxOf(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), requestTimeout)
 }
+
+// errBusy refuses a listing while maxScans others run.
+var errBusy = fmt.Errorf("busy: %d listings or searches are running; try again in a moment", maxScans)
+
+// scan takes a slot for a listing or search, or answers 503 and returns
+// false when every slot is taken. Call the returned release when done.
+func (d *Dashboard) scan(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	select {
+	case d.scans <- struct{}{}:
+		return func() { <-d.scans }, true
+	default:
+		w.Header().Set("Retry-After", "1")
+		d.fail(w, r, http.StatusServiceUnavailable, errBusy)
+		return nil, false
+	}
+}
+
+// parseForm parses r's form: a body over its bound is 413.
+func (d *Dashboard) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	err := r.ParseForm()
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		d.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooBig.Limit))
+		return false
+	}
+	d.fail(w, r, http.StatusBadRequest, err)
+	return false
+}
+
+// mib is n bytes in MiB, rounded up.
+func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := ctxOf(r)
@@ -297,6 +425,11 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 	page, _ := strconv.Atoi(qv.Get("page"))
 	page = max(page, 1)
 	search := strings.TrimSpace(qv.Get("q"))
+	release, ok := d.scan(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	qs, qerr := d.b.Queues(ctx)
 	var stats engine.QueueInfo
 	found := false
@@ -320,11 +453,18 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 		tabs = append(tabs, tab{s, c, ok})
 	}
 	res, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: name, State: state, Search: search},
-		Cursor: qv.Get("cursor"), Limit: d.opts.PageSize})
-	var errMsg string
+		Cursor: qv.Get("cursor"), Limit: d.opts.PageSize, MaxBytes: d.budget})
+	var errMsg, stopped string
 	if err != nil {
 		res = &engine.TaskPage{}
 		errMsg = err.Error()
+	}
+	if res.Next != "" && res.BytesRead >= d.budget {
+		what := "Listing"
+		if search != "" {
+			what = "Search"
+		}
+		stopped = fmt.Sprintf("%s stopped after %d MiB of task records read: Next goes on from there.", what, mib(res.BytesRead))
 	}
 	action := "/dead"
 	if name != "" {
@@ -371,9 +511,10 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 		First, Next string
 		Verbs       []engine.Action
 		ReadErr     string
+		Stopped     string
 		Paused      bool
 	}{d.base(w, r, title, nav), name, action, tabs, state, search, res.Tasks, res.Total,
-		page, first, next, verbsFor(state), errMsg, stats.Paused})
+		page, first, next, verbsFor(state), errMsg, stopped, stats.Paused})
 }
 
 func validState(s engine.State) bool {
@@ -480,18 +621,11 @@ func (d *Dashboard) periodic(w http.ResponseWriter, r *http.Request) {
 // taking its tasks within a second and start again at once on resume.
 func (d *Dashboard) pauseResume(pause bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := r.ParseForm(); err != nil {
-			d.fail(w, r, http.StatusBadRequest, err)
+		if !d.parseForm(w, r) {
 			return
 		}
 		q := r.PathValue("queue")
-		if !d.authorized(r) {
-			msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
-			if !d.canAct() {
-				msg = "refused: this dashboard is read-only"
-			}
-			d.opts.Logger.Warn("dashboard: refused pause/resume", "remote", r.RemoteAddr, "queue", q)
-			d.fail(w, r, http.StatusForbidden, errors.New(msg))
+		if !d.allowed(w, r, "pause/resume", "queue", q) {
 			return
 		}
 		ctx, cancel := ctxOf(r)
@@ -508,44 +642,108 @@ func (d *Dashboard) pauseResume(pause bool) http.HandlerFunc {
 			replyJSON(w, http.StatusOK, map[string]any{"queue": q, "paused": pause})
 			return
 		}
-		redirectFlash(w, r, "/queues/"+url.PathEscape(q), "ok", "queue "+q+" "+done)
+		d.redirectFlash(w, r, "/queues/"+url.PathEscape(q), "ok", "queue "+q+" "+done)
 	}
+}
+
+// tooMany answers a client refused for its wrong tokens.
+func (d *Dashboard) tooMany(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(guessWindow/time.Second)))
+	d.fail(w, r, http.StatusTooManyRequests, err)
+}
+
+// allowed says whether r may change state (see authorized), and
+// answers it when not: 429 for a client refused for its wrong tokens,
+// else 403.
+func (d *Dashboard) allowed(w http.ResponseWriter, r *http.Request, what string, args ...any) bool {
+	ok, err := d.authorized(r)
+	if ok {
+		return true
+	}
+	d.opts.Logger.Warn("dashboard: refused "+what, append([]any{"remote", r.RemoteAddr}, args...)...)
+	if err != nil {
+		d.tooMany(w, r, err)
+		return false
+	}
+	msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
+	switch {
+	case !d.canAct():
+		msg = "refused: this dashboard is read-only"
+	case d.session(r) == readAccess:
+		msg = "refused: signed in with the read token, which allows no change"
+	}
+	d.fail(w, r, http.StatusForbidden, errors.New(msg))
+	return false
 }
 
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, "login", http.StatusOK, struct {
 		base
-		Next string
-	}{d.base(w, r, "Sign in", ""), safeReturn(r.URL.Query().Get("next"))})
+		Next      string
+		CanSignIn bool
+	}{d.base(w, r, "Sign in", ""), safeReturn(r.URL.Query().Get("next")), d.canSignIn()})
 }
 
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if !d.canAct() {
+	if !d.parseForm(w, r) {
+		return
+	}
+	if !d.canSignIn() {
 		d.fail(w, r, http.StatusForbidden, errors.New("this dashboard is read-only"))
 		return
 	}
-	if !d.csrfOK(r) || !d.checkToken(r.PostFormValue("token")) {
-		d.opts.Logger.Warn("dashboard: refused sign-in", "remote", r.RemoteAddr)
+	if !d.csrfOK(r) {
+		d.opts.Logger.Warn("dashboard: refused sign-in: the form did not come from this page", "remote", r.RemoteAddr)
 		d.fail(w, r, http.StatusForbidden, errors.New("wrong token, or the form did not come from this page"))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: d.sess.create(d.opts.Now()), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	acc, err := d.checkToken(r, r.PostFormValue("token"))
+	if err != nil {
+		d.tooMany(w, r, err)
+		return
+	}
+	if acc == noAccess {
+		d.opts.Logger.Warn("dashboard: refused sign-in: wrong token", "remote", r.RemoteAddr)
+		d.fail(w, r, http.StatusForbidden, errors.New("wrong token, or the form did not come from this page"))
+		return
+	}
+	d.setCookie(w, r, &http.Cookie{Name: sessionCookie, Value: d.sess.create(d.opts.Now(), acc), MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, safeReturn(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	if !d.parseForm(w, r) {
+		return
+	}
 	if c, err := r.Cookie(sessionCookie); err == nil && d.csrfOK(r) {
 		d.sess.drop(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1})
+	d.setCookie(w, r, &http.Cookie{Name: sessionCookie, Value: "", MaxAge: -1})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// safeReturn is a local path to go back to: "/" for anything else.
+// safeReturn is a path of this origin to go back to: "/" for anything
+// else. A browser drops tabs and newlines from a URL and reads a
+// backslash as "/", so "/<tab>/host" or "/\host" would name another host:
+// any control character is refused, and so is a path that starts with
+// "//" or "/\", as it is or once unescaped.
 func safeReturn(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	if !strings.HasPrefix(p, "/") {
 		return "/"
+	}
+	for _, c := range p {
+		if c < 0x20 || (c >= 0x7f && c <= 0x9f) {
+			return "/"
+		}
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return "/"
+	}
+	for _, s := range []string{p, u.Path} {
+		if strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") {
+			return "/"
+		}
 	}
 	return p
 }
@@ -553,17 +751,10 @@ func safeReturn(p string) string {
 // act applies a verb to one task, a selection or a filter. Destructive
 // verbs, and any verb on a whole filter, show a confirmation page first.
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		d.fail(w, r, http.StatusBadRequest, err)
+	if !d.parseForm(w, r) {
 		return
 	}
-	if !d.authorized(r) {
-		msg := "refused: sign in with the token first (or send Authorization: Bearer TOKEN)"
-		if !d.canAct() {
-			msg = "refused: this dashboard is read-only"
-		}
-		d.opts.Logger.Warn("dashboard: refused action", "remote", r.RemoteAddr, "verb", r.PostFormValue("verb"))
-		d.fail(w, r, http.StatusForbidden, errors.New(msg))
+	if !d.allowed(w, r, "action", "verb", r.PostFormValue("verb")) {
 		return
 	}
 	a := action{Verb: engine.Action(r.PostFormValue("verb")), IDs: r.PostForm["id"], All: r.PostFormValue("scope") == "all",
@@ -587,11 +778,18 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "no task: give id=ID (repeatable) or scope=all with state (and queue, q)"})
 			return
 		}
-		redirectFlash(w, r, back, "err", "select at least one task")
+		d.redirectFlash(w, r, back, "err", "select at least one task")
 		return
 	}
 	ctx, cancel := ctxOf(r)
 	defer cancel()
+	if a.All {
+		release, ok := d.scan(w, r)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	if (destructive(a.Verb) || a.All) && r.PostFormValue("confirm") != "yes" {
 		if script {
 			replyJSON(w, http.StatusBadRequest, map[string]string{"error": "cancel, delete and actions on every task of a filter need confirm=yes"})
@@ -599,7 +797,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		}
 		matching, exact := int64(len(a.IDs)), true
 		if a.All {
-			p, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: a.Filter.Queue, State: a.Filter.State}, Limit: 1})
+			p, err := d.b.ListTasks(ctx, engine.ListOptions{Filter: engine.Filter{Queue: a.Filter.Queue, State: a.Filter.State}, Limit: 1, MaxBytes: 1})
 			if err != nil {
 				d.fail(w, r, http.StatusBadRequest, err)
 				return
@@ -641,7 +839,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			}{res, err.Error()})
 			return
 		}
-		redirectFlash(w, r, back, "err", msg+"; then it failed: "+err.Error())
+		d.redirectFlash(w, r, back, "err", msg+"; then it failed: "+err.Error())
 		return
 	}
 	log.Info("dashboard: action")
@@ -649,7 +847,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		replyJSON(w, http.StatusOK, res)
 		return
 	}
-	redirectFlash(w, r, back, "ok", msg)
+	d.redirectFlash(w, r, back, "ok", msg)
 }
 
 func replyJSON(w http.ResponseWriter, code int, v any) {
@@ -670,19 +868,18 @@ func plural(n int) string {
 // words in the dashboard's mouth).
 const flashCookie = "bq_flash"
 
-func redirectFlash(w http.ResponseWriter, r *http.Request, to, kind, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(kind + ":" + msg), Path: "/",
-		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+func (d *Dashboard) redirectFlash(w http.ResponseWriter, r *http.Request, to, kind, msg string) {
+	d.setCookie(w, r, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(kind + ":" + msg), MaxAge: 60})
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 // takeFlash reads the flash cookie and clears it.
-func takeFlash(w http.ResponseWriter, r *http.Request) (ok, bad string) {
+func (d *Dashboard) takeFlash(w http.ResponseWriter, r *http.Request) (ok, bad string) {
 	c, err := r.Cookie(flashCookie)
 	if err != nil {
 		return "", ""
 	}
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1})
+	d.setCookie(w, r, &http.Cookie{Name: flashCookie, Value: "", MaxAge: -1})
 	v, err := url.QueryUnescape(c.Value)
 	if err != nil {
 		return "", ""

@@ -24,6 +24,7 @@ func (d *Dashboard) funcs() template.FuncMap {
 		"abs":       func(t time.Time) string { return absTime(t) },
 		"dur":       duration,
 		"preview":   preview,
+		"vis":       visible,
 		"qpath":     func(q string) string { return "/queues/" + url.PathEscape(q) },
 		"tpath":     func(id string) string { return "/tasks/" + url.PathEscape(id) },
 		"wfpath":    func(id string) string { return "/workflows/" + url.PathEscape(id) },
@@ -88,7 +89,43 @@ func group(n int64) string {
 	return s
 }
 
-// preview is the payload's first bytes as text, or as hex when binary.
+// hidden says whether r displays as something else than itself, or as
+// nothing: a C0 control (tab and newlines aside), DEL, a C1 control, a
+// bidi control, an invisible format mark, a line or paragraph separator.
+func hidden(r rune) bool {
+	switch {
+	case r < 0x20:
+		return r != '\t' && r != '\n' && r != '\r'
+	case r >= 0x7f && r <= 0x9f, r == 0x061c, r >= 0x200b && r <= 0x200f, r >= 0x202a && r <= 0x202e,
+		r >= 0x2066 && r <= 0x2069, r == 0x2028, r == 0x2029, r == 0x2060, r == 0xfeff:
+		return true
+	}
+	return false
+}
+
+// visible is s with each rune that hides itself (see hidden) written out
+// as \uXXXX, so that "invoice\u202Efdp.exe" shows as that, not as
+// "invoiceexe.pdf". Every type, queue, id, error, payload and other text
+// from tasks goes through it on the pages (the template func "vis").
+func visible(s string) string {
+	i := strings.IndexFunc(s, hidden)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for _, r := range s[i:] {
+		if hidden(r) {
+			fmt.Fprintf(&b, "\\u%04X", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// preview is the payload's first bytes as text, or as hex when binary,
+// control and bidi characters shown (see visible).
 func preview(p []byte) string {
 	const n = 120
 	if len(p) == 0 {
@@ -96,7 +133,7 @@ func preview(p []byte) string {
 	}
 	cut := p[:min(len(p), n)]
 	if isText(cut) {
-		s := strings.Join(strings.Fields(string(cut)), " ")
+		s := visible(strings.Join(strings.Fields(string(cut)), " "))
 		if len(p) > n {
 			s += "…"
 		}
@@ -134,11 +171,11 @@ func prettyPayload(p []byte) (shown string, kind string) {
 	if json.Valid(p) && len(p) <= maxShownPayload {
 		var b bytes.Buffer
 		if json.Indent(&b, p, "", "  ") == nil {
-			return b.String(), "JSON"
+			return visible(b.String()), "JSON"
 		}
 	}
 	if isText(cut) {
-		return string(cut) + more, "text"
+		return visible(string(cut)) + more, "text"
 	}
 	return hex.Dump(cut) + more, "binary, as a hex dump"
 }

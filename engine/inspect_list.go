@@ -37,6 +37,11 @@ type ListOptions struct {
 	// Cursor is the Next of the previous page; "" starts at the
 	// beginning.
 	Cursor string
+	// MaxBytes, when above zero, bounds the bytes of task records a page
+	// reads: it reads them in batches and stops after the batch that
+	// reaches MaxBytes (so at least one batch), its Next going on from
+	// there. Zero reads every record of the page at once.
+	MaxBytes int64
 }
 
 // Page sizes of ListTasks.
@@ -62,6 +67,8 @@ type TaskPage struct {
 	// complete. A page may hold fewer than Limit tasks (even none) and
 	// still have a Next: each call reads a bounded amount.
 	Next string
+	// BytesRead is the size of the task records this page read.
+	BytesRead int64
 }
 
 // cursor is the state of a listing between pages. In a list (ready list,
@@ -177,7 +184,8 @@ func (o *ListOptions) scan() int {
 // bucket or worker it visits, never more than Limit of those) and reads at
 // most Limit entries, or SearchScan when it must judge entries by their
 // records; the page's entries are read in one MULTI/EXEC where they come
-// from one list. Paging while tasks move returns no task twice and skips
+// from one list. With MaxBytes their records are read 16 to a command
+// until that many bytes were read. Paging while tasks move returns no task twice and skips
 // none that stayed in its state, as long as fewer than about a thousand
 // tasks left a list ahead of the page between two calls; a task that
 // leaves its state and comes back (a retry, a recovery) may be listed
@@ -244,28 +252,55 @@ func (in *Inspector) total(ctx context.Context, conn redis.Conn, f *Filter) (int
 	return n, nil
 }
 
-// judge reads the records of ids (one MGET) and returns the views of
-// those matching the filter, up to limit, and how many ids it went
-// through to find them.
-func (in *Inspector) judge(ctx context.Context, conn redis.Conn, f *Filter, ids []string, where buckets.Where, limit int) ([]*TaskView, int, error) {
-	recs, _, err := in.store.Records(ctx, conn, ids)
-	if err != nil {
-		return nil, 0, err
+// judgeBatch is how many records judge reads with one MGET under a
+// byte budget.
+const judgeBatch = 16
+
+// judge reads the records of ids (one MGET, or one per judgeBatch ids
+// under o.MaxBytes) and returns the views of those matching the filter,
+// up to o.Limit, how many ids it went through to find them, and how many
+// bytes of records it read. With o.MaxBytes it stops after the batch
+// that reaches it.
+func (in *Inspector) judge(ctx context.Context, conn redis.Conn, o *ListOptions, ids []string, where buckets.Where) ([]*TaskView, int, int64, error) {
+	batch := len(ids)
+	if o.MaxBytes > 0 {
+		batch = judgeBatch
 	}
 	var out []*TaskView
-	for i, r := range recs {
-		if len(out) == limit {
-			return out, i, nil
+	var read int64
+	for at := 0; at < len(ids); at += batch {
+		if o.MaxBytes > 0 && read >= o.MaxBytes {
+			return out, at, read, nil
 		}
-		if r == nil {
-			continue // moved on meanwhile, or a bad record the claim buries
+		recs, _, err := in.store.Records(ctx, conn, ids[at:min(len(ids), at+batch)])
+		if err != nil {
+			return nil, 0, 0, err
 		}
-		v := viewOf(r, where)
-		if f.matches(r, v) {
-			out = append(out, v)
+		for i, r := range recs {
+			if len(out) == o.Limit {
+				return out, at + i, read, nil
+			}
+			if r == nil {
+				continue // moved on meanwhile, or a bad record the claim buries
+			}
+			read += recordSize(r)
+			v := viewOf(r, where)
+			if o.Filter.matches(r, v) {
+				out = append(out, v)
+			}
 		}
 	}
-	return out, len(recs), nil
+	return out, len(ids), read, nil
+}
+
+// recordSize is about the bytes r took to read: its variable parts and
+// a little for the fixed ones.
+func recordSize(r *buckets.Record) int64 {
+	n := 64 + len(r.Queue) + len(r.Type) + len(r.Payload) + len(r.Worker) + len(r.LastError) + len(r.Periodic)
+	for k, v := range r.Metadata {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // maxSeen is how many ids of a page a list cursor remembers.

@@ -54,11 +54,11 @@ func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOpti
 	}
 	truncated := len(cand) > scan
 	cand = cand[:min(len(cand), scan)]
-	views, used, err := in.judge(ctx, conn, &o.Filter, cand, buckets.InReady, o.Limit)
+	views, used, read, err := in.judge(ctx, conn, o, cand, buckets.InReady)
 	if err != nil {
 		return nil, err
 	}
-	page.Tasks = views
+	page.Tasks, page.BytesRead = views, read
 	full := int64(len(window)) == hi-lo+1
 	if used == len(cand) && !truncated && !full {
 		return page, nil // read to the end of the list
@@ -170,11 +170,11 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 			where = append(where, at{b, i})
 		}
 	}
-	views, used, err := in.judge(ctx, conn, &o.Filter, cand, buckets.InBucket, o.Limit)
+	views, used, read, err := in.judge(ctx, conn, o, cand, buckets.InBucket)
 	if err != nil {
 		return nil, err
 	}
-	page.Tasks = views
+	page.Tasks, page.BytesRead = views, read
 	if used == 0 {
 		// Nothing read: every visited bucket was empty after its anchors.
 		if len(times) < maxVisits && !more {
@@ -348,11 +348,11 @@ func resumeExtra(cur cursor) int { return int(cur.Pos) + cursorAnchors }
 // cursor after the last one used: its worker and score, its id as the
 // anchor, and how many members of that score were read up to it.
 func (in *Inspector) scoredPage(ctx context.Context, conn redis.Conn, o *ListOptions, page *TaskPage, cand []string, keys []skey, more bool, cur cursor) (*TaskPage, error) {
-	views, used, err := in.judge(ctx, conn, &o.Filter, cand, buckets.InRecord, o.Limit)
+	views, used, read, err := in.judge(ctx, conn, o, cand, buckets.InRecord)
 	if err != nil {
 		return nil, err
 	}
-	page.Tasks = views
+	page.Tasks, page.BytesRead = views, read
 	if used == 0 || (used == len(cand) && !more) {
 		return page, nil
 	}

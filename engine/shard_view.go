@@ -493,7 +493,7 @@ func (in *ShardedInspector) ListTasks(ctx context.Context, opts ListOptions) (*T
 		if k == cur.Lane {
 			return page.Total, nil
 		}
-		p, err := in.lanes[k].ListTasks(ctx, ListOptions{Filter: Filter{Queue: opts.Queue, State: opts.State}, Limit: 1})
+		p, err := in.lanes[k].ListTasks(ctx, ListOptions{Filter: Filter{Queue: opts.Queue, State: opts.State}, Limit: 1, MaxBytes: 1})
 		if err != nil {
 			return 0, err
 		}
@@ -502,7 +502,7 @@ func (in *ShardedInspector) ListTasks(ctx context.Context, opts ListOptions) (*T
 	if terr != nil {
 		return nil, terr
 	}
-	out := &TaskPage{Tasks: page.Tasks}
+	out := &TaskPage{Tasks: page.Tasks, BytesRead: page.BytesRead}
 	for _, n := range totals {
 		out.Total += n
 	}

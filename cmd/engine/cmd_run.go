@@ -49,7 +49,8 @@ recovers them once this worker's heartbeat expires).`,
 		[3]string{"roles", "roles", "parts to run: some of dispatcher,reaper,worker"},
 		[3]string{"log-format", "log.format", "log `format`: text or json"},
 		[3]string{"shutdown-timeout", "shutdown_timeout", "how long running tasks may finish on SIGTERM, e.g. 30s"},
-		[3]string{"http", "http.addr", "serve /healthz, /readyz and the dashboard on `host:port` (off by default)"})
+		[3]string{"http", "http.addr", "serve /healthz, /readyz and the dashboard on `host:port` (off by default)"},
+		[3]string{"http-read-token-file", "http.read_token_file", "`file` holding the read token, needed to see the dashboard and /metrics"})
 	off := map[string]*bool{}
 	for _, r := range allRoles {
 		off[r] = cmd.Flags().Bool("no-"+r, false, "run no "+r+": take role "+r+" out")
@@ -82,13 +83,24 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 
 	var state runState
 	if set.HTTP.Addr != "" && !set.sharded() {
-		// The collector observes this process's engine (eng.Observer,
-		// before NewServer) and reads the queue gauges at scrape time.
-		mh, err := metricsHandler(pool, &eng)
+		// The dashboard and the gauges of /metrics read through a pool of
+		// their own: however many pages are asked for, the workers keep
+		// theirs.
+		dashPool, err := newPool(set.redisSettings(), dashboardPoolSize, nil)
 		if err != nil {
 			return a.fail("run", err)
 		}
-		h, err := a.newHTTP(set, pool, log, state.ready, mh, nil)
+		defer closePool(dashPool)
+		if a.testPools != nil {
+			a.testPools(pool, dashPool)
+		}
+		// The collector observes this process's engine (eng.Observer,
+		// before NewServer) and reads the queue gauges at scrape time.
+		mh, err := metricsHandler(dashPool, &eng)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		h, err := a.newHTTP(set, pool, dashPool, log, state.ready, mh, nil)
 		if err != nil {
 			return a.fail("run", err)
 		}

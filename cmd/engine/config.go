@@ -57,7 +57,11 @@ type RedisSettings struct {
 type HTTPSettings struct {
 	Addr      string // host:port; an empty host is 127.0.0.1
 	TokenFile string // file holding the token that allows changes; ENGINE_HTTP_TOKEN otherwise
-	ReadOnly  bool   // the dashboard offers and accepts no change
+	// ReadTokenFile holds the read token, needed (or the token) to see
+	// the dashboard and /metrics; ENGINE_HTTP_READ_TOKEN otherwise.
+	ReadTokenFile string
+	ReadOnly      bool // the dashboard offers and accepts no change
+	SecureCookies bool // every cookie Secure, for a TLS proxy that sends no X-Forwarded-Proto
 }
 
 // HandlerSettings is the command `engine run` runs for one task type.
@@ -144,6 +148,8 @@ var settings = func() []setting {
 		{"http.addr", func(s *Settings) any { return &s.HTTP.Addr }},
 		{"http.token_file", func(s *Settings) any { return &s.HTTP.TokenFile }},
 		{"http.read_only", func(s *Settings) any { return &s.HTTP.ReadOnly }},
+		{"http.read_token_file", func(s *Settings) any { return &s.HTTP.ReadTokenFile }},
+		{"http.secure_cookies", func(s *Settings) any { return &s.HTTP.SecureCookies }},
 	}
 	out = append(out, redisModeSettings...)
 	for key, field := range engineFields {

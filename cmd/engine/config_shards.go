@@ -77,6 +77,11 @@ func (s *Settings) validateShards(bad func(key, format string, args ...any)) {
 // runs, and its own dispatcher, reaper and heartbeat, so a pool sized for
 // one lane would make the lanes' heartbeats wait behind their handlers.
 func shardPools(set *Settings) (engine.Shards, func(), error) {
+	return shardPoolsOf(set, set.poolSize())
+}
+
+// shardPoolsOf is shardPools with size connections per lane.
+func shardPoolsOf(set *Settings, size int) (engine.Shards, func(), error) {
 	sh := engine.Shards{MapVersion: int64(set.Shards.Version)}
 	byAddr := map[string]*redis.Pool{}
 	lanesOn := map[string]int{}
@@ -94,7 +99,7 @@ func shardPools(set *Settings) (engine.Shards, func(), error) {
 			rs := set.redisSettings()
 			rs.Addr = addr
 			var err error
-			if p, err = newPool(rs, lanesOn[addr]*set.poolSize(), nil); err != nil {
+			if p, err = newPool(rs, lanesOn[addr]*size, nil); err != nil {
 				closeAll()
 				return sh, nil, err
 			}
@@ -133,13 +138,22 @@ func (a *app) runSharded(ctx context.Context, set *Settings, log *slog.Logger, e
 	var state runState
 	if set.HTTP.Addr != "" {
 		// The dashboard, /metrics and the health endpoints span every
-		// lane (/healthz pings lane 0's server).
-		sc, err := engine.NewShardedClient(sh, eng)
+		// lane (/healthz pings lane 0's server). The dashboard and the
+		// gauges read through pools of their own, as in run.
+		dsh, closeDash, err := shardPoolsOf(set, dashboardPoolSize)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		defer closeDash()
+		if a.testPools != nil {
+			a.testPools(sh.Pools[0], dsh.Pools[0])
+		}
+		sc, err := engine.NewShardedClient(dsh, eng)
 		if err != nil {
 			return a.fail("run", err)
 		}
 		mh := shardedMetrics(sc, &eng)
-		h, err := a.newHTTP(set, sh.Pools[0], log, state.ready, mh, sc.Inspector())
+		h, err := a.newHTTP(set, sh.Pools[0], dsh.Pools[0], log, state.ready, mh, sc.Inspector())
 		if err != nil {
 			return a.fail("run", err)
 		}

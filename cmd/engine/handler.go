@@ -61,12 +61,13 @@ func newCommandHandler(typ string, set HandlerSettings, environ []string, log *s
 
 // handlerEnv is environ without the variables that configure how engine
 // reaches Redis (ENGINE_REDIS_*: password, user, TLS key and certificate
-// files, ...) and the HTTP token: a handler must not be able to print
+// files, ...) and the HTTP tokens: a handler must not be able to print
 // them into a log.
 func handlerEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "ENGINE_REDIS_") && !strings.HasPrefix(kv, envHTTPToken+"=") {
+		if !strings.HasPrefix(kv, "ENGINE_REDIS_") && !strings.HasPrefix(kv, envHTTPToken+"=") &&
+			!strings.HasPrefix(kv, envHTTPReadToken+"=") {
 			out = append(out, kv)
 		}
 	}

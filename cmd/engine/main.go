@@ -32,6 +32,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 )
 
@@ -110,6 +111,9 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
+	// testPools, when set, is told the workers' pool and the HTTP side's
+	// pool of `engine run --http` (tests).
+	testPools func(workers, http *redis.Pool)
 }
 
 // run is the whole program: main only adds signal handling and os.Exit.
