@@ -20,6 +20,7 @@ type Backend interface {
 	ResumeQueue(ctx context.Context, q string) error
 	Result(ctx context.Context, id string) ([]byte, error)
 	Workflow(ctx context.Context, id string) (*engine.WorkflowInfo, error)
+	MemoryPolicy(ctx context.Context) (engine.MemoryPolicy, error)
 }
 
 var _ Backend = (*engine.Inspector)(nil)

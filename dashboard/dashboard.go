@@ -369,6 +369,10 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		errMsg = err.Error()
 	}
+	mem, merr := d.b.MemoryPolicy(ctx)
+	if merr != nil {
+		mem.Unknown = merr.Error()
+	}
 	var tot engine.QueueInfo
 	for _, q := range qs {
 		tot.Ready += q.Ready
@@ -387,7 +391,8 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		Started time.Time
 		Every   time.Duration
 		ReadErr string
-	}{d.base(w, r, "Overview", "overview"), qs, tot, drawChart(ss, chartWindow, now), d.start, d.opts.SampleEvery, errMsg})
+		Memory  engine.MemoryPolicy
+	}{d.base(w, r, "Overview", "overview"), qs, tot, drawChart(ss, chartWindow, now), d.start, d.opts.SampleEvery, errMsg, mem})
 }
 
 // states are the tabs of a queue page, in a task's usual order.

@@ -87,9 +87,12 @@ func (f *fakeBackend) ActAll(context.Context, engine.Action, engine.Filter) (eng
 	return engine.ActionResult{}, nil
 }
 func (f *fakeBackend) Periodics(context.Context) ([]engine.PeriodicStatus, error) { return nil, nil }
-func (f *fakeBackend) PauseQueue(context.Context, string) error                   { return nil }
-func (f *fakeBackend) ResumeQueue(context.Context, string) error                  { return nil }
-func (f *fakeBackend) Result(context.Context, string) ([]byte, error)             { return nil, nil }
+func (f *fakeBackend) MemoryPolicy(context.Context) (engine.MemoryPolicy, error) {
+	return engine.MemoryPolicy{MaxMemory: 1 << 30, Policy: "allkeys-lru"}, nil
+}
+func (f *fakeBackend) PauseQueue(context.Context, string) error       { return nil }
+func (f *fakeBackend) ResumeQueue(context.Context, string) error      { return nil }
+func (f *fakeBackend) Result(context.Context, string) ([]byte, error) { return nil, nil }
 func (f *fakeBackend) Workflow(_ context.Context, id string) (*engine.WorkflowInfo, error) {
 	return nil, fmt.Errorf("workflow %s: %w", id, engine.ErrNotFound)
 }
@@ -456,5 +459,16 @@ func TestReadToken(t *testing.T) {
 	}
 	if resp := do(open, "GET", "/tasks/t1", "", nil, nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("without a read token the pages are open: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestOverviewShowsMemoryPolicy: the overview says what Redis does when it
+// is full, marked when it evicts task records.
+func TestOverviewShowsMemoryPolicy(t *testing.T) {
+	t.Parallel()
+	d := newTestDashboard(t, &fakeBackend{}, Options{Token: testToken})
+	page := readBody(t, do(d, "GET", "/", "", nil, nil))
+	if !strings.Contains(page, `Redis memory: <span class="bad">maxmemory 1073741824 bytes, policy allkeys-lru: tasks can be evicted and lost</span>`) {
+		t.Errorf("the overview does not show the evicting policy marked:\n%s", page)
 	}
 }

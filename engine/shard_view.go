@@ -313,6 +313,32 @@ func (c *ShardedClient) Inspector() *ShardedInspector {
 	return in
 }
 
+// MemoryPolicy is the riskiest memory policy among the lanes' servers:
+// one that evicts task records, else one that is unknown, else one that
+// evicts keys with a TTL, else lane 0's. A lane that cannot be read is
+// named in the error.
+func (in *ShardedInspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
+	per, _, err := eachLane(len(in.lanes), func(k int) (MemoryPolicy, error) { return in.lanes[k].MemoryPolicy(ctx) })
+	rank := func(m MemoryPolicy) int {
+		switch {
+		case m.Evicts():
+			return 3
+		case m.Unknown != "":
+			return 2
+		case m.MaxMemory > 0 && strings.HasPrefix(m.Policy, "volatile-"):
+			return 1
+		}
+		return 0
+	}
+	var worst MemoryPolicy
+	for k, m := range per {
+		if k == 0 || rank(m) > rank(worst) {
+			worst = m
+		}
+	}
+	return worst, err
+}
+
 // Lane returns lane k's Inspector.
 func (in *ShardedInspector) Lane(k int) *Inspector { return in.lanes[k] }
 

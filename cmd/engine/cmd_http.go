@@ -92,17 +92,22 @@ func (a *app) newHTTP(set *Settings, pool, dashPool *redis.Pool, log *slog.Logge
 		return nil, &ConfigError{Origin: set.where("http.read_token_file"), Key: "http.read_token_file",
 			Msg: "the read token is the token: give readers a token of their own"}
 	}
-	srv, err := httpserver.New(httpserver.Options{Addr: set.HTTP.Addr, Pool: pool, Ready: ready,
-		Logger: log.With("component", "http")})
-	if err != nil {
-		return nil, err
-	}
 	if backend == nil {
 		client, err := engine.NewClient(dashPool, set.engineConfig(log))
 		if err != nil {
 			return nil, err
 		}
 		backend = client.Inspector()
+	}
+	// /readyz's body also says what Redis does when it is full.
+	memory := func(ctx context.Context) (string, error) {
+		m, err := backend.MemoryPolicy(ctx)
+		return "redis memory: " + m.String(), err
+	}
+	srv, err := httpserver.New(httpserver.Options{Addr: set.HTTP.Addr, Pool: pool, Ready: ready,
+		Detail: memory, Logger: log.With("component", "http")})
+	if err != nil {
+		return nil, err
 	}
 	dash, err := dashboard.New(backend, dashboard.Options{Token: token, ReadToken: readToken,
 		ReadOnly: set.HTTP.ReadOnly, SecureCookies: set.HTTP.SecureCookies, Logger: log.With("component", "dashboard")})

@@ -71,8 +71,11 @@ func TestE2ERunHTTP(t *testing.T) {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
 	h.eventually(10*time.Second, "/readyz to answer 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
-	if code, body := httpGet(t, base+"/"); code != 200 || !strings.Contains(body, "Overview") {
-		t.Errorf("/ = %d, want the overview:\n%s", code, body)
+	if _, body := httpGet(t, base+"/readyz"); !strings.Contains(body, "\nredis memory: ") {
+		t.Errorf("/readyz's body %q does not say the Redis memory policy", body)
+	}
+	if code, body := httpGet(t, base+"/"); code != 200 || !strings.Contains(body, "Overview") || !strings.Contains(body, "Redis memory: ") {
+		t.Errorf("/ = %d, want the overview with the Redis memory policy:\n%s", code, body)
 	}
 	id := h.enqueue("--type", "append", "--payload", "later", "--in", "1h")
 	form := url.Values{"verb": {"run"}, "id": {id}, "state": {"scheduled"}}
