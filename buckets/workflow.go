@@ -128,6 +128,24 @@ type FlowOutcome struct {
 // FlowStepID is the id of step i of chain (or member i of group) id.
 func FlowStepID(id string, i int) string { return id + "~" + strconv.Itoa(i) }
 
+// FlowOfStepID returns the workflow whose step or member id would be, when
+// id is "<flow>~<i>" (FlowStepID) with flow a valid workflow id and i
+// below the larger of MaxChainSteps and MaxGroupMembers.
+func FlowOfStepID(id string) (string, bool) {
+	j := strings.LastIndexByte(id, '~')
+	if j <= 0 {
+		return "", false
+	}
+	n, err := strconv.Atoi(id[j+1:])
+	if err != nil || n < 0 || n >= max(MaxChainSteps, MaxGroupMembers) || strconv.Itoa(n) != id[j+1:] {
+		return "", false
+	}
+	if ValidateFlowID(id[:j]) != nil {
+		return "", false
+	}
+	return id[:j], true
+}
+
 // FlowCallbackID is the id of group id's callback task.
 func FlowCallbackID(id string) string { return id + "~cb" }
 

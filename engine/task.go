@@ -144,9 +144,19 @@ func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 // and the write are one transaction, so producers racing with one id get
 // one task. An id is 1 to 128 printable ASCII bytes without spaces, and
 // stays taken while the task's record exists (see ErrTaskExists).
+//
+// The forms of the ids the engine gives its own tasks are refused with
+// ErrInvalidID: a periodic firing's ("p:…@…": starting with "p:" and
+// holding an '@'), a group callback's ("…~cb"), a reply task's
+// ("…~r<run>.<finished>"), and a workflow step's or member's
+// ("<workflow>~<i>") while that workflow exists.
 func TaskID(id string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if err := ValidateID(id); err != nil {
+			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
+		}
+		if why := reservedID(id); why != "" {
+			err := fmt.Errorf("engine: task id %q is reserved: %s: %w", id, why, ErrInvalidID)
 			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
 		}
 		o.id = id
