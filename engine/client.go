@@ -61,7 +61,9 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts .
 }
 
 // EnqueueAt adds a task due at t (now, if t has passed) and returns what
-// was written, as Enqueue does. t overrides any At or In among opts.
+// was written, as Enqueue does. t overrides any At or In among opts. A t
+// outside what At accepts (after 1970-01-01T00:00:00Z, at most
+// 9999-12-31T23:59:59.999Z) is refused with ErrInvalidOption.
 func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
 	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{at: t})
 }

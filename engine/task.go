@@ -216,8 +216,18 @@ func Timeout(d time.Duration) Option {
 	})
 }
 
+// Due times a task can have: a record holds whole Unix milliseconds from
+// 1 to the end of year 9999 (a score Redis keeps exactly, and a time every
+// listing prints). At and EnqueueAt refuse others with ErrInvalidOption.
+var (
+	minDue = time.UnixMilli(1)
+	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+)
+
 // At makes the task due at t (for EnqueueBatch; EnqueueAt takes it
-// directly). A time in the past means now.
+// directly). A time in the past means now. t must be after
+// 1970-01-01T00:00:00Z and at most 9999-12-31T23:59:59.999Z (else
+// ErrInvalidOption); the zero time means now.
 func At(t time.Time) Option {
 	return optionFunc(func(o *taskOptions) error {
 		o.at, o.hasIn = t, false
@@ -313,6 +323,10 @@ func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Opt
 		due = now.Add(o.in)
 	} else if !o.at.IsZero() {
 		due = o.at
+	}
+	if due.Before(minDue) || due.After(maxDue) {
+		return nil, false, fmt.Errorf("engine: due time %s: want %s to %s (what a task record holds): %w",
+			due.UTC().Format(time.RFC3339Nano), minDue.UTC().Format(time.RFC3339Nano), maxDue.UTC().Format(time.RFC3339Nano), ErrInvalidOption)
 	}
 	if payload == nil {
 		payload = []byte{}
