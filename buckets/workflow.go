@@ -67,8 +67,11 @@ const (
 	// MaxFlowIDLen bounds a workflow id, so that the ids derived from it
 	// stay within 128 bytes.
 	MaxFlowIDLen = 100
-	// MaxChainBytes bounds the encoded steps a chain step carries.
-	MaxChainBytes = 4 << 20
+	// MaxWriteBytes bounds the tasks one transaction of a caller writes,
+	// counted as their payloads, types, queues and metadata: a chain's
+	// steps (each step record carries the ones after it), a group's
+	// members and callback, a batch of several tasks.
+	MaxWriteBytes = 4 << 20
 )
 
 // Group policies: what a dead (or cancelled) member does to the group.

@@ -144,6 +144,9 @@ func withLast(opts []Option, o Option) []Option {
 // before anything is sent. It returns what was written, in order, as
 // Enqueue does.
 //
+// The tasks of a batch of several are at most MaxWriteBytes together
+// (else ErrPayloadTooLarge).
+//
 // Tasks with a TaskID are checked to be new in the same transaction (one
 // more round trip): if any id exists, none of the tasks is written and
 // the error is a *TaskExistsError naming every id that exists. Two tasks
@@ -169,6 +172,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 			chosen = append(chosen, r.ID)
 		}
 		recs[i] = r
+	}
+	if len(recs) > 1 {
+		if err := checkWriteBytes(ErrPayloadTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
+			return nil, err
+		}
 	}
 	return c.enqueueRecords(ctx, now, recs, chosen)
 }
