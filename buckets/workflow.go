@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Workflows: chains and groups.
@@ -299,11 +301,11 @@ func decodeFlow(body []byte) *Flow {
 // bytes without spaces.
 func ValidateFlowID(id string) error {
 	if id == "" || len(id) > MaxFlowIDLen {
-		return fmt.Errorf("workflow id %q: want 1 to %d bytes: %w", id, MaxFlowIDLen, ErrInvalidName)
+		return fmt.Errorf("workflow id %s: want 1 to %d bytes: %w", safetext.Quote(id), MaxFlowIDLen, ErrInvalidName)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("workflow id %q: byte %d is %q; want printable ASCII without spaces: %w", id, i, c, ErrInvalidName)
+			return fmt.Errorf("workflow id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidName)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Task is what a handler is given: one run of one task.
@@ -156,7 +157,7 @@ func TaskID(id string) Option {
 			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
 		}
 		if why := reservedID(id); why != "" {
-			err := fmt.Errorf("engine: task id %q is reserved: %s: %w", id, why, ErrInvalidID)
+			err := fmt.Errorf("engine: task id %s is reserved: %s: %w", safetext.Quote(id), why, ErrInvalidID)
 			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
 		}
 		o.id = id
@@ -167,16 +168,17 @@ func TaskID(id string) Option {
 // MaxIDLen is the longest task id TaskID accepts, in bytes.
 const MaxIDLen = 128
 
-// ValidateID checks a task id as TaskID does: 1 to 128 bytes, each a
+// ValidateID checks the form of any task id: 1 to 128 bytes, each a
 // printable ASCII character other than space. The error matches
-// ErrInvalidID.
+// ErrInvalidID. TaskID also refuses the forms the engine reserves for its
+// own tasks.
 func ValidateID(id string) error {
 	if len(id) == 0 || len(id) > MaxIDLen {
-		return fmt.Errorf("engine: task id %q: want 1 to %d bytes, not %d: %w", id, MaxIDLen, len(id), ErrInvalidID)
+		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), MaxIDLen, len(id), ErrInvalidID)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("engine: task id %q: byte %d is %q; want printable ASCII without spaces: %w", id, i, c, ErrInvalidID)
+			return fmt.Errorf("engine: task id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidID)
 		}
 	}
 	return nil
