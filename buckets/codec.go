@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // State is where a task is in its life. The states a task record can hold
@@ -864,14 +866,14 @@ func intern(b []byte) string {
 // sizes and numbers. maxPayload bounds the payload in bytes.
 func (r *Record) Validate(maxPayload int) error {
 	if !ValidName(r.Queue) {
-		return fmt.Errorf("queue name %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", r.Queue, ErrInvalidName)
+		return fmt.Errorf("queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(r.Queue), ErrInvalidName)
 	}
 	if r.Type == "" || len(r.Type) > MaxTypeLen || !utf8.ValidString(r.Type) {
-		return fmt.Errorf("task type %q: want 1-%d bytes of UTF-8: %w", r.Type, MaxTypeLen, ErrInvalidName)
+		return fmt.Errorf("task type %s: want 1-%d bytes of UTF-8, not %d: %w", safetext.Quote(r.Type), MaxTypeLen, len(r.Type), ErrInvalidName)
 	}
 	for _, c := range r.Type {
 		if c < 0x20 || c == 0x7f {
-			return fmt.Errorf("task type %q: control characters are not allowed: %w", r.Type, ErrInvalidName)
+			return fmt.Errorf("task type %s: control characters are not allowed: %w", safetext.Quote(r.Type), ErrInvalidName)
 		}
 	}
 	if len(r.Payload) > maxPayload {
@@ -896,7 +898,7 @@ func ValidateMetadata(m map[string]string) error {
 	total := 0
 	for k, v := range m {
 		if k == "" || len(k) > MaxMetadataKeyLen || !utf8.ValidString(k) {
-			return fmt.Errorf("metadata key %q: want 1-%d bytes of UTF-8: %w", k, MaxMetadataKeyLen, ErrInvalidName)
+			return fmt.Errorf("metadata key %s: want 1-%d bytes of UTF-8: %w", safetext.Quote(k), MaxMetadataKeyLen, ErrInvalidName)
 		}
 		if !utf8.ValidString(v) {
 			return fmt.Errorf("metadata value of %q: want UTF-8: %w", k, ErrInvalidName)

@@ -60,10 +60,23 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 		cmds, added = s.enqueueMany(now, recs)
 	}
 	var watch []string
+	var flowOf []string // per chosen id, the workflow whose step id it is, or ""
 	if len(chosen) > 0 {
 		watch = make([]string, 0, len(chosen))
 		for _, id := range chosen {
 			watch = append(watch, s.Keys.Task(id))
+		}
+		// A chosen id of a step's form ("<flow>~<i>") is refused while
+		// that workflow exists: its steps are written by the workflow
+		// itself, over whatever holds the id.
+		for i, id := range chosen {
+			if f, ok := FlowOfStepID(id); ok {
+				if flowOf == nil {
+					flowOf = make([]string, len(chosen))
+				}
+				flowOf[i] = f
+				watch = append(watch, s.Keys.Workflow(f))
+			}
 		}
 	}
 	ukeys, urecs, err := s.uniqueKeys(recs)
@@ -80,7 +93,7 @@ func (s *Store) Enqueue(ctx context.Context, conn redis.Conn, now int64, recs []
 	s.placeKept(ctx, conn)
 	reps, err := s.runner.Run(ctx, conn, all, func(tx *txn.Tx) error {
 		sent = false
-		if err := s.checkFree(tx, chosen, watch); err != nil {
+		if err := s.checkFree(tx, chosen, flowOf, watch); err != nil {
 			return err
 		}
 		if err := s.checkUnique(tx, ukeys, urecs); err != nil {
@@ -116,9 +129,10 @@ func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList
 	}
 	var ex *ExistsError
 	var dup *DuplicateError
+	var rsv *ReservedError
 	var reply redis.Error
 	switch {
-	case errors.As(err, &ex), errors.As(err, &dup):
+	case errors.As(err, &ex), errors.As(err, &dup), errors.As(err, &rsv):
 		return err
 	case sent && !errors.Is(err, txn.ErrConflict) && !errors.Is(err, txn.ErrNotRun) && !errors.As(err, &reply):
 		// Neither a conflict nor the server's answer: the reply was lost.
@@ -247,9 +261,11 @@ func (s *Store) wakeFor(tx queuer, now, ts int64) {
 	}
 }
 
-// checkFree reads whether the chosen ids (keys their t:<id> keys) have
-// records, and returns an *ExistsError naming those that do.
-func (s *Store) checkFree(tx *txn.Tx, ids, keys []string) error {
+// checkFree reads whether the chosen ids (keys their t:<id> keys, then
+// wf:<flow> for each non-empty flowOf[i]: the workflow whose step id ids[i]
+// would be) have records, and returns a *ReservedError for an id whose
+// workflow exists, else an *ExistsError naming those that have records.
+func (s *Store) checkFree(tx *txn.Tx, ids, flowOf, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -262,13 +278,26 @@ func (s *Store) checkFree(tx *txn.Tx, ids, keys []string) error {
 	if err != nil {
 		return err
 	}
-	var taken []string
+	ns := make([]int, len(reps))
 	for i, rep := range reps {
-		n, err := redis.Int(rep, nil)
-		if err != nil {
+		if ns[i], err = redis.Int(rep, nil); err != nil {
 			return fmt.Errorf("EXISTS %s: %w", keys[i], err)
 		}
-		if n == 1 {
+	}
+	// The keys past the ids' are the workflows of flowOf, in its order.
+	k := len(ids)
+	for j, f := range flowOf {
+		if f == "" {
+			continue
+		}
+		if ns[k] == 1 {
+			return &ReservedError{ID: ids[j], Flow: f}
+		}
+		k++
+	}
+	var taken []string
+	for i := range ids {
+		if ns[i] == 1 {
 			taken = append(taken, ids[i])
 		}
 	}

@@ -36,6 +36,26 @@ var (
 	ErrUncertain = errors.New("outcome unknown")
 )
 
+// ErrReserved: Enqueue named, as a chosen id, the id of a step or member
+// of a workflow that exists (a *ReservedError names it); nothing was
+// written.
+var ErrReserved = errors.New("task id reserved")
+
+// ReservedError is Enqueue's error when a chosen id is "<flow>~<i>" and
+// workflow <flow> exists: the id is that workflow's, written by the
+// workflow itself. It matches ErrReserved.
+type ReservedError struct {
+	ID   string // the id given
+	Flow string // the workflow it belongs to
+}
+
+func (e *ReservedError) Error() string {
+	return fmt.Sprintf("task id %q is reserved: it names a task of workflow %q", e.ID, e.Flow)
+}
+
+// Is reports whether target is ErrReserved.
+func (e *ReservedError) Is(target error) bool { return target == ErrReserved }
+
 // ExistsError is Enqueue's error when ids it was to write have records
 // already; nothing was written. It matches ErrExists.
 type ExistsError struct {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Workflows: chains and groups.
@@ -67,8 +69,11 @@ const (
 	// MaxFlowIDLen bounds a workflow id, so that the ids derived from it
 	// stay within 128 bytes.
 	MaxFlowIDLen = 100
-	// MaxChainBytes bounds the encoded steps a chain step carries.
-	MaxChainBytes = 4 << 20
+	// MaxWriteBytes bounds the tasks one transaction of a caller writes,
+	// counted as their payloads, types, queues and metadata: a chain's
+	// steps (each step record carries the ones after it), a group's
+	// members and callback, a batch of several tasks.
+	MaxWriteBytes = 4 << 20
 )
 
 // Group policies: what a dead (or cancelled) member does to the group.
@@ -127,6 +132,24 @@ type FlowOutcome struct {
 
 // FlowStepID is the id of step i of chain (or member i of group) id.
 func FlowStepID(id string, i int) string { return id + "~" + strconv.Itoa(i) }
+
+// FlowOfStepID returns the workflow whose step or member id would be, when
+// id is "<flow>~<i>" (FlowStepID) with flow a valid workflow id and i
+// below the larger of MaxChainSteps and MaxGroupMembers.
+func FlowOfStepID(id string) (string, bool) {
+	j := strings.LastIndexByte(id, '~')
+	if j <= 0 {
+		return "", false
+	}
+	n, err := strconv.Atoi(id[j+1:])
+	if err != nil || n < 0 || n >= max(MaxChainSteps, MaxGroupMembers) || strconv.Itoa(n) != id[j+1:] {
+		return "", false
+	}
+	if ValidateFlowID(id[:j]) != nil {
+		return "", false
+	}
+	return id[:j], true
+}
 
 // FlowCallbackID is the id of group id's callback task.
 func FlowCallbackID(id string) string { return id + "~cb" }
@@ -278,11 +301,11 @@ func decodeFlow(body []byte) *Flow {
 // bytes without spaces.
 func ValidateFlowID(id string) error {
 	if id == "" || len(id) > MaxFlowIDLen {
-		return fmt.Errorf("workflow id %q: want 1 to %d bytes: %w", id, MaxFlowIDLen, ErrInvalidName)
+		return fmt.Errorf("workflow id %s: want 1 to %d bytes: %w", safetext.Quote(id), MaxFlowIDLen, ErrInvalidName)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("workflow id %q: byte %d is %q; want printable ASCII without spaces: %w", id, i, c, ErrInvalidName)
+			return fmt.Errorf("workflow id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidName)
 		}
 	}
 	return nil

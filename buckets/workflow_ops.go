@@ -16,7 +16,8 @@ import (
 // its first tasks (recs, each with its Flow set: a chain's first step, or
 // every member of a group), all or none.
 //
-//	WATCH   wf:<id>, t:<id> of every task
+//	WATCH   wf:<id>, t:<id> of every task it writes now or later (a
+//	        chain's later steps, a group's callback)
 //	read    EXISTS wf:<id>, EXISTS t:<id> ... (pipelined); any found:
 //	        *ExistsError naming the workflow id or the task ids
 //	queue   HMSET wf:<id> fields; MSET t:<id> <record> ...; SADD queues;
@@ -30,8 +31,24 @@ import (
 func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id string, fields []interface{}, recs []*Record) error {
 	key := s.Keys.Workflow(id)
 	watch := []string{key}
+	ids := make([]string, 0, len(recs)+1)
 	for _, r := range recs {
-		watch = append(watch, s.Keys.Task(r.ID))
+		ids = append(ids, r.ID)
+	}
+	// The ids it writes later must be free too: a chain's later steps,
+	// a group's callback.
+	if len(recs) > 0 && recs[0].Flow != nil {
+		switch f := recs[0].Flow; f.Kind {
+		case FlowChain:
+			for i := len(recs); i < f.Total; i++ {
+				ids = append(ids, FlowStepID(id, i))
+			}
+		case FlowMember:
+			ids = append(ids, FlowCallbackID(id))
+		}
+	}
+	for _, tid := range ids {
+		watch = append(watch, s.Keys.Task(tid))
 	}
 	var cmds cmdList
 	cmds.Queue("HMSET", append([]interface{}{key}, fields...)...)
@@ -85,7 +102,7 @@ func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id 
 				return &ExistsError{IDs: []string{id}}
 			}
 			if n == 1 {
-				taken = append(taken, recs[i-1].ID)
+				taken = append(taken, ids[i-1])
 			}
 		}
 		if len(taken) > 0 {

@@ -61,7 +61,9 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts .
 }
 
 // EnqueueAt adds a task due at t (now, if t has passed) and returns what
-// was written, as Enqueue does. t overrides any At or In among opts.
+// was written, as Enqueue does. t overrides any At or In among opts. A t
+// outside what At accepts (after 1970-01-01T00:00:00Z, at most
+// 9999-12-31T23:59:59.999Z) is refused with ErrInvalidOption.
 func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
 	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{at: t})
 }
@@ -142,6 +144,9 @@ func withLast(opts []Option, o Option) []Option {
 // before anything is sent. It returns what was written, in order, as
 // Enqueue does.
 //
+// The tasks of a batch of several are at most MaxWriteBytes together
+// (else ErrPayloadTooLarge).
+//
 // Tasks with a TaskID are checked to be new in the same transaction (one
 // more round trip): if any id exists, none of the tasks is written and
 // the error is a *TaskExistsError naming every id that exists. Two tasks
@@ -167,6 +172,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 			chosen = append(chosen, r.ID)
 		}
 		recs[i] = r
+	}
+	if len(recs) > 1 {
+		if err := checkWriteBytes(ErrPayloadTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
+			return nil, err
+		}
 	}
 	return c.enqueueRecords(ctx, now, recs, chosen)
 }

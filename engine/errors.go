@@ -106,6 +106,7 @@ var storeKinds = []struct{ from, to error }{
 	{buckets.ErrTooLarge, ErrPayloadTooLarge},
 	{buckets.ErrInvalidName, ErrInvalidName},
 	{buckets.ErrExists, ErrTaskExists},
+	{buckets.ErrReserved, ErrInvalidID},
 	{buckets.ErrUncertain, ErrUncertain},
 	{txn.ErrFull, ErrFull},
 }

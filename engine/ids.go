@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -47,4 +48,22 @@ func generatedID(id string) bool {
 
 func isBase62(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
+}
+
+// reservedID says why id has the form of an id the engine gives its own
+// tasks, which TaskID refuses ("" when it has not): a caller holding such
+// an id would have its task run in place of the engine's (a periodic
+// firing finding its id taken leaves it alone). A workflow step's form
+// ("<workflow>~<i>") is also a lane's ("~k"), so the store refuses it
+// only while that workflow exists (buckets.ErrReserved).
+func reservedID(id string) string {
+	switch {
+	case strings.HasPrefix(id, "p:") && strings.Contains(id, "@"):
+		return "ids starting with \"p:\" and holding an '@' are periodic firings' (p:<entry>@<time>)"
+	case strings.HasSuffix(id, laneSep+"cb"):
+		return "ids ending in \"~cb\" are group callbacks' (<group>~cb)"
+	case replyParent(id) != id:
+		return "ids ending in \"~r<run>.<finished>\" are reply tasks' (ReplyToQueue)"
+	}
+	return ""
 }

@@ -2,14 +2,15 @@ package engine
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
-	"github.com/bucketq/bucketq/buckets"
 	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Handler runs tasks. ProcessTask's error decides what happens next: nil
@@ -92,7 +93,7 @@ func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
 	m.mu.RUnlock()
 	if !ok {
 		h = HandlerFunc(func(context.Context, *Task) error {
-			return fmt.Errorf("no handler for type %q: %w", t.Type, ErrNoHandler)
+			return fmt.Errorf("no handler for type %s: %w", safetext.Quote(t.Type), ErrNoHandler)
 		})
 	}
 	for i := len(mw) - 1; i >= 0; i-- {
@@ -125,7 +126,7 @@ func ValidateType(typ string) error {
 // 0-9 _ . -.
 func ValidateQueue(name string) error {
 	if !buckets.ValidName(name) {
-		return fmt.Errorf("engine: queue name %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidName)
+		return fmt.Errorf("engine: queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(name), ErrInvalidName)
 	}
 	return nil
 }

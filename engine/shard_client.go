@@ -185,6 +185,11 @@ func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*Bat
 		}
 		recs[i], chosen[i] = r, mine
 	}
+	if len(recs) > 1 {
+		if err := checkWriteBytes(ErrPayloadTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
+			return nil, err
+		}
+	}
 	tried := make([]map[int]bool, len(tasks))
 	pending := make([]int, len(tasks))
 	for i := range pending {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Task is what a handler is given: one run of one task.
@@ -144,9 +145,19 @@ func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 // and the write are one transaction, so producers racing with one id get
 // one task. An id is 1 to 128 printable ASCII bytes without spaces, and
 // stays taken while the task's record exists (see ErrTaskExists).
+//
+// The forms of the ids the engine gives its own tasks are refused with
+// ErrInvalidID: a periodic firing's ("p:…@…": starting with "p:" and
+// holding an '@'), a group callback's ("…~cb"), a reply task's
+// ("…~r<run>.<finished>"), and a workflow step's or member's
+// ("<workflow>~<i>") while that workflow exists.
 func TaskID(id string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if err := ValidateID(id); err != nil {
+			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
+		}
+		if why := reservedID(id); why != "" {
+			err := fmt.Errorf("engine: task id %s is reserved: %s: %w", safetext.Quote(id), why, ErrInvalidID)
 			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
 		}
 		o.id = id
@@ -157,16 +168,17 @@ func TaskID(id string) Option {
 // MaxIDLen is the longest task id TaskID accepts, in bytes.
 const MaxIDLen = 128
 
-// ValidateID checks a task id as TaskID does: 1 to 128 bytes, each a
+// ValidateID checks the form of any task id: 1 to 128 bytes, each a
 // printable ASCII character other than space. The error matches
-// ErrInvalidID.
+// ErrInvalidID. TaskID also refuses the forms the engine reserves for its
+// own tasks.
 func ValidateID(id string) error {
 	if len(id) == 0 || len(id) > MaxIDLen {
-		return fmt.Errorf("engine: task id %q: want 1 to %d bytes, not %d: %w", id, MaxIDLen, len(id), ErrInvalidID)
+		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), MaxIDLen, len(id), ErrInvalidID)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("engine: task id %q: byte %d is %q; want printable ASCII without spaces: %w", id, i, c, ErrInvalidID)
+			return fmt.Errorf("engine: task id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidID)
 		}
 	}
 	return nil
@@ -206,8 +218,18 @@ func Timeout(d time.Duration) Option {
 	})
 }
 
+// Due times a task can have: a record holds whole Unix milliseconds from
+// 1 to the end of year 9999 (a score Redis keeps exactly, and a time every
+// listing prints). At and EnqueueAt refuse others with ErrInvalidOption.
+var (
+	minDue = time.UnixMilli(1)
+	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+)
+
 // At makes the task due at t (for EnqueueBatch; EnqueueAt takes it
-// directly). A time in the past means now.
+// directly). A time in the past means now. t must be after
+// 1970-01-01T00:00:00Z and at most 9999-12-31T23:59:59.999Z (else
+// ErrInvalidOption); the zero time means now.
 func At(t time.Time) Option {
 	return optionFunc(func(o *taskOptions) error {
 		o.at, o.hasIn = t, false
@@ -303,6 +325,10 @@ func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Opt
 		due = now.Add(o.in)
 	} else if !o.at.IsZero() {
 		due = o.at
+	}
+	if due.Before(minDue) || due.After(maxDue) {
+		return nil, false, fmt.Errorf("engine: due time %s: want %s to %s (what a task record holds): %w",
+			due.UTC().Format(time.RFC3339Nano), minDue.UTC().Format(time.RFC3339Nano), maxDue.UTC().Format(time.RFC3339Nano), ErrInvalidOption)
 	}
 	if payload == nil {
 		payload = []byte{}

@@ -333,3 +333,63 @@ func TestTaskIDValidation(t *testing.T) {
 func (c *cutConn) ReceiveContext(ctx context.Context) (interface{}, error) {
 	return redis.ReceiveContext(c.Conn, ctx)
 }
+
+// TestTaskIDReserved: the ids the engine makes for its own tasks (a
+// periodic firing's, a group's callback, a reply task, the steps of a
+// workflow that exists) cannot be taken by a producer: a firing or a step
+// would otherwise run the producer's type and payload. Looking such an id
+// up stays allowed.
+func TestTaskIDReserved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, miniServer(t))
+	ctx := context.Background()
+	c := e.client(t)
+	reserved := []string{
+		"p:tick@20261128T150100Z",
+		"p:tick@20261128T150100.5Z",
+		"p:we_rd~0123456789abcdef@20261128T150100Z",
+		"g~cb",
+		"order-1~r1.1764342060000",
+		"0AbCdEfGhIjKlMnOpQrStU~3~r2.1764342060000",
+	}
+	for _, id := range reserved {
+		_, err := c.Enqueue(ctx, "esc", []byte("EVIL"), TaskID(id))
+		if !errors.Is(err, ErrInvalidID) || !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("TaskID(%q): %v, want a refusal matching ErrInvalidID naming the id reserved", id, err)
+		}
+		_, err = c.EnqueueBatch(ctx, []NewTask{{Type: "esc", Options: []Option{TaskID(id)}}})
+		if !errors.Is(err, ErrInvalidID) {
+			t.Errorf("EnqueueBatch with TaskID(%q): %v, want ErrInvalidID", id, err)
+		}
+		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidID) {
+			t.Errorf("Lookup(%q): %v, want ErrNotFound only (the id is valid, just not the caller's to take)", id, err)
+		}
+	}
+	// Ids that look close but are no firing's or callback's are free.
+	for _, id := range []string{"p:no-at-sign", "tick@20261128T150100Z", "x~cbx", "x~r1", "lane~1"} {
+		if _, err := c.Enqueue(ctx, "t", nil, TaskID(id)); err != nil {
+			t.Errorf("TaskID(%q): %v, want it accepted", id, err)
+		}
+	}
+
+	// The steps of a chain that exists are its own, also those not
+	// written yet.
+	if _, err := c.EnqueueChain(ctx, "c", Step{Type: "a"}, Step{Type: "b"}, Step{Type: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c~1", "c~2"} {
+		if _, err := c.Enqueue(ctx, "esc", []byte("EVIL"), TaskID(id)); !errors.Is(err, ErrInvalidID) || !strings.Contains(err.Error(), "workflow") {
+			t.Errorf("TaskID(%q) while chain c exists: %v, want ErrInvalidID naming the workflow", id, err)
+		}
+	}
+	if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "esc", Options: []Option{TaskID("c~2")}}}); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("EnqueueBatch with TaskID(c~2) while chain c exists: %v, want ErrInvalidID", err)
+	}
+	// A chain whose later step's id a task holds already is refused.
+	if _, err := c.Enqueue(ctx, "t", nil, TaskID("d~2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueChain(ctx, "d", Step{Type: "a"}, Step{Type: "b"}, Step{Type: "c"}); !errors.Is(err, ErrTaskExists) {
+		t.Errorf("EnqueueChain(d) while task d~2 exists: %v, want ErrTaskExists", err)
+	}
+}

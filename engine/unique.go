@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // ErrDuplicate: Enqueue of a task whose unique key (Unique, UniqueKey)
@@ -56,11 +57,11 @@ func Unique(ttl time.Duration) Option {
 func UniqueKey(key string, ttl time.Duration) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if len(key) == 0 || len(key) > MaxUniqueKeyLen {
-			return fmt.Errorf("engine: UniqueKey(%q): want 1 to %d bytes: %w", key, MaxUniqueKeyLen, ErrInvalidOption)
+			return fmt.Errorf("engine: UniqueKey(%s): want 1 to %d bytes: %w", safetext.Quote(key), MaxUniqueKeyLen, ErrInvalidOption)
 		}
 		for i := 0; i < len(key); i++ {
 			if c := key[i]; c < ' ' || c > '~' {
-				return fmt.Errorf("engine: UniqueKey(%q): byte %d is %q; want printable ASCII: %w", key, i, c, ErrInvalidOption)
+				return fmt.Errorf("engine: UniqueKey(%s): byte %d is %q; want printable ASCII: %w", safetext.Quote(key), i, c, ErrInvalidOption)
 			}
 		}
 		secs, err := uniqueTTL(ttl)
@@ -113,7 +114,7 @@ func ReplyTo(name string) Option {
 func ReplyToQueue(q string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if !buckets.ValidName(q) {
-			return fmt.Errorf("engine: ReplyToQueue(%q): want 1-64 of A-Z a-z 0-9 _ . -: %w", q, ErrInvalidOption)
+			return fmt.Errorf("engine: ReplyToQueue(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(q), ErrInvalidOption)
 		}
 		o.replyTo = buckets.ReplyQueuePrefix + q
 		return nil

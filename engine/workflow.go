@@ -73,6 +73,29 @@ type Group struct {
 	Policy   GroupPolicy
 }
 
+// MaxWriteBytes bounds the tasks one call writes in one transaction,
+// counted as their payloads, types, queues and metadata: a chain's steps, a
+// group's members and callback (beyond it: ErrWorkflowLimit), the tasks of
+// an EnqueueBatch of more than one task (ErrPayloadTooLarge; a single
+// task is bounded by Config.MaxPayload alone).
+const MaxWriteBytes = buckets.MaxWriteBytes
+
+// checkWriteBytes refuses recs, matching kind, when together they pass
+// MaxWriteBytes: what names them in the error.
+func checkWriteBytes(kind error, what string, recs []*buckets.Record) error {
+	size := 0
+	for _, r := range recs {
+		size += len(r.Payload) + len(r.Type) + len(r.Queue)
+		for k, v := range r.Metadata {
+			size += len(k) + len(v)
+		}
+	}
+	if size > MaxWriteBytes {
+		return refused(kind, nil, "%s: %d bytes of tasks (payloads, types, queues, metadata), limit %d (MaxWriteBytes)", what, size, MaxWriteBytes)
+	}
+	return nil
+}
+
 // Limits of workflows. Beyond them Enqueue{Chain,Group} refuse with an
 // error matching ErrWorkflowLimit.
 const (
@@ -196,17 +219,15 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 	}
 	now := c.cfg.Clock.Now()
 	recs := make([]*buckets.Record, len(steps))
-	size := 0
 	for i, s := range steps {
 		r, err := c.stepRecord(now, fmt.Sprintf("chain %s: step %d", id, i), s)
 		if err != nil {
 			return nil, err
 		}
 		recs[i] = r
-		size += len(r.Payload) + len(r.Type) + len(r.Queue)
 	}
-	if size > buckets.MaxChainBytes {
-		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d bytes of steps, limit %d", id, size, buckets.MaxChainBytes)
+	if err := checkWriteBytes(ErrWorkflowLimit, "chain "+id+": its steps", recs); err != nil {
+		return nil, err
 	}
 	head := recs[0]
 	head.ID = buckets.FlowStepID(id, 0)
@@ -271,6 +292,11 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 		r.ID = buckets.FlowCallbackID(g.ID)
 		r.Created, r.Due = 0, g.Callback.Delay.Milliseconds() // the template's Due is its delay
 		cb = c.store.EncodeRecord(r)
+		if err := checkWriteBytes(ErrWorkflowLimit, "group "+g.ID+": its members and callback", append(recs[:len(recs):len(recs)], r)); err != nil {
+			return nil, err
+		}
+	} else if err := checkWriteBytes(ErrWorkflowLimit, "group "+g.ID+": its members", recs); err != nil {
+		return nil, err
 	}
 	fields := buckets.GroupFields(len(g.Members), ms(now), g.Policy.store(), cb)
 	if err := c.enqueueFlow(ctx, g.ID, ms(now), fields, recs); err != nil {

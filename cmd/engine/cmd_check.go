@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -157,7 +158,7 @@ run it off-peak on a large database. Exits 6 when findings remain.`,
 		if s.shards != nil {
 			run = s.runShardedCheck // every lane
 		}
-		n, err := run(cmd.Context(), s.client, *repair, *asJSON, a.stdout)
+		n, err := run(cmd.Context(), s.client, *repair, *asJSON, safetext.Writer(a.stdout))
 		if err != nil {
 			return a.fail("check", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -92,7 +93,7 @@ func (a *app) newTasksListCmd() *cobra.Command {
 			}
 			return a.printJSON(out)
 		}
-		printTaskPage(a.stdout, f.filter(), page, time.Now())
+		printTaskPage(safetext.Writer(a.stdout), f.filter(), page, time.Now())
 		return nil
 	}
 	return cmd
@@ -320,7 +321,7 @@ func newListCmd[T any](a *app, what, short string, fetch func(context.Context, i
 				return jerr
 			}
 		} else {
-			print(a.stdout, xs)
+			print(safetext.Writer(a.stdout), xs)
 		}
 		if err != nil {
 			return a.fail(what, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 func (a *app) newPeriodicCmd() *cobra.Command {
@@ -40,10 +42,10 @@ no live process declares is ORPHANED: its firings stop after its horizon.`,
 			if err != nil {
 				return a.fail("periodic list", err)
 			}
-			fmt.Fprintf(a.stdout, "%s\n", b)
+			fmt.Fprintf(safetext.Writer(a.stdout), "%s\n", b)
 			return nil
 		}
-		tw := tabwriter.NewWriter(a.stdout, 2, 8, 2, ' ', 0)
+		tw := tabwriter.NewWriter(safetext.Writer(a.stdout), 2, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tSCHEDULE\tTYPE\tQUEUE\tMISSED\tNEXT\tLAST\tLAST STATE\tDECLARED BY")
 		for _, p := range ls {
 			sched := p.Every

@@ -33,7 +33,8 @@ processes as you like against one Redis and namespace; --roles (or the
 A handler command gets the payload on stdin and ENGINE_TASK_ID, _TYPE,
 _QUEUE, _ATTEMPT, _MAX_ATTEMPTS, _RECOVERIES, _DUE and _LAST_ERROR in its
 environment, besides engine's own environment without the variables
-that hold Redis credentials (ENGINE_REDIS_*). Exit 0 is success, 75 asks
+that hold Redis credentials or say where they are (ENGINE_REDIS_*,
+ENGINE_CONFIG, REDISCLI_AUTH, the HTTP token). Exit 0 is success, 75 asks
 to run again after the handler's retry_later without counting a failure,
 anything else is a failure (retried with backoff, then dead-lettered).
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -33,7 +34,7 @@ INTERVAL (default 2s) until interrupted: in place on a terminal, as one
 table after another (or one JSON document per line with --json) otherwise.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return fmt.Errorf("unexpected argument %q (an interval is given as --watch=%s)", args[0], args[0])
+				return fmt.Errorf("unexpected argument %s (an interval is given as --watch=<interval>)", safetext.Quote(args[0]))
 			}
 			return nil
 		},
@@ -81,12 +82,12 @@ table after another (or one JSON document per line with --json) otherwise.`,
 				}
 				fmt.Fprintf(a.stdout, "%s  every %v, namespace %s  (Ctrl-C to stop)\n\n",
 					time.Now().Format("15:04:05"), *every, s.set.Engine.Namespace)
-				printStats(a.stdout, st, un)
+				printStats(safetext.Writer(a.stdout), st, un)
 				if !redraw {
 					fmt.Fprintln(a.stdout)
 				}
 			default:
-				printStats(a.stdout, st, un)
+				printStats(safetext.Writer(a.stdout), st, un)
 				return nil
 			}
 			select {
@@ -256,7 +257,7 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 	if err != nil {
 		return a.fail("dead list", err)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(safetext.Writer(a.stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tQUEUE\tTYPE\tATTEMPTS\tDIED\tLAST ERROR")
 	for _, t := range tasks {
 		died := "-"

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -31,7 +32,7 @@ on until they restart. Everything written either way stays readable.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		set := len(args) == 1
 		if set && args[0] != "compact" && args[0] != "legacy" {
-			return a.usageError(cmd, "want compact or legacy, not %q", args[0])
+			return a.usageError(cmd, "want compact or legacy, not %s", safetext.Quote(args[0]))
 		}
 		s, err := a.connect(cmd, c)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -81,7 +82,7 @@ when asked for. Without --in or --at the task is due now.`,
 		case given("at"):
 			t, err := time.Parse(time.RFC3339Nano, *at)
 			if err != nil {
-				return a.usageError(cmd, "--at %q: want RFC 3339, e.g. 2030-01-02T15:04:05Z", *at)
+				return a.usageError(cmd, "--at %s: want RFC 3339, e.g. 2030-01-02T15:04:05Z", safetext.Quote(*at))
 			}
 			opts = append(opts, engine.At(t))
 		}
@@ -226,9 +227,9 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 			j.Result = result
 			return a.printJSON(j)
 		}
-		printTask(a.stdout, ti)
+		printTask(safetext.Writer(a.stdout), ti)
 		if result != nil {
-			printResult(a.stdout, result)
+			printResult(safetext.Writer(a.stdout), result)
 		}
 		return nil
 	}
@@ -244,7 +245,7 @@ func oneID(_ *cobra.Command, args []string) error {
 }
 
 func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
+	enc := json.NewEncoder(safetext.Writer(a.stdout))
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
 		return a.fail("", err)

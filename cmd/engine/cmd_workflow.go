@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +39,7 @@ it ended. Exits 3 if not found.`,
 		if *asJSON {
 			return a.printJSON(wf)
 		}
-		printWorkflow(a.stdout, wf)
+		printWorkflow(safetext.Writer(a.stdout), wf)
 		return nil
 	}
 	cancel := &cobra.Command{Use: "cancel ID", Short: "cancel workflow ID: its waiting tasks, and what follows its running ones", Args: oneWorkflowID}

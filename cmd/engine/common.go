@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -68,7 +69,7 @@ func parseLevel(s string) (slog.Level, error) {
 	if err == nil && !strings.ContainsAny(s, "+-") {
 		return l, nil
 	}
-	return 0, fmt.Errorf("unknown log level %q", s)
+	return 0, fmt.Errorf("unknown log level %s", safetext.Quote(s))
 }
 
 // newLogger logs to w at the settings' level and format.
@@ -141,3 +142,7 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	}
 	return &session{set: set, log: log, pool: pool, client: client}, nil
 }
+
+// showAddr is a Redis address as an error may repeat it: quoted, cut
+// when long, and without the password of a URL ("redis://:pw@host").
+func showAddr(a string) string { return safetext.Quote(safetext.Redact(a)) }

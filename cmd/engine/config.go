@@ -235,7 +235,7 @@ func (s *Settings) validate() error {
 	}
 	eng := s.Engine
 	if _, _, err := net.SplitHostPort(s.Redis.Addr); err != nil || s.Redis.Addr == "" {
-		bad("redis.addr", "%q: want host:port", s.Redis.Addr)
+		bad("redis.addr", "%s: want host:port", showAddr(s.Redis.Addr))
 	}
 	if s.Redis.DB < 0 {
 		bad("redis.db", "%d: want 0 or more", s.Redis.DB)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/bucketq/bucketq/topology"
 	"github.com/gomodule/redigo/redis"
@@ -71,16 +72,16 @@ func (s *Settings) redisSettings() RedisSettings {
 func (s *Settings) validateRedisMode(bad func(key, format string, args ...any)) {
 	r := &s.Redis
 	if !slices.Contains(redisModes, r.Mode) {
-		bad("redis.mode", "%q: want single, cluster or sentinel", r.Mode)
+		bad("redis.mode", "%s: want single, cluster or sentinel", safetext.Quote(r.Mode))
 		return
 	}
 	addrs := func(key string, list []string) {
 		seen := map[string]bool{}
 		for _, a := range list {
 			if _, port, err := net.SplitHostPort(a); err != nil || a == "" || !validPort(port) {
-				bad(key, "%q: want host:port", a)
+				bad(key, "%s: want host:port", showAddr(a))
 			} else if seen[a] {
-				bad(key, "%s listed twice", a)
+				bad(key, "%s listed twice", showAddr(a))
 			}
 			seen[a] = true
 		}

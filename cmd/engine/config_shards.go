@@ -55,7 +55,7 @@ func (s *Settings) validateShards(bad func(key, format string, args ...any)) {
 	}
 	for i, addr := range s.Shards.Lanes {
 		if _, _, err := net.SplitHostPort(addr); err != nil || addr == "" {
-			bad(fmt.Sprintf("shards.lanes[%d]", i), "%q: want host:port", addr)
+			bad(fmt.Sprintf("shards.lanes[%d]", i), "%s: want host:port", showAddr(addr))
 		}
 	}
 	if s.sharded() && s.Redis.Mode != "" && s.Redis.Mode != modeSingle {

@@ -61,15 +61,18 @@ func newCommandHandler(typ string, set HandlerSettings, environ []string, log *s
 
 // handlerEnv is environ without the variables that configure how engine
 // reaches Redis (ENGINE_REDIS_*: password, user, TLS key and certificate
-// files, ...) and the HTTP tokens: a handler must not be able to print
-// them into a log.
+// files, ...), the path of its config file (ENGINE_CONFIG, which may hold
+// the password), redis-cli's password (REDISCLI_AUTH) and the HTTP tokens:
+// a handler must not be able to print them into a log.
 func handlerEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "ENGINE_REDIS_") && !strings.HasPrefix(kv, envHTTPToken+"=") &&
-			!strings.HasPrefix(kv, envHTTPReadToken+"=") {
-			out = append(out, kv)
+		if strings.HasPrefix(kv, "ENGINE_REDIS_") || strings.HasPrefix(kv, envHTTPToken+"=") ||
+			strings.HasPrefix(kv, envHTTPReadToken+"=") ||
+			strings.HasPrefix(kv, envConfig+"=") || strings.HasPrefix(kv, "REDISCLI_AUTH=") {
+			continue
 		}
+		out = append(out, kv)
 	}
 	return out
 }

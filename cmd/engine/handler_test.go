@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -186,6 +187,36 @@ func TestHandlerEnvHasNoSecrets(t *testing.T) {
 		if !strings.Contains(env, want) {
 			t.Errorf("handler environment lacks %q", want)
 		}
+	}
+}
+
+// TestHandlerEnvHasNoConfigPath: a handler command is not told where
+// engine's config file is (ENGINE_CONFIG: it may hold the Redis
+// password), nor given redis-cli's password variable.
+func TestHandlerEnvHasNoConfigPath(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "env")
+	set := defaultHandler()
+	set.Command = []string{"sh", "-c", `env > "$OUT"`}
+	set.Env["OUT"] = out
+	environ := []string{"PATH=" + os.Getenv("PATH"), "ENGINE_CONFIG=/etc/engine/secret-config.yaml",
+		"REDISCLI_AUTH=s3cret", "ENGINE_REDIS_PASSWORD=s3cret", "KEPT_VARIABLE=kept"}
+	h := newCommandHandler("t1", set, environ, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := h.ProcessTask(context.Background(), testTask()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(b)
+	for _, secret := range []string{"secret-config.yaml", "ENGINE_CONFIG", "s3cret", "REDISCLI_AUTH"} {
+		if strings.Contains(env, secret) {
+			t.Errorf("handler environment contains %q:\n%s", secret, env)
+		}
+	}
+	if !strings.Contains(env, "KEPT_VARIABLE=kept") {
+		t.Errorf("handler environment lacks KEPT_VARIABLE:\n%s", env)
 	}
 }
 

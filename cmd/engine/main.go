@@ -32,6 +32,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 )
@@ -160,6 +161,9 @@ dead, cancelled, timed out.`,
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
+	// Everything on stderr is messages (errors, logs) that may repeat task
+	// data: no control or bidirectional character reaches the terminal.
+	a.stderr = safetext.Writer(a.stderr)
 	root := a.newRootCmd()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
