@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
@@ -73,7 +74,7 @@ func readMemoryPolicy(ctx context.Context, pool *redis.Pool) (MemoryPolicy, erro
 	for i, name := range []string{"maxmemory", "maxmemory-policy"} {
 		rep, err := txn.Do(ctx, conn, "CONFIG", "GET", name)
 		if e, ok := err.(redis.Error); ok {
-			return MemoryPolicy{Unknown: "CONFIG GET refused: " + clip(string(e), 120)}, nil
+			return MemoryPolicy{Unknown: "CONFIG GET refused: " + safetext.Quote(string(e))}, nil
 		}
 		if err != nil {
 			return MemoryPolicy{}, failed("CONFIG GET "+name, err)
@@ -84,7 +85,7 @@ func readMemoryPolicy(ctx context.Context, pool *redis.Pool) (MemoryPolicy, erro
 	}
 	n, err := strconv.ParseInt(vals[0], 10, 64)
 	if err != nil || n < 0 {
-		return MemoryPolicy{Unknown: fmt.Sprintf("maxmemory %q is not a number", clip(vals[0], 40))}, nil
+		return MemoryPolicy{Unknown: "maxmemory " + safetext.Quote(vals[0]) + " is not a number"}, nil
 	}
 	return MemoryPolicy{MaxMemory: n, Policy: vals[1]}, nil
 }
@@ -96,14 +97,6 @@ func configValue(rep interface{}) (string, error) {
 		return "", fmt.Errorf("%d fields, want a name and a value", len(kv))
 	}
 	return kv[1], nil
-}
-
-// clip cuts s to at most n bytes, saying how long it was.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
 }
 
 // checkMemoryPolicy is Server.Run's look at the memory policy: an error
