@@ -147,9 +147,10 @@ type Config struct {
 	// timeouts are integers). New work wakes them at once; this only
 	// bounds the cost of a lost wake-up. Default 20 s.
 	IdleWait time.Duration
-	// ShutdownTimeout is how long Run, when its context ends, lets running
-	// handlers finish before it returns their tasks to the queues; negative
-	// returns them at once. Default 30 s.
+	// ShutdownTimeout is how long Run, when its context ends, or Shutdown
+	// (whatever its context's deadline, if later) lets running handlers
+	// finish before their contexts are cancelled and their tasks go back
+	// to the queues; negative returns them at once. Default 30 s.
 	ShutdownTimeout time.Duration
 	// RetryDelay gives the wait before retry number attempt (1 for the
 	// first retry) of task t, whose run just failed with err. t is the task
