@@ -204,10 +204,11 @@ func (s *Settings) validate() error {
 	bad := func(key string, format string, args ...any) {
 		errs = append(errs, &ConfigError{Origin: s.where(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	if err := s.Engine.Validate(); err != nil {
+	for _, err := range engineErrors(s.Engine.Validate()) {
 		var fe *engine.ConfigError
 		if !errors.As(err, &fe) {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		// "Queues[1].Weight" is queues[1].weight.
 		name, rest, _ := strings.Cut(fe.Field, "[")
@@ -300,6 +301,18 @@ func (s *Settings) validate() error {
 	s.validateShards(bad)
 	s.validateRedisMode(bad)
 	return errors.Join(errs...)
+}
+
+// engineErrors lists the errors engine.Config.Validate joined (each a
+// *engine.ConfigError), or err alone.
+func engineErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // engineConfig is the engine's settings, logging to log.

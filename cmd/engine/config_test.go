@@ -151,6 +151,26 @@ func TestConfigManyErrors(t *testing.T) {
 	}
 }
 
+// TestConfigManyEngineErrors: every engine setting refused is reported,
+// not only the first, each on the line that sets it.
+func TestConfigManyEngineErrors(t *testing.T) {
+	t.Parallel()
+	_, err := parseString(t, "resolution: 2m\nheartbeat_ttl: 15s\nconcurrency: -1\n")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{"cfg.yaml:1: resolution", "cfg.yaml:2: heartbeat_ttl", "cfg.yaml:3: concurrency"}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("error has %d lines, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+}
+
 // TestConfigGood: values land in engine.Config with its meaning (0 is
 // the default, negative is none) and in the daemon's own settings.
 func TestConfigGood(t *testing.T) {
