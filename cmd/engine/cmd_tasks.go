@@ -145,20 +145,22 @@ func (a *app) waitFor(cmd *cobra.Command, client *engine.Client, id string, time
 }
 
 // readPayload reads the payload from path ("" or "-": stdin), at most
-// limit+1 bytes (limit 0: the default max_payload): enough for Enqueue
-// to refuse an oversized one without holding all of it.
+// limit+1 bytes (limit 0: the default max_payload): enough to refuse an
+// oversized one without holding all of it. The refusal (matching
+// engine.ErrPayloadTooLarge) gives a file's real size.
 func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	if limit == 0 {
 		limit = engine.DefaultConfig().MaxPayload
 	}
 	r, name := a.stdin, "stdin"
+	var file *os.File
 	if path != "" && path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("read payload: %w", err)
 		}
 		defer f.Close()
-		r, name = f, path
+		r, name, file = f, path, f
 	}
 	if r == nil {
 		r = strings.NewReader("")
@@ -166,6 +168,16 @@ func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read payload from %s: %w", name, err)
+	}
+	if len(b) > limit {
+		// Only limit+1 bytes were read: say the real size when the file
+		// knows it, and "more than" the limit otherwise.
+		if file != nil {
+			if fi, err := file.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(limit) {
+				return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, fi.Size(), limit, engine.ErrPayloadTooLarge)
+			}
+		}
+		return nil, fmt.Errorf("payload from %s is more than %d bytes (max_payload): %w", name, limit, engine.ErrPayloadTooLarge)
 	}
 	return b, nil
 }
