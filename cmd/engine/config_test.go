@@ -110,7 +110,7 @@ func TestConfigErrors(t *testing.T) {
 		{"handler env", "handlers:\n  x:\n    command: [true]\n    env: [A=1]\n", []string{"cfg.yaml:4", "handlers.x.env", "mapping"}},
 		{"handlers list", "handlers: [a]\n", []string{"cfg.yaml:1", "handlers", "mapping"}},
 		{"top level list", "- a\n- b\n", []string{"cfg.yaml:1", "mapping of settings"}},
-		{"syntax", "redis:\n  addr: [\n", []string{"cfg.yaml", "line"}},
+		{"syntax", "redis:\n  addr: [\n", []string{"cfg.yaml:2", "YAML syntax"}},
 		{"two documents", "namespace: a\n---\nnamespace: b\n", []string{"cfg.yaml:2", "one YAML document"}},
 		{"null int", "concurrency:\n", []string{"cfg.yaml:1", "concurrency", "no value"}},
 	}
@@ -167,6 +167,25 @@ func TestConfigManyEngineErrors(t *testing.T) {
 	for i, w := range want {
 		if !strings.HasPrefix(lines[i], w) {
 			t.Errorf("line %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+}
+
+// TestConfigSyntaxErrorLine: a YAML syntax error names the bad line,
+// not the line of the block around it.
+func TestConfigSyntaxErrorLine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"redis:\n  addr: x\n  tls:\n    cert_file: x\n   key_file: y\n", "cfg.yaml:5: "},
+		{"namespace: a\nqueues:\n  - name: a\n  - name: b\n weight: 3\n", "cfg.yaml:5: "},
+		{"namespace: a\nredis:\n  addr: x:1\n\tdb: 0\n", "cfg.yaml:4: "},
+		{"redis:\n  addr: x\n  db: 0\n  password: x\n  user: y\n - a\n", "cfg.yaml:6: "},
+		{"a: 1\nredis:\n  addr: x\n  tls: {cert_file: a\n  x: 1\n", "cfg.yaml:4: "},
+		{"a: b: c\n", "cfg.yaml:1: "},
+	} {
+		_, err := parseString(t, c.yaml)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one starting %q", c.yaml, err, c.want)
 		}
 	}
 }
