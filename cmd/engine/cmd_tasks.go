@@ -49,6 +49,8 @@ when asked for. Without --in or --at the task is due now.`,
 		switch {
 		case *typ == "":
 			return a.usageError(cmd, "--type is required")
+		case checkTaskType(*typ) != nil:
+			return a.usageError(cmd, "--type: %v", checkTaskType(*typ))
 		case *in < 0:
 			return a.usageError(cmd, "--in %v: want 0 or more", *in)
 		case *queue != "":

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -278,8 +279,8 @@ func (s *Settings) validate() error {
 	}
 	for _, t := range types {
 		h, key := s.Handlers[t], "handlers."+t
-		if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) || strings.ContainsFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			bad(key, "task type %q: want 1-%d bytes of UTF-8 without control characters", t, buckets.MaxTypeLen)
+		if err := checkTaskType(t); err != nil {
+			bad(key, "%v", err)
 		}
 		if len(h.Command) == 0 || h.Command[0] == "" {
 			bad(key+".command", "missing: want the command to run, e.g. [sh, -c, 'cat > /tmp/x']")
@@ -301,6 +302,17 @@ func (s *Settings) validate() error {
 	s.validateShards(bad)
 	s.validateRedisMode(bad)
 	return errors.Join(errs...)
+}
+
+// checkTaskType refuses a task type that no handler could be meant for:
+// empty, too long, not UTF-8, or with control characters or white space
+// (a quoting slip on a command line).
+func checkTaskType(t string) error {
+	if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) ||
+		strings.ContainsFunc(t, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) {
+		return fmt.Errorf("task type %q: want 1-%d bytes of UTF-8 without spaces or control characters", t, buckets.MaxTypeLen)
+	}
+	return nil
 }
 
 // engineErrors lists the errors engine.Config.Validate joined (each a

@@ -190,6 +190,26 @@ func TestConfigSyntaxErrorLine(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesBadHandlers: a command that is not a string or a list
+// (a number, a boolean) and a task type with spaces are refused; a quoted
+// number is a shell command line like any string.
+func TestConfigRefusesBadHandlers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"handlers: {x: {command: 5}}\n", "handlers.x.command"},
+		{"handlers:\n  x:\n    command: true\n", "handlers.x.command"},
+		{"handlers: {'bad type': {command: [cat]}}\n", "handlers.bad type"},
+	} {
+		_, err := parseString(t, c.yaml)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %s", c.yaml, err, c.want)
+		}
+	}
+	if _, err := parseString(t, "handlers: {x: {command: '5'}}\n"); err != nil {
+		t.Errorf("a quoted command: %v", err)
+	}
+}
+
 // TestConfigGood: values land in engine.Config with its meaning (0 is
 // the default, negative is none) and in the daemon's own settings.
 func TestConfigGood(t *testing.T) {

@@ -312,6 +312,11 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	case *[]string, *[]engine.QueueConfig:
 		if v.Kind == yaml.ScalarNode && !isNull(v) {
 			if p, ok := p.(*[]string); ok && strings.HasPrefix(key, "handlers.") {
+				if v.ShortTag() != "!!str" {
+					// command: 5 or command: true is a slip, not a
+					// shell command line (quote it if it is one).
+					return bad("%s: want a list, e.g. [sh, -c, 'cat > /tmp/x'], or a shell command line as a string", v.Value)
+				}
 				*p = []string{"sh", "-c", v.Value}
 				return nil
 			}

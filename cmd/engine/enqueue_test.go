@@ -108,6 +108,19 @@ func TestEnqueuePayloadSizeTrue(t *testing.T) {
 	}
 }
 
+// TestEnqueueRefusesBadType: a task type with spaces or control
+// characters is refused before anything is written (exit 2).
+func TestEnqueueRefusesBadType(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, typ := range []string{"bad type", "tab\there", " lead"} {
+		a, out, errOut := inproc(t, srv)
+		if code := a.main(context.Background(), []string{"enqueue", "--type", typ}); code != exitUsage {
+			t.Errorf("--type %q: exit %d, want %d; stdout %q stderr %q", typ, code, exitUsage, out.String(), errOut.String())
+		}
+	}
+}
+
 // TestRelativeFarFuture: a due time centuries ahead prints in years, not
 // as an overflowed Duration.
 func TestRelativeFarFuture(t *testing.T) {
