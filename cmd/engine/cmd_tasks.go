@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -111,9 +112,25 @@ when asked for. Without --in or --at the task is due now.`,
 			return nil
 		}
 		fmt.Fprintln(a.stderr, info.ID)
+		a.hintUnserved(cmd.Context(), s, info.Queue)
 		return a.waitFor(cmd, s.clientFor(info.ID), info.ID, *waitTimeout)
 	}
 	return cmd
+}
+
+// hintUnserved says on stderr when no live worker serves queue q, so
+// that a wait for a task in a mistyped queue does not look like a slow
+// worker.
+func (a *app) hintUnserved(ctx context.Context, s *session, q string) {
+	served, err := servedQueues(ctx, s.inspector())
+	if err != nil || slices.Contains(served, q) {
+		return
+	}
+	which := "there is no live worker"
+	if len(served) > 0 {
+		which = "live workers serve " + strings.Join(served, ", ")
+	}
+	fmt.Fprintf(a.stderr, "engine enqueue: no live worker serves queue %q (%s): the task waits until one does\n", q, which)
 }
 
 // waitFor waits for task id to end and prints its result on stdout (the
