@@ -108,6 +108,12 @@ type Record struct {
 	// Done outcome, and it is stored under [Keys.Result].
 	Result []byte
 
+	// Spawned is not stored: a final transition's writes set it to the
+	// tasks they enqueue besides the record (a chain's next step, a
+	// group's callback, a reply task), for the caller to report once the
+	// transaction committed.
+	Spawned []*Record
+
 	// Flow is the task's part in a workflow (workflow.go); nil for none.
 	Flow *Flow
 	gv   *groupView // its group as the transaction read it (flowRead)

@@ -102,6 +102,7 @@ func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 	tx.Queue("SET", s.Keys.Task(reply.ID), s.EncodeRecord(reply))
 	tx.Queue("SADD", s.Keys.Queues(), q)
 	s.pushReady(tx, q, []string{reply.ID}, false)
+	r.Spawned = append(r.Spawned, reply)
 }
 
 // ReplyQueuePrefix marks a Record.ReplyTo that names a queue rather than a

@@ -481,6 +481,7 @@ func bytesOf(rep interface{}, err error) ([]byte, error) {
 // It writes nothing for other tasks, nor for a group member whose group
 // was not read (which no final transition does: see flowRead's callers).
 func (s *Store) flowWrites(tx queuer, r *Record) {
+	r.Spawned = nil
 	f := r.Flow
 	if f == nil {
 		return
@@ -498,6 +499,7 @@ func (s *Store) flowWrites(tx queuer, r *Record) {
 			tx.Queue("SET", s.Keys.Task(nr.ID), s.EncodeRecord(nr))
 			tx.Queue("SADD", s.Keys.Queues(), nr.Queue)
 			s.place(tx, nr, r.Finished, false)
+			r.Spawned = append(r.Spawned, nr)
 			return
 		}
 		if r.State == StateDone || r.State == StateCancelled {
@@ -549,12 +551,15 @@ func (s *Store) flowWrites(tx queuer, r *Record) {
 		if v.policy != PolicyContinue && v.ok < v.total {
 			return // failed: a member retried from the dead letters may complete it
 		}
-		s.fire(tx, v, f.ID, r.Finished)
+		if cb := s.fire(tx, v, f.ID, r.Finished); cb != nil {
+			r.Spawned = append(r.Spawned, cb)
+		}
 	}
 }
 
-// fire queues the writes of group id's callback.
-func (s *Store) fire(tx queuer, v *groupView, id string, now int64) {
+// fire queues the writes of group id's callback, and returns its record
+// (nil when the group has none).
+func (s *Store) fire(tx queuer, v *groupView, id string, now int64) *Record {
 	tmpl, err := DecodeRecord(FlowCallbackID(id), v.callback)
 	if err != nil {
 		// No callback was given (or its template is unreadable): the
@@ -562,7 +567,7 @@ func (s *Store) fire(tx queuer, v *groupView, id string, now int64) {
 		tx.Queue("HSET", v.key, FlowFieldFired, "-")
 		v.fired = "-"
 		s.expireFlow(tx, v.key)
-		return
+		return nil
 	}
 	idx := make([]int, 0, len(v.outcomes))
 	for i := range v.outcomes {
@@ -590,6 +595,7 @@ func (s *Store) fire(tx queuer, v *groupView, id string, now int64) {
 	tx.Queue("HSET", v.key, FlowFieldFired, tmpl.ID)
 	v.fired = tmpl.ID
 	s.expireFlow(tx, v.key)
+	return tmpl
 }
 
 // expireFlow gives a workflow's hash the retention of done tasks.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -147,9 +148,10 @@ type Config struct {
 	// timeouts are integers). New work wakes them at once; this only
 	// bounds the cost of a lost wake-up. Default 20 s.
 	IdleWait time.Duration
-	// ShutdownTimeout is how long Run, when its context ends, lets running
-	// handlers finish before it returns their tasks to the queues; negative
-	// returns them at once. Default 30 s.
+	// ShutdownTimeout is how long Run, when its context ends, or Shutdown
+	// (whatever its context's deadline, if later) lets running handlers
+	// finish before their contexts are cancelled and their tasks go back
+	// to the queues; negative returns them at once. Default 30 s.
 	ShutdownTimeout time.Duration
 	// RetryDelay gives the wait before retry number attempt (1 for the
 	// first retry) of task t, whose run just failed with err. t is the task
@@ -380,76 +382,82 @@ func (e *ConfigError) Error() string {
 // Unwrap returns ErrInvalidOption.
 func (e *ConfigError) Unwrap() error { return ErrInvalidOption }
 
-// Validate reports the first setting that is out of range as a
-// *ConfigError. Zero values are valid: they mean the defaults.
+// Validate reports every setting that is out of range, each as a
+// *ConfigError: one alone, several joined with errors.Join (errors.As
+// finds the first). Zero values are valid: they mean the defaults.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	var errs []error
+	refused := map[string]bool{} // one error a field: the first check it fails
+	bad := func(field, format string, args ...any) {
+		if !refused[field] {
+			refused[field] = true
+			errs = append(errs, &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)})
+		}
 	}
 	if !buckets.ValidName(c.Namespace) {
-		return bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
+		bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
 	}
 	if c.CompactRecords && c.LegacyRecords {
-		return bad("LegacyRecords", "set with CompactRecords: want one of them, or neither (the namespace's format mark decides)")
+		bad("LegacyRecords", "set with CompactRecords: want one of them, or neither (the namespace's format mark decides)")
 	}
 	if c.FormatRecheck < 0 {
-		return bad("FormatRecheck", "%v: want a positive interval, or 0 for the default", c.FormatRecheck)
+		bad("FormatRecheck", "%v: want a positive interval, or 0 for the default", c.FormatRecheck)
 	}
 	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
-		return bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
+		bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
 	}
 	if c.MaxResult < 0 || c.MaxResult > 512<<20 {
-		return bad("MaxResult", "%d: want 1 byte to 512 MiB", c.MaxResult)
+		bad("MaxResult", "%d: want 1 byte to 512 MiB", c.MaxResult)
 	}
 	if c.MaxPayload < 0 || c.MaxPayload > 512<<20 {
-		return bad("MaxPayload", "%d: want 1 byte to 512 MiB", c.MaxPayload)
+		bad("MaxPayload", "%d: want 1 byte to 512 MiB", c.MaxPayload)
 	}
 	if !buckets.ValidName(c.DefaultQueue) {
-		return bad("DefaultQueue", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.DefaultQueue)
+		bad("DefaultQueue", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.DefaultQueue)
 	}
 	if c.DefaultMaxAttempts < 1 {
-		return bad("DefaultMaxAttempts", "%d: want at least 1", c.DefaultMaxAttempts)
+		bad("DefaultMaxAttempts", "%d: want at least 1", c.DefaultMaxAttempts)
 	}
 	if c.DefaultTimeout < time.Millisecond {
-		return bad("DefaultTimeout", "%v: want at least 1ms", c.DefaultTimeout)
+		bad("DefaultTimeout", "%v: want at least 1ms", c.DefaultTimeout)
 	}
 	seen := map[string]bool{}
 	for i, q := range c.Queues {
 		if !buckets.ValidName(q.Name) {
-			return bad(fmt.Sprintf("Queues[%d].Name", i), "%q: want 1-64 of A-Z a-z 0-9 _ . -", q.Name)
+			bad(fmt.Sprintf("Queues[%d].Name", i), "%q: want 1-64 of A-Z a-z 0-9 _ . -", q.Name)
 		}
 		if seen[q.Name] {
-			return bad(fmt.Sprintf("Queues[%d].Name", i), "%q listed twice", q.Name)
+			bad(fmt.Sprintf("Queues[%d].Name", i), "%q listed twice", q.Name)
 		}
 		seen[q.Name] = true
 		if q.Weight < 1 {
-			return bad(fmt.Sprintf("Queues[%d].Weight", i), "%d: want at least 1", q.Weight)
+			bad(fmt.Sprintf("Queues[%d].Weight", i), "%d: want at least 1", q.Weight)
 		}
 	}
 	if c.Concurrency < 1 {
-		return bad("Concurrency", "%d: want at least 1", c.Concurrency)
+		bad("Concurrency", "%d: want at least 1", c.Concurrency)
 	}
 	if c.ClaimBatch < 1 || c.ClaimBatch > 1000 {
-		return bad("ClaimBatch", "%d: want 1 to 1000", c.ClaimBatch)
+		bad("ClaimBatch", "%d: want 1 to 1000", c.ClaimBatch)
 	}
 	if c.Prefetch > 1000 {
-		return bad("Prefetch", "%d: want at most 1000 (negative: none)", c.Prefetch)
+		bad("Prefetch", "%d: want at most 1000 (negative: none)", c.Prefetch)
 	}
 	if c.PrefetchWait < 0 || c.PrefetchWait > time.Second {
-		return bad("PrefetchWait", "%v: want 0 to 1s", c.PrefetchWait)
+		bad("PrefetchWait", "%v: want 0 to 1s", c.PrefetchWait)
 	}
 	if c.GroupCommitWindow > 100*time.Millisecond {
-		return bad("GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.GroupCommitWindow)
+		bad("GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.GroupCommitWindow)
 	}
 	if c.GroupCommitMax < 1 || c.GroupCommitMax > 1000 {
-		return bad("GroupCommitMax", "%d: want 1 to 1000", c.GroupCommitMax)
+		bad("GroupCommitMax", "%d: want 1 to 1000", c.GroupCommitMax)
 	}
 	if c.EnqueueGroupMax < 1 || c.EnqueueGroupMax > 10000 {
-		return bad("EnqueueGroupMax", "%d: want 1 to 10000", c.EnqueueGroupMax)
+		bad("EnqueueGroupMax", "%d: want 1 to 10000", c.EnqueueGroupMax)
 	}
 	if c.EnqueueGroupLanes < 1 || c.EnqueueGroupLanes > 64 {
-		return bad("EnqueueGroupLanes", "%d: want 1 to 64", c.EnqueueGroupLanes)
+		bad("EnqueueGroupLanes", "%d: want 1 to 64", c.EnqueueGroupLanes)
 	}
 	for _, d := range []struct {
 		name string
@@ -464,31 +472,34 @@ func (c Config) Validate() error {
 		{"DeadRetention", c.DeadRetention, time.Second},
 	} {
 		if d.v < d.min {
-			return bad(d.name, "%v: want at least %v", d.v, d.min)
+			bad(d.name, "%v: want at least %v", d.v, d.min)
 		}
 	}
 	if c.HeartbeatTTL%time.Second != 0 {
-		return bad("HeartbeatTTL", "%v: want whole seconds (Redis 2.4 TTLs are seconds)", c.HeartbeatTTL)
+		bad("HeartbeatTTL", "%v: want whole seconds (Redis 2.4 TTLs are seconds)", c.HeartbeatTTL)
 	}
 	if c.IdleWait%time.Second != 0 {
-		return bad("IdleWait", "%v: want whole seconds (Redis 2.4 blocking timeouts are integers)", c.IdleWait)
+		bad("IdleWait", "%v: want whole seconds (Redis 2.4 blocking timeouts are integers)", c.IdleWait)
 	}
 	if c.HeartbeatTTL < 2*c.HeartbeatInterval {
-		return bad("HeartbeatTTL", "%v: want at least twice HeartbeatInterval (%v)", c.HeartbeatTTL, c.HeartbeatInterval)
+		bad("HeartbeatTTL", "%v: want at least twice HeartbeatInterval (%v)", c.HeartbeatTTL, c.HeartbeatInterval)
 	}
 	if c.UnknownType != UnknownRetry && c.UnknownType != UnknownDead {
-		return bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
+		bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
 	}
 	if c.DispatchBuckets < 1 || c.DispatchBuckets > 10000 {
-		return bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
+		bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
 	}
 	if c.DispatchLanes < 1 || c.DispatchLanes > 16 {
-		return bad("DispatchLanes", "%d: want 1 to 16", c.DispatchLanes)
+		bad("DispatchLanes", "%d: want 1 to 16", c.DispatchLanes)
 	}
 	if c.DispatchTasks < 1 || c.DispatchTasks > 100000 {
-		return bad("DispatchTasks", "%d: want 1 to 100000", c.DispatchTasks)
+		bad("DispatchTasks", "%d: want 1 to 100000", c.DispatchTasks)
 	}
-	return nil
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // prepare fills defaults, validates, and builds the store; with a pool,

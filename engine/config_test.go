@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -31,5 +32,34 @@ func TestConfigValidateNamesField(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+// TestConfigValidateReportsAll: Validate reports every setting it
+// refuses, each a *ConfigError, not only the first.
+func TestConfigValidateReportsAll(t *testing.T) {
+	t.Parallel()
+	err := Config{Resolution: 2 * time.Minute, HeartbeatTTL: 15 * time.Second, Concurrency: -1}.Validate()
+	var fields []string
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			fields = append(fields, ce.Field)
+		}
+	}
+	walk(err)
+	want := []string{"Resolution", "Concurrency", "HeartbeatTTL"}
+	if !slices.Equal(fields, want) {
+		t.Fatalf("Validate reported %v (%v), want %v", fields, err, want)
+	}
+	if !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("%v does not match ErrInvalidOption", err)
 	}
 }

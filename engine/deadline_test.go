@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/google/uuid"
 )
 
@@ -60,6 +62,63 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 				t.Errorf("pool after the call: %d idle, %d open; want the connection discarded", st.IdleCount, st.ActiveCount)
 			}
 		})
+	}
+}
+
+// An enqueue whose deadline outlasts the look at the namespace's format
+// mark (buckets.FormatLookTimeout), against a server that accepts
+// connections and never answers, sends its write and loses the reply: the
+// error matches ErrUncertain, and context.DeadlineExceeded too, since the
+// deadline is what ended the wait.
+func TestEnqueueUncertainAtDeadline(t *testing.T) {
+	t.Parallel()
+	addr := silentAddr(t)
+	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
+	t.Cleanup(func() { pool.Close() })
+	c, err := NewClient(pool, Config{Namespace: "deadline-uncertain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := buckets.FormatLookTimeout + 500*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Enqueue(ctx, "t", nil)
+	// Real time is part of what is tested: the call is bounded by its
+	// deadline.
+	if took := time.Since(start); took > deadline+time.Second {
+		t.Errorf("returned after %v; the deadline was %v", took, deadline)
+	}
+	if !errors.Is(err, ErrUncertain) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v; want one matching both ErrUncertain and context.DeadlineExceeded", err)
+	}
+}
+
+// An enqueue whose connection breaks once its write is sent is checked on
+// a fresh connection (settleEnqueue); when the deadline ends that check,
+// the error matches context.DeadlineExceeded as well as ErrUncertain.
+func TestEnqueueUncertainSettleAtDeadline(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	e.cfg.LegacyRecords = true // no look at the format mark: the cut is the enqueue's own
+	addr := silentAddr(t)
+	var cut atomic.Bool
+	pool := &redisPool{Dial: func() (redisConn, error) {
+		if cut.CompareAndSwap(false, true) {
+			return &cutConn{Conn: e.pool.Get()}, nil // the write's connection: cut at EXEC
+		}
+		return redisDial("tcp", addr) // the settling one: never answers
+	}}
+	t.Cleanup(func() { pool.Close() })
+	c, err := NewClient(pool, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Enqueue(ctx, "t", nil)
+	if !errors.Is(err, ErrUncertain) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v; want one matching both ErrUncertain and context.DeadlineExceeded", err)
 	}
 }
 

@@ -61,8 +61,11 @@ type EventKind uint8
 
 // Event kinds.
 const (
-	// EventEnqueued: a producer wrote a task (one event per task of a
-	// batch). Queue, Type, TaskID and Due are set.
+	// EventEnqueued: a task was written (one event per task of a batch):
+	// by a producer (Enqueue, EnqueueChain's first step, EnqueueGroup's
+	// members), by a Scheduler (a periodic firing), or by the result
+	// that enqueues a chain's next step, a group's callback or a reply
+	// task. Queue, Type, TaskID and Due are set.
 	EventEnqueued EventKind = iota + 1
 	// EventDispatched: a dispatcher round made Moved tasks ready and met
 	// Conflicts transactions that found their buckets changed. Sent only
@@ -155,7 +158,7 @@ type Event struct {
 	Moved, Conflicts int
 }
 
-// observeEnqueued reports records a producer wrote at now.
+// observeEnqueued reports records written at now.
 func (c Config) observeEnqueued(recs []*buckets.Record, now time.Time) {
 	if c.Observer == nil {
 		return
@@ -196,6 +199,9 @@ func (w *Worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 		return
 	}
 	w.cfg.Observer.Observe(e)
+	// The tasks the result's transaction enqueued: a chain's next step,
+	// a group's callback, a reply task.
+	w.cfg.observeEnqueued(r.Spawned, now)
 	switch e.Outcome {
 	case OutcomeRetry:
 		w.cfg.Observer.Observe(Event{Kind: EventRetried, Queue: r.Queue, Type: r.Type, TaskID: r.ID,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,5 +169,72 @@ func TestObservers(t *testing.T) {
 	}
 	if Observers(nil, a) != Observer(a) {
 		t.Errorf("one observer is returned as it is")
+	}
+}
+
+// enqueuedIDs lists the ids of the EventEnqueued events, in order.
+func (l *eventLog) enqueuedIDs() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range l.ev {
+		if e.Kind == EventEnqueued {
+			out[e.TaskID]++
+		}
+	}
+	return out
+}
+
+// TestObserverEnqueuedEverywhere: every task written is reported
+// enqueued once: a chain's steps (its first by EnqueueChain, the next by
+// its predecessor's success), a group's members and its callback, and a
+// periodic entry's firings.
+func TestObserverEnqueuedEverywhere(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	log := &eventLog{}
+	e.cfg.Observer = log
+	c := e.client(t)
+	ctx := t.Context()
+	if _, err := c.EnqueueChain(ctx, "ch", Step{Type: "s"}, Step{Type: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueGroup(ctx, Group{ID: "gr", Members: []Step{{Type: "s"}, {Type: "s"}}, Callback: &Step{Type: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	sc := e.scheduler(t, 0, time.Hour, Periodic{Name: "tick", Every: time.Hour, Type: "s"})
+	if err := sc.RunPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 16)
+	mux := NewMux()
+	mux.HandleFunc("s", func(_ context.Context, task *Task) error {
+		ran <- task.ID
+		return nil
+	})
+	e.runServer(t, mux)
+	want := map[string]bool{"ch~0": true, "ch~1": true, "gr~0": true, "gr~1": true, "gr~cb": true}
+	for len(want) > 0 {
+		select {
+		case id := <-ran:
+			delete(want, id)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("tasks %v did not run", want)
+		}
+	}
+	got := log.enqueuedIDs()
+	for _, id := range []string{"ch~0", "ch~1", "gr~0", "gr~1", "gr~cb"} {
+		if got[id] != 1 {
+			t.Errorf("task %s reported enqueued %d times, want once (all: %v)", id, got[id], got)
+		}
+	}
+	firings := 0
+	for id, n := range got {
+		if strings.HasPrefix(id, "p:tick@") {
+			firings += n
+		}
+	}
+	if firings != 1 {
+		t.Errorf("%d firings of the periodic entry reported enqueued, want 1 (all: %v)", firings, got)
 	}
 }

@@ -316,6 +316,7 @@ func (s *Scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon
 	aliveTTL := int64(max(3*horizon, horizon+2*skew).Seconds()) + 1
 	cancelTTL := max(s.cfg.doneTTL(), int64((horizon+2*skew)/time.Second)+1)
 	var skipped int
+	var planned []*buckets.Record // the last plan's firings
 	plan := func(last int64) buckets.PassPlan {
 		p := e.sched.Plan(e.missed, fromMs(last), now, horizon, maxPassFirings)
 		skipped = p.Skipped
@@ -326,6 +327,7 @@ func (s *Scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon
 		for _, f := range append(p.Missed, p.Upcoming...) {
 			out.Recs = append(out.Recs, s.firing(e, f, nowMs))
 		}
+		planned = out.Recs
 		return out
 	}
 	stale := func(oldDef []byte, oldLast int64) []string {
@@ -370,8 +372,24 @@ func (s *Scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon
 	}
 	if len(res.Enqueued) > 0 {
 		e.log.Debug("firings enqueued", "n", len(res.Enqueued), "last", fromMs(res.Last))
+		s.cfg.observeEnqueued(firingsWritten(planned, res.Enqueued), now)
 	}
 	return nil
+}
+
+// firingsWritten returns the records of recs whose ids are among ids.
+func firingsWritten(recs []*buckets.Record, ids []string) []*buckets.Record {
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	var out []*buckets.Record
+	for _, r := range recs {
+		if in[r.ID] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // firing is the task record of e's firing at f.

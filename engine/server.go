@@ -93,7 +93,7 @@ func (s *Server) AddPeriodic(p Periodic) error {
 // Run runs the parts until ctx ends or Shutdown is called, then stops
 // them: the dispatcher and reaper first (they make work), then the worker,
 // which lets running handlers finish (for Config.ShutdownTimeout, or until
-// Shutdown's context ends) and returns the rest to their queues. Run
+// Shutdown's deadline, see Shutdown) and returns the rest to their queues. Run
 // returns when every goroutine has ended.
 //
 // It returns ErrClosed if the server already ran or was shut down, and
@@ -165,16 +165,20 @@ func (s *Server) checkMemory(ctx context.Context) error {
 	return checkMemoryPolicy(cctx, s.pool, s.cfg.AllowEviction, s.cfg.withDefaults().Logger)
 }
 
-// Shutdown stops the server gracefully with ctx as the deadline for
-// running handlers, and waits until Run has returned, or until ctx's end
-// plus a slack of 250 ms, whichever comes first. A second call with an
-// earlier deadline (an already-cancelled context, say) returns running
-// tasks to their queues at once. Before Run, it closes the server: Run
-// then returns ErrClosed.
+// Shutdown stops the server gracefully: running handlers may finish
+// until the earlier of ctx's deadline and Config.ShutdownTimeout from the
+// call (negative: at once); then their contexts are cancelled and their
+// tasks go back to their queues. It waits until Run has returned, or
+// until that deadline plus a slack of 250 ms, whichever comes first. A
+// second call with an earlier deadline (an already-cancelled context,
+// say) returns running tasks to their queues at once. Before Run, it
+// closes the server: Run then returns ErrClosed.
 //
 // It returns nil when Run stopped cleanly in time, Run's error when it
-// returned one, and an error matching ctx.Err() (errors.Is) when ctx ended
-// first (joined with Run's error if Run returned within the slack).
+// returned one, and an error matching ctx.Err(), or
+// context.DeadlineExceeded when ShutdownTimeout passed (errors.Is), when
+// the deadline came first (joined with Run's error if Run returned within
+// the slack).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started {
@@ -185,6 +189,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	cancel := s.cancel
 	s.mu.Unlock()
+	timeout := s.cfg.ShutdownTimeout
+	if timeout == 0 {
+		timeout = DefaultConfig().ShutdownTimeout
+	}
+	ctx, stop := boundShutdown(ctx, timeout)
+	defer stop()
 	if cancel != nil {
 		cancel()
 	}
@@ -202,7 +212,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	t := time.NewTimer(shutdownSlack)
 	defer t.Stop()
-	cerr := fmt.Errorf("engine: server shutdown: %w", ctx.Err())
+	cerr := fmt.Errorf("engine: server shutdown: %w", context.Cause(ctx))
 	select {
 	case <-s.done:
 		if err := s.result(); err != nil && !errors.Is(err, ctx.Err()) {

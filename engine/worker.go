@@ -128,7 +128,7 @@ func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
 // called, then shuts down gracefully: it stops taking tasks, lets running
 // handlers finish for Config.ShutdownTimeout (or until Shutdown's
-// context ends), then returns the unfinished tasks to the front of their
+// deadline, see Shutdown), then returns the unfinished tasks to the front of their
 // queues at once and cancels their handlers. Run returns after every
 // goroutine it started has ended.
 //
@@ -225,16 +225,19 @@ func (w *Worker) run(ctx context.Context) error {
 // give the unfinished tasks back before it returns.
 const shutdownSlack = 250 * time.Millisecond
 
-// Shutdown stops the worker gracefully (see Run) with ctx as the deadline
-// for running handlers, and waits for Run to return, or for ctx's end
-// plus a slack of 250 ms, whichever comes first. A second call with an
-// earlier deadline (an already-cancelled context, say) cuts the wait
-// short: running tasks go back to their queues at once. Before Run, it
-// closes the worker: Run then returns ErrClosed.
+// Shutdown stops the worker gracefully (see Run) and lets running
+// handlers finish until the earlier of ctx's deadline and
+// Config.ShutdownTimeout from the call (negative: at once); it then
+// cancels their contexts and gives their tasks back to the front of their
+// queues. It waits for Run to return, or for that deadline plus a slack
+// of 250 ms, whichever comes first. A second call with an earlier
+// deadline (an already-cancelled context, say) cuts the wait short. Before
+// Run, it closes the worker: Run then returns ErrClosed.
 //
 // It returns nil when every handler finished in time and Run stopped
 // cleanly; Run's error when Run returned one; and an error matching
-// ctx.Err() (errors.Is) when ctx ended first: unfinished tasks were then
+// ctx.Err(), or context.DeadlineExceeded when ShutdownTimeout passed
+// (errors.Is), when the deadline came first: unfinished tasks were then
 // given back, or are being given back by Run in the background.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
@@ -244,6 +247,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	w.mu.Unlock()
+	ctx, cancel := boundShutdown(ctx, w.cfg.ShutdownTimeout)
+	defer cancel()
 	stop := context.AfterFunc(ctx, w.abort)
 	defer stop()
 	w.stopOnce.Do(func() { close(w.stopReq) })
@@ -256,13 +261,30 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	}
 	t := time.NewTimer(shutdownSlack)
 	defer t.Stop()
-	cerr := fmt.Errorf("engine: worker shutdown: %w", ctx.Err())
+	cerr := fmt.Errorf("engine: worker shutdown: %w", context.Cause(ctx))
 	select {
 	case <-w.done:
 		return errors.Join(cerr, w.runErr)
 	case <-t.C:
 		return cerr
 	}
+}
+
+// errShutdownTimeout is the cause of a shutdown deadline set by
+// Config.ShutdownTimeout; it matches context.DeadlineExceeded.
+type errShutdownTimeout time.Duration
+
+func (e errShutdownTimeout) Error() string {
+	return fmt.Sprintf("ShutdownTimeout (%v) passed: %v", time.Duration(e), context.DeadlineExceeded)
+}
+
+func (errShutdownTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// boundShutdown returns ctx bounded by timeout from now (negative: already
+// over); the bound's cause is an errShutdownTimeout.
+func boundShutdown(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	timeout = max(timeout, 0)
+	return context.WithTimeoutCause(ctx, timeout, errShutdownTimeout(timeout))
 }
 
 // TypeLister is what a Handler implements to say which task types it

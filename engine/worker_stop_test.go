@@ -261,3 +261,74 @@ func TestLostPopReplyRecovered(t *testing.T) {
 		t.Fatalf("ran %d times", n)
 	}
 }
+
+// ShutdownTimeout bounds Shutdown too: with a context that never ends (as
+// in `defer srv.Shutdown(context.Background())`), a handler that outlives
+// ShutdownTimeout has its context cancelled and its task given back, and
+// Shutdown returns with an error matching context.DeadlineExceeded.
+func TestShutdownBoundedByShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	for _, which := range []string{"worker", "server"} {
+		t.Run(which, func(t *testing.T) {
+			t.Parallel()
+			e := realEnv(t)
+			ctx := context.Background()
+			started := make(chan struct{}, 1)
+			cancelled := make(chan struct{})
+			release := make(chan struct{})
+			defer close(release)
+			mux := NewMux()
+			mux.HandleFunc("slow", func(ctx context.Context, t *Task) error {
+				started <- struct{}{}
+				select {
+				case <-ctx.Done():
+					close(cancelled)
+					return ctx.Err()
+				case <-release: // the test ended: the bound did not hold
+					return nil
+				}
+			})
+			cfg := e.cfg
+			cfg.ShutdownTimeout = 200 * time.Millisecond
+			var run, shutdown func(context.Context) error
+			if which == "worker" {
+				w, err := NewWorker(e.pool, cfg, mux)
+				if err != nil {
+					t.Fatal(err)
+				}
+				run, shutdown = w.Run, w.Shutdown
+			} else {
+				srv, err := NewServer(e.pool, cfg, mux, AllRoles)
+				if err != nil {
+					t.Fatal(err)
+				}
+				run, shutdown = srv.Run, srv.Shutdown
+			}
+			ran := make(chan error, 1)
+			go func() { ran <- run(ctx) }()
+			id, _ := idOf(e.client(t).Enqueue(ctx, "slow", nil))
+			<-started
+			returned := make(chan error, 1)
+			go func() { returned <- shutdown(context.Background()) }()
+			// Real time is what is tested: Shutdown must return soon after
+			// ShutdownTimeout (200 ms), however long the handler would run.
+			select {
+			case err := <-returned:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Shutdown: %v, want DeadlineExceeded", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Shutdown(context.Background()) waited past ShutdownTimeout for a running handler")
+			}
+			select {
+			case <-cancelled:
+			default:
+				t.Fatal("the handler's context was not cancelled")
+			}
+			<-ran
+			if s := e.state(t, id); s != StateReady {
+				t.Fatalf("task %s after the bound, want ready (given back)", s)
+			}
+		})
+	}
+}

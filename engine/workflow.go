@@ -319,6 +319,7 @@ func (c *Client) enqueueFlow(ctx context.Context, id string, now int64, fields [
 	if err != nil {
 		return failed("enqueue workflow "+id, err)
 	}
+	c.cfg.observeEnqueued(recs, fromMs(now))
 	return nil
 }
 

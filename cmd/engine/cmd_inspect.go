@@ -124,6 +124,12 @@ type taskViewJSON struct {
 	Lease *time.Time `json:"lease,omitempty"`
 }
 
+// pad pads s to n characters, without cutting it (an id), control
+// characters shown as spaces.
+func pad(s string, n int) string {
+	return fit(s, max(n, utf8.RuneCountInString(s)))
+}
+
 // fit pads or cuts s to n characters, marking a cut with "…".
 func fit(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
@@ -174,9 +180,19 @@ func printTaskPage(w io.Writer, f engine.Filter, page *engine.TaskPage, now time
 	case engine.StateDead:
 		when, info = "DIED", "REASON"
 	}
-	// 14 + 12 + 5 + 12 + 33 + 4 separators = 80.
+	// 14 + 12 + 5 + 12 + 33 + 4 separators = 80. An id is never cut, so
+	// that it can be pasted into another command: a longer one widens
+	// its column (and the line), and a running task's worker id ends its
+	// line whole.
+	idW := 14
+	for _, t := range page.Tasks {
+		idW = max(idW, utf8.RuneCountInString(t.ID))
+	}
 	row := func(id, typ, att, at, rest string) {
-		line := fit(id, 14) + " " + fit(typ, 12) + " " + fit(att, 5) + " " + fit(at, 12) + " " + fit(rest, 33)
+		if !strings.HasPrefix(info, "WORKER") {
+			rest = fit(rest, 33)
+		}
+		line := pad(id, idW) + " " + fit(typ, 12) + " " + fit(att, 5) + " " + fit(at, 12) + " " + rest
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 	row("ID", "TYPE", "ATT", when, info)
@@ -333,9 +349,14 @@ func newListCmd[T any](a *app, what, short string, fetch func(context.Context, i
 
 func printWorkers(w io.Writer, ws []engine.WorkerInfo) {
 	// 20 + 5 + 14 + 7 + 7 + 7 + 16 + 6 separators = 82 - 2: the last
-	// column takes what is left.
+	// column takes what is left. An id is never cut: a longer one widens
+	// its column.
+	idW := 20
+	for _, x := range ws {
+		idW = max(idW, utf8.RuneCountInString(x.ID))
+	}
 	row := func(id, alive, host, pid, beat, run, queues string) {
-		line := fit(id, 20) + " " + fit(alive, 5) + " " + fit(host, 14) + " " + fit(pid, 7) + " " +
+		line := pad(id, idW) + " " + fit(alive, 5) + " " + fit(host, 14) + " " + fit(pid, 7) + " " +
 			fit(beat, 7) + " " + fit(run, 7) + " " + fit(queues, 13)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}

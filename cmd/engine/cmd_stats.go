@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -29,7 +31,9 @@ counts since the queue was first used; how long the oldest ready task has
 waited; when the next scheduled task is due; whether it is paused. Below
 the table: task types that workers gave back because they have no handler
 for them while no live worker serves them (after unknown_type_grace,
-unknown_type applies to their tasks). --watch refreshes every
+unknown_type applies to their tasks), and queues with tasks waiting that
+no live worker serves (a typo in --queue, or no worker started for it).
+--watch refreshes every
 INTERVAL (default 2s) until interrupted: in place on a terminal, as one
 table after another (or one JSON document per line with --json) otherwise.`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -64,6 +68,10 @@ table after another (or one JSON document per line with --json) otherwise.`,
 			} else if err == nil {
 				un, err = s.client.Unserved(ctx)
 			}
+			var unq []string
+			if err == nil {
+				unq = unservedQueues(ctx, s.inspector(), st)
+			}
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -72,22 +80,22 @@ table after another (or one JSON document per line with --json) otherwise.`,
 			case err != nil: // keep watching through an outage
 				fmt.Fprintf(a.stderr, "%s engine stats: %v\n", time.Now().Format("15:04:05"), err)
 			case *asJSON && *every > 0:
-				b, _ := json.Marshal(statsToJSON(st, un))
+				b, _ := json.Marshal(statsToJSON(st, un, unq))
 				fmt.Fprintf(a.stdout, "%s\n", b)
 			case *asJSON:
-				return a.printJSON(statsToJSON(st, un))
+				return a.printJSON(statsToJSON(st, un, unq))
 			case *every > 0:
 				if redraw {
 					fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // home, clear screen
 				}
 				fmt.Fprintf(a.stdout, "%s  every %v, namespace %s  (Ctrl-C to stop)\n\n",
 					time.Now().Format("15:04:05"), *every, s.set.Engine.Namespace)
-				printStats(safetext.Writer(a.stdout), st, un)
+				printStats(safetext.Writer(a.stdout), st, un, unq)
 				if !redraw {
 					fmt.Fprintln(a.stdout)
 				}
 			default:
-				printStats(safetext.Writer(a.stdout), st, un)
+				printStats(safetext.Writer(a.stdout), st, un, unq)
 				return nil
 			}
 			select {
@@ -106,6 +114,9 @@ type statsJSON struct {
 	Queues []queueStatsJSON `json:"queues"`
 	// Unserved lists task types given back while no live worker serves them.
 	Unserved []engine.UnservedType `json:"unserved"`
+	// UnservedQueues lists the queues with tasks waiting (ready,
+	// scheduled or retrying) that no live worker serves.
+	UnservedQueues []string `json:"unserved_queues"`
 }
 
 type queueStatsJSON struct {
@@ -124,8 +135,9 @@ type queueStatsJSON struct {
 	Paused           bool       `json:"paused"`
 }
 
-func statsToJSON(st []engine.QueueStats, un []engine.UnservedType) statsJSON {
-	out := statsJSON{Time: time.Now().UTC(), Queues: []queueStatsJSON{}, Unserved: []engine.UnservedType{}}
+func statsToJSON(st []engine.QueueStats, un []engine.UnservedType, unq []string) statsJSON {
+	out := statsJSON{Time: time.Now().UTC(), Queues: []queueStatsJSON{}, Unserved: []engine.UnservedType{},
+		UnservedQueues: append([]string{}, unq...)}
 	out.Unserved = append(out.Unserved, un...)
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
@@ -140,7 +152,7 @@ func statsToJSON(st []engine.QueueStats, un []engine.UnservedType) statsJSON {
 	return out
 }
 
-func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType) {
+func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType, unq []string) {
 	if len(st) == 0 {
 		fmt.Fprintln(w, "no queues yet: nothing was ever enqueued in this namespace")
 		return
@@ -169,6 +181,46 @@ func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType) {
 				u.Since.Local().Format("2006-01-02 15:04:05"), relative(u.Since, time.Now()))
 		}
 	}
+	if len(unq) > 0 {
+		fmt.Fprintln(w, "\nqueues no live worker serves (their tasks wait until one does):")
+		for _, q := range unq {
+			fmt.Fprintf(w, "  %s\n", q)
+		}
+	}
+}
+
+// servedQueues lists the queues the live workers serve, sorted; nil when
+// the workers could not be read.
+func servedQueues(ctx context.Context, in inspectorAPI) ([]string, error) {
+	ws, err := in.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	served := []string{}
+	for _, w := range ws {
+		if w.Alive {
+			served = append(served, w.Queues...)
+		}
+	}
+	slices.Sort(served)
+	return slices.Compact(served), nil
+}
+
+// unservedQueues lists the queues of st with tasks waiting that no live
+// worker serves; nothing when the workers could not be read (the hint is
+// left out, stats goes on).
+func unservedQueues(ctx context.Context, in inspectorAPI, st []engine.QueueStats) []string {
+	served, err := servedQueues(ctx, in)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, q := range st {
+		if q.Ready+q.Scheduled+q.Retrying > 0 && !slices.Contains(served, q.Queue) {
+			out = append(out, q.Queue)
+		}
+	}
+	return out
 }
 
 func (a *app) newDeadCmd() *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,6 +51,8 @@ when asked for. Without --in or --at the task is due now.`,
 		switch {
 		case *typ == "":
 			return a.usageError(cmd, "--type is required")
+		case checkTaskType(*typ) != nil:
+			return a.usageError(cmd, "--type: %v", checkTaskType(*typ))
 		case *in < 0:
 			return a.usageError(cmd, "--in %v: want 0 or more", *in)
 		case *queue != "":
@@ -110,9 +113,25 @@ when asked for. Without --in or --at the task is due now.`,
 			return nil
 		}
 		fmt.Fprintln(a.stderr, info.ID)
+		a.hintUnserved(cmd.Context(), s, info.Queue)
 		return a.waitFor(cmd, s.clientFor(info.ID), info.ID, *waitTimeout)
 	}
 	return cmd
+}
+
+// hintUnserved says on stderr when no live worker serves queue q, so
+// that a wait for a task in a mistyped queue does not look like a slow
+// worker.
+func (a *app) hintUnserved(ctx context.Context, s *session, q string) {
+	served, err := servedQueues(ctx, s.inspector())
+	if err != nil || slices.Contains(served, q) {
+		return
+	}
+	which := "there is no live worker"
+	if len(served) > 0 {
+		which = "live workers serve " + strings.Join(served, ", ")
+	}
+	fmt.Fprintf(a.stderr, "engine enqueue: no live worker serves queue %q (%s): the task waits until one does\n", q, which)
 }
 
 // waitFor waits for task id to end and prints its result on stdout (the
@@ -146,20 +165,22 @@ func (a *app) waitFor(cmd *cobra.Command, client *engine.Client, id string, time
 }
 
 // readPayload reads the payload from path ("" or "-": stdin), at most
-// limit+1 bytes (limit 0: the default max_payload): enough for Enqueue
-// to refuse an oversized one without holding all of it.
+// limit+1 bytes (limit 0: the default max_payload): enough to refuse an
+// oversized one without holding all of it. The refusal (matching
+// engine.ErrPayloadTooLarge) gives a file's real size.
 func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	if limit == 0 {
 		limit = engine.DefaultConfig().MaxPayload
 	}
 	r, name := a.stdin, "stdin"
+	var file *os.File
 	if path != "" && path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("read payload: %w", err)
 		}
 		defer f.Close()
-		r, name = f, path
+		r, name, file = f, path, f
 	}
 	if r == nil {
 		r = strings.NewReader("")
@@ -167,6 +188,16 @@ func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read payload from %s: %w", name, err)
+	}
+	if len(b) > limit {
+		// Only limit+1 bytes were read: say the real size when the file
+		// knows it, and "more than" the limit otherwise.
+		if file != nil {
+			if fi, err := file.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(limit) {
+				return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, fi.Size(), limit, engine.ErrPayloadTooLarge)
+			}
+		}
+		return nil, fmt.Errorf("payload from %s is more than %d bytes (max_payload): %w", name, limit, engine.ErrPayloadTooLarge)
 	}
 	return b, nil
 }

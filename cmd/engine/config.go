@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -211,10 +212,11 @@ func (s *Settings) validate() error {
 	bad := func(key string, format string, args ...any) {
 		errs = append(errs, &ConfigError{Origin: s.where(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	if err := s.Engine.Validate(); err != nil {
+	for _, err := range engineErrors(s.Engine.Validate()) {
 		var fe *engine.ConfigError
 		if !errors.As(err, &fe) {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		// "Queues[1].Weight" is queues[1].weight.
 		name, rest, _ := strings.Cut(fe.Field, "[")
@@ -284,8 +286,8 @@ func (s *Settings) validate() error {
 	}
 	for _, t := range types {
 		h, key := s.Handlers[t], "handlers."+t
-		if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) || strings.ContainsFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			bad(key, "task type %q: want 1-%d bytes of UTF-8 without control characters", t, buckets.MaxTypeLen)
+		if err := checkTaskType(t); err != nil {
+			bad(key, "%v", err)
 		}
 		if len(h.Command) == 0 || h.Command[0] == "" {
 			bad(key+".command", "missing: want the command to run, e.g. [sh, -c, 'cat > /tmp/x']")
@@ -307,6 +309,29 @@ func (s *Settings) validate() error {
 	s.validateShards(bad)
 	s.validateRedisMode(bad)
 	return errors.Join(errs...)
+}
+
+// checkTaskType refuses a task type that no handler could be meant for:
+// empty, too long, not UTF-8, or with control characters or white space
+// (a quoting slip on a command line).
+func checkTaskType(t string) error {
+	if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) ||
+		strings.ContainsFunc(t, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) {
+		return fmt.Errorf("task type %q: want 1-%d bytes of UTF-8 without spaces or control characters", t, buckets.MaxTypeLen)
+	}
+	return nil
+}
+
+// engineErrors lists the errors engine.Config.Validate joined (each a
+// *engine.ConfigError), or err alone.
+func engineErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // engineConfig is the engine's settings, logging to log.

@@ -110,7 +110,7 @@ func TestConfigErrors(t *testing.T) {
 		{"handler env", "handlers:\n  x:\n    command: [true]\n    env: [A=1]\n", []string{"cfg.yaml:4", "handlers.x.env", "mapping"}},
 		{"handlers list", "handlers: [a]\n", []string{"cfg.yaml:1", "handlers", "mapping"}},
 		{"top level list", "- a\n- b\n", []string{"cfg.yaml:1", "mapping of settings"}},
-		{"syntax", "redis:\n  addr: [\n", []string{"cfg.yaml", "line"}},
+		{"syntax", "redis:\n  addr: [\n", []string{"cfg.yaml:2", "YAML syntax"}},
 		{"two documents", "namespace: a\n---\nnamespace: b\n", []string{"cfg.yaml:2", "one YAML document"}},
 		{"null int", "concurrency:\n", []string{"cfg.yaml:1", "concurrency", "no value"}},
 	}
@@ -148,6 +148,65 @@ func TestConfigManyErrors(t *testing.T) {
 		if !strings.HasPrefix(lines[i], w) {
 			t.Errorf("line %d = %q, want prefix %q", i, lines[i], w)
 		}
+	}
+}
+
+// TestConfigManyEngineErrors: every engine setting refused is reported,
+// not only the first, each on the line that sets it.
+func TestConfigManyEngineErrors(t *testing.T) {
+	t.Parallel()
+	_, err := parseString(t, "resolution: 2m\nheartbeat_ttl: 15s\nconcurrency: -1\n")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{"cfg.yaml:1: resolution", "cfg.yaml:2: heartbeat_ttl", "cfg.yaml:3: concurrency"}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("error has %d lines, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+}
+
+// TestConfigSyntaxErrorLine: a YAML syntax error names the bad line,
+// not the line of the block around it.
+func TestConfigSyntaxErrorLine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"redis:\n  addr: x\n  tls:\n    cert_file: x\n   key_file: y\n", "cfg.yaml:5: "},
+		{"namespace: a\nqueues:\n  - name: a\n  - name: b\n weight: 3\n", "cfg.yaml:5: "},
+		{"namespace: a\nredis:\n  addr: x:1\n\tdb: 0\n", "cfg.yaml:4: "},
+		{"redis:\n  addr: x\n  db: 0\n  password: x\n  user: y\n - a\n", "cfg.yaml:6: "},
+		{"a: 1\nredis:\n  addr: x\n  tls: {cert_file: a\n  x: 1\n", "cfg.yaml:4: "},
+		{"a: b: c\n", "cfg.yaml:1: "},
+	} {
+		_, err := parseString(t, c.yaml)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one starting %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// TestConfigRefusesBadHandlers: a command that is not a string or a list
+// (a number, a boolean) and a task type with spaces are refused; a quoted
+// number is a shell command line like any string.
+func TestConfigRefusesBadHandlers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"handlers: {x: {command: 5}}\n", "handlers.x.command"},
+		{"handlers:\n  x:\n    command: true\n", "handlers.x.command"},
+		{"handlers: {'bad type': {command: [cat]}}\n", "handlers.bad type"},
+	} {
+		_, err := parseString(t, c.yaml)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %s", c.yaml, err, c.want)
+		}
+	}
+	if _, err := parseString(t, "handlers: {x: {command: '5'}}\n"); err != nil {
+		t.Errorf("a quoted command: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,13 +110,40 @@ func (s *Settings) decodeFile(data []byte, name string) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		return &ConfigError{Origin: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+		return syntaxError(data, name, err)
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
 		return &ConfigError{Origin: fmt.Sprintf("%s:%d", name, more.Line), Msg: "only one YAML document is allowed"}
 	}
 	return s.setNode("", root(&doc), name)
+}
+
+// yamlLine is the "line N: " a YAML syntax error starts with.
+var yamlLine = regexp.MustCompile(`^line [0-9]+: `)
+
+// syntaxErrorLines bounds the file lines syntaxError looks through.
+const syntaxErrorLines = 5000
+
+// syntaxError reports err, the YAML parser's syntax error for data, at
+// the bad line. The parser names the line of the block the error is in
+// (the mapping or list it was reading), often lines before the bad one;
+// the bad line is the first whose inclusion makes the file's opening
+// lines fail the same way.
+func syntaxError(data []byte, name string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	origin := name
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for n := 1; n <= min(len(lines), syntaxErrorLines); n++ {
+		var doc yaml.Node
+		perr := yaml.NewDecoder(bytes.NewReader(bytes.Join(lines[:n], nil))).Decode(&doc)
+		if perr != nil && perr.Error() == err.Error() {
+			origin = pos(name, n)
+			msg = yamlLine.ReplaceAllString(msg, "")
+			break
+		}
+	}
+	return &ConfigError{Origin: origin, Msg: "YAML syntax: " + msg}
 }
 
 // root is a document's top node, aliases followed (a bounded number).
@@ -284,6 +312,11 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	case *[]string, *[]engine.QueueConfig:
 		if v.Kind == yaml.ScalarNode && !isNull(v) {
 			if p, ok := p.(*[]string); ok && strings.HasPrefix(key, "handlers.") {
+				if v.ShortTag() != "!!str" {
+					// command: 5 or command: true is a slip, not a
+					// shell command line (quote it if it is one).
+					return bad("%s: want a list, e.g. [sh, -c, 'cat > /tmp/x'], or a shell command line as a string", v.Value)
+				}
 				*p = []string{"sh", "-c", v.Value}
 				return nil
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,5 +69,29 @@ func TestE2EStorage(t *testing.T) {
 		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
 			t.Errorf("engine %v: exit %d, stderr %q; want a usage error", args, code, errOut)
 		}
+	}
+}
+
+// TestE2EUnservedQueueHint: a task enqueued into a queue no live worker
+// serves is not waited for silently: enqueue --wait says so on stderr,
+// and stats lists the queue below its table, as it lists unserved types.
+func TestE2EUnservedQueueHint(t *testing.T) {
+	h := newHarness(t)
+	h.startRun(nil)
+	// --wait-timeout is the real time the wait is given; 1s is plenty,
+	// since the hint comes before the wait.
+	_, errOut, code := h.cli("enqueue", "--type", "echo", "--queue", "typo", "--wait", "--wait-timeout", "1s")
+	if code != exitWaitTimeout || !strings.Contains(errOut, `no live worker serves queue "typo"`) || !strings.Contains(errOut, "default") {
+		t.Errorf("enqueue --queue typo --wait: exit %d, stderr %q; want %d and a hint naming the queues served", code, errOut, exitWaitTimeout)
+	}
+	out := h.ok("stats")
+	if !strings.Contains(out, "queues no live worker serves") || !strings.Contains(out, "typo") {
+		t.Errorf("stats lacks the unserved queue:\n%s", out)
+	}
+	var st struct {
+		UnservedQueues []string `json:"unserved_queues"`
+	}
+	if err := json.Unmarshal([]byte(h.ok("stats", "--json")), &st); err != nil || len(st.UnservedQueues) != 1 || st.UnservedQueues[0] != "typo" {
+		t.Errorf("stats --json unserved_queues = %v, %v; want [typo]", st.UnservedQueues, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,51 @@ func TestEnqueuePayloadLimit(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "payload") {
 		t.Errorf("stderr %q does not name the payload", errOut.String())
+	}
+}
+
+// TestEnqueuePayloadSizeTrue: a payload over max_payload is reported with
+// its real size (a file's, from its metadata), or as "more than" the limit
+// when only the limit was read (stdin): never as limit+1 bytes.
+func TestEnqueuePayloadSizeTrue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "big")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(100 << 20); err != nil { // sparse: no 100 MB written
+		t.Fatal(err)
+	}
+	f.Close()
+	a, _, errOut := inproc(t, srv, "ENGINE_MAX_PAYLOAD=1024")
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--payload-file", path}); code != exitUsage {
+		t.Errorf("oversized payload file: exit %d, want %d: %s", code, exitUsage, errOut.String())
+	}
+	if msg := errOut.String(); !strings.Contains(msg, "104857600 bytes") || strings.Contains(msg, "1025") {
+		t.Errorf("stderr %q: want the file's size, 104857600 bytes, and not the 1025 bytes read", msg)
+	}
+	a, _, errOut = inproc(t, srv, "ENGINE_MAX_PAYLOAD=1024")
+	a.stdin = &countingReader{n: 100 << 20}
+	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--payload", "-"}); code != exitUsage {
+		t.Errorf("oversized stdin payload: exit %d, want %d: %s", code, exitUsage, errOut.String())
+	}
+	if msg := errOut.String(); !strings.Contains(msg, "more than 1024 bytes") || strings.Contains(msg, "1025") {
+		t.Errorf("stderr %q: want \"more than 1024 bytes\", and not the 1025 bytes read", msg)
+	}
+}
+
+// TestEnqueueRefusesBadType: a task type with spaces or control
+// characters is refused before anything is written (exit 2).
+func TestEnqueueRefusesBadType(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, typ := range []string{"bad type", "tab\there", " lead"} {
+		a, out, errOut := inproc(t, srv)
+		if code := a.main(context.Background(), []string{"enqueue", "--type", typ}); code != exitUsage {
+			t.Errorf("--type %q: exit %d, want %d; stdout %q stderr %q", typ, code, exitUsage, out.String(), errOut.String())
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -17,34 +18,55 @@ var version = ""
 
 // versionString describes this build.
 func versionString() string {
-	v := version
-	rev, dirty := "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion describes a build whose -X main.version is ld ("" when
+// not set) and whose build info is bi (nil when there is none): the
+// version, then the commit it was built from, the commit's time and
+// whether the tree had changes, from the build info's VCS settings (go
+// build in a checkout records them; go run does not).
+//
+//	v1.2.3 (commit c1ccd73becf5, 2026-11-28T16:28:22Z, modified)
+//	devel (commit c1ccd73becf5, 2026-11-28T16:28:22Z)
+//	devel (no VCS revision in the build: built by go run, -buildvcs=false or outside a checkout)
+func formatVersion(ld string, bi *debug.BuildInfo) string {
+	v := ld
+	var rev, when string
+	dirty := false
+	if bi != nil {
+		if v == "" && bi.Main.Version != "(devel)" {
 			v = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
 				rev = s.Value
+			case "vcs.time":
+				when = s.Value
 			case "vcs.modified":
 				dirty = s.Value == "true"
 			}
 		}
 	}
 	if v == "" {
-		v = "(devel)"
+		v = "devel"
 	}
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
+	if rev == "" {
+		if ld != "" {
+			return v
 		}
-		if dirty {
-			rev += "-dirty"
-		}
-		v += " " + rev
+		return v + " (no VCS revision in the build: built by go run, -buildvcs=false or outside a checkout)"
 	}
-	return v
+	parts := []string{"commit " + rev[:min(len(rev), 12)]}
+	if when != "" {
+		parts = append(parts, when)
+	}
+	if dirty {
+		parts = append(parts, "modified")
+	}
+	return v + " (" + strings.Join(parts, ", ") + ")"
 }
 
 func (a *app) newVersionCmd() *cobra.Command {
