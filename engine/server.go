@@ -106,17 +106,17 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("engine: server already ran or was shut down: %w", ErrClosed)
 	}
 	s.started = true
-	s.mu.Unlock()
-	if err := s.checkMemory(ctx); err != nil {
-		close(s.done)
-		return err
-	}
-	s.mu.Lock()
 	mctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.mu.Unlock()
 	defer close(s.done)
 	defer cancel()
+	if err := s.checkMemory(ctx); err != nil {
+		s.mu.Lock()
+		s.runErr = err
+		s.mu.Unlock()
+		return err
+	}
 
 	var dErr, rErr, wErr error
 	var makers sync.WaitGroup
