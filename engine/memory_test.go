@@ -75,12 +75,12 @@ func (e *env) keyCount(t *testing.T) int {
 // not to be had.
 func TestRunChecksMemoryPolicy(t *testing.T) {
 	t.Parallel()
-	look := func(t *testing.T, e *env, allow bool) (error, string) {
+	look := func(t *testing.T, e *env, allow bool) (string, error) {
 		logs := &lockedBuffer{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err := checkMemoryPolicy(ctx, e.pool, allow, slog.New(slog.NewTextHandler(logs, nil)))
-		return err, logs.String()
+		return logs.String(), err
 	}
 	t.Run("allkeys", func(t *testing.T) {
 		t.Parallel()
@@ -93,7 +93,7 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 		if err := s.Run(context.Background()); !errors.Is(err, ErrEviction) || !strings.Contains(err.Error(), "allkeys-lru") {
 			t.Fatalf("Run on allkeys-lru: %v; want ErrEviction naming the policy", err)
 		}
-		err, logs := look(t, e, true)
+		logs, err := look(t, e, true)
 		if err != nil || !strings.Contains(logs, "AllowEviction") {
 			t.Fatalf("allkeys-lru with AllowEviction: %v, logs %q; want a start with a warning", err, logs)
 		}
@@ -102,7 +102,7 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 		t.Parallel()
 		e := privateEnv(t)
 		e.configSet(t, "maxmemory", "1000000000", "maxmemory-policy", "volatile-lru")
-		err, logs := look(t, e, false)
+		logs, err := look(t, e, false)
 		if err != nil || strings.Count(logs, "heartbeat") != 1 || strings.Count(logs, "\n") != 1 {
 			t.Fatalf("volatile-lru: %v, logs %q; want one warning naming the heartbeat", err, logs)
 		}
@@ -111,7 +111,7 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 		t.Parallel()
 		e := privateEnv(t)
 		e.configSet(t, "maxmemory", "1000000000", "maxmemory-policy", "noeviction")
-		err, logs := look(t, e, false)
+		logs, err := look(t, e, false)
 		if err != nil || logs != "" {
 			t.Fatalf("noeviction: %v, logs %q; want a silent start", err, logs)
 		}
@@ -123,7 +123,7 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 	t.Run("unknown", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, redistest.Mini(t)) // miniredis has no CONFIG
-		err, logs := look(t, e, false)
+		logs, err := look(t, e, false)
 		if err != nil || !strings.Contains(logs, "memory policy is unknown") {
 			t.Fatalf("CONFIG refused: %v, logs %q; want a start and one note", err, logs)
 		}
