@@ -133,23 +133,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 	s.logPath = filepath.Join(s.dir, "redis.log")
 	s.args = serverArgs(s.dir, s.adminPassword, cfg)
 	t.Cleanup(s.stop)
-
-	var lastErr error
-	for try := 0; try < startTries; try++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if lastErr = s.launch(); lastErr == nil {
-			return s
-		}
-		if !strings.Contains(lastErr.Error(), "in use") {
-			break
-		}
-	}
-	t.Fatalf("redistest: %v", lastErr)
-	return nil
+	s.launchOnFreePort(t)
+	return s
 }
 
 // Start24 returns a real Redis 2.4 server of t's own, started from the
@@ -178,6 +163,14 @@ func Start24(t testing.TB, opts ...Option) *Server {
 	s.logPath = filepath.Join(s.dir, "redis.log")
 	s.args = configLines24(s.dir, cfg)
 	t.Cleanup(s.stop)
+	s.launchOnFreePort(t)
+	return s
+}
+
+// launchOnFreePort starts s on a free loopback port, trying another when
+// the one chosen was taken meanwhile; it fails t when none works.
+func (s *Server) launchOnFreePort(t testing.TB) {
+	t.Helper()
 	var lastErr error
 	for try := 0; try < startTries; try++ {
 		port, err := freePort()
@@ -186,14 +179,13 @@ func Start24(t testing.TB, opts ...Option) *Server {
 		}
 		s.port, s.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if lastErr = s.launch(); lastErr == nil {
-			return s
+			return
 		}
 		if !strings.Contains(lastErr.Error(), "in use") {
 			break
 		}
 	}
 	t.Fatalf("redistest: %v", lastErr)
-	return nil
 }
 
 // configLines24 is a Redis 2.4 config file, but for its port line: 2.4
