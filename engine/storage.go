@@ -55,13 +55,23 @@ func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
 }
 
 // resolveFormat lets a client's or worker's store learn the namespace's
-// format mark (buckets.Store.ResolveFormat): no round trip once it writes
-// compact storage, at most one look per Config.FormatRecheck otherwise.
-// A failure only keeps the storage every release reads; it is logged.
+// format mark (buckets.Store.ResolveFormat) on conn: no round trip once it
+// writes compact storage, at most one look per Config.FormatRecheck
+// otherwise. A failure only keeps the storage every release reads; it is
+// logged. It returns the connection for the caller's own command: conn,
+// or, when the look's failure left conn unusable (its own bound,
+// buckets.FormatLookTimeout, cut a read short), a fresh one from pool, conn
+// being closed; the caller's command must not fail for the look's sake.
+// The error is the pool's, when it has no connection to give.
 func resolveFormat(ctx context.Context, st interface {
 	ResolveFormat(context.Context, redis.Conn) (bool, error)
-}, conn redis.Conn, log *slog.Logger) {
+}, pool *redis.Pool, conn redis.Conn, log *slog.Logger) (redis.Conn, error) {
 	if _, err := st.ResolveFormat(ctx, conn); err != nil {
 		log.Warn("could not read the namespace's format mark; writing the storage every release reads", keyErr, err)
+		if conn.Err() != nil {
+			conn.Close()
+			return pool.GetContext(ctx)
+		}
 	}
+	return conn, nil
 }
