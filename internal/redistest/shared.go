@@ -16,7 +16,12 @@ import (
 func serverWide(cmd string, args []interface{}) bool {
 	sub := ""
 	if len(args) > 0 {
-		sub = strings.ToUpper(fmt.Sprint(args[0]))
+		switch a := args[0].(type) {
+		case []byte:
+			sub = strings.ToUpper(string(a))
+		default:
+			sub = strings.ToUpper(fmt.Sprint(a))
+		}
 	}
 	switch strings.ToUpper(cmd) {
 	case "FLUSHALL", "FLUSHDB", "SHUTDOWN", "SLAVEOF", "REPLICAOF", "DEBUG", "FAILOVER", "SWAPDB", "MIGRATE":
