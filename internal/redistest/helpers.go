@@ -175,8 +175,9 @@ func Namespace(t testing.TB) string {
 }
 
 // Cleanup deletes the keys of namespace ns (keys starting with ns or with
-// "{ns}") from an external server, which other tests or programs may share.
-// Real and miniredis servers belong to one test and die with it, so nothing is
+// "{ns", which covers "{ns}" and the "{ns:k}" of shard lanes) from an
+// external server, which other tests or programs may share. Real and
+// miniredis servers belong to one test and die with it, so nothing is
 // done for them. Call it at the end of a test, e.g. from t.Cleanup.
 func (s *Server) Cleanup(t testing.TB, ns string) {
 	t.Helper()
@@ -192,7 +193,7 @@ func (s *Server) Cleanup(t testing.TB, ns string) {
 		return
 	}
 	defer c.Close()
-	for _, pattern := range []string{ns + "*", "{" + ns + "}*"} {
+	for _, pattern := range []string{ns + "*", "{" + ns + "*"} {
 		// KEYS exists at every version (SCAN only from 2.8); fine for tests.
 		keys, err := redis.Strings(c.Do("KEYS", pattern))
 		if err != nil {

@@ -220,7 +220,7 @@ func TestExternalServerAndCleanup(t *testing.T) {
 	ns, other := redistest.Namespace(t), redistest.Namespace(t)
 	conn := s.Pool(t).Get()
 	defer conn.Close()
-	for _, k := range []string{ns + ":a", ns + ":b", "{" + ns + "}:c", other + ":a"} {
+	for _, k := range []string{ns + ":a", ns + ":b", "{" + ns + "}:c", "{" + ns + ":1}:d", other + ":a"} {
 		if _, err := conn.Do("SET", k, "1"); err != nil {
 			t.Fatal(err)
 		}
