@@ -17,6 +17,7 @@ func realStore(t *testing.T) (*Store, *redis.Pool, redis.Conn) {
 	t.Helper()
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
 	st, err := NewStore(ns, 1000)
 	if err != nil {
 		t.Fatal(err)

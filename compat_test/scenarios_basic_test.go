@@ -90,7 +90,7 @@ func scenarioEnqueue(e *env) {
 
 	var rec recorder
 	_, stop := e.server(e.cfg, rec.handler())
-	rec.waitRuns(t, len(ids), 30*time.Second)
+	rec.waitRuns(t, len(ids))
 	stop()
 	rec.exactlyOnce(t, ids)
 	for _, r := range rec.all() {
@@ -170,7 +170,7 @@ func scenarioSchedule(e *env) {
 		t.Errorf("task due in an hour: state %s, due %v; want scheduled, in an hour", info.State, info.Due)
 	}
 
-	rec.waitRuns(t, len(ids), 30*time.Second)
+	rec.waitRuns(t, len(ids))
 	stop()
 	rec.exactlyOnce(t, ids)
 	var worst time.Duration
@@ -346,7 +346,7 @@ func scenarioCancelRace(e *env) {
 			t.Errorf("Cancel %s: %v", ids[i], err)
 		}
 	}
-	rec.waitRuns(t, len(ran), 30*time.Second)
+	rec.waitRuns(t, len(ran))
 	rec.exactlyOnce(t, ran)
 	t.Logf("%d cancelled, %d ran", len(cancelled), len(ran))
 	e.expectStats(c, "default", fmt.Sprintf("%d cancelled, %d processed, none ready or running", len(cancelled), len(ran)),
@@ -405,7 +405,7 @@ func scenarioExactlyOnce(e *env) {
 		ids = append(ids, must(t)(c.EnqueueIn(ctx, time.Duration(i+1)*7*time.Millisecond, "once", nil)))
 		scheduled++
 	}
-	rec.waitRuns(t, len(ids), 45*time.Second)
+	rec.waitRuns(t, len(ids))
 	rec.exactlyOnce(t, ids)
 	var moved, conflicts int64
 	for _, d := range ds {
@@ -440,7 +440,7 @@ func scenarioPriorities(e *env) {
 	cfg.StrictPriority = true
 	cfg.Queues = []engine.QueueConfig{{Name: "high"}, {Name: "low"}}
 	_, stop := e.worker(cfg, rec.handler())
-	rec.waitRuns(t, 20, 20*time.Second)
+	rec.waitRuns(t, 20)
 	stop()
 	var order []string
 	for _, r := range rec.all() {
@@ -473,7 +473,7 @@ func scenarioPriorities(e *env) {
 	cfg.StrictPriority = false
 	cfg.Queues = []engine.QueueConfig{{Name: "a", Weight: 3}, {Name: "b", Weight: 1}}
 	_, stop = e.worker(cfg, wrec.handler())
-	wrec.waitRuns(t, 2*each, 30*time.Second)
+	wrec.waitRuns(t, 2*each)
 	stop()
 	na := 0
 	for _, r := range wrec.all()[:counted] {
@@ -505,7 +505,7 @@ func scenarioWrongType(e *env) {
 	id := must(t)(c.EnqueueIn(ctx, 100*time.Millisecond, "fine", nil))
 	var rec recorder
 	_, stop := e.server(e.cfg, rec.handler())
-	rec.waitRuns(t, 1, 15*time.Second)
+	rec.waitRuns(t, 1)
 	stop()
 	rec.exactlyOnce(t, []string{id})
 	if v, err := redis.String(admin.Do("GET", e.key("bad:q:default"))); err != nil || v != "not a list" {
@@ -583,7 +583,7 @@ func scenarioStorageFormat(e *env) {
 
 	var rec recorder
 	_, stop := e.server(e.cfg, rec.handler())
-	rec.waitRuns(t, len(ids), 30*time.Second)
+	rec.waitRuns(t, len(ids))
 	stop()
 	rec.exactlyOnce(t, ids)
 }

@@ -64,7 +64,7 @@ func scenarioRetries(e *env) {
 	flaky := must(t)(c.Enqueue(ctx, "flaky", nil, engine.MaxAttempts(5)))
 	later := must(t)(c.Enqueue(ctx, "later", nil))
 	slow := must(t)(c.Enqueue(ctx, "slow", nil, engine.Timeout(100*time.Millisecond), engine.MaxAttempts(3)))
-	rec.waitRuns(t, 7, 20*time.Second)
+	rec.waitRuns(t, 7)
 
 	runs := rec.of(flaky)
 	if len(runs) != 3 {
@@ -177,7 +177,7 @@ func scenarioDeadLetters(e *env) {
 		n, err := c.DeadCount(ctx)
 		return err == nil && n == 4
 	})
-	rec.waitRuns(t, 5, 5*time.Second) // doomed 3, fatal 1, panics 1
+	rec.waitRuns(t, 5) // doomed 3, fatal 1, panics 1
 
 	wantErr := map[string]func(string) bool{
 		doomed: func(s string) bool { return s == "doomed: attempt 3" },
@@ -437,7 +437,7 @@ func scenarioShutdown(e *env) {
 	// Another worker runs them, once each, from attempt 1.
 	var again recorder
 	_, stop3 := e.worker(cfg, again.handler())
-	again.waitRuns(t, 2, 15*time.Second)
+	again.waitRuns(t, 2)
 	stop3()
 	again.exactlyOnce(t, []string{a, b})
 	for _, r := range again.all() {
@@ -664,7 +664,7 @@ func scenarioLostMoveReply(e *env) {
 	_, stopD := e.dispatcher(e.cfg)
 	start := time.Now()
 	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "x", nil))
-	rec.waitRuns(t, 1, 15*time.Second)
+	rec.waitRuns(t, 1)
 	d := time.Since(start)
 	time.Sleep(300 * time.Millisecond) // a second copy, if any, would run now
 	stopD()
@@ -714,7 +714,7 @@ func scenarioDispatchTurn(e *env) {
 	_, stopW := e.worker(cfg, rec.handler())
 	_, stopD1 := e.dispatcher(cfg)
 	_, stopD2 := e.dispatcher(cfg)
-	rec.waitRuns(t, n, 15*time.Second)
+	rec.waitRuns(t, n)
 	admin := e.admin()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

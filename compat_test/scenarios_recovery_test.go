@@ -68,7 +68,7 @@ func scenarioRecovery(e *env) {
 
 	var rec recorder
 	e.worker(e.cfg, rec.handler())
-	rec.waitRuns(t, 2, 15*time.Second)
+	rec.waitRuns(t, 2)
 	rec.exactlyOnce(t, []string{a, b})
 	for _, r := range rec.all() {
 		if r.Recoveries != 1 || r.Attempt != 1 || r.Payload != map[string]string{a: "a", b: "b"}[r.ID] {
@@ -109,7 +109,7 @@ func scenarioRecoveryInflight(e *env) {
 	})
 	var rec recorder
 	e.worker(e.cfg, rec.handler())
-	rec.waitRuns(t, 1, 15*time.Second)
+	rec.waitRuns(t, 1)
 	rec.exactlyOnce(t, []string{id})
 	if r := rec.all()[0]; r.Recoveries != 0 || r.Attempt != 1 {
 		t.Errorf("task returned from the in-flight list ran with recoveries %d, attempt %d; want 0, 1", r.Recoveries, r.Attempt)
@@ -169,7 +169,7 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 	})
 	stop := e.run("worker", w.Run)
 	id := must(t)(c.Enqueue(ctx, "x", nil))
-	rec.waitRuns(t, 1, 15*time.Second)
+	rec.waitRuns(t, 1)
 	rec.exactlyOnce(t, []string{id})
 	admin := e.admin()
 	if !e.exists(admin, hb) {

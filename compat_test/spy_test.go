@@ -417,18 +417,22 @@ func (a *argCensus) record(c cmd, inMulti bool) {
 // before that call cannot answer the next user of a pooled connection.
 func TestSpyEndedContextBreaks(t *testing.T) {
 	srv := redistest.Start(t)
+	ns := redistest.Namespace(t) // the server may be the shared one
+	t.Cleanup(func() { checkNoKeys(t, srv, ns) })
+	t.Cleanup(func() { cleanupNamespace(t, srv, ns) })
+	key := ns + ":spy"
 	inner, err := dialServer(srv.Addr, serverPassword(srv))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := (&faults{}).wrap(inner)
 	defer c.Close()
-	if err := c.Send("SET", "spy:k", "v"); err != nil {
+	if err := c.Send("SET", key, "v"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := redis.DoContext(c, ctx, "GET", "spy:k"); !errors.Is(err, context.Canceled) {
+	if _, err := redis.DoContext(c, ctx, "GET", key); !errors.Is(err, context.Canceled) {
 		t.Fatalf("DoContext on an ended context: %v, want context.Canceled", err)
 	}
 	if c.Err() == nil {

@@ -50,6 +50,7 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	pool := srv.Pool(t)
 	cfg := engine.DefaultConfig()
 	cfg.Namespace = redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, cfg.Namespace) })
 	cfg.Queues = []engine.QueueConfig{{Name: "default", Weight: 1}, {Name: "emails", Weight: 1}}
 	cfg.RetryDelay = func(*engine.Task, int, error) time.Duration { return time.Hour }
 	cfg.HeartbeatInterval, cfg.HeartbeatTTL = time.Second, 3*time.Second

@@ -23,6 +23,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 	pool := srv.Pool(t)
 	cfg := engine.DefaultConfig()
 	cfg.Namespace = redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, cfg.Namespace) })
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	client, err := engine.NewClient(pool, cfg)
 	if err != nil {

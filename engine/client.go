@@ -197,17 +197,10 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 	if err != nil {
 		return nil, err
 	}
-	resolveFormat(ctx, c.store, conn, c.cfg.Logger)
-	if conn.Err() != nil && ctx.Err() == nil {
-		// The look at the format mark timed out and broke the
-		// connection: nothing of the write was sent yet, so send it on a
-		// fresh one rather than fail it as uncertain.
-		conn.Close()
-		if conn, err = c.conn(ctx); err != nil {
-			return nil, err
-		}
+	defer func() { conn.Close() }()
+	if conn, err = resolveFormat(ctx, c.store, c.pool, conn, c.cfg.Logger); err != nil {
+		return nil, failed("get a connection", err)
 	}
-	defer conn.Close()
 	if err := c.store.Enqueue(ctx, conn, ms(now), recs, chosen...); err != nil {
 		var ex *buckets.ExistsError
 		var dup *buckets.DuplicateError
@@ -224,7 +217,13 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 			return enqueued(recs, now), nil
 		case errors.Is(err, buckets.ErrUncertain):
 			c.settleEnqueue(ctx, err, recs, ms(now))
-			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			cerr := ctx.Err()
+			if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+				// A read deadline set from ctx's fired a moment before
+				// ctx's own timer.
+				cerr = context.DeadlineExceeded
+			}
+			if cerr != nil && !errors.Is(err, cerr) {
 				// The context ended while the reply was awaited or
 				// settled: the error says so too (errors.Is).
 				err = fmt.Errorf("%w (%w)", err, cerr)

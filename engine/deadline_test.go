@@ -1,8 +1,15 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,12 +74,14 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 
 // An enqueue whose deadline outlasts the look at the namespace's format
 // mark (buckets.FormatLookTimeout), against a server that accepts
-// connections and never answers, sends its write and loses the reply: the
-// error matches ErrUncertain, and context.DeadlineExceeded too, since the
-// deadline is what ended the wait.
+// connections and answers nothing but INFO (the version a transaction
+// runner reads first), sends its write and loses the reply: the error
+// matches ErrUncertain, and context.DeadlineExceeded too, since the
+// deadline is what ended the wait. (Against a server that answers nothing
+// at all, the write is never sent: TestCallsBoundedByDeadline.)
 func TestEnqueueUncertainAtDeadline(t *testing.T) {
 	t.Parallel()
-	addr := silentAddr(t)
+	addr := infoOnlyAddr(t)
 	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
 	t.Cleanup(func() { pool.Close() })
 	c, err := NewClient(pool, Config{Namespace: "deadline-uncertain"})
@@ -125,3 +134,67 @@ func TestEnqueueUncertainSettleAtDeadline(t *testing.T) {
 // silentAddr is the address of a server that accepts connections and
 // never replies.
 func silentAddr(t *testing.T) string { return newSilentServer(t).ln.Addr().String() }
+
+// infoOnlyAddr is the address of a server that answers INFO, as a Redis 7
+// would, and never anything else.
+func infoOnlyAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					args, err := readCommand(r)
+					if err != nil {
+						return
+					}
+					if strings.EqualFold(args[0], "INFO") {
+						const info = "redis_version:7.0.15\r\n"
+						fmt.Fprintf(c, "$%d\r\n%s\r\n", len(info), info)
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// readCommand reads one command in RESP's multi-bulk form.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("not a multi-bulk command: %q", line)
+	}
+	args := make([]string, n)
+	for i := range args {
+		if line, err = r.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil || size < 0 {
+			return nil, fmt.Errorf("not a bulk string: %q", line)
+		}
+		b := make([]byte, size+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		args[i] = string(b[:size])
+	}
+	return args, nil
+}

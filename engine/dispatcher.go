@@ -519,7 +519,7 @@ func (d *Dispatcher) waker(ctx context.Context, wake, look chan<- struct{}) {
 			if ctx.Err() != nil {
 				return
 			}
-			if buckets.IsServerError(err) {
+			if buckets.IsWrongType(err) {
 				setAside(ctx, d.pool, d.store, d.store.Keys, d.log, "list", d.store.Keys.Wake())
 			}
 			if !bo.Wait(ctx, d.log, "dispatcher wake-up wait", err) {

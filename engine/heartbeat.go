@@ -118,8 +118,10 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	resolveFormat(ctx, w.store, conn, w.log)
+	defer func() { conn.Close() }()
+	if conn, err = resolveFormat(ctx, w.store, w.pool, conn, w.log); err != nil {
+		return err
+	}
 	ttl := int64(w.cfg.HeartbeatTTL / time.Second)
 	if full {
 		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)

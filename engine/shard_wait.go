@@ -274,7 +274,7 @@ func (h *waitHub) run() {
 			if h.ctx.Err() != nil {
 				return
 			}
-			if h.fix != nil && buckets.IsServerError(err) {
+			if h.fix != nil && buckets.IsWrongType(err) {
 				h.fix(h.ctx, keys)
 			}
 			// The waiters' own timers bound their waits meanwhile; the

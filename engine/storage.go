@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -55,13 +56,27 @@ func (c *Client) SetStorageFormat(ctx context.Context, compact bool) error {
 }
 
 // resolveFormat lets a client's or worker's store learn the namespace's
-// format mark (buckets.Store.ResolveFormat): no round trip once it writes
-// compact storage, at most one look per Config.FormatRecheck otherwise.
-// A failure only keeps the storage every release reads; it is logged.
+// format mark (buckets.Store.ResolveFormat) on conn: no round trip once it
+// writes compact storage, at most one look per Config.FormatRecheck
+// otherwise. A failure only keeps the storage every release reads; it is
+// logged. It returns the connection for the caller's own command: conn,
+// or, when the look's failure left conn unusable (its own bound,
+// buckets.FormatLookTimeout, cut a read short) while ctx still runs, a
+// fresh one from pool, conn being closed; the caller's command must not
+// fail for the look's sake.
+// The error is the pool's, when it has no connection to give.
 func resolveFormat(ctx context.Context, st interface {
 	ResolveFormat(context.Context, redis.Conn) (bool, error)
-}, conn redis.Conn, log *slog.Logger) {
+}, pool *redis.Pool, conn redis.Conn, log *slog.Logger) (redis.Conn, error) {
 	if _, err := st.ResolveFormat(ctx, conn); err != nil {
 		log.Warn("could not read the namespace's format mark; writing the storage every release reads", keyErr, err)
+		// Once ctx has ended the caller's command fails on its own, and a
+		// fresh connection it never used would only go back to the pool.
+		dl, ok := ctx.Deadline()
+		if conn.Err() != nil && ctx.Err() == nil && (!ok || time.Now().Before(dl)) {
+			conn.Close()
+			return pool.GetContext(ctx)
+		}
 	}
+	return conn, nil
 }

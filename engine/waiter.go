@@ -91,9 +91,10 @@ func (wt *waiter) wait(ctx context.Context) bool {
 	if bctx.Err() != nil {
 		return true // the paused queues changed: look again
 	}
-	if buckets.IsServerError(err) {
+	if buckets.IsWrongType(err) {
 		// A wake-up list of the wrong type: set it aside, and look at
-		// the queues meanwhile.
+		// the queues meanwhile. Other error replies (a cluster that is
+		// down, a server still loading its data) are waited out.
 		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", keys...)
 	}
 	// A failed wait must not become a poll: back off.

@@ -83,7 +83,7 @@ func TestHealthzAndMount(t *testing.T) {
 // TestReadyzFollowsRedis stops the test's own Redis: /readyz turns 503
 // within a few seconds, and 200 again once the server is back.
 func TestReadyzFollowsRedis(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, redistest.Private()) // it stops and restarts the server
 	base := start(t, httpserver.Options{Pool: srv.Pool(t), PingTimeout: 500 * time.Millisecond})
 	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\n" {
 		t.Fatalf("/readyz = %d %q, want 200 ready", code, body)

@@ -66,7 +66,9 @@ func TestConflictAttemptsUsedUp(t *testing.T) {
 		conn, other := pool.Get(), pool.Get()
 		defer conn.Close()
 		defer other.Close()
-		key := redistest.Namespace(t) + ":k"
+		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
+		key := ns + ":k"
 		r := txn.Runner{MaxAttempts: 3, MaxBackoff: time.Millisecond}
 		calls := 0
 		_, err := r.Run(context.Background(), conn, []string{key}, func(tx *txn.Tx) error {
@@ -90,6 +92,7 @@ func TestExecElementErrors(t *testing.T) {
 		conn := pool.Get()
 		defer conn.Close()
 		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
 		if _, err := conn.Do("SET", ns+":str", "x"); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +119,9 @@ func TestRefusedBeforeMulti(t *testing.T) {
 	servers(t, func(t *testing.T, s *redistest.Server) {
 		conn := s.Pool(t).Get()
 		defer conn.Close()
-		key := redistest.Namespace(t) + ":k"
+		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
+		key := ns + ":k"
 		_, err := txn.Run(context.Background(), conn, []string{key}, func(tx *txn.Tx) error {
 			tx.Queue("SET", key, "v")
 			tx.Queue("SET", key, "v", "EX", 10) // a 2.6.12 form
@@ -169,6 +174,7 @@ func TestHeldConflict(t *testing.T) {
 		defer conn.Close()
 		defer other.Close()
 		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
 		key, side := ns+":k", ns+":side"
 		var r txn.Runner
 		ctx := context.Background()
@@ -234,6 +240,7 @@ func TestPipelineConflictAndErrors(t *testing.T) {
 		defer conn.Close()
 		defer other.Close()
 		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
 		var r txn.Runner
 		boom := errors.New("boom")
 		step := func(key string, build func(reads []interface{}, q *txn.Cmds) error) txn.Step {
@@ -486,6 +493,7 @@ func TestHoldOfConflictingAttemptGivenUp(t *testing.T) {
 		defer conn.Close()
 		defer other.Close()
 		ns := redistest.Namespace(t)
+		t.Cleanup(func() { s.Cleanup(t, ns) })
 		key, key2 := ns+":k", ns+":k2"
 		calls := 0
 		var held *txn.Held

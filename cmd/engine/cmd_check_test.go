@@ -18,6 +18,7 @@ import (
 func TestRunCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
+	t.Cleanup(func() { srv.Cleanup(t, ns) })
 	c, err := engine.NewClient(srv.Pool(t), engine.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 // httpAddr is the address a process logged for its HTTP server (it was
@@ -60,7 +62,7 @@ func httpPostForm(t *testing.T, u string, form url.Values, bearer string) int {
 // dashboard; a change needs the token (from a file here), and with it
 // runs a scheduled task now.
 func TestE2ERunHTTP(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, redistest.Private()) // it stops and restarts the server
 	tokenFile := filepath.Join(h.dir, "token")
 	if err := os.WriteFile(tokenFile, []byte("tok-123\n"), 0o600); err != nil {
 		t.Fatal(err)

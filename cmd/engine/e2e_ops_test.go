@@ -90,7 +90,7 @@ func TestE2ESecondSignalForces(t *testing.T) {
 // clear error and exit 2, for run and for client commands alike, and the
 // hint says the server has no password (not "wrong password?").
 func TestE2EWrongPassword(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, redistest.Private()) // a server without a password, whatever the shared one has
 	h.env = append(h.env, "ENGINE_REDIS_PASSWORD=wrong")
 	for _, args := range [][]string{{"run"}, {"stats"}, {"enqueue", "--type", "x"}} {
 		_, errOut, code := h.cli(args...)

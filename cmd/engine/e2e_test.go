@@ -96,7 +96,18 @@ func newHarness(t *testing.T, opts ...redistest.Option) *harness {
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { h.srv.Cleanup(t, ns) }) // a shared server keeps nothing of this test
 	h.env = append(h.env, "ENGINE_CONFIG="+cfg, "ENGINE_REDIS_ADDR="+h.srv.Addr, "ENGINE_NAMESPACE="+ns)
+	h.env = append(h.env, passwordEnv(h.srv)...)
 	return h
+}
+
+// passwordEnv is the engine's password setting for srv: the shared
+// server's ENGINE_TEST_REDIS_PASSWORD, if any; the servers redistest
+// starts have none.
+func passwordEnv(srv *redistest.Server) []string {
+	if pw := os.Getenv(redistest.EnvPassword); srv.Kind == redistest.KindExternal && pw != "" {
+		return []string{"ENGINE_REDIS_PASSWORD=" + pw}
+	}
+	return nil
 }
 
 // cli runs the binary to completion.

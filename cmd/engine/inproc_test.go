@@ -75,7 +75,7 @@ func inproc(t *testing.T, srv *redistest.Server, extra ...string) (*app, *syncBu
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) }) // a shared server keeps nothing of this test
 	env := append([]string{"ENGINE_REDIS_ADDR=" + srv.Addr, "ENGINE_NAMESPACE=" + ns,
-		"ENGINE_IDLE_WAIT=1s", "ENGINE_REDIS_READ_TIMEOUT=5s"}, extra...)
+		"ENGINE_IDLE_WAIT=1s", "ENGINE_REDIS_READ_TIMEOUT=5s"}, append(passwordEnv(srv), extra...)...)
 	return &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, environ: env}, &out, &errOut
 }
 

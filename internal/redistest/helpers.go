@@ -45,6 +45,15 @@ func newReporter(t testing.TB) *reporter {
 	return r
 }
 
+// fail reports err to t, unless t has finished.
+func (r *reporter) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done {
+		r.t.Errorf("%v", err)
+	}
+}
+
 func (r *reporter) violation(v *redis24.Violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -97,7 +106,10 @@ func (s *Server) dial() (redis.Conn, error) {
 
 // Pool returns a redigo pool (closed in t.Cleanup) whose connections are
 // wrapped by redis24.Wrap: a command Redis 2.4 would not accept is not sent,
-// is recorded in s.Census and fails t.
+// is recorded in s.Census and fails t. On the shared server of
+// ENGINE_TEST_REDIS a command that acts on the whole server (FLUSHALL,
+// CONFIG SET, CLIENT KILL, SLAVEOF, SHUTDOWN...) is not sent either and
+// fails t: a test that needs one starts its own server with [Private].
 func (s *Server) Pool(t testing.TB) *redis.Pool {
 	t.Helper()
 	rep := newReporter(t)
@@ -111,7 +123,7 @@ func (s *Server) Pool(t testing.TB) *redis.Pool {
 			if err != nil {
 				return nil, err
 			}
-			return redis24.Wrap(c, redis24.OnViolation(rep.violation), redis24.WithCensus(s.Census)), nil
+			return s.guardShared(redis24.Wrap(c, redis24.OnViolation(rep.violation), redis24.WithCensus(s.Census)), rep), nil
 		},
 	}
 	t.Cleanup(func() { _ = p.Close() })
@@ -143,14 +155,17 @@ func (s *Server) dialAdmin() (redis.Conn, error) {
 // Admin returns an unguarded connection for test setup and inspection,
 // closed in t.Cleanup. On a real server it is the "admin" ACL user (all
 // commands); on miniredis it bypasses the 2.4 hook; on an external server it
-// is a plain connection (with the ENGINE_TEST_REDIS_PASSWORD, if any).
-// Commands sent on it are not checked and not counted in the census.
+// is a plain connection (with the ENGINE_TEST_REDIS_PASSWORD, if any) that
+// refuses, as Pool's do, the commands acting on the whole server.
+// Commands sent on it are not checked for 2.4 and not counted in the census.
 func (s *Server) Admin(t testing.TB) redis.Conn {
 	t.Helper()
+	rep := newReporter(t)
 	c, err := s.dialAdmin()
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
+	c = s.guardShared(c, rep)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -162,8 +177,9 @@ func Namespace(t testing.TB) string {
 }
 
 // Cleanup deletes the keys of namespace ns (keys starting with ns or with
-// "{ns}") from an external server, which other tests or programs may share.
-// Real and miniredis servers belong to one test and die with it, so nothing is
+// "{ns", which covers "{ns}" and the "{ns:k}" of shard lanes) from an
+// external server, which other tests or programs may share. Real and
+// miniredis servers belong to one test and die with it, so nothing is
 // done for them. Call it at the end of a test, e.g. from t.Cleanup.
 func (s *Server) Cleanup(t testing.TB, ns string) {
 	t.Helper()
@@ -179,7 +195,7 @@ func (s *Server) Cleanup(t testing.TB, ns string) {
 		return
 	}
 	defer c.Close()
-	for _, pattern := range []string{ns + "*", "{" + ns + "}*"} {
+	for _, pattern := range []string{ns + "*", "{" + ns + "*"} {
 		// KEYS exists at every version (SCAN only from 2.8); fine for tests.
 		keys, err := redis.Strings(c.Do("KEYS", pattern))
 		if err != nil {

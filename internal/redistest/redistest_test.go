@@ -220,7 +220,7 @@ func TestExternalServerAndCleanup(t *testing.T) {
 	ns, other := redistest.Namespace(t), redistest.Namespace(t)
 	conn := s.Pool(t).Get()
 	defer conn.Close()
-	for _, k := range []string{ns + ":a", ns + ":b", "{" + ns + "}:c", other + ":a"} {
+	for _, k := range []string{ns + ":a", ns + ":b", "{" + ns + "}:c", "{" + ns + ":1}:d", other + ":a"} {
 		if _, err := conn.Do("SET", k, "1"); err != nil {
 			t.Fatal(err)
 		}
@@ -304,5 +304,45 @@ func TestStartFailureShowsServerLog(t *testing.T) {
 	<-done
 	if !strings.Contains(ft.msg, "server log") || !strings.Contains(ft.msg, "no-such-option") {
 		t.Errorf("failure message lacks the server log:\n%s", ft.msg)
+	}
+}
+
+// On the shared server of ENGINE_TEST_REDIS, a command that acts on the
+// whole server (flushes it, changes its configuration or role, cuts its
+// clients, stops it) is refused on Admin and Pool connections and fails
+// the test, naming Private: such a test needs a server of its own.
+func TestExternalRefusesServerWideCommands(t *testing.T) {
+	t.Setenv(redistest.EnvAddr, "")
+	backing := redistest.Start(t)
+	if _, err := backing.Admin(t).Do("SET", "someone-elses-key", "keep"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(redistest.EnvAddr, backing.Addr)
+	t.Setenv(redistest.EnvPassword, "")
+	rec := &recordingTB{TB: t}
+	s := redistest.Start(rec)
+	admin, pooled := s.Admin(rec), s.Pool(rec).Get()
+	defer pooled.Close()
+	refused := [][]interface{}{
+		{"FLUSHALL"}, {"flushdb"}, {"CONFIG", "SET", "timeout", "1"}, {"CONFIG", "RESETSTAT"},
+		{"CLIENT", "KILL", "TYPE", "normal"}, {"client", "pause", 1000}, {"SLAVEOF", "NO", "ONE"},
+		{"REPLICAOF", "NO", "ONE"}, {"DEBUG", "SLEEP", 0}, {"SHUTDOWN", "NOSAVE"},
+	}
+	for _, c := range []redis.Conn{admin, pooled} {
+		for _, args := range refused {
+			if _, err := c.Do(args[0].(string), args[1:]...); err == nil || !strings.Contains(err.Error(), "Private") {
+				t.Errorf("%v on the shared server = %v, want it refused naming Private", args, err)
+			}
+		}
+	}
+	if errs := rec.errors(); len(errs) != 2*len(refused) || !strings.Contains(errs[0], "redistest.Private") {
+		t.Errorf("reported %d errors (%q), want %d naming redistest.Private", len(errs), errs, 2*len(refused))
+	}
+	// Reads and the test's own keys are fine.
+	if _, err := admin.Do("CONFIG", "GET", "timeout"); err != nil {
+		t.Errorf("CONFIG GET on the shared server: %v", err)
+	}
+	if v, err := redis.String(admin.Do("GET", "someone-elses-key")); err != nil || v != "keep" {
+		t.Errorf("someone else's key = %q, %v; want it kept", v, err)
 	}
 }

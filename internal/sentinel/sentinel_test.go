@@ -33,8 +33,9 @@ func await(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 }
 
 func TestSentinelRoleCheckerFollows24Promotion(t *testing.T) {
-	primary := redistest.Start(t)
-	configured := redistest.Start(t) // the server the engine is configured to write to
+	// Servers of the test's own: it turns one into a replica (SLAVEOF).
+	primary := redistest.Start(t, redistest.Private())
+	configured := redistest.Start(t, redistest.Private()) // the server the engine is configured to write to
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, port, _ := net.SplitHostPort(primary.Addr)
@@ -87,8 +88,10 @@ func fakeSentinel(t *testing.T, addr *atomic.Value) string {
 }
 
 func TestSentinelDiscoverRefusesReplica(t *testing.T) {
-	master := redistest.Start(t)
-	replica := redistest.Start(t)
+	// Servers of the test's own: one becomes a replica (SLAVEOF), and both
+	// refuse ROLE (the 2.4 ACL), which a shared server may not.
+	master := redistest.Start(t, redistest.Private())
+	replica := redistest.Start(t, redistest.Private())
 	_, port, _ := net.SplitHostPort(master.Addr)
 	if _, err := replica.Admin(t).Do("SLAVEOF", "127.0.0.1", port); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // first connection Get returns works, instead of one failed command per
 // dead idle connection.
 func TestHolderTestsConnectionsAfterAnError(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, redistest.Private()) // it kills every client connection of the server
 	pool := srv.Pool(t)
 	pool.MaxIdle = 8
 	ctx := context.Background()
