@@ -59,8 +59,13 @@ func TestSearchByteBudget(t *testing.T) {
 		batch = append(batch, engine.NewTask{Type: "t", Payload: []byte(mark + strings.Repeat("x", size)),
 			Options: []engine.Option{engine.Queue("bigq"), engine.In(time.Hour + time.Duration(i)*time.Millisecond)}})
 	}
-	if _, err := client.EnqueueBatch(ctx, batch); err != nil {
-		t.Fatal(err)
+	// In batches under the one write-size rule (engine.MaxWriteBytes).
+	for len(batch) > 0 {
+		k := min(len(batch), 16)
+		if _, err := client.EnqueueBatch(ctx, batch[:k]); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[k:]
 	}
 	m := &pageMeter{Backend: client.Inspector()}
 	d := newTestDashboard(t, m, Options{})

@@ -16,6 +16,7 @@ import (
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/httpserver"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 // Settings is the whole configuration of the engine binary. Engine holds
@@ -317,7 +318,7 @@ func (s *Settings) validate() error {
 func checkTaskType(t string) error {
 	if t == "" || len(t) > buckets.MaxTypeLen || !utf8.ValidString(t) ||
 		strings.ContainsFunc(t, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) {
-		return fmt.Errorf("task type %q: want 1-%d bytes of UTF-8 without spaces or control characters", t, buckets.MaxTypeLen)
+		return fmt.Errorf("task type %s: want 1-%d bytes of UTF-8 without spaces or control characters", safetext.Quote(t), buckets.MaxTypeLen)
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/engine"
 )
 
 // rawControls are what must not reach an operator's terminal as is: ESC,
@@ -68,10 +71,34 @@ func TestE2EOutputEscapesTaskData(t *testing.T) {
 	checkEscaped(t, "enqueue --wait", errOut, `\x1b]0;pwned\x07`)
 
 	// A type may hold characters that are not control characters of
-	// ASCII: a C1 control, a bidirectional override.
+	// ASCII: a C1 control, a bidirectional override. The CLI refuses such
+	// a type (a quoting slip), but a program's producer may write one.
 	typ := "pay\u202eexe.\u009b"
-	other := h.enqueue("--type", typ, "--in", "1h")
+	other := h.enqueueLibrary(typ, time.Hour)
 	checkEscaped(t, "lookup of a task of a strange type", h.ok("lookup", other), `pay\u202eexe.\u009b`)
 	checkEscaped(t, "tasks list of a strange type", h.ok("tasks", "list", "--state", "scheduled", "--queue", "default"), `pay\u202e`)
 	checkEscaped(t, "stats", h.ok("stats"))
+}
+
+// enqueueLibrary enqueues a task of type typ due in d through the library,
+// in the binary's namespace, and returns its id.
+func (h *harness) enqueueLibrary(typ string, d time.Duration) string {
+	h.t.Helper()
+	ns := ""
+	for _, kv := range h.env {
+		if v, ok := strings.CutPrefix(kv, "ENGINE_NAMESPACE="); ok {
+			ns = v
+		}
+	}
+	c, err := engine.NewClient(h.srv.Pool(h.t), engine.Config{Namespace: ns})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.Enqueue(ctx, typ, nil, engine.In(d))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.ID
 }
