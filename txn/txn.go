@@ -85,9 +85,6 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 	if r.Fence != nil {
 		watch, fn = r.Fence.wrapRun(watch, fn)
 	}
-	if _, err := r.checkQueued(ctx, conn); err != nil {
-		return nil, err
-	}
 	unwatch := false // a hold's WATCH from a conflicting attempt is on conn
 	var notRun error // the last attempt's error wrapping ErrNotRun
 	for attempt := 0; attempt < attempts; attempt++ {
@@ -98,6 +95,18 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, withNotRun(err, notRun)
+		}
+		if _, err := r.checkQueued(ctx, conn); err != nil {
+			if !errors.Is(err, ErrNotRun) {
+				return nil, err
+			}
+			// No server ran the version look (a routing layer's
+			// refusal): an attempt like any other that ran nothing.
+			notRun = err
+			if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
+				f(err)
+			}
+			continue
 		}
 		tx := &Tx{ctx: ctx, conn: conn, r: r}
 		if unwatch {
