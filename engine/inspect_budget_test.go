@@ -30,8 +30,13 @@ func TestListTasksByteBudget(t *testing.T) {
 		batch = append(batch, NewTask{Type: "t", Payload: p},
 			NewTask{Type: "t", Payload: p, Options: []Option{In(time.Hour + time.Duration(i)*time.Millisecond)}})
 	}
-	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-		t.Fatal(err)
+	// In batches under the one write-size rule (MaxWriteBytes).
+	for len(batch) > 0 {
+		k := min(len(batch), 32)
+		if _, err := c.EnqueueBatch(ctx, batch[:k]); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[k:]
 	}
 	in := c.Inspector()
 	const budget = 256 << 10
