@@ -46,11 +46,13 @@ type Runner struct {
 // every kind of transaction this Runner ran.
 func (r *Runner) Conflicts() int64 { return r.conflicts.Load() }
 
-var defaultRunner Runner
-
-// Run is [Runner.Run] on a shared Runner with the default settings.
+// Run is [Runner.Run] on a new Runner with the default settings: it reads
+// the server's version each time (one INFO), since a shared Runner would
+// keep the first server's for every connection. Keep a Runner per server
+// to read it once.
 func Run(ctx context.Context, conn redis.Conn, watch []string, fn func(*Tx) error) ([]interface{}, error) {
-	return defaultRunner.Run(ctx, conn, watch, fn)
+	var r Runner
+	return r.Run(ctx, conn, watch, fn)
 }
 
 // Run WATCHes the keys in watch, calls fn to read through tx and queue
