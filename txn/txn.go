@@ -104,10 +104,7 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 			}
 			// No server ran the version look (a routing layer's
 			// refusal): an attempt like any other that ran nothing.
-			notRun = err
-			if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
-				f(err)
-			}
+			notRun = tellNotRun(ctx, err)
 			continue
 		}
 		tx := &Tx{ctx: ctx, conn: conn, r: r}
@@ -127,10 +124,7 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		if errors.Is(err, ErrNotRun) {
 			// Nothing ran: the connection sends the next attempt where
 			// the keys live now. A hold's WATCH may have been sent.
-			notRun = err
-			if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
-				f(err)
-			}
+			notRun = tellNotRun(ctx, err)
 			unwatch = tx.hold != nil
 			continue
 		}
@@ -146,6 +140,15 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 		}
 	}
 	return nil, fmt.Errorf("txn: %d attempts: %w", attempts, ErrConflict)
+}
+
+// tellNotRun tells the OnNotRun function of ctx, if any, of err, an
+// attempt that no server ran, and returns err.
+func tellNotRun(ctx context.Context, err error) error {
+	if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
+		f(err)
+	}
+	return err
 }
 
 // withNotRun adds to err, the end of Run's context, the error of the last
