@@ -143,8 +143,13 @@ func (r *Runner) Run(ctx context.Context, conn redis.Conn, watch []string, fn fu
 }
 
 // tellNotRun tells the OnNotRun function of ctx, if any, of err, an
-// attempt that no server ran, and returns err.
+// attempt that no server ran, and returns err. An attempt cut short by
+// ctx's own end is not told: it is not tried again, and its error (a
+// deadline) would hide the reason the earlier attempts gave.
 func tellNotRun(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
 	if f, ok := ctx.Value(notRunKey{}).(func(error)); ok {
 		f(err)
 	}

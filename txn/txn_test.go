@@ -550,6 +550,36 @@ func TestOnNotRunReportsEachRetry(t *testing.T) {
 	}
 }
 
+// An attempt that nothing ran because the context ended is not told to
+// the OnNotRun hook: Run does not try again, and the hook keeps the reason
+// the earlier attempts gave (a waiter quoting it would otherwise say only
+// "deadline exceeded").
+func TestOnNotRunSkipsTheContextsEnd(t *testing.T) {
+	s := redistest.Mini(t)
+	conn := s.Pool(t).Get()
+	defer conn.Close()
+	refused := errors.New("not a master")
+	var seen []error
+	ctx, cancel := context.WithCancel(txn.OnNotRun(context.Background(), func(err error) { seen = append(seen, err) }))
+	defer cancel()
+	r := txn.Runner{MaxBackoff: time.Millisecond}
+	calls := 0
+	_, err := r.Run(ctx, conn, nil, func(tx *txn.Tx) error {
+		calls++
+		if calls == 1 {
+			return fmt.Errorf("%w: %w", txn.ErrNotRun, refused)
+		}
+		cancel()
+		return fmt.Errorf("%w: %w", txn.ErrNotRun, context.Canceled)
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v; want the context's end", err)
+	}
+	if len(seen) != 1 || !errors.Is(seen[0], refused) {
+		t.Fatalf("hook saw %v; want only the first attempt's refusal", seen)
+	}
+}
+
 // An attempt that ended with the context after nothing ran (a routing
 // layer's backoff cut short) is returned as it is: its message names the
 // context's end once.
