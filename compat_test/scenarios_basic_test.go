@@ -190,10 +190,11 @@ func scenarioSchedule(e *env) {
 			worst = late
 		}
 	}
+	// How late is the machine's as much as the engine's: the lateness
+	// target is the bench's (bench/scenario_lateness.go), and the
+	// dispatcher's wake at a due time is checked by idle-wake, which
+	// holds IdleWait beyond any wait here.
 	t.Logf("%d tasks over %v, latest run %v after its due time", len(ids), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
-	if worst > 5*time.Second {
-		t.Errorf("a task ran %v after its due time; want well under the 1s IdleWait plus scheduling noise", worst)
-	}
 	st := e.stats(c, "default")
 	if st.Scheduled != 1 || st.Processed != int64(len(ids)) || st.NextDue.Before(farDue.Add(-time.Minute)) {
 		t.Errorf("stats %+v: want 1 scheduled (due in an hour), %d processed", st, len(ids))
@@ -252,7 +253,7 @@ func scenarioCancel(e *env) {
 	})
 	_, stop := e.server(e.cfg, mux)
 	// The 4 ready and the 4 due soon run; the 4 far ones wait.
-	waitFor(t, 15*time.Second, "the kept tasks that are due", func() bool { return rec.len() >= 8 })
+	waitFor(t, outcomeWait, "the kept tasks that are due", func() bool { return rec.len() >= 8 })
 	// Everything due has been handed out once nothing but the 4 far tasks
 	// waits and nothing runs: a cancelled task that could run would be
 	// ready, scheduled or running then.
@@ -265,14 +266,14 @@ func scenarioCancel(e *env) {
 	blocked := must(t)(c.Enqueue(ctx, "block", nil))
 	select {
 	case <-started:
-	case <-time.After(15 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("the blocking task did not start")
 	}
 	if err := c.Cancel(ctx, blocked); !errors.Is(err, engine.ErrAlreadyRunning) {
 		t.Errorf("Cancel of a running task: %v, want ErrAlreadyRunning", err)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "the blocking task to finish", func() bool {
+	waitFor(t, outcomeWait, "the blocking task to finish", func() bool {
 		return e.lookup(c, blocked).State == engine.StateDone
 	})
 	if err := c.Cancel(ctx, blocked); !errors.Is(err, engine.ErrAlreadyDone) {

@@ -105,7 +105,7 @@ func scenarioRetries(e *env) {
 	// With a long backoff the failed task is seen waiting as "retrying".
 	slowBackoff.Store(true)
 	once := must(t)(c.Enqueue(ctx, "once", nil))
-	waitFor(t, 10*time.Second, "the first run to fail", func() bool {
+	waitFor(t, outcomeWait, "the first run to fail", func() bool {
 		return e.lookup(c, once).State == engine.StateRetrying
 	})
 	retryDue := e.lookup(c, once).Due // the retry's due time, as stored
@@ -117,7 +117,7 @@ func scenarioRetries(e *env) {
 	if info := e.lookup(c, once); info.Attempts != 1 || info.LastError != "first try fails" {
 		t.Errorf("retrying task: attempts %d, last error %q", info.Attempts, info.LastError)
 	}
-	waitFor(t, 15*time.Second, "the retry to succeed", func() bool {
+	waitFor(t, outcomeWait, "the retry to succeed", func() bool {
 		return e.lookup(c, once).State == engine.StateDone
 	})
 	stop()
@@ -173,7 +173,7 @@ func scenarioDeadLetters(e *env) {
 	fatal := must(t)(c.Enqueue(ctx, "fatal", nil, engine.MaxAttempts(10)))
 	panics := must(t)(c.Enqueue(ctx, "panics", nil, engine.MaxAttempts(1)))
 	nobody := must(t)(c.Enqueue(ctx, "nobody", nil, engine.MaxAttempts(5)))
-	waitFor(t, 20*time.Second, "four dead letters", func() bool {
+	waitFor(t, outcomeWait, "four dead letters", func() bool {
 		n, err := c.DeadCount(ctx)
 		return err == nil && n == 4
 	})
@@ -221,7 +221,7 @@ func scenarioDeadLetters(e *env) {
 	if err := c.RetryDead(ctx, doomed); err != nil {
 		t.Fatalf("RetryDead: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the revived task to succeed", func() bool {
+	waitFor(t, outcomeWait, "the revived task to succeed", func() bool {
 		return e.lookup(c, doomed).State == engine.StateDone
 	})
 	if runs := rec.of(doomed); len(runs) != 4 || runs[3].Attempt != 1 {
@@ -258,7 +258,7 @@ func scenarioDeadLetters(e *env) {
 		t.Errorf("after RetryAllDead: %d dead, %d ready; want 0, 2", st.Dead, st.Ready)
 	}
 	_, stop = e.server(cfg, mux)
-	waitFor(t, 10*time.Second, "the revived tasks to die again", func() bool {
+	waitFor(t, outcomeWait, "the revived tasks to die again", func() bool {
 		n, err := c.DeadCount(ctx)
 		return err == nil && n == 2 && len(rec.of(panics)) == 2
 	})
@@ -311,13 +311,13 @@ func scenarioLeaseExpiry(e *env) {
 	})
 	_, stop := e.worker(cfg, mux)
 	id := must(t)(c.Enqueue(ctx, "hang", nil, engine.Timeout(200*time.Millisecond)))
-	waitFor(t, 15*time.Second, "the first run", func() bool { return len(rec.of(id)) >= 1 })
+	waitFor(t, outcomeWait, "the first run", func() bool { return len(rec.of(id)) >= 1 })
 	first := e.lookup(c, id)
 	if first.State != engine.StateRunning && len(rec.of(id)) == 1 {
 		t.Errorf("hung task is %s, want running", first.State)
 	}
-	waitFor(t, 20*time.Second, "the second run", func() bool { return len(rec.of(id)) >= 2 })
-	waitFor(t, 10*time.Second, "the second run to finish", func() bool {
+	waitFor(t, outcomeWait, "the second run", func() bool { return len(rec.of(id)) >= 2 })
+	waitFor(t, outcomeWait, "the second run to finish", func() bool {
 		return e.lookup(c, id).State == engine.StateDone
 	})
 	once.Do(func() { close(release) }) // the hung run returns now; its result must be dropped
@@ -367,7 +367,7 @@ func scenarioShutdown(e *env) {
 	for i := 0; i < 3; i++ {
 		ids = append(ids, must(t)(c.Enqueue(ctx, "slow", nil)))
 	}
-	waitFor(t, 15*time.Second, "three handlers to start", func() bool { return rec.len() == 3 })
+	waitFor(t, outcomeWait, "three handlers to start", func() bool { return rec.len() == 3 })
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	if err := w.Shutdown(sctx); err != nil {
 		t.Errorf("Shutdown: %v", err)
@@ -403,7 +403,7 @@ func scenarioShutdown(e *env) {
 	w2, _ := e.worker(cfg, stuckH)
 	a := must(t)(c.Enqueue(ctx, "stuck", nil))
 	b := must(t)(c.Enqueue(ctx, "stuck", nil))
-	waitFor(t, 15*time.Second, "two stuck handlers to start", func() bool { return stuck.len() == 2 })
+	waitFor(t, outcomeWait, "two stuck handlers to start", func() bool { return stuck.len() == 2 })
 	sctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	start := time.Now()
 	// The deadline passed with handlers still running: Shutdown returns
@@ -421,7 +421,7 @@ func scenarioShutdown(e *env) {
 			if err == nil {
 				t.Errorf("handler context not cancelled")
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(outcomeWait):
 			t.Fatalf("the stuck handlers' contexts were not cancelled")
 		}
 	}
@@ -464,7 +464,7 @@ func scenarioShutdown(e *env) {
 	go func() { runErr <- s.Run(context.Background()) }()
 	time.Sleep(200 * time.Millisecond)
 	last := must(t)(c.Enqueue(ctx, "last", nil))
-	waitFor(t, 15*time.Second, "the server to run a task", func() bool { return len(again.of(last)) == 1 })
+	waitFor(t, outcomeWait, "the server to run a task", func() bool { return len(again.of(last)) == 1 })
 	sctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 	if err := s.Shutdown(sctx); err != nil {
 		t.Errorf("Server.Shutdown: %v", err)
@@ -483,14 +483,15 @@ func scenarioShutdown(e *env) {
 	}
 }
 
-// scenarioIdleWake: idle workers and dispatchers block for IdleWait (10s
-// here) but new work wakes them at once: a batch of four tasks wakes four
-// idle workers of one slot each, and an earlier scheduled task wakes the
-// sleeping dispatcher.
+// scenarioIdleWake: idle workers and dispatchers block for IdleWait but
+// new work wakes them: a batch of four tasks wakes four idle workers of one
+// slot each, and an earlier scheduled task wakes the sleeping dispatcher.
+// IdleWait is longer than any wait here, so a run at all proves a wake,
+// however slow the machine.
 func scenarioIdleWake(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.IdleWait = 10 * time.Second
+	cfg.IdleWait = 2 * outcomeWait
 	cfg.Concurrency = 1
 	c := e.client()
 
@@ -517,7 +518,7 @@ func scenarioIdleWake(e *env) {
 		select {
 		case <-all:
 			return nil
-		case <-time.After(8 * time.Second):
+		case <-time.After(outcomeWait):
 			return errors.New("not every idle worker woke up")
 		}
 	})
@@ -539,21 +540,18 @@ func scenarioIdleWake(e *env) {
 	select {
 	case <-all:
 		t.Logf("%d idle workers woke and ran together %v after the enqueue", n, time.Since(start).Round(time.Millisecond))
-	case <-time.After(8 * time.Second):
-		t.Fatalf("only %d of %d idle workers woke within 8s (IdleWait 10s)", running.Load(), n)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("idle workers took %v to wake; IdleWait is 10s, a wake-up should be immediate", d)
+	case <-time.After(outcomeWait):
+		t.Fatalf("only %d of %d idle workers woke within %v (IdleWait %v)", running.Load(), n, outcomeWait, cfg.IdleWait)
 	}
 
 	time.Sleep(700 * time.Millisecond) // idle again; the dispatcher sleeps on its wake list
 	start = time.Now()
 	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "scheduled", nil))
-	waitFor(t, 9*time.Second, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
+	waitFor(t, outcomeWait, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
 	d := time.Since(start)
 	t.Logf("task scheduled 300ms ahead ran after %v", d.Round(time.Millisecond))
-	if d < 300*time.Millisecond || d > 5*time.Second {
-		t.Errorf("task scheduled 300ms ahead ran after %v; the dispatcher should wake at once and run it on time", d)
+	if d < 300*time.Millisecond {
+		t.Errorf("task scheduled 300ms ahead ran after %v, before its due time", d)
 	}
 	e.expectStats(c, "default", fmt.Sprintf("%d processed, none failed or running", n+1), func(st engine.QueueStats) bool {
 		return st.Processed == int64(n+1) && st.Failed == 0 && st.Running == 0
@@ -582,7 +580,7 @@ func scenarioRetryAllOnce(e *env) {
 			return err == nil && n == 1 && len(rec.of(id)) == runs
 		}
 	}
-	waitFor(t, 10*time.Second, "the task to die", deadAgain(1))
+	waitFor(t, outcomeWait, "the task to die", deadAgain(1))
 
 	var reads atomic.Int32
 	e.faults.set(func(f *faults) {
@@ -600,7 +598,7 @@ func scenarioRetryAllOnce(e *env) {
 	e.faults.set(nil)
 	// Once the call returned, nothing revives the task again: when it is
 	// dead once more, its runs are final.
-	waitFor(t, 10*time.Second, "the revived task to die again", func() bool {
+	waitFor(t, outcomeWait, "the revived task to die again", func() bool {
 		d, err := c.DeadCount(ctx)
 		return err == nil && d == 1 && len(rec.of(id)) >= 2
 	})

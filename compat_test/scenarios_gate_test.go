@@ -25,7 +25,7 @@ func scenarioPause(e *env) {
 	held := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("held")))
 	_, stop := e.worker(cfg, mux)
 	free := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
-	waitFor(t, 10*time.Second, "the free queue's task", func() bool { return len(rec.of(free)) == 1 })
+	waitFor(t, outcomeWait, "the free queue's task", func() bool { return len(rec.of(free)) == 1 })
 	stop()
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times", n)
@@ -39,14 +39,14 @@ func scenarioPause(e *env) {
 	// A new worker: the pause holds (it is in Redis), until the resume.
 	e.worker(cfg, mux)
 	free2 := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
-	waitFor(t, 10*time.Second, "the second free task", func() bool { return len(rec.of(free2)) == 1 })
+	waitFor(t, outcomeWait, "the second free task", func() bool { return len(rec.of(free2)) == 1 })
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times after a restart", n)
 	}
 	if err := c.ResumeQueue(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
+	waitFor(t, outcomeWait, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
 	if st := e.stats(c, "held"); st.Paused {
 		t.Errorf("stats after the resume %+v, want not paused", st)
 	}
@@ -86,7 +86,7 @@ func scenarioHandlerSets(e *env) {
 	nobody := must(t)(c.Enqueue(ctx, "nobody", nil))
 	enqueued := time.Now()
 	for _, id := range ids {
-		waitFor(t, 20*time.Second, "every task done", func() bool { return e.lookup(c, id).State == engine.StateDone })
+		waitFor(t, outcomeWait, "every task done", func() bool { return e.lookup(c, id).State == engine.StateDone })
 	}
 	mu.Lock()
 	for i, id := range ids {
@@ -96,14 +96,14 @@ func scenarioHandlerSets(e *env) {
 		}
 	}
 	mu.Unlock()
-	waitFor(t, 10*time.Second, "the unserved type listed", func() bool {
+	waitFor(t, outcomeWait, "the unserved type listed", func() bool {
 		un, err := c.Unserved(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(un) == 1 && un[0].Type == "nobody"
 	})
-	waitFor(t, 20*time.Second, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
+	waitFor(t, outcomeWait, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
 	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.UnknownTypeGrace {
 		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.UnknownTypeGrace)
 	}

@@ -69,7 +69,7 @@ func scenarioPeriodic(e *env) {
 	}
 	srv.Scheduler.Horizon = 8 * time.Second
 	stop := e.run("server", srv.Run)
-	waitFor(t, 15*time.Second, "a skipped firing", func() bool {
+	waitFor(t, outcomeWait, "a skipped firing", func() bool {
 		ls, err := c.Periodics(ctx)
 		if err != nil {
 			return false

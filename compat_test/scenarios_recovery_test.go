@@ -49,7 +49,7 @@ func scenarioRecovery(e *env) {
 
 	// The reaper returns both once the dead worker's heartbeat is gone.
 	e.reaper(e.cfg)
-	waitFor(t, 20*time.Second, "the reaper to return both tasks", func() bool {
+	waitFor(t, outcomeWait, "the reaper to return both tasks", func() bool {
 		if e.stats(c, "default").Recovered == 2 {
 			return true
 		}
@@ -75,7 +75,7 @@ func scenarioRecovery(e *env) {
 			t.Errorf("recovered run %+v: want recoveries 1, attempt 1, its payload", r)
 		}
 	}
-	waitFor(t, 10*time.Second, "both tasks done", func() bool {
+	waitFor(t, outcomeWait, "both tasks done", func() bool {
 		return e.lookup(c, a).State == engine.StateDone && e.lookup(c, b).State == engine.StateDone
 	})
 	e.expectStats(c, "default", "2 recovered, 2 processed, none running or failed", func(st engine.QueueStats) bool {
@@ -100,7 +100,7 @@ func scenarioRecoveryInflight(e *env) {
 	}
 	ch.kill()
 	e.reaper(e.cfg)
-	waitFor(t, 20*time.Second, "the reaper to return the taken task", func() bool {
+	waitFor(t, outcomeWait, "the reaper to return the taken task", func() bool {
 		if e.stats(c, "default").Ready == 1 {
 			return true
 		}
@@ -246,7 +246,7 @@ func scenarioForgetRace(e *env, mode int) {
 	ch := e.startChild(childOpts{concurrency: 1, beats: 1, claimGate: gate})
 	hb := e.key("hb:" + ch.id)
 	admin := e.admin()
-	waitFor(t, 15*time.Second, "the child to register", func() bool { return e.exists(admin, hb) })
+	waitFor(t, outcomeWait, "the child to register", func() bool { return e.exists(admin, hb) })
 	e.waitKeyGone(hb, 15*time.Second) // its later heartbeats fail
 
 	var task string
@@ -300,7 +300,7 @@ func scenarioForgetRace(e *env, mode int) {
 	var rec recorder
 	e.reaper(e.cfg)
 	e.worker(e.cfg, rec.handler())
-	waitFor(t, 10*time.Second, "the task to be done", func() bool { return e.lookup(c, task).State == engine.StateDone })
+	waitFor(t, outcomeWait, "the task to be done", func() bool { return e.lookup(c, task).State == engine.StateDone })
 	if runs := rec.of(task); len(runs) != 1 || runs[0].Recoveries != 0 {
 		t.Errorf("task ran %d times here (%+v), want once with recoveries 0", len(runs), runs)
 	}
