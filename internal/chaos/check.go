@@ -528,9 +528,12 @@ func (h *harness) check(ctx context.Context) *Report {
 	}
 	// A scenario's own check: its note, or the failure it found.
 	noted := func(note string, err error) {
-		if err != nil {
+		switch {
+		case errors.Is(err, errNotExercised):
+			rep.Unexercised = append(rep.Unexercised, err.Error())
+		case err != nil:
 			fail("%v", err)
-		} else {
+		default:
 			rep.Notes = append(rep.Notes, note)
 		}
 	}
@@ -555,11 +558,15 @@ func (h *harness) check(ctx context.Context) *Report {
 	return rep
 }
 
+// errNotExercised marks a scenario's check that found the run did not
+// reach what the scenario is for (Report.Unexercised).
+var errNotExercised = errors.New("not exercised")
+
 // checkGroups tells whether producers' enqueue calls shared transactions:
 // fewer EXECs than calls, by the producers' last G lines.
 func (o *observed) checkGroups() (string, error) {
 	if o.calls == 0 || o.execs >= o.calls {
-		return "", fmt.Errorf("producers made %d enqueue calls in %d EXECs: no enqueues shared a transaction, so the scenario did not exercise group commit", o.calls, o.execs)
+		return "", fmt.Errorf("%w: producers made %d enqueue calls in %d EXECs, so no enqueues shared a transaction (group commit)", errNotExercised, o.calls, o.execs)
 	}
 	return fmt.Sprintf("producers' enqueue calls shared transactions: %d calls, %d EXECs (by the last count of each producer)", o.calls, o.execs), nil
 }
@@ -568,7 +575,7 @@ func (o *observed) checkGroups() (string, error) {
 // the results before them, by the workers' last C lines.
 func (o *observed) checkChained() (string, error) {
 	if o.chained == 0 {
-		return "", errors.New("no worker took a batch in the round trip of the results before it, so the scenario did not exercise it")
+		return "", fmt.Errorf("%w: no worker took a batch in the round trip of the results before it", errNotExercised)
 	}
 	return fmt.Sprintf("workers took %d batches in the round trip of the results before them (by the last count of each worker)", o.chained), nil
 }
@@ -577,7 +584,7 @@ func (o *observed) checkChained() (string, error) {
 // by the workers' last P lines.
 func (o *observed) checkAhead() (string, error) {
 	if o.ahead == 0 {
-		return "", errors.New("no worker claimed a task ahead of its slots, so the scenario did not exercise claiming ahead")
+		return "", fmt.Errorf("%w: no worker claimed a task ahead of its slots", errNotExercised)
 	}
 	return fmt.Sprintf("workers claimed %d tasks ahead of their slots (by the last count of each worker)", o.ahead), nil
 }
@@ -600,7 +607,7 @@ func (h *harness) checkInline() (string, error) {
 		c.Close()
 	}
 	if total == 0 {
-		return "", errors.New("no inline entry was moved: the scenario did not exercise them")
+		return "", fmt.Errorf("%w: no inline entry was moved", errNotExercised)
 	}
 	return fmt.Sprintf("inline entries removed from the index (the guards' total): %d", total), nil
 }

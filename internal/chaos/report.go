@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -69,8 +70,13 @@ type Report struct {
 	BadData       []BadVerdict
 
 	Failures []string // why the run fails; empty when it passes
-	Details  []string
-	Notes    []string
+	// Unexercised names what the scenario is for and the run did not
+	// reach (a fault that never hit, an engine path never taken): the run
+	// proves nothing about it, so it does not pass, but nothing was found
+	// wrong either; another run (another seed) may reach it.
+	Unexercised []string
+	Details     []string
+	Notes       []string
 }
 
 // BadVerdict is what became of one bad-data injection.
@@ -82,7 +88,7 @@ type BadVerdict struct {
 }
 
 // OK reports whether the run passed.
-func (r *Report) OK() bool { return len(r.Failures) == 0 }
+func (r *Report) OK() bool { return len(r.Failures) == 0 && len(r.Unexercised) == 0 }
 
 func (r *Report) String() string {
 	var b strings.Builder
@@ -153,6 +159,9 @@ func (r *Report) String() string {
 	for _, f := range r.Failures {
 		p("  FAILURE: %s", f)
 	}
+	for _, u := range r.Unexercised {
+		p("  NOT EXERCISED: %s", u)
+	}
 	for _, d := range r.Details {
 		p("    %s", d)
 	}
@@ -187,7 +196,7 @@ func Markdown(command string, reps []*Report) string {
 	for _, r := range reps {
 		verdict := "pass"
 		if !r.OK() {
-			verdict = "**FAIL**: " + mdCell(strings.Join(r.Failures, "; "))
+			verdict = "**FAIL**: " + mdCell(strings.Join(append(slices.Clone(r.Failures), r.Unexercised...), "; "))
 		}
 		faults := "none"
 		if len(r.Faults) > 0 {

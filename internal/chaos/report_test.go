@@ -29,6 +29,21 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+// A run that found nothing wrong but did not reach what its scenario is
+// for does not pass, and says what it missed, apart from failures.
+func TestUnexercisedDoesNotPass(t *testing.T) {
+	rep := &Report{Scenario: "chained", Enqueued: 10, Unexercised: []string{"no batch chained"}}
+	if rep.OK() {
+		t.Fatal("a run that exercised nothing passes")
+	}
+	if s := rep.String(); !strings.Contains(s, "NOT EXERCISED: no batch chained") || strings.Contains(s, "FAILURE") {
+		t.Errorf("report:\n%s\nwant the miss under NOT EXERCISED, and no failure", s)
+	}
+	if md := Markdown("chaos", []*Report{rep}); !strings.Contains(md, "**FAIL**: no batch chained |") {
+		t.Errorf("Markdown:\n%s\nwant the miss as its verdict", md)
+	}
+}
+
 // docs/reliability.md's tables are Markdown's output, pasted between
 // markers (one block per run: one server, three shards): each block must
 // name its command and have the header this code writes (a hand-made or
