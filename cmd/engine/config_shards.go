@@ -264,6 +264,8 @@ type tasksAPI interface {
 	PauseQueue(ctx context.Context, q string) error
 	ResumeQueue(ctx context.Context, q string) error
 	CancelWorkflow(ctx context.Context, id string) (int, error)
+	EnqueueChain(ctx context.Context, id string, steps ...engine.Step) (*engine.WorkflowInfo, error)
+	EnqueueGroup(ctx context.Context, g engine.Group) (*engine.WorkflowInfo, error)
 	StorageFormat(ctx context.Context) (int, error)
 	SetStorageFormat(ctx context.Context, compact bool) error
 }

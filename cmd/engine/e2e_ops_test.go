@@ -182,6 +182,18 @@ func TestE2EHelp(t *testing.T) {
 			t.Errorf("engine help does not list %s", c.Name())
 		}
 	}
+	// Every command sits in one of the groups, in the groups' order.
+	at := 0
+	for _, g := range commandGroups {
+		i := strings.Index(out, "\n"+g.title+"\n")
+		if i < at {
+			t.Errorf("engine help: group %q missing or out of order:\n%s", g.title, out)
+		}
+		at = i
+	}
+	if strings.Contains(out, "Additional Commands:") {
+		t.Errorf("engine help lists commands outside the groups:\n%s", out)
+	}
 	flags := map[string][]string{
 		"run":         {"--config", "--redis", "--namespace", "--concurrency", "--log-level", "--queues", "--roles", "--no-worker", "--no-dispatcher", "--no-reaper"},
 		"enqueue":     {"--queue", "--type", "--payload", "--payload-file", "--in", "--at", "--max-attempts", "--timeout"},

@@ -27,10 +27,26 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// namespaceOf is the namespace inproc gave a.
+func namespaceOf(a *app) string {
+	for _, kv := range a.environ {
+		if v, ok := strings.CutPrefix(kv, "ENGINE_NAMESPACE="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // TestDemo runs a small demo in process and checks its summary.

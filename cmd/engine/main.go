@@ -157,7 +157,37 @@ dead, cancelled, timed out.`,
 		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newStorageCmd(), a.newPeriodicCmd(), a.newDemoCmd(), a.newVersionCmd(), a.newDashboardCmd(),
 		a.newWorkflowCmd(), a.newShardsCmd())
 	root.AddCommand(a.newInspectCmds()...)
+	groupCommands(root)
 	return root
+}
+
+// commandGroups lists the commands in the groups engine help shows, as
+// a user looks for them: by what they act on.
+var commandGroups = []struct {
+	id, title string
+	names     []string
+}{
+	{"tasks", "Tasks:", []string{"enqueue", "lookup", "cancel", "tasks", "dead", "workflow"}},
+	{"queues", "Queues, workers and schedules:", []string{"queues", "stats", "queue", "workers", "periodic"}},
+	{"run", "Running:", []string{"run", "dashboard", "demo"}},
+	{"ops", "Operations:", []string{"check", "shards", "storage", "version"}},
+}
+
+// groupCommands puts root's commands in commandGroups; help and
+// completion go with the operations.
+func groupCommands(root *cobra.Command) {
+	group := map[string]string{}
+	for _, g := range commandGroups {
+		root.AddGroup(&cobra.Group{ID: g.id, Title: g.title})
+		for _, n := range g.names {
+			group[n] = g.id
+		}
+	}
+	for _, c := range root.Commands() {
+		c.GroupID = group[c.Name()]
+	}
+	root.SetHelpCommandGroupID("ops")
+	root.SetCompletionCommandGroupID("ops")
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
