@@ -46,18 +46,16 @@ handler's return to its result being recorded, with the window and without.
 
 ` + "`scripts/profiles.sh`" + ` profiles the worker's path (` + "`BenchmarkWorkerThroughput/slots8`" + `: one
 worker process, 8 slots, no-op handlers, a full ready list) before batch claim and group commit
-and after, and renders the CPU profiles as flame graphs, [before](img/e2e-flame-before.svg) and
-[after](img/e2e-flame-after.svg) (` + "`go run . flame PROFILE OUT.svg`" + ` in ` + "`bench/`" + ` draws them, coloured by where the
-code lives: this project, the Redis client, system calls, the Go runtime), and as call graphs:
+and after, and renders the CPU profiles as call graphs:
 [before](img/e2e-cpu-before.svg), [after](img/e2e-cpu-after.svg) (the top functions in
 ` + "`img/e2e-cpu-*.txt`" + `). Most of the client's time is system calls (one per round trip) and the
 scheduler waking goroutines for replies, which is why fewer round trips per task is the lever. The same
 script profiles the harness's e2e scenario as a whole, producers and dispatcher included
-([flame graph](img/e2e-scenario-flame.svg), [call graph](img/e2e-scenario-cpu.svg), top functions in
+([call graph](img/e2e-scenario-cpu.svg), top functions in
 ` + "`img/e2e-scenario-cpu.txt`" + `): there too
 system calls, the scheduler and memory allocation take most of the samples. The CPU figures of the
 e2e, dispatch and enqueue cases (client and server µs per task, and how busy the cores were) say which
-side a design spends its time on.
+side a design spends its time on. ` + "`go tool pprof -http=: PROFILE`" + ` draws a profile as a flame graph.
 ` + "`BENCH_STATS=1 go test -run XXX -bench WorkerThroughput ./engine`" + ` prints the commands Redis ran
 per task, and ` + "`cd buckets && go test -run XXX -bench . -benchmem`" + ` times the claim, finish and move
 transactions one at a time and in batches. The e2e scenario counts them too (*End to end, command

@@ -181,9 +181,6 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "shards" {
 		return runShards(args[1:]) // scenario_shard.go
 	}
-	if len(args) > 0 && args[0] == "flame" {
-		return runFlame(args[1:]) // flame.go
-	}
 	o, err := parseFlags(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
