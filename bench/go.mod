@@ -7,7 +7,6 @@ replace github.com/bucketq/bucketq => ../
 require (
 	github.com/adjust/rmq/v5 v5.2.0
 	github.com/gomodule/redigo v1.9.3
-	github.com/google/pprof v0.0.0-20261016150608-1facf8f91b50
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.14.1
 )

@@ -5,7 +5,7 @@
 //	cd bench && go run .                       # everything, small sizes
 //	go run . -impls naive,asynq -scenarios dispatch -size full -runs 3
 //	go run . -redis 127.0.0.1:6379             # an existing server (never flushed)
-//	go run . -render results.json -doc ../docs/benchmarks.md   # the page, from the results
+//	go run . -render results.json -doc ../docs/benchmarks.md   # the page's tables, from the results
 //
 // It starts a fresh redis-server on a free loopback port (persistence off)
 // unless -redis is given, runs each scenario for each implementation, prints
@@ -58,8 +58,8 @@ type options struct {
 	redisBin  string
 	out       string
 	poll      time.Duration
-	// render, doc, note: render a results.json as docs/benchmarks.md.
-	render, doc, note string
+	// render, doc: render a results.json's tables into docs/benchmarks.md.
+	render, doc string
 	// cpuProfile: where to write a CPU profile of the run ("" for none).
 	cpuProfile string
 	// memProfile: where to write a heap profile of the run ("" for none).
@@ -96,9 +96,8 @@ func parseFlags(args []string) (*options, error) {
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
-	render := fs.String("render", "", "render docs/benchmarks.md from this results.json instead of measuring (see -doc)")
-	doc := fs.String("doc", "-", "with -render: where to write the page (\"-\": stdout)")
-	docNote := fs.String("note", "", "with -render: a sentence about the machine and the run, added to the page's header")
+	render := fs.String("render", "", "render the tables of this results.json instead of measuring (see -doc)")
+	doc := fs.String("doc", "-", "with -render: the page whose generated part (between its BEGIN GENERATED and END GENERATED lines) the tables replace (\"-\": stdout)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process (every implementation's client side) to this file; pick one scenario and one implementation to see one design's client")
 	memProfile := fs.String("memprofile", "", "write a heap profile of the harness process (allocations since start, every implementation's client side) to this file when the run ends; pick one scenario and one implementation")
 	if err := fs.Parse(args); err != nil {
@@ -108,7 +107,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
-		render: *render, doc: *doc, note: *docNote, cpuProfile: *cpuProfile, memProfile: *memProfile}
+		render: *render, doc: *doc, cpuProfile: *cpuProfile, memProfile: *memProfile}
 	if o.render != "" {
 		return o, nil
 	}
@@ -181,9 +180,6 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "shards" {
 		return runShards(args[1:]) // scenario_shard.go
 	}
-	if len(args) > 0 && args[0] == "flame" {
-		return runFlame(args[1:]) // flame.go
-	}
 	o, err := parseFlags(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -193,7 +189,7 @@ func run(args []string) int {
 		return 2
 	}
 	if o.render != "" {
-		if err := renderDoc(o.render, o.doc, o.note); err != nil {
+		if err := renderDoc(o.render, o.doc); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}

@@ -59,47 +59,15 @@
 // canceled) the method returns an error for which
 // errors.Is(err, context.DeadlineExceeded) (or context.Canceled) holds,
 // and the connection, whose reply may still be on its way, is closed so
-// that the pool discards it. Give each call a deadline. A pool for the
-// engine looks like this:
+// that the pool discards it. Give each call a deadline.
 //
-//	pool := &redis.Pool{
-//		DialContext: func(ctx context.Context) (redis.Conn, error) {
-//			return redis.DialContext(ctx, "tcp", addr,
-//				redis.DialConnectTimeout(5*time.Second),
-//				redis.DialReadTimeout(10*time.Second),
-//				redis.DialWriteTimeout(10*time.Second))
-//		},
-//		MaxIdle:     32,
-//		IdleTimeout: 5 * time.Minute,
-//		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
-//			if time.Since(idleSince) < 5*time.Second {
-//				return nil
-//			}
-//			_, err := c.Do("PING")
-//			return err
-//		},
-//	}
-//
-// The connect timeout bounds a dial to a host that does not answer. A
-// round trip that answers at once (all but the blocking waits) is also
+// A round trip that answers at once (all but the blocking waits) is also
 // bounded by txn.DefaultRoundTrip (15 s) when its context has no earlier
 // deadline, background loops (Run) included; txn.WithRoundTrip on the
 // context given to a call or to Run sets another bound. A round trip cut
 // short by that bound fails like a dropped connection: the loops retry
-// with backoff. The read timeout bounds a round trip too (the earliest of
-// the three wins), and the write timeout bounds a send to a server that
-// stopped reading. Blocking waits (BLPOP for [Config.IdleWait]) set a
-// longer timeout per command, so the read timeout may be shorter than
-// IdleWait; it must exceed IdleWait by a second or two only if Dial
-// returns connections that cannot take a per-command timeout (that do not
-// implement redis.ConnWithTimeout, as redigo's own connections do).
-// MaxIdle should cover the connections in use at once (one per worker
-// slot, one per dispatch lane, one for the reaper, plus the Client's), or
-// connections are dialled again all the time; IdleTimeout closes those
-// left over after a burst. TestOnBorrow PINGs a connection idle for more
-// than a few seconds: after Redis restarts or the network drops, every
-// idle connection is dead, and without it each loop would take them one
-// by one, fail and back off before reaching a fresh one.
+// with backoff. docs/operations.md ("The redigo pool of a Go program")
+// shows how to build the pool and what each of its settings bounds.
 //
 // # Concurrency
 //
