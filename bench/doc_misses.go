@@ -37,7 +37,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		}
 	}
 	if missed["single"] {
-		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. On a namespace marked for the compact storage, as the harness's new one is, a task alone in its bucket is an inline entry that `ZADD` names, so the transaction has no `RPUSH`; with the storage every release reads (`legacy_records`, or a namespace in use before this release and not marked) it has. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
+		p("- **Single delayed enqueue.** Both designs make one round trip per enqueue, so with one producer the rate is that round trip's latency. The engine's transaction is six commands (`MULTI`, `SET`, `RPUSH`, `ZADD`, `HINCRBY`, `EXEC`) where asynq sends one `EVALSHA`; none can go without breaking the rule that a multi-key change is one transaction. A task alone in its bucket is an inline entry that `ZADD` names, so the transaction has no `RPUSH`. With several producers on one `Client`, group commit shares transactions (`go test -run XXX -bench EnqueueDelayed8 ./engine` reports the commands per task with it and without). %s\n",
 			cpuSentence(r, "enqueue", map[string]any{"producers": 1, "batch": 1, "delayed": true}, "the producer's process", "", "engine", "naive", "asynq"))
 		if c := enqueueClose(r); c != "" {
 			p("  %s\n", c)
@@ -45,22 +45,20 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 	}
 	if missed["bytes"] {
 		var parts []string
-		for _, records := range []string{"default", "legacy"} {
-			for _, shape := range []string{"burst", "spread"} {
-				res := r.find("memory", "engine", "total", map[string]any{"shape": shape, "records": records})
-				if res == nil || res.Detail == nil {
-					continue
-				}
-				bd, _ := res.Detail["breakdown"].(map[string]any)
-				per, _ := bd["bytes_per_task"].(map[string]any)
-				f := func(k string) float64 { v, _ := per[k].(float64); return v }
-				if per != nil {
-					parts = append(parts, fmt.Sprintf("%s: record key %.0f, record value %.0f, bucket lists %.0f, index %.0f, rest %.0f bytes a task",
-						memoryLabel(res.Params), f("record_key"), f("record_value"), f("bucket"), f("index"), f("rest")))
-				}
+		for _, shape := range []string{"burst", "spread"} {
+			res := r.find("memory", "engine", "total", map[string]any{"shape": shape})
+			if res == nil || res.Detail == nil {
+				continue
+			}
+			bd, _ := res.Detail["breakdown"].(map[string]any)
+			per, _ := bd["bytes_per_task"].(map[string]any)
+			f := func(k string) float64 { v, _ := per[k].(float64); return v }
+			if per != nil {
+				parts = append(parts, fmt.Sprintf("%s: record key %.0f, record value %.0f, bucket lists %.0f, index %.0f, rest %.0f bytes a task",
+					shape, f("record_key"), f("record_value"), f("bucket"), f("index"), f("rest")))
 			}
 		}
-		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. The default columns are what the default configuration writes on a new namespace, the compact storage: the shorter record (version 4), and a task alone in its bucket scheduled as an inline entry, an index member naming the task with no list. The *legacy records* columns are the storage every release reads (record version 1 and a list for every bucket), which a namespace in use before this release keeps until `engine storage compact` marks it (docs/operations.md), or `legacy_records` writes. What closes it: that mark, once every process on the namespace runs this release; the storage every release reads stays as it is, since earlier releases must go on reading what it writes.\n",
+		p("- **Bytes per task.** From *Memory, byte by byte*: %s. The record value is the payload plus its header, rounded up to an allocator size class; in one-task buckets each task also pays for a list key of its own and an index member. A task alone in its bucket is scheduled as an inline entry, an index member naming the task with no list. What would close it: fewer bytes in the largest of those parts, which the breakdown names.\n",
 			orText(strings.Join(parts, "; "), "no breakdown in this run"))
 	}
 	if missed["lateness"] {
@@ -93,7 +91,7 @@ func writeMisses(p func(string, ...any), r *Report, ts []target) {
 		}
 	}
 	if missed["dispatch"] {
-		p("- **Dispatch.** A move costs both sides, built and read back by the client and run by Redis, in transactions of many buckets: for a bucket list a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count; for an inline entry (a task alone in its bucket on a namespace marked for the compact storage, as the harness's new one is: the spread rows' backlog, enqueued in batches, is all inline entries) a `ZSCORE` of it under a `WATCH` of its guard, then its `ZREM` and the guard's `INCR`. asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. %s %s\n",
+		p("- **Dispatch.** A move costs both sides, built and read back by the client and run by Redis, in transactions of many buckets: for a bucket list a `WATCH` of its key, an `LRANGE`, a `DEL`, a `ZREM` of its index member and an `HMGET` of its retry count; for an inline entry (a task alone in its bucket: the spread rows' backlog, enqueued in batches, is all inline entries) a `ZSCORE` of it under a `WATCH` of its guard, then its `ZREM` and the guard's `INCR`. asynq runs a `ZREM` and an `LPUSH` per task inside one script, so its client does almost nothing. A spread backlog has a bucket per task or so, so it pays that per task. Several dispatchers over a backlog of more buckets than one read take turns (one moves while the others stand by, `docs/design.md`); over fewer, those woken together void each other's `WATCH`es and read again; a burst (few large buckets) is where the bucket design leads. %s %s\n",
 			dispatchCPU(r), dispatchClose(r))
 	}
 }

@@ -92,30 +92,26 @@ a power of two at least the number of keys, two tables while it grows) and alloc
 
 What the figures are made of. In full buckets a task costs its record key and its entry in a
 bucket list (the id and two bytes). The record value is the payload (with the harness's task
-number) plus a header of queue, type, times and counts, rounded up to a size class. The legacy
-format (record version 1, which earlier releases read) stores every field; at this payload its
-header puts the record one class above the payload alone. The compact storage (version 4, what the
-default configuration writes on a new namespace) reads
-the creation time from the task's generated id and leaves out the default queue, attempts and
-timeout, so a waiting task's header is its state, its due time relative to its creation and its
-type: the default columns against the *legacy records* ones show what that moves (the record value's row). On its own server the harness names each
+number) plus a header, rounded up to a size class: the record reads the creation time from the
+task's generated id and leaves out the default queue, attempts and timeout, so a waiting task's
+header is its state, its due time relative to its creation and its type. On its own server the harness names each
 measurement's namespace ` + "`b`" + ` and its number in base 36, as short as the default ` + "`bq`" + ` or one
 character longer, so key names are a default deployment's: a record key's name (28 or 29 bytes)
 fits a 32-byte block. On a shared server (` + "`-redis`" + `) its ` + "`bqb-<run>-<n>`" + ` makes each key name 11
-bytes longer, and a record key's name takes a 48-byte block. In one-task buckets each task also pays for a list
-key of its own (entry, name, object header, and on Redis 7.0, which keeps every list as a
+bytes longer, and a record key's name takes a 48-byte block. A bucket list costs a key of its own
+(entry, name, object header, and on Redis 7.0, which keeps every list as a
 quicklist, a quicklist header, a node and a listpack; from 7.2 a short list is one listpack, up to
-` + "`list-max-listpack-size`" + `, without the header and node) and for an index member (entry,
+` + "`list-max-listpack-size`" + `, without the header and node) and an index member (entry,
 skiplist node, the member's name, a slot of the ZSET's hash table). A shorter timestamp (7 base62
 digits instead of 13 decimal ones) would move a member like ` + "`default:<ts>`" + ` (21 bytes) to no
 smaller class, and a bucket key down by one class at most (8 bytes with the default namespace,
-none with the long one of a shared server), so bucket keys and members are unchanged: an earlier dispatcher could
-not read a second format. In the compact storage a task alone in its bucket keeps no list: the first task a
+none with the long one of a shared server), so bucket keys and members keep their decimal time. A task alone
+in its bucket keeps no list: the first task a
 producer enqueues for a bucket is an inline entry, an index member ` + "`queue:<id>`" + ` (30 bytes with a generated id
 and the default queue, the size class of ` + "`queue:<ts>`" + `) scored with the bucket's time, and the producer's later
-tasks for that bucket go to its list, so a burst keeps a list's cost per task (the default *burst* column
-counts one inline entry and one list a bucket). The default *spread* column is what that moves: no bucket
-lists, an index member a task, and fewer keys in the keyspace's hash table.
+tasks for that bucket go to its list, so a burst keeps a list's cost per task (the *burst* column
+counts one inline entry and one list a bucket). In the *spread* column that leaves no bucket lists, an
+index member a task, and fewer keys in the keyspace's hash table.
 
 On Redis 2.4 there is no ` + "`MEMORY USAGE`" + `, so no breakdown. There a list is one ziplist (an
 entry costs the id and two bytes) up to ` + "`list-max-ziplist-entries`" + ` (512) entries of at most

@@ -148,7 +148,7 @@ func renderPage(t *testing.T, rep *Report, note string) string {
 // TestRenderWhatWouldClose: each kind of miss says what would close it,
 // from the run's own figures: CPU per task for end to end and enqueue,
 // the gain from more dispatchers, the 1 ms resolution's p99 for lateness,
-// the namespace's mark for bytes per task.
+// the breakdown's parts for bytes per task.
 func TestRenderWhatWouldClose(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	var rs []*Result
@@ -198,8 +198,8 @@ func TestRenderWhatWouldClose(t *testing.T) {
 	add("lateness", "engine", "p99", lat, 25)
 	add("lateness", "engine", "early", lat, 0)
 	add("lateness", "engine-1ms", "p99", lat, 17.2)
-	add("memory", "engine", "total", map[string]any{"shape": "spread", "records": "legacy"}, 597)
-	add("memory", "engine", "overhead", map[string]any{"shape": "spread", "records": "legacy"}, 497)
+	add("memory", "engine", "total", map[string]any{"shape": "spread"}, 597)
+	add("memory", "engine", "overhead", map[string]any{"shape": "spread"}, 497)
 	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq", "naive"}, "runs": 1.0}, Results: rs}
 	doc := renderPage(t, rep, "")
 	wantOnPage(t, doc,
@@ -212,7 +212,7 @@ func TestRenderWhatWouldClose(t *testing.T) {
 		"What would close it: from 1 to 4 dispatchers over the spread backlog of 100000, asynq's rate changed ×1.27 and the engine's ×0.97.",
 		"of which the dispatcher's client CPU is the larger part",
 		"What would close it: a finer resolution where bursts are rare; with 1 ms buckets the p99 was 17.2 ms in this run",
-		"What closes it: that mark, once every process on the namespace runs this release",
+		"What would close it: fewer bytes in the largest of those parts, which the breakdown names",
 	)
 	if strings.Contains(doc, "asynq with 64 handlers") {
 		t.Error("the page says what would close the 64-handler row against asynq, which was met")

@@ -264,8 +264,6 @@ type tasksAPI interface {
 	PauseQueue(ctx context.Context, q string) error
 	ResumeQueue(ctx context.Context, q string) error
 	CancelWorkflow(ctx context.Context, id string) (int, error)
-	StorageFormat(ctx context.Context) (int, error)
-	SetStorageFormat(ctx context.Context, compact bool) error
 }
 
 // tasks is the session's tasksAPI: the sharded client with shards.
