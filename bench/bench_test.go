@@ -124,9 +124,6 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if r.Params["diagnostic"] != nil && r.Impl != "engine" {
 			return StatusNA // the engine's own diagnostic case
 		}
-		if r.Params["records"] == "legacy" && r.Impl != "engine" {
-			return StatusNA // the engine's legacy records
-		}
 		return shortCPU(r)
 	})
 	seen := map[string]bool{}
@@ -196,8 +193,6 @@ func TestSmokeLibraries(t *testing.T) {
 		case r.Impl == "rmq" && (r.Scenario == "dispatch" || r.Scenario == "memory" ||
 			strings.Contains(r.Case, "delayed")):
 			return StatusNA
-		case r.Params["records"] == "legacy":
-			return StatusNA // the engine's legacy records
 		}
 		return shortCPU(r)
 	})

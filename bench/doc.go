@@ -119,32 +119,17 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 }
 
 // memoryRow is the target row of bytes per task beyond the payload for
-// the engine's memory case of shape and record format records (see
-// memoryCases).
-func memoryRow(r *Report, shape, records string, max float64) target {
+// the engine's memory case of shape (see memoryCases).
+func memoryRow(r *Report, shape string, max float64) target {
 	what := "bytes per task beyond payload, " + shape + " (" + map[string]string{"burst": "full buckets", "spread": "one-task buckets"}[shape] + ")"
-	if records == "legacy" {
-		what += ", `legacy_records`"
-	} else {
-		what += ", default (compact storage on a new namespace)"
-	}
 	t := target{what: what, goal: fmt.Sprintf("≤ %.0f", max)}
-	if v, ok := median(r.find("memory", "engine", "overhead", map[string]any{"shape": shape, "records": records})); ok {
+	if v, ok := median(r.find("memory", "engine", "overhead", map[string]any{"shape": shape})); ok {
 		met := v <= max
 		t.met, t.measured = &met, fmt.Sprintf("%.0f B", v)
 	} else {
 		t.measured = "not measured in this run"
 	}
 	return t
-}
-
-// memoryLabel names a memory case by its shape, and its record format
-// when it is not the default.
-func memoryLabel(params map[string]any) string {
-	if params["records"] == "legacy" {
-		return fmt.Sprintf("%v, legacy records", params["shape"])
-	}
-	return fmt.Sprint(params["shape"])
 }
 
 // median is res's median, and whether there is one.
@@ -195,13 +180,11 @@ func (r *Report) targets() []target {
 		ts = append(ts, ratioRow(r, fmt.Sprintf("single delayed enqueue, %d producer(s), engine vs asynq", p), "≥ 1.2×", 1.2,
 			"enqueue", "rate", map[string]any{"batch": 1, "delayed": true, "producers": p}, "engine", "asynq"))
 	}
-	for _, records := range []string{"default", "legacy"} {
-		for _, shape := range []struct {
-			name string
-			max  float64
-		}{{"burst", 150}, {"spread", 300}} {
-			ts = append(ts, memoryRow(r, shape.name, records, shape.max))
-		}
+	for _, shape := range []struct {
+		name string
+		max  float64
+	}{{"burst", 150}, {"spread", 300}} {
+		ts = append(ts, memoryRow(r, shape.name, shape.max))
 	}
 	for _, rate := range r.intParams("lateness", "rate") {
 		t := target{what: fmt.Sprintf("lateness p99 at %d tasks/s scheduled, engine", rate), goal: "≤ 20 ms, 0 early"}
@@ -428,7 +411,7 @@ func writeMemoryBreakdown(p func(string, ...any), r *Report, names []string) {
 		header := func(first string) {
 			p("| %s |", first)
 			for _, c := range cases {
-				p(" %s |", memoryLabel(c.Params))
+				p(" %s |", fmt.Sprint(c.Params["shape"]))
 			}
 			p("\n| --- |%s\n", strings.Repeat(" --- |", len(cases)))
 		}

@@ -87,19 +87,6 @@ func (e *engineImpl) Close() error {
 	return e.pool.Close()
 }
 
-// UseLegacyRecords implements RecordFormatter: the client writes the
-// storage every release reads from now on (engine.Config.LegacyRecords).
-func (e *engineImpl) UseLegacyRecords() error {
-	cfg := e.cfg
-	cfg.LegacyRecords = true
-	c, err := engine.NewClient(e.pool, cfg)
-	if err != nil {
-		return err
-	}
-	e.cfg, e.client = cfg, c
-	return nil
-}
-
 // KeyPatterns implements Impl: every key is under "{ns}:".
 func (e *engineImpl) KeyPatterns() []string { return []string{"{" + e.ns + "}:*"} }
 

@@ -22,56 +22,23 @@ import (
 // before and after, what its keys hold by part (MEMORY USAGE, Redis ≥ 4),
 // and the differences per task go to the result's detail "breakdown"
 // (see [breakdown]), which docs/benchmarks.md renders as a table.
-//
-// Each shape is measured twice: with each design's default configuration
-// ("records": "default"; the engine on the harness's new namespace writes
-// its compact storage), and, for a design that has a choice of storage
-// format ([RecordFormatter]: the engine's legacy_records, the storage
-// every release reads, which a namespace in use before this release keeps
-// until it is marked), with that format ("records": "legacy").
 func memoryCases(s Sizes) []*Case {
 	var cs []*Case
-	for _, records := range []string{"default", "legacy"} {
-		for _, shape := range []string{"burst", "spread"} {
-			n := s.MemoryN
-			title := fmt.Sprintf("%s, n=%d scheduled, payload=%dB", shape, n, s.Payload)
-			needs := needScheduler
-			if records == "legacy" {
-				title += ", legacy records"
-				needs = func(i Impl) string {
-					if _, ok := i.(RecordFormatter); !ok {
-						return "no choice of record format"
-					}
-					return needScheduler(i)
-				}
-			}
-			cs = append(cs, &Case{
-				Scenario: "memory",
-				Title:    title,
-				Params:   map[string]any{"shape": shape, "n": n, "payload_bytes": s.Payload, "records": records},
-				Metrics:  []MetricDef{{Key: "overhead", Unit: "B/task"}, {Key: "total", Unit: "B/task"}},
-				Needs:    needs,
-				Timeout:  5*time.Minute + time.Duration(n/1000)*time.Second,
-				Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-					if records == "legacy" {
-						if err := m.Impl.(RecordFormatter).UseLegacyRecords(); err != nil {
-							return nil, err
-						}
-					}
-					return runMemory(ctx, m, shape, n)
-				},
-			})
-		}
+	for _, shape := range []string{"burst", "spread"} {
+		n := s.MemoryN
+		cs = append(cs, &Case{
+			Scenario: "memory",
+			Title:    fmt.Sprintf("%s, n=%d scheduled, payload=%dB", shape, n, s.Payload),
+			Params:   map[string]any{"shape": shape, "n": n, "payload_bytes": s.Payload},
+			Metrics:  []MetricDef{{Key: "overhead", Unit: "B/task"}, {Key: "total", Unit: "B/task"}},
+			Needs:    needScheduler,
+			Timeout:  5*time.Minute + time.Duration(n/1000)*time.Second,
+			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+				return runMemory(ctx, m, shape, n)
+			},
+		})
 	}
 	return cs
-}
-
-// RecordFormatter is a design with a second storage format that its
-// default configuration does not write on a new namespace (the engine's
-// legacy_records).
-type RecordFormatter interface {
-	// UseLegacyRecords makes the producers write that format from now on.
-	UseLegacyRecords() error
 }
 
 // runMemory performs one memory measurement.

@@ -58,7 +58,7 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		}
 		r.State = StateCancelled
 		r.Finished = now
-		tx.Queue("SETEX", key, ttl, s.EncodeRecord(r))
+		tx.Queue("SETEX", key, ttl, r.Encode())
 		tx.Queue("HINCRBY", st, StatCancelled, 1)
 		s.finalWrites(tx, r)
 		return nil
@@ -275,7 +275,7 @@ func (s *Store) Revive(ctx context.Context, conn redis.Conn, ids []string, now i
 		r.State = StateWaiting
 		r.Attempts, r.Recoveries = 0, 0
 		r.Due, r.Finished = now, 0
-		tx.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
+		tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 		s.pushReady(tx, r.Queue, []string{r.ID}, true)
 		tx.Queue("DEL", s.Keys.Completion(r.ID))
 		return true, nil

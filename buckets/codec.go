@@ -15,7 +15,7 @@ import (
 // and told apart by where the id is (see Lookup).
 type State byte
 
-// Task states as stored in the record.
+// Task states. A record stores a state as its code (recordStates).
 const (
 	StateWaiting   State = 'w' // in a bucket or a ready list, not yet run
 	StateRetry     State = 'r' // failed, waiting in a bucket or ready list to run again
@@ -24,14 +24,6 @@ const (
 	StateDead      State = 'x' // in the dead letters
 	StateCancelled State = 'c' // cancelled before it ran; kept for the done retention
 )
-
-func (s State) valid() bool {
-	switch s {
-	case StateWaiting, StateRetry, StateRunning, StateDone, StateDead, StateCancelled:
-		return true
-	}
-	return false
-}
 
 func (s State) String() string {
 	switch s {
@@ -72,16 +64,16 @@ type Record struct {
 	LastError   string
 	// Metadata is small string pairs that travel with the task, for the
 	// producer's trace context and the like; nil when none. Stored in
-	// the record's trailing sections (version 2), see Encode.
+	// the record's trailing sections, see Encode.
 	Metadata map[string]string
 
-	// extra holds the trailing sections this version does not know, as
-	// read, so that rewriting a record written by a newer version keeps
-	// them.
+	// extra holds the trailing sections this release does not know (the
+	// informational ones of a later release), as read, so that rewriting
+	// such a record keeps them.
 	extra [][]byte // whole sections, tag byte first
 
-	// Optional fields, encoded in the trailing section of a version 2
-	// record (see Encode); a record without any is written as version 1.
+	// Optional fields, stored in the record's trailing sections (see
+	// Encode) when set.
 
 	// Periodic is the name of the periodic entry whose firing this task
 	// is ("" for other tasks).
@@ -89,9 +81,6 @@ type Record struct {
 	// SkipIfRunning: the claim skips (cancels) this firing while the
 	// previous run of its entry is still running.
 	SkipIfRunning bool
-
-	// Optional fields, stored in the record's trailing section (version
-	// 2); a record that sets none of them is stored as version 1.
 
 	// Unique is the unique key the task holds (the name after "u:", see
 	// [Keys.Unique]); "" for none. The key is held while this record is
@@ -130,73 +119,53 @@ const (
 	MaxMetadataBytes  = 4096
 )
 
+// A record's first two bytes: the magic byte and the version of its
+// encoding. There is one encoding, whose version byte is 4 (the number it
+// had among the encodings tried before the first release, none of which
+// is read). A later release that changes the encoding recognises a record
+// of this one by these two bytes; DecodeRecord refuses a record of any
+// other version with an error naming it.
 const (
-	recordMagic = 'B'
-	// recordVersion 1 ends with the payload. Version 2 has trailing
-	// sections after it, each a tag byte, a uvarint length and that many
-	// bytes. Version 3 was written by the release before version 4 when
-	// compact records were on; version 4 (encode4) is written when they
-	// are on now. Every version is read.
-	recordVersion  = 1
-	recordVersion2 = 2
-	recordVersion3 = 3
-	recordVersion4 = 4
+	recordMagic   = 'B'
+	recordVersion = 4
 )
 
-// Version 4 fields, by their bit in the record's presence mask (see
-// encode4). Each is stored only when it differs from what its absence
-// means, in this order.
+// Record fields, by their bit in the record's presence mask (see Encode).
+// Each is stored only when it differs from what its absence means, in this
+// order.
 const (
-	f4CreatedID   = 1 << iota // Created is the time in the id (IDTime): no bytes
-	f4Due                     // Due ≠ Created: the zigzag varint of Due − Created
-	f4Created                 // Created otherwise, when not 0: a uvarint
-	f4Queue                   // Queue ≠ v4Queue: length-prefixed
-	f4MaxAttempts             // MaxAttempts ≠ v4MaxAttempts: a uvarint
-	f4Timeout                 // TimeoutMs ≠ v4TimeoutMs: a uvarint
-	f4Attempts                // then, when not 0: uvarints
-	f4Recoveries
-	f4Runs
-	f4Started
-	f4Finished
-	f4Deadline
-	f4Worker    // length-prefixed, when not ""
-	f4LastError // length-prefixed, when not ""
-	f4Sections  // the trailing sections, after the type: their length, then them
-	f4Known     = f4Sections<<1 - 1
+	fCreatedID   = 1 << iota // Created is the time in the id (IDTime): no bytes
+	fDue                     // Due ≠ Created: the zigzag varint of Due − Created
+	fCreated                 // Created otherwise, when not 0: a uvarint
+	fQueue                   // Queue ≠ defaultQueue: length-prefixed
+	fMaxAttempts             // MaxAttempts ≠ defaultMaxAttempts: a uvarint
+	fTimeout                 // TimeoutMs ≠ defaultTimeoutMs: a uvarint
+	fAttempts                // then, when not 0: uvarints
+	fRecoveries
+	fRuns
+	fStarted
+	fFinished
+	fDeadline
+	fWorker    // length-prefixed, when not ""
+	fLastError // length-prefixed, when not ""
+	fSections  // the trailing sections, after the type: their length, then them
+	fKnown     = fSections<<1 - 1
 )
 
-// What a version 4 record means when it leaves a field out: the defaults
-// of the engine that introduced it. They are part of the format, so they
-// stay these values whatever a later release's defaults become.
+// What a record means when it leaves a field out: the defaults of the
+// engine that introduced the encoding. They are part of the format, so
+// they stay these values whatever a later release's defaults become.
 const (
-	v4Queue       = "default"
-	v4MaxAttempts = 25
-	v4TimeoutMs   = 30 * 60 * 1000
+	defaultQueue       = "default"
+	defaultMaxAttempts = 25
+	defaultTimeoutMs   = 30 * 60 * 1000
 )
 
-// v4States are the states by their code in a version 4 record's first
-// uvarint (its low 3 bits).
-var v4States = [...]State{StateWaiting, StateRetry, StateRunning, StateDone, StateDead, StateCancelled}
+// recordStates are the states by their code in a record's first uvarint
+// (its low 3 bits).
+var recordStates = [...]State{StateWaiting, StateRetry, StateRunning, StateDone, StateDead, StateCancelled}
 
-// Version 3 numeric fields, by their bit in the record's presence mask: a
-// field is stored only when it is not zero, in this order.
-const (
-	fieldAttempts = 1 << iota
-	fieldRecoveries
-	fieldRuns
-	fieldMaxAttempts
-	fieldTimeout
-	fieldCreated
-	fieldDue // zigzag of Due − Created
-	fieldStarted
-	fieldFinished
-	fieldDeadline
-	fieldWorker
-	fieldLastError
-	fieldsKnown = fieldLastError<<1 - 1
-)
-
-// Trailing section tags (version 2).
+// Trailing section tags.
 const (
 	sectionMetadata = 'm' // uvarint count, then per pair (sorted by key) length-prefixed key and value
 )
@@ -222,125 +191,50 @@ const (
 
 const flagSkipIfRunning = 1
 
-// Encode returns the stored form of r. Version 4 (see encode4) when
-// WriteCompactRecords is on; otherwise version 1, or version 2 when the
-// record has trailing sections, which every earlier release reads. A
-// record is most of a task's memory, so every form is compact: varints,
-// length-prefixed strings. A Store encodes with EncodeRecord, which also
-// honours Store.Compact.
+// Encode returns the stored form of r: the magic byte 'B', the version
+// (recordVersion), a uvarint of the mask of the fields stored (f* bits)
+// shifted left by 3 and the state's code (recordStates) in the low 3 bits,
+// those fields in bit order, the length-prefixed type, the trailing
+// sections when there are any (their total length, then each a tag byte,
+// a uvarint length and that many bytes; see sections), and the payload:
+// the rest of the record, with no length. A field at what its absence
+// means takes no byte: a task created with a generated id (IDTime), on
+// the default queue with the default attempts and timeout, stores its
+// state, its due time relative to its creation, its type and its payload,
+// a header of 4 bytes plus the type and the due delta. A record is most of
+// a task's memory.
 func (r *Record) Encode() []byte {
-	return r.encode(compactRecords.Load())
-}
-
-func (r *Record) encode(compact bool) []byte {
-	if compact {
-		return r.encode4()
-	}
-	return r.encodeLegacy()
-}
-
-// EncodeRecord returns the stored form of r as this store writes it:
-// version 4 when s.Compact (or WriteCompactRecords) is on, or s.Auto and
-// the namespace's format mark allows it (ResolveFormat), else what Encode
-// writes.
-func (s *Store) EncodeRecord(r *Record) []byte {
-	return r.encode(s.compact())
-}
-
-// compactRecords: Encode writes version 4 (WriteCompactRecords).
-var compactRecords atomic.Bool
-
-// WriteCompactRecords makes Encode, in this whole process, write version
-// 4 records (on), whose header is 20 to 30 bytes shorter, or the version 1
-// and 2 records that earlier releases read (off, the default). Store.Compact
-// sets the same for one store. This release reads versions 1 to 4. Turn
-// it on only once no process of an earlier release runs against the
-// namespace: such a process cannot read version 4 and buries a record it
-// meets as a dead letter holding the raw bytes.
-func WriteCompactRecords(on bool) { compactRecords.Store(on) }
-
-// encodeLegacy returns version 1: the magic byte, the version, the state,
-// ten unsigned varints (attempts, recoveries, runs, max attempts, timeout,
-// created, due, started, finished, deadline), the length-prefixed queue,
-// type, worker and last error, and the payload; version 2 when the record
-// has trailing sections, which follow.
-func (r *Record) encodeLegacy() []byte {
-	sections := r.sections()
-	nums := r.numbers()
-	strs := [...]string{r.Queue, r.Type, r.Worker, r.LastError}
-	// The exact length: a record is written for every task, and room to
-	// spare would put many in a larger allocator class.
-	n := 3 + lenPrefixed(len(r.Payload))
-	for _, v := range nums {
-		n += uvarintLen(uint64(max(v, 0)))
-	}
-	for _, s := range strs {
-		n += lenPrefixed(len(s))
-	}
-	for _, sec := range sections {
-		n += len(sec)
-	}
-	version := byte(recordVersion)
-	if len(sections) > 0 {
-		version = recordVersion2
-	}
-	b := make([]byte, 0, n)
-	b = append(b, recordMagic, version, byte(r.State))
-	for _, v := range nums {
-		b = binary.AppendUvarint(b, uint64(max(v, 0)))
-	}
-	for _, s := range strs {
-		b = appendLen(b, s)
-	}
-	b = appendLen(b, r.Payload)
-	for _, sec := range sections {
-		b = append(b, sec...)
-	}
-	return b
-}
-
-// encode4 returns version 4: the magic byte 'B', the version, a uvarint
-// of the mask of the fields stored (f4* bits) shifted left by 3 and the
-// state's code (v4States) in the low 3 bits, those fields in bit order,
-// the length-prefixed type, the trailing sections when there are any
-// (their total length, then each as in version 2; see sections), and the
-// payload: the rest of the record, with no length. A field at what its
-// absence means takes no byte: a task created with a generated id
-// (IDTime), on the default queue with the default attempts and timeout,
-// stores its state, its due time relative to its creation, its type and
-// its payload, a header of 4 bytes plus the type and the due delta.
-func (r *Record) encode4() []byte {
 	created, due := max(r.Created, 0), max(r.Due, 0)
 	var mask uint64
 	if t, ok := IDTime(r.ID); ok && created == t {
-		mask |= f4CreatedID
+		mask |= fCreatedID
 	} else if created > 0 {
-		mask |= f4Created
+		mask |= fCreated
 	}
 	if due != created {
-		mask |= f4Due
+		mask |= fDue
 	}
-	if r.Queue != v4Queue {
-		mask |= f4Queue
+	if r.Queue != defaultQueue {
+		mask |= fQueue
 	}
 	maxAttempts, timeout := int64(max(r.MaxAttempts, 0)), max(r.TimeoutMs, 0)
-	if maxAttempts != v4MaxAttempts {
-		mask |= f4MaxAttempts
+	if maxAttempts != defaultMaxAttempts {
+		mask |= fMaxAttempts
 	}
-	if timeout != v4TimeoutMs {
-		mask |= f4Timeout
+	if timeout != defaultTimeoutMs {
+		mask |= fTimeout
 	}
 	counts := [...]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), r.Started, r.Finished, r.Deadline}
 	for i, v := range counts {
 		if v > 0 {
-			mask |= f4Attempts << i
+			mask |= fAttempts << i
 		}
 	}
 	if r.Worker != "" {
-		mask |= f4Worker
+		mask |= fWorker
 	}
 	if r.LastError != "" {
-		mask |= f4LastError
+		mask |= fLastError
 	}
 	sections := r.sections()
 	size := 0
@@ -348,33 +242,48 @@ func (r *Record) encode4() []byte {
 		size += len(sec)
 	}
 	if size > 0 {
-		mask |= f4Sections
+		mask |= fSections
 	}
-	b := make([]byte, 0, 2+12*binary.MaxVarintLen64+
-		len(r.Queue)+len(r.Type)+len(r.Worker)+len(r.LastError)+size+len(r.Payload))
-	b = append(b, recordMagic, recordVersion4)
-	b = binary.AppendUvarint(b, mask<<3|uint64(stateCode(r.State)))
-	if mask&f4Created != 0 {
-		b = binary.AppendUvarint(b, uint64(created))
+	// The fields before the strings go to a buffer on the stack first, so
+	// that the record is allocated at its exact length: a record is
+	// written for every task, and room to spare would put many in a larger
+	// allocator class.
+	var hb [128]byte
+	h := binary.AppendUvarint(hb[:0], mask<<3|uint64(stateCode(r.State)))
+	if mask&fCreated != 0 {
+		h = binary.AppendUvarint(h, uint64(created))
 	}
-	if mask&f4Due != 0 {
-		b = binary.AppendVarint(b, due-created)
+	if mask&fDue != 0 {
+		h = binary.AppendVarint(h, due-created)
 	}
-	if mask&f4Queue != 0 {
-		b = appendLen(b, r.Queue)
+	if mask&fQueue != 0 {
+		h = appendLen(h, r.Queue)
 	}
-	if mask&f4MaxAttempts != 0 {
-		b = binary.AppendUvarint(b, uint64(maxAttempts))
+	if mask&fMaxAttempts != 0 {
+		h = binary.AppendUvarint(h, uint64(maxAttempts))
 	}
-	if mask&f4Timeout != 0 {
-		b = binary.AppendUvarint(b, uint64(timeout))
+	if mask&fTimeout != 0 {
+		h = binary.AppendUvarint(h, uint64(timeout))
 	}
 	for i, v := range counts {
-		if mask&(f4Attempts<<i) != 0 {
-			b = binary.AppendUvarint(b, uint64(v))
+		if mask&(fAttempts<<i) != 0 {
+			h = binary.AppendUvarint(h, uint64(v))
 		}
 	}
-	for _, s := range []string{r.Worker, r.LastError} {
+	strs := [...]string{r.Worker, r.LastError}
+	n := 2 + len(h) + lenPrefixed(len(r.Type)) + len(r.Payload)
+	for _, s := range strs {
+		if s != "" {
+			n += lenPrefixed(len(s))
+		}
+	}
+	if size > 0 {
+		n += lenPrefixed(size)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recordMagic, recordVersion)
+	b = append(b, h...)
+	for _, s := range strs {
 		if s != "" {
 			b = appendLen(b, s)
 		}
@@ -389,24 +298,15 @@ func (r *Record) encode4() []byte {
 	return append(b, r.Payload...)
 }
 
-// stateCode is st's code in a version 4 record; 7, which no decoder
-// takes, for a state that is not one (as versions 1 to 3 write the byte
-// as it is, for the decoder to refuse).
+// stateCode is st's code in a record; 7, which the decoder refuses, for a
+// state that is not one.
 func stateCode(st State) int {
-	for i, v := range v4States {
+	for i, v := range recordStates {
 		if v == st {
 			return i
 		}
 	}
 	return 7
-}
-
-// numbers returns the record's numeric fields in the order both encodings
-// write them (version 3's mask bits follow it: fieldAttempts ...
-// fieldDeadline).
-func (r *Record) numbers() [10]int64 {
-	return [10]int64{int64(r.Attempts), int64(r.Recoveries), int64(r.Runs), int64(r.MaxAttempts),
-		r.TimeoutMs, r.Created, r.Due, r.Started, r.Finished, r.Deadline}
 }
 
 // uvarintLen is the length of v as binary.AppendUvarint writes it.
@@ -476,135 +376,34 @@ func (r *Record) encodeMetadata() []byte {
 	return appendLen([]byte{sectionMetadata}, body)
 }
 
-// DecodeRecord parses a stored record of any version; id is taken from
-// the key. Any input that is not a record Encode made (in this release or
-// an earlier one) yields an error wrapping ErrMalformed, never a panic.
+// DecodeRecord parses a stored record (see Encode); id is taken from the
+// key. Any input that is not a record Encode made yields an error
+// wrapping ErrMalformed, never a panic; a record of another version is
+// refused with an error naming its version.
 func DecodeRecord(id string, b []byte) (*Record, error) {
 	if len(b) < 3 || b[0] != recordMagic {
 		return nil, fmt.Errorf("buckets: task %s: not a task record: %w", id, ErrMalformed)
 	}
-	if b[1] == recordVersion4 {
-		return decode4(id, b[2:])
+	if b[1] != recordVersion {
+		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (this release reads version %d): %w", id, b[1], recordVersion, ErrMalformed)
 	}
-	if b[1] != recordVersion && b[1] != recordVersion2 && b[1] != recordVersion3 {
-		return nil, fmt.Errorf("buckets: task %s: record version %d unknown (upgrade this worker): %w", id, b[1], ErrMalformed)
-	}
-	r := &Record{ID: id, State: State(b[2])}
-	if !r.State.valid() {
-		return nil, fmt.Errorf("buckets: task %s: state %q unknown: %w", id, b[2], ErrMalformed)
-	}
-	d := decoder{b: b[3:]}
-	if b[1] == recordVersion3 {
-		if err := d.header3(r); err != nil {
-			return nil, err
-		}
-	} else {
-		d.header1(r)
-	}
-	r.Payload = d.bytes()
-	if b[1] != recordVersion && !d.err {
-		if err := d.sections(r); err != nil {
-			return nil, err
-		}
-	}
-	if d.err || len(d.b) != 0 {
-		return nil, fmt.Errorf("buckets: task %s: truncated or overlong record: %w", id, ErrMalformed)
-	}
-	if r.Payload == nil {
-		r.Payload = []byte{}
-	}
-	return r, nil
-}
-
-// header1 reads the fields of a version 1 or 2 record up to the payload:
-// the ten numbers, then queue, type, worker and last error.
-func (d *decoder) header1(r *Record) {
-	ints := []*int64{nil, nil, nil, nil, &r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
-	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
-	for i := range ints {
-		v := d.uvarint()
-		if v > 1<<53 {
-			d.err = true
-		}
-		if i < len(small) {
-			*small[i] = int(min(v, 1<<31))
-			if v >= 1<<31 {
-				d.err = true
-			}
-			continue
-		}
-		*ints[i] = int64(v)
-	}
-	r.Queue = d.name()
-	r.Type = d.name()
-	r.Worker = d.name()
-	r.LastError = d.str()
-}
-
-// header3 reads the fields of a version 3 record up to the payload (see
-// Encode). A field the mask names must not be zero, so that a record has
-// one encoding; a mask bit this version does not know is refused.
-func (d *decoder) header3(r *Record) error {
-	mask := d.uvarint()
-	if mask&^fieldsKnown != 0 {
-		return fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", r.ID, mask&^fieldsKnown, ErrMalformed)
-	}
-	small := []*int{&r.Attempts, &r.Recoveries, &r.Runs, &r.MaxAttempts}
-	ints := []*int64{&r.TimeoutMs, &r.Created, &r.Due, &r.Started, &r.Finished, &r.Deadline}
-	for i := range len(small) + len(ints) {
-		if mask&(1<<i) == 0 {
-			continue
-		}
-		var v uint64
-		if 1<<i == fieldDue {
-			delta, n := binary.Varint(d.b)
-			if n <= 0 || d.err {
-				d.err = true
-				return nil
-			}
-			d.b = d.b[n:]
-			due := r.Created + delta
-			if due < 1 || due > 1<<53 {
-				d.err = true
-			}
-			v = uint64(max(due, 0))
-		} else if v = d.uvarint(); v == 0 || v > 1<<53 {
-			d.err = true
-		}
-		if i < len(small) {
-			*small[i] = int(min(v, 1<<31))
-			if v >= 1<<31 {
-				d.err = true
-			}
-			continue
-		}
-		*ints[i-len(small)] = int64(v)
-	}
-	d.workerAndError(r, mask&fieldWorker != 0, mask&fieldLastError != 0)
-	r.Queue = d.name()
-	r.Type = d.name()
-	return nil
-}
-
-// decode4 parses the rest of a version 4 record, after 'B' and the
-// version (see encode4). A field the mask names must differ from what
-// its absence means, so that a record has one encoding; a mask bit this
-// version does not know is refused ("upgrade this worker").
-func decode4(id string, b []byte) (*Record, error) {
-	r := &Record{ID: id, Queue: v4Queue, MaxAttempts: v4MaxAttempts, TimeoutMs: v4TimeoutMs}
-	d := decoder{b: b}
+	r := &Record{ID: id, Queue: defaultQueue, MaxAttempts: defaultMaxAttempts, TimeoutMs: defaultTimeoutMs}
+	d := decoder{b: b[2:]}
 	h := d.uvarint()
 	if d.err {
 		return nil, fmt.Errorf("buckets: task %s: truncated record: %w", id, ErrMalformed)
 	}
-	if code := h & 7; code >= uint64(len(v4States)) {
+	if code := h & 7; code >= uint64(len(recordStates)) {
 		return nil, fmt.Errorf("buckets: task %s: state code %d unknown: %w", id, h&7, ErrMalformed)
 	} else {
-		r.State = v4States[code]
+		r.State = recordStates[code]
 	}
+	// A field the mask names must differ from what its absence means, so
+	// that a record has one encoding; a mask bit this release does not
+	// know is refused.
 	mask := h >> 3
-	if mask&^f4Known != 0 {
-		return nil, fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", id, mask&^f4Known, ErrMalformed)
+	if mask&^fKnown != 0 {
+		return nil, fmt.Errorf("buckets: task %s: record fields %#x unknown (upgrade this worker): %w", id, mask&^fKnown, ErrMalformed)
 	}
 	num := func(least uint64) uint64 {
 		v := d.uvarint()
@@ -615,18 +414,18 @@ func decode4(id string, b []byte) (*Record, error) {
 	}
 	idTime, idOK := IDTime(id)
 	switch {
-	case mask&f4CreatedID != 0:
-		if mask&f4Created != 0 || !idOK {
+	case mask&fCreatedID != 0:
+		if mask&fCreated != 0 || !idOK {
 			d.err = true
 		}
 		r.Created = idTime
-	case mask&f4Created != 0:
+	case mask&fCreated != 0:
 		if r.Created = int64(num(1)); idOK && r.Created == idTime {
 			d.err = true
 		}
 	}
 	r.Due = r.Created
-	if mask&f4Due != 0 {
+	if mask&fDue != 0 {
 		delta, n := binary.Varint(d.b)
 		if n <= 0 || delta == 0 {
 			d.err = true
@@ -637,25 +436,25 @@ func decode4(id string, b []byte) (*Record, error) {
 			}
 		}
 	}
-	if mask&f4Queue != 0 {
-		if r.Queue = d.name(); r.Queue == v4Queue {
+	if mask&fQueue != 0 {
+		if r.Queue = d.name(); r.Queue == defaultQueue {
 			d.err = true
 		}
 	}
-	if mask&f4MaxAttempts != 0 {
-		if v := num(0); v == v4MaxAttempts || v >= 1<<31 {
+	if mask&fMaxAttempts != 0 {
+		if v := num(0); v == defaultMaxAttempts || v >= 1<<31 {
 			d.err = true
 		} else {
 			r.MaxAttempts = int(v)
 		}
 	}
-	if mask&f4Timeout != 0 {
-		if r.TimeoutMs = int64(num(0)); r.TimeoutMs == v4TimeoutMs {
+	if mask&fTimeout != 0 {
+		if r.TimeoutMs = int64(num(0)); r.TimeoutMs == defaultTimeoutMs {
 			d.err = true
 		}
 	}
 	for i, p := range []*int{&r.Attempts, &r.Recoveries, &r.Runs} {
-		if mask&(f4Attempts<<i) != 0 {
+		if mask&(fAttempts<<i) != 0 {
 			if v := num(1); v < 1<<31 {
 				*p = int(v)
 			} else {
@@ -664,13 +463,22 @@ func decode4(id string, b []byte) (*Record, error) {
 		}
 	}
 	for i, p := range []*int64{&r.Started, &r.Finished, &r.Deadline} {
-		if mask&(f4Started<<i) != 0 {
+		if mask&(fStarted<<i) != 0 {
 			*p = int64(num(1))
 		}
 	}
-	d.workerAndError(r, mask&f4Worker != 0, mask&f4LastError != 0)
+	if mask&fWorker != 0 {
+		if r.Worker = d.name(); r.Worker == "" {
+			d.err = true
+		}
+	}
+	if mask&fLastError != 0 {
+		if r.LastError = d.str(); r.LastError == "" {
+			d.err = true
+		}
+	}
 	r.Type = d.name()
-	if mask&f4Sections != 0 {
+	if mask&fSections != 0 {
 		block, ok := d.next()
 		if !ok || len(block) == 0 {
 			d.err = true
@@ -687,22 +495,6 @@ func decode4(id string, b []byte) (*Record, error) {
 	}
 	r.Payload = append([]byte{}, d.b...)
 	return r, nil
-}
-
-// workerAndError reads the worker and the last error of a version 3 or 4
-// record, each when its mask bit says it is stored: then it must not be
-// empty.
-func (d *decoder) workerAndError(r *Record, worker, lastError bool) {
-	if worker {
-		if r.Worker = d.name(); r.Worker == "" {
-			d.err = true
-		}
-	}
-	if lastError {
-		if r.LastError = d.str(); r.LastError == "" {
-			d.err = true
-		}
-	}
 }
 
 type decoder struct {

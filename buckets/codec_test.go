@@ -2,6 +2,7 @@ package buckets
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -31,17 +32,17 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-// The default encoding allocates exactly the record's length, whatever
-// the widths of its numbers and strings: a record is written per task.
+// Encode allocates exactly the record's length, whatever the widths of its
+// numbers and strings: a record is written per task.
 func TestEncodeExactSize(t *testing.T) {
 	long := &Record{ID: "x", Queue: strings.Repeat("q", 200), Type: "t", Payload: bytes.Repeat([]byte{1}, 300),
 		State: StateRunning, Attempts: 1 << 20, Runs: 127, MaxAttempts: 128, TimeoutMs: 1 << 35,
 		Created: 1 << 45, Worker: "w", LastError: strings.Repeat("e", 16384)}
-	withSections := sample()
-	withSections.Periodic, withSections.Unique, withSections.UniqueTTL = "every", "u", 60
-	withSections.Metadata = map[string]string{"trace": "abc"}
+	sectioned := sample()
+	sectioned.Periodic, sectioned.Unique, sectioned.UniqueTTL = "every", "u", 60
+	sectioned.Metadata = map[string]string{"trace": "abc"}
 	for name, r := range map[string]*Record{"sample": sample(), "zero": {ID: "z", State: StateWaiting},
-		"wide": long, "sections": withSections} {
+		"wide": long, "sections": sectioned} {
 		b := r.Encode()
 		if len(b) != cap(b) {
 			t.Errorf("%s: %d bytes in a buffer of %d", name, len(b), cap(b))
@@ -53,14 +54,30 @@ func TestEncodeExactSize(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	good := sample().Encode()
+	r := sample()
+	good := r.Encode()
 	for name, b := range map[string][]byte{
 		"empty": nil, "magic": append([]byte{'X'}, good[1:]...), "version": append([]byte{'B', 9}, good[2:]...),
-		"state": append([]byte{'B', 3, 'z'}, good[3:]...), "truncated": good[:len(good)-1],
-		"trailing": append(append([]byte{}, good...), 0), "json": []byte(`{"id":1}`),
+		"state":     (&Record{ID: "id", Type: "t", State: 'z'}).Encode(),
+		"truncated": good[:len(good)-len(r.Payload)-1], // in the type
+		"json":      []byte(`{"id":1}`),
 	} {
 		if _, err := DecodeRecord("id", b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// A record of any version but this release's is refused, whatever follows
+// the version byte, with an error that names its version: such a record is
+// buried as undecodable, never read as this format.
+func TestDecodeOtherVersion(t *testing.T) {
+	good := sample().Encode()
+	for _, v := range []byte{0, 1, 2, 3, 5, 255} {
+		b := append([]byte{'B', v}, good[2:]...)
+		_, err := DecodeRecord("id", b)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), fmt.Sprintf("record version %d unknown (this release reads version 4)", v)) {
+			t.Errorf("version %d: %v; want ErrMalformed naming the version", v, err)
 		}
 	}
 }
@@ -88,37 +105,56 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestRecordVersion2: earlier releases wrote a record with a periodic
-// field as version 2 (version 1 plus the trailing section), one without as
-// version 1; both decode, and a trailing section that is out of order, empty or
-// unknown is malformed.
-func TestRecordVersion2(t *testing.T) {
-	plain := &Record{Queue: "q", Type: "t", Payload: []byte("x"), State: StateWaiting}
-	v1 := encodeLegacy(plain)
-	if v1[1] != 1 {
-		t.Fatalf("a record without optional fields is version %d", v1[1])
+// withSections returns r's record, which has no trailing sections of its
+// own, with the given sections (each a tag byte, a uvarint length and the
+// bytes) in their place: built by hand, so that a test can store what
+// Encode never writes (out of order, unknown, malformed).
+func withSections(r *Record, sections ...[]byte) []byte {
+	b := r.Encode()
+	h, n := binary.Uvarint(b[2:])
+	if n <= 0 || h>>3&fSections != 0 {
+		panic("withSections: a record with sections of its own")
 	}
-	withP := *plain
-	withP.Periodic, withP.SkipIfRunning = "e", true
-	v2 := encodeLegacy(&withP)
-	if v2[1] != 2 || !bytes.Equal(v2[2:len(v1)], v1[2:]) {
-		t.Fatalf("version 2 is not version 1 plus a trailer: %q vs %q", v2, v1)
+	block := bytes.Join(sections, nil)
+	out := binary.AppendUvarint([]byte{recordMagic, recordVersion}, h|fSections<<3)
+	out = append(out, b[2+n:len(b)-len(r.Payload)]...)
+	out = appendLen(out, block)
+	return append(out, r.Payload...)
+}
+
+// TestRecordSections: the optional fields travel in trailing sections and
+// decode back; a record without them has none. Sections out of tag order,
+// empty, with a bad flag, truncated or of a required tag this release
+// does not know (saying to upgrade) are malformed.
+func TestRecordSections(t *testing.T) {
+	plain := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
+	if h, _ := binary.Uvarint(plain.Encode()[2:]); h>>3&fSections != 0 {
+		t.Fatalf("a record without optional fields has sections")
 	}
-	r, err := DecodeRecord("id", v2)
-	if err != nil || r.Periodic != "e" || !r.SkipIfRunning {
-		t.Fatalf("decode v2: %+v %v", r, err)
+	full := *plain
+	full.Periodic, full.SkipIfRunning = "e", true
+	full.Unique, full.UniqueTTL, full.ReplyTo = "k:key", 3600, "replies"
+	got, err := DecodeRecord("x", full.Encode())
+	if err != nil || !reflect.DeepEqual(got, &full) {
+		t.Fatalf("decoded %+v, %v; want %+v", got, err, &full)
 	}
-	bare := append([]byte{}, v1...)
-	bare[1] = 2
-	if r, err := DecodeRecord("id", bare); err != nil || r.Periodic != "" {
-		t.Fatalf("version 2 without a trailer: %+v %v", r, err)
+	if r, err := DecodeRecord("x", withSections(plain, []byte{sectionPeriodic, 1, 'e'}, []byte{sectionFlags, 1, flagSkipIfRunning})); err != nil || r.Periodic != "e" || !r.SkipIfRunning {
+		t.Fatalf("hand-built sections: %+v, %v", r, err)
 	}
-	// Out of tag order, empty, a bad flag, truncated. (A section of an
-	// unknown tag is kept, not refused: TestRecordUnknownSectionKept.)
-	for _, trailer := range [][]byte{{2, 1, 1, 1, 1, 'e'}, {1, 0}, {2, 1, 7}, {1, 5, 'e'}} {
-		b := append(append([]byte{}, bare...), trailer...)
-		if _, err := DecodeRecord("id", b); !errors.Is(err, ErrMalformed) {
-			t.Errorf("trailer %v: %v, want ErrMalformed", trailer, err)
+	for name, secs := range map[string][][]byte{
+		"out of order":     {{sectionFlags, 1, flagSkipIfRunning}, {sectionPeriodic, 1, 'e'}},
+		"twice":            {{sectionUnique, 1, 'u'}, {sectionUnique, 1, 'v'}},
+		"empty periodic":   {{sectionPeriodic, 0}},
+		"bad flag":         {{sectionFlags, 1, 7}},
+		"truncated":        {{sectionPeriodic, 5, 'e'}},
+		"unknown required": {{'Z', 1, 'x'}},
+	} {
+		_, err := DecodeRecord("x", withSections(plain, secs...))
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+		if name == "unknown required" && (err == nil || !strings.Contains(err.Error(), "upgrade")) {
+			t.Errorf("unknown required section: %v, want it to say to upgrade", err)
 		}
 	}
 }

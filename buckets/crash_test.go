@@ -326,14 +326,10 @@ var crashCases = []crashCase{
 		_, err := s.Move(ctx, c, []string{Member("q", BucketTime(t0-1000, s.Resolution))}, 100)
 		return err
 	}},
-	{"Enqueue/scheduled inline", func(ctx context.Context, s *Store, c redis.Conn) error {
-		s.Inline = true
-		return nil
-	}, func(ctx context.Context, s *Store, c redis.Conn) error {
+	{"Enqueue/scheduled inline", nothing, func(ctx context.Context, s *Store, c redis.Conn) error {
 		return s.Enqueue(ctx, c, t0, []*Record{newRec(fixedID(1), t0+60_000)})
 	}},
 	{"Move/inline", func(ctx context.Context, s *Store, c redis.Conn) error {
-		s.Inline = true
 		for i, id := range []string{fixedID(1), fixedID(2)} {
 			if err := s.Enqueue(ctx, c, t0-60_000, []*Record{newRec(id, t0-1000-int64(i)*1000)}); err != nil {
 				return err

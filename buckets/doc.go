@@ -18,4 +18,13 @@
 //
 // Only Redis 2.4 commands and argument forms are used. The schema is
 // described in docs/design.md; [Keys] is the one place that formats a key.
+//
+// A task record has one encoding ([Record.Encode], [DecodeRecord]), and a
+// task alone in its bucket is scheduled by an index entry that names it
+// (an inline entry, [InlineMember]); both are the format, not options. A
+// record starts with the magic byte 'B' and the version byte 4: a later
+// release that changes the encoding recognises a record of this one by
+// those two bytes, and DecodeRecord refuses a record of any other version
+// with an error naming that version (wrapping [ErrMalformed], so that a
+// worker buries it as undecodable).
 package buckets

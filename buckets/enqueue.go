@@ -143,11 +143,11 @@ func (s *Store) enqueueFailed(ctx context.Context, conn redis.Conn, cmds cmdList
 
 // enqueueOne builds Enqueue's writes for one record: SET, SADD when the
 // queue is not known, then LPUSH q + tokens or RPUSH b and ZADD (only ZADD
-// of its inline entry with Store.Inline), HINCRBY and (maybe) the
+// of its inline entry, see Store.inline), HINCRBY and (maybe) the
 // dispatchers' wake. It returns them and the queue it adds.
 func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) {
 	cmds = make(cmdList, 0, 8)
-	cmds.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
+	cmds.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 	if !s.queueKnown(r.Queue, now) {
 		cmds.Queue("SADD", s.Keys.Queues(), r.Queue)
 		added = []string{r.Queue}
@@ -186,7 +186,7 @@ func (s *Store) splitEnqueue(now int64, recs []*Record) enqueueSplit {
 	sp := enqueueSplit{mset: make([]interface{}, 0, 2*len(recs)), queues: map[string]bool{},
 		ready: map[string][]string{}, sched: map[string]map[int64][]string{}, earliest: -1}
 	for _, r := range recs {
-		sp.mset = append(sp.mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
+		sp.mset = append(sp.mset, s.Keys.Task(r.ID), r.Encode())
 		sp.queues[r.Queue] = true
 		if r.Due <= now {
 			if len(sp.ready[r.Queue]) == 0 {

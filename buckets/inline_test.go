@@ -90,19 +90,12 @@ func TestGuardOfIsFixed(t *testing.T) {
 	}
 }
 
-// inlineStore is realStore writing inline entries.
-func inlineStore(t *testing.T) (*Store, *redis.Pool, redis.Conn) {
-	st, pool, admin := realStore(t)
-	st.Inline = true
-	return st, pool, admin
-}
-
 // A delayed task alone in its bucket is scheduled inline: one index entry
 // naming it, no bucket list; tasks enqueued together for one bucket, and
 // ids that are not of the generated shape, keep a list. MoveDue moves both
 // kinds, in due order, and the gauges end at zero.
 func TestInlineEnqueueAndMove(t *testing.T) {
-	st, pool, admin := inlineStore(t)
+	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -164,7 +157,7 @@ func TestInlineEnqueueAndMove(t *testing.T) {
 // An inline entry named to Move but no longer in the index (another
 // transaction took it) is stale: nothing is pushed and no guard bumped.
 func TestInlineMoveOfAGoneEntry(t *testing.T) {
-	st, pool, admin := inlineStore(t)
+	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -183,7 +176,7 @@ func TestInlineMoveOfAGoneEntry(t *testing.T) {
 // Dispatchers racing over the same inline entries move each exactly once:
 // every id reaches the ready list once, and the scheduled gauge ends at 0.
 func TestInlineMoveRace(t *testing.T) {
-	st, pool, admin := inlineStore(t)
+	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -255,7 +248,7 @@ func TestInlineMoveRace(t *testing.T) {
 func TestInlineSettleMove(t *testing.T) {
 	for _, ran := range []bool{true, false} {
 		t.Run(fmt.Sprintf("exec ran %v", ran), func(t *testing.T) {
-			st, pool, admin := inlineStore(t)
+			st, pool, admin := realStore(t)
 			ctx := testCtx(t)
 			conn := pool.Get()
 			defer conn.Close()
@@ -327,7 +320,7 @@ func checkClean(t *testing.T, st *Store, conn redis.Conn, when string) *CheckRep
 // check, which counts inline entries in the scheduled gauge and tells a
 // task in no place.
 func TestInlineReaders(t *testing.T) {
-	st, pool, admin := inlineStore(t)
+	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
 	defer conn.Close()

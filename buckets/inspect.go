@@ -184,7 +184,7 @@ func (s *Store) BucketTimes(ctx context.Context, conn redis.Conn, q string, from
 // MaxInlineListed bounds the index members at one time that a listing
 // reads (BucketWindows, BucketIndexed): the inline entries of every queue
 // there. A producer schedules inline only the first task it enqueues for
-// a bucket and the rest in the bucket's list (Store.Inline), so one time
+// a bucket and the rest in the bucket's list (Store.inline), so one time
 // seldom has more than a few; beyond this many, a listing leaves the rest
 // out.
 const MaxInlineListed = 1024

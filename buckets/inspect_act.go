@@ -248,7 +248,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 			case (a == ActRun || a == ActRetry) && inBucket:
 				fromBucket(r)
 				r.Due = now
-				tx.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
+				tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 				s.pushReady(tx, r.Queue, []string{r.ID}, true)
 			case a == ActRetry && r.State == StateDead:
 				tx.Queue("ZREM", s.Keys.Dead(), r.ID)
@@ -256,7 +256,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				r.State = StateWaiting
 				r.Attempts, r.Recoveries = 0, 0
 				r.Due, r.Finished = now, 0
-				tx.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
+				tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 				s.pushReady(tx, r.Queue, []string{r.ID}, true)
 			case a == ActCancel && (r.State == StateWaiting || r.State == StateRetry):
 				if inBucket {
@@ -268,7 +268,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 					return err
 				}
 				r.State, r.Finished = StateCancelled, now
-				tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, s.EncodeRecord(r))
+				tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, r.Encode())
 				tx.Queue("HINCRBY", st, StatCancelled, 1)
 				s.flowWrites(tx, r) // a workflow's task: its group or chain learns of it
 			case a == ActDelete:
@@ -291,7 +291,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 					} else {
 						tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, r.ID)
 						r.State, r.Finished, r.LastError = StateCancelled, now, "deleted"
-						tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, s.EncodeRecord(r))
+						tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, r.Encode())
 					}
 				case StateRunning:
 					tx.Queue("ZREM", s.Keys.Pending(r.Worker), r.ID)

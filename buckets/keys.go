@@ -107,11 +107,6 @@ func (k Keys) TurnMissed() string { return k.prefix + "turn:missed" }
 // Queues is the set of queue names ever enqueued to: SET.
 func (k Keys) Queues() string { return k.prefix + "queues" }
 
-// Format is the namespace's format mark: the storage version every
-// process on it may write (format.go); absent, the storage every release
-// reads.
-func (k Keys) Format() string { return k.prefix + "format" }
-
 // Stats holds queue q's counters: HASH, see the Stat* field names.
 func (k Keys) Stats(q string) string { return k.prefix + "st:" + q }
 

@@ -257,7 +257,7 @@ func (s *Store) cancelFirings(tx *txn.Tx, ids []string, now, ttl int64) ([]strin
 		r.State = StateCancelled
 		r.Finished = now
 		r.LastError = "cancelled: the entry's schedule changed"
-		tx.Queue("SETEX", key, ttl, s.EncodeRecord(r))
+		tx.Queue("SETEX", key, ttl, r.Encode())
 		tx.Queue("HINCRBY", st, StatCancelled, 1)
 		cancelled = append(cancelled, id)
 	}
@@ -313,7 +313,7 @@ func (s *Store) skipOverlap(tx queuer, r *Record, now int64, prev string) {
 	r.State = StateCancelled
 	r.Finished = now
 	r.LastError = "skipped: previous run " + prev + " still running"
-	tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, s.EncodeRecord(r))
+	tx.Queue("SETEX", s.Keys.Task(r.ID), overlapTTL, r.Encode())
 	tx.Queue("HINCRBY", st, StatCancelled, 1)
 }
 

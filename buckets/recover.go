@@ -149,7 +149,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 				}
 			}
 			r.State = StateWaiting
-			tx.Queue("SET", s.Keys.Task(id), s.EncodeRecord(r))
+			tx.Queue("SET", s.Keys.Task(id), r.Encode())
 			back.add(r.Queue, id)
 			res.Requeued++
 		}

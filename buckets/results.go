@@ -99,7 +99,7 @@ func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 		MaxAttempts: max(r.MaxAttempts, 1), TimeoutMs: max(r.TimeoutMs, 1),
 		Created: r.Finished, Due: max(r.Finished, 1),
 	}
-	tx.Queue("SET", s.Keys.Task(reply.ID), s.EncodeRecord(reply))
+	tx.Queue("SET", s.Keys.Task(reply.ID), reply.Encode())
 	tx.Queue("SADD", s.Keys.Queues(), q)
 	s.pushReady(tx, q, []string{reply.ID}, false)
 	r.Spawned = append(r.Spawned, reply)

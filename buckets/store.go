@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -62,32 +61,6 @@ type Store struct {
 	// FlowTTL is how long, in seconds, a workflow's hash is kept after
 	// the workflow ended (workflow.go); at least 1.
 	FlowTTL int64
-	// Compact makes the store write version 4 task records (EncodeRecord),
-	// which no earlier release reads; see WriteCompactRecords.
-	Compact bool
-	// Inline makes the store schedule the first task it enqueues for a
-	// bucket without a bucket list, when no other task of its enqueue
-	// goes there: its index entry names the task (InlineMember), which
-	// saves the list key's memory and the bucket's reads and writes at
-	// the move. Later tasks of the bucket go to its list (the store
-	// remembers the last inlineMemory buckets it inlined), as do tasks
-	// enqueued together for one bucket, ids not Inlineable, retries and
-	// tasks placed again. No earlier release reads an inline entry.
-	Inline bool
-	// Auto makes the store follow the namespace's format mark: it writes
-	// compact storage (as Compact and Inline do) once ResolveFormat found
-	// the namespace marked for it, or new and marked it (format.go).
-	Auto bool
-	// FormatRecheck is how often a store that follows the mark looks at
-	// an unmarked namespace again (one GET); 0: the package's
-	// FormatRecheck, a minute.
-	FormatRecheck time.Duration
-	// format is what the store knows of the mark (formatUnknown,
-	// formatLegacy, formatCompact); formatNext is when (time.Now in ns)
-	// ResolveFormat may look again.
-	format     atomic.Int32
-	formatNext atomic.Int64
-
 	// inlined remembers the buckets this store scheduled an inline entry
 	// for (Store.inline): a later task of the same bucket goes to its
 	// list, so a burst keeps the list's cost per task, not an entry's.
@@ -211,8 +184,8 @@ func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
 // queue -> bucket time -> ids: per queue, in time order, each bucket's
 // RPUSH; then one ZADD that indexes every bucket (variadic since 2.4, so
 // a group of one-task buckets sends one index command, not one a task;
-// with Store.Inline a bucket of one task is its task's inline entry,
-// with no RPUSH);
+// a bucket of one task is its task's inline entry, with no RPUSH: see
+// inline);
 // then per queue HINCRBY st:<q> scheduled by its count. The caller wakes
 // the dispatchers.
 func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) {
@@ -258,10 +231,15 @@ type bucketRef struct {
 const inlineMemory = 4096
 
 // inline reports whether task id, alone in its enqueue's bucket q at ts,
-// is scheduled inline (Store.Inline): the first such task of the bucket
-// this store sees.
+// is scheduled without a bucket list: its index entry names it
+// (InlineMember), which saves the list key's memory and the bucket's
+// reads and writes at the move. Only the first such task of the bucket
+// this store sees is: later tasks of the bucket go to its list (the store
+// remembers the last inlineMemory buckets it inlined), so a burst keeps a
+// list's cost per task, as do tasks enqueued together for one bucket, ids
+// not Inlineable, retries and tasks placed again.
 func (s *Store) inline(q string, ts int64, id string) bool {
-	if !s.inlines() || !Inlineable(id) {
+	if !Inlineable(id) {
 		return false
 	}
 	k := bucketRef{q, ts}

@@ -22,7 +22,7 @@ const idTimeBits = 48
 // nowMs in the top 48 (a ULID's layout) and 80 bits of crypto/rand below,
 // as IDLen base62 digits, zero-padded. Ids made in one millisecond share
 // their first digits and differ in the random bits. IDTime reads the
-// time back, which is why a version 4 record need not store when its
+// time back, which is why a task record need not store when its
 // task was created. A nowMs outside 1 to 2^48−1 is stored as 0 (IDTime
 // then reports none).
 func NewID(nowMs int64) string {
@@ -52,8 +52,8 @@ func EncodeID(b [16]byte) string {
 // id starts with IDLen base62 digits spelling at most 128 bits and the
 // rest, if any, starts with '~' (a lane suffix "~k", see the engine's
 // LaneOf, or a reply task's "~r<run>.<finished>"). Any id of that shape
-// has such a time, generated or chosen: a version 4 record uses it only
-// when it equals the record's Created (f4CreatedID), so an id can never
+// has such a time, generated or chosen: a task record uses it only
+// when it equals the record's Created (fCreatedID), so an id can never
 // make a record decode to another time.
 func IDTime(id string) (int64, bool) {
 	if len(id) < IDLen || len(id) > IDLen && id[IDLen] != '~' {

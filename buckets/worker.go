@@ -272,7 +272,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		r.Worker = w
 		r.Started = now
 		r.Deadline = deadline(r)
-		wq.Queue("SET", key, s.EncodeRecord(r))
+		wq.Queue("SET", key, r.Encode())
 		wq.Queue("ZADD", a.Pending(), r.Deadline, idArg)
 		batch.register(wq, s.Keys, w)
 		wq.Queue("HINCRBY", a.Stats(r.Queue), StatRunning, 1)
@@ -350,7 +350,7 @@ func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
 	r.Finished = now
 	r.Worker = ""
 	r.LastError = truncate(reason, MaxErrorLen)
-	tx.Queue("SET", s.Keys.Task(r.ID), s.EncodeRecord(r))
+	tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 	tx.Queue("ZADD", s.Keys.Dead(), now, r.ID)
 	if r.Queue != "" {
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatDead, 1)
@@ -503,7 +503,7 @@ func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, no
 		r.State = StateDone
 		r.Finished = now
 		if doneTTL > 0 {
-			tx.Queue("SETEX", key, doneTTL, s.EncodeRecord(r))
+			tx.Queue("SETEX", key, doneTTL, r.Encode())
 		} else {
 			tx.Queue("DEL", key)
 		}
@@ -517,7 +517,7 @@ func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, no
 		} else {
 			r.State = StateWaiting
 		}
-		tx.Queue("SET", key, s.EncodeRecord(r))
+		tx.Queue("SET", key, r.Encode())
 		s.place(tx, r, now, false)
 	case Bury:
 		tx.Queue("HINCRBY", st, StatFailed, 1)

@@ -496,7 +496,7 @@ func (s *Store) flowWrites(tx queuer, r *Record) {
 				nf.Input = r.Result
 			}
 			nr := next.record(FlowStepID(f.ID, f.Step+1), nf, r.Finished)
-			tx.Queue("SET", s.Keys.Task(nr.ID), s.EncodeRecord(nr))
+			tx.Queue("SET", s.Keys.Task(nr.ID), nr.Encode())
 			tx.Queue("SADD", s.Keys.Queues(), nr.Queue)
 			s.place(tx, nr, r.Finished, false)
 			r.Spawned = append(r.Spawned, nr)
@@ -589,7 +589,7 @@ func (s *Store) fire(tx queuer, v *groupView, id string, now int64) *Record {
 	tmpl.State = StateWaiting
 	tmpl.Created = now
 	tmpl.Due = max(now+max(tmpl.Due, 0), 1) // the template's Due is its delay
-	tx.Queue("SET", s.Keys.Task(tmpl.ID), s.EncodeRecord(tmpl))
+	tx.Queue("SET", s.Keys.Task(tmpl.ID), tmpl.Encode())
 	tx.Queue("SADD", s.Keys.Queues(), tmpl.Queue)
 	s.place(tx, tmpl, now, false)
 	tx.Queue("HSET", v.key, FlowFieldFired, tmpl.ID)

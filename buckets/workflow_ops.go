@@ -57,7 +57,7 @@ func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id 
 	ready := map[string][]string{}
 	var readyQs []string
 	for _, r := range recs {
-		mset = append(mset, s.Keys.Task(r.ID), s.EncodeRecord(r))
+		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
 		queues[r.Queue] = true
 		if r.Due <= now {
 			if len(ready[r.Queue]) == 0 {
@@ -338,7 +338,7 @@ func (s *Store) stopStep(ctx context.Context, conn redis.Conn, id string, now, t
 			f := *r.Flow
 			f.Cancelled = true
 			r.Flow = &f
-			tx.Queue("SET", key, s.EncodeRecord(r))
+			tx.Queue("SET", key, r.Encode())
 			done = true
 		case r.State == StateDone && len(r.Flow.Next) > 0 && !r.Flow.Cancelled:
 			// It succeeded: its successor is the step to stop.

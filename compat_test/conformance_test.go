@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/redis24"
 )
@@ -28,12 +29,6 @@ var scenarios = []scenario{
 	{name: "enqueue", run: scenarioEnqueue},
 	{name: "schedule", run: scenarioSchedule},
 	{name: "cancel", run: scenarioCancel},
-	// A new namespace gets the compact storage (most scheduled tasks are
-	// inline entries, which the dispatcher moves and Cancel removes under
-	// their guards); the storage every release reads is run too.
-	{name: "cancel/legacy", run: func(e *env) { e.cfg.LegacyRecords = true; scenarioCancel(e) }},
-	{name: "schedule/legacy", run: func(e *env) { e.cfg.LegacyRecords = true; scenarioSchedule(e) }},
-	{name: "storage-format", run: scenarioStorageFormat},
 	{name: "cancel-race", run: scenarioCancelRace},
 	{name: "periodic", run: scenarioPeriodic},
 	{name: "exactly-once", run: scenarioExactlyOnce},
@@ -46,8 +41,8 @@ var scenarios = []scenario{
 	{name: "priorities", run: scenarioPriorities},
 	{name: "shutdown", run: scenarioShutdown},
 	{name: "idle-wake", run: scenarioIdleWake},
-	{name: "lost-move-reply", run: scenarioLostMoveReply},
-	{name: "lost-move-reply/legacy", run: func(e *env) { e.cfg.LegacyRecords = true; scenarioLostMoveReply(e) }},
+	{name: "lost-move-reply", run: func(e *env) { scenarioLostMoveReply(e) }},
+	{name: "lost-move-reply/list", run: func(e *env) { scenarioLostMoveReply(e, engine.TaskID("lost-move-reply")) }},
 	{name: "dispatch-turn", run: scenarioDispatchTurn},
 	{name: "wrong-type", run: scenarioWrongType},
 	{name: "unique-results", run: scenarioUniqueResults},

@@ -620,8 +620,10 @@ func scenarioRetryAllOnce(e *env) {
 // seam loses the first move's reply before the EXEC reaches the server
 // (the bucket is still there: a later round moves it) and the next move's
 // after it ran (the task is in the ready list: settling writes nothing).
-// The task runs once, on time.
-func scenarioLostMoveReply(e *env) {
+// The task runs once, on time. opts are the task's: a generated id makes
+// it an inline entry, a chosen one (not of the generated shape) a bucket
+// list, so that both kinds of move are settled.
+func scenarioLostMoveReply(e *env, opts ...engine.Option) {
 	t, ctx := e.t, e.ctx
 	c := e.client()
 	var rec recorder
@@ -661,7 +663,7 @@ func scenarioLostMoveReply(e *env) {
 	_, stopW := e.worker(e.cfg, rec.handler())
 	_, stopD := e.dispatcher(e.cfg)
 	start := time.Now()
-	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "x", nil))
+	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "x", nil, opts...))
 	rec.waitRuns(t, 1)
 	d := time.Since(start)
 	time.Sleep(300 * time.Millisecond) // a second copy, if any, would run now

@@ -41,14 +41,17 @@ func describe(fs []CheckFinding) string {
 // finds nothing.
 func TestCheckFindsAndRepairsDamage(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the damage is to a bucket list and its index member
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)
-	due := time.Now().Add(time.Hour) // one bucket for the three
+	// One bucket for the three, enqueued together so that it is a list
+	// (the damage is to a bucket list and its index member).
+	due := time.Now().Add(time.Hour)
+	var batch []NewTask
 	for i := 0; i < 3; i++ {
-		if _, err := c.Enqueue(ctx, "t", nil, At(due)); err != nil {
-			t.Fatal(err)
-		}
+		batch = append(batch, NewTask{Type: "t", Options: []Option{At(due)}})
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.Enqueue(ctx, "t", nil); err != nil {
 		t.Fatal(err)

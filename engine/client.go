@@ -197,10 +197,7 @@ func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Recor
 	if err != nil {
 		return nil, err
 	}
-	defer func() { conn.Close() }()
-	if conn, err = resolveFormat(ctx, c.store, c.pool, conn, c.cfg.Logger); err != nil {
-		return nil, failed("get a connection", err)
-	}
+	defer conn.Close()
 	if err := c.store.Enqueue(ctx, conn, ms(now), recs, chosen...); err != nil {
 		var ex *buckets.ExistsError
 		var dup *buckets.DuplicateError

@@ -23,39 +23,6 @@ type Config struct {
 	Resolution time.Duration
 	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
 	MaxPayload int
-	// CompactRecords makes the parts built with this Config write the
-	// compact storage of this release whatever the namespace's format
-	// mark says. Task records in the shorter format (record version 4: a
-	// waiting task's header is 20 to 30 bytes shorter; the time it was
-	// created is read from its generated id, and the default queue,
-	// attempts and timeout take no byte). And inline entries: the first
-	// delayed task a client enqueues for a bucket, alone in its enqueue's
-	// bucket, is scheduled by an index entry that names it, without a
-	// bucket list (about 180 bytes less on Redis 7.0, and a cheaper
-	// move). Earlier releases read neither.
-	//
-	// With neither CompactRecords nor LegacyRecords (the default), the
-	// namespace decides: a client or worker writes compact storage on a
-	// namespace marked for it (the key {ns}:format), and marks a new
-	// namespace (one on which nothing was ever enqueued and no worker
-	// registered) itself. A namespace in use without the mark keeps the
-	// storage every release reads until `engine storage compact` marks
-	// it, once every process on it runs this release or a later one
-	// (docs/operations.md). Everything written either way stays readable.
-	CompactRecords bool
-	// LegacyRecords makes the parts built with this Config write only
-	// the storage every release reads (record versions 1 and 2, a list
-	// for every bucket), whatever the namespace's mark says: for a
-	// process that shares a namespace with earlier releases.
-	LegacyRecords bool
-	// FormatRecheck is how often a process that follows the namespace's
-	// format mark (neither CompactRecords nor LegacyRecords) and found the
-	// namespace in use and unmarked looks at the mark again: one GET, on
-	// the enqueue or heartbeat path, at most this often. After `engine
-	// storage compact` every such process writes compact storage within
-	// it. Default 1 minute.
-	FormatRecheck time.Duration
-
 	// DefaultQueue is the queue of a task enqueued without Queue().
 	// Default "default".
 	DefaultQueue string
@@ -263,9 +230,6 @@ func (c Config) withDefaults() Config {
 	if c.MaxPayload == 0 {
 		c.MaxPayload = 512 << 10
 	}
-	if c.FormatRecheck == 0 {
-		c.FormatRecheck = buckets.FormatRecheck
-	}
 	if c.DefaultQueue == "" {
 		c.DefaultQueue = "default"
 	}
@@ -398,12 +362,6 @@ func (c Config) Validate() error {
 	if !buckets.ValidName(c.Namespace) {
 		bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
 	}
-	if c.CompactRecords && c.LegacyRecords {
-		bad("LegacyRecords", "set with CompactRecords: want one of them, or neither (the namespace's format mark decides)")
-	}
-	if c.FormatRecheck < 0 {
-		bad("FormatRecheck", "%v: want a positive interval, or 0 for the default", c.FormatRecheck)
-	}
 	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
 		bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
 	}
@@ -528,10 +486,6 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 		st.Redial = pool.GetContext
 	}
 	st.FlowTTL = c.doneTTL()
-	st.Compact = c.CompactRecords
-	st.Inline = c.CompactRecords
-	st.Auto = !c.CompactRecords && !c.LegacyRecords
-	st.FormatRecheck = c.FormatRecheck
 	if c.ResultRetention > 0 {
 		st.ResultTTL = max(1, int64((c.ResultRetention+time.Second-1)/time.Second))
 	}

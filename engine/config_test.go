@@ -22,7 +22,6 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{Config{Queues: []QueueConfig{{Name: "a"}, {Name: "b", Weight: -2}}}, "Queues[1].Weight"},
 		{Config{HeartbeatInterval: 20 * time.Second, HeartbeatTTL: 30 * time.Second}, "HeartbeatTTL"},
 		{Config{Resolution: 2 * time.Minute}, "Resolution"},
-		{Config{FormatRecheck: -time.Second}, "FormatRecheck"},
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/google/uuid"
 )
 
@@ -72,10 +71,9 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 	}
 }
 
-// An enqueue whose deadline outlasts the look at the namespace's format
-// mark (buckets.FormatLookTimeout), against a server that accepts
-// connections and answers nothing but INFO (the version a transaction
-// runner reads first), sends its write and loses the reply: the error
+// An enqueue against a server that accepts connections and answers
+// nothing but INFO (the version a transaction runner reads first) sends
+// its write and loses the reply: the error
 // matches ErrUncertain, and context.DeadlineExceeded too, since the
 // deadline is what ended the wait. (Against a server that answers nothing
 // at all, the write is never sent: TestCallsBoundedByDeadline.)
@@ -88,7 +86,7 @@ func TestEnqueueUncertainAtDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := buckets.FormatLookTimeout + 500*time.Millisecond
+	deadline := 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
@@ -109,7 +107,6 @@ func TestEnqueueUncertainAtDeadline(t *testing.T) {
 func TestEnqueueUncertainSettleAtDeadline(t *testing.T) {
 	t.Parallel()
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // no look at the format mark: the cut is the enqueue's own
 	addr := silentAddr(t)
 	var cut atomic.Bool
 	pool := &redisPool{Dial: func() (redisConn, error) {

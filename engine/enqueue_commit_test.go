@@ -104,9 +104,6 @@ func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redi
 	t.Cleanup(func() { pool.Close() })
 	cfg := e.cfg
 	cfg.EnqueueGroupLanes = lanes
-	// The tests count, gate and refuse the enqueue's own round trips: no
-	// look at the format mark (its own transaction) before them.
-	cfg.LegacyRecords = true
 	c, err := NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -118,10 +118,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
-	defer func() { conn.Close() }()
-	if conn, err = resolveFormat(ctx, w.store, w.pool, conn, w.log); err != nil {
-		return err
-	}
+	defer conn.Close()
 	ttl := int64(w.cfg.HeartbeatTTL / time.Second)
 	if full {
 		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)

@@ -144,82 +144,43 @@ func TestEnqueueIDs(t *testing.T) {
 	}
 }
 
-// Records are written in the format earlier releases read with
-// LegacyRecords, or by default on a namespace in use that is not marked;
-// in the shorter one with CompactRecords, which this release reads like
-// the other (a record of each is looked up and cancelled).
-func TestCompactRecords(t *testing.T) {
+// A task's record starts with the magic byte and the version, 4; its
+// creation time is its id's, not stored: the header is the magic, the
+// version, state and mask, the due delta and the type. It is looked up and
+// cancelled, and the cancelled record is the same version.
+func TestTaskRecord(t *testing.T) {
 	e := realEnv(t)
 	ctx := context.Background()
 	conn := e.admin(t)
-	version := func(id string) byte {
-		b, err := redis.Bytes(conn.Do("GET", e.key("t:"+id)))
-		if err != nil || len(b) < 3 {
-			t.Fatalf("record of %s: %q, %v", id, b, err)
-		}
-		return b[1]
-	}
-	// enqueueWith enqueues a delayed task with a new client of cfg, and
-	// returns the client too.
-	enqueueWith := func(cfg Config, payload string) (*Client, *TaskInfo) {
-		t.Helper()
-		c, err := NewClient(e.pool, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ti, err := c.Enqueue(ctx, "job", []byte(payload), In(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, ti
-	}
-	legacy := e.cfg
-	legacy.LegacyRecords = true
-	_, old := enqueueWith(legacy, "x")
-	if v := version(old.ID); v != 1 {
-		t.Fatalf("LegacyRecords: record version %d, want 1 (what earlier releases read)", v)
-	}
-	// The namespace is in use now and not marked: a client that follows
-	// the mark (the default) writes what earlier releases read.
-	if ti, err := e.client(t).Enqueue(ctx, "job", []byte("w"), In(time.Hour)); err != nil || version(ti.ID) != 1 {
-		t.Fatalf("default on a namespace in use without the mark: %v, version %d; want 1", err, version(ti.ID))
-	}
-	cfg := e.cfg
-	cfg.CompactRecords = true
-	c, nu := enqueueWith(cfg, "y")
-	if v := version(nu.ID); v != 4 {
-		t.Fatalf("CompactRecords: record version %d, want 4", v)
-	}
-	// The setting is the Config's: a client without it still follows
-	// the namespace, which is not marked.
-	if ti, err := e.client(t).Enqueue(ctx, "job", []byte("z"), In(time.Hour)); err != nil || version(ti.ID) != 1 {
-		t.Fatalf("a client without CompactRecords after one with it: %v, version %d", err, version(ti.ID))
-	}
-	if _, err := NewClient(e.pool, Config{Namespace: e.ns, CompactRecords: true, LegacyRecords: true}); err == nil {
-		t.Fatal("a Config with both CompactRecords and LegacyRecords was taken")
-	}
-	// Its creation time is its id's, not stored: the header is the
-	// magic, the version, state and mask, the due delta and the type.
-	raw, err := redis.Bytes(conn.Do("GET", e.key("t:"+nu.ID)))
+	c := e.client(t)
+	ti, err := c.Enqueue(ctx, "job", []byte("y"), In(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created, ok := buckets.IDTime(nu.ID); !ok || created != nu.Created.UnixMilli() {
-		t.Fatalf("id %s carries %d, %v; the task was created at %d", nu.ID, created, ok, nu.Created.UnixMilli())
-	}
-	if head := len(raw) - len("y") - len("job"); head > 3+4+1 {
-		t.Fatalf("a compact record's header is %d bytes: %x", head, raw)
-	}
-	for _, ti := range []*TaskInfo{old, nu} {
-		got, err := c.Lookup(ctx, ti.ID)
-		if err != nil || !bytes.Equal(got.Payload, ti.Payload) || got.Due.UnixMilli() != ti.Due.UnixMilli() {
-			t.Fatalf("Lookup(%s) = %+v, %v; want %+v", ti.ID, got, err, ti)
+	raw := func() []byte {
+		b, err := redis.Bytes(conn.Do("GET", e.key("t:"+ti.ID)))
+		if err != nil || len(b) < 3 {
+			t.Fatalf("record of %s: %q, %v", ti.ID, b, err)
 		}
-		if err := c.Cancel(ctx, ti.ID); err != nil {
-			t.Fatalf("Cancel(%s): %v", ti.ID, err)
-		}
+		return b
 	}
-	if v := version(old.ID); v != 4 {
-		t.Errorf("a cancelled earlier-format record is rewritten as version %d, want 4", v)
+	if b := raw(); b[0] != 'B' || b[1] != 4 {
+		t.Fatalf("record starts %q; want B and version 4", b[:2])
+	}
+	if created, ok := buckets.IDTime(ti.ID); !ok || created != ti.Created.UnixMilli() {
+		t.Fatalf("id %s carries %d, %v; the task was created at %d", ti.ID, created, ok, ti.Created.UnixMilli())
+	}
+	if head := len(raw()) - len("y") - len("job"); head > 3+4+1 {
+		t.Fatalf("the record's header is %d bytes: %x", head, raw())
+	}
+	got, err := c.Lookup(ctx, ti.ID)
+	if err != nil || !bytes.Equal(got.Payload, ti.Payload) || got.Due.UnixMilli() != ti.Due.UnixMilli() {
+		t.Fatalf("Lookup(%s) = %+v, %v; want %+v", ti.ID, got, err, ti)
+	}
+	if err := c.Cancel(ctx, ti.ID); err != nil {
+		t.Fatalf("Cancel(%s): %v", ti.ID, err)
+	}
+	if v := raw()[1]; v != 4 {
+		t.Errorf("the cancelled record is version %d, want 4", v)
 	}
 }

@@ -128,7 +128,6 @@ func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
 // written tasks, so the batch runs whole.
 func TestEnqueueSettlesLostExecReply(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 	const q = "settle-enqueue"
 	admin := e.admin(t)
 	keys, err := buckets.NewKeys(e.cfg.Namespace)

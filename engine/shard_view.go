@@ -576,26 +576,3 @@ func (c *ShardedClient) PurgeAllDead(ctx context.Context) (int, error) {
 	}
 	return n, err
 }
-
-// StorageFormat is the lowest format mark of the lanes (see
-// Client.StorageFormat): CompactStorage only when every lane is marked.
-func (c *ShardedClient) StorageFormat(ctx context.Context) (int, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) (int, error) { return c.lanes[k].StorageFormat(ctx) })
-	if err != nil {
-		return 0, err
-	}
-	low := CompactStorage
-	for _, v := range per {
-		low = min(low, v)
-	}
-	return low, nil
-}
-
-// SetStorageFormat sets the format mark of every lane (see
-// Client.SetStorageFormat).
-func (c *ShardedClient) SetStorageFormat(ctx context.Context, compact bool) error {
-	_, _, err := eachLane(len(c.lanes), func(k int) (struct{}, error) {
-		return struct{}{}, c.lanes[k].SetStorageFormat(ctx, compact)
-	})
-	return err
-}

@@ -116,7 +116,6 @@ func (e *env) count(t testing.TB, q, id string) int {
 // leaves exactly one task either way.
 func TestTaskIDRetryAfterLostExec(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
-		e.cfg.LegacyRecords = true // the test cuts or counts the enqueue's own round trips: no look at the format mark before them
 		ctx := context.Background()
 		retry := e.client(t)
 		for _, after := range []bool{true, false} {

@@ -291,7 +291,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 		}
 		r.ID = buckets.FlowCallbackID(g.ID)
 		r.Created, r.Due = 0, g.Callback.Delay.Milliseconds() // the template's Due is its delay
-		cb = c.store.EncodeRecord(r)
+		cb = r.Encode()
 		if err := checkWriteBytes(ErrWorkflowLimit, "group "+g.ID+": its members and callback", append(recs[:len(recs):len(recs)], r)); err != nil {
 			return nil, err
 		}

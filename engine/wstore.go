@@ -31,7 +31,6 @@ type workerStore interface {
 	RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (buckets.RequeueResult, error)
 	Forget(ctx context.Context, conn redis.Conn, w string, requireDead bool) (bool, error)
 	SetAside(ctx context.Context, conn redis.Conn, want string, keys ...string) ([]string, error)
-	ResolveFormat(ctx context.Context, conn redis.Conn) (bool, error)
 	placer
 }
 

@@ -205,13 +205,6 @@ func (d *dyingStore) SetAside(ctx context.Context, conn redis.Conn, want string,
 	return d.workerStore.SetAside(ctx, conn, want, keys...)
 }
 
-func (d *dyingStore) ResolveFormat(ctx context.Context, conn redis.Conn) (bool, error) {
-	if d.dead() {
-		return false, errInjected
-	}
-	return d.workerStore.ResolveFormat(ctx, conn)
-}
-
 // dieAndTakeOver runs a worker with h that dies at stage (a dyingStore),
 // waits for the death, then starts a reaper and a second worker with h,
 // which take the dead worker's tasks over. It returns the dying store.

@@ -108,9 +108,8 @@ type setting struct {
 // engine.Config field: the file, the environment and flags write straight
 // into an engine.Config.
 var engineFields = map[string]string{
-	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload", "compact_records": "CompactRecords", "legacy_records": "LegacyRecords",
-	"format_recheck": "FormatRecheck",
-	"default_queue":  "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
+	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload",
+	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
 	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
 	"allow_eviction": "AllowEviction",
 	"concurrency":    "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",

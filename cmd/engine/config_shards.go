@@ -266,8 +266,6 @@ type tasksAPI interface {
 	CancelWorkflow(ctx context.Context, id string) (int, error)
 	EnqueueChain(ctx context.Context, id string, steps ...engine.Step) (*engine.WorkflowInfo, error)
 	EnqueueGroup(ctx context.Context, g engine.Group) (*engine.WorkflowInfo, error)
-	StorageFormat(ctx context.Context) (int, error)
-	SetStorageFormat(ctx context.Context, compact bool) error
 }
 
 // tasks is the session's tasksAPI: the sharded client with shards.

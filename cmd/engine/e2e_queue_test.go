@@ -47,31 +47,6 @@ func TestE2EQueuePauseResume(t *testing.T) {
 	run.stop(syscall.SIGTERM, 10*time.Second)
 }
 
-// TestE2EStorage: engine storage shows the mark a new namespace got from
-// its first enqueue, removes it and sets it again; a bad argument is a
-// usage error.
-func TestE2EStorage(t *testing.T) {
-	h := newHarness(t)
-	if out := h.ok("storage"); !strings.Contains(out, "storage: legacy") {
-		t.Errorf("storage on an empty namespace printed %q; want legacy", out)
-	}
-	h.enqueue("--type", "append", "--payload", "x")
-	if out := h.ok("storage"); !strings.Contains(out, "storage: compact (version 4)") {
-		t.Errorf("storage after the first enqueue printed %q; want compact", out)
-	}
-	if out := h.ok("storage", "legacy"); !strings.Contains(out, "storage: legacy") {
-		t.Errorf("storage legacy printed %q", out)
-	}
-	if out := h.ok("storage", "compact"); !strings.Contains(out, "storage: compact") {
-		t.Errorf("storage compact printed %q", out)
-	}
-	for _, args := range [][]string{{"storage", "tiny"}, {"storage", "compact", "now"}} {
-		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
-			t.Errorf("engine %v: exit %d, stderr %q; want a usage error", args, code, errOut)
-		}
-	}
-}
-
 // TestE2EUnservedQueueHint: a task enqueued into a queue no live worker
 // serves is not waited for silently: enqueue --wait says so on stderr,
 // and stats lists the queue below its table, as it lists unserved types.

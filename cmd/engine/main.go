@@ -154,7 +154,7 @@ dead, cancelled, timed out.`,
 	root.SetErr(a.stderr)
 	root.SetVersionTemplate("engine {{.Version}} " + runtime.Version() + "\n")
 	root.AddCommand(a.newRunCmd(), a.newEnqueueCmd(), a.newCancelCmd(), a.newLookupCmd(), a.newCheckCmd(),
-		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newStorageCmd(), a.newPeriodicCmd(), a.newDemoCmd(), a.newVersionCmd(), a.newDashboardCmd(),
+		a.newStatsCmd(), a.newDeadCmd(), a.newQueueCmd(), a.newPeriodicCmd(), a.newDemoCmd(), a.newVersionCmd(), a.newDashboardCmd(),
 		a.newWorkflowCmd(), a.newShardsCmd())
 	root.AddCommand(a.newInspectCmds()...)
 	groupCommands(root)

@@ -119,8 +119,10 @@ func (b *badData) phase1(ctx context.Context) {
 	now := time.Now()
 
 	// 1. Records overwritten with garbage while their ids wait in buckets.
-	garbage := [][]byte{[]byte("garbage"), {}, []byte("B"), []byte("B\x01"), []byte("B\x09w\x00"), []byte("B\x01z\x00\x00"),
-		append([]byte("B\x01w"), bytes.Repeat([]byte{0xff}, 12)...)}
+	// Not a record, an empty one, records of versions this release does
+	// not read, a state code no state has and an overlong varint.
+	garbage := [][]byte{[]byte("garbage"), {}, []byte("B"), []byte("B\x03\x00\x01t"), []byte("B\x09\x00\x01t"), []byte("B\x04\x07\x01t"),
+		append([]byte("B\x04"), bytes.Repeat([]byte{0xff}, 12)...)}
 	corrupt := &badItem{name: "corrupted record", deadReason: "malformed",
 		expected: "dead letter saying the record is malformed; never runs"}
 	for i, g := range garbage {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -546,12 +545,6 @@ func (h *harness) check(ctx context.Context) *Report {
 	if h.sc.Ahead {
 		noted(obs.checkAhead())
 	}
-	if h.sc.Formats {
-		noted(h.checkFormats(obs))
-	}
-	if h.sc.FormatSwitch {
-		noted(h.checkSwitch(obs))
-	}
 	if h.sc.Inline {
 		noted(h.checkInline())
 	}
@@ -610,44 +603,6 @@ func (h *harness) checkInline() (string, error) {
 		return "", fmt.Errorf("%w: no inline entry was moved", errNotExercised)
 	}
 	return fmt.Sprintf("inline entries removed from the index (the guards' total): %d", total), nil
-}
-
-// checkFormats reads the record of every acknowledged task and tells, by
-// its producer's setting (Scenario.Formats), whether it is still in the
-// format its producer wrote. Each crossing (a compact record rewritten in
-// the earlier format, and the other way) must be seen at least once.
-func (h *harness) checkFormats(obs *observed) (string, error) {
-	compact := map[string]bool{} // producer ledger path → writes version 4
-	for _, p := range h.allProcs() {
-		if p.Role == roleProducer && slices.Contains(h.sc.SlotArgs[fmt.Sprintf("%s-%d", p.Role, p.Slot)], "-compact-records") {
-			compact[p.LedgerPath] = true
-		}
-	}
-	var n [2][2]int // [producer compact][record compact]
-	for id, a := range obs.acked {
-		if v, ok := h.recordVersion(id); ok {
-			n[btoi(compact[a.File])][btoi(v == 4)]++
-		}
-	}
-	note := fmt.Sprintf("task records at the end: of compact producers' tasks %d compact and %d in the earlier format; of the others' %d compact and %d in the earlier format",
-		n[1][1], n[1][0], n[0][1], n[0][0])
-	if n[1][0] == 0 || n[0][1] == 0 {
-		return "", fmt.Errorf("no record was seen rewritten across formats both ways (%s)", note)
-	}
-	return note, nil
-}
-
-// recordVersion reads task id's record and returns its version; false
-// when no record is kept (no done record, or bad data).
-func (h *harness) recordVersion(id string) (byte, bool) {
-	l := h.laneOf(id)
-	c := l.admin.Get()
-	defer c.Close()
-	raw, err := redis.Bytes(c.Do("GET", l.keys.Task(id)))
-	if err != nil || len(raw) < 2 {
-		return 0, false
-	}
-	return raw[1], true
 }
 
 // earlyBound is how early a task may start on its producer's clock: the

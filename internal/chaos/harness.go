@@ -170,9 +170,6 @@ type harness struct {
 	// evicted the keys the servers evicted meanwhile (INFO evicted_keys).
 	fills, evicted atomic.Int64
 	partialWhere   map[string]*partialWhere
-	// markedAt is when the harness marked the namespace for the compact
-	// storage (Scenario.FormatSwitch); zero until then.
-	markedAt time.Time
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -341,11 +338,6 @@ func (h *harness) addSlots(role string, n int) []*slot {
 
 func (h *harness) run(ctx context.Context) (*Report, error) {
 	sc := h.sc
-	if sc.FormatSwitch {
-		if err := h.useNamespace(); err != nil {
-			return nil, err
-		}
-	}
 	for _, r := range []struct {
 		role string
 		n    int
@@ -417,9 +409,6 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	if sc.Full > 0 {
 		goLoop(h.fullLoop)
-	}
-	if sc.FormatSwitch {
-		goLoop(h.markFormatLater)
 	}
 
 	// Production.

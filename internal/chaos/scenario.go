@@ -63,22 +63,10 @@ type Scenario struct {
 	// Ahead: workers must be seen claiming tasks ahead of their slots
 	// (engine Config.Prefetch): over the workers' P lines, a count above 0.
 	Ahead bool
-	// Formats: the processes with "-compact-records" in SlotArgs write
-	// version 4 records and the others ("-legacy-records") version 1 or
-	// 2; tasks' records must be seen, at the end, in the format a process
-	// other than their producer wrote, both ways, or the scenario did not
-	// hand records across formats (harness.checkFormats).
-	Formats bool
 	// Inline: inline entries must be seen moved (the guards' counters,
 	// which every removal of an entry increments, above zero at the end),
 	// or the scenario did not exercise them (harness.checkInline).
 	Inline bool
-	// FormatSwitch: the namespace is in use and unmarked when the
-	// processes start, and the harness marks it for the compact storage a
-	// third of the way through production; task records in the earlier
-	// format and, among tasks done after the mark, compact ones must be
-	// seen at the end (harness.checkSwitch).
-	FormatSwitch bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -123,32 +111,9 @@ var scenarios = []Scenario{
 		Groups: true,
 	},
 	{
-		Name: "formats", Doc: "half the processes write compact (version 4) task records and half the format earlier releases read, so that a task's record changes format as processes hand it on; workers and producers are killed (kill -9, some SIGTERM, producers some by themselves mid-batch) and a proxy cuts connections around EXEC",
-		Producers: 4, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
-		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.2,
-		Cuts: &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.01},
-		SlotArgs: map[string][]string{
-			"producer-0": {"-compact-records"}, "producer-2": {"-compact-records"},
-			"worker-1": {"-compact-records"}, "worker-3": {"-compact-records"},
-			"reaper-0": {"-compact-records"}, "dispatcher-1": {"-compact-records"},
-			"producer-1": {"-legacy-records"}, "producer-3": {"-legacy-records"},
-			"worker-0": {"-legacy-records"}, "worker-2": {"-legacy-records"},
-			"reaper-1": {"-legacy-records"}, "dispatcher-0": {"-legacy-records"},
-		},
-		Formats: true,
-	},
-	{
-		Name: "format-switch", Doc: "the namespace is in use and not marked when the processes start, so every process (on the default, following the mark) writes the storage earlier releases read; a third of the way through production the harness marks it (`engine storage compact`) and each process takes the mark up at its next look (every 300 ms here) while workers and producers are killed (kill -9, some SIGTERM, producers some by themselves mid-batch) and a proxy cuts connections around EXEC",
-		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
-		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15, KillProducers: 1500 * time.Millisecond, ProducerSelfKill: 0.2,
-		Cuts:         &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.01},
-		ProcArgs:     []string{"-format-recheck=300ms"},
-		FormatSwitch: true,
-	},
-	{
-		Name: "inline", Doc: "every process writes the compact storage, so most delayed tasks are scheduled as inline entries (one task a call, 80% delayed); dispatchers and reapers are killed mid-flight (3 of each), workers too, and a proxy cuts connections around EXEC (a move's reply lost: settled)",
+		Name: "inline", Doc: "producers enqueue one task a call, 80% delayed, so most delayed tasks are scheduled as inline entries; dispatchers and reapers are killed mid-flight (3 of each), workers too, and a proxy cuts connections around EXEC (a move's reply lost: settled)",
 		Producers: 3, Dispatchers: 3, Reapers: 3, Workers: 3, Concurrency: 8, BatchMax: 1,
-		ProcArgs:  []string{"-compact-records", "-immediate=0.2"},
+		ProcArgs:  []string{"-immediate=0.2"},
 		KillInfra: 400 * time.Millisecond, KillWorkers: 1500 * time.Millisecond,
 		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
 		Inline: true,

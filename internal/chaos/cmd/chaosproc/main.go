@@ -49,9 +49,7 @@ type options struct {
 	dispatchBuckets, dispatchTasks, enqueueLanes, prefetch       int
 	maxPayload, maxRecoveries, concurrency                       int
 	queues, unknown                                              string
-	unknownGrace, formatRecheck                                  time.Duration
-	compact                                                      bool
-	legacy                                                       bool
+	unknownGrace                                                 time.Duration
 
 	// producer
 	count, batchMax, pad int
@@ -101,9 +99,6 @@ func main() {
 	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
 	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Prefetch (0: default; negative: none)")
-	flag.BoolVar(&o.compact, "compact-records", false, "Config.CompactRecords: write version 4 task records")
-	flag.BoolVar(&o.legacy, "legacy-records", false, "Config.LegacyRecords: write only the storage every release reads, whatever the namespace's format mark says")
-	flag.DurationVar(&o.formatRecheck, "format-recheck", 0, "Config.FormatRecheck (0: default)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -212,9 +207,6 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		DispatchTasks:     o.dispatchTasks,
 		EnqueueGroupLanes: o.enqueueLanes,
 		Prefetch:          o.prefetch,
-		CompactRecords:    o.compact,
-		LegacyRecords:     o.legacy,
-		FormatRecheck:     o.formatRecheck,
 		ReapInterval:      o.reapInterval,
 		Logger:            log,
 		Clock:             clocktest.Offset(o.offset),

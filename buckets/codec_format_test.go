@@ -52,11 +52,11 @@ func TestIDTime(t *testing.T) {
 // A waiting task as a producer writes it with the engine's defaults: the
 // header (all but its type and payload) is the magic, the version, one
 // byte of state and mask and the due delta; its creation time is its id's.
-func TestRecordVersion4Size(t *testing.T) {
+func TestRecordSize(t *testing.T) {
 	created := int64(1700000000000)
 	r := &Record{ID: idAt(created), Queue: "default", Type: "bench", Payload: bytes.Repeat([]byte("p"), 106),
 		State: StateWaiting, MaxAttempts: 25, TimeoutMs: 1800000, Created: created, Due: created + 3600000}
-	b := r.encode4()
+	b := r.Encode()
 	delta := len(binary.AppendVarint(nil, 3600000))
 	if head := len(b) - len(r.Type) - len(r.Payload); head != 3+1+delta {
 		t.Fatalf("header of %d bytes, want %d: %x", head, 4+delta, b[:len(b)-len(r.Payload)])
@@ -64,30 +64,22 @@ func TestRecordVersion4Size(t *testing.T) {
 	if len(b) > 124 {
 		t.Fatalf("record of %d bytes: past the 128-byte allocation class with its 4 bytes of string header", len(b))
 	}
-	if v1 := encodeLegacy(r); len(v1)-len(b) < 20 {
-		t.Fatalf("version 4 saves %d bytes on version 1's %d", len(v1)-len(b), len(v1))
-	}
 	// Due now: no due delta either.
 	r.Due = created
-	if head := len(r.encode4()) - len(r.Type) - len(r.Payload); head != 4 {
+	if head := len(r.Encode()) - len(r.Type) - len(r.Payload); head != 4 {
 		t.Fatalf("an immediate task's header: %d bytes, want 4", head)
 	}
 	// Under an id without its time, the creation time is stored.
 	r.ID = "order-7"
-	if head := len(r.encode4()) - len(r.Type) - len(r.Payload); head != 4+len(binary.AppendUvarint(nil, uint64(created))) {
+	if head := len(r.Encode()) - len(r.Type) - len(r.Payload); head != 4+len(binary.AppendUvarint(nil, uint64(created))) {
 		t.Fatalf("a chosen id's header: %d bytes", head)
-	}
-	for i, r := range sampleRecords() {
-		if len(r.encode4()) > len(encodeLegacy(r)) {
-			t.Errorf("sample %d grows: %d bytes, was %d", i, len(r.encode4()), len(encodeLegacy(r)))
-		}
 	}
 }
 
-// Bytes this release's encode4 wrote, checked by hand against the format
-// (not made by encode4 in the test, so that a change to the encoder and
-// the decoder together cannot hide a break).
-func TestRecordVersion4Golden(t *testing.T) {
+// Bytes Encode writes, checked by hand against the format (not made by
+// Encode in the test, so that a change to the encoder and the decoder
+// together cannot hide a break).
+func TestRecordGolden(t *testing.T) {
 	id := idAt(1700000000000)
 	waiting := &Record{ID: id, Queue: "default", Type: "noop", Payload: []byte("abc"), State: StateWaiting,
 		MaxAttempts: 25, TimeoutMs: 1800000, Created: 1700000000000, Due: 1700000005000}
@@ -112,17 +104,17 @@ func TestRecordVersion4Golden(t *testing.T) {
 		if !reflect.DeepEqual(r, tc.want) {
 			t.Fatalf("decoded\n %+v\nwant %+v", r, tc.want)
 		}
-		if enc := tc.want.encode4(); !bytes.Equal(enc, b) {
-			t.Fatalf("encode4 = %x, want %s", enc, tc.stored)
+		if enc := tc.want.Encode(); !bytes.Equal(enc, b) {
+			t.Fatalf("Encode = %x, want %s", enc, tc.stored)
 		}
 	}
 }
 
-// Version 4 has one encoding per record: a field stored at what its
+// A record has one encoding: a field stored at what its
 // absence means, a creation time the id does not carry or one it does
 // stored anyway, an unknown mask bit or state, and an empty sections block
 // are refused; so is a required section this release does not know.
-func TestRecordVersion4Rejects(t *testing.T) {
+func TestRecordRejects(t *testing.T) {
 	id := idAt(1700000000000)
 	created := binary.AppendUvarint(nil, 1700000000000)
 	h := func(mask uint64, state byte) []byte { return binary.AppendUvarint(nil, mask<<3|uint64(state)) }
@@ -132,23 +124,23 @@ func TestRecordVersion4Rejects(t *testing.T) {
 		id string
 		b  []byte
 	}{
-		"created from an id without time": {"order-7", rec(h(f4CreatedID, 0), typ)},
-		"created both ways":               {id, rec(h(f4CreatedID|f4Created, 0), created, typ)},
-		"created stored, id has it":       {id, rec(h(f4Created, 0), created, typ)},
-		"created stored as 0":             {"x", rec(h(f4Created, 0), []byte{0}, typ)},
-		"due delta 0":                     {"x", rec(h(f4Due, 0), []byte{0}, typ)},
-		"due before 0":                    {"x", rec(h(f4Due, 0), []byte{1}, typ)}, // zigzag −1
-		"default queue stored":            {"x", rec(h(f4Queue, 0), []byte{7}, []byte("default"), typ)},
-		"default attempts stored":         {"x", rec(h(f4MaxAttempts, 0), []byte{25}, typ)},
-		"default timeout stored":          {"x", rec(h(f4Timeout, 0), binary.AppendUvarint(nil, 1800000), typ)},
-		"zero attempts":                   {"x", rec(h(f4Attempts, 0), []byte{0}, typ)},
-		"empty worker":                    {"x", rec(h(f4Worker, 0), []byte{0}, typ)},
-		"unknown bit":                     {"x", rec(h(f4Known+1, 0), typ)},
+		"created from an id without time": {"order-7", rec(h(fCreatedID, 0), typ)},
+		"created both ways":               {id, rec(h(fCreatedID|fCreated, 0), created, typ)},
+		"created stored, id has it":       {id, rec(h(fCreated, 0), created, typ)},
+		"created stored as 0":             {"x", rec(h(fCreated, 0), []byte{0}, typ)},
+		"due delta 0":                     {"x", rec(h(fDue, 0), []byte{0}, typ)},
+		"due before 0":                    {"x", rec(h(fDue, 0), []byte{1}, typ)}, // zigzag −1
+		"default queue stored":            {"x", rec(h(fQueue, 0), []byte{7}, []byte("default"), typ)},
+		"default attempts stored":         {"x", rec(h(fMaxAttempts, 0), []byte{25}, typ)},
+		"default timeout stored":          {"x", rec(h(fTimeout, 0), binary.AppendUvarint(nil, 1800000), typ)},
+		"zero attempts":                   {"x", rec(h(fAttempts, 0), []byte{0}, typ)},
+		"empty worker":                    {"x", rec(h(fWorker, 0), []byte{0}, typ)},
+		"unknown bit":                     {"x", rec(h(fKnown+1, 0), typ)},
 		"state code 6":                    {"x", rec(h(0, 6), typ)},
 		"state code 7":                    {"x", rec(h(0, 7), typ)},
-		"empty sections":                  {"x", rec(h(f4Sections, 0), typ, []byte{0})},
-		"sections past the end":           {"x", rec(h(f4Sections, 0), typ, []byte{9, 3, 1, 'u'})},
-		"unknown required section":        {"x", rec(h(f4Sections, 0), typ, []byte{3, 9, 1, 'u'})},
+		"empty sections":                  {"x", rec(h(fSections, 0), typ, []byte{0})},
+		"sections past the end":           {"x", rec(h(fSections, 0), typ, []byte{9, 3, 1, 'u'})},
+		"unknown required section":        {"x", rec(h(fSections, 0), typ, []byte{3, 9, 1, 'u'})},
 		"no type":                         {"x", rec(h(0, 0))},
 		"truncated mask":                  {"x", rec([]byte{0x80})},
 	} {
@@ -159,11 +151,11 @@ func TestRecordVersion4Rejects(t *testing.T) {
 			t.Errorf("%s: %v does not wrap ErrMalformed", name, err)
 		}
 	}
-	if _, err := DecodeRecord("x", rec(h(f4Known+1, 0), typ)); err == nil || !strings.Contains(err.Error(), "upgrade this worker") {
+	if _, err := DecodeRecord("x", rec(h(fKnown+1, 0), typ)); err == nil || !strings.Contains(err.Error(), "upgrade this worker") {
 		t.Fatalf("unknown field: %v", err)
 	}
 	// What absence means: the defaults, and due at creation.
-	r, err := DecodeRecord(id, rec(h(f4CreatedID, 2), typ, []byte("pay")))
+	r, err := DecodeRecord(id, rec(h(fCreatedID, 2), typ, []byte("pay")))
 	if err != nil || r.Queue != "default" || r.MaxAttempts != 25 || r.TimeoutMs != 1800000 ||
 		r.Created != 1700000000000 || r.Due != r.Created || r.State != StateRunning || string(r.Payload) != "pay" {
 		t.Fatalf("defaults: %+v, %v", r, err)
@@ -172,12 +164,12 @@ func TestRecordVersion4Rejects(t *testing.T) {
 
 // Rewriting a record whose id carries a time it does not match, or that
 // was made before ids carried one, keeps its own creation time.
-func TestRecordVersion4KeepsCreated(t *testing.T) {
+func TestRecordKeepsCreated(t *testing.T) {
 	for _, tc := range []struct{ id string }{{idAt(1700000000000)}, {idAt(1700000000000) + "~2"}, {"0f8fad5b-d9cb-469f-a165-70867728950e"}} {
 		for _, created := range []int64{0, 1, 1699999999999, 1700000000000} {
 			r := &Record{ID: tc.id, Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting, MaxAttempts: 1,
 				TimeoutMs: 1, Created: created, Due: created + 10}
-			got, err := DecodeRecord(tc.id, r.encode4())
+			got, err := DecodeRecord(tc.id, r.Encode())
 			if err != nil || !reflect.DeepEqual(got, r) {
 				t.Fatalf("id %s created %d: %+v, %v", tc.id, created, got, err)
 			}
