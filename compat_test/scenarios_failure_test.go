@@ -124,7 +124,7 @@ func scenarioRetries(e *env) {
 	if info := e.lookup(c, once); info.Attempts != 1 || info.LastError != "first try fails" {
 		t.Errorf("retrying task: attempts %d, last error %q", info.Attempts, info.LastError)
 	}
-	if gap := retryDue.Sub(time.Now()); gap < 50*time.Minute {
+	if gap := time.Until(retryDue); gap < 50*time.Minute {
 		t.Errorf("retry due in %v, want about its 1h backoff", gap)
 	}
 	if res, err := c.Inspector().Act(ctx, engine.ActionRun, once); err != nil || res.Done != 1 {
@@ -151,7 +151,7 @@ func scenarioDeadLetters(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
 	cfg.UnknownType = engine.UnknownDead
-	cfg.UnknownTypeGrace = -1 // no worker serves "nobody": no grace
+	cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": no grace
 	e.cfg = cfg
 	c := e.client()
 	var rec recorder
@@ -299,7 +299,7 @@ func firstLine(s string) string {
 func scenarioLeaseExpiry(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.LeaseGrace = 300 * time.Millisecond
+	cfg.Advanced.LeaseGrace = 300 * time.Millisecond
 	cfg.Concurrency = 2
 	c := e.client()
 	var rec recorder
@@ -496,7 +496,7 @@ func scenarioShutdown(e *env) {
 func scenarioIdleWake(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.IdleWait = 2 * outcomeWait
+	cfg.Advanced.IdleWait = 2 * outcomeWait
 	cfg.Concurrency = 1
 	c := e.client()
 
@@ -546,7 +546,7 @@ func scenarioIdleWake(e *env) {
 	case <-all:
 		t.Logf("%d idle workers woke and ran together %v after the enqueue", n, time.Since(start).Round(time.Millisecond))
 	case <-time.After(outcomeWait):
-		t.Fatalf("only %d of %d idle workers woke within %v (IdleWait %v)", running.Load(), n, outcomeWait, cfg.IdleWait)
+		t.Fatalf("only %d of %d idle workers woke within %v (IdleWait %v)", running.Load(), n, outcomeWait, cfg.Advanced.IdleWait)
 	}
 
 	time.Sleep(700 * time.Millisecond) // idle again; the dispatcher sleeps on its wake list
@@ -698,8 +698,8 @@ func scenarioLostMoveReply(e *env, opts ...engine.Option) {
 func scenarioDispatchTurn(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.Resolution = time.Millisecond
-	cfg.DispatchBuckets = 2 // 16 buckets a round
+	cfg.Advanced.Resolution = time.Millisecond
+	cfg.Advanced.DispatchBuckets = 2 // 16 buckets a round
 	e.cfg = cfg
 	c := e.client()
 	const n = 100
