@@ -64,7 +64,7 @@ func (e *engineImpl) Open(ctx context.Context, env Env) error {
 		MaxIdle:     256,
 		IdleTimeout: time.Minute,
 	}
-	e.cfg = engine.Config{Namespace: e.ns, Resolution: e.res, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	e.cfg = engine.Config{Namespace: e.ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Advanced: engine.AdvancedConfig{Resolution: e.res}}
 	c, err := engine.NewClient(e.pool, e.cfg)
 	if err != nil {
 		return err
@@ -173,7 +173,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 // out of the dispatchers' sight (seedIndex) until Release.
 func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 	cfg := e.cfg
-	cfg.Clock = offsetClock(-2 * time.Hour)
+	cfg.Advanced.Clock = offsetClock(-2 * time.Hour)
 	c, err := engine.NewClient(e.pool, cfg)
 	if err != nil {
 		return err
@@ -301,7 +301,7 @@ func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 // Server with every role), at the engine's defaults.
 func (e *engineImpl) IdleIntervals() map[string]time.Duration {
 	d := engine.DefaultConfig()
-	return map[string]time.Duration{"idle_wait": d.IdleWait, "heartbeat": d.HeartbeatInterval, "reap_interval": d.ReapInterval}
+	return map[string]time.Duration{"idle_wait": d.Advanced.IdleWait, "heartbeat": d.Advanced.HeartbeatInterval, "reap_interval": d.Advanced.ReapInterval}
 }
 
 // RoundTrips implements RoundTripCounter.

@@ -187,8 +187,8 @@ type shardEnv struct {
 }
 
 func newShardEnv(ctx context.Context, o shardOptions, n int) (*shardEnv, error) {
-	e := &shardEnv{cfg: engine.Config{Namespace: "bqshard", IdleWait: time.Second, Concurrency: o.concurrency,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	e := &shardEnv{cfg: engine.Config{Namespace: "bqshard", Concurrency: o.concurrency,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Advanced: engine.AdvancedConfig{IdleWait: time.Second}}}
 	for range n {
 		s, err := StartRedis(ctx, o.redisBin)
 		if err != nil {
@@ -296,7 +296,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 			return res, err
 		}
 		dcfg := e.cfg
-		dcfg.Clock = shardAheadClock(time.Hour + time.Second)
+		dcfg.Advanced.Clock = shardAheadClock(time.Hour + time.Second)
 		srv, err := engine.NewShardedServer(e.sh, dcfg, nil, engine.RoleDispatcher)
 		if err != nil {
 			return res, err

@@ -131,7 +131,7 @@ func TestHelperProcess(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := baseConfig(os.Getenv(envChildNamespace), log)
-	cfg.HeartbeatInterval, cfg.HeartbeatTTL = childHeartbeatInterval, childHeartbeatTTL
+	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = childHeartbeatInterval, childHeartbeatTTL
 	cfg.Concurrency = max(1, concurrency)
 	mux := engine.NewMux()
 	mux.HandleFunc("block", func(ctx context.Context, task *engine.Task) error {

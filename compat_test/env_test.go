@@ -82,16 +82,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // and reap intervals so that recovery is quick, a fixed short backoff, and
 // an IdleWait of one second.
 func baseConfig(ns string, log *slog.Logger) engine.Config {
-	return engine.Config{
-		Namespace:         ns,
-		Logger:            log,
-		IdleWait:          time.Second,
-		HeartbeatInterval: 250 * time.Millisecond,
-		HeartbeatTTL:      2 * time.Second,
-		ReapInterval:      100 * time.Millisecond,
-		ShutdownTimeout:   5 * time.Second,
-		RetryDelay:        func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond },
-	}
+	return engine.Config{Namespace: ns, Logger: log, ShutdownTimeout: 5 * time.Second, RetryDelay: func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond }, Advanced: engine.AdvancedConfig{IdleWait: time.Second, HeartbeatInterval: 250 * time.Millisecond, HeartbeatTTL: 2 * time.Second, ReapInterval: 100 * time.Millisecond}}
 }
 
 // newEnv prepares a scenario on k: a fresh namespace, a guarded pool with

@@ -115,7 +115,7 @@ func scenarioEnqueue(e *env) {
 // time on the producer's clock, and run soon after it.
 func scenarioSchedule(e *env) {
 	t, ctx := e.t, e.ctx
-	e.cfg.Resolution = 50 * time.Millisecond // buckets wider than the gaps between due times
+	e.cfg.Advanced.Resolution = 50 * time.Millisecond // buckets wider than the gaps between due times
 	c := e.client()
 
 	var rec recorder
@@ -362,7 +362,7 @@ func scenarioCancelRace(e *env) {
 func scenarioExactlyOnce(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.Resolution = 5 * time.Millisecond
+	cfg.Advanced.Resolution = 5 * time.Millisecond
 	cfg.Concurrency = 4
 	c := e.client()
 

@@ -60,7 +60,7 @@ func scenarioHandlerSets(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
 	cfg.UnknownType = engine.UnknownDead
-	cfg.UnknownTypeGrace = time.Second
+	cfg.Advanced.UnknownTypeGrace = time.Second
 	cfg.Concurrency = 2
 	c := e.client()
 	var mu sync.Mutex
@@ -104,8 +104,8 @@ func scenarioHandlerSets(e *env) {
 		return len(un) == 1 && un[0].Type == "nobody"
 	})
 	waitFor(t, outcomeWait, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
-	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.UnknownTypeGrace {
-		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.UnknownTypeGrace)
+	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.Advanced.UnknownTypeGrace {
+		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.Advanced.UnknownTypeGrace)
 	}
 	if st := e.stats(c, "default"); st.Failed != 1 || st.Dead != 1 {
 		t.Errorf("stats %+v: want the one unserved task failed and dead, nothing else", st)

@@ -17,7 +17,7 @@ func scenarioPeriodic(e *env) {
 	t, ctx := e.t, e.ctx
 	sched := func(offset time.Duration, p engine.Periodic) *engine.Scheduler {
 		cfg := e.cfg
-		cfg.Clock = clocktest.Offset(offset)
+		cfg.Advanced.Clock = clocktest.Offset(offset)
 		s, err := engine.NewScheduler(e.pool, cfg)
 		if err != nil {
 			t.Fatal(err)

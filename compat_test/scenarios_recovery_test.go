@@ -15,7 +15,7 @@ import (
 // of the child workers (200ms interval, 1s TTL).
 func (e *env) childConfig() engine.Config {
 	cfg := e.cfg
-	cfg.HeartbeatInterval, cfg.HeartbeatTTL = childHeartbeatInterval, childHeartbeatTTL
+	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = childHeartbeatInterval, childHeartbeatTTL
 	return cfg
 }
 
@@ -131,7 +131,7 @@ func scenarioRecoveryInflight(e *env) {
 func scenarioWatchExpiry(e *env, sim24 bool) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.HeartbeatInterval, cfg.HeartbeatTTL = 500*time.Millisecond, 2*time.Second
+	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = 500*time.Millisecond, 2*time.Second
 	c := e.client()
 	var rec recorder
 	w, err := engine.NewWorker(e.pool, cfg, rec.handler())

@@ -312,12 +312,12 @@ func TestBlockingTimeoutsWholeSeconds(t *testing.T) {
 		t.Errorf("refused command reached the connection (%v) or was not recorded (%d violations)", fake.got, len(census.Violations()))
 	}
 	for _, cfg := range []engine.Config{
-		{IdleWait: 1500 * time.Millisecond},
-		{IdleWait: 500 * time.Millisecond},
-		{HeartbeatTTL: 1500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond},
+		{Advanced: engine.AdvancedConfig{IdleWait: 1500 * time.Millisecond}},
+		{Advanced: engine.AdvancedConfig{IdleWait: 500 * time.Millisecond}},
+		{Advanced: engine.AdvancedConfig{HeartbeatTTL: 1500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond}},
 	} {
 		if err := cfg.Validate(); !errors.Is(err, engine.ErrInvalidOption) {
-			t.Errorf("Config{IdleWait: %v, HeartbeatTTL: %v}.Validate() = %v, want ErrInvalidOption", cfg.IdleWait, cfg.HeartbeatTTL, err)
+			t.Errorf("Config{IdleWait: %v, HeartbeatTTL: %v}.Validate() = %v, want ErrInvalidOption", cfg.Advanced.IdleWait, cfg.Advanced.HeartbeatTTL, err)
 		}
 	}
 }

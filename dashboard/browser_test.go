@@ -53,7 +53,7 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	t.Cleanup(func() { srv.Cleanup(t, cfg.Namespace) })
 	cfg.Queues = []engine.QueueConfig{{Name: "default", Weight: 1}, {Name: "emails", Weight: 1}}
 	cfg.RetryDelay = func(*engine.Task, int, error) time.Duration { return time.Hour }
-	cfg.HeartbeatInterval, cfg.HeartbeatTTL = time.Second, 3*time.Second
+	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = time.Second, 3*time.Second
 	client, err := engine.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func (c *Client) deadOne(ctx context.Context, verb, id string, op func(context.C
 		return err
 	}
 	defer conn.Close()
-	n, err := op(ctx, conn, []string{id}, ms(c.cfg.Clock.Now()))
+	n, err := op(ctx, conn, []string{id}, ms(c.cfg.Advanced.Clock.Now()))
 	if err != nil {
 		return failed(verb+" dead letter "+id, err)
 	}
@@ -116,7 +116,7 @@ func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Conte
 	defer conn.Close()
 	// Strictly before the call: a letter it revives that dies again within
 	// the same millisecond is not taken a second time.
-	cutoff := ms(c.cfg.Clock.Now()) - 1
+	cutoff := ms(c.cfg.Advanced.Clock.Now()) - 1
 	total := 0
 	for {
 		ids, err := c.store.DeadBefore(ctx, conn, cutoff, 200)
@@ -126,7 +126,7 @@ func (c *Client) deadAll(ctx context.Context, verb string, op func(context.Conte
 		if len(ids) == 0 {
 			return total, nil
 		}
-		n, err := op(ctx, conn, ids, ms(c.cfg.Clock.Now()))
+		n, err := op(ctx, conn, ids, ms(c.cfg.Advanced.Clock.Now()))
 		if err != nil {
 			return total, failed(verb+" dead letters", err)
 		}
@@ -177,7 +177,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if raw == nil && serr != nil {
 		return nil, failed("read stats", serr)
 	}
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	out := make([]QueueStats, len(raw))
 	for i, s := range raw {
 		q := QueueStats{Queue: s.Queue, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,

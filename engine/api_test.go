@@ -176,7 +176,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 func TestEnqueueReturnsInfo(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	clock := &settableClock{now: time.UnixMilli(1_700_000_000_000).Add(300 * time.Microsecond)}
-	e.cfg.Clock = clock
+	e.cfg.Advanced.Clock = clock
 	c := e.client(t)
 	ctx := context.Background()
 	now := clock.Now()

@@ -138,8 +138,8 @@ func TestUnregisterAfterStaleConnections(t *testing.T) {
 	if _, err := e.admin(t).Do("CONFIG", "SET", "timeout", "1"); err != nil {
 		t.Fatal(err)
 	}
-	e.cfg.HeartbeatInterval = 3 * time.Second
-	e.cfg.HeartbeatTTL = 10 * time.Second
+	e.cfg.Advanced.HeartbeatInterval = 3 * time.Second
+	e.cfg.Advanced.HeartbeatTTL = 10 * time.Second
 	w, _ := NewWorker(e.pool, e.cfg, NewMux())
 	stop := runBackground(t, w.Run)
 	time.Sleep(2500 * time.Millisecond) // pooled connections idle past the server's timeout

@@ -128,8 +128,8 @@ func TestBatchExactlyOnce(t *testing.T) {
 				return nil
 			})
 			e.cfg.Concurrency = 16
-			e.cfg.ClaimBatch = k
-			e.cfg.GroupCommitWindow = tc.window
+			e.cfg.Advanced.ClaimBatch = k
+			e.cfg.Advanced.GroupCommitWindow = tc.window
 			e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return -1 }
 			// The retries wait in a bucket for the dispatcher.
 			d, err := NewDispatcher(e.pool, e.cfg)
@@ -305,8 +305,8 @@ func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.cfg.Concurrency = slots
-	e.cfg.ClaimBatch = slots
-	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	e.cfg.Advanced.ClaimBatch = slots
+	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
 	admin := e.admin(t)
 	var mu sync.Mutex
 	rec := newRecorder(func(hctx context.Context, task *Task) error {
@@ -375,7 +375,7 @@ func deepQueue(t *testing.T, n, slots int) (*env, *Client, []*TaskInfo) {
 		t.Fatal(err)
 	}
 	e.cfg.Concurrency = slots
-	e.cfg.ClaimBatch = slots
+	e.cfg.Advanced.ClaimBatch = slots
 	return e, c, infos
 }
 
@@ -387,8 +387,8 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
 	ctx := context.Background()
-	e.cfg.GroupCommitMax = slots // unrecorded results: at most max(slots, GroupCommitMax)
-	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	e.cfg.Advanced.GroupCommitMax = slots // unrecorded results: at most max(slots, GroupCommitMax)
+	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
 	rec := newRecorder(nil)
 	w, err := NewWorker(e.pool, e.cfg, rec)
 	if err != nil {
@@ -433,7 +433,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 func TestBatchTakesNextWithResult(t *testing.T) {
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
-	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
 	rec := newRecorder(nil)
 	w, bs := runRecorded(t, e, c, rec, n)
 	for i, info := range infos {
@@ -474,8 +474,8 @@ func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.cfg.Concurrency = slots
-	e.cfg.ClaimBatch = slots
-	e.cfg.GroupCommitWindow = 50 * time.Millisecond
+	e.cfg.Advanced.ClaimBatch = slots
+	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
 	release := make(chan struct{})
 	var started atomic.Int32
 	rec := newRecorder(func(context.Context, *Task) error {

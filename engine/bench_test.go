@@ -20,7 +20,7 @@ import (
 // resolution, so most buckets hold one task.
 func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 	e := privateEnv(b) // it flushes the server and resets its statistics
-	e.cfg.Resolution = time.Millisecond
+	e.cfg.Advanced.Resolution = time.Millisecond
 	// Time the engine, not the test guard: raw connections.
 	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
 	var cpu cpuTimes
@@ -30,7 +30,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		e.cfg.Namespace = e.ns
 		base := time.Now().Add(time.Hour)
 		scheduleMany(b, e, n, base, spread)
-		e.cfg.Clock = clocktest.Offset(2 * time.Hour)
+		e.cfg.Advanced.Clock = clocktest.Offset(2 * time.Hour)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		e.admin(b).Do("CONFIG", "RESETSTAT")
@@ -54,7 +54,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 			<-done
 		}
 		e.admin(b).Do("FLUSHALL")
-		e.cfg.Clock = nil
+		e.cfg.Advanced.Clock = nil
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
@@ -188,7 +188,7 @@ func BenchmarkEnqueueDelayed8(b *testing.B) {
 func benchEnqueue8(b *testing.B, groupMax int) {
 	e := privateEnv(b)
 	e.pool = &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", e.srv.Addr) }}
-	e.cfg.EnqueueGroupMax = groupMax
+	e.cfg.Advanced.EnqueueGroupMax = groupMax
 	c := e.client(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -129,7 +129,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 				}
 				gauges[f.Queue] = true
 			}
-			wrote, err := c.store.Repair(ctx, conn, bo, f, ms(c.cfg.Clock.Now()))
+			wrote, err := c.store.Repair(ctx, conn, bo, f, ms(c.cfg.Advanced.Clock.Now()))
 			if err != nil {
 				return rep, fmt.Errorf("engine: check: %w", err)
 			}

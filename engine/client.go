@@ -31,8 +31,8 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{pool: pool, cfg: cfg, store: st}
-	if cfg.EnqueueGroupMax > 1 {
-		c.group = &enqueueGroup{c: c, max: cfg.EnqueueGroupMax, lanes: cfg.EnqueueGroupLanes, yields: regroupYields}
+	if cfg.Advanced.EnqueueGroupMax > 1 {
+		c.group = &enqueueGroup{c: c, max: cfg.Advanced.EnqueueGroupMax, lanes: cfg.Advanced.EnqueueGroupLanes, yields: regroupYields}
 	}
 	return c, nil
 }
@@ -78,7 +78,7 @@ func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, pay
 // enqueueOne is EnqueueBatch of one task, whose due time last (when not
 // nil) overrides opts.
 func (c *Client) enqueueOne(ctx context.Context, typ string, payload []byte, opts []Option, last *dueOption) (*TaskInfo, error) {
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	r, mine, err := c.cfg.recordDue(now, typ, payload, opts, last)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func withLast(opts []Option, o Option) []Option {
 // the error is a *TaskExistsError naming every id that exists. Two tasks
 // of one batch may not share an id.
 func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
 	var chosen []string
 	at := map[string]int{}
@@ -257,7 +257,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	defer conn.Close()
-	err = c.store.Cancel(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL())
+	err = c.store.Cancel(ctx, conn, id, ms(c.cfg.Advanced.Clock.Now()), c.cfg.doneTTL())
 	switch {
 	case err == nil:
 		return nil

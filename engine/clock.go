@@ -10,7 +10,7 @@ type Clock interface {
 	Now() time.Time
 }
 
-// systemClock is the real clock, what a nil Config.Clock means.
+// systemClock is the real clock, what a nil Config.Advanced.Clock means.
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }

@@ -16,7 +16,7 @@ import (
 // run hands its result over and waits for the group's answer; its slot
 // is free for the next task when the group is recorded, or as its round
 // trip starts when every slot of the worker is taken. The first result
-// of a group waits at most Config.GroupCommitWindow for others, and not
+// of a group waits at most Config.Advanced.GroupCommitWindow for others, and not
 // at all when no other handler of the process whose result would come
 // here is running (nobody could join) or GroupCommitMax results are
 // waiting: under load the results that arrive while a group is being
@@ -58,7 +58,7 @@ const groupCommitTimeout = 10 * time.Second
 // as the parent of its round trips' contexts, and returns the function
 // that stops it once no slot will hand it a result any more.
 func (f *finisher) startGroup(baseCtx context.Context) func() {
-	if f.w.cfg.GroupCommitWindow < 0 {
+	if f.w.cfg.Advanced.GroupCommitWindow < 0 {
 		return func() {}
 	}
 	c := &committer{w: f.w, reqs: make(chan commitReq), stop: make(chan struct{}), done: make(chan struct{})}
@@ -90,7 +90,7 @@ func (c *committer) run(baseCtx context.Context) {
 	w := c.w
 	h := w.holder()
 	defer h.Close()
-	window, most := w.cfg.GroupCommitWindow, w.cfg.GroupCommitMax
+	window, most := w.cfg.Advanced.GroupCommitWindow, w.cfg.Advanced.GroupCommitMax
 	var timer groupTimer
 	for {
 		var group []commitReq
@@ -233,7 +233,7 @@ func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.
 // round trip and without reading the records again (FinishGroupHeld);
 // any later group of the batch, or every group when a record changed
 // since the claim, the checked way (FinishGroup). The first result waits
-// for the batch's others at most Config.GroupCommitWindow, as the
+// for the batch's others at most Config.Advanced.GroupCommitWindow, as the
 // committer's. It runs on the batch's goroutine until each of its runs has
 // reported, with its result or as given back (gone). While the queues look
 // deep, the group recorded with the watch, when it is the batch's last,
@@ -268,7 +268,7 @@ func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 // which it holds a slot token each (none: nothing was taken).
 func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string) {
 	defer g.h.Close()
-	window := g.w.cfg.GroupCommitWindow
+	window := g.w.cfg.Advanced.GroupCommitWindow
 	var timer groupTimer
 	for g.left > 0 {
 		var group []commitReq

@@ -210,7 +210,7 @@ func TestHeartbeaterAlive(t *testing.T) {
 		t.Fatalf("after a beat: alive %v, err %v", w.hb.alive(), err)
 	}
 	// The last successful beat was sent TTL ago.
-	w.hb.born = w.hb.born.Add(-e.cfg.HeartbeatTTL)
+	w.hb.born = w.hb.born.Add(-e.cfg.Advanced.HeartbeatTTL)
 	if w.hb.alive() {
 		t.Fatal("alive a TTL after the last beat")
 	}

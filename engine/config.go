@@ -12,179 +12,146 @@ import (
 )
 
 // Config holds every setting of the engine's parts. The zero value of each
-// field means the default written beside it; NewClient, NewDispatcher,
-// NewWorker, NewReaper and NewServer fill the defaults and call Validate.
+// field means the default written beside it; the constructors fill the
+// defaults and call Validate. What most programs set is at the top level;
+// Advanced holds the tuning knobs, whose defaults suit almost every use.
 type Config struct {
 	// Namespace prefixes every key, as "{Namespace}:". Default "bq".
 	Namespace string
-	// Resolution is the width of a bucket: due times are rounded up to a
-	// multiple of it, so a task is late by at most about this much. 1 ms to
-	// 60 s. Default 10 ms (docs/benchmarks.md says why).
-	Resolution time.Duration
-	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
-	MaxPayload int
+	// Queues the workers take tasks from. Default: DefaultQueue, weight 1.
+	Queues []QueueConfig
+	// StrictPriority takes from a queue only when every queue before it
+	// is empty; otherwise each queue gets a share of the fetches
+	// proportional to its weight, and none starves. Default false.
+	StrictPriority bool
 	// DefaultQueue is the queue of a task enqueued without Queue().
 	// Default "default".
 	DefaultQueue string
+	// Concurrency is how many handlers a worker process runs at once.
+	// Default 10.
+	Concurrency int
+
 	// DefaultMaxAttempts is how many times a task may fail before it goes
 	// to the dead letters, unless MaxAttempts() says otherwise. Default 25.
 	DefaultMaxAttempts int
 	// DefaultTimeout bounds one run of a handler unless Timeout() says
 	// otherwise. Default 30 minutes.
 	DefaultTimeout time.Duration
-
-	// Queues the workers take tasks from, highest priority first when
-	// StrictPriority is set. Default: DefaultQueue with weight 1.
-	Queues []QueueConfig
-	// StrictPriority takes from a queue only when every queue before it
-	// is empty. Otherwise each queue gets a share of the fetches
-	// proportional to its weight, and none starves.
-	StrictPriority bool
-	// Concurrency is how many handlers a worker process runs at once.
-	// Default 10.
-	Concurrency int
-	// ClaimBatch caps how many tasks a worker process takes from a queue
-	// in one round trip and claims in one transaction when the queue is
-	// deep. The number adapts: one while the queue is shallow or one
-	// handler slot is free, growing (doubling) up to this cap while every
-	// pop finds a task and slots are free. 1 takes one task at a time.
-	// 1 to 1000; default 32.
-	ClaimBatch int
-	// Prefetch is how many tasks a worker process may claim beyond
-	// Concurrency, to wait in the process for a free handler slot (and
-	// start in the order claimed), while the worker takes from one queue,
-	// it is deep and its handlers are quick (see PrefetchWait): a
-	// batch of quick tasks then takes up to ClaimBatch tasks in one claim
-	// and one result transaction, not Concurrency. A task claimed ahead
-	// is claimed: it waits in the pending set, under a lease, as a running
-	// one does, so a crash recovers it as today; when the worker stops, or
-	// when it waited half of LeaseGrace for a slot, it goes back to the
-	// front of its queue at once, not counted as a recovery. 0: the
-	// default, ClaimBatch minus Concurrency (none when Concurrency is at
-	// least ClaimBatch); negative: never more than Concurrency. At most
-	// 1000.
-	Prefetch int
-	// PrefetchWait is how long a task claimed ahead may expect to wait
-	// for a slot: the worker claims ahead only while its handlers' recent
-	// mean run time, times the tasks claimed ahead per slot, is within
-	// it, and, while every slot is taken, one was freed within it (runs
-	// stuck in long handlers do not count in the mean until they end),
-	// so a worker does not sit on tasks that another could start, nor
-	// delay a task of a higher-priority queue that arrives meanwhile, by
-	// more than about this long. 0 to 1 s; default 5 ms.
-	PrefetchWait time.Duration
-	// GroupCommitWindow is how long the first of several results that
-	// finish together may wait for others to share its transaction (and
-	// round trip); a result never waits when no other handler of the
-	// process is running, nor once GroupCommitMax results are waiting.
-	// Results of tasks taken one at a time are recorded on their own.
-	// Negative: every result in its own transaction. 0 to 100 ms;
-	// default 1 ms.
-	GroupCommitWindow time.Duration
-	// GroupCommitMax caps the results one group transaction records.
-	// 1 to 1000; default 64.
-	GroupCommitMax int
-	// EnqueueGroupMax caps the tasks that concurrent enqueues of one
-	// Client share in one transaction (producer-side group commit): an
-	// enqueue of tasks with generated ids and no unique key that arrives
-	// while EnqueueGroupLanes of the Client's enqueues are in flight
-	// waits for one to end and goes in the next transaction with the
-	// others that arrived meanwhile. An enqueue never waits while fewer
-	// are in flight. 1: every enqueue in its own transaction. 1 to
-	// 10000; default 256.
-	EnqueueGroupMax int
-	// EnqueueGroupLanes is how many of one Client's enqueue transactions
-	// may be in flight at once before further enqueues queue for group
-	// commit: with more than one, the next group is built and sent while
-	// the last one's round trip is still out, so many producers on one
-	// Client enqueue faster, in more and smaller transactions, which
-	// cost the server more CPU (on a loaded machine, scheduled tasks run
-	// later). 1 to 64; default 1.
-	EnqueueGroupLanes int
-	// LeaseGrace is how long past its timeout a run may go before the
-	// worker gives the task up for another to run (its handler is hung).
-	// Default 30 s.
-	LeaseGrace time.Duration
-	// HeartbeatInterval is how often a worker proves it is alive; its
-	// heartbeat key lives HeartbeatTTL (whole seconds, at least twice the
-	// interval). Defaults 10 s and 30 s.
-	HeartbeatInterval time.Duration
-	HeartbeatTTL      time.Duration
-	// IdleWait is the longest a blocked worker or dispatcher waits before
-	// it looks again on its own, in whole seconds (Redis 2.4 blocking
-	// timeouts are integers). New work wakes them at once; this only
-	// bounds the cost of a lost wake-up. Default 20 s.
-	IdleWait time.Duration
-	// ShutdownTimeout is how long Run, when its context ends, or Shutdown
-	// (whatever its context's deadline, if later) lets running handlers
-	// finish before their contexts are cancelled and their tasks go back
-	// to the queues; negative returns them at once. Default 30 s.
-	ShutdownTimeout time.Duration
 	// RetryDelay gives the wait before retry number attempt (1 for the
-	// first retry) of task t, whose run just failed with err. t is the task
-	// as its handler saw it. It is called on the worker's goroutine and
-	// must not block; a negative delay means none. Default:
-	// DefaultRetryDelay.
+	// first) of task t, whose run failed with err. It must not block;
+	// negative means none. Default DefaultRetryDelay.
 	RetryDelay func(t *Task, attempt int, err error) time.Duration
-	// UnknownType says what happens to a task whose type has no handler:
-	// UnknownRetry (default) treats it as a failure, so it is retried with
-	// backoff and dies after its attempts; UnknownDead sends it to the dead
-	// letters at once.
+	// UnknownType says what happens to a task no live worker has a
+	// handler for (after Advanced.UnknownTypeGrace): UnknownRetry (the
+	// default) fails it, with retries; UnknownDead buries it at once.
 	UnknownType UnknownPolicy
-	// UnknownTypeGrace is how long a task type may go unserved on a queue
-	// before the UnknownType policy applies to its tasks. A worker whose
-	// handler lists its types (a *Mux does) gives a task of another type
-	// back at once, for a worker that serves it, without counting an
-	// attempt; only when no live worker has served the type on the queue
-	// for this long does it run the task into the policy. Negative: no
-	// grace. Default 1 minute.
-	UnknownTypeGrace time.Duration
-	// MaxRecoveries is how many times a task may be recovered after its
-	// worker died or its lease ran out before it goes to the dead letters;
-	// negative allows none. Default 5.
-	MaxRecoveries int
-	// DoneRetention is how long a succeeded or cancelled task's record is
-	// kept for Lookup; negative keeps none. Default 10 minutes.
-	DoneRetention time.Duration
+	// ShutdownTimeout is how long handlers may finish when Run's context
+	// ends or Shutdown is called, before their tasks go back to their
+	// queues; negative returns them at once. Default 30 s.
+	ShutdownTimeout time.Duration
+
+	// MaxPayload bounds a task's payload in bytes. Default 512 KiB.
+	MaxPayload int
 	// MaxResult bounds a result recorded with SetResult, in bytes.
 	// Default 64 KiB.
 	MaxResult int
+	// DoneRetention is how long a succeeded or cancelled task's record is
+	// kept for Lookup; negative keeps none. Default 10 minutes.
+	DoneRetention time.Duration
 	// ResultRetention is how long a done task's result is kept; negative
-	// keeps none. Default: DoneRetention (when that keeps records).
+	// keeps none. Default DoneRetention.
 	ResultRetention time.Duration
 	// DeadRetention is how long dead letters are kept. Default 30 days.
 	DeadRetention time.Duration
 
-	// ReapInterval is how often a reaper looks for dead workers and
-	// expired leases. Default 30 s.
-	ReapInterval time.Duration
-	// DispatchBuckets bounds the buckets one dispatcher transaction moves
-	// (WATCH costs grow with the square of it at the server); DispatchTasks
-	// bounds the tasks. Defaults 128 and 4096.
-	DispatchBuckets int
-	DispatchTasks   int
-	// DispatchLanes is how many connections a dispatcher moves a backlog
-	// on at once (disjoint buckets, so they never conflict). Default 2.
-	DispatchLanes int
-
 	// AllowEviction lets Server.Run start on a Redis whose
-	// maxmemory-policy is allkeys-* with a limit set, which evicts task
-	// records when memory is full: tasks can then be lost. Default false
-	// (Run refuses with ErrEviction).
+	// maxmemory-policy evicts any key (allkeys-*) with a limit set, where
+	// tasks can be lost. Default false: Run refuses with ErrEviction.
 	AllowEviction bool
-
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Clock tells the time. Default (nil): the system clock, time.Now.
-	Clock Clock
 	// Observer receives the engine's events (enqueues, dispatch rounds,
-	// starts, results, retries, deaths, recoveries) after they happened,
-	// for metrics and tracing. Default nil: none.
+	// starts, results, retries, deaths, recoveries), for metrics and
+	// tracing. Default none.
 	Observer Observer
+
+	// Advanced holds the tuning knobs (docs/operations.md, "Tuning").
+	Advanced AdvancedConfig
 
 	// lane is the logical shard the parts built with this Config serve;
 	// set only by the sharded constructors (shard.go).
 	lane laneSpec
+}
+
+// AdvancedConfig holds the settings that tune the engine's work; the
+// zero value of each means its default, which suits almost every use.
+type AdvancedConfig struct {
+	// Resolution is the width of a bucket: due times are rounded up to a
+	// multiple of it, so a task runs at most about this late. 1 ms to
+	// 60 s; default 10 ms.
+	Resolution time.Duration
+	// IdleWait is the longest a blocked worker or dispatcher waits before
+	// looking again on its own, in whole seconds; new work wakes them at
+	// once, so it only bounds the cost of a lost wake-up. Default 20 s.
+	IdleWait time.Duration
+	// LeaseGrace is how long past its timeout a run may go before the
+	// worker gives its task up for another to run. Default 30 s.
+	LeaseGrace time.Duration
+	// HeartbeatInterval is how often a worker proves it is alive; its
+	// heartbeat lives HeartbeatTTL (whole seconds, at least twice the
+	// interval), after which a reaper recovers its tasks. Defaults 10 s
+	// and 30 s.
+	HeartbeatInterval time.Duration
+	HeartbeatTTL      time.Duration
+	// ReapInterval is how often a reaper looks for dead workers and
+	// expired leases. Default 30 s.
+	ReapInterval time.Duration
+	// MaxRecoveries is how many times a task may be recovered (its worker
+	// died or its lease ran out) before it is buried; negative allows
+	// none. Default 5.
+	MaxRecoveries int
+	// UnknownTypeGrace is how long a task type may go unserved on a queue
+	// before Config.UnknownType applies; until then a worker without its
+	// handler gives it back for one that has it. Negative: none. Default
+	// 1 minute.
+	UnknownTypeGrace time.Duration
+
+	// ClaimBatch caps the tasks a worker takes and claims in one round
+	// trip from a deep queue; the batch adapts below it (one while the
+	// queue is shallow). 1 to 1000; default 32.
+	ClaimBatch int
+	// Prefetch is how many tasks a worker may claim beyond Concurrency,
+	// to wait in the process for a slot while its queue is deep and its
+	// handlers quick (PrefetchWait); they stay leased, and go back to the
+	// front of their queue when the worker stops or after half of
+	// LeaseGrace. 0: ClaimBatch minus Concurrency; negative: none. At
+	// most 1000.
+	Prefetch int
+	// PrefetchWait is how long a task claimed ahead may expect to wait
+	// for a slot, judged from the handlers' recent run times. 0 to 1 s;
+	// default 5 ms.
+	PrefetchWait time.Duration
+	// GroupCommitWindow is how long a finished task's result may wait for
+	// others finishing together to share its transaction, never when no
+	// other handler runs; negative: none. 0 to 100 ms; default 1 ms.
+	// GroupCommitMax caps such a group: 1 to 1000; default 64.
+	GroupCommitWindow time.Duration
+	GroupCommitMax    int
+	// EnqueueGroupMax caps the tasks that a Client's concurrent enqueues
+	// share in one transaction while EnqueueGroupLanes of its
+	// transactions are in flight (an enqueue never waits while fewer
+	// are). 1 to 10000, default 256; lanes 1 to 64, default 1.
+	EnqueueGroupMax   int
+	EnqueueGroupLanes int
+	// DispatchBuckets and DispatchTasks bound the buckets and tasks one
+	// dispatcher transaction moves; DispatchLanes is how many connections
+	// a dispatcher moves a backlog on at once. Defaults 128, 4096 and 2.
+	DispatchBuckets int
+	DispatchTasks   int
+	DispatchLanes   int
+
+	// Clock tells the time. Default (nil): the system clock.
+	Clock Clock
 }
 
 // QueueConfig names a queue a worker takes tasks from.
@@ -224,8 +191,8 @@ func (c Config) withDefaults() Config {
 	if c.Namespace == "" {
 		c.Namespace = "bq"
 	}
-	if c.Resolution == 0 {
-		c.Resolution = 10 * time.Millisecond
+	if c.Advanced.Resolution == 0 {
+		c.Advanced.Resolution = 10 * time.Millisecond
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = 512 << 10
@@ -254,35 +221,35 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 10
 	}
-	if c.ClaimBatch == 0 {
-		c.ClaimBatch = 32
+	if c.Advanced.ClaimBatch == 0 {
+		c.Advanced.ClaimBatch = 32
 	}
-	if c.PrefetchWait == 0 {
-		c.PrefetchWait = 5 * time.Millisecond
+	if c.Advanced.PrefetchWait == 0 {
+		c.Advanced.PrefetchWait = 5 * time.Millisecond
 	}
-	if c.GroupCommitWindow == 0 {
-		c.GroupCommitWindow = time.Millisecond
+	if c.Advanced.GroupCommitWindow == 0 {
+		c.Advanced.GroupCommitWindow = time.Millisecond
 	}
-	if c.GroupCommitMax == 0 {
-		c.GroupCommitMax = 64
+	if c.Advanced.GroupCommitMax == 0 {
+		c.Advanced.GroupCommitMax = 64
 	}
-	if c.EnqueueGroupMax == 0 {
-		c.EnqueueGroupMax = 256
+	if c.Advanced.EnqueueGroupMax == 0 {
+		c.Advanced.EnqueueGroupMax = 256
 	}
-	if c.EnqueueGroupLanes == 0 {
-		c.EnqueueGroupLanes = 1
+	if c.Advanced.EnqueueGroupLanes == 0 {
+		c.Advanced.EnqueueGroupLanes = 1
 	}
-	if c.LeaseGrace == 0 {
-		c.LeaseGrace = 30 * time.Second
+	if c.Advanced.LeaseGrace == 0 {
+		c.Advanced.LeaseGrace = 30 * time.Second
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 10 * time.Second
+	if c.Advanced.HeartbeatInterval == 0 {
+		c.Advanced.HeartbeatInterval = 10 * time.Second
 	}
-	if c.HeartbeatTTL == 0 {
-		c.HeartbeatTTL = max(30*time.Second, 3*c.HeartbeatInterval)
+	if c.Advanced.HeartbeatTTL == 0 {
+		c.Advanced.HeartbeatTTL = max(30*time.Second, 3*c.Advanced.HeartbeatInterval)
 	}
-	if c.IdleWait == 0 {
-		c.IdleWait = 20 * time.Second
+	if c.Advanced.IdleWait == 0 {
+		c.Advanced.IdleWait = 20 * time.Second
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -290,11 +257,11 @@ func (c Config) withDefaults() Config {
 	if c.RetryDelay == nil {
 		c.RetryDelay = DefaultRetryDelay
 	}
-	if c.UnknownTypeGrace == 0 {
-		c.UnknownTypeGrace = time.Minute
+	if c.Advanced.UnknownTypeGrace == 0 {
+		c.Advanced.UnknownTypeGrace = time.Minute
 	}
-	if c.MaxRecoveries == 0 {
-		c.MaxRecoveries = 5
+	if c.Advanced.MaxRecoveries == 0 {
+		c.Advanced.MaxRecoveries = 5
 	}
 	if c.DoneRetention == 0 {
 		c.DoneRetention = 10 * time.Minute
@@ -308,23 +275,23 @@ func (c Config) withDefaults() Config {
 	if c.DeadRetention == 0 {
 		c.DeadRetention = 30 * 24 * time.Hour
 	}
-	if c.ReapInterval == 0 {
-		c.ReapInterval = 30 * time.Second
+	if c.Advanced.ReapInterval == 0 {
+		c.Advanced.ReapInterval = 30 * time.Second
 	}
-	if c.DispatchBuckets == 0 {
-		c.DispatchBuckets = 128
+	if c.Advanced.DispatchBuckets == 0 {
+		c.Advanced.DispatchBuckets = 128
 	}
-	if c.DispatchLanes == 0 {
-		c.DispatchLanes = 2
+	if c.Advanced.DispatchLanes == 0 {
+		c.Advanced.DispatchLanes = 2
 	}
-	if c.DispatchTasks == 0 {
-		c.DispatchTasks = 4096
+	if c.Advanced.DispatchTasks == 0 {
+		c.Advanced.DispatchTasks = 4096
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Clock == nil {
-		c.Clock = systemClock{}
+	if c.Advanced.Clock == nil {
+		c.Advanced.Clock = systemClock{}
 	}
 	return c
 }
@@ -362,8 +329,8 @@ func (c Config) Validate() error {
 	if !buckets.ValidName(c.Namespace) {
 		bad("Namespace", "%q: want 1-64 of A-Z a-z 0-9 _ . -", c.Namespace)
 	}
-	if c.Resolution < time.Millisecond || c.Resolution > time.Minute || c.Resolution%time.Millisecond != 0 {
-		bad("Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Resolution)
+	if c.Advanced.Resolution < time.Millisecond || c.Advanced.Resolution > time.Minute || c.Advanced.Resolution%time.Millisecond != 0 {
+		bad("Advanced.Resolution", "%v: want whole milliseconds from 1ms to 60s", c.Advanced.Resolution)
 	}
 	if c.MaxResult < 0 || c.MaxResult > 512<<20 {
 		bad("MaxResult", "%d: want 1 byte to 512 MiB", c.MaxResult)
@@ -396,63 +363,63 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 {
 		bad("Concurrency", "%d: want at least 1", c.Concurrency)
 	}
-	if c.ClaimBatch < 1 || c.ClaimBatch > 1000 {
-		bad("ClaimBatch", "%d: want 1 to 1000", c.ClaimBatch)
+	if c.Advanced.ClaimBatch < 1 || c.Advanced.ClaimBatch > 1000 {
+		bad("Advanced.ClaimBatch", "%d: want 1 to 1000", c.Advanced.ClaimBatch)
 	}
-	if c.Prefetch > 1000 {
-		bad("Prefetch", "%d: want at most 1000 (negative: none)", c.Prefetch)
+	if c.Advanced.Prefetch > 1000 {
+		bad("Advanced.Prefetch", "%d: want at most 1000 (negative: none)", c.Advanced.Prefetch)
 	}
-	if c.PrefetchWait < 0 || c.PrefetchWait > time.Second {
-		bad("PrefetchWait", "%v: want 0 to 1s", c.PrefetchWait)
+	if c.Advanced.PrefetchWait < 0 || c.Advanced.PrefetchWait > time.Second {
+		bad("Advanced.PrefetchWait", "%v: want 0 to 1s", c.Advanced.PrefetchWait)
 	}
-	if c.GroupCommitWindow > 100*time.Millisecond {
-		bad("GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.GroupCommitWindow)
+	if c.Advanced.GroupCommitWindow > 100*time.Millisecond {
+		bad("Advanced.GroupCommitWindow", "%v: want at most 100ms (negative: no group commit)", c.Advanced.GroupCommitWindow)
 	}
-	if c.GroupCommitMax < 1 || c.GroupCommitMax > 1000 {
-		bad("GroupCommitMax", "%d: want 1 to 1000", c.GroupCommitMax)
+	if c.Advanced.GroupCommitMax < 1 || c.Advanced.GroupCommitMax > 1000 {
+		bad("Advanced.GroupCommitMax", "%d: want 1 to 1000", c.Advanced.GroupCommitMax)
 	}
-	if c.EnqueueGroupMax < 1 || c.EnqueueGroupMax > 10000 {
-		bad("EnqueueGroupMax", "%d: want 1 to 10000", c.EnqueueGroupMax)
+	if c.Advanced.EnqueueGroupMax < 1 || c.Advanced.EnqueueGroupMax > 10000 {
+		bad("Advanced.EnqueueGroupMax", "%d: want 1 to 10000", c.Advanced.EnqueueGroupMax)
 	}
-	if c.EnqueueGroupLanes < 1 || c.EnqueueGroupLanes > 64 {
-		bad("EnqueueGroupLanes", "%d: want 1 to 64", c.EnqueueGroupLanes)
+	if c.Advanced.EnqueueGroupLanes < 1 || c.Advanced.EnqueueGroupLanes > 64 {
+		bad("Advanced.EnqueueGroupLanes", "%d: want 1 to 64", c.Advanced.EnqueueGroupLanes)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 		min  time.Duration
 	}{
-		{"LeaseGrace", c.LeaseGrace, time.Millisecond},
-		{"HeartbeatInterval", c.HeartbeatInterval, 10 * time.Millisecond},
-		{"HeartbeatTTL", c.HeartbeatTTL, time.Second},
-		{"IdleWait", c.IdleWait, time.Second},
-		{"ReapInterval", c.ReapInterval, 10 * time.Millisecond},
+		{"Advanced.LeaseGrace", c.Advanced.LeaseGrace, time.Millisecond},
+		{"Advanced.HeartbeatInterval", c.Advanced.HeartbeatInterval, 10 * time.Millisecond},
+		{"Advanced.HeartbeatTTL", c.Advanced.HeartbeatTTL, time.Second},
+		{"Advanced.IdleWait", c.Advanced.IdleWait, time.Second},
+		{"Advanced.ReapInterval", c.Advanced.ReapInterval, 10 * time.Millisecond},
 		{"DeadRetention", c.DeadRetention, time.Second},
 	} {
 		if d.v < d.min {
 			bad(d.name, "%v: want at least %v", d.v, d.min)
 		}
 	}
-	if c.HeartbeatTTL%time.Second != 0 {
-		bad("HeartbeatTTL", "%v: want whole seconds (Redis 2.4 TTLs are seconds)", c.HeartbeatTTL)
+	if c.Advanced.HeartbeatTTL%time.Second != 0 {
+		bad("Advanced.HeartbeatTTL", "%v: want whole seconds (Redis 2.4 TTLs are seconds)", c.Advanced.HeartbeatTTL)
 	}
-	if c.IdleWait%time.Second != 0 {
-		bad("IdleWait", "%v: want whole seconds (Redis 2.4 blocking timeouts are integers)", c.IdleWait)
+	if c.Advanced.IdleWait%time.Second != 0 {
+		bad("Advanced.IdleWait", "%v: want whole seconds (Redis 2.4 blocking timeouts are integers)", c.Advanced.IdleWait)
 	}
-	if c.HeartbeatTTL < 2*c.HeartbeatInterval {
-		bad("HeartbeatTTL", "%v: want at least twice HeartbeatInterval (%v)", c.HeartbeatTTL, c.HeartbeatInterval)
+	if c.Advanced.HeartbeatTTL < 2*c.Advanced.HeartbeatInterval {
+		bad("Advanced.HeartbeatTTL", "%v: want at least twice Advanced.HeartbeatInterval (%v)", c.Advanced.HeartbeatTTL, c.Advanced.HeartbeatInterval)
 	}
 	if c.UnknownType != UnknownRetry && c.UnknownType != UnknownDead {
 		bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
 	}
-	if c.DispatchBuckets < 1 || c.DispatchBuckets > 10000 {
-		bad("DispatchBuckets", "%d: want 1 to 10000", c.DispatchBuckets)
+	if c.Advanced.DispatchBuckets < 1 || c.Advanced.DispatchBuckets > 10000 {
+		bad("Advanced.DispatchBuckets", "%d: want 1 to 10000", c.Advanced.DispatchBuckets)
 	}
-	if c.DispatchLanes < 1 || c.DispatchLanes > 16 {
-		bad("DispatchLanes", "%d: want 1 to 16", c.DispatchLanes)
+	if c.Advanced.DispatchLanes < 1 || c.Advanced.DispatchLanes > 16 {
+		bad("Advanced.DispatchLanes", "%d: want 1 to 16", c.Advanced.DispatchLanes)
 	}
-	if c.DispatchTasks < 1 || c.DispatchTasks > 100000 {
-		bad("DispatchTasks", "%d: want 1 to 100000", c.DispatchTasks)
+	if c.Advanced.DispatchTasks < 1 || c.Advanced.DispatchTasks > 100000 {
+		bad("Advanced.DispatchTasks", "%d: want 1 to 100000", c.Advanced.DispatchTasks)
 	}
 	if len(errs) == 1 {
 		return errs[0]
@@ -468,7 +435,7 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 		return c, nil, err
 	}
 	c = c.withDefaults()
-	st, err := buckets.NewLaneStore(c.Namespace, c.lane.index, c.Resolution.Milliseconds())
+	st, err := buckets.NewLaneStore(c.Namespace, c.lane.index, c.Advanced.Resolution.Milliseconds())
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
 	}
@@ -492,9 +459,9 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	return c, st, nil
 }
 
-func (c Config) maxRecoveries() int { return max(c.MaxRecoveries, 0) }
+func (c Config) maxRecoveries() int { return max(c.Advanced.MaxRecoveries, 0) }
 
-func (c Config) unservedGraceMs() int64 { return max(c.UnknownTypeGrace.Milliseconds(), 0) }
+func (c Config) unservedGraceMs() int64 { return max(c.Advanced.UnknownTypeGrace.Milliseconds(), 0) }
 
 func (c Config) doneTTL() int64 {
 	if c.DoneRetention < 0 {
@@ -505,8 +472,8 @@ func (c Config) doneTTL() int64 {
 
 // prefetch is how many tasks a worker may claim beyond Concurrency.
 func (c Config) prefetch() int {
-	if c.Prefetch == 0 {
-		return max(c.ClaimBatch-c.Concurrency, 0)
+	if c.Advanced.Prefetch == 0 {
+		return max(c.Advanced.ClaimBatch-c.Concurrency, 0)
 	}
-	return max(c.Prefetch, 0)
+	return max(c.Advanced.Prefetch, 0)
 }

@@ -15,13 +15,13 @@ func TestConfigValidateNamesField(t *testing.T) {
 		field string
 	}{
 		{Config{Concurrency: -1}, "Concurrency"},
-		{Config{ClaimBatch: -1}, "ClaimBatch"},
-		{Config{ClaimBatch: 1001}, "ClaimBatch"},
-		{Config{GroupCommitWindow: 101 * time.Millisecond}, "GroupCommitWindow"},
-		{Config{GroupCommitMax: -1}, "GroupCommitMax"},
+		{Config{Advanced: AdvancedConfig{ClaimBatch: -1}}, "Advanced.ClaimBatch"},
+		{Config{Advanced: AdvancedConfig{ClaimBatch: 1001}}, "Advanced.ClaimBatch"},
+		{Config{Advanced: AdvancedConfig{GroupCommitWindow: 101 * time.Millisecond}}, "Advanced.GroupCommitWindow"},
+		{Config{Advanced: AdvancedConfig{GroupCommitMax: -1}}, "Advanced.GroupCommitMax"},
 		{Config{Queues: []QueueConfig{{Name: "a"}, {Name: "b", Weight: -2}}}, "Queues[1].Weight"},
-		{Config{HeartbeatInterval: 20 * time.Second, HeartbeatTTL: 30 * time.Second}, "HeartbeatTTL"},
-		{Config{Resolution: 2 * time.Minute}, "Resolution"},
+		{Config{Advanced: AdvancedConfig{HeartbeatInterval: 20 * time.Second, HeartbeatTTL: 30 * time.Second}}, "Advanced.HeartbeatTTL"},
+		{Config{Advanced: AdvancedConfig{Resolution: 2 * time.Minute}}, "Advanced.Resolution"},
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError
@@ -38,7 +38,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 // refuses, each a *ConfigError, not only the first.
 func TestConfigValidateReportsAll(t *testing.T) {
 	t.Parallel()
-	err := Config{Resolution: 2 * time.Minute, HeartbeatTTL: 15 * time.Second, Concurrency: -1}.Validate()
+	err := Config{Concurrency: -1, Advanced: AdvancedConfig{Resolution: 2 * time.Minute, HeartbeatTTL: 15 * time.Second}}.Validate()
 	var fields []string
 	var walk func(error)
 	walk = func(err error) {
@@ -54,7 +54,7 @@ func TestConfigValidateReportsAll(t *testing.T) {
 		}
 	}
 	walk(err)
-	want := []string{"Resolution", "Concurrency", "HeartbeatTTL"}
+	want := []string{"Advanced.Resolution", "Concurrency", "Advanced.HeartbeatTTL"}
 	if !slices.Equal(fields, want) {
 		t.Fatalf("Validate reported %v (%v), want %v", fields, err, want)
 	}

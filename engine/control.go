@@ -146,7 +146,9 @@ func (c *control) run(ctx context.Context) {
 
 // recycleAfter is how long a subscription may see no message before it is
 // made afresh.
-func (c *control) recycleAfter() time.Duration { return max(3*c.w.cfg.IdleWait, 30*time.Second) }
+func (c *control) recycleAfter() time.Duration {
+	return max(3*c.w.cfg.Advanced.IdleWait, 30*time.Second)
+}
 
 // session subscribes once, re-reads the paused set, and applies messages
 // until an error, ctx's end, or recycleAfter without a message.

@@ -72,7 +72,7 @@ func exactlyOnce(t testing.TB, ready []string, want map[string]bool) {
 }
 
 func (e *env) store(t testing.TB) *buckets.Store {
-	st, err := buckets.NewStore(e.ns, e.cfg.withDefaults().Resolution.Milliseconds())
+	st, err := buckets.NewStore(e.ns, e.cfg.withDefaults().Advanced.Resolution.Milliseconds())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestNeverEarly(t *testing.T) {
 		ctx := context.Background()
 		base := time.UnixMilli(time.Now().UnixMilli()/1000*1000 + 10_000)
 		pclock := &settableClock{now: base.Add(-5 * time.Second)}
-		e.cfg.Clock = pclock
+		e.cfg.Advanced.Clock = pclock
 		c := e.client(t)
 		due := map[string]time.Time{}
 		for i := 0; i < 60; i++ {
@@ -233,14 +233,14 @@ func TestNeverEarly(t *testing.T) {
 			due[id] = at
 		}
 		dclock := &settableClock{}
-		e.cfg.Clock = dclock
+		e.cfg.Advanced.Clock = dclock
 		d, err := NewDispatcher(e.pool, e.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := []*rconn.Holder{{Pool: e.pool}}
 		defer h[0].Close()
-		res := e.cfg.withDefaults().Resolution
+		res := e.cfg.withDefaults().Advanced.Resolution
 		for step := base.Add(-2 * time.Millisecond); step.Before(base.Add(80 * time.Millisecond)); step = step.Add(time.Millisecond) {
 			dclock.Set(step)
 			for {
@@ -275,7 +275,7 @@ func redistestMini(t testing.TB) *redistestServer { return miniServer(t) }
 func TestDueRounding(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	now := time.UnixMilli(1_800_000_000_000).Add(300 * time.Microsecond)
-	e.cfg.Clock = &settableClock{now: now}
+	e.cfg.Advanced.Clock = &settableClock{now: now}
 	c := e.client(t)
 	ctx := context.Background()
 	soon, _ := idOf(c.EnqueueAt(ctx, now.Add(400*time.Microsecond), "t", nil))

@@ -23,7 +23,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 		queues = []string{"default"}
 	}
 	cfg := e.cfg
-	cfg.Clock = clocktest.Offset(time.Until(base.Add(-time.Hour)))
+	cfg.Advanced.Clock = clocktest.Offset(time.Until(base.Add(-time.Hour)))
 	c, err := NewClient(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -140,13 +140,13 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 		n = 20_000
 	}
 	e := realEnv(t)
-	e.cfg.Resolution = time.Millisecond
+	e.cfg.Advanced.Resolution = time.Millisecond
 	base := time.Now().Add(time.Hour)
 	want := scheduleMany(t, e, n/2, base, 0, "a", "b")                   // two bursts
 	for id := range scheduleMany(t, e, n/2, base, 20*time.Second, "a") { // one task per bucket
 		want[id] = true
 	}
-	e.cfg.Clock = clocktest.Offset(2 * time.Hour)
+	e.cfg.Advanced.Clock = clocktest.Offset(2 * time.Hour)
 	var moved atomic.Int64
 	var ds []*Dispatcher
 	var stops []func()
@@ -185,7 +185,7 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 // ready list; every other task is in one exactly once.
 func TestCancelRacesDispatch(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
-		e.cfg.Resolution = time.Millisecond
+		e.cfg.Advanced.Resolution = time.Millisecond
 		base := time.Now().Add(300 * time.Millisecond)
 		all := scheduleMany(t, e, 2000, base, 400*time.Millisecond)
 		c := e.client(t)

@@ -113,7 +113,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer d.settleOnExit(ctx)
 	defer d.endTurnOnExit(ctx)
 
-	lanes := make([]*rconn.Holder, d.cfg.DispatchLanes)
+	lanes := make([]*rconn.Holder, d.cfg.Advanced.DispatchLanes)
 	for i := range lanes {
 		lanes[i] = &rconn.Holder{Pool: d.pool}
 		defer lanes[i].Close()
@@ -122,7 +122,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	d.log.Info("dispatcher started", "namespace", d.cfg.Namespace, "resolution", d.cfg.Resolution)
+	d.log.Info("dispatcher started", "namespace", d.cfg.Namespace, "resolution", d.cfg.Advanced.Resolution)
 	for {
 		next, err := d.round(ctx, lanes)
 		if err != nil {
@@ -221,7 +221,7 @@ func (d *Dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, o
 		return 0, false
 	case !found:
 		return -1, true
-	case next <= ms(d.cfg.Clock.Now()):
+	case next <= ms(d.cfg.Advanced.Clock.Now()):
 		return 0, false
 	}
 	return next, true
@@ -231,7 +231,7 @@ func (d *Dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, o
 // that a timer set on real time fires when the engine's clock reaches the
 // due time.
 func (d *Dispatcher) clockOffset() time.Duration {
-	return time.Since(d.cfg.Clock.Now())
+	return time.Since(d.cfg.Advanced.Clock.Now())
 }
 
 // conflicted is round's answer when every transaction of the round found
@@ -298,14 +298,14 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 		// the turn before it moves anything.
 		gate = func() (bool, error) { return d.turn(ctx, conn) }
 	}
-	now := ms(d.cfg.Clock.Now())
+	now := ms(d.cfg.Advanced.Clock.Now())
 	// Several dispatchers over one large backlog each read a window of
 	// their own, at random, so that they seldom conflict (see spread).
 	window := 0
 	if d.windows > 1 {
 		window = rand.IntN(d.windows)
 	}
-	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.DispatchBuckets, d.cfg.DispatchTasks, 8*d.cfg.DispatchBuckets, window, gate)
+	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.Advanced.DispatchBuckets, d.cfg.Advanced.DispatchTasks, 8*d.cfg.Advanced.DispatchBuckets, window, gate)
 	if len(res.Uncertain) > 0 {
 		// Settle at once, on a fresh connection: the sooner it looks,
 		// the likelier a ready list that refused the push is still of
@@ -514,7 +514,7 @@ func (d *Dispatcher) waker(ctx context.Context, wake, look chan<- struct{}) {
 	defer b.Close()
 	var bo rconn.Backoff
 	for ctx.Err() == nil {
-		key, err := b.Pop(ctx, []string{d.store.Keys.Wake()}, d.cfg.IdleWait)
+		key, err := b.Pop(ctx, []string{d.store.Keys.Wake()}, d.cfg.Advanced.IdleWait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

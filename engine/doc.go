@@ -17,9 +17,9 @@
 // Once Enqueue returns nil the task is in Redis and runs at least once,
 // whatever process crashes or connection drops. It runs more than once only
 // when the worker running it died or its lease ran out (the handler outlived
-// its timeout plus Config.LeaseGrace); [Task.Recoveries] counts those. A
+// its timeout plus Config.Advanced.LeaseGrace); [Task.Recoveries] counts those. A
 // task is never made ready before its due time on the dispatcher's clock,
-// and is late by about the bucket resolution (Config.Resolution) at most
+// and is late by about the bucket resolution (Config.Advanced.Resolution) at most
 // under normal load. Handlers should therefore be idempotent.
 //
 // An Enqueue whose error matches [ErrUncertain] lost its connection after

@@ -77,7 +77,7 @@ func BenchmarkGroupCommitLatency(b *testing.B) {
 			var lats []time.Duration
 			var done atomic.Int64
 			e.cfg.Concurrency = 16
-			e.cfg.GroupCommitWindow = window
+			e.cfg.Advanced.GroupCommitWindow = window
 			e.cfg.Observer = ObserverFunc(func(ev Event) {
 				if ev.Kind != EventFinished {
 					return

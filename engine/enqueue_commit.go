@@ -250,7 +250,7 @@ func (g *enqueueGroup) take() ([]*enqueueWaiter, time.Time) {
 // callers. The transaction's context is none of theirs (one caller giving
 // up must not cut the others' round trip): it ends at deadline (see take).
 func (g *enqueueGroup) commit(batch []*enqueueWaiter, deadline time.Time) {
-	now := g.c.cfg.Clock.Now()
+	now := g.c.cfg.Advanced.Clock.Now()
 	n := 0
 	for _, w := range batch {
 		n += len(w.recs)

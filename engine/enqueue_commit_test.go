@@ -103,7 +103,7 @@ func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redi
 	}}
 	t.Cleanup(func() { pool.Close() })
 	cfg := e.cfg
-	cfg.EnqueueGroupLanes = lanes
+	cfg.Advanced.EnqueueGroupLanes = lanes
 	c, err := NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

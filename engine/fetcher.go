@@ -131,9 +131,9 @@ type claimed struct {
 
 // want is how many tasks the next pop asks for: 1 while the queues look
 // shallow, growing while every pop finds all it asked for, up to
-// Config.ClaimBatch. The caller bounds it by its free slots.
+// Config.Advanced.ClaimBatch. The caller bounds it by its free slots.
 func (f *fetcher) want() int {
-	return min(int(f.k.Load()), f.w.cfg.ClaimBatch)
+	return min(int(f.k.Load()), f.w.cfg.Advanced.ClaimBatch)
 }
 
 // adapt learns from a pop that asked for n tasks and found got: a pop
@@ -141,7 +141,7 @@ func (f *fetcher) want() int {
 // enough), one that found fewer asks for as many as it found.
 func (f *fetcher) adapt(n, got int) {
 	if got >= n {
-		f.k.Store(int64(min(max(int(f.k.Load()), 2*n), f.w.cfg.ClaimBatch)))
+		f.k.Store(int64(min(max(int(f.k.Load()), 2*n), f.w.cfg.Advanced.ClaimBatch)))
 	} else {
 		f.k.Store(int64(max(got, 1)))
 	}
@@ -150,7 +150,7 @@ func (f *fetcher) adapt(n, got int) {
 // shallow reports whether the queues look shallow: a finishing task then
 // takes the next one with its result, instead of leaving its slot to the
 // fetching loop, which takes several at once.
-func (f *fetcher) shallow() bool { return f.w.cfg.ClaimBatch <= 1 || f.k.Load() <= 1 }
+func (f *fetcher) shallow() bool { return f.w.cfg.Advanced.ClaimBatch <= 1 || f.k.Load() <= 1 }
 
 // next pops up to n tasks (at least 1) of one queue into the in-flight
 // list; the in-flight set holds their ids until the caller's claim. When
@@ -164,7 +164,7 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 	for ctx.Err() == nil {
 		if !w.hb.alive() {
 			// Heartbeats are failing: take nothing until one succeeds.
-			if !rconn.Sleep(ctx, min(w.cfg.HeartbeatInterval, time.Second)) {
+			if !rconn.Sleep(ctx, min(w.cfg.Advanced.HeartbeatInterval, time.Second)) {
 				break
 			}
 			continue
@@ -335,7 +335,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 		conn, err := h.Get(ctx)
 		if err == nil {
 			cs.Serves, cs.UnservedGrace = w.serves, w.cfg.unservedGraceMs()
-			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Clock.Now()), f.leaseDeadline, hold, cs)
+			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
 				f.claimed(q, id, res)
@@ -451,7 +451,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
-			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Clock.Now()), f.leaseDeadline, cs, hold)
+			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, cs, hold)
 			if err == nil {
 				for i, id := range ids {
 					w.inflight.release(id, false)
@@ -478,7 +478,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 }
 
 func (f *fetcher) leaseDeadline(r *buckets.Record) int64 {
-	return ms(f.w.cfg.Clock.Now()) + r.TimeoutMs + f.w.cfg.LeaseGrace.Milliseconds()
+	return ms(f.w.cfg.Advanced.Clock.Now()) + r.TimeoutMs + f.w.cfg.Advanced.LeaseGrace.Milliseconds()
 }
 
 // setAsideRunKeys sets aside the keys a claim or a result writes besides

@@ -20,7 +20,7 @@ import (
 type finisher struct {
 	w      *Worker
 	policy retryPolicy
-	group  *committer // nil: no group commit (Config.GroupCommitWindow < 0), or not running
+	group  *committer // nil: no group commit (Config.Advanced.GroupCommitWindow < 0), or not running
 }
 
 // popped is a task moved into the in-flight list, not yet claimed; the
@@ -32,7 +32,7 @@ type popped struct{ id, q string }
 func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, result []byte) popped {
 	w := f.w
 	rec := c.rec
-	now := w.cfg.Clock.Now()
+	now := w.cfg.Advanced.Clock.Now()
 	decide := func(r *buckets.Record) buckets.Outcome {
 		out := f.policy.decide(r, now, herr)
 		if out == buckets.Done {
@@ -163,7 +163,7 @@ func (f *finisher) checked(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 				keyTaskID, rec.ID, keyErr, err)
 			return next
 		}
-		if w.cfg.Clock.Now().After(leaseEnd) {
+		if w.cfg.Advanced.Clock.Now().After(leaseEnd) {
 			w.log.Error("could not record a task's result before its lease ended; it will run again",
 				keyTaskID, rec.ID, keyErr, err)
 			return next
@@ -211,7 +211,7 @@ func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 		conn, err := h.Get(context.WithoutCancel(ctx))
 		if err == nil {
 			var res buckets.AbandonResult
-			res, err = w.store.Abandon(context.WithoutCancel(ctx), conn, w.id, rec, ms(w.cfg.Clock.Now()))
+			res, err = w.store.Abandon(context.WithoutCancel(ctx), conn, w.id, rec, ms(w.cfg.Advanced.Clock.Now()))
 			if err == nil {
 				switch res {
 				case buckets.AbandonDropped:

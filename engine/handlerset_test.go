@@ -79,7 +79,7 @@ func TestUnservedTypeGrace(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
-		cfg.UnknownTypeGrace = 1500 * time.Millisecond
+		cfg.Advanced.UnknownTypeGrace = 1500 * time.Millisecond
 		mux := NewMux()
 		mux.HandleFunc("served", func(context.Context, *Task) error { return nil })
 		srv, err := NewServer(e.pool, cfg, mux, AllRoles)
@@ -117,8 +117,8 @@ func TestUnservedTypeGrace(t *testing.T) {
 		if info.Attempts != 3 || info.LastError == "" {
 			t.Fatalf("dead after %d attempts (%q), want 3 with the reason", info.Attempts, info.LastError)
 		}
-		if died := info.Finished; died.Sub(since) < cfg.UnknownTypeGrace {
-			t.Fatalf("dead %v after it was first seen unserved; the grace is %v", died.Sub(since), cfg.UnknownTypeGrace)
+		if died := info.Finished; died.Sub(since) < cfg.Advanced.UnknownTypeGrace {
+			t.Fatalf("dead %v after it was first seen unserved; the grace is %v", died.Sub(since), cfg.Advanced.UnknownTypeGrace)
 		}
 
 	})

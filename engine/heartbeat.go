@@ -36,7 +36,7 @@ type heartbeater struct {
 }
 
 func newHeartbeater(w *Worker) *heartbeater {
-	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Clock.Now(), full: true}
+	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Advanced.Clock.Now(), full: true}
 }
 
 // register writes the first heartbeat, retrying with backoff while Redis
@@ -70,7 +70,7 @@ func (h *heartbeater) beat(ctx context.Context) error {
 			h.full = true
 			return err
 		}
-		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.w.cfg.HeartbeatTTL-expirySlack {
+		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.w.cfg.Advanced.HeartbeatTTL-expirySlack {
 			h.full = true // it may have run after the key expired: register again
 			continue
 		}
@@ -89,9 +89,9 @@ func (h *heartbeater) beat(ctx context.Context) error {
 // HeartbeatTTL (within half an interval), so that a registry or an
 // unserved hash changed by hand is put right within that.
 func (h *heartbeater) needFull(sent time.Duration) bool {
-	ttl := h.w.cfg.HeartbeatTTL
+	ttl := h.w.cfg.Advanced.HeartbeatTTL
 	return h.full || sent-time.Duration(h.lastBeat.Load()) >= ttl-expirySlack ||
-		sent-h.lastFull >= ttl-h.w.cfg.HeartbeatInterval/2
+		sent-h.lastFull >= ttl-h.w.cfg.Advanced.HeartbeatInterval/2
 }
 
 // send writes the heartbeat: full (Beat) or a renewal (Refresh).
@@ -100,7 +100,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 	host, _ := os.Hostname()
 	hb := map[string]any{
 		"host": host, "pid": os.Getpid(), "queues": w.fetcher.queues,
-		"concurrency": w.cfg.Concurrency, "at": w.cfg.Clock.Now().UTC().Format(time.RFC3339Nano),
+		"concurrency": w.cfg.Concurrency, "at": w.cfg.Advanced.Clock.Now().UTC().Format(time.RFC3339Nano),
 		"started": h.started.UTC().Format(time.RFC3339Nano),
 	}
 	// The task types it serves, when its handler lists them; then its
@@ -110,7 +110,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 	if w.types != nil {
 		hb["types"] = w.types
 		for _, q := range w.fetcher.queues {
-			served = append(served, buckets.Served{Queue: q, Types: w.types, TTL: int64(w.cfg.HeartbeatTTL / time.Second)})
+			served = append(served, buckets.Served{Queue: q, Types: w.types, TTL: int64(w.cfg.Advanced.HeartbeatTTL / time.Second)})
 		}
 	}
 	info, _ := json.Marshal(hb)
@@ -119,7 +119,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 		return err
 	}
 	defer conn.Close()
-	ttl := int64(w.cfg.HeartbeatTTL / time.Second)
+	ttl := int64(w.cfg.Advanced.HeartbeatTTL / time.Second)
 	if full {
 		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)
 	}
@@ -133,7 +133,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 // died would leave it where no reaper looks.
 func (h *heartbeater) alive() bool {
 	since := time.Since(h.born) - time.Duration(h.lastBeat.Load())
-	return since < h.w.cfg.HeartbeatTTL-h.w.cfg.HeartbeatInterval
+	return since < h.w.cfg.Advanced.HeartbeatTTL-h.w.cfg.Advanced.HeartbeatInterval
 }
 
 // run beats every HeartbeatInterval until ctx ends. A beat that fails is
@@ -141,7 +141,7 @@ func (h *heartbeater) alive() bool {
 // from taking tasks once the TTL is near.
 func (h *heartbeater) run(ctx context.Context) {
 	w := h.w
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	t := time.NewTicker(w.cfg.Advanced.HeartbeatInterval)
 	defer t.Stop()
 	fails := 0
 	for {
@@ -157,7 +157,7 @@ func (h *heartbeater) run(ctx context.Context) {
 			fails++
 			if fails == 1 || fails%10 == 0 {
 				w.log.Warn("heartbeat failed; taking no tasks once the TTL is near, and running ones may be recovered elsewhere",
-					keyErr, err, "ttl", w.cfg.HeartbeatTTL, "failures", fails)
+					keyErr, err, "ttl", w.cfg.Advanced.HeartbeatTTL, "failures", fails)
 			}
 			continue
 		}

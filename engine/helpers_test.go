@@ -117,12 +117,7 @@ func newEnv(t testing.TB, srv *redistest.Server) *env {
 	t.Helper()
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	return &env{srv: srv, pool: srv.Pool(t), ns: ns, cfg: Config{
-		Namespace: ns, Logger: testLogger(t), IdleWait: time.Second,
-		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
-		ReapInterval: 100 * time.Millisecond, RetryDelay: func(*Task, int, error) time.Duration { return 10 * time.Millisecond },
-		LeaseGrace: 500 * time.Millisecond,
-	}}
+	return &env{srv: srv, pool: srv.Pool(t), ns: ns, cfg: Config{Namespace: ns, Logger: testLogger(t), RetryDelay: func(*Task, int, error) time.Duration { return 10 * time.Millisecond }, Advanced: AdvancedConfig{IdleWait: time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond, LeaseGrace: 500 * time.Millisecond}}}
 }
 
 // realEnv runs against a real redis-server restricted to the 2.4 table.

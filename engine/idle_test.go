@@ -31,10 +31,10 @@ func commandTotal(e *env) int {
 // with defaults.
 func TestIdleCost(t *testing.T) {
 	e := privateEnv(t)
-	e.cfg.IdleWait = time.Second
-	e.cfg.HeartbeatInterval = time.Second
-	e.cfg.HeartbeatTTL = 3 * time.Second
-	e.cfg.ReapInterval = time.Second
+	e.cfg.Advanced.IdleWait = time.Second
+	e.cfg.Advanced.HeartbeatInterval = time.Second
+	e.cfg.Advanced.HeartbeatTTL = 3 * time.Second
+	e.cfg.Advanced.ReapInterval = time.Second
 	e.cfg.Concurrency = 16
 	e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}
 	srv, err := NewServer(e.pool, e.cfg, NewMux(), AllRoles)
@@ -61,7 +61,7 @@ func TestIdleCost(t *testing.T) {
 	// must start within wakeBound (a few round trips, with room for a
 	// loaded machine): a worker that polled, or slept its IdleWait, fails.
 	const wakeBound = time.Second
-	e.cfg.IdleWait = 10 * time.Second
+	e.cfg.Advanced.IdleWait = 10 * time.Second
 	c := e.client(t)
 	ran := make(chan time.Time, 1)
 	mux := NewMux()
@@ -82,12 +82,12 @@ func TestIdleCost(t *testing.T) {
 	select {
 	case at := <-ran:
 		d := at.Sub(t0)
-		t.Logf("idle worker started a new task after %v (IdleWait %v)", d, e.cfg.IdleWait)
+		t.Logf("idle worker started a new task after %v (IdleWait %v)", d, e.cfg.Advanced.IdleWait)
 		if d > wakeBound {
-			t.Fatalf("an idle worker started a new task after %v; the wake-up path should take under %v (IdleWait %v)", d, wakeBound, e.cfg.IdleWait)
+			t.Fatalf("an idle worker started a new task after %v; the wake-up path should take under %v (IdleWait %v)", d, wakeBound, e.cfg.Advanced.IdleWait)
 		}
-	case <-time.After(e.cfg.IdleWait + 2*time.Second):
-		t.Fatalf("an idle worker did not start a new task within IdleWait %v", e.cfg.IdleWait)
+	case <-time.After(e.cfg.Advanced.IdleWait + 2*time.Second):
+		t.Fatalf("an idle worker did not start a new task within IdleWait %v", e.cfg.Advanced.IdleWait)
 	}
 }
 
@@ -99,8 +99,8 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	e := privateEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)
-	e.cfg.HeartbeatInterval = 100 * time.Millisecond
-	e.cfg.HeartbeatTTL = 2 * time.Second
+	e.cfg.Advanced.HeartbeatInterval = 100 * time.Millisecond
+	e.cfg.Advanced.HeartbeatTTL = 2 * time.Second
 	rec := newRecorder(nil)
 	w, err := NewWorker(e.pool, e.cfg, rec)
 	if err != nil {
@@ -204,15 +204,15 @@ func TestHeartbeatFullBeats(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := realEnv(t)
 			admin := e.admin(t)
-			e.cfg.HeartbeatInterval = 100 * time.Millisecond
-			e.cfg.HeartbeatTTL = 2 * time.Second
+			e.cfg.Advanced.HeartbeatInterval = 100 * time.Millisecond
+			e.cfg.Advanced.HeartbeatTTL = 2 * time.Second
 			mux := NewMux()
 			mux.HandleFunc("t", func(context.Context, *Task) error { return nil })
 			w, err := NewWorker(e.pool, e.cfg, mux)
 			if err != nil {
 				t.Fatal(err)
 			}
-			bl := &beatLog{workerStore: w.store, slow: e.cfg.HeartbeatTTL, fail: tc.fail}
+			bl := &beatLog{workerStore: w.store, slow: e.cfg.Advanced.HeartbeatTTL, fail: tc.fail}
 			w.store = bl
 			runBackground(t, w.Run)
 			waitFor(t, 30*time.Second, "renewals", func() bool { return len(bl.seq()) >= 5 })
@@ -228,7 +228,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := time.Now()
-			waitFor(t, 2*e.cfg.HeartbeatTTL, "a full beat", func() bool {
+			waitFor(t, 2*e.cfg.Advanced.HeartbeatTTL, "a full beat", func() bool {
 				in, err := redis.Bool(admin.Do("SISMEMBER", e.key("w"), w.ID()))
 				if err != nil {
 					t.Fatal(err)
@@ -239,8 +239,8 @@ func TestHeartbeatFullBeats(t *testing.T) {
 				}
 				return in && !un
 			})
-			if d := time.Since(at); d > e.cfg.HeartbeatTTL+time.Second {
-				t.Fatalf("registry put right after %v; bound %v", d, e.cfg.HeartbeatTTL)
+			if d := time.Since(at); d > e.cfg.Advanced.HeartbeatTTL+time.Second {
+				t.Fatalf("registry put right after %v; bound %v", d, e.cfg.Advanced.HeartbeatTTL)
 			}
 			n := len(bl.seq())
 			bl.arm.Store(true)
@@ -267,7 +267,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	e := realEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)
-	e.cfg.IdleWait = time.Second
+	e.cfg.Advanced.IdleWait = time.Second
 	rec := newRecorder(nil)
 	w, err := NewWorker(e.pool, e.cfg, rec)
 	if err != nil {
@@ -298,8 +298,8 @@ func TestLostPauseAndResume(t *testing.T) {
 	}
 	at := time.Now()
 	waitFor(t, 30*time.Second, "the held task after the lost resume", func() bool { return rec.count(held) == 1 })
-	if d := time.Since(at); d > e.cfg.IdleWait+time.Second {
-		t.Fatalf("resumed after %v; bound IdleWait %v", d, e.cfg.IdleWait)
+	if d := time.Since(at); d > e.cfg.Advanced.IdleWait+time.Second {
+		t.Fatalf("resumed after %v; bound IdleWait %v", d, e.cfg.Advanced.IdleWait)
 	}
 }
 
@@ -326,7 +326,7 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, r.Run)
-	bound := e.cfg.DeadRetention + r.trimEvery() + e.cfg.ReapInterval*6/5
+	bound := e.cfg.DeadRetention + r.trimEvery() + e.cfg.Advanced.ReapInterval*6/5
 	waitFor(t, 2*bound+5*time.Second, "the dead letter trimmed", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 0 })
 	if d := time.Since(at); d > bound+time.Second {
 		t.Fatalf("trimmed after %v; bound %v", d, bound)
@@ -343,8 +343,8 @@ func TestDispatcherIdleLook(t *testing.T) {
 	ctx := context.Background()
 	base := time.Now()
 	clock := &settableClock{now: base}
-	e.cfg.Clock = clock
-	e.cfg.IdleWait = time.Second
+	e.cfg.Advanced.Clock = clock
+	e.cfg.Advanced.IdleWait = time.Second
 	c := e.client(t)
 	if _, err := c.Enqueue(ctx, "t", nil, At(base.Add(time.Hour))); err != nil {
 		t.Fatal(err)
@@ -374,8 +374,8 @@ func TestDispatcherIdleLook(t *testing.T) {
 	}
 	clock.Set(base.Add(time.Hour + time.Second))
 	at := time.Now()
-	waitFor(t, 3*e.cfg.IdleWait+5*time.Second, "the due task moved", func() bool { return d.Moved() == 1 })
-	if el := time.Since(at); el > e.cfg.IdleWait+2*time.Second {
-		t.Fatalf("moved after %v; bound IdleWait %v (Redis 2.4 may add a second)", el, e.cfg.IdleWait)
+	waitFor(t, 3*e.cfg.Advanced.IdleWait+5*time.Second, "the due task moved", func() bool { return d.Moved() == 1 })
+	if el := time.Since(at); el > e.cfg.Advanced.IdleWait+2*time.Second {
+		t.Fatalf("moved after %v; bound IdleWait %v (Redis 2.4 may add a second)", el, e.cfg.Advanced.IdleWait)
 	}
 }

@@ -171,7 +171,7 @@ type recoverer struct {
 
 func (r *recoverer) run(ctx context.Context) {
 	w := r.w
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	t := time.NewTicker(w.cfg.Advanced.HeartbeatInterval)
 	defer t.Stop()
 	h := w.holder()
 	defer h.Close()
@@ -220,7 +220,7 @@ func (r *recoverer) once(ctx context.Context, h interface {
 	w.inflight.dirty.Store(false)
 	var total buckets.RequeueResult
 	for {
-		res, err := w.store.RecoverLost(ctx, conn, w.id, ms(w.cfg.Clock.Now()), 100, w.inflight.snapshot)
+		res, err := w.store.RecoverLost(ctx, conn, w.id, ms(w.cfg.Advanced.Clock.Now()), 100, w.inflight.snapshot)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped

@@ -177,7 +177,7 @@ func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string
 	if err != nil {
 		errs = append(errs, err)
 	}
-	now := in.cfg.Clock.Now()
+	now := in.cfg.Advanced.Clock.Now()
 	for j, r := range recs {
 		if r != nil {
 			out[at[j]].Latency = max(0, now.Sub(fromMs(r.Due)))
@@ -306,7 +306,7 @@ func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	if err != nil {
 		return nil, failed("list workers", err)
 	}
-	now := in.cfg.Clock.Now()
+	now := in.cfg.Advanced.Clock.Now()
 	out := make([]WorkerInfo, len(snap))
 	var errs []error
 	for i, s := range snap {

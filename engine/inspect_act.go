@@ -85,7 +85,7 @@ func (in *Inspector) Act(ctx context.Context, a Action, ids ...string) (ActionRe
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), MaxActionBatch)]
 		ids = ids[len(batch):]
-		b, err := in.store.Act(ctx, conn, act, batch, ms(in.cfg.Clock.Now()), in.cancelTTL(), nil)
+		b, err := in.store.Act(ctx, conn, act, batch, ms(in.cfg.Advanced.Clock.Now()), in.cancelTTL(), nil)
 		if err != nil {
 			return res, failed(string(a)+" tasks", err)
 		}
@@ -147,7 +147,7 @@ func (in *Inspector) actOn(ctx context.Context, act buckets.Action, ids []string
 		return buckets.ActResult{}, err
 	}
 	defer conn.Close()
-	return in.store.Act(ctx, conn, act, ids, ms(in.cfg.Clock.Now()), in.cancelTTL(), guard)
+	return in.store.Act(ctx, conn, act, ids, ms(in.cfg.Advanced.Clock.Now()), in.cancelTTL(), guard)
 }
 
 // stateGuard accepts the records that are in state s.

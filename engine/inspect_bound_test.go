@@ -56,7 +56,7 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		cfg := e.cfg
 		cfg.Queues = []QueueConfig{{Name: "doomed", Weight: 1}}
 		cfg.UnknownType = UnknownDead
-		cfg.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
+		cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 		cfg.Concurrency = 20
 		dead := make([]NewTask, n)
 		for i := range dead {

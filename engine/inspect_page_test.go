@@ -89,7 +89,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 // Paging the scheduled tasks while the dispatcher moves their buckets.
 func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.Resolution = time.Millisecond
+	e.cfg.Advanced.Resolution = time.Millisecond
 	c := e.client(t)
 	in := c.Inspector()
 	ctx := checkCtx(t, time.Minute)
@@ -217,7 +217,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.UnknownType = UnknownDead
-	e.cfg.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
+	e.cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 	e.cfg.Concurrency = 4
 	c := e.client(t)
 	in := c.Inspector()

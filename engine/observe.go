@@ -183,7 +183,7 @@ func (w *Worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 	if w.cfg.Observer == nil {
 		return
 	}
-	now := w.cfg.Clock.Now()
+	now := w.cfg.Advanced.Clock.Now()
 	e := Event{Kind: EventFinished, Queue: r.Queue, Type: r.Type, TaskID: r.ID, Attempt: r.Attempts,
 		Time: now, Duration: max(0, now.Sub(fromMs(r.Started))), Err: herr}
 	switch {
@@ -217,7 +217,7 @@ func (c Config) observeRecovered(res buckets.RequeueResult, why buckets.Reason) 
 	if c.Observer == nil {
 		return
 	}
-	now := c.Clock.Now()
+	now := c.Advanced.Clock.Now()
 	for _, t := range res.Recovered {
 		c.Observer.Observe(Event{Kind: EventRecovered, Queue: t.Queue, Type: t.Type, TaskID: t.ID, Time: now, Reason: reasonLabel(why)})
 		if t.Buried {
@@ -232,7 +232,7 @@ func (c Config) observeDispatch(res buckets.MoveResult) {
 	if c.Observer == nil || res.Tasks+res.Conflicts == 0 {
 		return
 	}
-	c.Observer.Observe(Event{Kind: EventDispatched, Time: c.Clock.Now(), Moved: res.Tasks, Conflicts: res.Conflicts})
+	c.Observer.Observe(Event{Kind: EventDispatched, Time: c.Advanced.Clock.Now(), Moved: res.Tasks, Conflicts: res.Conflicts})
 }
 
 // LiveWorkers counts the worker processes whose heartbeat is alive, and

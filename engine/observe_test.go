@@ -120,7 +120,7 @@ func TestObserverLeaseExpiry(t *testing.T) {
 	e := realEnv(t)
 	log := &eventLog{}
 	e.cfg.Observer = log
-	e.cfg.LeaseGrace = 50 * time.Millisecond
+	e.cfg.Advanced.LeaseGrace = 50 * time.Millisecond
 	release := make(chan struct{})
 	defer close(release)
 	mux := NewMux()

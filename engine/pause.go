@@ -66,7 +66,7 @@ type UnservedType struct {
 	Queue string `json:"queue"`
 	Type  string `json:"type"`
 	// Since is when a worker first gave back a task of the type while
-	// none served it (that worker's clock). Once Config.UnknownTypeGrace
+	// none served it (that worker's clock). Once Config.Advanced.UnknownTypeGrace
 	// has passed since, the unknown-type policy applies to its tasks.
 	Since time.Time `json:"since"`
 }

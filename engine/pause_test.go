@@ -54,7 +54,7 @@ func TestPauseResume(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
-		cfg.IdleWait = 10 * time.Second // a resume must not wait for it
+		cfg.Advanced.IdleWait = 10 * time.Second // a resume must not wait for it
 		cfg.Concurrency = 2
 		cfg.Queues = []QueueConfig{{Name: "q"}, {Name: "other"}}
 		var log startLog
@@ -139,8 +139,8 @@ func TestPauseResume(t *testing.T) {
 		}
 		resumed := time.Now()
 		waitFor(t, 9*time.Second, "a task to start after the resume", func() bool { return log.count() > ran+1 })
-		if d := time.Since(resumed); d > cfg.IdleWait/4 {
-			t.Errorf("the first task started %v after the resume; IdleWait is %v", d, cfg.IdleWait)
+		if d := time.Since(resumed); d > cfg.Advanced.IdleWait/4 {
+			t.Errorf("the first task started %v after the resume; IdleWait is %v", d, cfg.Advanced.IdleWait)
 		} else {
 			t.Logf("first task started %v after the resume", d.Round(time.Millisecond))
 		}

@@ -52,7 +52,7 @@ func (c *Client) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
 	if err != nil {
 		return nil, failed("list periodic entries", err)
 	}
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	out := make([]PeriodicStatus, len(infos))
 	var ids []string
 	var at []int

@@ -27,7 +27,7 @@ func NewPool(addr string, cfg Config) (*redis.Pool, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	size := cfg.Concurrency + cfg.DispatchLanes + 4 // the reaper, heartbeats and a Client's calls
+	size := cfg.Concurrency + cfg.Advanced.DispatchLanes + 4 // the reaper, heartbeats and a Client's calls
 	raw := u.String()
 	return &redis.Pool{
 		DialContext: func(ctx context.Context) (redis.Conn, error) {

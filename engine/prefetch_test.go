@@ -66,7 +66,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*Worker, *requeueStore
 func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 	const n, slots = 600, 4
 	e, c, infos := deepQueue(t, n, slots)
-	e.cfg.ClaimBatch = 16 // Prefetch: 12 by default
+	e.cfg.Advanced.ClaimBatch = 16 // Prefetch: 12 by default
 	var cc concurrent
 	rec := newRecorder(func(context.Context, *Task) error {
 		cc.enter()
@@ -107,7 +107,7 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 func TestPrefetchOffForSlowHandlers(t *testing.T) {
 	const n, slots = 60, 2
 	e, c, _ := deepQueue(t, n, slots)
-	e.cfg.ClaimBatch = 16
+	e.cfg.Advanced.ClaimBatch = 16
 	rec := newRecorder(func(context.Context, *Task) error {
 		time.Sleep(10 * time.Millisecond) // 7 tasks ahead a slot: 70 ms > 5 ms
 		return nil
@@ -147,10 +147,10 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 	t.Helper()
 	st := &stuckSetup{}
 	st.e, st.c, st.infos = deepQueue(t, n, slots)
-	st.e.cfg.ClaimBatch = claimBatch
-	st.e.cfg.PrefetchWait = 50 * time.Millisecond
+	st.e.cfg.Advanced.ClaimBatch = claimBatch
+	st.e.cfg.Advanced.PrefetchWait = 50 * time.Millisecond
 	if grace != 0 {
-		st.e.cfg.LeaseGrace = grace
+		st.e.cfg.Advanced.LeaseGrace = grace
 	}
 	release := make(chan struct{})
 	var runs atomic.Int64
@@ -292,7 +292,7 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 		return err == nil && q.Running == slots && rs.unstarted.Load() > 0
 	})
 	back := rs.unstarted.Load()
-	time.Sleep(3 * e.cfg.LeaseGrace / 2) // three more halves of the grace
+	time.Sleep(3 * e.cfg.Advanced.LeaseGrace / 2) // three more halves of the grace
 	q, err := su.queue()
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 func TestFetcherBoundAfterWaiting(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	e.cfg.Concurrency, e.cfg.ClaimBatch = 2, 16
+	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 2, 16
 	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -364,8 +364,8 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 // front of its queue. A run that had its slot is not given back.
 func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.Concurrency, e.cfg.ClaimBatch = 1, 8
-	e.cfg.LeaseGrace = 400 * time.Millisecond
+	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 1, 8
+	e.cfg.Advanced.LeaseGrace = 400 * time.Millisecond
 	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +373,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	rs := &requeueStore{batchStore: &batchStore{workerStore: w.store}}
 	w.store = rs
 	p := w.proc
-	grace := e.cfg.LeaseGrace.Milliseconds()
+	grace := e.cfg.Advanced.LeaseGrace.Milliseconds()
 	// chain starts n runs of one batch, claimed now, as batchOnce orders
 	// them, and returns what each startRun answered once all have.
 	chain := func(fetchCtx context.Context, n int) ([]string, []bool) {
@@ -433,8 +433,8 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	if slices.Contains(started, true) {
 		t.Errorf("half the grace: runs started %v, want none", started)
 	}
-	if waited := time.Since(begin); waited < e.cfg.LeaseGrace/2-10*time.Millisecond {
-		t.Errorf("given back after %v, before half of LeaseGrace (%v)", waited, e.cfg.LeaseGrace/2)
+	if waited := time.Since(begin); waited < e.cfg.Advanced.LeaseGrace/2-10*time.Millisecond {
+		t.Errorf("given back after %v, before half of LeaseGrace (%v)", waited, e.cfg.Advanced.LeaseGrace/2)
 	}
 	check("half the grace", rs.takeCalls(), ids)
 	if n := p.waiting.Load(); n != 0 {

@@ -32,7 +32,7 @@ import (
 //     bounded (unrecorded): past the bound a slot keeps its token until
 //     its result can be handed over.
 //
-// Claiming ahead (Config.Prefetch): while the queues look deep and the
+// Claiming ahead (Config.Advanced.Prefetch): while the queues look deep and the
 // handlers are quick (prefetching), the semaphore has Prefetch tokens more
 // than Concurrency, so that a batch takes up to ClaimBatch tasks, and a
 // second one, slots, of Concurrency tokens bounds the handlers running at
@@ -72,7 +72,7 @@ type processor struct {
 func newProcessor(w *Worker) *processor {
 	c, pre := w.cfg.Concurrency, w.cfg.prefetch()
 	p := &processor{w: w, sem: make(chan struct{}, c+pre), slots: make(chan struct{}, c),
-		unrecorded: make(chan struct{}, max(c+pre, w.cfg.GroupCommitMax))}
+		unrecorded: make(chan struct{}, max(c+pre, w.cfg.Advanced.GroupCommitMax))}
 	p.usable.Store(int64(c + pre))
 	return p
 }
@@ -85,7 +85,7 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 // the shares of weighted queues, and hold a lower queue's tasks while a
 // higher one's arrive), the queue looks deep (the next pop would ask for
 // more tasks than there are slots), the handlers' mean run time, times
-// the tasks claimed ahead per slot, is within Config.PrefetchWait, and
+// the tasks claimed ahead per slot, is within Config.Advanced.PrefetchWait, and
 // the slots turn over: when every one is taken, one was freed within
 // PrefetchWait. The mean only counts runs that ended, so handlers that
 // are all stuck in long runs would otherwise still look quick, and the
@@ -96,7 +96,7 @@ func (p *processor) prefetching() bool {
 	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
 		return false
 	}
-	wait := p.w.cfg.PrefetchWait
+	wait := p.w.cfg.Advanced.PrefetchWait
 	if len(p.slots) == slots && time.Duration(time.Now().UnixNano()-p.freed.Load()) > wait {
 		return false
 	}
@@ -155,9 +155,9 @@ func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
 	w := p.w
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
-	grace := w.cfg.LeaseGrace.Milliseconds()
+	grace := w.cfg.Advanced.LeaseGrace.Milliseconds()
 	claimedAt := rec.Deadline - rec.TimeoutMs - grace // fetcher.leaseDeadline
-	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Clock.Now())) * time.Millisecond)
+	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Advanced.Clock.Now())) * time.Millisecond)
 	defer t.Stop()
 	select {
 	case p.slots <- struct{}{}:
@@ -279,13 +279,13 @@ func (p *processor) bound(n int) int {
 
 // gather takes more tokens, up to want in all, while the queues look
 // deep: those free now, and those that other slots give back within
-// Config.GroupCommitWindow (a group's slots are freed together), so that
+// Config.Advanced.GroupCommitWindow (a group's slots are freed together), so that
 // one pop takes as many tasks as it can.
 // It does not wait when no other slot is taken. It returns the tokens it
 // holds, the one taken before included.
 func (p *processor) gather(want int) int {
 	n := p.takeFree(1, want)
-	window := p.w.cfg.GroupCommitWindow
+	window := p.w.cfg.Advanced.GroupCommitWindow
 	if n == want || window <= 0 || len(p.sem)-p.reserved == n {
 		return n
 	}

@@ -59,13 +59,13 @@ const trimPasses = 10
 // ReapIntervals, or every DeadRetention when that is shorter. A dead
 // letter lives at most that much past DeadRetention.
 func (r *Reaper) trimEvery() time.Duration {
-	return min(trimPasses*r.cfg.ReapInterval, r.cfg.DeadRetention)
+	return min(trimPasses*r.cfg.Advanced.ReapInterval, r.cfg.DeadRetention)
 }
 
 // Run reaps every ReapInterval (with jitter) until ctx ends; every
 // trimEvery a pass also trims the dead letters.
 func (r *Reaper) Run(ctx context.Context) error {
-	r.log.Info("reaper started", "interval", r.cfg.ReapInterval)
+	r.log.Info("reaper started", "interval", r.cfg.Advanced.ReapInterval)
 	defer r.log.Info("reaper stopped")
 	var bo rconn.Backoff
 	var trimmed time.Time // when a pass last trimmed (monotonic)
@@ -91,8 +91,8 @@ func (r *Reaper) Run(ctx context.Context) error {
 			r.log.Info("reaped", "dead_workers", res.DeadWorkers, "recovered", res.Recovered,
 				"buried", res.Buried, "expired_leases", res.ExpiredLeases, "trimmed_dead", res.TrimmedDead)
 		}
-		jitter := time.Duration(rand.Int64N(int64(r.cfg.ReapInterval)/5 + 1))
-		if !rconn.Sleep(ctx, r.cfg.ReapInterval+jitter) {
+		jitter := time.Duration(rand.Int64N(int64(r.cfg.Advanced.ReapInterval)/5 + 1))
+		if !rconn.Sleep(ctx, r.cfg.Advanced.ReapInterval+jitter) {
 			return nil
 		}
 	}
@@ -114,10 +114,10 @@ func (r *Reaper) reap(ctx context.Context, trim bool) (ReapResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("engine: reap: %w", err)
 	}
-	now := r.cfg.Clock.Now()
+	now := r.cfg.Advanced.Clock.Now()
 	for i, w := range workers {
 		if alive[i] {
-			cutoff := ms(now.Add(-r.cfg.HeartbeatTTL))
+			cutoff := ms(now.Add(-r.cfg.Advanced.HeartbeatTTL))
 			n, b, err := r.requeueAll(ctx, conn, w, cutoff, buckets.LeaseExpired)
 			res.Recovered += n
 			res.ExpiredLeases += n
@@ -159,7 +159,7 @@ func wrapReap(err error) error {
 // reapDead returns everything a dead worker held and forgets it.
 func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
 	log := r.log.With(keyWorker, w)
-	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Clock.Now()))
+	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Advanced.Clock.Now()))
 	recovered, buried = res.Requeued, res.Buried
 	if err != nil {
 		return recovered, buried, wrapReap(err)
@@ -187,7 +187,7 @@ func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cuto
 		if err != nil || len(ids) == 0 {
 			return recovered, buried, wrapReap(err)
 		}
-		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Clock.Now()), why, r.cfg.maxRecoveries())
+		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Advanced.Clock.Now()), why, r.cfg.maxRecoveries())
 		if err != nil {
 			return recovered, buried, wrapReap(err)
 		}

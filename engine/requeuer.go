@@ -29,7 +29,7 @@ func (q *requeuer) requeue(ids []string, why buckets.Reason) error {
 		conn, err := h.Get(ctx)
 		if err == nil {
 			var res buckets.RequeueResult
-			res, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Clock.Now()), why, w.cfg.maxRecoveries())
+			res, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Advanced.Clock.Now()), why, w.cfg.maxRecoveries())
 			if err == nil {
 				w.cfg.observeRecovered(res, why)
 				return nil

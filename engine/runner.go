@@ -53,7 +53,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	r.running[rec.ID] = run
 	r.mu.Unlock()
 	r.timers.Add(1)
-	timer := time.AfterFunc(time.Until(time.UnixMilli(rec.Deadline))+time.Since(w.cfg.Clock.Now()), func() {
+	timer := time.AfterFunc(time.Until(time.UnixMilli(rec.Deadline))+time.Since(w.cfg.Advanced.Clock.Now()), func() {
 		defer r.timers.Done()
 		r.expire(run)
 	})

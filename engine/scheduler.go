@@ -201,7 +201,7 @@ func NewScheduler(pool *redis.Pool, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	id := uuid.NewString()
-	return &Scheduler{pool: pool, cfg: cfg, store: st, id: id, stamp: ms(cfg.Clock.Now()),
+	return &Scheduler{pool: pool, cfg: cfg, store: st, id: id, stamp: ms(cfg.Advanced.Clock.Now()),
 		names: map[string]bool{},
 		log:   cfg.Logger.With(keyComponent, "scheduler", "scheduler", id)}, nil
 }
@@ -311,7 +311,7 @@ func (s *Scheduler) RunPass(ctx context.Context) error {
 }
 
 func (s *Scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon, skew time.Duration) error {
-	now := s.cfg.Clock.Now()
+	now := s.cfg.Advanced.Clock.Now()
 	nowMs := ms(now)
 	aliveTTL := int64(max(3*horizon, horizon+2*skew).Seconds()) + 1
 	cancelTTL := max(s.cfg.doneTTL(), int64((horizon+2*skew)/time.Second)+1)

@@ -23,7 +23,7 @@ import (
 func (e *env) scheduler(t *testing.T, offset time.Duration, horizon time.Duration, ps ...Periodic) *Scheduler {
 	t.Helper()
 	cfg := e.cfg
-	cfg.Clock = clocktest.Offset(offset)
+	cfg.Advanced.Clock = clocktest.Offset(offset)
 	s, err := NewScheduler(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func TestPeriodicListOrphan(t *testing.T) {
 func TestPeriodicEndToEndDST(t *testing.T) {
 	e := realEnv(t)
 	firing := time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)
-	e.cfg.Clock = clocktest.Offset(time.Until(firing.Add(-2 * time.Second)))
+	e.cfg.Advanced.Clock = clocktest.Offset(time.Until(firing.Add(-2 * time.Second)))
 	got := make(chan *Task, 1)
 	h := HandlerFunc(func(ctx context.Context, task *Task) error {
 		select {

@@ -158,7 +158,7 @@ func (r *BatchResult) Written() int {
 // lane instead, all together.
 func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*BatchResult, error) {
 	n := len(c.lanes)
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
 	chosen := make([]bool, len(tasks))
 	movable := make([]bool, len(tasks))

@@ -75,7 +75,7 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
-		h := newWaitHub(p, keys.Prefix(), base.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
+		h := newWaitHub(p, keys.Prefix(), base.Advanced.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
 		h.fix, err = hubFixer(sh, base, p, ks)
 		if err != nil {
 			return nil, err
@@ -181,7 +181,7 @@ func (s *ShardedServer) watchMap(ctx context.Context, k int) {
 	if err != nil {
 		return
 	}
-	t := time.NewTicker(srv.cfg.HeartbeatInterval)
+	t := time.NewTicker(srv.cfg.Advanced.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		select {

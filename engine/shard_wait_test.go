@@ -45,7 +45,7 @@ func blockingKeys(h *waitHub) map[string]bool {
 // still wakes its worker, long before the idle wait would.
 func TestShardSharedWait(t *testing.T) {
 	e := privateEnv(t)
-	e.cfg.IdleWait = 60 * time.Second // a lost wake-up would show as a minute's wait
+	e.cfg.Advanced.IdleWait = 60 * time.Second // a lost wake-up would show as a minute's wait
 	const n = 4
 	sh := e.sameServer(n)
 	a := e.admin(t)
@@ -141,8 +141,8 @@ func (l *lookCounter) NextDue(ctx context.Context, conn redis.Conn) (int64, bool
 // waits again finds its lists in the BLPOP under way).
 func TestShardSharedWaitIdle(t *testing.T) {
 	e := privateEnv(t)
-	e.cfg.HeartbeatInterval = time.Second
-	e.cfg.HeartbeatTTL = 3 * time.Second
+	e.cfg.Advanced.HeartbeatInterval = time.Second
+	e.cfg.Advanced.HeartbeatTTL = 3 * time.Second
 	const n = 6
 	sh := e.sameServer(n)
 	a := e.admin(t)
@@ -236,7 +236,7 @@ func TestShardSharedWaitIdle(t *testing.T) {
 // before the idle wait (a minute) would have made the dispatcher look.
 func TestShardSharedWaitDelayed(t *testing.T) {
 	e := privateEnv(t)
-	e.cfg.IdleWait = 60 * time.Second
+	e.cfg.Advanced.IdleWait = 60 * time.Second
 	const n = 6
 	sh := e.sameServer(n)
 	a := e.admin(t)
@@ -276,7 +276,7 @@ func TestShardSharedWaitServerDown(t *testing.T) {
 	sb := redistest.Start(t, redistest.WithAppendOnly())
 	e := newEnv(t, sa)
 	t.Cleanup(func() { sb.Cleanup(t, e.ns) })
-	e.cfg.IdleWait = 60 * time.Second
+	e.cfg.Advanced.IdleWait = 60 * time.Second
 	pa, pb := sa.Pool(t), sb.Pool(t)
 	sh := Shards{Pools: []*redis.Pool{pa, pb, pa, pb}}
 	const n = 4
@@ -399,8 +399,7 @@ func TestShardClusterWait(t *testing.T) {
 		}
 		sh.Pools = append(sh.Pools, tc.Pool(keys.Prefix()))
 	}
-	cfg := Config{Namespace: ns, Logger: testLogger(t), IdleWait: 60 * time.Second,
-		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}
+	cfg := Config{Namespace: ns, Logger: testLogger(t), Advanced: AdvancedConfig{IdleWait: 60 * time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}}
 	rec := newRunRecorder()
 	srv, err := NewShardedServer(sh, cfg, rec.handler(), AllRoles)
 	if err != nil {
@@ -491,7 +490,7 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 // aside, blocks again, and the lane's delayed task runs on time.
 func TestShardSharedWaitWrongType(t *testing.T) {
 	e := privateEnv(t)
-	e.cfg.IdleWait = 60 * time.Second
+	e.cfg.Advanced.IdleWait = 60 * time.Second
 	const n = 3
 	sh := e.sameServer(n)
 	a := e.admin(t)

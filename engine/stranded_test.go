@@ -41,7 +41,7 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 	// Single pops only: the fault is injected on a RPOPLPUSH sent on its
 	// own, and a batch pop (pipelined, after the bad id's pop found all it
 	// asked for) would take the good task past it.
-	e.cfg.ClaimBatch = 1
+	e.cfg.Advanced.ClaimBatch = 1
 	w, _ := NewWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
 	waitFor(t, 30*time.Second, "the bad id in the dead letters", func() bool {
@@ -195,7 +195,7 @@ func TestStrandedInflightRecovered(t *testing.T) {
 		ctx := context.Background()
 		admin := e.admin(t)
 		rec := newRecorder(nil)
-		e.cfg.HeartbeatInterval = 300 * time.Millisecond
+		e.cfg.Advanced.HeartbeatInterval = 300 * time.Millisecond
 		w, _ := NewWorker(e.pool, e.cfg, rec)
 		// Move a ready task by hand into the worker's in-flight list
 		// before it starts, as a pop whose reply was lost would.
@@ -209,8 +209,8 @@ func TestStrandedInflightRecovered(t *testing.T) {
 		at := time.Now()
 		runBackground(t, w.Run)
 		waitFor(t, 30*time.Second, "the stranded task to run", func() bool { return rec.count(id) == 1 })
-		if d := time.Since(at); d > e.cfg.HeartbeatInterval+time.Second {
-			t.Fatalf("recovered after %v; bound %v", d, e.cfg.HeartbeatInterval)
+		if d := time.Since(at); d > e.cfg.Advanced.HeartbeatInterval+time.Second {
+			t.Fatalf("recovered after %v; bound %v", d, e.cfg.Advanced.HeartbeatInterval)
 		}
 	})
 }

@@ -41,10 +41,10 @@ func (h *msgTally) count(msg string) int {
 // many rounds, and a log that counts messages.
 func turnEnv(t *testing.T, n int) (*env, map[string]bool, *msgTally) {
 	e := realEnv(t)
-	e.cfg.Resolution = time.Millisecond
-	e.cfg.DispatchBuckets = 4 // 32 buckets a round
+	e.cfg.Advanced.Resolution = time.Millisecond
+	e.cfg.Advanced.DispatchBuckets = 4 // 32 buckets a round
 	want := scheduleMany(t, e, n, time.Now().Add(time.Hour), 10*time.Second)
-	e.cfg.Clock = clocktest.Offset(2 * time.Hour)
+	e.cfg.Advanced.Clock = clocktest.Offset(2 * time.Hour)
 	logs := newMsgTally()
 	e.cfg.Logger = slog.New(logs)
 	return e, want, logs

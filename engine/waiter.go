@@ -47,7 +47,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		keys = append(keys, w.keys.Notify(q))
 	}
 	if len(keys) == 0 {
-		d := w.cfg.IdleWait
+		d := w.cfg.Advanced.IdleWait
 		if !wake.IsZero() {
 			d = min(d, time.Until(wake))
 		}
@@ -64,7 +64,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		}
 		return true
 	}
-	wait := w.cfg.IdleWait
+	wait := w.cfg.Advanced.IdleWait
 	if !wake.IsZero() {
 		wait = time.Second // a skip ends within the second: look again then
 	}

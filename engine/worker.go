@@ -122,7 +122,7 @@ func (w *Worker) Failed() int64 { return w.failed.Load() }
 func (w *Worker) Chained() int64 { return w.chained.Load() }
 
 // ClaimedAhead counts the tasks this worker claimed ahead of its handler
-// slots (Config.Prefetch): those of each batch beyond Concurrency.
+// slots (Config.Advanced.Prefetch): those of each batch beyond Concurrency.
 func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
@@ -291,7 +291,7 @@ func boundShutdown(ctx context.Context, timeout time.Duration) (context.Context,
 // serves (a *Mux does). A worker whose handler implements it gives a task
 // of another type back at once, for a worker that serves it, without
 // counting an attempt; it advertises its types in its heartbeat. See
-// Config.UnknownTypeGrace.
+// Config.Advanced.UnknownTypeGrace.
 type TypeLister interface {
 	Types() []string
 }
@@ -356,7 +356,7 @@ func (w *Worker) unregisterOnce(ctx context.Context, h interface {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.RecoverAllInflight(ctx, conn, w.id, ms(w.cfg.Clock.Now())); err != nil {
+	if _, err := w.store.RecoverAllInflight(ctx, conn, w.id, ms(w.cfg.Advanced.Clock.Now())); err != nil {
 		return err
 	}
 	ok, err := w.store.Forget(ctx, conn, w.id, false)

@@ -140,7 +140,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	}}
 	var warned atomic.Int32
 	e.cfg.Logger = slogCounting(&warned)
-	e.cfg.IdleWait = 2 * time.Second
+	e.cfg.Advanced.IdleWait = 2 * time.Second
 	ran := make(chan struct{}, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })

@@ -138,7 +138,7 @@ func TestWorkerKilledAtEachBatchStep(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.cfg.Concurrency = slots
-				e.cfg.ClaimBatch = slots
+				e.cfg.Advanced.ClaimBatch = slots
 				rec := newRecorder(nil)
 				ds := e.dieAndTakeOver(t, rec, stage)
 				waitFor(t, 30*time.Second, "every task done", func() bool {
@@ -370,7 +370,7 @@ func TestUnknownType(t *testing.T) {
 		for _, pol := range []UnknownPolicy{UnknownRetry, UnknownDead} {
 			cfg := e.cfg
 			cfg.UnknownType = pol
-			cfg.UnknownTypeGrace = -1 // the policy at once (TestUnservedTypeGrace tests the grace)
+			cfg.Advanced.UnknownTypeGrace = -1 // the policy at once (TestUnservedTypeGrace tests the grace)
 			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
 			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)

@@ -217,7 +217,7 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 	if len(steps) == 0 || len(steps) > MaxChainSteps {
 		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), MaxChainSteps)
 	}
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(steps))
 	for i, s := range steps {
 		r, err := c.stepRecord(now, fmt.Sprintf("chain %s: step %d", id, i), s)
@@ -271,7 +271,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 	if g.Policy != FailGroup && g.Policy != ContinueGroup {
 		return nil, refused(ErrInvalidOption, nil, "group %s: policy %d unknown", g.ID, g.Policy)
 	}
-	now := c.cfg.Clock.Now()
+	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(g.Members))
 	for i, s := range g.Members {
 		r, err := c.stepRecord(now, fmt.Sprintf("group %s: member %d", g.ID, i), s)
@@ -495,7 +495,7 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	n, err := c.store.CancelFlow(ctx, conn, id, ms(c.cfg.Clock.Now()), c.cfg.doneTTL())
+	n, err := c.store.CancelFlow(ctx, conn, id, ms(c.cfg.Advanced.Clock.Now()), c.cfg.doneTTL())
 	switch {
 	case errors.Is(err, buckets.ErrFlowEnded):
 		return n, &engineError{msg: fmt.Sprintf("engine: workflow %s already ended", id), kind: ErrWorkflowEnded, cause: ErrAlreadyDone}

@@ -100,7 +100,7 @@ func TestChainSuccessorOnceUnderLeaseLoss(t *testing.T) {
 	e := realEnv(t)
 	var late atomic.Int32
 	e.cfg.Logger = slog.New(msgCounter{"handler returned after its task was given back", &late})
-	e.cfg.LeaseGrace = 50 * time.Millisecond
+	e.cfg.Advanced.LeaseGrace = 50 * time.Millisecond
 	release := make(chan struct{})
 	var next atomic.Int32
 	nextDone := make(chan struct{})

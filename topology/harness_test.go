@@ -47,16 +47,7 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 func engineConfig(t testing.TB, ns string) engine.Config {
-	return engine.Config{
-		Namespace:         ns,
-		Logger:            testLogger(t),
-		IdleWait:          time.Second,
-		HeartbeatInterval: 250 * time.Millisecond,
-		HeartbeatTTL:      3 * time.Second,
-		ReapInterval:      200 * time.Millisecond,
-		ShutdownTimeout:   5 * time.Second,
-		RetryDelay:        func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond },
-	}
+	return engine.Config{Namespace: ns, Logger: testLogger(t), ShutdownTimeout: 5 * time.Second, RetryDelay: func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond }, Advanced: engine.AdvancedConfig{IdleWait: time.Second, HeartbeatInterval: 250 * time.Millisecond, HeartbeatTTL: 3 * time.Second, ReapInterval: 200 * time.Millisecond}}
 }
 
 // guardedDial dials addr with every command held to the Redis 2.4 table

@@ -108,20 +108,20 @@ type setting struct {
 // engine.Config field: the file, the environment and flags write straight
 // into an engine.Config.
 var engineFields = map[string]string{
-	"namespace": "Namespace", "resolution": "Resolution", "max_payload": "MaxPayload",
+	"namespace": "Namespace", "resolution": "Advanced.Resolution", "max_payload": "MaxPayload",
 	"default_queue": "DefaultQueue", "default_max_attempts": "DefaultMaxAttempts",
 	"default_timeout": "DefaultTimeout", "queues": "Queues", "strict_priority": "StrictPriority",
 	"allow_eviction": "AllowEviction",
-	"concurrency":    "Concurrency", "lease_grace": "LeaseGrace", "heartbeat_interval": "HeartbeatInterval",
-	"heartbeat_ttl": "HeartbeatTTL", "idle_wait": "IdleWait", "shutdown_timeout": "ShutdownTimeout",
-	"reap_interval": "ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "MaxRecoveries",
-	"unknown_type_grace": "UnknownTypeGrace",
+	"concurrency":    "Concurrency", "lease_grace": "Advanced.LeaseGrace", "heartbeat_interval": "Advanced.HeartbeatInterval",
+	"heartbeat_ttl": "Advanced.HeartbeatTTL", "idle_wait": "Advanced.IdleWait", "shutdown_timeout": "ShutdownTimeout",
+	"reap_interval": "Advanced.ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "Advanced.MaxRecoveries",
+	"unknown_type_grace": "Advanced.UnknownTypeGrace",
 	"done_retention":     "DoneRetention", "dead_retention": "DeadRetention",
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
-	"dispatch.max_buckets": "DispatchBuckets", "dispatch.max_tasks": "DispatchTasks", "dispatch.lanes": "DispatchLanes",
-	"claim_batch": "ClaimBatch", "prefetch.max": "Prefetch", "prefetch.wait": "PrefetchWait",
-	"group_commit.window": "GroupCommitWindow", "group_commit.max": "GroupCommitMax",
-	"enqueue_group.max": "EnqueueGroupMax", "enqueue_group.lanes": "EnqueueGroupLanes",
+	"dispatch.max_buckets": "Advanced.DispatchBuckets", "dispatch.max_tasks": "Advanced.DispatchTasks", "dispatch.lanes": "Advanced.DispatchLanes",
+	"claim_batch": "Advanced.ClaimBatch", "prefetch.max": "Advanced.Prefetch", "prefetch.wait": "Advanced.PrefetchWait",
+	"group_commit.window": "Advanced.GroupCommitWindow", "group_commit.max": "Advanced.GroupCommitMax",
+	"enqueue_group.max": "Advanced.EnqueueGroupMax", "enqueue_group.lanes": "Advanced.EnqueueGroupLanes",
 }
 
 // settings lists every key, sorted: the daemon's own and the engine's.
@@ -155,7 +155,11 @@ var settings = func() []setting {
 	out = append(out, redisModeSettings...)
 	for key, field := range engineFields {
 		out = append(out, setting{key, func(s *Settings) any {
-			return reflect.ValueOf(&s.Engine).Elem().FieldByName(field).Addr().Interface()
+			v := reflect.ValueOf(&s.Engine).Elem()
+			for _, name := range strings.Split(field, ".") {
+				v = v.FieldByName(name)
+			}
+			return v.Addr().Interface()
 		}})
 	}
 	slices.SortFunc(out, func(a, b setting) int { return strings.Compare(a.key, b.key) })
@@ -280,9 +284,9 @@ func (s *Settings) validate() error {
 		types = append(types, t)
 	}
 	slices.Sort(types)
-	lease := eng.LeaseGrace
+	lease := eng.Advanced.LeaseGrace
 	if lease == 0 {
-		lease = engine.DefaultConfig().LeaseGrace
+		lease = engine.DefaultConfig().Advanced.LeaseGrace
 	}
 	for _, t := range types {
 		h, key := s.Handlers[t], "handlers."+t

@@ -59,7 +59,7 @@ func TestShippedConfig(t *testing.T) {
 // comparable is c without the fields a file cannot set (functions, logger,
 // clock).
 func comparable(c engine.Config) engine.Config {
-	c.RetryDelay, c.Logger, c.Clock = nil, nil, nil
+	c.RetryDelay, c.Logger, c.Advanced.Clock = nil, nil, nil
 	return c
 }
 

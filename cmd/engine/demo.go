@@ -149,22 +149,8 @@ func (d *demo) run(ctx context.Context) int {
 	pool.MaxActive, pool.MaxIdle = 0, 64
 	defer pool.Close()
 
-	cfg := engine.Config{
-		Namespace:  "demo",
-		Resolution: 10 * time.Millisecond,
-		Queues: []engine.QueueConfig{
-			{Name: "critical", Weight: 6}, {Name: "default", Weight: 3}, {Name: "low", Weight: 1}},
-		Concurrency:       d.opt.concurrency,
-		IdleWait:          time.Second,
-		HeartbeatInterval: 500 * time.Millisecond,
-		HeartbeatTTL:      2 * time.Second,
-		ReapInterval:      time.Second,
-		ShutdownTimeout:   2 * time.Second,
-		LeaseGrace:        2 * time.Second,
-		DefaultTimeout:    10 * time.Second,
-		RetryDelay:        func(_ *engine.Task, n int, _ error) time.Duration { return time.Duration(n) * 300 * time.Millisecond },
-		Logger:            d.log,
-	}
+	cfg := engine.Config{Namespace: "demo", Queues: []engine.QueueConfig{
+		{Name: "critical", Weight: 6}, {Name: "default", Weight: 3}, {Name: "low", Weight: 1}}, Concurrency: d.opt.concurrency, ShutdownTimeout: 2 * time.Second, DefaultTimeout: 10 * time.Second, RetryDelay: func(_ *engine.Task, n int, _ error) time.Duration { return time.Duration(n) * 300 * time.Millisecond }, Logger: d.log, Advanced: engine.AdvancedConfig{Resolution: 10 * time.Millisecond, IdleWait: time.Second, HeartbeatInterval: 500 * time.Millisecond, HeartbeatTTL: 2 * time.Second, ReapInterval: time.Second, LeaseGrace: 2 * time.Second}}
 	mux := engine.NewMux()
 	for _, t := range []string{typeOK, typeFlaky, typeBusy, typeDoomed} {
 		mux.HandleFunc(t, d.handle)

@@ -61,7 +61,7 @@ type Scenario struct {
 	// the results before it: over the workers' C lines, a count above 0.
 	Chained bool
 	// Ahead: workers must be seen claiming tasks ahead of their slots
-	// (engine Config.Prefetch): over the workers' P lines, a count above 0.
+	// (engine Config.Advanced.Prefetch): over the workers' P lines, a count above 0.
 	Ahead bool
 	// Inline: inline entries must be seen moved (the guards' counters,
 	// which every removal of an entry increments, above zero at the end),

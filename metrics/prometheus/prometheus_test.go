@@ -24,12 +24,7 @@ import (
 func baseConfig(t *testing.T, srv *redistest.Server) engine.Config {
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	return engine.Config{
-		Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		IdleWait: time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second,
-		ReapInterval: 100 * time.Millisecond, Concurrency: 4,
-		RetryDelay: func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond },
-	}
+	return engine.Config{Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Concurrency: 4, RetryDelay: func(*engine.Task, int, error) time.Duration { return 10 * time.Millisecond }, Advanced: engine.AdvancedConfig{IdleWait: time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}}
 }
 
 // scrape GETs url and parses the text format.
@@ -337,11 +332,11 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 		srv := redistest.Start(t, redistest.Private())
 		pool := srv.Pool(t)
 		cfg := baseConfig(t, srv)
-		cfg.HeartbeatInterval, cfg.HeartbeatTTL, cfg.IdleWait = 10*time.Second, 30*time.Second, 20*time.Second
+		cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL, cfg.Advanced.IdleWait = 10*time.Second, 30*time.Second, 20*time.Second
 		// Batch claim and group commit send a number of commands that
 		// depends on timing (how many tasks a pop or a window finds):
 		// off, the two runs differ by what the observer sends alone.
-		cfg.ClaimBatch, cfg.GroupCommitWindow = 1, -1
+		cfg.Advanced.ClaimBatch, cfg.Advanced.GroupCommitWindow = 1, -1
 		if withObserver {
 			cfg.Observer = prometheus.New(prometheus.Options{})
 		}

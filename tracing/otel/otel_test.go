@@ -34,8 +34,7 @@ func TestHandlerSpanIsChildOfProducer(t *testing.T) {
 	pool := srv.Pool(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	cfg := engine.Config{Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), IdleWait: time.Second,
-		RetryDelay: func(*engine.Task, int, error) time.Duration { return 0 }}
+	cfg := engine.Config{Namespace: ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetryDelay: func(*engine.Task, int, error) time.Duration { return 0 }, Advanced: engine.AdvancedConfig{IdleWait: time.Second}}
 
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

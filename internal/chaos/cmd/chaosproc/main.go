@@ -83,26 +83,26 @@ func main() {
 	flag.DurationVar(&o.offset, "offset", 0, "clock offset (clocktest.Offset)")
 	flag.Uint64Var(&o.seed, "seed", 1, "random seed")
 
-	flag.DurationVar(&o.resolution, "resolution", 10*time.Millisecond, "Config.Resolution")
+	flag.DurationVar(&o.resolution, "resolution", 10*time.Millisecond, "Config.Advanced.Resolution")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "Config.DefaultTimeout")
-	flag.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "Config.LeaseGrace")
-	flag.DurationVar(&o.hbInterval, "hb-interval", 200*time.Millisecond, "Config.HeartbeatInterval")
-	flag.DurationVar(&o.hbTTL, "hb-ttl", time.Second, "Config.HeartbeatTTL")
-	flag.DurationVar(&o.idleWait, "idle-wait", time.Second, "Config.IdleWait")
+	flag.DurationVar(&o.leaseGrace, "lease-grace", 2*time.Second, "Config.Advanced.LeaseGrace")
+	flag.DurationVar(&o.hbInterval, "hb-interval", 200*time.Millisecond, "Config.Advanced.HeartbeatInterval")
+	flag.DurationVar(&o.hbTTL, "hb-ttl", time.Second, "Config.Advanced.HeartbeatTTL")
+	flag.DurationVar(&o.idleWait, "idle-wait", time.Second, "Config.Advanced.IdleWait")
 	flag.DurationVar(&o.shutdown, "shutdown-timeout", 5*time.Second, "Config.ShutdownTimeout")
 	flag.DurationVar(&o.backoff, "backoff", 100*time.Millisecond, "retry backoff per attempt (capped at 1s)")
-	flag.DurationVar(&o.reapInterval, "reap-interval", 200*time.Millisecond, "Config.ReapInterval")
+	flag.DurationVar(&o.reapInterval, "reap-interval", 200*time.Millisecond, "Config.Advanced.ReapInterval")
 	flag.DurationVar(&o.doneRetention, "done-retention", 0, "Config.DoneRetention (0: default)")
 	flag.IntVar(&o.maxPayload, "max-payload", 64<<10, "Config.MaxPayload")
-	flag.IntVar(&o.maxRecoveries, "max-recoveries", 0, "Config.MaxRecoveries (0: default)")
-	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.DispatchBuckets (0: default)")
-	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.DispatchTasks (0: default)")
-	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.EnqueueGroupLanes (0: default)")
-	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Prefetch (0: default; negative: none)")
+	flag.IntVar(&o.maxRecoveries, "max-recoveries", 0, "Config.Advanced.MaxRecoveries (0: default)")
+	flag.IntVar(&o.dispatchBuckets, "dispatch-buckets", 0, "Config.Advanced.DispatchBuckets (0: default)")
+	flag.IntVar(&o.dispatchTasks, "dispatch-tasks", 0, "Config.Advanced.DispatchTasks (0: default)")
+	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.Advanced.EnqueueGroupLanes (0: default)")
+	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Advanced.Prefetch (0: default; negative: none)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
-	flag.DurationVar(&o.unknownGrace, "unknown-grace", time.Second, "Config.UnknownTypeGrace (negative: none)")
+	flag.DurationVar(&o.unknownGrace, "unknown-grace", time.Second, "Config.Advanced.UnknownTypeGrace (negative: none)")
 
 	flag.IntVar(&o.count, "count", 1000, "producer: tasks to enqueue (acknowledged)")
 	flag.Float64Var(&o.rate, "rate", 500, "producer: tasks per second")
@@ -184,33 +184,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		unknown = engine.UnknownDead
 	}
 	backoff := o.backoff
-	cfg := engine.Config{
-		Namespace:         o.ns,
-		Resolution:        o.resolution,
-		MaxPayload:        o.maxPayload,
-		DefaultTimeout:    o.timeout,
-		Queues:            queues,
-		Concurrency:       o.concurrency,
-		LeaseGrace:        o.leaseGrace,
-		HeartbeatInterval: o.hbInterval,
-		HeartbeatTTL:      o.hbTTL,
-		IdleWait:          o.idleWait,
-		ShutdownTimeout:   o.shutdown,
-		RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
-			return min(backoff*time.Duration(max(attempt, 1)), time.Second)
-		},
-		UnknownType:       unknown,
-		UnknownTypeGrace:  o.unknownGrace,
-		MaxRecoveries:     o.maxRecoveries,
-		DoneRetention:     o.doneRetention,
-		DispatchBuckets:   o.dispatchBuckets,
-		DispatchTasks:     o.dispatchTasks,
-		EnqueueGroupLanes: o.enqueueLanes,
-		Prefetch:          o.prefetch,
-		ReapInterval:      o.reapInterval,
-		Logger:            log,
-		Clock:             clocktest.Offset(o.offset),
-	}
+	cfg := engine.Config{Namespace: o.ns, MaxPayload: o.maxPayload, DefaultTimeout: o.timeout, Queues: queues, Concurrency: o.concurrency, ShutdownTimeout: o.shutdown, RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
+		return min(backoff*time.Duration(max(attempt, 1)), time.Second)
+	}, UnknownType: unknown, DoneRetention: o.doneRetention, Logger: log, Advanced: engine.AdvancedConfig{Resolution: o.resolution, LeaseGrace: o.leaseGrace, HeartbeatInterval: o.hbInterval, HeartbeatTTL: o.hbTTL, IdleWait: o.idleWait, UnknownTypeGrace: o.unknownGrace, MaxRecoveries: o.maxRecoveries, DispatchBuckets: o.dispatchBuckets, DispatchTasks: o.dispatchTasks, EnqueueGroupLanes: o.enqueueLanes, Prefetch: o.prefetch, ReapInterval: o.reapInterval, Clock: clocktest.Offset(o.offset)}}
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
 	switch {
