@@ -98,7 +98,7 @@ func (e *engineImpl) Enqueue(ctx context.Context, t Task) error {
 
 // Schedule implements Scheduler.
 func (e *engineImpl) Schedule(ctx context.Context, t Task) error {
-	_, err := e.client.EnqueueAt(ctx, t.Due, "bench", encodeTask(t))
+	_, err := e.client.Enqueue(ctx, "bench", encodeTask(t), engine.At(t.Due))
 	return err
 }
 

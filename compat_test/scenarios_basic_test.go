@@ -131,12 +131,12 @@ func scenarioSchedule(e *env) {
 	for i := 0; i < 20; i++ {
 		d := time.Duration(i*37) * time.Millisecond
 		before := time.Now()
-		id := must(t)(c.EnqueueIn(ctx, d, "tick", nil))
+		id := must(t)(c.Enqueue(ctx, "tick", nil, engine.In(d)))
 		add(id, before.Add(d), time.Now().Add(d))
 	}
 	for i := 0; i < 10; i++ {
 		at := time.Now().Add(time.Duration(100+i*61) * time.Millisecond)
-		add(must(t)(c.EnqueueAt(ctx, at, "tick", nil)), at, at)
+		add(must(t)(c.Enqueue(ctx, "tick", nil, engine.At(at))), at, at)
 	}
 	var batch []engine.NewTask
 	batchAt := time.Now()
@@ -161,10 +161,10 @@ func scenarioSchedule(e *env) {
 	}
 	// A time in the past is kept as given, and the task is due at once.
 	pastAt := time.Now().Add(-time.Hour)
-	past := must(t)(c.EnqueueAt(ctx, pastAt, "tick", nil))
+	past := must(t)(c.Enqueue(ctx, "tick", nil, engine.At(pastAt)))
 	add(past, pastAt, pastAt)
 	// One far in the future stays scheduled.
-	far := must(t)(c.EnqueueIn(ctx, time.Hour, "later", nil))
+	far := must(t)(c.Enqueue(ctx, "later", nil, engine.In(time.Hour)))
 	farDue := time.Now().Add(time.Hour)
 	if info := e.lookup(c, far); info.State != engine.StateScheduled || info.Due.Before(farDue.Add(-time.Minute)) {
 		t.Errorf("task due in an hour: state %s, due %v; want scheduled, in an hour", info.State, info.Due)
@@ -210,10 +210,15 @@ func scenarioCancel(e *env) {
 	t, ctx := e.t, e.ctx
 	c := e.client()
 	var ready, soon, far []string
+	farBase := time.Now().Add(time.Hour)
 	for i := 0; i < 8; i++ {
 		ready = append(ready, must(t)(c.Enqueue(ctx, "job", nil)))
-		soon = append(soon, must(t)(c.EnqueueIn(ctx, 400*time.Millisecond, "job", nil)))
-		far = append(far, must(t)(c.EnqueueIn(ctx, time.Hour, "job", nil)))
+		soon = append(soon, must(t)(c.Enqueue(ctx, "job", nil, engine.In(400*time.Millisecond))))
+		// A chosen id and a second of its own: the task gets a bucket
+		// list to itself, not an inline entry, so cancelling it reads the
+		// list and drops the bucket.
+		far = append(far, must(t)(c.Enqueue(ctx, "job", nil, engine.At(farBase.Add(time.Duration(i)*time.Second)),
+			engine.TaskID(fmt.Sprintf("far-%d-%s", i, uuid.NewString())))))
 	}
 	var cancelled []string
 	for _, group := range [][]string{ready, soon, far} {
@@ -403,7 +408,7 @@ func scenarioExactlyOnce(e *env) {
 		ids = append(ids, got...)
 	}
 	for i := 0; i < 40; i++ { // one by one too, racing the dispatchers
-		ids = append(ids, must(t)(c.EnqueueIn(ctx, time.Duration(i+1)*7*time.Millisecond, "once", nil)))
+		ids = append(ids, must(t)(c.Enqueue(ctx, "once", nil, engine.In(time.Duration(i+1)*7*time.Millisecond))))
 		scheduled++
 	}
 	rec.waitRuns(t, len(ids))
@@ -503,7 +508,7 @@ func scenarioWrongType(e *env) {
 		t.Fatal(err)
 	}
 	c := e.client()
-	id := must(t)(c.EnqueueIn(ctx, 100*time.Millisecond, "fine", nil))
+	id := must(t)(c.Enqueue(ctx, "fine", nil, engine.In(100*time.Millisecond)))
 	var rec recorder
 	_, stop := e.server(e.cfg, rec.handler())
 	rec.waitRuns(t, 1)

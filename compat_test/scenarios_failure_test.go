@@ -551,7 +551,7 @@ func scenarioIdleWake(e *env) {
 
 	time.Sleep(700 * time.Millisecond) // idle again; the dispatcher sleeps on its wake list
 	start = time.Now()
-	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "scheduled", nil))
+	id := must(t)(c.Enqueue(ctx, "scheduled", nil, engine.In(300*time.Millisecond)))
 	waitFor(t, outcomeWait, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
 	d := time.Since(start)
 	t.Logf("task scheduled 300ms ahead ran after %v", d.Round(time.Millisecond))
@@ -668,7 +668,7 @@ func scenarioLostMoveReply(e *env, opts ...engine.Option) {
 	_, stopW := e.worker(e.cfg, rec.handler())
 	_, stopD := e.dispatcher(e.cfg)
 	start := time.Now()
-	id := must(t)(c.EnqueueIn(ctx, 300*time.Millisecond, "x", nil, opts...))
+	id := must(t)(c.Enqueue(ctx, "x", nil, append([]engine.Option{engine.In(300 * time.Millisecond)}, opts...)...))
 	rec.waitRuns(t, 1)
 	d := time.Since(start)
 	time.Sleep(300 * time.Millisecond) // a second copy, if any, would run now

@@ -12,30 +12,6 @@ import (
 	"github.com/bucketq/bucketq/buckets"
 )
 
-// markOption is an Option that the tests recognise in a slice.
-type markOption struct{}
-
-func (markOption) apply(*taskOptions) error { return nil }
-
-// EnqueueAt and EnqueueIn add their due time without writing into the
-// spare capacity of the caller's option slice.
-func TestEnqueueAtLeavesCallerSlice(t *testing.T) {
-	e := newEnv(t, miniServer(t))
-	c := e.client(t)
-	ctx := context.Background()
-	backing := []Option{Queue("q"), markOption{}}
-	opts := backing[:1] // room for one more, which must stay untouched
-	if _, err := c.EnqueueAt(ctx, time.Now().Add(time.Hour), "t", nil, opts...); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.EnqueueIn(ctx, time.Hour, "t", nil, opts...); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := backing[1].(markOption); !ok {
-		t.Fatalf("the caller's slice was written: %#v", backing[1])
-	}
-}
-
 func TestMuxHandleTwicePanics(t *testing.T) {
 	m := NewMux()
 	m.HandleFunc("t", func(context.Context, *Task) error { return nil })
@@ -91,7 +67,7 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	ctx := context.Background()
-	id, err := idOf(c.EnqueueIn(ctx, time.Hour, "t", nil))
+	id, err := idOf(c.Enqueue(ctx, "t", nil, In(time.Hour)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +156,7 @@ func TestEnqueueReturnsInfo(t *testing.T) {
 	c := e.client(t)
 	ctx := context.Background()
 	now := clock.Now()
-	in, err := c.EnqueueIn(ctx, 90*time.Second, "t", []byte("p"), Queue("q"), TaskID("in"))
+	in, err := c.Enqueue(ctx, "t", []byte("p"), In(90*time.Second), Queue("q"), TaskID("in"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +164,12 @@ func TestEnqueueReturnsInfo(t *testing.T) {
 	wantDue := time.UnixMilli(msCeil(now.Add(90 * time.Second)))
 	if in.ID != "in" || in.Queue != "q" || in.Type != "t" || string(in.Payload) != "p" || !in.Due.Equal(wantDue) ||
 		in.State != StateScheduled || !in.Created.Equal(time.UnixMilli(ms(now))) || in.Attempt != 1 {
-		t.Fatalf("EnqueueIn = %+v, want id in, queue q, due %v, scheduled", in, wantDue)
+		t.Fatalf("Enqueue with In = %+v, want id in, queue q, due %v, scheduled", in, wantDue)
 	}
 	at := now.Add(time.Hour)
-	atInfo, err := c.EnqueueAt(ctx, at, "t", nil)
+	atInfo, err := c.Enqueue(ctx, "t", nil, At(at))
 	if err != nil || !atInfo.Due.Equal(time.UnixMilli(msCeil(at))) || atInfo.State != StateScheduled || atInfo.Queue != "default" {
-		t.Fatalf("EnqueueAt = %+v, %v", atInfo, err)
+		t.Fatalf("Enqueue with At = %+v, %v", atInfo, err)
 	}
 	ready, err := c.Enqueue(ctx, "t", nil)
 	if err != nil || ready.State != StateReady || ready.Due.After(now) || ready.ID == "" {

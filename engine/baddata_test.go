@@ -114,7 +114,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed ready list: %v", err)
 		}
-		id3, err := idOf(c.EnqueueIn(ctx, 100*time.Millisecond, "t", nil, Queue("a")))
+		id3, err := idOf(c.Enqueue(ctx, "t", nil, In(100*time.Millisecond), Queue("a")))
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed index: %v", err)
 		}

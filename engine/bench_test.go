@@ -121,7 +121,7 @@ func benchEnqueue(b *testing.B, due func(i int) time.Time) {
 		if at := due(i); at.IsZero() {
 			_, err = c.Enqueue(ctx, "t", payload)
 		} else {
-			_, err = c.EnqueueAt(ctx, at, "t", payload)
+			_, err = c.Enqueue(ctx, "t", payload, At(at))
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -202,7 +202,7 @@ func benchEnqueue8(b *testing.B, groupMax int) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			if _, err := c.EnqueueAt(ctx, base.Add(time.Duration(i%3600)*time.Second), "t", payload); err != nil {
+			if _, err := c.Enqueue(ctx, "t", payload, At(base.Add(time.Duration(i%3600)*time.Second))); err != nil {
 				b.Error(err)
 				return
 			}

@@ -57,29 +57,8 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // after the write was sent: retry with the same TaskID to make sure the
 // task is written exactly once.
 func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.enqueueOne(ctx, typ, payload, opts, nil)
-}
-
-// EnqueueAt adds a task due at t (now, if t has passed) and returns what
-// was written, as Enqueue does. t overrides any At or In among opts. A t
-// outside what At accepts (after 1970-01-01T00:00:00Z, at most
-// 9999-12-31T23:59:59.999Z) is refused with ErrInvalidOption.
-func (c *Client) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{at: t})
-}
-
-// EnqueueIn adds a task due d from now and returns what was written, as
-// Enqueue does: its Due is the time the task will be made ready, computed
-// on this Client's clock. d overrides any At or In among opts.
-func (c *Client) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.enqueueOne(ctx, typ, payload, opts, &dueOption{in: d, isIn: true})
-}
-
-// enqueueOne is EnqueueBatch of one task, whose due time last (when not
-// nil) overrides opts.
-func (c *Client) enqueueOne(ctx context.Context, typ string, payload []byte, opts []Option, last *dueOption) (*TaskInfo, error) {
 	now := c.cfg.Advanced.Clock.Now()
-	r, mine, err := c.cfg.recordDue(now, typ, payload, opts, last)
+	r, mine, err := c.cfg.record(now, typ, payload, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -130,13 +109,6 @@ func (c *Client) settleEnqueue(ctx context.Context, cause error, recs []*buckets
 			return
 		}
 	}
-}
-
-// withLast returns opts followed by o in a new slice: the caller's slice
-// (which may have room to spare) is never written.
-func withLast(opts []Option, o Option) []Option {
-	out := make([]Option, 0, len(opts)+1)
-	return append(append(out, opts...), o)
 }
 
 // EnqueueBatch adds many tasks in one round trip and one MULTI/EXEC: all

@@ -226,7 +226,7 @@ func TestNeverEarly(t *testing.T) {
 		due := map[string]time.Time{}
 		for i := 0; i < 60; i++ {
 			at := base.Add(time.Duration(i*7%53) * time.Millisecond).Add(time.Duration(i%3) * 100 * time.Microsecond)
-			id, err := idOf(c.EnqueueAt(ctx, at, "t", nil))
+			id, err := idOf(c.Enqueue(ctx, "t", nil, At(at)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,9 +278,9 @@ func TestDueRounding(t *testing.T) {
 	e.cfg.Advanced.Clock = &settableClock{now: now}
 	c := e.client(t)
 	ctx := context.Background()
-	soon, _ := idOf(c.EnqueueAt(ctx, now.Add(400*time.Microsecond), "t", nil))
-	due, _ := idOf(c.EnqueueAt(ctx, now, "t", nil))
-	past, _ := idOf(c.EnqueueAt(ctx, now.Add(-time.Hour), "t", nil))
+	soon, _ := idOf(c.Enqueue(ctx, "t", nil, At(now.Add(400*time.Microsecond))))
+	due, _ := idOf(c.Enqueue(ctx, "t", nil, At(now)))
+	past, _ := idOf(c.Enqueue(ctx, "t", nil, At(now.Add(-time.Hour))))
 	for id, want := range map[string]State{soon: StateScheduled, due: StateReady, past: StateReady} {
 		info, err := c.Lookup(ctx, id)
 		if err != nil || info.State != want {

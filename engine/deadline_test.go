@@ -36,7 +36,7 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 		call func(context.Context) error
 	}{
 		{"Enqueue", func(ctx context.Context) error { _, err := c.Enqueue(ctx, "t", nil); return err }},
-		{"EnqueueIn", func(ctx context.Context) error { _, err := c.EnqueueIn(ctx, time.Minute, "t", nil); return err }},
+		{"Enqueue with In", func(ctx context.Context) error { _, err := c.Enqueue(ctx, "t", nil, In(time.Minute)); return err }},
 		{"EnqueueBatch", func(ctx context.Context) error {
 			_, err := c.EnqueueBatch(ctx, []NewTask{{Type: "t"}, {Type: "t", Options: []Option{In(time.Hour)}}})
 			return err

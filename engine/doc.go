@@ -5,8 +5,8 @@
 // # Tasks
 //
 // A task is a type name, a payload of bytes and a queue. A [Client]
-// enqueues it to run now ([Client.Enqueue]), at a time ([Client.EnqueueAt])
-// or after a delay ([Client.EnqueueIn]), or many at once in one round trip
+// enqueues it to run now ([Client.Enqueue]), at a time ([At]) or after a
+// delay ([In]), or many at once in one round trip
 // ([Client.EnqueueBatch]). A [Server] runs the three background parts: a
 // [Dispatcher] that makes scheduled tasks ready when due, a [Worker] that
 // runs them with handlers registered on a [Mux], and a [Reaper] that

@@ -32,8 +32,8 @@ func testDueRange(t *testing.T, e *env) {
 		"before the epoch": time.Unix(0, -1),
 	}
 	for name, at := range bad {
-		if _, err := c.EnqueueAt(ctx, at, "t", nil); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "9999-12-31") {
-			t.Errorf("EnqueueAt(%s): %v, want ErrInvalidOption naming the range", name, err)
+		if _, err := c.Enqueue(ctx, "t", nil, At(at)); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "9999-12-31") {
+			t.Errorf("Enqueue with At(%s): %v, want ErrInvalidOption naming the range", name, err)
 		}
 		if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "t", Options: []Option{At(at)}}}); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("EnqueueBatch with At(%s): %v, want ErrInvalidOption", name, err)
@@ -48,17 +48,17 @@ func testDueRange(t *testing.T, e *env) {
 	past := time.Date(2020, 3, 4, 5, 6, 7, 0, time.UTC)
 	want := map[string]time.Time{}
 	for _, at := range []time.Time{last, first, past} {
-		info, err := c.EnqueueAt(ctx, at, "t", nil)
+		info, err := c.Enqueue(ctx, "t", nil, At(at))
 		if err != nil {
-			t.Fatalf("EnqueueAt(%v): %v", at, err)
+			t.Fatalf("Enqueue with At(%v): %v", at, err)
 		}
 		want[info.ID] = at
 		got, err := c.Lookup(ctx, info.ID)
 		if err != nil || !got.Due.Equal(at) {
-			t.Fatalf("Lookup after EnqueueAt(%v) = %+v, %v; want that due time", at, got, err)
+			t.Fatalf("Lookup after Enqueue with At(%v) = %+v, %v; want that due time", at, got, err)
 		}
 		if at.Equal(last) != (got.State == StateScheduled) {
-			t.Errorf("EnqueueAt(%v): state %v; want scheduled only for the future one", at, got.State)
+			t.Errorf("Enqueue with At(%v): state %v; want scheduled only for the future one", at, got.State)
 		}
 	}
 	seen := 0

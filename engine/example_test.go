@@ -31,8 +31,7 @@ func ExampleClient_Enqueue() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	task, err := client.EnqueueIn(ctx, time.Hour, "email.send", []byte(`{"to":"ada@example.com"}`),
-		engine.Queue("mail"), engine.MaxAttempts(5))
+	task, err := client.Enqueue(ctx, "email.send", []byte(`{"to":"ada@example.com"}`), engine.In(time.Hour), engine.Queue("mail"), engine.MaxAttempts(5))
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +53,7 @@ func ExampleClient_Cancel() {
 	ctx := context.Background()
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
-	task, _ := client.EnqueueIn(ctx, time.Minute, "report.build", nil)
+	task, _ := client.Enqueue(ctx, "report.build", nil, engine.In(time.Minute))
 	fmt.Println(client.Cancel(ctx, task.ID))
 	info, _ := client.Lookup(ctx, task.ID)
 	fmt.Println(info.State)
@@ -81,7 +80,7 @@ func ExampleWorker_Run() {
 	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
 	go srv.Run(ctx)
 
-	task, _ := client.EnqueueIn(ctx, 50*time.Millisecond, "greet", []byte("world"))
+	task, _ := client.Enqueue(ctx, "greet", []byte("world"), engine.In(50*time.Millisecond))
 	fmt.Println(<-ran)
 	_ = srv.Shutdown(ctx)
 	info, _ := client.Lookup(ctx, task.ID)
@@ -100,7 +99,7 @@ func ExampleTaskID() {
 	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
 
 	enqueue := func() error {
-		_, err := client.EnqueueIn(ctx, time.Hour, "invoice.send", []byte("42"), engine.TaskID("invoice-42"))
+		_, err := client.Enqueue(ctx, "invoice.send", []byte("42"), engine.In(time.Hour), engine.TaskID("invoice-42"))
 		return err
 	}
 	err := enqueue()

@@ -83,7 +83,7 @@ func TestPauseResume(t *testing.T) {
 		}
 		paused := time.Now()
 		// Due tasks are still made ready while paused.
-		later, err := idOf(c.EnqueueIn(ctx, 100*time.Millisecond, "slow", nil, Queue("q")))
+		later, err := idOf(c.Enqueue(ctx, "slow", nil, In(100*time.Millisecond), Queue("q")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -115,16 +115,6 @@ func (c *ShardedClient) Enqueue(ctx context.Context, typ string, payload []byte,
 	return res.Tasks[0], nil
 }
 
-// EnqueueAt adds a task due at t, as Client.EnqueueAt does.
-func (c *ShardedClient) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.Enqueue(ctx, typ, payload, withLast(opts, At(t))...)
-}
-
-// EnqueueIn adds a task due d from now, as Client.EnqueueIn does.
-func (c *ShardedClient) EnqueueIn(ctx context.Context, d time.Duration, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	return c.Enqueue(ctx, typ, payload, withLast(opts, In(d))...)
-}
-
 // BatchResult says where each task of a sharded EnqueueBatch went.
 type BatchResult struct {
 	// Tasks holds what was written, in the order given; nil for a task

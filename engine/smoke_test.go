@@ -29,7 +29,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 		due := map[string]time.Time{}
 		for i := 0; i < 20; i++ {
 			d := time.Duration(i*20) * time.Millisecond
-			id, err := idOf(c.EnqueueIn(ctx, d, "hello", []byte("x")))
+			id, err := idOf(c.Enqueue(ctx, "hello", []byte("x"), In(d)))
 			if err != nil {
 				t.Fatal(err)
 			}

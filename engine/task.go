@@ -220,31 +220,29 @@ func Timeout(d time.Duration) Option {
 
 // Due times a task can have: a record holds whole Unix milliseconds from
 // 1 to the end of year 9999 (a score Redis keeps exactly, and a time every
-// listing prints). At and EnqueueAt refuse others with ErrInvalidOption.
+// listing prints). At refuses others with ErrInvalidOption.
 var (
 	minDue = time.UnixMilli(1)
 	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
 )
 
-// At makes the task due at t (for EnqueueBatch; EnqueueAt takes it
-// directly). A time in the past means now. t must be after
-// 1970-01-01T00:00:00Z and at most 9999-12-31T23:59:59.999Z (else
-// ErrInvalidOption); the zero time means now.
-func At(t time.Time) Option {
-	return optionFunc(func(o *taskOptions) error {
-		o.at, o.hasIn = t, false
-		return nil
-	})
-}
+// At makes the task due at t. A time in the past means now. t must be
+// after 1970-01-01T00:00:00Z and at most 9999-12-31T23:59:59.999Z (else
+// ErrInvalidOption); the zero time means now. The last At or In wins.
+func At(t time.Time) Option { return dueOption{at: t} }
 
-// dueOption is At(at), or In(in) when isIn, as a value.
+// In makes the task due d after it is enqueued, on the Client's clock
+// (its TaskInfo.Due says when). The last At or In wins.
+func In(d time.Duration) Option { return dueOption{in: d, isIn: true} }
+
+// dueOption is At(at), or In(in) when isIn.
 type dueOption struct {
 	at   time.Time
 	in   time.Duration
 	isIn bool
 }
 
-func (d *dueOption) apply(o *taskOptions) error {
+func (d dueOption) apply(o *taskOptions) error {
 	if !d.isIn {
 		o.at, o.hasIn = d.at, false
 		return nil
@@ -254,17 +252,6 @@ func (d *dueOption) apply(o *taskOptions) error {
 	}
 	o.in, o.hasIn, o.at = d.in, true, time.Time{}
 	return nil
-}
-
-// In makes the task due d after it is enqueued (for EnqueueBatch).
-func In(d time.Duration) Option {
-	return optionFunc(func(o *taskOptions) error {
-		if d < 0 {
-			return fmt.Errorf("engine: In(%v): want 0 or more: %w", d, ErrInvalidOption)
-		}
-		o.in, o.hasIn, o.at = d, true, time.Time{}
-		return nil
-	})
 }
 
 // Metadata attaches string pairs to the task that its handler finds in
@@ -300,23 +287,12 @@ type NewTask struct {
 // record builds and checks a task record from the caller's words; chosen
 // says whether the id is the caller's (TaskID).
 func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option) (r *buckets.Record, chosen bool, err error) {
-	return c.recordDue(now, typ, payload, opts, nil)
-}
-
-// recordDue is record with last, when not nil, applied after opts (the due
-// time of EnqueueAt and EnqueueIn, without a closure per call).
-func (c *Config) recordDue(now time.Time, typ string, payload []byte, opts []Option, last *dueOption) (r *buckets.Record, chosen bool, err error) {
 	o := taskOptions{queue: c.DefaultQueue, maxAttempts: c.DefaultMaxAttempts, timeout: c.DefaultTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
 		if err := opt.apply(&o); err != nil {
-			return nil, false, err
-		}
-	}
-	if last != nil {
-		if err := last.apply(&o); err != nil {
 			return nil, false, err
 		}
 	}

@@ -223,7 +223,7 @@ func TestTaskIDExists(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		if _, err := c.EnqueueIn(ctx, time.Hour, "t", []byte("first"), TaskID("a")); err != nil {
+		if _, err := c.Enqueue(ctx, "t", []byte("first"), In(time.Hour), TaskID("a")); err != nil {
 			t.Fatal(err)
 		}
 		_, err := c.Enqueue(ctx, "t", []byte("second"), TaskID("a"))

@@ -149,7 +149,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	// Two idle timeouts each of the worker's waiter and the dispatcher's
 	// waker: their third BLPOPs are sent.
 	waitFor(t, 15*time.Second, "two idle timeouts", func() bool { return blpops.Load() >= 6 })
-	if _, err := e.client(t).EnqueueIn(context.Background(), 50*time.Millisecond, "t", nil); err != nil {
+	if _, err := e.client(t).Enqueue(context.Background(), "t", nil, In(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -129,7 +129,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 				if (i+p)%2 == 0 {
 					info, err = client.Enqueue(ctx, "job", nil)
 				} else {
-					info, err = client.EnqueueIn(ctx, time.Duration(i%10)*100*time.Millisecond, "job", nil)
+					info, err = client.Enqueue(ctx, "job", nil, engine.In(time.Duration(i%10)*100*time.Millisecond))
 				}
 				cancel()
 				if err != nil {

@@ -127,7 +127,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is malformed; never runs"}
 	for i, g := range garbage {
 		p := fmt.Sprintf("bad:corrupt:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
 		if err != nil {
 			corrupt.refused = "enqueue: " + err.Error()
 			continue
@@ -184,7 +184,7 @@ func (b *badData) phase1(ctx context.Context) {
 	if c2, err := engine.NewClient(b.lane.pool, engine.Config{Namespace: "chaos-over", MaxPayload: MaxPayload}); err == nil {
 		_, err1 := c2.Enqueue(bg, "noop", big)
 		_, err2 := c2.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("ok")}, {Type: "noop", Payload: big}})
-		_, err3 := c2.EnqueueIn(bg, time.Second, "noop", big)
+		_, err3 := c2.Enqueue(bg, "noop", big, engine.In(time.Second))
 		for i, err := range []error{err1, err2, err3} {
 			if !errors.Is(err, engine.ErrPayloadTooLarge) {
 				problems = append(problems, fmt.Sprintf("empty namespace, call %d: %v", i+1, err))
@@ -202,7 +202,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is missing; never runs"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:deleted:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
 		if err != nil {
 			deleted.refused = err.Error()
 			continue
@@ -303,7 +303,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "record key set aside under bad:, dead letter saying so; never runs; the slot and the recovery go on"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:wrongtype:%d", i)
-		info, err := cl.EnqueueIn(bg, 2*time.Second, "noop", []byte(p), b.idOpt()...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
 		if err != nil {
 			wrong.refused = "enqueue: " + err.Error()
 			continue

@@ -214,7 +214,9 @@ func (h *harness) check(ctx context.Context) *Report {
 				fail("DeadLetters: %v", err)
 			}
 			for _, ti := range infos {
-				dead[ti.ID] = firstLine(ti.LastError)
+				// Whole: a check looks for words in it (firstLine shortens
+				// it for display only).
+				dead[ti.ID], _, _ = strings.Cut(ti.LastError, "\n")
 			}
 		}
 	}

@@ -154,7 +154,7 @@ func TestScrapeDuringRun(t *testing.T) {
 		}
 	}
 	for range nLater {
-		if _, err := client.EnqueueIn(ctx, time.Hour, "ok", nil); err != nil {
+		if _, err := client.Enqueue(ctx, "ok", nil, engine.In(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}

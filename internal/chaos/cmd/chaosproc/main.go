@@ -279,7 +279,6 @@ func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options
 // sharded one (shard.go).
 type enqueuer interface {
 	Enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
-	EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
 	EnqueueBatch(ctx context.Context, tasks []engine.NewTask) ([]*engine.TaskInfo, error)
 }
 
@@ -390,7 +389,7 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 				// Exercise the single-task entry points too.
 				var info *engine.TaskInfo
 				if delayed[0] {
-					info, err = client.EnqueueAt(cctx, time.UnixMilli(dues[0]), "noop", tasks[0].Payload, opts...)
+					info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, append([]engine.Option{engine.At(time.UnixMilli(dues[0]))}, opts...)...)
 				} else {
 					info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, opts...)
 				}

@@ -18,10 +18,6 @@ func (s shardedClient) Enqueue(ctx context.Context, typ string, payload []byte, 
 	return s.c.Enqueue(ctx, typ, payload, opts...)
 }
 
-func (s shardedClient) EnqueueAt(ctx context.Context, t time.Time, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error) {
-	return s.c.EnqueueAt(ctx, t, typ, payload, opts...)
-}
-
 func (s shardedClient) EnqueueBatch(ctx context.Context, tasks []engine.NewTask) ([]*engine.TaskInfo, error) {
 	res, err := s.c.EnqueueBatch(ctx, tasks)
 	if err != nil {
