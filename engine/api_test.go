@@ -138,7 +138,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "dead", func() bool { e.tick(); return e.state(t, id) == StateDead })
+	waitFor(t, outcomeWait, "dead", func() bool { e.tick(); return e.state(t, id) == StateDead })
 	mu.Lock()
 	defer mu.Unlock()
 	want := "[retry-policy fails attempt=1 run=1 err=boom 1 retry-policy fails attempt=2 run=2 err=boom 2]"

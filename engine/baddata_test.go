@@ -72,7 +72,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 				t.Fatal("the slot is wedged")
 			}
 		}
-		waitFor(t, 30*time.Second, "second done", func() bool { return e.state(t, second) == StateDone })
+		waitFor(t, outcomeWait, "second done", func() bool { return e.state(t, second) == StateDone })
 		if n, _ := redis.Int(admin.Do("ZCARD", e.key("p:"+srv.Worker.ID()))); n != 0 {
 			t.Fatalf("pending set holds %d entries", n)
 		}
@@ -105,7 +105,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed wake-up list: %v", err)
 		}
-		waitFor(t, 10*time.Second, "task on b", func() bool { return rec.count(id1) == 1 })
+		waitFor(t, outcomeWait, "task on b", func() bool { return rec.count(id1) == 1 })
 
 		// The ready list and index a producer writes to.
 		admin.Do("SET", e.key("q:b"), "junk")
@@ -118,7 +118,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueue with a wrong-typed index: %v", err)
 		}
-		waitFor(t, 10*time.Second, "both tasks", func() bool { return rec.count(id2) == 1 && rec.count(id3) == 1 })
+		waitFor(t, outcomeWait, "both tasks", func() bool { return rec.count(id2) == 1 && rec.count(id3) == 1 })
 		for _, k := range []string{"n:b", "q:a", "q:b", "sched"} {
 			if typ, _ := redis.String(admin.Do("TYPE", e.key("bad:"+k))); typ != "string" {
 				t.Errorf("%s was not set aside (bad:%s is %q)", k, k, typ)

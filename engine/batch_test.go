@@ -149,8 +149,8 @@ func TestBatchExactlyOnce(t *testing.T) {
 				runBackground(t, w.Run)
 			}
 			want := n + n/10
-			waitFor(t, 60*time.Second, "every run", func() bool { return rec.total() >= want })
-			waitFor(t, 10*time.Second, "every result recorded", func() bool {
+			waitFor(t, outcomeWait, "every run", func() bool { return rec.total() >= want })
+			waitFor(t, outcomeWait, "every result recorded", func() bool {
 				st, err := c.Inspector().Queue(ctx, "default")
 				return err == nil && st.Processed == n && st.Running == 0
 			})
@@ -222,7 +222,7 @@ func TestBatchStrictPriority(t *testing.T) {
 	bs := &batchStore{workerStore: w.store}
 	w.store = bs
 	stop := runBackground(t, w.Run)
-	waitFor(t, 60*time.Second, "all tasks", func() bool { return rec.total() == 2*n })
+	waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
 	stop()
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
@@ -353,7 +353,7 @@ func runRecorded(t *testing.T, e *env, c *Client, rec *recorder, n int) (*Worker
 	bs := &batchStore{workerStore: w.store}
 	w.store = bs
 	runBackground(t, w.Run)
-	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == int64(n) && st.Running == 0
 	})
@@ -403,19 +403,19 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	runBackground(t, w.Run)
 	select {
 	case <-ss.arrived:
-	case <-time.After(30 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("no result group of every slot")
 	}
 	then := int(ss.runsThen.Load())
-	waitFor(t, 30*time.Second, "a run while the group is stalled", func() bool { return rec.total() > then })
+	waitFor(t, outcomeWait, "a run while the group is stalled", func() bool { return rec.total() > then })
 	// Give the worker time to run more than it may.
 	time.Sleep(300 * time.Millisecond)
 	if got := rec.total() - then; got > slots {
 		t.Errorf("%d runs while a group of every slot was stalled, want at most %d (the bound of unrecorded results)", got, slots)
 	}
 	close(ss.release)
-	waitFor(t, 60*time.Second, "every run", func() bool { return rec.total() >= n })
-	waitFor(t, 10*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every run", func() bool { return rec.total() >= n })
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
@@ -488,12 +488,12 @@ func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, w.Run)
-	waitFor(t, 10*time.Second, "every slot running", func() bool { return started.Load() == slots })
+	waitFor(t, outcomeWait, "every slot running", func() bool { return started.Load() == slots })
 	if n := w.proc.running.Load(); n != 0 {
 		t.Errorf("the committer counts %d runs that may join it; want 0 (every run holds its claim's watch)", n)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == 2*slots && st.Running == 0
 	})

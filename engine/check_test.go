@@ -177,7 +177,7 @@ func TestCheckHealthyEveryState(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runBackground(t, srv.Run)
-	waitFor(t, 20*time.Second, "every state", func() bool {
+	waitFor(t, outcomeWait, "every state", func() bool {
 		st, err := c.Stats(ctx)
 		if err != nil {
 			return false

@@ -53,7 +53,7 @@ func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
 	stop := runBackground(t, d.Run)
 	select {
 	case <-m.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("the dispatcher did not get past the conflicts")
 	}
 	stop()
@@ -154,7 +154,7 @@ func TestTaskRunNumber(t *testing.T) {
 			if got != want {
 				t.Fatalf("run %d, want %d", got, want)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(outcomeWait):
 			t.Fatalf("run %d did not happen", want)
 		}
 	}
@@ -174,7 +174,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 	}
 	d, _ := NewDispatcher(e.pool, e.cfg)
 	runBackground(t, d.Run)
-	waitFor(t, 30*time.Second, "the index emptied", func() bool {
+	waitFor(t, outcomeWait, "the index emptied", func() bool {
 		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
 		return n == 0
 	})
@@ -184,7 +184,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 	if _, err := admin.Do("LPUSH", e.key("wake"), "1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the second member removed", func() bool {
+	waitFor(t, outcomeWait, "the second member removed", func() bool {
 		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
 		return n == 0
 	})

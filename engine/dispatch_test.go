@@ -120,12 +120,12 @@ func TestMoveWhileEnqueueing(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, 30*time.Second, "producers", func() bool {
+		waitFor(t, outcomeWait, "producers", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(want) == 900
 		})
-		waitFor(t, 30*time.Second, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
+		waitFor(t, outcomeWait, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
 		close(stop)
 		wg.Wait()
 		exactlyOnce(t, e.readyIDs(t, "default"), want)
@@ -213,7 +213,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitFor(t, 30*time.Second, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
+		waitFor(t, outcomeWait, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
 		want := map[string]bool{}
 		for id := range all {
 			if !cancelled[id] {

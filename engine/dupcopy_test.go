@@ -99,13 +99,13 @@ func TestDuplicateCopyInOneProcessRunsOnce(t *testing.T) {
 	ds := &dupClaimStore{workerStore: w.store, other: make(chan struct{})}
 	w.store = ds
 	stop := runBackground(t, w.Run)
-	waitFor(t, 10*time.Second, "both copies taken", func() bool {
+	waitFor(t, outcomeWait, "both copies taken", func() bool {
 		n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))
 		return n == 0
 	})
-	waitFor(t, 10*time.Second, "the task to start", func() bool { return rec.count(id) >= 1 })
+	waitFor(t, outcomeWait, "the task to start", func() bool { return rec.count(id) >= 1 })
 	close(release)
-	waitFor(t, 10*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id) == StateDone })
 	stop()
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("the task ran %d times; want once", n)

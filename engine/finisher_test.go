@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/txn"
@@ -71,8 +70,8 @@ func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
 	}
 	// The record says done as soon as FinishHeld's EXEC ran, before the
 	// wrapper around it drops the reply: wait for both.
-	waitFor(t, 10*time.Second, "the result's reply lost", func() bool { return !ls.armed.Load() })
-	waitFor(t, 10*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, outcomeWait, "the result's reply lost", func() bool { return !ls.armed.Load() })
+	waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id) == StateDone })
 	stop() // the finisher has logged whatever it logs
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("ran %d times", n)

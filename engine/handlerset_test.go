@@ -47,7 +47,7 @@ func TestDisjointHandlerSets(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, in := range infos {
-			waitFor(t, 20*time.Second, "every task done", func() bool { return e.state(t, in.ID) == StateDone })
+			waitFor(t, outcomeWait, "every task done", func() bool { return e.state(t, in.ID) == StateDone })
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,7 +93,7 @@ func TestUnservedTypeGrace(t *testing.T) {
 			t.Fatal(err)
 		}
 		var since time.Time
-		waitFor(t, 10*time.Second, "the type listed as unserved", func() bool {
+		waitFor(t, outcomeWait, "the type listed as unserved", func() bool {
 			un, err := c.Unserved(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +109,7 @@ func TestUnservedTypeGrace(t *testing.T) {
 		if info, err := c.Lookup(ctx, id); err != nil || info.Attempts != 0 {
 			t.Fatalf("during the grace: %+v, %v; want no attempt consumed", info, err)
 		}
-		waitFor(t, 20*time.Second, "the task dead", func() bool { return e.state(t, id) == StateDead })
+		waitFor(t, outcomeWait, "the task dead", func() bool { return e.state(t, id) == StateDead })
 		info, err := c.Lookup(ctx, id)
 		if err != nil {
 			t.Fatal(err)

@@ -173,6 +173,14 @@ func runBackground(t testing.TB, f func(ctx context.Context) error) (stop func()
 	return stop
 }
 
+// outcomeWait bounds a wait for an outcome (runs done, a task moved, a
+// server promoted) whose time is the machine's, not the engine's: a
+// loaded machine runs tasks tens of times slower than an idle one, so it
+// is generous and only decides how long a failure takes to report. A
+// bound the test asserts (a wake-up before IdleWait) is checked on its
+// own.
+const outcomeWait = 3 * time.Minute
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -74,7 +74,7 @@ func TestIdleCost(t *testing.T) {
 	runBackground(t, w.Run)
 	// The worker is idle once its waiter has sent its BLPOP and the slots
 	// found nothing (their fetch round comes first).
-	waitFor(t, 10*time.Second, "the idle worker's BLPOP", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
+	waitFor(t, outcomeWait, "the idle worker's BLPOP", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
 	t0 := time.Now()
 	if _, err := c.Enqueue(context.Background(), "t", nil, Queue("c")); err != nil {
 		t.Fatal(err)
@@ -110,10 +110,10 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	setexes := func() int { return e.srv.Census.Count("SETEX") }
 	base := lranges()
 	runBackground(t, w.Run)
-	waitFor(t, 30*time.Second, "the recoverer's first look", func() bool { return lranges() > base })
+	waitFor(t, outcomeWait, "the recoverer's first look", func() bool { return lranges() > base })
 	// Ten heartbeat intervals with nothing popped: no look.
 	looks, beats := lranges(), setexes()
-	waitFor(t, 10*time.Second, "ten heartbeats", func() bool { return setexes() >= beats+10 })
+	waitFor(t, outcomeWait, "ten heartbeats", func() bool { return setexes() >= beats+10 })
 	if n := lranges() - looks; n != 0 {
 		t.Fatalf("an idle recoverer looked %d times in ten heartbeat intervals with nothing popped", n)
 	}
@@ -133,8 +133,8 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the popped task to run", func() bool { return rec.count(id) == 1 })
-	waitFor(t, 30*time.Second, "the stray id back in its ready list", func() bool {
+	waitFor(t, outcomeWait, "the popped task to run", func() bool { return rec.count(id) == 1 })
+	waitFor(t, outcomeWait, "the stray id back in its ready list", func() bool {
 		n, err := redis.Int(admin.Do("LLEN", e.key("f:"+w.ID())))
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 			bl := &beatLog{workerStore: w.store, slow: e.cfg.Advanced.HeartbeatTTL, fail: tc.fail}
 			w.store = bl
 			runBackground(t, w.Run)
-			waitFor(t, 30*time.Second, "renewals", func() bool { return len(bl.seq()) >= 5 })
+			waitFor(t, outcomeWait, "renewals", func() bool { return len(bl.seq()) >= 5 })
 			if s := bl.seq(); s[0] != "beat" || !slices.Contains(s, "refresh") {
 				t.Fatalf("heartbeat calls %v: want a full beat first, then renewals", s)
 			}
@@ -244,7 +244,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 			}
 			n := len(bl.seq())
 			bl.arm.Store(true)
-			waitFor(t, 10*time.Second, "the armed renewal and the beat after it", func() bool {
+			waitFor(t, outcomeWait, "the armed renewal and the beat after it", func() bool {
 				s := bl.seq()
 				i := slices.Index(s[n:], tc.want)
 				return i >= 0 && n+i+1 < len(s)
@@ -279,7 +279,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the first task", func() bool { return rec.count(first) == 1 })
+	waitFor(t, outcomeWait, "the first task", func() bool { return rec.count(first) == 1 })
 	// Lost pause: the set says paused, no message went out.
 	if _, err := admin.Do("SADD", e.key("paused"), "default"); err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the worker to learn the pause from a claim", func() bool { return w.control.isPaused("default") })
+	waitFor(t, outcomeWait, "the worker to learn the pause from a claim", func() bool { return w.control.isPaused("default") })
 	if rec.count(held) != 0 {
 		t.Fatal("a task of a paused queue ran")
 	}
@@ -297,7 +297,7 @@ func TestLostPauseAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	waitFor(t, 30*time.Second, "the held task after the lost resume", func() bool { return rec.count(held) == 1 })
+	waitFor(t, outcomeWait, "the held task after the lost resume", func() bool { return rec.count(held) == 1 })
 	if d := time.Since(at); d > e.cfg.Advanced.IdleWait+time.Second {
 		t.Fatalf("resumed after %v; bound IdleWait %v", d, e.cfg.Advanced.IdleWait)
 	}
@@ -319,7 +319,7 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "t", nil, MaxAttempts(1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a dead letter", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 1 })
+	waitFor(t, outcomeWait, "a dead letter", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 1 })
 	at := time.Now()
 	r, err := NewReaper(e.pool, e.cfg)
 	if err != nil {
@@ -356,10 +356,10 @@ func TestDispatcherIdleLook(t *testing.T) {
 	blpops := e.srv.Census.Count("BLPOP")
 	runBackground(t, d.Run)
 	// Two idle waits: each ends in a look of one read, no move.
-	waitFor(t, 10*time.Second, "three idle waits begun", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+3 })
+	waitFor(t, outcomeWait, "three idle waits begun", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+3 })
 	reads := e.srv.Census.Count("ZRANGEBYSCORE")
 	looks := e.srv.Census.Count("ZRANGE")
-	waitFor(t, 10*time.Second, "two more idle waits", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+5 })
+	waitFor(t, outcomeWait, "two more idle waits", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+5 })
 	// The waker blocks again as soon as a wait ends, while the main loop
 	// looks: the look of the last wait may come just after the next BLPOP.
 	deadline := time.Now().Add(2 * time.Second)

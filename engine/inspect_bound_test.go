@@ -71,7 +71,7 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		}
 		stop := runBackground(t, w.Run)
 		in := c.Inspector()
-		waitFor(t, 30*time.Second, "the dead letters", func() bool {
+		waitFor(t, outcomeWait, "the dead letters", func() bool {
 			q, err := in.Queue(ctx, "doomed")
 			return err == nil && q.Dead == int64(n)
 		})

@@ -73,7 +73,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runBackground(t, w.Run)
-	waitFor(t, 10*time.Second, "the worker to start", func() bool { return ran.Load() > 0 })
+	waitFor(t, outcomeWait, "the worker to start", func() bool { return ran.Load() > 0 })
 	admin := e.admin(t)
 	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateReady}, Limit: 25},
 		func() []string {
@@ -109,7 +109,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	}
 	stop := runBackground(t, d.Run)
 	admin := e.admin(t)
-	waitFor(t, 10*time.Second, "the dispatcher to start moving", func() bool {
+	waitFor(t, outcomeWait, "the dispatcher to start moving", func() bool {
 		n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))
 		return n > 0
 	})
@@ -234,7 +234,7 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runBackground(t, w.Run)
-	waitFor(t, 20*time.Second, "1000 dead letters", func() bool {
+	waitFor(t, outcomeWait, "1000 dead letters", func() bool {
 		q, err := in.Queue(ctx, "default")
 		return err == nil && q.Dead >= 1000
 	})
@@ -301,7 +301,7 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 		workers = append(workers, w)
 		stops = append(stops, runBackground(t, w.Run))
 	}
-	waitFor(t, 10*time.Second, "tasks running", func() bool {
+	waitFor(t, outcomeWait, "tasks running", func() bool {
 		q, err := in.Queue(ctx, "default")
 		return err == nil && q.Running >= 40
 	})

@@ -94,7 +94,7 @@ func (f *fixture) releaseAll() {
 
 func (f *fixture) waitStats(t *testing.T, what string, cond func(QueueInfo) bool) {
 	t.Helper()
-	waitFor(t, 20*time.Second, what, func() bool {
+	waitFor(t, outcomeWait, what, func() bool {
 		q, err := f.in.Queue(context.Background(), "work")
 		return err == nil && cond(*q)
 	})

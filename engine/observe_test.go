@@ -83,7 +83,7 @@ func TestObserverEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, s.Run)
-	waitFor(t, 10*time.Second, "b to succeed", func() bool {
+	waitFor(t, outcomeWait, "b to succeed", func() bool {
 		evs := log.of("b")
 		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished && evs[len(evs)-1].Outcome == OutcomeSucceeded
 	})
@@ -141,7 +141,7 @@ func TestObserverLeaseExpiry(t *testing.T) {
 		err := w.Run(ctx)
 		return err
 	})
-	waitFor(t, 10*time.Second, "h to succeed on its second run", func() bool {
+	waitFor(t, outcomeWait, "h to succeed on its second run", func() bool {
 		evs := log.of("h")
 		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished
 	})
@@ -218,7 +218,7 @@ func TestObserverEnqueuedEverywhere(t *testing.T) {
 		select {
 		case id := <-ran:
 			delete(want, id)
-		case <-time.After(20 * time.Second):
+		case <-time.After(outcomeWait):
 			t.Fatalf("tasks %v did not run", want)
 		}
 	}

@@ -89,7 +89,7 @@ func TestPauseChaos(t *testing.T) {
 		// Paused, the dispatcher still moves the delayed tasks, and the
 		// reaper returns what dead workers held: wait for both, and for
 		// a second past the pause.
-		waitFor(t, 20*time.Second, "due tasks moved and dead workers' tasks returned", func() bool {
+		waitFor(t, outcomeWait, "due tasks moved and dead workers' tasks returned", func() bool {
 			st := queueStats(t, c, "q")
 			return st.Scheduled == 0 && st.Running == 0 && time.Since(paused) > 1500*time.Millisecond
 		})
@@ -102,7 +102,7 @@ func TestPauseChaos(t *testing.T) {
 	}
 	end := time.Now()
 	for _, id := range ids {
-		waitFor(t, 30*time.Second, "every task done", func() bool { return e.state(t, id) == StateDone })
+		waitFor(t, outcomeWait, "every task done", func() bool { return e.state(t, id) == StateDone })
 	}
 	t.Logf("all done %v after the last resume", time.Since(end).Round(time.Millisecond))
 	mu.Lock()

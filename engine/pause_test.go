@@ -77,7 +77,7 @@ func TestPauseResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the backlog to start", func() bool { return log.count() >= 4 })
+		waitFor(t, outcomeWait, "the backlog to start", func() bool { return log.count() >= 4 })
 		if err := c.PauseQueue(ctx, "q"); err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +94,8 @@ func TestPauseResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the other queue's task", func() bool { return e.state(t, mark) == StateDone })
-		waitFor(t, 10*time.Second, "the delayed task to be made ready", func() bool {
+		waitFor(t, outcomeWait, "the other queue's task", func() bool { return e.state(t, mark) == StateDone })
+		waitFor(t, outcomeWait, "the delayed task to be made ready", func() bool {
 			for _, id := range e.readyIDs(t, "q") {
 				if id == later {
 					return true
@@ -103,7 +103,7 @@ func TestPauseResume(t *testing.T) {
 			}
 			return false
 		})
-		waitFor(t, 10*time.Second, "the running tasks to finish", func() bool {
+		waitFor(t, outcomeWait, "the running tasks to finish", func() bool {
 			st := queueStats(t, c, "q")
 			return st.Running == 0
 		})
@@ -144,7 +144,7 @@ func TestPauseResume(t *testing.T) {
 		} else {
 			t.Logf("first task started %v after the resume", d.Round(time.Millisecond))
 		}
-		waitFor(t, 20*time.Second, "every task", func() bool { return log.count() == len(infos)+2 })
+		waitFor(t, outcomeWait, "every task", func() bool { return log.count() == len(infos)+2 })
 		if st := queueStats(t, c, "q"); st.Paused {
 			t.Fatalf("stats after the resume: %+v, want not paused", st)
 		}
@@ -194,7 +194,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the other queue's task", func() bool { return e.state(t, mark) == StateDone })
+		waitFor(t, outcomeWait, "the other queue's task", func() bool { return e.state(t, mark) == StateDone })
 		stop()
 		for _, id := range ids {
 			if _, ok := log.started(id); ok {
@@ -211,7 +211,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		waitFor(t, 10*time.Second, "the resumed tasks", func() bool { return e.state(t, id) == StateDone })
+		waitFor(t, outcomeWait, "the resumed tasks", func() bool { return e.state(t, id) == StateDone })
 	}
 }
 

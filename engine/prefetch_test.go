@@ -74,7 +74,7 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 		return nil
 	})
 	w, rs, _ := prefetchWorker(t, e, rec)
-	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
@@ -113,7 +113,7 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 		return nil
 	})
 	_, rs, _ := prefetchWorker(t, e, rec)
-	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
@@ -185,20 +185,20 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	su := newStuckSetup(t, n, slots, 16, 0)
 	e, c, infos, w, rs, rec := su.e, su.c, su.infos, su.w, su.rs, su.rec
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return su.blocked.Load() == slots })
+	waitFor(t, outcomeWait, "both slots blocked", func() bool { return su.blocked.Load() == slots })
 	if claim := rs.maxClaim.Load(); claim <= slots {
 		t.Fatalf("largest claim %d: the worker never claimed ahead", claim)
 	}
 	// The tasks claimed with the blocked ones, and those of the pops
 	// right after (within PrefetchWait of the last slot freed), wait.
-	waitFor(t, 10*time.Second, "tasks claimed ahead waiting for a slot", func() bool { return w.proc.waiting.Load() > 0 })
+	waitFor(t, outcomeWait, "tasks claimed ahead waiting for a slot", func() bool { return w.proc.waiting.Load() > 0 })
 	done := make(chan error, 1)
 	go func() { done <- w.Shutdown(ctx) }()
 	// Only the two blocked handlers' tasks stay running: the others are
 	// back while those handlers still block (they are let go below). The
 	// bound is generous for a loaded machine: a give-back is one Requeue
 	// a batch, tens of milliseconds under the race detector here.
-	waitFor(t, 30*time.Second, "tasks claimed ahead given back", func() bool {
+	waitFor(t, outcomeWait, "tasks claimed ahead given back", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Running == slots
 	})
@@ -255,10 +255,10 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "a blocked handler", func() bool { return su.blocked.Load() == 1 })
-	waitFor(t, 30*time.Second, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
+	waitFor(t, outcomeWait, "a blocked handler", func() bool { return su.blocked.Load() == 1 })
+	waitFor(t, outcomeWait, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
 	su.open()
-	waitFor(t, 60*time.Second, "every result recorded", func() bool {
+	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.Inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
@@ -283,11 +283,11 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 	const n, slots = 200, 2
 	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond)
 	e, w, rs := su.e, su.w, su.rs
-	waitFor(t, 30*time.Second, "both slots blocked", func() bool { return su.blocked.Load() == slots })
+	waitFor(t, outcomeWait, "both slots blocked", func() bool { return su.blocked.Load() == slots })
 	// Those claimed ahead before the slots were seen stuck go back once
 	// they waited half the grace (200 ms): then only the stuck runs are
 	// claimed.
-	waitFor(t, 10*time.Second, "only the stuck runs claimed (the tasks claimed ahead given back, and not claimed again)", func() bool {
+	waitFor(t, outcomeWait, "only the stuck runs claimed (the tasks claimed ahead given back, and not claimed again)", func() bool {
 		q, err := su.queue()
 		return err == nil && q.Running == slots && rs.unstarted.Load() > 0
 	})

@@ -371,7 +371,7 @@ func TestPeriodicEndToEndDST(t *testing.T) {
 		if !task.Due.Equal(firing) || task.Periodic != "dst" || task.ID != schedule.FiringID("dst", firing) {
 			t.Fatalf("task %s due %v entry %q, want firing %v", task.ID, task.Due.UTC(), task.Periodic, firing)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("the firing did not run")
 	}
 }
@@ -405,7 +405,7 @@ func TestPeriodicSkipIfRunning(t *testing.T) {
 	defer stop()
 	conn := e.admin(t)
 	var skipped *buckets.Record
-	waitFor(t, 10*time.Second, "a skipped firing", func() bool {
+	waitFor(t, outcomeWait, "a skipped firing", func() bool {
 		for id := range e.firingPlacementsAll(t, conn, "slow") {
 			if r := e.record(t, conn, id); r != nil && r.State == buckets.StateCancelled {
 				skipped = r
@@ -418,7 +418,7 @@ func TestPeriodicSkipIfRunning(t *testing.T) {
 	if !strings.HasPrefix(skipped.LastError, "skipped: previous run p:slow@") {
 		t.Fatalf("skipped firing's reason %q", skipped.LastError)
 	}
-	waitFor(t, 10*time.Second, "a run after the long one", func() bool { return runs.Load() >= 3 })
+	waitFor(t, outcomeWait, "a run after the long one", func() bool { return runs.Load() >= 3 })
 	if overlaps.Load() != 0 {
 		t.Fatalf("%d runs overlapped", overlaps.Load())
 	}

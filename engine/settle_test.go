@@ -107,10 +107,10 @@ func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
 	stop := runBackground(t, d.Run)
 	select {
 	case <-m.fired:
-	case <-time.After(10 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("the move with the lost reply did not run")
 	}
-	waitFor(t, 10*time.Second, "the tasks in the ready list", func() bool {
+	waitFor(t, outcomeWait, "the tasks in the ready list", func() bool {
 		n, _ := redis.Int(admin.Do("LLEN", ready))
 		return n >= len(want)
 	})

@@ -130,7 +130,7 @@ func TestShardMapVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLogged(t, cur.Run)
-	waitFor(t, 20*time.Second, "lane 1's task to run", func() bool {
+	waitFor(t, outcomeWait, "lane 1's task to run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return ran[id] != ""
@@ -231,7 +231,7 @@ func TestShardMoveLane(t *testing.T) {
 		})
 	}
 	waitAcked := func(n int) {
-		waitFor(t, 20*time.Second, fmt.Sprintf("%d tasks enqueued", n), func() bool {
+		waitFor(t, outcomeWait, fmt.Sprintf("%d tasks enqueued", n), func() bool {
 			ackMu.Lock()
 			defer ackMu.Unlock()
 			return len(acked) >= n
@@ -250,7 +250,7 @@ func TestShardMoveLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3. Once the replica has the new version, it has every write before.
-	waitFor(t, 10*time.Second, "the replica to have the new map version", func() bool {
+	waitFor(t, outcomeWait, "the replica to have the new map version", func() bool {
 		v, _ := redis.String(bAdm.Do("GET", key))
 		return v == "2"
 	})
@@ -273,7 +273,7 @@ func TestShardMoveLane(t *testing.T) {
 	ackMu.Lock()
 	all := append([]string(nil), acked...)
 	ackMu.Unlock()
-	waitFor(t, 60*time.Second, "every acknowledged task to run", func() bool {
+	waitFor(t, outcomeWait, "every acknowledged task to run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range all {

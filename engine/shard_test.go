@@ -127,7 +127,7 @@ func TestShardOneLaneKeepsLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "every task to run", func() bool {
+	waitFor(t, outcomeWait, "every task to run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return ran[old.ID] && ran[ti.ID] && ran[nw.ID]

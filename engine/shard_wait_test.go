@@ -64,7 +64,7 @@ func TestShardSharedWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, srv.Run)
-	waitFor(t, 10*time.Second, "the lanes' workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	waitFor(t, outcomeWait, "the lanes' workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
 
 	c := e.shardedClient(t, sh)
 	ctx := context.Background()
@@ -77,7 +77,7 @@ func TestShardSharedWait(t *testing.T) {
 			}
 			ids = append(ids, ti.ID)
 		}
-		waitFor(t, 30*time.Second, "every lane's task to wake its worker", func() bool {
+		waitFor(t, outcomeWait, "every lane's task to wake its worker", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, id := range ids {
@@ -87,7 +87,7 @@ func TestShardSharedWait(t *testing.T) {
 			}
 			return true
 		})
-		waitFor(t, 10*time.Second, "the workers to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
+		waitFor(t, outcomeWait, "the workers to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
 	}
 	redistest.RequireNoViolations(t, e.srv)
 }
@@ -156,7 +156,7 @@ func TestShardSharedWaitIdle(t *testing.T) {
 		l.Dispatcher.moves = looks[k]
 	}
 	runBackground(t, srv.Run)
-	waitFor(t, 10*time.Second, "the lanes' dispatchers and workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	waitFor(t, outcomeWait, "the lanes' dispatchers and workers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
 	// Every lane's worker past its start: waiting in the shared BLPOP. A
 	// worker that starts later, on a loaded machine, rightly ends the
 	// BLPOP under way (an LPUSH) to have its lists named: that is not the
@@ -169,7 +169,7 @@ func TestShardSharedWaitIdle(t *testing.T) {
 		}
 		workerKeys = append(workerKeys, l.Worker.keys.Notify("default"))
 	}
-	waitFor(t, 30*time.Second, "every lane's worker waiting in the shared BLPOP", func() bool {
+	waitFor(t, outcomeWait, "every lane's worker waiting in the shared BLPOP", func() bool {
 		blocking := blockingKeys(hub)
 		for _, k := range workerKeys {
 			if !blocking[k] {
@@ -189,7 +189,7 @@ func TestShardSharedWaitIdle(t *testing.T) {
 	waitLooks := func(from []int64, more int64) []int64 {
 		t.Helper()
 		var now []int64
-		waitFor(t, 30*time.Second, "every lane's dispatcher to look again", func() bool {
+		waitFor(t, outcomeWait, "every lane's dispatcher to look again", func() bool {
 			now = lookCounts()
 			for k := range now {
 				if now[k] < from[k]+more {
@@ -246,7 +246,7 @@ func TestShardSharedWaitDelayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, srv.Run)
-	waitFor(t, 10*time.Second, "the lanes' parts to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	waitFor(t, outcomeWait, "the lanes' parts to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
 	c := e.shardedClient(t, sh)
 	for round, delay := range []time.Duration{time.Second, 300 * time.Millisecond} {
 		due := map[string]time.Time{}
@@ -261,7 +261,7 @@ func TestShardSharedWaitDelayed(t *testing.T) {
 			due[id] = at
 		}
 		rec.requireOnTime(t, due, 15*time.Second)
-		waitFor(t, 10*time.Second, "the parts to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
+		waitFor(t, outcomeWait, "the parts to block in one BLPOP again", func() bool { return blockedPops(t, a) == 1 })
 	}
 	redistest.RequireNoViolations(t, e.srv)
 }
@@ -288,7 +288,7 @@ func TestShardSharedWaitServerDown(t *testing.T) {
 	runBackground(t, srv.Run)
 	for _, s := range []*redistest.Server{sa, sb} {
 		adm := s.Admin(t)
-		waitFor(t, 10*time.Second, "each server's lanes to block in one BLPOP", func() bool { return blockedPops(t, adm) == 1 })
+		waitFor(t, outcomeWait, "each server's lanes to block in one BLPOP", func() bool { return blockedPops(t, adm) == 1 })
 	}
 	c := e.shardedClient(t, sh)
 	ctx := context.Background()
@@ -417,7 +417,7 @@ func TestShardClusterWait(t *testing.T) {
 		}
 		return total
 	}
-	waitFor(t, 20*time.Second, "one blocked connection per lane", func() bool { return blocked() == n })
+	waitFor(t, outcomeWait, "one blocked connection per lane", func() bool { return blocked() == n })
 	client, err := NewShardedClient(sh, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -432,7 +432,7 @@ func TestShardClusterWait(t *testing.T) {
 		due[id] = at
 	}
 	rec.requireOnTime(t, due, 15*time.Second)
-	waitFor(t, 10*time.Second, "one blocked connection per lane again", func() bool { return blocked() == n })
+	waitFor(t, outcomeWait, "one blocked connection per lane again", func() bool { return blocked() == n })
 }
 
 // TestShardSharedWaitBusyLane: tokens that keep arriving on one lane's
@@ -454,7 +454,7 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 	}
 	runBackground(t, srv.Run)
 	a := e.admin(t)
-	waitFor(t, 10*time.Second, "the dispatchers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
+	waitFor(t, outcomeWait, "the dispatchers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
 	busy := srv.Lanes[0].Dispatcher.store.Keys.Wake()
 	stop := make(chan struct{})
 	var pushes sync.WaitGroup
@@ -477,7 +477,7 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 	defer func() { close(stop); pushes.Wait() }()
 	from := []int64{looks[1].n.Load(), looks[2].n.Load()}
 	busyFrom := looks[0].n.Load()
-	waitFor(t, 30*time.Second, "the quiet lanes' dispatchers to look three times (IdleWait 1s) while lane 0's list is busy", func() bool {
+	waitFor(t, outcomeWait, "the quiet lanes' dispatchers to look three times (IdleWait 1s) while lane 0's list is busy", func() bool {
 		return looks[1].n.Load() >= from[0]+3 && looks[2].n.Load() >= from[1]+3
 	})
 	if got := looks[0].n.Load() - busyFrom; got < 6 {
@@ -504,7 +504,7 @@ func TestShardSharedWaitWrongType(t *testing.T) {
 		t.Fatal(err)
 	}
 	runBackground(t, srv.Run)
-	waitFor(t, 20*time.Second, "the bad wake list to be set aside and the lanes to block in one BLPOP", func() bool {
+	waitFor(t, outcomeWait, "the bad wake list to be set aside and the lanes to block in one BLPOP", func() bool {
 		return exists(t, a, keys.Quarantine(keys.Wake())) && blockedPops(t, a) == 1
 	})
 	c := e.shardedClient(t, sh)
@@ -551,11 +551,11 @@ func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
 		}
 		select {
 		case <-wake:
-		case <-time.After(10 * time.Second):
+		case <-time.After(outcomeWait):
 			t.Fatal("the dispatcher's token was not delivered")
 		}
 		var keys map[string]bool
-		waitFor(t, 10*time.Second, "the next BLPOP", func() bool {
+		waitFor(t, outcomeWait, "the next BLPOP", func() bool {
 			keys = blockingKeys(h)
 			return keys != nil
 		})
@@ -579,7 +579,7 @@ func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
 	// The second wait timed out too: past IdleWait from then, its list
 	// is left out of the BLPOPs.
 	left := time.Now()
-	waitFor(t, 10*time.Second, "a BLPOP without the list", func() bool {
+	waitFor(t, outcomeWait, "a BLPOP without the list", func() bool {
 		keys := blockingKeys(h)
 		return keys != nil && !keys[q]
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 )
 
 // TestShardWorkflows: a sharded client enqueues chains and groups each in
@@ -43,7 +42,7 @@ func TestShardWorkflows(t *testing.T) {
 		t.Fatalf("the workflows went to lanes %v; want them spread", lanes)
 	}
 	for _, id := range ids {
-		waitFor(t, 20*time.Second, "workflow "+id+" done", func() bool {
+		waitFor(t, outcomeWait, "workflow "+id+" done", func() bool {
 			info, err := c.Workflow(ctx, id)
 			return err == nil && info.State == "done"
 		})

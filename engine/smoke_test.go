@@ -35,7 +35,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 			}
 			due[id] = now.Add(d)
 		}
-		waitFor(t, 10*time.Second, "all tasks to run", func() bool {
+		waitFor(t, outcomeWait, "all tasks to run", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(got) == len(due)

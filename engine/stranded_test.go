@@ -44,7 +44,7 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 	e.cfg.Advanced.ClaimBatch = 1
 	w, _ := NewWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
-	waitFor(t, 30*time.Second, "the bad id in the dead letters", func() bool {
+	waitFor(t, outcomeWait, "the bad id in the dead letters", func() bool {
 		s, _ := admin.Do("ZSCORE", e.key("dead"), bad)
 		return s != nil
 	})
@@ -53,11 +53,11 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the good task to run", func() bool { return rec.count(id) == 1 })
+	waitFor(t, outcomeWait, "the good task to run", func() bool { return rec.count(id) == 1 })
 	if armed.Load() {
 		t.Fatal("the pop reply was never lost")
 	}
-	waitFor(t, 30*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id) == StateDone })
 
 	if typ, _ := redis.String(admin.Do("TYPE", e.key("bad:t:"+bad))); typ != "list" {
 		t.Fatalf("bad:t:%s is %q, want the list set aside", bad, typ)
@@ -144,7 +144,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		stuck, _ := idOf(c.Enqueue(ctx, "t", nil, Timeout(2*time.Second)))
 		ss.stuck.Store(stuck)
 		runBackground(t, w.Run)
-		waitFor(t, 30*time.Second, "the stuck slot failing", func() bool { return ss.attempts.Load() >= 2 })
+		waitFor(t, outcomeWait, "the stuck slot failing", func() bool { return ss.attempts.Load() >= 2 })
 
 		// The only task waiting: the next pop takes it, and its reply
 		// is lost.
@@ -152,7 +152,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		lost, _ := idOf(c.Enqueue(ctx, "t", nil))
 		// lostID is stored just after losePop is cleared: wait for it, not
 		// for the flag, or the check below can read between the two.
-		waitFor(t, 30*time.Second, "the pop reply lost", func() bool {
+		waitFor(t, outcomeWait, "the pop reply lost", func() bool {
 			got, _ := ss.lostID.Load().(string)
 			return got != ""
 		})
@@ -165,12 +165,12 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 			ids = append(ids, id)
 		}
 		for _, id := range append(ids, lost) {
-			waitFor(t, 5*time.Second, "task "+id+" done", func() bool { return e.state(t, id) == StateDone })
+			waitFor(t, outcomeWait, "task "+id+" done", func() bool { return e.state(t, id) == StateDone })
 		}
 		// Past its lease (2 s timeout + 0.5 s grace) the stuck slot gives
 		// up: its task is left to a reaper, and the slot takes tasks again.
 		n := ss.attempts.Load()
-		waitFor(t, 10*time.Second, "the stuck slot to give up", func() bool {
+		waitFor(t, outcomeWait, "the stuck slot to give up", func() bool {
 			m := ss.attempts.Load()
 			if m == n {
 				return true
@@ -182,7 +182,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		more, _ := idOf(c.Enqueue(ctx, "t", nil))
 		more2, _ := idOf(c.Enqueue(ctx, "t", nil))
 		for _, id := range []string{more, more2} {
-			waitFor(t, 30*time.Second, "task after the stuck slot gave up", func() bool { return e.state(t, id) == StateDone })
+			waitFor(t, outcomeWait, "task after the stuck slot gave up", func() bool { return e.state(t, id) == StateDone })
 		}
 	})
 }
@@ -208,7 +208,7 @@ func TestStrandedInflightRecovered(t *testing.T) {
 		}
 		at := time.Now()
 		runBackground(t, w.Run)
-		waitFor(t, 30*time.Second, "the stranded task to run", func() bool { return rec.count(id) == 1 })
+		waitFor(t, outcomeWait, "the stranded task to run", func() bool { return rec.count(id) == 1 })
 		if d := time.Since(at); d > e.cfg.Advanced.HeartbeatInterval+time.Second {
 			t.Fatalf("recovered after %v; bound %v", d, e.cfg.Advanced.HeartbeatInterval)
 		}

@@ -63,7 +63,7 @@ func TestDispatchTurn(t *testing.T) {
 		stops = append(stops, runBackground(t, d.Run))
 	}
 	waitFor(t, time.Minute, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
-	waitFor(t, 10*time.Second, "the turn to end", func() bool {
+	waitFor(t, outcomeWait, "the turn to end", func() bool {
 		n, _ := redis.Int(e.admin(t).Do("EXISTS", e.key("turn")))
 		return n == 0
 	})
@@ -94,14 +94,14 @@ func TestDispatchTurnTakenOver(t *testing.T) {
 	defer stop()
 	// The first round reads a full window, asks for the turn before it
 	// moves anything, and is turned away: it marks that.
-	waitFor(t, 10*time.Second, "the turned-away mark", func() bool {
+	waitFor(t, outcomeWait, "the turned-away mark", func() bool {
 		n, _ := redis.Int(admin.Do("EXISTS", e.key("turn:missed")))
 		return n == 1
 	})
 	if n := e.zcard(t, "sched"); n == 0 {
 		t.Fatalf("everything moved while another dispatcher held the turn")
 	}
-	waitFor(t, 20*time.Second, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
+	waitFor(t, outcomeWait, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
 	if el := time.Since(start); el < time.Second {
 		t.Errorf("the backlog moved in %v, before the dead holder's turn (2 s) ended", el)
 	}
@@ -126,7 +126,7 @@ func TestDispatchTurnWrongType(t *testing.T) {
 	}
 	stop := runBackground(t, d.Run)
 	defer stop()
-	waitFor(t, 20*time.Second, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
+	waitFor(t, outcomeWait, "index to empty", func() bool { return e.zcard(t, "sched") == 0 })
 	stop()
 	exactlyOnce(t, e.readyIDs(t, "default"), want)
 	if n, _ := redis.Int(admin.Do("LLEN", e.key("bad:turn"))); n != 1 {

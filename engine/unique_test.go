@@ -207,7 +207,7 @@ func TestUniqueStateTable(t *testing.T) {
 				<-started
 			case "retrying":
 				holder = enq("fail")
-				waitFor(t, 10*time.Second, "retrying", func() bool { return e.state(t, holder) == StateRetrying })
+				waitFor(t, outcomeWait, "retrying", func() bool { return e.state(t, holder) == StateRetrying })
 			case "recovered after its worker died":
 				// A task a dead worker held goes back to its queue still
 				// holding its key: Requeue is not a final transition.
@@ -251,7 +251,7 @@ func TestUniqueStateTable(t *testing.T) {
 					enq(typ, Queue("nobody"))
 				}
 				// The server expires the key on its own clock.
-				waitFor(t, 30*time.Second, "the key to expire", func() bool { return countKeys(t, e, "u:k:row-"+row.row) == 0 })
+				waitFor(t, outcomeWait, "the key to expire", func() bool { return countKeys(t, e, "u:k:row-"+row.row) == 0 })
 			case "revived dead letter, key free":
 				id := enq("die")
 				wait(id)

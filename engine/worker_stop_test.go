@@ -148,7 +148,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	runBackground(t, srv.Run)
 	// Two idle timeouts each of the worker's waiter and the dispatcher's
 	// waker: their third BLPOPs are sent.
-	waitFor(t, 15*time.Second, "two idle timeouts", func() bool { return blpops.Load() >= 6 })
+	waitFor(t, outcomeWait, "two idle timeouts", func() bool { return blpops.Load() >= 6 })
 	if _, err := e.client(t).Enqueue(context.Background(), "t", nil, In(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +252,11 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the task to run", func() bool { return rec.count(id) == 1 })
+	waitFor(t, outcomeWait, "the task to run", func() bool { return rec.count(id) == 1 })
 	if armed.Load() {
 		t.Fatal("the fault never fired")
 	}
-	waitFor(t, 30*time.Second, "done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id) == StateDone })
 	if n := rec.count(id); n != 1 {
 		t.Fatalf("ran %d times", n)
 	}

@@ -87,7 +87,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 				}
 				rec := newRecorder(nil)
 				e.dieAndTakeOver(t, rec, stage)
-				waitFor(t, 20*time.Second, "task done", func() bool { e.tick(); return e.state(t, id) == StateDone })
+				waitFor(t, outcomeWait, "task done", func() bool { e.tick(); return e.state(t, id) == StateDone })
 				runs := rec.count(id)
 				switch stage {
 				case "after-pop", "after-claim":
@@ -141,7 +141,7 @@ func TestWorkerKilledAtEachBatchStep(t *testing.T) {
 				e.cfg.Advanced.ClaimBatch = slots
 				rec := newRecorder(nil)
 				ds := e.dieAndTakeOver(t, rec, stage)
-				waitFor(t, 30*time.Second, "every task done", func() bool {
+				waitFor(t, outcomeWait, "every task done", func() bool {
 					e.tick()
 					for _, id := range ids {
 						if e.state(t, id) != StateDone {
@@ -221,7 +221,7 @@ func TestWorkerSIGKILL(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "child to run the task", func() bool { return e.state(t, id) == StateRunning })
+	waitFor(t, outcomeWait, "child to run the task", func() bool { return e.state(t, id) == StateRunning })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestWorkerSIGKILL(t *testing.T) {
 	runBackground(t, rp.Run)
 	w, _ := NewWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
-	waitFor(t, 20*time.Second, "task done", func() bool { return e.state(t, id) == StateDone })
+	waitFor(t, outcomeWait, "task done", func() bool { return e.state(t, id) == StateDone })
 	info, _ := c.Lookup(context.Background(), id)
 	if info.Recoveries != 1 || rec.count(id) != 1 {
 		t.Fatalf("recoveries %d, runs here %d; want 1 and 1", info.Recoveries, rec.count(id))
@@ -274,7 +274,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+		waitFor(t, outcomeWait, "dead", func() bool { return e.state(t, id) == StateDead })
 		mu.Lock()
 		if len(starts) != 3 || fmt.Sprint(asked) != "[1 2]" {
 			t.Fatalf("runs %d, backoff asked for %v; want 3 runs, [1 2]", len(starts), asked)
@@ -302,7 +302,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 		if err := c.RetryDead(ctx, id); !errors.Is(err, ErrNotDead) && !errors.Is(err, ErrNotFound) {
 			t.Fatalf("second RetryDead: %v", err)
 		}
-		waitFor(t, 10*time.Second, "done after retry", func() bool { return e.state(t, id) == StateDone })
+		waitFor(t, outcomeWait, "done after retry", func() bool { return e.state(t, id) == StateDone })
 		if n, _ := c.DeadCount(ctx); n != 0 {
 			t.Fatalf("dead count %d after retry", n)
 		}
@@ -310,8 +310,8 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 		id2, _ := idOf(c.Enqueue(ctx, "perm", nil))
 		srvMux := NewMux()
 		_ = srvMux
-		waitFor(t, 10*time.Second, "second task to run", func() bool { return rec.count(id2) == 1 })
-		waitFor(t, 10*time.Second, "done", func() bool { return e.state(t, id2) == StateDone })
+		waitFor(t, outcomeWait, "second task to run", func() bool { return rec.count(id2) == 1 })
+		waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id2) == StateDone })
 		st, _ := c.Stats(ctx)
 		if st[0].Failed != 3 || st[0].Processed != 2 || st[0].Dead != 0 || st[0].Retrying != 0 || st[0].Running != 0 {
 			t.Fatalf("stats %+v", st[0])
@@ -344,9 +344,9 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 		pan, _ := idOf(c.Enqueue(ctx, "panic", nil, MaxAttempts(1)))
 		slow, _ := idOf(c.Enqueue(ctx, "slow", nil, MaxAttempts(1), Timeout(100*time.Millisecond)))
 		for _, id := range []string{perm, pan, slow} {
-			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+			waitFor(t, outcomeWait, "dead", func() bool { return e.state(t, id) == StateDead })
 		}
-		waitFor(t, 10*time.Second, "later done", func() bool { return e.state(t, lat) == StateDone })
+		waitFor(t, outcomeWait, "later done", func() bool { return e.state(t, lat) == StateDone })
 		check := func(id, want string, attempts int) {
 			info, _ := c.Lookup(ctx, id)
 			if !strings.Contains(info.LastError, want) || info.Attempts != attempts {
@@ -376,7 +376,7 @@ func TestUnknownType(t *testing.T) {
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
 			id, _ := idOf(c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3)))
-			waitFor(t, 10*time.Second, "dead", func() bool { return e.state(t, id) == StateDead })
+			waitFor(t, outcomeWait, "dead", func() bool { return e.state(t, id) == StateDead })
 			info, _ := c.Lookup(ctx, id)
 			want := 3
 			if pol == UnknownDead {
@@ -415,7 +415,7 @@ func TestPriorities(t *testing.T) {
 			rec := newRecorder(nil)
 			w, _ := NewWorker(e.pool, e.cfg, rec)
 			stop := runBackground(t, w.Run)
-			waitFor(t, 60*time.Second, "all tasks", func() bool { return rec.total() == 2*n })
+			waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
 			stop()
 			rec.mu.Lock()
 			defer rec.mu.Unlock()

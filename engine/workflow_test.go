@@ -69,7 +69,7 @@ func TestChainMiddleStepDiesRetriedCompletes(t *testing.T) {
 		Step{Type: "s2", PassResult: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the chain to stop at its dead step", workflowState(t, c, "ch", "stopped"))
+	waitFor(t, outcomeWait, "the chain to stop at its dead step", workflowState(t, c, "ch", "stopped"))
 	wf, _ := c.Workflow(t.Context(), "ch")
 	if wf.StoppedAt != 1 || wf.Steps[1].State != StateDead || wf.Steps[2].State != "pending" || wf.Steps[2].Type != "s2" {
 		t.Fatalf("stopped chain: %+v", wf)
@@ -85,7 +85,7 @@ func TestChainMiddleStepDiesRetriedCompletes(t *testing.T) {
 	if in := <-got; in != "ab" {
 		t.Fatalf("last step's input %q, want the results passed along", in)
 	}
-	waitFor(t, 10*time.Second, "the chain to complete", workflowState(t, c, "ch", "done"))
+	waitFor(t, outcomeWait, "the chain to complete", workflowState(t, c, "ch", "done"))
 	if runs[0].Load() != 1 || runs[1].Load() != 2 || runs[2].Load() != 1 {
 		t.Fatalf("runs %d %d %d, want 1 2 1", runs[0].Load(), runs[1].Load(), runs[2].Load())
 	}
@@ -126,12 +126,12 @@ func TestChainSuccessorOnceUnderLeaseLoss(t *testing.T) {
 	e.runWorker(t, mux)
 	select {
 	case <-nextDone:
-	case <-time.After(10 * time.Second):
+	case <-time.After(outcomeWait):
 		t.Fatal("the successor never ran")
 	}
 	close(release) // the first run returns success now: its result is not recorded
-	waitFor(t, 10*time.Second, "the first run's late result to be dropped", func() bool { return late.Load() > 0 })
-	waitFor(t, 10*time.Second, "the chain to complete", workflowState(t, c, "ll", "done"))
+	waitFor(t, outcomeWait, "the first run's late result to be dropped", func() bool { return late.Load() > 0 })
+	waitFor(t, outcomeWait, "the chain to complete", workflowState(t, c, "ll", "done"))
 	info, err := c.Lookup(t.Context(), "ll~0")
 	if err != nil || info.Run != 2 {
 		t.Fatalf("first step: %+v %v, want two runs", info, err)
@@ -188,7 +188,7 @@ func TestGroupCallbackOnceAcrossWorkers(t *testing.T) {
 			t.Fatalf("outcome %d: %+v", i, o)
 		}
 	}
-	waitFor(t, 10*time.Second, "the callback to be done", func() bool {
+	waitFor(t, outcomeWait, "the callback to be done", func() bool {
 		info, err := c.Lookup(t.Context(), "g~cb")
 		return err == nil && info.State == StateDone
 	})
@@ -227,7 +227,7 @@ func TestGroupDeadMemberPolicies(t *testing.T) {
 	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "fail", Members: members, Callback: &Step{Type: "cb"}, Policy: FailGroup}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the group to fail", workflowState(t, c, "fail", "failed"))
+	waitFor(t, outcomeWait, "the group to fail", workflowState(t, c, "fail", "failed"))
 	if len(callbacks) != 0 {
 		t.Fatal("FailGroup ran its callback with a dead member")
 	}
@@ -239,7 +239,7 @@ func TestGroupDeadMemberPolicies(t *testing.T) {
 	if w := task.Workflow; w.ID != "fail" || len(w.Outcomes) != 2 || w.Outcomes[1].State != StateDone {
 		t.Fatalf("FailGroup callback after the retry: %+v", task.Workflow)
 	}
-	waitFor(t, 10*time.Second, "the group to be done", workflowState(t, c, "fail", "done"))
+	waitFor(t, outcomeWait, "the group to be done", workflowState(t, c, "fail", "done"))
 }
 
 // Cancelling a chain cancels its waiting step; the workflow shows it.
@@ -363,14 +363,14 @@ func TestGroupStateFollowsCallback(t *testing.T) {
 		t.Fatalf("group while its callback runs: %+v %v; want running", wf, err)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "the group to be done", workflowState(t, c, "slow", "done"))
+	waitFor(t, outcomeWait, "the group to be done", workflowState(t, c, "slow", "done"))
 	if wf, _ := c.Workflow(t.Context(), "slow"); wf.Callback == nil || wf.Callback.State != StateDone {
 		t.Fatalf("done group's callback: %+v", wf.Callback)
 	}
 	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "bad", Members: []Step{{Type: "m"}}, Callback: &Step{Type: "badcb"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the group to fail", workflowState(t, c, "bad", "failed"))
+	waitFor(t, outcomeWait, "the group to fail", workflowState(t, c, "bad", "failed"))
 	if wf, _ := c.Workflow(t.Context(), "bad"); wf.Callback == nil || wf.Callback.State != StateDead {
 		t.Fatalf("failed group's callback: %+v", wf.Callback)
 	}

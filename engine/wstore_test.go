@@ -218,7 +218,7 @@ func (e *env) dieAndTakeOver(t *testing.T, h Handler, stage string) *dyingStore 
 	w1.store = ds
 	w1.cfg.ShutdownTimeout = 100 * time.Millisecond
 	runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
-	waitFor(t, 10*time.Second, "the fault", ds.fired.Load)
+	waitFor(t, outcomeWait, "the fault", ds.fired.Load)
 	rp, err := NewReaper(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -193,7 +193,7 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 	if _, err := admin.Do("SLAVEOF", host, port); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the replica to sync", func() bool {
+	waitFor(t, outcomeWait, "the replica to sync", func() bool {
 		info, err := redis.String(admin.Do("INFO"))
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})
@@ -216,7 +216,7 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 	primary.Kill(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	waitFor(t, 10*time.Second, "the pool to refuse the replica", func() bool {
+	waitFor(t, outcomeWait, "the pool to refuse the replica", func() bool {
 		_, err := tr.Master(ctx)
 		return errors.Is(err, topology.ErrNotMaster)
 	})
@@ -246,6 +246,14 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 		t.Errorf("the engine's connections sent commands outside Redis 2.4: %v", out)
 	}
 }
+
+// outcomeWait bounds a wait for an outcome (runs done, a task moved, a
+// server promoted) whose time is the machine's, not the engine's: a
+// loaded machine runs tasks tens of times slower than an idle one, so it
+// is generous and only decides how long a failure takes to report. A
+// bound the test asserts (a wake-up before IdleWait) is checked on its
+// own.
+const outcomeWait = 3 * time.Minute
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
