@@ -36,16 +36,24 @@ func TestDocGeneratedUpToDate(t *testing.T) {
 	}
 }
 
-// TestRenderKeepsHandWritten: rendering into a page replaces only what
-// lies between the markers, marker lines included; the text before and
-// after comes through byte for byte, and a second render changes nothing.
-func TestRenderKeepsHandWritten(t *testing.T) {
-	dir := t.TempDir()
+// writeTestResults writes testReport as dir/results.json and returns its
+// path.
+func writeTestResults(t *testing.T, dir string) string {
+	t.Helper()
 	results := filepath.Join(dir, "results.json")
 	b, _ := json.Marshal(testReport())
 	if err := os.WriteFile(results, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return results
+}
+
+// TestRenderKeepsHandWritten: rendering into a page replaces only what
+// lies between the markers, marker lines included; the text before and
+// after comes through byte for byte, and a second render changes nothing.
+func TestRenderKeepsHandWritten(t *testing.T) {
+	dir := t.TempDir()
+	results := writeTestResults(t, dir)
 	before := "# Benchmarks\n\nA reading, with `" + beginMarker + "` quoted inside a line.\n\n"
 	after := "\n## Reading the tables\n\nMore reading.\n"
 	doc := filepath.Join(dir, "benchmarks.md")
@@ -73,11 +81,7 @@ func TestRenderKeepsHandWritten(t *testing.T) {
 // marker line, in that order, is refused and left as it was.
 func TestRenderNeedsMarkers(t *testing.T) {
 	dir := t.TempDir()
-	results := filepath.Join(dir, "results.json")
-	b, _ := json.Marshal(testReport())
-	if err := os.WriteFile(results, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	results := writeTestResults(t, dir)
 	for name, page := range map[string]string{
 		"none":     "# Benchmarks\n\nNo tables yet.\n",
 		"no end":   beginMarker + " -->\n",

@@ -172,34 +172,44 @@ func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	if limit == 0 {
 		limit = engine.DefaultConfig().MaxPayload
 	}
-	r, name := a.stdin, "stdin"
-	var file *os.File
-	if path != "" && path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("read payload: %w", err)
-		}
-		defer f.Close()
-		r, name, file = f, path, f
-	}
-	if r == nil {
-		r = strings.NewReader("")
-	}
-	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	b, name, size, err := a.readInput(path, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read payload from %s: %w", name, err)
+		return nil, fmt.Errorf("read payload: %w", err)
 	}
 	if len(b) > limit {
-		// Only limit+1 bytes were read: say the real size when the file
-		// knows it, and "more than" the limit otherwise.
-		if file != nil {
-			if fi, err := file.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(limit) {
-				return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, fi.Size(), limit, engine.ErrPayloadTooLarge)
-			}
+		if size > int64(limit) {
+			return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, size, limit, engine.ErrPayloadTooLarge)
 		}
 		return nil, fmt.Errorf("payload from %s is more than %d bytes (max_payload): %w", name, limit, engine.ErrPayloadTooLarge)
 	}
 	return b, nil
+}
+
+// readInput reads path ("" or "-": stdin) up to limit+1 bytes: enough to
+// tell an input over the limit without holding all of it. It returns
+// what it read, the input's name, and its size when a regular file knows
+// it (-1 otherwise), so that a refusal can say the real size.
+func (a *app) readInput(path string, limit int) (b []byte, name string, size int64, err error) {
+	r, name, size := a.stdin, "stdin", int64(-1)
+	if path != "" && path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, path, -1, err
+		}
+		defer f.Close()
+		r, name = f, path
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
+	}
+	if r == nil {
+		r = strings.NewReader("")
+	}
+	b, err = io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, name, size, fmt.Errorf("from %s: %w", name, err)
+	}
+	return b, name, size, nil
 }
 
 func (a *app) newCancelCmd() *cobra.Command {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -137,21 +135,9 @@ const maxSpecBytes = engine.MaxWriteBytes
 // readSpec reads a workflow spec from path ("-": stdin), at most
 // maxSpecBytes.
 func (a *app) readSpec(path string) ([]byte, error) {
-	r, name := a.stdin, "stdin"
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("read the workflow spec: %w", err)
-		}
-		defer f.Close()
-		r, name = f, path
-	}
-	if r == nil {
-		r = strings.NewReader("")
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxSpecBytes+1))
+	b, name, _, err := a.readInput(path, maxSpecBytes)
 	if err != nil {
-		return nil, fmt.Errorf("read the workflow spec from %s: %w", name, err)
+		return nil, fmt.Errorf("read the workflow spec: %w", err)
 	}
 	if len(b) > maxSpecBytes {
 		return nil, fmt.Errorf("the workflow spec from %s is more than %d bytes", name, maxSpecBytes)

@@ -127,7 +127,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is malformed; never runs"}
 	for i, g := range garbage {
 		p := fmt.Sprintf("bad:corrupt:%d", i)
-		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), b.idOpt(engine.In(2*time.Second))...)
 		if err != nil {
 			corrupt.refused = "enqueue: " + err.Error()
 			continue
@@ -202,7 +202,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "dead letter saying the record is missing; never runs"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:deleted:%d", i)
-		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), b.idOpt(engine.In(2*time.Second))...)
 		if err != nil {
 			deleted.refused = err.Error()
 			continue
@@ -303,7 +303,7 @@ func (b *badData) phase1(ctx context.Context) {
 		expected: "record key set aside under bad:, dead letter saying so; never runs; the slot and the recovery go on"}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("bad:wrongtype:%d", i)
-		info, err := cl.Enqueue(bg, "noop", []byte(p), append([]engine.Option{engine.In(2 * time.Second)}, b.idOpt()...)...)
+		info, err := cl.Enqueue(bg, "noop", []byte(p), b.idOpt(engine.In(2*time.Second))...)
 		if err != nil {
 			wrong.refused = "enqueue: " + err.Error()
 			continue

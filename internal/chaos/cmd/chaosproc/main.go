@@ -386,13 +386,11 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 				err error
 			)
 			if n == 1 && rng.float() < 0.5 {
-				// Exercise the single-task entry points too.
+				// Exercise the single-task entry point too; the task's
+				// options hold its queue, shard key and due time, as the
+				// batch's do.
 				var info *engine.TaskInfo
-				if delayed[0] {
-					info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, append([]engine.Option{engine.At(time.UnixMilli(dues[0]))}, opts...)...)
-				} else {
-					info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, opts...)
-				}
+				info, err = client.Enqueue(cctx, "noop", tasks[0].Payload, tasks[0].Options...)
 				if err == nil {
 					ids = []string{info.ID}
 				}
