@@ -65,7 +65,7 @@ func (e *engineImpl) Open(ctx context.Context, env Env) error {
 		IdleTimeout: time.Minute,
 	}
 	e.cfg = engine.Config{Namespace: e.ns, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Advanced: engine.AdvancedConfig{Resolution: e.res}}
-	c, err := engine.NewClient(e.pool, e.cfg)
+	c, err := engine.NewClient(e.cfg, e.pool)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 	if cc.Dispatchers < 1 {
 		roles &^= engine.RoleDispatcher
 	}
-	srv, err := engine.NewServer(e.pool, cfg, mux, roles)
+	srv, err := engine.NewServer(cfg, mux, roles, e.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = srv.Run(rctx) }()
 	for i := 1; i < cc.Dispatchers; i++ {
-		d, err := engine.NewDispatcher(e.pool, cfg)
+		d, err := engine.NewServer(cfg, nil, engine.RoleDispatcher, e.pool)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -174,7 +174,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 	cfg := e.cfg
 	cfg.Advanced.Clock = offsetClock(-2 * time.Hour)
-	c, err := engine.NewClient(e.pool, cfg)
+	c, err := engine.NewClient(cfg, e.pool)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (e *engineImpl) StartDispatchers(ctx context.Context, n int) (func() error,
 	}
 	e.dispatchers = n
 	for i := 0; i < n; i++ {
-		d, err := engine.NewDispatcher(e.pool, e.cfg)
+		d, err := engine.NewServer(e.cfg, nil, engine.RoleDispatcher, e.pool)
 		if err != nil {
 			_ = stop()
 			return nil, err

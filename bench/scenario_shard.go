@@ -182,7 +182,6 @@ type shardEnv struct {
 	servers []*RedisServer
 	admins  []*Admin
 	pools   []*redis.Pool
-	sh      engine.Shards
 	cfg     engine.Config
 }
 
@@ -204,7 +203,6 @@ func newShardEnv(ctx context.Context, o shardOptions, n int) (*shardEnv, error) 
 					redis.DialReadTimeout(30*time.Second), redis.DialWriteTimeout(10*time.Second))
 			}}
 		e.pools = append(e.pools, p)
-		e.sh.Pools = append(e.sh.Pools, p)
 	}
 	return e, nil
 }
@@ -239,7 +237,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 		return shardResult{}, err
 	}
 	defer e.close()
-	client, err := engine.NewShardedClient(e.sh, e.cfg)
+	client, err := engine.NewClient(e.cfg, e.pools...)
 	if err != nil {
 		return shardResult{}, err
 	}
@@ -257,7 +255,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 			}
 			return nil
 		})
-		srv, err := engine.NewShardedServer(e.sh, e.cfg, mux, engine.AllRoles)
+		srv, err := engine.NewServer(e.cfg, mux, engine.AllRoles, e.pools...)
 		if err != nil {
 			return res, err
 		}
@@ -297,7 +295,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 		}
 		dcfg := e.cfg
 		dcfg.Advanced.Clock = shardAheadClock(time.Hour + time.Second)
-		srv, err := engine.NewShardedServer(e.sh, dcfg, nil, engine.RoleDispatcher)
+		srv, err := engine.NewServer(dcfg, nil, engine.RoleDispatcher, e.pools...)
 		if err != nil {
 			return res, err
 		}
@@ -308,8 +306,12 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 		sctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go func() { _ = srv.Run(sctx) }()
+		in, err := engine.NewInspector(e.cfg, e.pools...)
+		if err != nil {
+			return res, err
+		}
 		for {
-			st, err := client.Stats(ctx)
+			st, err := in.Queues(ctx)
 			if err != nil {
 				return res, err
 			}
@@ -340,7 +342,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 
 // shardProduce enqueues total tasks of type noop with p goroutines in
 // batches of 50; opts, if not nil, gives task i's options.
-func shardProduce(ctx context.Context, c *engine.ShardedClient, total, p int, opts func(i int) []engine.Option) error {
+func shardProduce(ctx context.Context, c *engine.Client, total, p int, opts func(i int) []engine.Option) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, p)

@@ -217,12 +217,6 @@ func (s *Store) DeadBefore(ctx context.Context, conn redis.Conn, cutoff int64, l
 	return ids, nil
 }
 
-// DeadCount is the number of dead letters (ZCARD dead).
-func (s *Store) DeadCount(ctx context.Context, conn redis.Conn) (int, error) {
-	n, err := redis.Int(do(ctx, conn, "ZCARD", s.Keys.Dead()))
-	return n, wrapErr("dead count", err)
-}
-
 // Records reads records by id (MGET); a missing or undecodable one is nil
 // in the result, with its error in errs.
 func (s *Store) Records(ctx context.Context, conn redis.Conn, ids []string) (recs []*Record, errs []error, err error) {
@@ -249,41 +243,8 @@ func (s *Store) Records(ctx context.Context, conn redis.Conn, ids []string) (rec
 	return recs, errs, nil
 }
 
-// Revive moves dead letters back to the front of their ready lists with
-// fresh attempt and recovery counts; ids that are no longer dead letters
-// are skipped. It returns how many it moved.
-//
-// WATCH   t:<id> ...
-// read    GET t:<id> ... (pipelined)
-// queue   ZREM dead ids...; SET t:<id> waiting; RPUSH q:<q> + tokens;
-//
-//	DEL c:<id> (its next final transition pushes a new outcome);
-//	a task with a unique key takes it again (SET u:<key>, EXPIRE),
-//	after watching and reading u:<key> and its holder's record as
-//	Enqueue does; one whose key another task holds is skipped.
-//
-//	HINCRBY dead -1 per task
-func (s *Store) Revive(ctx context.Context, conn redis.Conn, ids []string, now int64) (int, error) {
-	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) (bool, error) {
-		if r.Unique != "" {
-			free, err := s.uniqueFree(tx, r)
-			if err != nil || !free {
-				return false, err
-			}
-			s.takeUnique(tx, []string{s.Keys.Unique(r.Unique)}, []*Record{r})
-		}
-		r.State = StateWaiting
-		r.Attempts, r.Recoveries = 0, 0
-		r.Due, r.Finished = now, 0
-		tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
-		s.pushReady(tx, r.Queue, []string{r.ID}, true)
-		tx.Queue("DEL", s.Keys.Completion(r.ID))
-		return true, nil
-	})
-}
-
 // Purge deletes dead letters: ZREM dead ids...; DEL t:<id> ...;
-// HINCRBY dead -1 per task, watching the records as Revive does. Ids whose
+// HINCRBY dead -1 per task, watching the records. Ids whose
 // record is gone (expired) are removed from the index too.
 func (s *Store) Purge(ctx context.Context, conn redis.Conn, ids []string) (int, error) {
 	return s.deadBatch(ctx, conn, ids, func(tx *txn.Tx, r *Record) (bool, error) {

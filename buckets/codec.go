@@ -89,7 +89,7 @@ type Record struct {
 	// UniqueTTL is the unique key's lifetime in seconds; 0 holds it until
 	// the task ends, and then the final transition deletes it.
 	UniqueTTL int64
-	// ReplyTo names a reply list ([Keys.Reply]) onto which every final
+	// ReplyTo names the queue ([ReplyQueuePrefix]) into which every final
 	// transition pushes a reply; "" for none.
 	ReplyTo string
 

@@ -473,7 +473,7 @@ var crashCases = []crashCase{
 		return s.Cancel(ctx, c, "a", t0+10, 3600)
 	}},
 	{"Revive", dead("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
-		_, err := s.Revive(ctx, c, []string{"a"}, t0+40)
+		_, err := reviveDead(ctx, s, c, []string{"a"}, t0+40)
 		return err
 	}},
 	{"Purge", dead("a"), func(ctx context.Context, s *Store, c redis.Conn) error {
@@ -535,7 +535,7 @@ var crashCases = []crashCase{
 		_, _, err := s.Finish(ctx, c, w1, "a", 1, t0+20, 60, func(r *Record) Outcome { r.LastError = "boom"; return Bury })
 		return err
 	}, func(ctx context.Context, s *Store, c redis.Conn) error {
-		n, err := s.Revive(ctx, c, []string{"a"}, t0+40)
+		n, err := reviveDead(ctx, s, c, []string{"a"}, t0+40)
 		if err == nil && n != 1 {
 			err = fmt.Errorf("revived %d", n)
 		}

@@ -251,6 +251,21 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
 				s.pushReady(tx, r.Queue, []string{r.ID}, true)
 			case a == ActRetry && r.State == StateDead:
+				// As a revival: it takes its unique key back (skipped
+				// while another task holds it), and its completion list
+				// from the death goes, so that a Wait sees the new run.
+				if r.Unique != "" {
+					free, err := s.uniqueFree(tx, r)
+					if err != nil {
+						return err
+					}
+					if !free {
+						ok = false
+						break
+					}
+					s.takeUnique(tx, []string{s.Keys.Unique(r.Unique)}, []*Record{r})
+				}
+				tx.Queue("DEL", s.Keys.Completion(r.ID))
 				tx.Queue("ZREM", s.Keys.Dead(), r.ID)
 				tx.Queue("HINCRBY", st, StatDead, -1)
 				r.State = StateWaiting

@@ -148,10 +148,6 @@ func (k Keys) Completion(id string) string { return k.prefix + "c:" + id }
 // list; a success leaves the list out only while no mark is set.
 func (k Keys) Waiter(id string) string { return k.prefix + "cw:" + id }
 
-// Reply is reply list name: LIST of replies ([EncodeOutcome]) pushed by
-// the final transitions of the tasks enqueued with ReplyTo name.
-func (k Keys) Reply(name string) string { return k.prefix + "rl:" + name }
-
 // Quarantine is where a key of the wrong type found in the namespace is
 // renamed to, so that it stops blocking the keys around it: any type.
 func (k Keys) Quarantine(orig string) string {

@@ -12,8 +12,8 @@ import (
 
 // Final is the outcome of a task's final transition (done, dead or
 // cancelled), as pushed onto its completion list ([Keys.Completion]) and,
-// with the result, onto its reply list ([Keys.Reply]). Its stored form is
-// JSON, so that producers in any language can read replies.
+// with the result, as the payload of its reply task (Record.ReplyTo). Its
+// stored form is JSON, so that programs in any language can read replies.
 type Final struct {
 	ID       string `json:"id"`
 	State    string `json:"state"`            // "done", "dead" or "cancelled"
@@ -44,7 +44,6 @@ func DecodeFinal(b []byte) (*Final, error) {
 //	SETEX    r:<id> ResultTTL result      done with a result
 //	DEL/RPUSH/EXPIRE c:<id> outcome       the completion list, for Wait
 //	                                      (see finalWritesFor for when not)
-//	RPUSH    rl:<name> reply              when enqueued with a reply list
 //	SET t:<rid>, SADD queues, LPUSH q:<q> rid + tokens
 //	                                      when enqueued with a reply queue
 //	the workflow's writes                 a workflow's task: see flowWrites
@@ -86,11 +85,7 @@ func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 	if r.State == StateDone {
 		f.Result = r.Result
 	}
-	q, toQueue := strings.CutPrefix(r.ReplyTo, ReplyQueuePrefix)
-	if !toQueue {
-		tx.Queue("RPUSH", s.Keys.Reply(r.ReplyTo), EncodeFinal(f))
-		return
-	}
+	q, _ := strings.CutPrefix(r.ReplyTo, ReplyQueuePrefix)
 	// A reply task: its id names the task and the outcome (the run
 	// number and the time), so every final outcome has its own.
 	reply := &Record{
@@ -105,9 +100,9 @@ func (s *Store) finalWritesFor(tx queuer, r *Record, completion bool) {
 	r.Spawned = append(r.Spawned, reply)
 }
 
-// ReplyQueuePrefix marks a Record.ReplyTo that names a queue rather than a
-// reply list: the final transition then enqueues a reply task (type
-// ReplyType, the reply as its payload) into that queue.
+// ReplyQueuePrefix starts a Record.ReplyTo: the queue into which the final
+// transition enqueues a reply task (type ReplyType, the outcome as its
+// payload). A ReplyTo without it names the queue all the same.
 const ReplyQueuePrefix = "q:"
 
 // ReplyType is the task type of reply tasks.
@@ -214,21 +209,4 @@ func (s *Store) AwaitCompletion(ctx context.Context, conn redis.Conn, id string,
 		return nil, fmt.Errorf("buckets: wait for %s: %w", id, err)
 	}
 	return DecodeFinal(b)
-}
-
-// PopReply takes the oldest reply from reply list name, blocking up to
-// secs whole seconds (at least 1): BLPOP rl:<name> secs. It returns nil,
-// nil when the time passed first. ctx should allow secs plus a margin.
-func (s *Store) PopReply(ctx context.Context, conn redis.Conn, name string, secs int) ([]byte, error) {
-	rep, err := redis.ByteSlices(do(ctx, conn, "BLPOP", s.Keys.Reply(name), max(secs, 1)))
-	if errors.Is(err, redis.ErrNil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("buckets: reply list %s: %w", name, err)
-	}
-	if len(rep) != 2 {
-		return nil, fmt.Errorf("buckets: reply list %s: BLPOP answered %d elements", name, len(rep))
-	}
-	return rep[1], nil
 }

@@ -186,7 +186,7 @@ func TestChainDeadStepRevivedResumes(t *testing.T) {
 	if id, _ := s.Pop(ctx, c, "q", w1); id != "" {
 		t.Fatalf("%s ready after the chain's step died", id)
 	}
-	if n, err := s.Revive(ctx, c, []string{FlowStepID("c3", 1)}, t0+40); err != nil || n != 1 {
+	if n, err := reviveDead(ctx, s, c, []string{FlowStepID("c3", 1)}, t0+40); err != nil || n != 1 {
 		t.Fatalf("revive: %d, %v", n, err)
 	}
 	for i := 1; i < 3; i++ {
@@ -342,7 +342,7 @@ func TestGroupFailPolicy(t *testing.T) {
 	if fi.Final != 2 || fi.OK != 1 || fi.Fired != "" {
 		t.Fatalf("show: %+v", fi)
 	}
-	if n, err := s.Revive(ctx, c, []string{b.ID}, t0+30); err != nil || n != 1 {
+	if n, err := reviveDead(ctx, s, c, []string{b.ID}, t0+30); err != nil || n != 1 {
 		t.Fatalf("revive: %d %v", n, err)
 	}
 	b, _ = claimNext(ctx, s, c, w1)
@@ -498,4 +498,11 @@ func TestDeletedAndAbandonedMembersCompleteGroup(t *testing.T) {
 			t.Errorf("outcome of %s: %s (%q), want %s", o.ID, o.State, o.Error, want[o.ID])
 		}
 	}
+}
+
+// reviveDead retries dead letters as Inspector.Act does, and returns how
+// many it revived.
+func reviveDead(ctx context.Context, s *Store, c redis.Conn, ids []string, now int64) (int, error) {
+	res, err := s.Act(ctx, c, ActRetry, ids, now, 3600, nil)
+	return res.Done, err
 }

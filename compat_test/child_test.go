@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -138,7 +139,7 @@ func TestHelperProcess(t *testing.T) {
 		say("RUNNING %s %d %d", task.ID, task.Attempt, task.Recoveries)
 		select {} // until SIGKILL
 	})
-	w, err := engine.NewWorker(pool, cfg, mux)
+	w, err := enginehook.NewWorker(pool, cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,6 @@ var scenarios = []scenario{
 	{name: "exactly-once", run: scenarioExactlyOnce},
 	{name: "retries", run: scenarioRetries},
 	{name: "dead-letters", run: scenarioDeadLetters},
-	{name: "dead-letters/retry-all-once", run: scenarioRetryAllOnce},
 	{name: "lease-expiry", run: scenarioLeaseExpiry},
 	{name: "recovery", run: scenarioRecovery},
 	{name: "recovery-inflight", run: scenarioRecoveryInflight},

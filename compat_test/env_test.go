@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
@@ -271,7 +272,7 @@ func (e *env) ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) 
 
 func (e *env) client() *engine.Client {
 	e.t.Helper()
-	c, err := engine.NewClient(e.pool, e.cfg)
+	c, err := engine.NewClient(e.cfg, e.pool)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -307,63 +308,73 @@ func (e *env) run(what string, f func(ctx context.Context) error) (stop func()) 
 // server starts an engine.Server with every role over the scenario's pool.
 func (e *env) server(cfg engine.Config, h engine.Handler) (*engine.Server, func()) {
 	e.t.Helper()
-	s, err := engine.NewServer(e.pool, cfg, h, engine.AllRoles)
+	s, err := engine.NewServer(cfg, h, engine.AllRoles, e.pool)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return s, e.run("server", s.Run)
 }
 
-func (e *env) worker(cfg engine.Config, h engine.Handler) (*engine.Worker, func()) {
+func (e *env) worker(cfg engine.Config, h engine.Handler) (enginehook.Worker, func()) {
 	e.t.Helper()
-	w, err := engine.NewWorker(e.pool, cfg, h)
+	w, err := enginehook.NewWorker(e.pool, cfg, h)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return w, e.run("worker", w.Run)
 }
 
-func (e *env) dispatcher(cfg engine.Config) (*engine.Dispatcher, func()) {
+func (e *env) dispatcher(cfg engine.Config) (enginehook.Dispatcher, func()) {
 	e.t.Helper()
-	d, err := engine.NewDispatcher(e.pool, cfg)
+	d, err := enginehook.NewDispatcher(e.pool, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return d, e.run("dispatcher", d.Run)
 }
 
-func (e *env) reaper(cfg engine.Config) (*engine.Reaper, func()) {
+func (e *env) reaper(cfg engine.Config) (enginehook.Reaper, func()) {
 	e.t.Helper()
-	r, err := engine.NewReaper(e.pool, cfg)
+	r, err := enginehook.NewReaper(e.pool, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return r, e.run("reaper", r.Run)
 }
 
-// stats returns queue q's figures (zero if the queue is unknown).
-func (e *env) stats(c *engine.Client, q string) engine.QueueStats {
+// inspector returns an Inspector over the scenario's pool.
+func (e *env) inspector() *engine.Inspector {
 	e.t.Helper()
-	all, err := c.Stats(e.ctx)
+	in, err := engine.NewInspector(e.cfg, e.pool)
 	if err != nil {
-		e.t.Fatalf("Stats: %v", err)
+		e.t.Fatal(err)
+	}
+	return in
+}
+
+// stats returns queue q's figures (zero if the queue is unknown).
+func (e *env) stats(q string) engine.QueueInfo {
+	e.t.Helper()
+	all, err := e.inspector().Queues(e.ctx)
+	if err != nil {
+		e.t.Fatalf("Queues: %v", err)
 	}
 	for _, s := range all {
 		if s.Queue == q {
 			return s
 		}
 	}
-	return engine.QueueStats{Queue: q}
+	return engine.QueueInfo{Queue: q}
 }
 
 // expectStats waits (up to outcomeWait: a worker may still be recording
 // its last result) until queue q's figures satisfy ok, and fails t with
 // the last figures read if they never do.
-func (e *env) expectStats(c *engine.Client, q string, want string, ok func(engine.QueueStats) bool) {
+func (e *env) expectStats(q string, want string, ok func(engine.QueueInfo) bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(outcomeWait)
 	for {
-		st := e.stats(c, q)
+		st := e.stats(q)
 		if ok(st) {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -44,8 +45,8 @@ func scenarioEnqueue(e *env) {
 	if _, err := c.EnqueueBatch(ctx, []engine.NewTask{{Type: "echo"}, {Type: ""}}); !errors.Is(err, engine.ErrInvalidName) {
 		t.Errorf("EnqueueBatch with one bad task: %v, want ErrInvalidName", err)
 	}
-	if st, err := c.Stats(ctx); err != nil || len(st) != 0 {
-		t.Errorf("after refused enqueues Stats = %v, %v; want no queue at all", st, err)
+	if st, err := e.inspector().Queues(ctx); err != nil || len(st) != 0 {
+		t.Errorf("after refused enqueues Queues = %v, %v; want no queue at all", st, err)
 	}
 	if _, err := c.Lookup(ctx, uuid.NewString()); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Lookup of an unknown id: %v, want ErrNotFound", err)
@@ -81,7 +82,7 @@ func scenarioEnqueue(e *env) {
 		}
 	}
 	// Nothing runs yet: every task is ready and counted so.
-	if st := e.stats(c, "default"); st.Ready != 45 || st.Scheduled != 0 {
+	if st := e.stats("default"); st.Ready != 45 || st.Scheduled != 0 {
 		t.Errorf("before any worker: default has %d ready, %d scheduled; want 45, 0", st.Ready, st.Scheduled)
 	}
 	if info := e.lookup(c, ids[0]); info.State != engine.StateReady {
@@ -104,7 +105,7 @@ func scenarioEnqueue(e *env) {
 		}
 	}
 	for q, n := range map[string]int64{"default": 45, "other": 15} {
-		st := e.stats(c, q)
+		st := e.stats(q)
 		if st.Processed != n || st.Ready != 0 || st.Running != 0 || st.Scheduled != 0 || st.Failed != 0 {
 			t.Errorf("queue %s stats %+v: want processed %d and nothing ready, running, scheduled or failed", q, st, n)
 		}
@@ -195,7 +196,7 @@ func scenarioSchedule(e *env) {
 	// dispatcher's wake at a due time is checked by idle-wake, which
 	// holds IdleWait beyond any wait here.
 	t.Logf("%d tasks over %v, latest run %v after its due time", len(ids), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
-	st := e.stats(c, "default")
+	st := e.stats("default")
 	if st.Scheduled != 1 || st.Processed != int64(len(ids)) || st.NextDue.Before(farDue.Add(-time.Minute)) {
 		t.Errorf("stats %+v: want 1 scheduled (due in an hour), %d processed", st, len(ids))
 	}
@@ -241,7 +242,7 @@ func scenarioCancel(e *env) {
 	if err := c.Cancel(ctx, "nonsense"); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Cancel of a malformed id: %v, want ErrNotFound", err)
 	}
-	if st := e.stats(c, "default"); st.Cancelled != 12 || st.Ready != 4 || st.Scheduled != 8 {
+	if st := e.stats("default"); st.Cancelled != 12 || st.Ready != 4 || st.Scheduled != 8 {
 		t.Errorf("after cancelling: %+v; want 12 cancelled, 4 ready, 8 scheduled", st)
 	}
 
@@ -262,7 +263,7 @@ func scenarioCancel(e *env) {
 	// Everything due has been handed out once nothing but the 4 far tasks
 	// waits and nothing runs: a cancelled task that could run would be
 	// ready, scheduled or running then.
-	e.expectStats(c, "default", "only the 4 far tasks waiting, nothing ready or running", func(st engine.QueueStats) bool {
+	e.expectStats("default", "only the 4 far tasks waiting, nothing ready or running", func(st engine.QueueInfo) bool {
 		return st.Scheduled == 4 && st.Ready == 0 && st.Running == 0
 	})
 	rec.exactlyOnce(t, append(append([]string{}, ready[4:]...), soon[4:]...))
@@ -291,7 +292,7 @@ func scenarioCancel(e *env) {
 		}
 	}
 	stop()
-	st := e.stats(c, "default")
+	st := e.stats("default")
 	if st.Cancelled != 16 || st.Processed != 9 || st.Scheduled != 0 || st.Ready != 0 || st.Running != 0 {
 		t.Errorf("final stats %+v: want 16 cancelled, 9 processed, nothing waiting", st)
 	}
@@ -355,8 +356,8 @@ func scenarioCancelRace(e *env) {
 	rec.waitRuns(t, len(ran))
 	rec.exactlyOnce(t, ran)
 	t.Logf("%d cancelled, %d ran", len(cancelled), len(ran))
-	e.expectStats(c, "default", fmt.Sprintf("%d cancelled, %d processed, none ready or running", len(cancelled), len(ran)),
-		func(st engine.QueueStats) bool {
+	e.expectStats("default", fmt.Sprintf("%d cancelled, %d processed, none ready or running", len(cancelled), len(ran)),
+		func(st engine.QueueInfo) bool {
 			return st.Cancelled == int64(len(cancelled)) && st.Processed == int64(len(ran)) && st.Ready == 0 && st.Running == 0
 		})
 }
@@ -372,9 +373,9 @@ func scenarioExactlyOnce(e *env) {
 	c := e.client()
 
 	var rec recorder
-	var ds []*engine.Dispatcher
+	var ds []enginehook.Dispatcher
 	for i := 0; i < 4; i++ {
-		d, err := engine.NewDispatcher(newPool(t, e.srv, e.kind.census, e.faults), cfg)
+		d, err := enginehook.NewDispatcher(newPool(t, e.srv, e.kind.census, e.faults), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +383,7 @@ func scenarioExactlyOnce(e *env) {
 		ds = append(ds, d)
 	}
 	for i := 0; i < 3; i++ {
-		w, err := engine.NewWorker(newPool(t, e.srv, e.kind.census, e.faults), cfg, rec.handler())
+		w, err := enginehook.NewWorker(newPool(t, e.srv, e.kind.census, e.faults), cfg, rec.handler())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +423,7 @@ func scenarioExactlyOnce(e *env) {
 	if moved != int64(scheduled) {
 		t.Errorf("dispatchers moved %d tasks in all, want exactly the %d scheduled ones", moved, scheduled)
 	}
-	e.expectStats(c, "default", fmt.Sprintf("%d processed, nothing left", len(ids)), func(st engine.QueueStats) bool {
+	e.expectStats("default", fmt.Sprintf("%d processed, nothing left", len(ids)), func(st engine.QueueInfo) bool {
 		return st.Processed == int64(len(ids)) && st.Scheduled == 0 && st.Ready == 0 && st.Running == 0
 	})
 }
@@ -493,7 +494,7 @@ func scenarioPriorities(e *env) {
 		t.Errorf("weighted 3:1: %d of the first %d runs came from queue a, want about %d", na, counted, counted*3/4)
 	}
 	for _, q := range []string{"a", "b"} {
-		if st := e.stats(c, q); st.Processed != each {
+		if st := e.stats(q); st.Processed != each {
 			t.Errorf("queue %s processed %d, want %d", q, st.Processed, each)
 		}
 	}

@@ -19,7 +19,8 @@ func scenarioPause(e *env) {
 	var rec recorder
 	mux := engine.NewMux()
 	mux.HandleFunc("t", rec.handler())
-	if err := c.PauseQueue(ctx, "held"); err != nil {
+	in := e.inspector()
+	if err := in.PauseQueue(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
 	held := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("held")))
@@ -30,11 +31,8 @@ func scenarioPause(e *env) {
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times", n)
 	}
-	if st := e.stats(c, "held"); !st.Paused || st.Ready != 1 {
+	if st := e.stats("held"); !st.Paused || st.Ready != 1 {
 		t.Errorf("stats of the paused queue %+v, want paused with 1 ready", st)
-	}
-	if ps, err := c.Paused(ctx); err != nil || len(ps) != 1 || ps[0] != "held" {
-		t.Errorf("Paused() = %v, %v; want [held]", ps, err)
 	}
 	// A new worker: the pause holds (it is in Redis), until the resume.
 	e.worker(cfg, mux)
@@ -43,11 +41,11 @@ func scenarioPause(e *env) {
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times after a restart", n)
 	}
-	if err := c.ResumeQueue(ctx, "held"); err != nil {
+	if err := in.ResumeQueue(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, outcomeWait, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
-	if st := e.stats(c, "held"); st.Paused {
+	if st := e.stats("held"); st.Paused {
 		t.Errorf("stats after the resume %+v, want not paused", st)
 	}
 }
@@ -97,7 +95,7 @@ func scenarioHandlerSets(e *env) {
 	}
 	mu.Unlock()
 	waitFor(t, outcomeWait, "the unserved type listed", func() bool {
-		un, err := c.Unserved(ctx)
+		un, err := e.inspector().Unserved(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +105,7 @@ func scenarioHandlerSets(e *env) {
 	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.Advanced.UnknownTypeGrace {
 		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.Advanced.UnknownTypeGrace)
 	}
-	if st := e.stats(c, "default"); st.Failed != 1 || st.Dead != 1 {
+	if st := e.stats("default"); st.Failed != 1 || st.Dead != 1 {
 		t.Errorf("stats %+v: want the one unserved task failed and dead, nothing else", st)
 	}
 }

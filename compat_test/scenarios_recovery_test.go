@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -50,7 +51,7 @@ func scenarioRecovery(e *env) {
 	// The reaper returns both once the dead worker's heartbeat is gone.
 	e.reaper(e.cfg)
 	waitFor(t, outcomeWait, "the reaper to return both tasks", func() bool {
-		if e.stats(c, "default").Recovered == 2 {
+		if e.stats("default").Recovered == 2 {
 			return true
 		}
 		e.passTime(250 * time.Millisecond)
@@ -62,7 +63,7 @@ func scenarioRecovery(e *env) {
 			t.Errorf("returned task: state %s, recoveries %d, worker %q; want ready, 1, none", info.State, info.Recoveries, info.Worker)
 		}
 	}
-	if st := e.stats(c, "default"); st.Ready != 2 || st.Running != 0 {
+	if st := e.stats("default"); st.Ready != 2 || st.Running != 0 {
 		t.Errorf("after recovery: %d ready, %d running; want 2, 0", st.Ready, st.Running)
 	}
 
@@ -78,7 +79,7 @@ func scenarioRecovery(e *env) {
 	waitFor(t, outcomeWait, "both tasks done", func() bool {
 		return e.lookup(c, a).State == engine.StateDone && e.lookup(c, b).State == engine.StateDone
 	})
-	e.expectStats(c, "default", "2 recovered, 2 processed, none running or failed", func(st engine.QueueStats) bool {
+	e.expectStats("default", "2 recovered, 2 processed, none running or failed", func(st engine.QueueInfo) bool {
 		return st.Recovered == 2 && st.Processed == 2 && st.Running == 0 && st.Failed == 0
 	})
 }
@@ -95,13 +96,13 @@ func scenarioRecoveryInflight(e *env) {
 	if got := strings.TrimPrefix(ch.waitLine("POPPED ", 30*time.Second), "POPPED "); got != id {
 		t.Fatalf("child took %s, want %s", got, id)
 	}
-	if st := e.stats(c, "default"); st.Ready != 0 || st.Running != 0 {
+	if st := e.stats("default"); st.Ready != 0 || st.Running != 0 {
 		t.Errorf("task taken but not claimed: %d ready, %d running; want 0, 0", st.Ready, st.Running)
 	}
 	ch.kill()
 	e.reaper(e.cfg)
 	waitFor(t, outcomeWait, "the reaper to return the taken task", func() bool {
-		if e.stats(c, "default").Ready == 1 {
+		if e.stats("default").Ready == 1 {
 			return true
 		}
 		e.passTime(250 * time.Millisecond)
@@ -114,7 +115,7 @@ func scenarioRecoveryInflight(e *env) {
 	if r := rec.all()[0]; r.Recoveries != 0 || r.Attempt != 1 {
 		t.Errorf("task returned from the in-flight list ran with recoveries %d, attempt %d; want 0, 1", r.Recoveries, r.Attempt)
 	}
-	e.expectStats(c, "default", "0 recovered (it never started), 1 processed", func(st engine.QueueStats) bool {
+	e.expectStats("default", "0 recovered (it never started), 1 processed", func(st engine.QueueInfo) bool {
 		return st.Recovered == 0 && st.Processed == 1 && st.Running == 0
 	})
 }
@@ -134,7 +135,7 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = 500*time.Millisecond, 2*time.Second
 	c := e.client()
 	var rec recorder
-	w, err := engine.NewWorker(e.pool, cfg, rec.handler())
+	w, err := enginehook.NewWorker(e.pool, cfg, rec.handler())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,11 +204,11 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 	if n, _ := redis.Int(admin.Do("SISMEMBER", e.key("w"), w.ID())); n != 0 {
 		t.Errorf("worker still registered after it stopped")
 	}
-	r, err := engine.NewReaper(e.pool, cfg)
+	r, err := enginehook.NewReaper(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := r.Reap(ctx); err != nil || res != (engine.ReapResult{}) {
+	if res, err := r.Reap(ctx); err != nil || res != (enginehook.ReapResult{}) {
 		t.Errorf("Reap after the worker stopped = %+v, %v; want nothing to do", res, err)
 	}
 }
@@ -274,7 +275,7 @@ func scenarioForgetRace(e *env, mode int) {
 			return mode == popInWindow24
 		}
 	})
-	r, err := engine.NewReaper(e.pool, e.cfg)
+	r, err := enginehook.NewReaper(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

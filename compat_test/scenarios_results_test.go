@@ -10,14 +10,34 @@ import (
 )
 
 // scenarioUniqueResults: a unique key refuses a duplicate while its task
-// can run and is free after Cancel, success and death; RetryDead takes it
-// again; results, Wait (before and after the end) and reply lists.
+// can run and is free after Cancel, success and death; a retry takes it
+// again; results, Wait (before and after the end) and reply tasks.
 func scenarioUniqueResults(e *env) {
 	t := e.t
 	ctx, cancel := e.ctxTimeout(60 * time.Second)
 	defer cancel()
 	cfg := e.cfg
+	cfg.Queues = []engine.QueueConfig{{Name: "default"}, {Name: "replies"}}
 	mux := engine.NewMux()
+	replies := make(chan *engine.Outcome, 8)
+	mux.HandleFunc(engine.ReplyType, func(ctx context.Context, task *engine.Task) error {
+		o, err := engine.DecodeReply(task.Payload)
+		if err != nil {
+			return engine.Permanent(err)
+		}
+		replies <- o
+		return nil
+	})
+	nextReply := func() *engine.Outcome {
+		t.Helper()
+		select {
+		case o := <-replies:
+			return o
+		case <-time.After(outcomeWait):
+			t.Fatal("no reply task ran")
+			return nil
+		}
+	}
 	mux.HandleFunc("echo", func(ctx context.Context, task *engine.Task) error {
 		return engine.SetResult(ctx, append([]byte("echo:"), task.Payload...))
 	})
@@ -64,10 +84,10 @@ func scenarioUniqueResults(e *env) {
 	if r, err := c.Result(ctx, ok.ID); err != nil || string(r) != "echo:x" {
 		t.Fatalf("result: %q %v", r, err)
 	}
-	if r, err := c.NextReply(ctx, "replies"); err != nil || r.ID != ok.ID || string(r.Result) != "echo:x" {
-		t.Fatalf("reply: %+v %v", r, err)
+	if r := nextReply(); r.ID != ok.ID || string(r.Result) != "echo:x" {
+		t.Fatalf("reply: %+v", r)
 	}
-	// Dead frees a key; RetryDead takes it again.
+	// Dead frees a key; a retry of the dead letter takes it again.
 	dead, err := c.Enqueue(ctx, "die", nil, engine.UniqueKey("d", 0), engine.ReplyTo("replies"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +95,14 @@ func scenarioUniqueResults(e *env) {
 	if o, err := c.Wait(ctx, dead.ID); err != nil || o.State != engine.StateDead {
 		t.Fatalf("wait for a dead task: %+v %v", o, err)
 	}
-	if r, err := c.NextReply(ctx, "replies"); err != nil || r.State != engine.StateDead {
-		t.Fatalf("reply of a dead task: %+v %v", r, err)
+	if r := nextReply(); r.State != engine.StateDead {
+		t.Fatalf("reply of a dead task: %+v", r)
 	}
-	if err := c.RetryDead(ctx, dead.ID); err != nil {
-		t.Fatal(err)
+	if res, err := e.inspector().Act(ctx, engine.ActionRetry, dead.ID); err != nil || res.Done != 1 {
+		t.Fatalf("retry the dead letter: %+v %v", res, err)
 	}
-	if r, err := c.NextReply(ctx, "replies"); err != nil || r.ID != dead.ID {
-		t.Fatalf("reply of the revived task: %+v %v", r, err)
+	if r := nextReply(); r.ID != dead.ID {
+		t.Fatalf("reply of the revived task: %+v", r)
 	}
 	again, err := c.Enqueue(ctx, "echo", nil, engine.UniqueKey("d", 0))
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 )
 
 // Backend is what the dashboard reads and changes: *engine.Inspector
-// implements it (Client.Inspector or engine.NewInspector).
+// implements it (engine.NewInspector).
 type Backend interface {
 	Queues(ctx context.Context) ([]engine.QueueInfo, error)
 	ListTasks(ctx context.Context, opts engine.ListOptions) (*engine.TaskPage, error)
@@ -18,7 +18,6 @@ type Backend interface {
 	Periodics(ctx context.Context) ([]engine.PeriodicStatus, error)
 	PauseQueue(ctx context.Context, q string) error
 	ResumeQueue(ctx context.Context, q string) error
-	Result(ctx context.Context, id string) ([]byte, error)
 	Workflow(ctx context.Context, id string) (*engine.WorkflowInfo, error)
 	MemoryPolicy(ctx context.Context) (engine.MemoryPolicy, error)
 }

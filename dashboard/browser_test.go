@@ -37,6 +37,7 @@ const token = "s3cret-token-for-tests"
 type env struct {
 	t      *testing.T
 	client *engine.Client
+	in     *engine.Inspector
 	base   string // http://127.0.0.1:port
 	ids    map[string][]string
 	fixed  atomic.Bool   // "broken" tasks succeed once set
@@ -54,11 +55,15 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	cfg.Queues = []engine.QueueConfig{{Name: "default", Weight: 1}, {Name: "emails", Weight: 1}}
 	cfg.RetryDelay = func(*engine.Task, int, error) time.Duration { return time.Hour }
 	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = time.Second, 3*time.Second
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, client: client, ids: map[string][]string{}, ran: make(chan string, 16), hold: make(chan struct{})}
+	in, err := engine.NewInspector(cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, client: client, in: in, ids: map[string][]string{}, ran: make(chan string, 16), hold: make(chan struct{})}
 
 	mux := engine.NewMux()
 	started := make(chan struct{}, 1)
@@ -81,7 +86,7 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 		return engine.Permanent(errors.New("template \"welcome\" not found: " + strings.Repeat("a very long reason ", 12)))
 	})
 	mux.HandleFunc("email.send", func(context.Context, *engine.Task) error { return nil })
-	es, err := engine.NewServer(pool, cfg, mux, engine.RoleDispatcher|engine.RoleReaper|engine.RoleWorker)
+	es, err := engine.NewServer(cfg, mux, engine.RoleDispatcher|engine.RoleReaper|engine.RoleWorker, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +139,7 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 			e.state(e.ids["retrying"][0]) == engine.StateRetrying
 	}, "tasks in every state")
 
-	d, err := dashboard.New(client.Inspector(), opts)
+	d, err := dashboard.New(in, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,8 +624,18 @@ func TestBrowserPauseResume(t *testing.T) {
 		t.Errorf("pause without the token: %d, want 403", resp.StatusCode)
 	}
 	bg := context.Background()
-	if ps, err := e.client.Paused(bg); err != nil || len(ps) != 1 || ps[0] != "emails" {
-		t.Fatalf("Paused = %v, %v; want [emails]", ps, err)
+	qs, err := e.in.Queues(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paused []string
+	for _, q := range qs {
+		if q.Paused {
+			paused = append(paused, q.Queue)
+		}
+	}
+	if len(paused) != 1 || paused[0] != "emails" {
+		t.Fatalf("paused queues %v; want [emails]", paused)
 	}
 	info, err := e.client.Enqueue(bg, "email.send", nil, engine.Queue("emails"))
 	if err != nil {

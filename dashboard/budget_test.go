@@ -43,7 +43,7 @@ func TestSearchByteBudget(t *testing.T) {
 	cfg := engine.DefaultConfig()
 	cfg.Namespace = redistest.Namespace(t)
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	client, err := engine.NewClient(srv.Pool(t), cfg)
+	client, err := engine.NewClient(cfg, srv.Pool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,11 @@ func TestSearchByteBudget(t *testing.T) {
 		}
 		batch = batch[k:]
 	}
-	m := &pageMeter{Backend: client.Inspector()}
+	in, err := engine.NewInspector(cfg, srv.Pool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &pageMeter{Backend: in}
 	d := newTestDashboard(t, m, Options{})
 	d.budget = 1 << 20
 	path := "/queues/bigq?state=scheduled&q=zzzz"

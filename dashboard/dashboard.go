@@ -542,15 +542,9 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	pretty, kind := prettyPayload(ti.Payload)
 	var result, resultKind, resultErr string
 	hasResult := false
-	if ti.State == engine.StateDone {
-		res, err := d.b.Result(ctx, ti.ID)
-		switch {
-		case err != nil:
-			resultErr = err.Error()
-		case res != nil:
-			hasResult = true
-			result, resultKind = prettyPayload(res)
-		}
+	if ti.Result != nil {
+		hasResult = true
+		result, resultKind = prettyPayload(ti.Result)
 	}
 	d.render(w, "task", http.StatusOK, struct {
 		base

@@ -25,7 +25,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 	cfg.Namespace = redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, cfg.Namespace) })
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		return engine.SetResult(ctx, []byte("42 lines fetched"))
 	})
 	mux.HandleFunc("report", func(context.Context, *engine.Task) error { return nil })
-	es, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	es, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,11 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	d, err := dashboard.New(client.Inspector(), dashboard.Options{})
+	in, err := engine.NewInspector(cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(in, dashboard.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,15 +37,15 @@ func TestMuxHandleTwicePanics(t *testing.T) {
 func TestRoles(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	for _, r := range []Roles{0, AllRoles + 1, 1 << 7} {
-		if _, err := NewServer(e.pool, e.cfg, NewMux(), r); !errors.Is(err, ErrInvalidOption) {
+		if _, err := newLaneServer(e.pool, e.cfg, NewMux(), r); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("NewServer(roles %#x) = %v, want ErrInvalidOption", uint8(r), err)
 		}
 	}
-	s, err := NewServer(e.pool, e.cfg, nil, RoleDispatcher|RoleReaper)
+	s, err := newLaneServer(e.pool, e.cfg, nil, RoleDispatcher|RoleReaper)
 	if err != nil || s.Dispatcher == nil || s.Reaper == nil || s.Worker != nil {
 		t.Fatalf("NewServer(RoleDispatcher|RoleReaper) = %+v, %v", s, err)
 	}
-	s, err = NewServer(e.pool, e.cfg, NewMux(), AllRoles)
+	s, err = newLaneServer(e.pool, e.cfg, NewMux(), AllRoles)
 	if err != nil || s.Dispatcher == nil || s.Reaper == nil || s.Worker == nil {
 		t.Fatalf("NewServer(AllRoles) = %+v, %v", s, err)
 	}
@@ -58,7 +58,7 @@ func TestRoles(t *testing.T) {
 // sentence in the engine's words, without the inner packages' names.
 func TestErrorsInTheEnginesWords(t *testing.T) {
 	for _, pair := range [][2]error{{ErrNotFound, buckets.ErrNotFound}, {ErrAlreadyDone, buckets.ErrAlreadyDone},
-		{ErrAlreadyRunning, buckets.ErrAlreadyRunning}, {ErrNotDead, buckets.ErrNotDead},
+		{ErrAlreadyRunning, buckets.ErrAlreadyRunning},
 		{ErrPayloadTooLarge, buckets.ErrTooLarge}, {ErrInvalidName, buckets.ErrInvalidName}} {
 		if pair[0] == pair[1] || errors.Is(pair[0], pair[1]) {
 			t.Errorf("%v is buckets' %v", pair[0], pair[1])
@@ -87,8 +87,6 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 		{c.Cancel(ctx, id), ErrAlreadyDone, "engine: cannot cancel task " + id + ": it has finished already"},
 		{c.Cancel(ctx, "missing"), ErrNotFound, "engine: cannot cancel task missing: there is no such task"},
 		{lookErr, ErrNotFound, "engine: task missing not found"},
-		{c.RetryDead(ctx, id), ErrNotDead, "engine: cannot retry dead letter " + id + ": the task is not dead"},
-		{c.PurgeDead(ctx, "missing"), ErrNotFound, "engine: cannot purge dead letter missing: there is no such task"},
 		{enqBig, ErrPayloadTooLarge, "engine: payload of"},
 		{enqName, ErrInvalidName, "engine: task type"},
 		{enqBatch, ErrInvalidName, "engine: task 1: queue name"},
@@ -128,7 +126,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 	}
 	mux := NewMux()
 	mux.HandleFunc("fails", func(_ context.Context, t *Task) error { return fmt.Errorf("boom %d", t.Attempt) })
-	srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}

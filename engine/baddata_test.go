@@ -57,7 +57,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 		})
 		mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- task.ID; return nil })
 		e.cfg.Concurrency = 1
-		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+		srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		first, _ := idOf(c.Enqueue(ctx, "vanish", nil))
@@ -93,7 +93,7 @@ func TestWrongTypeKeys(t *testing.T) {
 		rec := newRecorder(nil)
 		e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}}
 		e.cfg.StrictPriority = true
-		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
+		srv, _ := newLaneServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		time.Sleep(200 * time.Millisecond) // idle, blocked on n:a n:b
 
@@ -140,7 +140,7 @@ func TestUnregisterAfterStaleConnections(t *testing.T) {
 	}
 	e.cfg.Advanced.HeartbeatInterval = 3 * time.Second
 	e.cfg.Advanced.HeartbeatTTL = 10 * time.Second
-	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	stop := runBackground(t, w.Run)
 	time.Sleep(2500 * time.Millisecond) // pooled connections idle past the server's timeout
 	stop()

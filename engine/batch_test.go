@@ -132,14 +132,14 @@ func TestBatchExactlyOnce(t *testing.T) {
 			e.cfg.Advanced.GroupCommitWindow = tc.window
 			e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return -1 }
 			// The retries wait in a bucket for the dispatcher.
-			d, err := NewDispatcher(e.pool, e.cfg)
+			d, err := newDispatcher(e.pool, e.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			runBackground(t, d.Run)
 			var stores []*batchStore
 			for range 2 {
-				w, err := NewWorker(e.pool, e.cfg, rec)
+				w, err := newWorker(e.pool, e.cfg, rec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -151,7 +151,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 			want := n + n/10
 			waitFor(t, outcomeWait, "every run", func() bool { return rec.total() >= want })
 			waitFor(t, outcomeWait, "every result recorded", func() bool {
-				st, err := c.Inspector().Queue(ctx, "default")
+				st, err := c.inspector().Queue(ctx, "default")
 				return err == nil && st.Processed == n && st.Running == 0
 			})
 			for i, info := range infos {
@@ -166,7 +166,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 			if got := rec.total(); got != want {
 				t.Fatalf("%d runs, want %d", got, want)
 			}
-			st, err := c.Inspector().Queue(ctx, "default")
+			st, err := c.inspector().Queue(ctx, "default")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +218,7 @@ func TestBatchStrictPriority(t *testing.T) {
 	e.cfg.Queues = []QueueConfig{{Name: "high"}, {Name: "low"}}
 	e.cfg.Concurrency = 16
 	rec := newRecorder(nil)
-	w, _ := NewWorker(e.pool, e.cfg, rec)
+	w, _ := newWorker(e.pool, e.cfg, rec)
 	bs := &batchStore{workerStore: w.store}
 	w.store = bs
 	stop := runBackground(t, w.Run)
@@ -344,9 +344,9 @@ func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
 // runRecorded runs a worker of e with handler rec, its store counted (a
 // batchStore), until the default queue has n tasks processed and none
 // running.
-func runRecorded(t *testing.T, e *env, c *Client, rec *recorder, n int) (*Worker, *batchStore) {
+func runRecorded(t *testing.T, e *env, c *laneClient, rec *recorder, n int) (*worker, *batchStore) {
 	t.Helper()
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func runRecorded(t *testing.T, e *env, c *Client, rec *recorder, n int) (*Worker
 	w.store = bs
 	runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(context.Background(), "default")
+		st, err := c.inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == int64(n) && st.Running == 0
 	})
 	return w, bs
@@ -362,7 +362,7 @@ func runRecorded(t *testing.T, e *env, c *Client, rec *recorder, n int) (*Worker
 
 // deepQueue enqueues n tasks of type "t" in one batch, and sets workers
 // of e to slots slots that take batches of them all.
-func deepQueue(t *testing.T, n, slots int) (*env, *Client, []*TaskInfo) {
+func deepQueue(t *testing.T, n, slots int) (*env, *laneClient, []*TaskInfo) {
 	t.Helper()
 	e := realEnv(t)
 	c := e.client(t)
@@ -390,7 +390,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	e.cfg.Advanced.GroupCommitMax = slots // unrecorded results: at most max(slots, GroupCommitMax)
 	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
 	rec := newRecorder(nil)
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	close(ss.release)
 	waitFor(t, outcomeWait, "every run", func() bool { return rec.total() >= n })
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
+		st, err := c.inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
 	for i, info := range infos {
@@ -483,7 +483,7 @@ func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
 		<-release
 		return nil
 	})
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
+		st, err := c.inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == 2*slots && st.Running == 0
 	})
 	if n := w.proc.running.Load(); n != 0 {

@@ -37,7 +37,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		cpu0 := cpuNow(b, e)
 		b.StartTimer()
 		for j := 0; j < dispatchers; j++ {
-			d, _ := NewDispatcher(e.pool, e.cfg)
+			d, _ := newDispatcher(e.pool, e.cfg)
 			go func() { _ = d.Run(ctx); done <- struct{}{} }()
 		}
 		for e.zcard(b, "sched") > 0 {

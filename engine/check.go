@@ -31,22 +31,17 @@ type CheckOptions struct {
 	NoKeyListing bool
 }
 
-// Kinds of CheckFinding.
-const (
-	CheckGauge        = string(buckets.FindGauge)        // a gauge differs from the structures
-	CheckHomeless     = string(buckets.FindHomeless)     // a task in none of the places its state needs
-	CheckDuplicate    = string(buckets.FindDuplicate)    // a task in two places
-	CheckStray        = string(buckets.FindStray)        // a task in a place its state does not allow
-	CheckOrphanBucket = string(buckets.FindOrphanBucket) // a bucket list missing from the index
-	CheckStaleMember  = string(buckets.FindStaleMember)  // an index member with no bucket list
-	CheckBadMember    = string(buckets.FindBadMember)    // an index member that does not parse
-	CheckWrongType    = string(buckets.FindWrongType)    // a key of the wrong type
-	CheckUnregistered = string(buckets.FindUnregistered) // a worker holding tasks, missing from the registry
-)
-
 // CheckFinding is one inconsistency Check found.
 type CheckFinding struct {
-	Kind    string   // one of the Check* kinds
+	// Kind says what is wrong: "gauge" (a gauge differs from the
+	// structures), "homeless" (a task in none of the places its state
+	// needs), "duplicate" (a task in two places), "stray" (a task in a
+	// place its state does not allow), "orphan-bucket", "stale-member",
+	// "bad-member" (bucket index trouble), "wrong-type" (a key of the
+	// wrong type), "retry-count" (a bucket's count of retries differs
+	// from its retrying tasks), "unregistered-worker" (a worker holding
+	// tasks, missing from the registry).
+	Kind    string
 	Queue   string   // the queue concerned, if any
 	TaskID  string   // the task concerned, if any
 	Key     string   // the Redis key concerned, if any
@@ -92,7 +87,7 @@ type CheckReport struct {
 // reported only if a second walk, under WATCH of every key concerned,
 // finds it again (see CheckReport). With opts.Repair it then fixes what
 // can be fixed and checks again (CheckReport.Remaining).
-func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
+func (c *laneClient) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		// The KEYS of a large database may take longer than a round trip
 		// is otherwise allowed (txn.DefaultRoundTrip): the caller's

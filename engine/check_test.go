@@ -19,7 +19,7 @@ func checkCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func mustCheck(t *testing.T, c *Client, opts CheckOptions) *CheckReport {
+func mustCheck(t *testing.T, c *laneClient, opts CheckOptions) *CheckReport {
 	t.Helper()
 	rep, err := c.Check(checkCtx(t, 30*time.Second), opts)
 	if err != nil {
@@ -78,7 +78,7 @@ func TestCheckFindsAndRepairsDamage(t *testing.T) {
 		"gauge running 5 0": false, "gauge scheduled 1 3": false}
 	for _, f := range rep.Findings {
 		k := f.Kind + " " + f.Key
-		if f.Kind == CheckGauge {
+		if f.Kind == "gauge" {
 			k = fmt.Sprintf("%s %s %d %d", f.Kind, f.Gauge, f.Stored, f.Counted)
 		}
 		if _, ok := want[k]; !ok {
@@ -124,7 +124,7 @@ func TestCheckRehomesHomelessTask(t *testing.T) {
 		t.Fatalf("without the key listing a homeless record cannot be seen; got%s", describe(rep.Findings))
 	}
 	rep := mustCheck(t, c, CheckOptions{Repair: true})
-	if len(rep.Findings) != 1 || rep.Findings[0].Kind != CheckHomeless || rep.Findings[0].TaskID != id {
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != "homeless" || rep.Findings[0].TaskID != id {
 		t.Fatalf("findings%s; want task %s homeless", describe(rep.Findings), id)
 	}
 	if len(rep.Remaining) != 0 {
@@ -172,7 +172,7 @@ func TestCheckHealthyEveryState(t *testing.T) {
 	if err := c.Cancel(ctx, cancelled); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestCheckRacingWorkload(t *testing.T) {
 		return nil
 	})
 	for i := 0; i < 2; i++ {
-		srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
+		srv, err := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 
 // Client enqueues and manages tasks. It is safe for concurrent use. It
 // does not own the pool it is given and never closes it.
-type Client struct {
+type laneClient struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
@@ -22,7 +22,7 @@ type Client struct {
 
 // NewClient returns a Client over pool with cfg (zero fields take their
 // defaults); it reports a bad cfg.
-func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
+func newLaneClient(pool *redis.Pool, cfg Config) (*laneClient, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewClient: nil pool: %w", ErrInvalidOption)
 	}
@@ -30,14 +30,14 @@ func NewClient(pool *redis.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{pool: pool, cfg: cfg, store: st}
+	c := &laneClient{pool: pool, cfg: cfg, store: st}
 	if cfg.Advanced.EnqueueGroupMax > 1 {
 		c.group = &enqueueGroup{c: c, max: cfg.Advanced.EnqueueGroupMax, lanes: cfg.Advanced.EnqueueGroupLanes, yields: regroupYields}
 	}
 	return c, nil
 }
 
-func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
+func (c *laneClient) conn(ctx context.Context) (redis.Conn, error) {
 	conn, err := c.pool.GetContext(ctx)
 	if err != nil {
 		return nil, failed("get a connection", err)
@@ -56,7 +56,7 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // written. An error matching ErrUncertain means the connection failed
 // after the write was sent: retry with the same TaskID to make sure the
 // task is written exactly once.
-func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+func (c *laneClient) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
 	now := c.cfg.Advanced.Clock.Now()
 	r, mine, err := c.cfg.record(now, typ, payload, opts)
 	if err != nil {
@@ -81,7 +81,7 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts .
 // caller's own deadline, and only when the reply was lost to a broken
 // connection, not to that deadline: an enqueue never takes longer than its
 // context allows. The caller still gets ErrUncertain.
-func (c *Client) settleEnqueue(ctx context.Context, cause error, recs []*buckets.Record, now int64) {
+func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buckets.Record, now int64) {
 	if ctx.Err() != nil || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
 		return
 	}
@@ -123,7 +123,7 @@ func (c *Client) settleEnqueue(ctx context.Context, cause error, recs []*buckets
 // more round trip): if any id exists, none of the tasks is written and
 // the error is a *TaskExistsError naming every id that exists. Two tasks
 // of one batch may not share an id.
-func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
+func (c *laneClient) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
 	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
 	var chosen []string
@@ -156,7 +156,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 // enqueueRecords writes checked records in one transaction, shared with
 // other enqueues of this Client when group commit allows (see
 // enqueueGroup); chosen lists the caller-chosen ids among them.
-func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
+func (c *laneClient) enqueueRecords(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
 	if c.group != nil && groupable(recs, chosen) {
 		return c.group.enqueue(ctx, now, recs)
 	}
@@ -164,7 +164,7 @@ func (c *Client) enqueueRecords(ctx context.Context, now time.Time, recs []*buck
 }
 
 // write writes checked records in one transaction of their own.
-func (c *Client) write(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
+func (c *laneClient) write(ctx context.Context, now time.Time, recs []*buckets.Record, chosen []string) ([]*TaskInfo, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
@@ -217,10 +217,8 @@ func enqueued(recs []*buckets.Record, now time.Time) []*TaskInfo {
 	return out
 }
 
-// Cancel removes a task that has not started, atomically: it will not
-// run. It returns ErrNotFound, ErrAlreadyRunning or ErrAlreadyDone when
-// it cannot.
-func (c *Client) Cancel(ctx context.Context, id string) error {
+// Cancel is Client.Cancel for one lane.
+func (c *laneClient) Cancel(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -243,9 +241,8 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	return failed("cancel task "+id, err)
 }
 
-// Lookup reports a task's state and times. Done and cancelled tasks are
-// found for Config.DoneRetention, dead ones for Config.DeadRetention.
-func (c *Client) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
+// Lookup is Client.Lookup for one lane.
+func (c *laneClient) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -267,7 +264,7 @@ func (c *Client) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
 // checkID refuses an id no task can have, before any round trip: the
 // error matches ErrInvalidID and ErrNotFound.
 func checkID(id string) error {
-	if err := ValidateID(id); err != nil {
+	if err := validateID(id); err != nil {
 		return &engineError{msg: err.Error(), kind: ErrNotFound, cause: err}
 	}
 	return nil

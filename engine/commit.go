@@ -28,7 +28,7 @@ import (
 // the watch its claim left (FinishHeld), and a batch whose claim left its
 // watch records its runs' results with it (heldGroup).
 type committer struct {
-	w    *Worker
+	w    *worker
 	reqs chan commitReq
 	stop chan struct{}
 	done chan struct{}
@@ -151,7 +151,7 @@ type groupPop struct {
 // round trip; recordGroup returns the ids it took, which the in-flight
 // set holds for the caller's claim (none when the round trip failed: a
 // pop that ran is then the recoverer's).
-func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.Held, group []commitReq, pop *groupPop) (ids []string) {
+func recordGroup(baseCtx context.Context, w *worker, h *rconn.Holder, held *txn.Held, group []commitReq, pop *groupPop) (ids []string) {
 	ctx, cancel := context.WithTimeout(baseCtx, groupCommitTimeout)
 	defer cancel()
 	// Every slot waiting on this group: the fetching loop has nothing to
@@ -239,14 +239,14 @@ func recordGroup(baseCtx context.Context, w *Worker, h *rconn.Holder, held *txn.
 // deep, the group recorded with the watch, when it is the batch's last,
 // takes the next batch with its result (processor.nextPop).
 type heldGroup struct {
-	w    *Worker
+	w    *worker
 	h    *rconn.Holder // the claim's connection, with the watch
 	held *txn.Held     // nil once used
 	left int           // runs not yet reported
 	reqs chan commitReq
 }
 
-func newHeldGroup(w *Worker, h *rconn.Holder, held *txn.Held, runs int) *heldGroup {
+func newHeldGroup(w *worker, h *rconn.Holder, held *txn.Held, runs int) *heldGroup {
 	return &heldGroup{w: w, h: h, held: held, left: runs, reqs: make(chan commitReq, runs)}
 }
 

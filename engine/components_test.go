@@ -44,7 +44,7 @@ func (m *conflictMover) SettleMove(context.Context, redis.Conn, buckets.Uncertai
 // the pauses grow as the conflicts go on, instead of reading again at once.
 func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
 	e := newEnv(t, miniServer(t))
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +141,12 @@ func TestTaskRunNumber(t *testing.T) {
 		}
 		return nil
 	})
-	w, _ := NewWorker(e.pool, e.cfg, mux)
+	w, _ := newWorker(e.pool, e.cfg, mux)
 	runBackground(t, w.Run)
 	if _, err := e.client(t).Enqueue(context.Background(), "t", nil, MaxAttempts(3)); err != nil {
 		t.Fatal(err)
 	}
-	d, _ := NewDispatcher(e.pool, e.cfg)
+	d, _ := newDispatcher(e.pool, e.cfg)
 	runBackground(t, d.Run)
 	for want := 1; want <= 2; want++ {
 		select {
@@ -172,7 +172,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, _ := NewDispatcher(e.pool, e.cfg)
+	d, _ := newDispatcher(e.pool, e.cfg)
 	runBackground(t, d.Run)
 	waitFor(t, outcomeWait, "the index emptied", func() bool {
 		n, _ := redis.Int(admin.Do("ZCARD", e.key("sched")))
@@ -205,7 +205,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 // succeeded is recent enough for the key to exist.
 func TestHeartbeaterAlive(t *testing.T) {
 	e := newEnv(t, miniServer(t))
-	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	if err := w.hb.beat(context.Background()); err != nil || !w.hb.alive() {
 		t.Fatalf("after a beat: alive %v, err %v", w.hb.alive(), err)
 	}
@@ -231,7 +231,7 @@ func (f *failingRequeue) Requeue(context.Context, redis.Conn, string, []string, 
 // reports the error and leaves the tasks to a reaper.
 func TestRequeuerGivesUp(t *testing.T) {
 	e := newEnv(t, miniServer(t))
-	w, _ := NewWorker(e.pool, e.cfg, NewMux())
+	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	fs := &failingRequeue{workerStore: w.store}
 	w.store = fs
 	err := w.requeuer.requeue([]string{"a"}, buckets.Shutdown)

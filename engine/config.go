@@ -152,6 +152,13 @@ type AdvancedConfig struct {
 
 	// Clock tells the time. Default (nil): the system clock.
 	Clock Clock
+	// MapVersion is the version of the shard map of a namespace spread
+	// over several pools (lanes; see NewClient): 1 or more, or 0 (the
+	// default) for no check. Every transaction on a lane then watches the
+	// lane's map key and writes nothing when it names a newer version:
+	// a process with an old map cannot write to a lane that moved since
+	// (ErrShardMapVersion). It costs one round trip per such transaction.
+	MapVersion int64
 }
 
 // QueueConfig names a queue a worker takes tasks from.
@@ -415,6 +422,9 @@ func (c Config) Validate() error {
 	if c.Advanced.DispatchBuckets < 1 || c.Advanced.DispatchBuckets > 10000 {
 		bad("Advanced.DispatchBuckets", "%d: want 1 to 10000", c.Advanced.DispatchBuckets)
 	}
+	if c.Advanced.MapVersion < 0 {
+		bad("Advanced.MapVersion", "%d: want 1 or more, or 0 for no check", c.Advanced.MapVersion)
+	}
 	if c.Advanced.DispatchLanes < 1 || c.Advanced.DispatchLanes > 16 {
 		bad("Advanced.DispatchLanes", "%d: want 1 to 16", c.Advanced.DispatchLanes)
 	}
@@ -439,8 +449,8 @@ func (c Config) prepare(pool *redis.Pool) (Config, *buckets.Store, error) {
 	if err != nil {
 		return c, nil, fmt.Errorf("engine: %w", err)
 	}
-	if c.lane.mapVersion > 0 {
-		st.SetMapFence(c.lane.mapVersion)
+	if c.Advanced.MapVersion > 0 {
+		st.SetMapFence(c.Advanced.MapVersion)
 	}
 	log := c.Logger
 	st.OnSetAside = func(key, movedTo string) {

@@ -25,13 +25,13 @@ import (
 // cannot be tested: the subscriber subscribes afresh (and re-reads) after
 // any error and after a few idle waits without a message.
 type control struct {
-	w       *Worker
+	w       *worker
 	mu      sync.Mutex
 	paused  map[string]bool // guarded by mu
 	changed chan struct{}   // closed and replaced on every change; guarded by mu
 }
 
-func newControl(w *Worker) *control {
+func newControl(w *worker) *control {
 	return &control{w: w, paused: map[string]bool{}, changed: make(chan struct{})}
 }
 

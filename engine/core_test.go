@@ -234,7 +234,7 @@ func TestNeverEarly(t *testing.T) {
 		}
 		dclock := &settableClock{}
 		e.cfg.Advanced.Clock = dclock
-		d, err := NewDispatcher(e.pool, e.cfg)
+		d, err := newDispatcher(e.pool, e.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

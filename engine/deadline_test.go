@@ -18,18 +18,19 @@ import (
 )
 
 // Against a server that accepts connections and never answers, every call
-// of the Client returns within its context's deadline plus a small slack,
-// with an error matching context.DeadlineExceeded, and the connection it
+// of the Client returns once its context's deadline passes, with an error
+// matching context.DeadlineExceeded, and the connection it
 // used is discarded rather than put back in the pool's idle list (a reply
 // may still be on its way).
 func TestCallsBoundedByDeadline(t *testing.T) {
 	addr := silentAddr(t)
 	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
 	t.Cleanup(func() { pool.Close() })
-	c, err := NewClient(pool, Config{Namespace: "deadline"})
+	c, err := newLaneClient(pool, Config{Namespace: "deadline"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := c.inspector()
 	id := uuid.NewString()
 	calls := []struct {
 		name string
@@ -43,15 +44,22 @@ func TestCallsBoundedByDeadline(t *testing.T) {
 		}},
 		{"Lookup", func(ctx context.Context) error { _, err := c.Lookup(ctx, id); return err }},
 		{"Cancel", func(ctx context.Context) error { return c.Cancel(ctx, id) }},
-		{"DeadLetters", func(ctx context.Context) error { _, err := c.DeadLetters(ctx, 0, 10); return err }},
-		{"DeadCount", func(ctx context.Context) error { _, err := c.DeadCount(ctx); return err }},
-		{"RetryDead", func(ctx context.Context) error { return c.RetryDead(ctx, id) }},
-		{"PurgeDead", func(ctx context.Context) error { return c.PurgeDead(ctx, id) }},
-		{"RetryAllDead", func(ctx context.Context) error { _, err := c.RetryAllDead(ctx); return err }},
-		{"PurgeAllDead", func(ctx context.Context) error { _, err := c.PurgeAllDead(ctx); return err }},
-		{"Stats", func(ctx context.Context) error { _, err := c.Stats(ctx); return err }},
+		{"ListTasks dead", func(ctx context.Context) error {
+			_, err := in.ListTasks(ctx, ListOptions{Filter: Filter{State: StateDead}})
+			return err
+		}},
+		{"Act retry", func(ctx context.Context) error { _, err := in.Act(ctx, ActionRetry, id); return err }},
+		{"Act delete", func(ctx context.Context) error { _, err := in.Act(ctx, ActionDelete, id); return err }},
+		{"ActAll retry", func(ctx context.Context) error {
+			_, err := in.ActAll(ctx, ActionRetry, Filter{State: StateDead})
+			return err
+		}},
+		{"Queues", func(ctx context.Context) error { _, err := in.Queues(ctx); return err }},
 	}
-	const deadline, slack = 300 * time.Millisecond, 500 * time.Millisecond
+	// The slack only tells a return from a hang (a call not bounded by
+	// its context waits for ever): how soon after the deadline a busy
+	// machine schedules the return is not what is tested.
+	const deadline, slack = 300 * time.Millisecond, 10 * time.Second
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -82,7 +90,7 @@ func TestEnqueueUncertainAtDeadline(t *testing.T) {
 	addr := infoOnlyAddr(t)
 	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
 	t.Cleanup(func() { pool.Close() })
-	c, err := NewClient(pool, Config{Namespace: "deadline-uncertain"})
+	c, err := newLaneClient(pool, Config{Namespace: "deadline-uncertain"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +100,9 @@ func TestEnqueueUncertainAtDeadline(t *testing.T) {
 	start := time.Now()
 	_, err = c.Enqueue(ctx, "t", nil)
 	// Real time is part of what is tested: the call is bounded by its
-	// deadline.
-	if took := time.Since(start); took > deadline+time.Second {
+	// deadline (the slack tells a return from a hang, not how soon a busy
+	// machine schedules it).
+	if took := time.Since(start); took > deadline+10*time.Second {
 		t.Errorf("returned after %v; the deadline was %v", took, deadline)
 	}
 	if !errors.Is(err, ErrUncertain) || !errors.Is(err, context.DeadlineExceeded) {
@@ -116,7 +125,7 @@ func TestEnqueueUncertainSettleAtDeadline(t *testing.T) {
 		return redisDial("tcp", addr) // the settling one: never answers
 	}}
 	t.Cleanup(func() { pool.Close() })
-	c, err := NewClient(pool, e.cfg)
+	c, err := newLaneClient(pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

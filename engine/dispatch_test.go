@@ -24,7 +24,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 	}
 	cfg := e.cfg
 	cfg.Advanced.Clock = clocktest.Offset(time.Until(base.Add(-time.Hour)))
-	c, err := NewClient(e.pool, cfg)
+	c, err := newLaneClient(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +148,10 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 	}
 	e.cfg.Advanced.Clock = clocktest.Offset(2 * time.Hour)
 	var moved atomic.Int64
-	var ds []*Dispatcher
+	var ds []*dispatcher
 	var stops []func()
 	for i := 0; i < 8; i++ {
-		d, err := NewDispatcher(e.pool, e.cfg)
+		d, err := newDispatcher(e.pool, e.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 		all := scheduleMany(t, e, 2000, base, 400*time.Millisecond)
 		c := e.client(t)
 		for i := 0; i < 2; i++ {
-			d, err := NewDispatcher(e.pool, e.cfg)
+			d, err := newDispatcher(e.pool, e.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -322,7 +322,7 @@ func TestMoveDueKilledBetweenCommands(t *testing.T) {
 // more windows (up to maxWindows), and shrinks them again where the
 // backlog ends.
 func TestDispatchWindows(t *testing.T) {
-	d := &Dispatcher{}
+	d := &dispatcher{}
 	step := func(asked int, res buckets.MoveResult, want int) {
 		t.Helper()
 		d.spread(asked, res)

@@ -27,7 +27,7 @@ import (
 // the wake list when a producer schedules an earlier task; it never polls
 // on a fixed interval. It never makes a task ready before its due time on
 // its own clock.
-type Dispatcher struct {
+type dispatcher struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
@@ -80,7 +80,7 @@ type mover interface {
 }
 
 // NewDispatcher returns a Dispatcher over pool.
-func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
+func newDispatcher(pool *redis.Pool, cfg Config) (*dispatcher, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewDispatcher: nil pool: %w", ErrInvalidOption)
 	}
@@ -88,20 +88,20 @@ func NewDispatcher(pool *redis.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher"), id: newID()}, nil
+	return &dispatcher{pool: pool, cfg: cfg, store: st, moves: st, log: cfg.Logger.With(keyComponent, "dispatcher"), id: newID()}, nil
 }
 
 // Moved reports how many tasks this dispatcher made ready.
-func (d *Dispatcher) Moved() int64 { return d.moved.Load() }
+func (d *dispatcher) Moved() int64 { return d.moved.Load() }
 
 // Conflicts reports how many of its transactions found a bucket changed
 // under them and were retried.
-func (d *Dispatcher) Conflicts() int64 { return d.store.Conflicts() }
+func (d *dispatcher) Conflicts() int64 { return d.store.Conflicts() }
 
 // Run moves due buckets until ctx ends, then returns nil. Redis errors are
 // logged and retried with backoff; Run returns an error only for a setup
 // it cannot use.
-func (d *Dispatcher) Run(ctx context.Context) error {
+func (d *dispatcher) Run(ctx context.Context) error {
 	wake, look := make(chan struct{}, 1), make(chan struct{}, 1)
 	var g sync.WaitGroup
 	wctx, stopWaker := context.WithCancel(ctx)
@@ -206,7 +206,7 @@ func stopTimer(t *time.Timer) {
 // no token. It returns ok when nothing is due now: then at is that
 // bucket's time (Unix ms), or -1 when nothing is scheduled. A failed read
 // is not ok: the round that follows reads again and backs off.
-func (d *Dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, ok bool) {
+func (d *dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, ok bool) {
 	if len(d.unsettled) > 0 {
 		return 0, false
 	}
@@ -230,7 +230,7 @@ func (d *Dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, o
 // clockOffset is how far the engine's clock runs behind the real one, so
 // that a timer set on real time fires when the engine's clock reaches the
 // due time.
-func (d *Dispatcher) clockOffset() time.Duration {
+func (d *dispatcher) clockOffset() time.Duration {
 	return time.Since(d.cfg.Advanced.Clock.Now())
 }
 
@@ -256,7 +256,7 @@ func conflictWait(ctx context.Context, bo *rconn.Backoff) bool {
 // up to maxWindows, so that they soon work on different buckets. An empty
 // window (MoveDue then read the earliest) or one that was not full (the
 // last) shows where the backlog ends, and the windows shrink to it.
-func (d *Dispatcher) spread(window int, res buckets.MoveResult) {
+func (d *dispatcher) spread(window int, res buckets.MoveResult) {
 	switch {
 	case res.Window != window:
 		d.windows = max(1, window)
@@ -270,7 +270,7 @@ func (d *Dispatcher) spread(window int, res buckets.MoveResult) {
 // round moves what is due. It returns 0 when more may be due at once, the
 // time (Unix ms) of the next bucket, -1 when nothing is scheduled, or
 // conflicted.
-func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, error) {
+func (d *dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, error) {
 	if err := d.settle(ctx); err != nil {
 		return 0, err
 	}
@@ -363,7 +363,7 @@ func (d *Dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 // it, and reports false when another dispatcher holds it. A turn key of
 // the wrong type is set aside, and this round moves without the turn: the
 // turn saves work, and is never what keeps a task from moving.
-func (d *Dispatcher) turn(ctx context.Context, conn redis.Conn) (bool, error) {
+func (d *dispatcher) turn(ctx context.Context, conn redis.Conn) (bool, error) {
 	if d.holding && time.Now().Before(d.renewAt) {
 		return true, nil
 	}
@@ -405,7 +405,7 @@ func (d *Dispatcher) turn(ctx context.Context, conn redis.Conn) (bool, error) {
 // It reports whether to read the index once more: a dispatcher was
 // turned away meanwhile (it may have been woken for a bucket this turn's
 // last look did not see), or the end failed and that is not known.
-func (d *Dispatcher) endTurn(ctx context.Context, conn redis.Conn) bool {
+func (d *dispatcher) endTurn(ctx context.Context, conn redis.Conn) bool {
 	if !d.holding {
 		return false
 	}
@@ -420,7 +420,7 @@ func (d *Dispatcher) endTurn(ctx context.Context, conn redis.Conn) bool {
 
 // endTurnOnExit gives up the turn of a stopping dispatcher, so that the
 // others need not wait for it to end.
-func (d *Dispatcher) endTurnOnExit(ctx context.Context) {
+func (d *dispatcher) endTurnOnExit(ctx context.Context) {
 	if !d.holding {
 		return
 	}
@@ -440,7 +440,7 @@ func (d *Dispatcher) endTurnOnExit(ctx context.Context) {
 // while its buckets were removed has its tasks placed again. A move not
 // settled stays in d.unsettled, and the next round settles it before
 // moving anything.
-func (d *Dispatcher) settle(ctx context.Context) error {
+func (d *dispatcher) settle(ctx context.Context) error {
 	placeAgain(ctx, d.pool, d.store, d.log)
 	if len(d.unsettled) == 0 {
 		return nil
@@ -469,7 +469,7 @@ func (d *Dispatcher) settle(ctx context.Context) error {
 // settleOnExit gives the moves still unsettled when Run stops one bounded
 // last try, past the end of ctx. Those it cannot settle are left for
 // `engine check --repair`, which finds their tasks homeless.
-func (d *Dispatcher) settleOnExit(ctx context.Context) {
+func (d *dispatcher) settleOnExit(ctx context.Context) {
 	if len(d.unsettled) == 0 {
 		return
 	}
@@ -486,11 +486,11 @@ const settleTimeout = 5 * time.Second
 // waker blocks on the wake list on its own connection and passes each
 // token on (wake). It passes its idle timeout on too (look), so the main
 // loop looks again even if a token was lost: one read of the index while
-// nothing is due. A dispatcher of a ShardedServer whose lane shares its
+// nothing is due. A dispatcher of a Server whose lane shares its
 // server with other lanes waits in their shared BLPOP instead
 // (waitHub.subscribe), whose signals do not tell a token from a timeout:
 // each is passed on as a wake (a full round).
-func (d *Dispatcher) waker(ctx context.Context, wake, look chan<- struct{}) {
+func (d *dispatcher) waker(ctx context.Context, wake, look chan<- struct{}) {
 	if h := d.cfg.lane.hub; h != nil {
 		sig, cancel, err := h.subscribe(d.store.Keys.Wake())
 		if err == nil {

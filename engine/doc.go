@@ -7,10 +7,11 @@
 // A task is a type name, a payload of bytes and a queue. A [Client]
 // enqueues it to run now ([Client.Enqueue]), at a time ([At]) or after a
 // delay ([In]), or many at once in one round trip
-// ([Client.EnqueueBatch]). A [Server] runs the three background parts: a
-// [Dispatcher] that makes scheduled tasks ready when due, a [Worker] that
-// runs them with handlers registered on a [Mux], and a [Reaper] that
-// returns the tasks of dead workers.
+// ([Client.EnqueueBatch]). A [Server] runs the background parts its
+// [Roles] name: a dispatcher that makes scheduled tasks ready when due, a
+// worker that runs them with handlers registered on a [Mux], and a reaper
+// that returns the tasks of dead workers; and the scheduler of its
+// periodic entries ([Server.AddPeriodic]). An [Inspector] administers.
 //
 // # The delivery promise
 //
@@ -71,19 +72,19 @@
 //
 // # Concurrency
 //
-// Client, Dispatcher, Reaper, Worker and Server are safe for concurrent
-// use, and any number of each may run against one namespace in one process
-// or many. None closes the redigo Pool it is given. Run methods block until
-// their context ends (or Shutdown) and return only after every goroutine
-// they started has ended.
+// Client, Inspector and Server are safe for concurrent use, and any number
+// of each may run against one namespace in one process or many. None
+// closes the redigo Pool it is given. Server.Run blocks until its context
+// ends (or Shutdown) and returns only after every goroutine it started
+// has ended.
 //
-// # Shards
+// # Lanes
 //
-// NewShardedClient and NewShardedServer spread a namespace over lanes
-// (logical shards), each a pool (Shards): every transaction stays in one
-// lane, a task's lane is part of its id (LaneOf), and one lane writes what
-// NewClient writes. ShardedClient.Stats, Check, LaneStatuses and
-// Inspector fan out over the lanes and merge. docs/scaling.md has the
-// routing rules, the shard map (Shards.MapVersion, ErrShardMapVersion)
-// and the procedure for moving a lane to another server.
+// NewClient, NewServer and NewInspector take one pool, or one pool per
+// lane (logical shard) to spread a namespace over several servers: every
+// transaction stays in one lane, a task's lane is part of its id
+// (LaneOf), and lane 0 writes what one pool writes. The Inspector's calls
+// fan out over the lanes and merge. docs/scaling.md has the routing rules,
+// the shard map (AdvancedConfig.MapVersion, ErrShardMapVersion) and the
+// procedure for moving a lane to another server.
 package engine

@@ -63,7 +63,7 @@ func testDueRange(t *testing.T, e *env) {
 	}
 	seen := 0
 	for _, st := range []State{StateScheduled, StateReady} {
-		p, err := c.Inspector().ListTasks(ctx, ListOptions{Filter: Filter{Queue: "default", State: st}})
+		p, err := c.inspector().ListTasks(ctx, ListOptions{Filter: Filter{Queue: "default", State: st}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,7 +92,7 @@ func TestDuplicateCopyInOneProcessRunsOnce(t *testing.T) {
 		return nil
 	})
 	e.cfg.Concurrency = 2
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

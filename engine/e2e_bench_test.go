@@ -42,7 +42,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 					}
 				}
 				e.admin(b).Do("CONFIG", "RESETSTAT")
-				w, _ := NewWorker(e.pool, e.cfg, mux)
+				w, _ := newWorker(e.pool, e.cfg, mux)
 				b.StartTimer()
 				stop := runBackground(b, w.Run)
 				for done.Load() < n {
@@ -112,7 +112,7 @@ func BenchmarkGroupCommitLatency(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				w, _ := NewWorker(e.pool, e.cfg, mux)
+				w, _ := newWorker(e.pool, e.cfg, mux)
 				b.StartTimer()
 				t0 := time.Now()
 				stop := runBackground(b, w.Run)

@@ -35,7 +35,7 @@ import (
 // the transaction then ends at the same moment, and the caller gets its
 // answer, which says whether anything was written.
 type enqueueGroup struct {
-	c   *Client
+	c   *laneClient
 	max int
 
 	mu       sync.Mutex

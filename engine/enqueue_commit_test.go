@@ -86,12 +86,12 @@ func (c *gateConn) Err() error {
 // enqueue that joins the group's queue. It keeps one enqueue in flight
 // (EnqueueGroupLanes 1), so that holding one EXEC queues the rest;
 // gatedClientLanes sets another number.
-func gatedClient(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn) (c *Client, queued chan struct{}) {
+func gatedClient(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn) (c *laneClient, queued chan struct{}) {
 	t.Helper()
 	return gatedClientLanes(t, e, g, wrap, 1)
 }
 
-func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn, lanes int) (c *Client, queued chan struct{}) {
+func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redis.Conn) redis.Conn, lanes int) (c *laneClient, queued chan struct{}) {
 	t.Helper()
 	var dials atomic.Int32
 	pool := &redis.Pool{Dial: func() (redis.Conn, error) {
@@ -104,7 +104,7 @@ func gatedClientLanes(t *testing.T, e *env, g *execGate, wrap func(i int, c redi
 	t.Cleanup(func() { pool.Close() })
 	cfg := e.cfg
 	cfg.Advanced.EnqueueGroupLanes = lanes
-	c, err := NewClient(pool, cfg)
+	c, err := newLaneClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ type enqueued1 struct {
 
 // enqueueAsync runs one enqueue on its own goroutine: due now, or in an
 // hour when later.
-func enqueueAsync(ctx context.Context, c *Client, q string, later bool) <-chan enqueued1 {
+func enqueueAsync(ctx context.Context, c *laneClient, q string, later bool) <-chan enqueued1 {
 	out := make(chan enqueued1, 1)
 	go func() {
 		opts := []Option{Queue(q)}

@@ -22,9 +22,6 @@ var (
 	// ErrAlreadyDone: Cancel of a task that succeeded, died or was
 	// cancelled already.
 	ErrAlreadyDone = errors.New("engine: task already finished")
-	// ErrNotDead: RetryDead or PurgeDead named a task that is not a dead
-	// letter.
-	ErrNotDead = errors.New("engine: task is not a dead letter")
 	// ErrPayloadTooLarge: Enqueue with a payload over Config.MaxPayload.
 	ErrPayloadTooLarge = errors.New("engine: payload too large")
 	// ErrInvalidName: an empty or malformed queue name or task type, or a
@@ -34,14 +31,14 @@ var (
 	ErrInvalidOption = errors.New("engine: invalid option")
 	// ErrInvalidID: a task id that is not 1 to 128 printable ASCII
 	// bytes without spaces. TaskID's error also matches ErrInvalidOption;
-	// Cancel's, Lookup's and the dead-letter calls' also match
+	// Cancel's and Lookup's also match
 	// ErrNotFound (no task can have such an id).
 	ErrInvalidID = errors.New("engine: invalid task id")
 	// ErrTaskExists: Enqueue or EnqueueBatch named, with TaskID, an id
 	// that is taken; nothing was written. The error is a
 	// *TaskExistsError listing the ids. An id stays taken while its
 	// record exists: until Config.DoneRetention after the task succeeded
-	// or was cancelled, until Config.DeadRetention (or PurgeDead) after
+	// or was cancelled, until Config.DeadRetention (or ActionDelete) after
 	// it died, and for as long as it waits or runs.
 	ErrTaskExists = errors.New("engine: task id already exists")
 	// ErrUncertain: the connection failed after the write was sent, so
@@ -54,7 +51,7 @@ var (
 	// retry such tasks or send them to the dead letters, per
 	// Config.UnknownType.
 	ErrNoHandler = errors.New("engine: no handler for task type")
-	// ErrClosed: the Server or Worker was shut down already.
+	// ErrClosed: the Server was shut down already.
 	ErrClosed = errors.New("engine: closed")
 	// ErrFull: Redis refused the write because its memory is at
 	// maxmemory; nothing was written. Retry later (the same TaskID keeps
@@ -102,7 +99,6 @@ var storeKinds = []struct{ from, to error }{
 	{buckets.ErrNotFound, ErrNotFound},
 	{buckets.ErrAlreadyRunning, ErrAlreadyRunning},
 	{buckets.ErrAlreadyDone, ErrAlreadyDone},
-	{buckets.ErrNotDead, ErrNotDead},
 	{buckets.ErrTooLarge, ErrPayloadTooLarge},
 	{buckets.ErrInvalidName, ErrInvalidName},
 	{buckets.ErrExists, ErrTaskExists},

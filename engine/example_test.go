@@ -29,7 +29,7 @@ func ExampleClient_Enqueue() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
-	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+	client, _ := engine.NewClient(engine.Config{Namespace: "example", Logger: quiet}, pool)
 
 	task, err := client.Enqueue(ctx, "email.send", []byte(`{"to":"ada@example.com"}`), engine.In(time.Hour), engine.Queue("mail"), engine.MaxAttempts(5))
 	if err != nil {
@@ -51,7 +51,7 @@ func ExampleClient_Cancel() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
-	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+	client, _ := engine.NewClient(engine.Config{Namespace: "example", Logger: quiet}, pool)
 
 	task, _ := client.Enqueue(ctx, "report.build", nil, engine.In(time.Minute))
 	fmt.Println(client.Cancel(ctx, task.ID))
@@ -64,12 +64,12 @@ func ExampleClient_Cancel() {
 	// true
 }
 
-func ExampleWorker_Run() {
+func ExampleServer_Run() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
 	cfg := engine.Config{Namespace: "example", Logger: quiet}
-	client, _ := engine.NewClient(pool, cfg)
+	client, _ := engine.NewClient(cfg, pool)
 
 	ran := make(chan string, 1)
 	mux := engine.NewMux()
@@ -77,7 +77,7 @@ func ExampleWorker_Run() {
 		ran <- "hello, " + string(t.Payload)
 		return nil
 	})
-	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	srv, _ := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	go srv.Run(ctx)
 
 	task, _ := client.Enqueue(ctx, "greet", []byte("world"), engine.In(50*time.Millisecond))
@@ -96,7 +96,7 @@ func ExampleTaskID() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
-	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+	client, _ := engine.NewClient(engine.Config{Namespace: "example", Logger: quiet}, pool)
 
 	enqueue := func() error {
 		_, err := client.Enqueue(ctx, "invoice.send", []byte("42"), engine.In(time.Hour), engine.TaskID("invoice-42"))
@@ -122,7 +122,7 @@ func ExampleTaskExistsError() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
-	client, _ := engine.NewClient(pool, engine.Config{Namespace: "example", Logger: quiet})
+	client, _ := engine.NewClient(engine.Config{Namespace: "example", Logger: quiet}, pool)
 
 	_, _ = client.Enqueue(ctx, "user.welcome", nil, engine.TaskID("welcome-ada"))
 	_, err := client.EnqueueBatch(ctx, []engine.NewTask{

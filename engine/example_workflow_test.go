@@ -18,7 +18,7 @@ func ExampleClient_EnqueueChain() {
 	defer done()
 	ctx := context.Background()
 	cfg := engine.Config{Namespace: "example", Logger: quiet}
-	client, _ := engine.NewClient(pool, cfg)
+	client, _ := engine.NewClient(cfg, pool)
 
 	finished := make(chan string, 1)
 	mux := engine.NewMux()
@@ -34,7 +34,7 @@ func ExampleClient_EnqueueChain() {
 		finished <- fmt.Sprintf("report of %s: %s", t.Workflow.ID, t.Workflow.Input)
 		return nil
 	})
-	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	srv, _ := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	go srv.Run(ctx)
 	defer srv.Shutdown(ctx)
 
@@ -75,7 +75,7 @@ func ExampleClient_EnqueueGroup() {
 	defer done()
 	ctx := context.Background()
 	cfg := engine.Config{Namespace: "example", Logger: quiet}
-	client, _ := engine.NewClient(pool, cfg)
+	client, _ := engine.NewClient(cfg, pool)
 
 	summary := make(chan []engine.MemberOutcome, 1)
 	mux := engine.NewMux()
@@ -89,7 +89,7 @@ func ExampleClient_EnqueueGroup() {
 		summary <- t.Workflow.Outcomes
 		return nil
 	})
-	srv, _ := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	srv, _ := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	go srv.Run(ctx)
 	defer srv.Shutdown(ctx)
 

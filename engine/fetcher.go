@@ -21,7 +21,7 @@ import (
 // the in-flight list and claims it. When every queue is empty it waits
 // with the waiter.
 type fetcher struct {
-	w       *Worker
+	w       *worker
 	queues  []string
 	weights []float64
 	waiter  *waiter
@@ -87,7 +87,7 @@ func (f *fetcher) available(q string, now time.Time) bool {
 	return !skip
 }
 
-func newFetcher(w *Worker) *fetcher {
+func newFetcher(w *worker) *fetcher {
 	f := &fetcher{w: w, waiter: &waiter{w: w}, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
 	f.waiter.blocker.Pool = w.pool
 	f.h.Pool = w.pool
@@ -484,7 +484,7 @@ func (f *fetcher) leaseDeadline(r *buckets.Record) int64 {
 // setAsideRunKeys sets aside the keys a claim or a result writes besides
 // the record, if one has the wrong type: the in-flight list, the pending
 // set, the queue's counters.
-func (w *Worker) setAsideRunKeys(ctx context.Context, q string) {
+func (w *worker) setAsideRunKeys(ctx context.Context, q string) {
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "zset", w.keys.Pending(w.id))
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "hash", w.keys.Stats(q))

@@ -18,7 +18,7 @@ import (
 // its own recorded result from a run that was recovered elsewhere, and a
 // record deleted or corrupted while the task ran is cleared (Abandon).
 type finisher struct {
-	w      *Worker
+	w      *worker
 	policy retryPolicy
 	group  *committer // nil: no group commit (Config.Advanced.GroupCommitWindow < 0), or not running
 }

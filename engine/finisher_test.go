@@ -56,7 +56,7 @@ func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
 	e.cfg.Logger = slog.New(logs)
 	rec := newRecorder(nil)
 	e.cfg.Concurrency = 1
-	w, _ := NewWorker(e.pool, e.cfg, rec)
+	w, _ := newWorker(e.pool, e.cfg, rec)
 	ls := &replyLosingStore{workerStore: w.store, kill: func() {
 		admin := e.admin(t)
 		_, _ = admin.Do("CLIENT", "KILL", "TYPE", "normal")

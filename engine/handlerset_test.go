@@ -28,9 +28,9 @@ func TestDisjointHandlerSets(t *testing.T) {
 				return nil
 			})
 		}
-		var workers []*Worker
+		var workers []*worker
 		for _, name := range []string{"A", "B"} {
-			w, err := NewWorker(e.pool, cfg, muxes[name])
+			w, err := newWorker(e.pool, cfg, muxes[name])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestUnservedTypeGrace(t *testing.T) {
 		cfg.Advanced.UnknownTypeGrace = 1500 * time.Millisecond
 		mux := NewMux()
 		mux.HandleFunc("served", func(context.Context, *Task) error { return nil })
-		srv, err := NewServer(e.pool, cfg, mux, AllRoles)
+		srv, err := newLaneServer(e.pool, cfg, mux, AllRoles)
 		if err != nil {
 			t.Fatal(err)
 		}

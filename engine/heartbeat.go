@@ -21,7 +21,7 @@ import (
 // never expired means no reaper can have forgotten the worker (Forget
 // requires it gone), so the registry still holds it.
 type heartbeater struct {
-	w *Worker
+	w *worker
 	// born and lastBeat (nanoseconds since born, monotonic) tell whether
 	// the heartbeat key may have expired: then a reaper may have forgotten
 	// this worker, and it must not take tasks it could die with unseen.
@@ -35,7 +35,7 @@ type heartbeater struct {
 	full     bool
 }
 
-func newHeartbeater(w *Worker) *heartbeater {
+func newHeartbeater(w *worker) *heartbeater {
 	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Advanced.Clock.Now(), full: true}
 }
 

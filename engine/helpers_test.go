@@ -135,9 +135,9 @@ func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Run("redis", func(t *testing.T) { f(t, realEnv(t)) })
 }
 
-func (e *env) client(t testing.TB) *Client {
+func (e *env) client(t testing.TB) *laneClient {
 	t.Helper()
-	c, err := NewClient(e.pool, e.cfg)
+	c, err := newLaneClient(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,4 +301,42 @@ func (c *blpopCounter) ReceiveContext(ctx context.Context) (interface{}, error) 
 
 func (c *blpopCounter) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// shardSpec is a namespace's lanes for the tests: a pool per lane and the
+// shard-map version (AdvancedConfig.MapVersion).
+type shardSpec struct {
+	Pools      []*redis.Pool
+	MapVersion int64
+}
+
+// newShardedClient is NewClient over sh.
+func newShardedClient(sh shardSpec, cfg Config) (*Client, error) {
+	cfg.Advanced.MapVersion = sh.MapVersion
+	return NewClient(cfg, sh.Pools...)
+}
+
+// newShardedServer is NewServer over sh.
+func newShardedServer(sh shardSpec, cfg Config, h Handler, roles Roles) (*Server, error) {
+	cfg.Advanced.MapVersion = sh.MapVersion
+	return NewServer(cfg, h, roles, sh.Pools...)
+}
+
+// act applies a to task id through the lane's inspector and returns what
+// it did.
+func act(t testing.TB, c *laneClient, a Action, id string) ActionResult {
+	t.Helper()
+	res, err := c.inspector().Act(context.Background(), a, id)
+	if err != nil {
+		t.Fatalf("%s %s: %v", a, id, err)
+	}
+	return res
+}
+
+// retryDead revives dead letter id, failing t unless it did.
+func retryDead(t testing.TB, c *laneClient, id string) {
+	t.Helper()
+	if res := act(t, c, ActionRetry, id); res.Done != 1 {
+		t.Fatalf("retry dead letter %s: %+v, want it revived", id, res)
+	}
 }

@@ -37,7 +37,7 @@ func TestIdleCost(t *testing.T) {
 	e.cfg.Advanced.ReapInterval = time.Second
 	e.cfg.Concurrency = 16
 	e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	srv, err := NewServer(e.pool, e.cfg, NewMux(), AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, NewMux(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestIdleCost(t *testing.T) {
 	ran := make(chan time.Time, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, task *Task) error { ran <- time.Now(); return nil })
-	w, err := NewWorker(e.pool, e.cfg, mux)
+	w, err := newWorker(e.pool, e.cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 	e.cfg.Advanced.HeartbeatInterval = 100 * time.Millisecond
 	e.cfg.Advanced.HeartbeatTTL = 2 * time.Second
 	rec := newRecorder(nil)
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 			e.cfg.Advanced.HeartbeatTTL = 2 * time.Second
 			mux := NewMux()
 			mux.HandleFunc("t", func(context.Context, *Task) error { return nil })
-			w, err := NewWorker(e.pool, e.cfg, mux)
+			w, err := newWorker(e.pool, e.cfg, mux)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -269,7 +269,7 @@ func TestLostPauseAndResume(t *testing.T) {
 	admin := e.admin(t)
 	e.cfg.Advanced.IdleWait = time.Second
 	rec := newRecorder(nil)
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	e.cfg.DeadRetention = time.Second
 	rec := newRecorder(func(context.Context, *Task) error { return errInjected })
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,15 +319,22 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "t", nil, MaxAttempts(1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, outcomeWait, "a dead letter", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 1 })
+	deadCount := func() int64 {
+		n, err := e.admin(t).Do("ZCARD", e.key("dead"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.(int64)
+	}
+	waitFor(t, outcomeWait, "a dead letter", func() bool { return deadCount() == 1 })
 	at := time.Now()
-	r, err := NewReaper(e.pool, e.cfg)
+	r, err := newReaper(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runBackground(t, r.Run)
 	bound := e.cfg.DeadRetention + r.trimEvery() + e.cfg.Advanced.ReapInterval*6/5
-	waitFor(t, 2*bound+5*time.Second, "the dead letter trimmed", func() bool { n, err := c.DeadCount(ctx); return err == nil && n == 0 })
+	waitFor(t, 2*bound+5*time.Second, "the dead letter trimmed", func() bool { return deadCount() == 0 })
 	if d := time.Since(at); d > bound+time.Second {
 		t.Fatalf("trimmed after %v; bound %v", d, bound)
 	}
@@ -349,7 +356,7 @@ func TestDispatcherIdleLook(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "t", nil, At(base.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func reservedID(id string) string {
 	case strings.HasSuffix(id, laneSep+"cb"):
 		return "ids ending in \"~cb\" are group callbacks' (<group>~cb)"
 	case replyParent(id) != id:
-		return "ids ending in \"~r<run>.<finished>\" are reply tasks' (ReplyToQueue)"
+		return "ids ending in \"~r<run>.<finished>\" are reply tasks' (ReplyTo)"
 	}
 	return ""
 }

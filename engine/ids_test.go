@@ -30,7 +30,7 @@ func TestNewIDFormat(t *testing.T) {
 		if !generatedID(id) {
 			t.Fatalf("%q is not recognised as generated", id)
 		}
-		if err := ValidateID(id); err != nil {
+		if err := validateID(id); err != nil {
 			t.Fatalf("%q: %v", id, err)
 		}
 		if seen[id] {

@@ -166,7 +166,7 @@ func (s *inflightSet) snapshot() map[string]int {
 // put ids in its list, and an idle worker pops none. It never waits for
 // a slot.
 type recoverer struct {
-	w *Worker
+	w *worker
 }
 
 func (r *recoverer) run(ctx context.Context) {

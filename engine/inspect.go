@@ -21,7 +21,7 @@ import (
 // the number of tasks, and a bulk action works in batches of at most
 // MaxActionBatch tasks, each one optimistic transaction. It is safe for
 // concurrent use and never closes the pool it is given.
-type Inspector struct {
+type laneInspector struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
@@ -29,7 +29,7 @@ type Inspector struct {
 
 // NewInspector returns an Inspector over pool for cfg's namespace (zero
 // fields take their defaults); it reports a bad cfg.
-func NewInspector(pool *redis.Pool, cfg Config) (*Inspector, error) {
+func newLaneInspector(pool *redis.Pool, cfg Config) (*laneInspector, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewInspector: nil pool: %w", ErrInvalidOption)
 	}
@@ -37,38 +37,38 @@ func NewInspector(pool *redis.Pool, cfg Config) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{pool: pool, cfg: cfg, store: st}, nil
+	return &laneInspector{pool: pool, cfg: cfg, store: st}, nil
 }
 
 // Inspector returns an Inspector sharing the Client's pool and Config.
-func (c *Client) Inspector() *Inspector {
-	return &Inspector{pool: c.pool, cfg: c.cfg, store: c.store}
+func (c *laneClient) inspector() *laneInspector {
+	return &laneInspector{pool: c.pool, cfg: c.cfg, store: c.store}
 }
 
 // client is a Client over the Inspector's pool and namespace, for the
 // calls both offer.
-func (in *Inspector) client() *Client { return &Client{pool: in.pool, cfg: in.cfg, store: in.store} }
+func (in *laneInspector) client() *laneClient {
+	return &laneClient{pool: in.pool, cfg: in.cfg, store: in.store}
+}
 
 // Result is [Client.Result], for the dashboard's task page.
-func (in *Inspector) Result(ctx context.Context, id string) ([]byte, error) {
+func (in *laneInspector) Result(ctx context.Context, id string) ([]byte, error) {
 	return in.client().Result(ctx, id)
 }
 
-// Periodics lists the periodic entries declared in the namespace, as
-// [Client.Periodics] does: schedule, next and last firing with the state
-// of its task, and whether any live process declares it.
-func (in *Inspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
+// Periodics is Inspector.Periodics for one lane.
+func (in *laneInspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
 	return in.client().Periodics(ctx)
 }
 
-// PauseQueue and ResumeQueue are [Client.PauseQueue] and
-// [Client.ResumeQueue], for a dashboard built on the Inspector.
-func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
+// PauseQueue and ResumeQueue are Inspector.PauseQueue and ResumeQueue
+// for one lane.
+func (in *laneInspector) PauseQueue(ctx context.Context, q string) error {
 	return in.client().PauseQueue(ctx, q)
 }
 
 // ResumeQueue: see PauseQueue.
-func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
+func (in *laneInspector) ResumeQueue(ctx context.Context, q string) error {
 	return in.client().ResumeQueue(ctx, q)
 }
 
@@ -78,7 +78,7 @@ func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
 // per finished task on the workers' hot path.
 var ErrNotListable = errors.New("engine: tasks in this state cannot be listed")
 
-func (in *Inspector) conn(ctx context.Context) (redis.Conn, error) {
+func (in *laneInspector) conn(ctx context.Context) (redis.Conn, error) {
 	conn, err := in.pool.GetContext(ctx)
 	if err != nil {
 		return nil, failed("get a connection", err)
@@ -86,8 +86,7 @@ func (in *Inspector) conn(ctx context.Context) (redis.Conn, error) {
 	return conn, nil
 }
 
-// QueueInfo is one queue's figures, read in one atomic step (one
-// MULTI/EXEC of reads), so its sizes agree with each other.
+// QueueInfo is one queue's figures, as Inspector.Queues reads them.
 type QueueInfo struct {
 	Queue string `json:"queue"`
 	// Sizes by state, which are disjoint: Scheduled counts the tasks
@@ -107,8 +106,9 @@ type QueueInfo struct {
 	// Latency is the age of the oldest ready task: how long the task a
 	// worker takes next has been due. Zero when none is ready.
 	Latency time.Duration `json:"latency_ns"`
-	// Paused reports whether the queue is paused (Client.PauseQueue),
-	// as read just before the figures.
+	// NextDue is the earliest bucket's time; zero when none is scheduled.
+	NextDue time.Time `json:"next_due"`
+	// Paused reports whether the queue is paused (Inspector.PauseQueue).
 	Paused bool `json:"paused"`
 }
 
@@ -118,7 +118,7 @@ type QueueInfo struct {
 // ready records in one MGET. A queue whose figures cannot all be read (a
 // key of the wrong type) is still returned, with what could be read, and
 // the error names it.
-func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
+func (in *laneInspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	conn, err := in.conn(ctx)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 }
 
 // Queue reports one queue's figures, as Queues does.
-func (in *Inspector) Queue(ctx context.Context, name string) (*QueueInfo, error) {
+func (in *laneInspector) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 	if err := ValidateQueue(name); err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (in *Inspector) Queue(ctx context.Context, name string) (*QueueInfo, error)
 	return &qs[0], err
 }
 
-func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string) ([]QueueInfo, error) {
+func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []string) ([]QueueInfo, error) {
 	pausedQs, err := in.store.PausedQueues(ctx, conn)
 	if err != nil {
 		return nil, failed("read queues", err)
@@ -190,23 +190,27 @@ func (in *Inspector) queues(ctx context.Context, conn redis.Conn, names []string
 }
 
 // TaskView is a task as the inspector shows it: what Lookup reports,
-// plus the running lease and a preview of the payload.
+// plus the running lease, a preview of the payload and a done task's
+// result.
 type TaskView struct {
 	TaskInfo
+	// Result is a done task's result while it is kept
+	// (Config.ResultRetention); nil otherwise.
+	Result []byte
 	// Lease is a running task's lease deadline (on its worker's clock).
 	Lease time.Time
-	// Preview is the payload's start, printable, at most PreviewLen
+	// Preview is the payload's start, printable, at most 64
 	// characters, ending with "…" when cut.
 	Preview string
 }
 
 // PreviewLen is how many characters of a payload TaskView.Preview keeps.
-const PreviewLen = 64
+const previewLen = 64
 
 // Preview returns a printable preview of p of at most n characters:
 // the text itself if it is UTF-8 (control characters shown as '.'),
 // otherwise its bytes in hex; "…" marks a cut.
-func Preview(p []byte, n int) string {
+func previewOf(p []byte, n int) string {
 	if n < 1 {
 		return ""
 	}
@@ -228,17 +232,15 @@ func Preview(p []byte, n int) string {
 }
 
 func viewOf(r *buckets.Record, where buckets.Where) *TaskView {
-	v := &TaskView{TaskInfo: *infoFromRecord(r, where), Preview: Preview(r.Payload, PreviewLen)}
+	v := &TaskView{TaskInfo: *infoFromRecord(r, where), Preview: previewOf(r.Payload, previewLen)}
 	if r.State == buckets.StateRunning {
 		v.Lease = fromMs(r.Deadline)
 	}
 	return v
 }
 
-// Task looks a task up by id in any state, done and cancelled included
-// (while their records are kept). It matches ErrNotFound when there is no
-// such task.
-func (in *Inspector) Task(ctx context.Context, id string) (*TaskView, error) {
+// Task is Inspector.Task for one lane.
+func (in *laneInspector) Task(ctx context.Context, id string) (*TaskView, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -254,7 +256,15 @@ func (in *Inspector) Task(ctx context.Context, id string) (*TaskView, error) {
 	if err != nil {
 		return nil, failed("look up task "+id, err)
 	}
-	return viewOf(r, where), nil
+	v := viewOf(r, where)
+	if v.State == StateDone {
+		res, err := in.client().Result(ctx, id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		v.Result = res
+	}
+	return v, nil
 }
 
 // WorkerInfo is one registered worker process.
@@ -278,7 +288,7 @@ type WorkerInfo struct {
 	Types       []string `json:"types,omitempty"`
 	Concurrency int      `json:"concurrency,omitempty"`
 	// Running counts the tasks it runs now; Tasks lists the first of
-	// them (at most WorkerTaskLimit), by lease deadline.
+	// them (at most 20), by lease deadline.
 	Running int64 `json:"running"`
 	// Inflight counts ids it took and has not claimed yet.
 	Inflight int64         `json:"inflight"`
@@ -292,17 +302,16 @@ type RunningTask struct {
 }
 
 // WorkerTaskLimit is how many running tasks Workers lists per worker.
-const WorkerTaskLimit = 20
+const workerTaskLimit = 20
 
-// Workers lists every registered worker process, sorted by id, read in
-// one MULTI/EXEC (five commands per worker, whatever it runs).
-func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
+// Workers is Inspector.Workers for one lane.
+func (in *laneInspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	conn, err := in.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	snap, err := in.store.WorkerSnapshots(ctx, conn, WorkerTaskLimit)
+	snap, err := in.store.WorkerSnapshots(ctx, conn, workerTaskLimit)
 	if err != nil {
 		return nil, failed("list workers", err)
 	}

@@ -61,12 +61,8 @@ func (a Action) store() (buckets.Action, error) {
 	return 0, fmt.Errorf("engine: action %q: want run, retry, cancel or delete: %w", string(a), ErrInvalidOption)
 }
 
-// Act applies action a to the tasks ids, in batches of MaxActionBatch,
-// each one optimistic transaction that reads the tasks again under WATCH
-// and applies the action only where it still applies. It returns what it
-// did, also when it fails part way (the batches before the error were
-// applied).
-func (in *Inspector) Act(ctx context.Context, a Action, ids ...string) (ActionResult, error) {
+// Act is Inspector.Act for one lane.
+func (in *laneInspector) Act(ctx context.Context, a Action, ids ...string) (ActionResult, error) {
 	act, err := a.store()
 	if err != nil {
 		return ActionResult{}, err
@@ -94,13 +90,8 @@ func (in *Inspector) Act(ctx context.Context, a Action, ids ...string) (ActionRe
 	return res, nil
 }
 
-// ActAll applies action a to every task the filter names: it walks the
-// listing a page of MaxActionBatch at a time and acts on each page in one
-// optimistic transaction, which applies the action only to the tasks
-// still in the filter's state. Tasks that enter the state while it runs
-// may or may not be included. It returns what it did, also when it fails
-// part way.
-func (in *Inspector) ActAll(ctx context.Context, a Action, f Filter) (ActionResult, error) {
+// ActAll is Inspector.ActAll for one lane.
+func (in *laneInspector) ActAll(ctx context.Context, a Action, f Filter) (ActionResult, error) {
 	act, err := a.store()
 	if err != nil {
 		return ActionResult{}, err
@@ -141,7 +132,7 @@ func (in *Inspector) ActAll(ctx context.Context, a Action, f Filter) (ActionResu
 	}
 }
 
-func (in *Inspector) actOn(ctx context.Context, act buckets.Action, ids []string, guard func(*buckets.Record, bool) bool) (buckets.ActResult, error) {
+func (in *laneInspector) actOn(ctx context.Context, act buckets.Action, ids []string, guard func(*buckets.Record, bool) bool) (buckets.ActResult, error) {
 	conn, err := in.conn(ctx)
 	if err != nil {
 		return buckets.ActResult{}, err
@@ -172,4 +163,4 @@ func stateGuard(s State) func(*buckets.Record, bool) bool {
 
 // cancelTTL is how long a cancelled record is kept, in seconds, as
 // Client.Cancel keeps it.
-func (in *Inspector) cancelTTL() int64 { return in.cfg.doneTTL() }
+func (in *laneInspector) cancelTTL() int64 { return in.cfg.doneTTL() }

@@ -139,7 +139,7 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 func TestInspectActCrashPoints(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	st := e.store(t)
 	ctx := checkCtx(t, 2*time.Minute)
 	for _, act := range []buckets.Action{buckets.ActRun, buckets.ActCancel, buckets.ActDelete} {

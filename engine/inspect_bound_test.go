@@ -10,7 +10,7 @@ import (
 
 // commandsPerPage pages through a listing and returns the most commands
 // one page sent, as the server's census counts them.
-func commandsPerPage(t *testing.T, srv *redistest.Server, in *Inspector, opts ListOptions) (most, pages int) {
+func commandsPerPage(t *testing.T, srv *redistest.Server, in *laneInspector, opts ListOptions) (most, pages int) {
 	t.Helper()
 	ctx := checkCtx(t, time.Minute)
 	total := func() int {
@@ -65,12 +65,12 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		if _, err := c.EnqueueBatch(ctx, dead); err != nil {
 			t.Fatal(err)
 		}
-		w, err := NewWorker(e.pool, cfg, NewMux())
+		w, err := newWorker(e.pool, cfg, NewMux())
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBackground(t, w.Run)
-		in := c.Inspector()
+		in := c.inspector()
 		waitFor(t, outcomeWait, "the dead letters", func() bool {
 			q, err := in.Queue(ctx, "doomed")
 			return err == nil && q.Dead == int64(n)
@@ -89,7 +89,7 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 	for _, n := range []int{300, 3000} {
 		e := newEnv(t, srv)
 		fill(e, n)
-		in, _ := NewInspector(srv.Pool(t), e.cfg)
+		in, _ := newLaneInspector(srv.Pool(t), e.cfg)
 		for _, f := range listings {
 			most, pages := commandsPerPage(t, srv, in, ListOptions{Filter: f, Limit: 50})
 			t.Logf("%d tasks, %s/%s search %q: %d pages, at most %d commands a page", n, f.Queue, f.State, f.Search, pages, most)

@@ -38,7 +38,7 @@ func TestListTasksByteBudget(t *testing.T) {
 		}
 		batch = batch[k:]
 	}
-	in := c.Inspector()
+	in := c.inspector()
 	const budget = 256 << 10
 	for _, st := range []State{StateScheduled, StateReady} {
 		opts := ListOptions{Filter: Filter{Queue: "default", State: st, Search: "zzzz"}, Limit: 25, MaxBytes: budget}

@@ -175,22 +175,8 @@ func (o *ListOptions) scan() int {
 	return o.Limit
 }
 
-// ListTasks lists one page of the tasks of a queue in a state, in the
-// order they will be taken: scheduled and retrying in due order (bucket
-// by bucket, then in each bucket's order), ready in pop order, running by
-// worker then lease deadline, dead newest first.
-//
-// Each page costs a fixed number of commands (at most a few plus one per
-// bucket or worker it visits, never more than Limit of those) and reads at
-// most Limit entries, or SearchScan when it must judge entries by their
-// records; the page's entries are read in one MULTI/EXEC where they come
-// from one list. With MaxBytes their records are read 16 to a command
-// until that many bytes were read. Paging while tasks move returns no task twice and skips
-// none that stayed in its state, as long as fewer than about a thousand
-// tasks left a list ahead of the page between two calls; a task that
-// leaves its state and comes back (a retry, a recovery) may be listed
-// again.
-func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage, error) {
+// ListTasks is Inspector.ListTasks for one lane.
+func (in *laneInspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
@@ -222,7 +208,7 @@ func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage
 
 // total reads the gauge of the filter's state (summed over every queue
 // when Queue is ""): one HGETALL per queue concerned.
-func (in *Inspector) total(ctx context.Context, conn redis.Conn, f *Filter) (int64, error) {
+func (in *laneInspector) total(ctx context.Context, conn redis.Conn, f *Filter) (int64, error) {
 	names := []string{f.Queue}
 	if f.Queue == "" {
 		var err error
@@ -261,7 +247,7 @@ const judgeBatch = 16
 // up to o.Limit, how many ids it went through to find them, and how many
 // bytes of records it read. With o.MaxBytes it stops after the batch
 // that reaches it.
-func (in *Inspector) judge(ctx context.Context, conn redis.Conn, o *ListOptions, ids []string, where buckets.Where) ([]*TaskView, int, int64, error) {
+func (in *laneInspector) judge(ctx context.Context, conn redis.Conn, o *ListOptions, ids []string, where buckets.Where) ([]*TaskView, int, int64, error) {
 	batch := len(ids)
 	if o.MaxBytes > 0 {
 		batch = judgeBatch

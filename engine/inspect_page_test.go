@@ -13,7 +13,7 @@ import (
 // pageWhileMoving pages through a listing while tasks leave it, and
 // checks that no id comes twice and that every id still in the listed
 // structure at the end (so in it the whole time) was listed.
-func pageWhileMoving(t *testing.T, in *Inspector, opts ListOptions, remaining func() []string, moved func() bool) {
+func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remaining func() []string, moved func() bool) {
 	t.Helper()
 	ctx := checkCtx(t, time.Minute)
 	seen := map[string]bool{}
@@ -53,7 +53,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Concurrency = 4
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	const n = 3000
 	batch := make([]NewTask, n)
@@ -64,7 +64,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ran atomic.Int64
-	w, err := NewWorker(e.pool, e.cfg, HandlerFunc(func(context.Context, *Task) error {
+	w, err := newWorker(e.pool, e.cfg, HandlerFunc(func(context.Context, *Task) error {
 		ran.Add(1)
 		time.Sleep(time.Millisecond)
 		return nil
@@ -91,7 +91,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Advanced.Resolution = time.Millisecond
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	const n = 3000
 	start := time.Now().Add(300 * time.Millisecond)
@@ -103,7 +103,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 func TestInspectPagingAnchorsMoved(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	const n = 4000
 	batch := make([]NewTask, n)
@@ -220,7 +220,7 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	e.cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 	e.cfg.Concurrency = 4
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	batch := make([]NewTask, 1500)
 	for i := range batch {
@@ -229,7 +229,7 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(e.pool, e.cfg, NewMux())
+	w, err := newWorker(e.pool, e.cfg, NewMux())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Concurrency = 40
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	batch := make([]NewTask, 2000)
 	for i := range batch {
@@ -292,9 +292,9 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 		return nil
 	})
 	var stops []func()
-	var workers []*Worker
+	var workers []*worker
 	for i := 0; i < 2; i++ {
-		w, err := NewWorker(e.pool, e.cfg, h)
+		w, err := newWorker(e.pool, e.cfg, h)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,8 @@ import (
 // ready.
 type fixture struct {
 	e                 *env
-	c                 *Client
-	in                *Inspector
+	c                 *laneClient
+	in                *laneInspector
 	worker            string
 	release           chan struct{}
 	scheduled, ready  []string
@@ -33,7 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return time.Hour }
 	f := &fixture{e: e, c: e.client(t), release: make(chan struct{})}
 	var err error
-	if f.in, err = NewInspector(e.pool, e.cfg); err != nil {
+	if f.in, err = newLaneInspector(e.pool, e.cfg); err != nil {
 		t.Fatal(err)
 	}
 	mux := NewMux()
@@ -47,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 		return nil
 	})
-	w, err := NewWorker(e.pool, e.cfg, mux)
+	w, err := newWorker(e.pool, e.cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (f *fixture) waitStats(t *testing.T, what string, cond func(QueueInfo) bool
 }
 
 // listAll pages through a listing and returns the ids in order.
-func listAll(t *testing.T, in *Inspector, opts ListOptions) (ids []string, views []*TaskView, total int64) {
+func listAll(t *testing.T, in *laneInspector, opts ListOptions) (ids []string, views []*TaskView, total int64) {
 	t.Helper()
 	ctx := checkCtx(t, time.Minute)
 	for i := 0; ; i++ {
@@ -134,7 +134,7 @@ func sameSet(a, b []string) bool {
 	return strings.Join(sorted(a), ",") == strings.Join(sorted(b), ",")
 }
 
-func requireClean(t *testing.T, c *Client) {
+func requireClean(t *testing.T, c *laneClient) {
 	t.Helper()
 	if rep := mustCheck(t, c, CheckOptions{}); len(rep.Findings)+len(rep.Unconfirmed) > 0 {
 		t.Fatalf("check after the action: findings%s", describe(append(rep.Findings, rep.Unconfirmed...)))
@@ -263,7 +263,7 @@ func TestInspectListsEveryState(t *testing.T) {
 func TestInspectScheduledAmongManyQueues(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
-	in := c.Inspector()
+	in := c.inspector()
 	ctx := checkCtx(t, time.Minute)
 	due := time.Now().Add(time.Hour)
 	var batch []NewTask

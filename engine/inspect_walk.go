@@ -25,7 +25,7 @@ const maxVisits = 64
 
 // listReady walks queue q's ready list in pop order: two reads in one
 // MULTI/EXEC (LLEN, LRANGE of the window), then one MGET of the records.
-func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
+func (in *laneInspector) listReady(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
 	scan := o.scan()
 	seen := cur.seen()
 	var lo, hi int64
@@ -79,7 +79,7 @@ func (in *Inspector) listReady(ctx context.Context, conn redis.Conn, o *ListOpti
 // from the cursor's bucket (one ZRANGEBYSCORE, at most maxVisits members
 // of any queue), the windows of up to maxVisits of q's buckets in one
 // MULTI/EXEC, then one MGET of the records.
-func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
+func (in *laneInspector) listScheduled(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
 	total, err := in.total(ctx, conn, &o.Filter)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (in *Inspector) listScheduled(ctx context.Context, conn redis.Conn, o *List
 // listRunning walks the pending sets of the registered workers, by worker
 // id then lease deadline: SMEMBERS w, then one ZRANGEBYSCORE per worker
 // visited (at most maxVisits), then one MGET of the records.
-func (in *Inspector) listRunning(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
+func (in *laneInspector) listRunning(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
 	total, err := in.total(ctx, conn, &o.Filter)
 	if err != nil {
 		return nil, err
@@ -273,7 +273,7 @@ func (in *Inspector) listRunning(ctx context.Context, conn redis.Conn, o *ListOp
 
 // listDead walks the dead letters newest first: one ZREVRANGEBYSCORE, then
 // one MGET of the records.
-func (in *Inspector) listDead(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
+func (in *laneInspector) listDead(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
 	total, err := in.total(ctx, conn, &o.Filter)
 	if err != nil {
 		return nil, err
@@ -347,7 +347,7 @@ func resumeExtra(cur cursor) int { return int(cur.Pos) + cursorAnchors }
 // scoredPage judges the candidates of a sorted-set walk and builds the
 // cursor after the last one used: its worker and score, its id as the
 // anchor, and how many members of that score were read up to it.
-func (in *Inspector) scoredPage(ctx context.Context, conn redis.Conn, o *ListOptions, page *TaskPage, cand []string, keys []skey, more bool, cur cursor) (*TaskPage, error) {
+func (in *laneInspector) scoredPage(ctx context.Context, conn redis.Conn, o *ListOptions, page *TaskPage, cand []string, keys []skey, more bool, cur cursor) (*TaskPage, error) {
 	views, used, read, err := in.judge(ctx, conn, o, cand, buckets.InRecord)
 	if err != nil {
 		return nil, err

@@ -124,9 +124,7 @@ func checkMemoryPolicy(ctx context.Context, pool *redis.Pool, allow bool, log *s
 	return nil
 }
 
-// MemoryPolicy reads the Redis server's memory limit and eviction policy
-// (two CONFIG GETs): for `engine check`, /readyz and the dashboard. A
-// server that refuses CONFIG gives a policy whose Unknown says so.
-func (in *Inspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
+// MemoryPolicy is Inspector.MemoryPolicy for one lane.
+func (in *laneInspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
 	return readMemoryPolicy(ctx, in.pool)
 }

@@ -86,7 +86,7 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 		t.Parallel()
 		e := privateEnv(t)
 		e.configSet(t, "maxmemory", "1000000000", "maxmemory-policy", "allkeys-lru")
-		s, err := NewServer(e.pool, e.cfg, NewMux(), AllRoles)
+		s, err := newLaneServer(e.pool, e.cfg, NewMux(), AllRoles)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,9 +131,9 @@ func TestRunChecksMemoryPolicy(t *testing.T) {
 }
 
 // inspectorOf is an Inspector over e's pool and config.
-func inspectorOf(t *testing.T, e *env) *Inspector {
+func inspectorOf(t *testing.T, e *env) *laneInspector {
 	t.Helper()
-	in, err := NewInspector(e.pool, e.cfg)
+	in, err := newLaneInspector(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,16 +112,6 @@ func IsRetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// ValidateType checks a task type as Enqueue does: 1 to 256 bytes of
-// UTF-8 without control characters.
-func ValidateType(typ string) error {
-	r := buckets.Record{Queue: "q", Type: typ, MaxAttempts: 1, TimeoutMs: 1}
-	if err := r.Validate(0); err != nil {
-		return &engineError{msg: "engine: " + err.Error(), kind: kindOf(err), cause: err}
-	}
-	return nil
-}
-
 // ValidateQueue checks a queue name as Enqueue does: 1 to 64 of A-Z a-z
 // 0-9 _ . -.
 func ValidateQueue(name string) error {
@@ -156,24 +146,24 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
+func isPermanent(err error) bool {
 	var p *permanent
 	return errors.As(err, &p)
 }
 
 // PanicError is the failure recorded when a handler panics.
-type PanicError struct {
+type panicError struct {
 	Value any
 	Stack string
 }
 
-func (p *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
+func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
 
 // callHandler runs h, turning a panic into a *PanicError.
 func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: string(debug.Stack())}
+			err = &panicError{Value: v, Stack: string(debug.Stack())}
 		}
 	}()
 	return h.ProcessTask(ctx, t)

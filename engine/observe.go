@@ -63,7 +63,7 @@ type EventKind uint8
 const (
 	// EventEnqueued: a task was written (one event per task of a batch):
 	// by a producer (Enqueue, EnqueueChain's first step, EnqueueGroup's
-	// members), by a Scheduler (a periodic firing), or by the result
+	// members), by a Server's scheduler (a periodic firing), or by the result
 	// that enqueues a chain's next step, a group's callback or a reply
 	// task. Queue, Type, TaskID and Due are set.
 	EventEnqueued EventKind = iota + 1
@@ -170,7 +170,7 @@ func (c Config) observeEnqueued(recs []*buckets.Record, now time.Time) {
 }
 
 // observeStart reports a claimed task about to run.
-func (w *Worker) observeStart(r *buckets.Record) {
+func (w *worker) observeStart(r *buckets.Record) {
 	if w.cfg.Observer == nil {
 		return
 	}
@@ -179,7 +179,7 @@ func (w *Worker) observeStart(r *buckets.Record) {
 }
 
 // observeOutcome reports a recorded result; r is the record as written.
-func (w *Worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
+func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
 	if w.cfg.Observer == nil {
 		return
 	}
@@ -238,7 +238,7 @@ func (c Config) observeDispatch(res buckets.MoveResult) {
 // LiveWorkers counts the worker processes whose heartbeat is alive, and
 // all registered ones (the dead are forgotten by a reaper): one SMEMBERS
 // and one pipelined round of EXISTS.
-func (c *Client) LiveWorkers(ctx context.Context) (alive, registered int, err error) {
+func (c *laneClient) LiveWorkers(ctx context.Context) (alive, registered int, err error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return 0, 0, err

@@ -78,7 +78,7 @@ func TestObserverEvents(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := NewServer(e.pool, e.cfg, mux, RoleDispatcher|RoleWorker)
+	s, err := newLaneServer(e.pool, e.cfg, mux, RoleDispatcher|RoleWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestObserverLeaseExpiry(t *testing.T) {
 	if _, err := e.client(t).Enqueue(t.Context(), "hang", nil, TaskID("h"), Timeout(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(e.pool, e.cfg, mux)
+	w, err := newWorker(e.pool, e.cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}

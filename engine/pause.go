@@ -13,7 +13,7 @@ import (
 // (pub/sub on the namespace's control channel). The pause is kept in
 // Redis and survives restarts of every process, until ResumeQueue.
 // Pausing a paused queue does nothing more.
-func (c *Client) PauseQueue(ctx context.Context, q string) error {
+func (c *laneClient) PauseQueue(ctx context.Context, q string) error {
 	if err := ValidateQueue(q); err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func (c *Client) PauseQueue(ctx context.Context, q string) error {
 // ResumeQueue resumes queue q: workers take its tasks again, idle ones at
 // once (the resume pushes wake-up tokens and tells the subscribed
 // workers). Resuming a queue that is not paused only wakes idle workers.
-func (c *Client) ResumeQueue(ctx context.Context, q string) error {
+func (c *laneClient) ResumeQueue(ctx context.Context, q string) error {
 	if err := ValidateQueue(q); err != nil {
 		return err
 	}
@@ -44,20 +44,6 @@ func (c *Client) ResumeQueue(ctx context.Context, q string) error {
 		return failed("resume queue "+q, err)
 	}
 	return nil
-}
-
-// Paused lists the paused queues, sorted.
-func (c *Client) Paused(ctx context.Context) ([]string, error) {
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	qs, err := c.store.PausedQueues(ctx, conn)
-	if err != nil {
-		return nil, failed("list paused queues", err)
-	}
-	return qs, nil
 }
 
 // UnservedType is a task type that a worker gave back on a queue because
@@ -75,7 +61,7 @@ type UnservedType struct {
 // gave back and that no live worker serves now (a live worker serving a
 // type says so in its heartbeat). A type stays listed until a worker
 // serving it on that queue starts.
-func (c *Client) Unserved(ctx context.Context) ([]UnservedType, error) {
+func (c *laneClient) Unserved(ctx context.Context) ([]UnservedType, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err

@@ -32,12 +32,12 @@ func TestPauseChaos(t *testing.T) {
 		}
 		return nil
 	})
-	bg, err := NewServer(e.pool, cfg, nil, RoleDispatcher|RoleReaper)
+	bg, err := newLaneServer(e.pool, cfg, nil, RoleDispatcher|RoleReaper)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runBackground(t, bg.Run)
-	healthy, err := NewWorker(e.pool, cfg, h)
+	healthy, err := newWorker(e.pool, cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestPauseChaos(t *testing.T) {
 		wg.Wait()
 	}()
 	dying := func() {
-		w, err := NewWorker(e.pool, cfg, h)
+		w, err := newWorker(e.pool, cfg, h)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ type PeriodicStatus struct {
 
 // Periodics lists the periodic entries stored in the namespace, sorted by
 // name. It writes nothing.
-func (c *Client) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
+func (c *laneClient) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return nil, err

@@ -49,9 +49,9 @@ func (c *concurrent) enter() { raise(&c.most, int(c.now.Add(1))) }
 func (c *concurrent) exit()  { c.now.Add(-1) }
 
 // prefetchWorker starts a worker of e with handler rec, its store counted.
-func prefetchWorker(t *testing.T, e *env, rec *recorder) (*Worker, *requeueStore, func()) {
+func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore, func()) {
 	t.Helper()
-	w, err := NewWorker(e.pool, e.cfg, rec)
+	w, err := newWorker(e.pool, e.cfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 	})
 	w, rs, _ := prefetchWorker(t, e, rec)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(context.Background(), "default")
+		st, err := c.inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
 	for i, info := range infos {
@@ -114,7 +114,7 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 	})
 	_, rs, _ := prefetchWorker(t, e, rec)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(context.Background(), "default")
+		st, err := c.inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
 	if claim := rs.maxClaim.Load(); claim > slots {
@@ -130,9 +130,9 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 // blocks until open is called, counting the blocked runs.
 type stuckSetup struct {
 	e       *env
-	c       *Client
+	c       *laneClient
 	infos   []*TaskInfo
-	w       *Worker
+	w       *worker
 	rs      *requeueStore
 	rec     *recorder
 	blocked atomic.Int64
@@ -174,7 +174,7 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 
 // queue reads the default queue's figures.
 func (st *stuckSetup) queue() (*QueueInfo, error) {
-	return st.c.Inspector().Queue(context.Background(), "default")
+	return st.c.inspector().Queue(context.Background(), "default")
 }
 
 // A graceful shutdown gives the tasks claimed ahead back to the front of
@@ -199,14 +199,14 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	// bound is generous for a loaded machine: a give-back is one Requeue
 	// a batch, tens of milliseconds under the race detector here.
 	waitFor(t, outcomeWait, "tasks claimed ahead given back", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
+		st, err := c.inspector().Queue(ctx, "default")
 		return err == nil && st.Running == slots
 	})
 	su.open()
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	st, err := c.Inspector().Queue(ctx, "default")
+	st, err := c.inspector().Queue(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	waitFor(t, outcomeWait, "tasks claimed ahead given back", func() bool { return rs.unstarted.Load() > 0 })
 	su.open()
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
-		st, err := c.Inspector().Queue(ctx, "default")
+		st, err := c.inspector().Queue(ctx, "default")
 		return err == nil && st.Processed == n && st.Running == 0
 	})
 	conn := e.admin(t)
@@ -315,7 +315,7 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 2, 16
-	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
+	w, err := newWorker(e.pool, e.cfg, newRecorder(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 1, 8
 	e.cfg.Advanced.LeaseGrace = 400 * time.Millisecond
-	w, err := NewWorker(e.pool, e.cfg, newRecorder(nil))
+	w, err := newWorker(e.pool, e.cfg, newRecorder(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ import (
 // the fetching loop holds those extra tokens itself (reserved), and at
 // most Concurrency tasks are taken at a time, as without prefetch.
 type processor struct {
-	w     *Worker
+	w     *worker
 	sem   chan struct{} // Concurrency + prefetch tokens: tasks taken, not yet recorded
 	slots chan struct{} // Concurrency tokens: handlers running
 	// reserved: tokens of sem the fetching loop holds back while it does
@@ -69,7 +69,7 @@ type processor struct {
 	unchained bool
 }
 
-func newProcessor(w *Worker) *processor {
+func newProcessor(w *worker) *processor {
 	c, pre := w.cfg.Concurrency, w.cfg.prefetch()
 	p := &processor{w: w, sem: make(chan struct{}, c+pre), slots: make(chan struct{}, c),
 		unrecorded: make(chan struct{}, max(c+pre, w.cfg.Advanced.GroupCommitMax))}

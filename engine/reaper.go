@@ -22,7 +22,7 @@ import (
 // so no clocks are compared. Leases are compared on the reaper's clock
 // with HeartbeatTTL of slack, a backstop for a worker that is alive but
 // no longer looks after its own leases.
-type Reaper struct {
+type reaper struct {
 	pool  *redis.Pool
 	cfg   Config
 	store *buckets.Store
@@ -30,7 +30,7 @@ type Reaper struct {
 }
 
 // NewReaper returns a Reaper over pool.
-func NewReaper(pool *redis.Pool, cfg Config) (*Reaper, error) {
+func newReaper(pool *redis.Pool, cfg Config) (*reaper, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewReaper: nil pool: %w", ErrInvalidOption)
 	}
@@ -38,11 +38,11 @@ func NewReaper(pool *redis.Pool, cfg Config) (*Reaper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "reaper")}, nil
+	return &reaper{pool: pool, cfg: cfg, store: st, log: cfg.Logger.With(keyComponent, "reaper")}, nil
 }
 
 // ReapResult counts what one pass did.
-type ReapResult struct {
+type reapResult struct {
 	DeadWorkers   int // workers found dead and cleaned up
 	Recovered     int // tasks returned to their queues
 	Buried        int // tasks sent to the dead letters (too many recoveries, bad records)
@@ -58,13 +58,13 @@ const trimPasses = 10
 // trimEvery is how often Run trims the dead letters: every trimPasses
 // ReapIntervals, or every DeadRetention when that is shorter. A dead
 // letter lives at most that much past DeadRetention.
-func (r *Reaper) trimEvery() time.Duration {
+func (r *reaper) trimEvery() time.Duration {
 	return min(trimPasses*r.cfg.Advanced.ReapInterval, r.cfg.DeadRetention)
 }
 
 // Run reaps every ReapInterval (with jitter) until ctx ends; every
 // trimEvery a pass also trims the dead letters.
-func (r *Reaper) Run(ctx context.Context) error {
+func (r *reaper) Run(ctx context.Context) error {
 	r.log.Info("reaper started", "interval", r.cfg.Advanced.ReapInterval)
 	defer r.log.Info("reaper stopped")
 	var bo rconn.Backoff
@@ -87,7 +87,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		if trim {
 			trimmed = at
 		}
-		if res != (ReapResult{}) {
+		if res != (reapResult{}) {
 			r.log.Info("reaped", "dead_workers", res.DeadWorkers, "recovered", res.Recovered,
 				"buried", res.Buried, "expired_leases", res.ExpiredLeases, "trimmed_dead", res.TrimmedDead)
 		}
@@ -100,11 +100,11 @@ func (r *Reaper) Run(ctx context.Context) error {
 
 // Reap makes one pass: dead workers, expired leases, and dead letters
 // past DeadRetention.
-func (r *Reaper) Reap(ctx context.Context) (ReapResult, error) { return r.reap(ctx, true) }
+func (r *reaper) Reap(ctx context.Context) (reapResult, error) { return r.reap(ctx, true) }
 
 // reap makes one pass; trim: the dead letters too.
-func (r *Reaper) reap(ctx context.Context, trim bool) (ReapResult, error) {
-	var res ReapResult
+func (r *reaper) reap(ctx context.Context, trim bool) (reapResult, error) {
+	var res reapResult
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {
 		return res, fmt.Errorf("engine: reap: %w", err)
@@ -157,7 +157,7 @@ func wrapReap(err error) error {
 }
 
 // reapDead returns everything a dead worker held and forgets it.
-func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
+func (r *reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
 	log := r.log.With(keyWorker, w)
 	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Advanced.Clock.Now()))
 	recovered, buried = res.Requeued, res.Buried
@@ -181,7 +181,7 @@ func (r *Reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recov
 
 // requeueAll returns worker w's pending tasks whose lease deadline is at
 // or before cutoff.
-func (r *Reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, err error) {
+func (r *reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, err error) {
 	for {
 		ids, err := r.store.PendingIDs(ctx, conn, w, cutoff, 100)
 		if err != nil || len(ids) == 0 {

@@ -44,7 +44,7 @@ func TestConcurrentReapers(t *testing.T) {
 		var wg sync.WaitGroup
 		var recovered atomic.Int64
 		for i := 0; i < 4; i++ {
-			rp, _ := NewReaper(e.pool, e.cfg)
+			rp, _ := newReaper(e.pool, e.cfg)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

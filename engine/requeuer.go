@@ -12,7 +12,7 @@ import (
 // queues: a hung run's task when its lease ends, the unfinished ones at
 // the shutdown deadline.
 type requeuer struct {
-	w *Worker
+	w *worker
 }
 
 // requeue returns ids, retrying a few times on a tested connection; past

@@ -15,7 +15,7 @@ import (
 var ErrResultTooLarge = errors.New("engine: result too large")
 
 // ErrNoResultHere: SetResult with a context that is not a handler's.
-var ErrNoResultHere = errors.New("engine: SetResult outside a handler")
+var errNoResultHere = errors.New("engine: SetResult outside a handler")
 
 type resultKey struct{}
 
@@ -35,7 +35,7 @@ type resultBox struct {
 func SetResult(ctx context.Context, b []byte) error {
 	box, _ := ctx.Value(resultKey{}).(*resultBox)
 	if box == nil {
-		return ErrNoResultHere
+		return errNoResultHere
 	}
 	if len(b) > box.max {
 		return fmt.Errorf("engine: result of %d bytes, limit %d (Config.MaxResult): %w", len(b), box.max, ErrResultTooLarge)
@@ -73,13 +73,10 @@ func outcomeOf(f *buckets.Final, result []byte) *Outcome {
 	return o
 }
 
-// Reply is a reply record, as pushed onto a reply list named with
-// ReplyTo: the task's id, final state, and its result or last error.
-type Reply = Outcome
-
-// DecodeReply parses an element of a reply list (JSON: "id", "state",
-// "error", "result" in base64, "finished" in Unix ms).
-func DecodeReply(b []byte) (*Reply, error) {
+// DecodeReply parses the payload of a reply task (ReplyTo): the outcome of
+// the task it answers (JSON: "id", "state", "error", "result" in base64,
+// "finished" in Unix ms).
+func DecodeReply(b []byte) (*Outcome, error) {
 	f, err := buckets.DecodeFinal(b)
 	if err != nil {
 		return nil, &engineError{msg: "engine: " + stripLayers(err.Error()), cause: err}
@@ -87,9 +84,8 @@ func DecodeReply(b []byte) (*Reply, error) {
 	return outcomeOf(f, nil), nil
 }
 
-// Result returns the result a done task recorded with SetResult, or nil
-// when it recorded none, has not succeeded, or its retention passed.
-func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
+// Result is Client.Result for one lane.
+func (c *laneClient) Result(ctx context.Context, id string) ([]byte, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -108,18 +104,8 @@ func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
 // waitSlice is the longest one blocking wait of Wait, in whole seconds.
 const waitSlice = 5
 
-// Wait blocks until task id is done, dead or cancelled, and returns its
-// outcome (with the result of a done task). It does not poll: it marks
-// the task as waited for and blocks on its completion list (BRPOPLPUSH,
-// whole seconds at a time, re-armed until ctx ends), on a connection of
-// its own; every final transition after the mark pushes that list. A task
-// that ended before Wait (or between two blocks) is found at once, from
-// its completion list or its record: a success whose record is kept at
-// least as long as a completion list would be pushes none when nobody
-// waits, and its record says the outcome. ErrNotFound: no such task (or
-// its record and completion both expired). When ctx ends first, ctx's
-// error.
-func (c *Client) Wait(ctx context.Context, id string) (*Outcome, error) {
+// Wait is Client.Wait for one lane.
+func (c *laneClient) Wait(ctx context.Context, id string) (*Outcome, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -166,43 +152,6 @@ func (c *Client) Wait(ctx context.Context, id string) (*Outcome, error) {
 				}
 			}
 			return outcomeOf(f, res), nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// NextReply takes the oldest reply from reply list name (see ReplyTo),
-// blocking until there is one or ctx ends (whole seconds at a time, on a
-// connection of its own). A reply taken is removed from the list: with
-// several readers, each reply goes to one of them. An element that is not
-// a reply gives an error matching nothing but is removed all the same.
-func (c *Client) NextReply(ctx context.Context, name string) (*Reply, error) {
-	if !buckets.ValidName(name) {
-		return nil, fmt.Errorf("engine: reply list %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidName)
-	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	for {
-		secs := waitSlice
-		if dl, ok := ctx.Deadline(); ok {
-			secs = min(waitSlice, max(1, int(time.Until(dl)/time.Second)))
-		}
-		bctx, cancel := context.WithTimeout(ctx, time.Duration(secs+2)*time.Second)
-		b, err := c.store.PopReply(bctx, conn, name, secs)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, failed("reply list "+name, err)
-		}
-		if b != nil {
-			return DecodeReply(b)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

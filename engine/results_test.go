@@ -47,7 +47,7 @@ func TestResultAndWait(t *testing.T) {
 			}
 			got <- o
 		}()
-		w, _ := NewWorker(e.pool, e.cfg, mux)
+		w, _ := newWorker(e.pool, e.cfg, mux)
 		runBackground(t, w.Run)
 		o := <-got
 		if o == nil || o.State != StateDone || string(o.Result) != "r:1" || o.Err() != nil {
@@ -87,7 +87,7 @@ func TestResultAndWait(t *testing.T) {
 		if _, err := c.Wait(short, never.ID); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait past the context: %v", err)
 		}
-		if err := SetResult(ctx, nil); !errors.Is(err, ErrNoResultHere) {
+		if err := SetResult(ctx, nil); !errors.Is(err, errNoResultHere) {
 			t.Fatalf("SetResult outside a handler: %v", err)
 		}
 	})
@@ -102,7 +102,7 @@ func TestWaitWithoutDoneRecord(t *testing.T) {
 	c := e.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
+	w, _ := newWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
 	runBackground(t, w.Run)
 	info, _ := c.Enqueue(ctx, "t", nil)
 	o, err := c.Wait(ctx, info.ID)
@@ -119,8 +119,8 @@ func TestWaitWithoutDoneRecord(t *testing.T) {
 
 // A worker that dies at any step between taking a task and recording its
 // result: Wait, started before, still returns the final outcome (from
-// the worker that runs it next), and the reply list gets exactly one
-// reply for the task, whatever the step.
+// the worker that runs it next), and exactly one reply task is enqueued
+// for the task, whatever the step.
 func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
@@ -146,24 +146,34 @@ func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
 			if o == nil || o.State != StateDone || string(o.Result) != "out" {
 				t.Fatalf("wait: %+v", o)
 			}
-			r, err := c.NextReply(ctx, "replies")
-			if err != nil || r.ID != info.ID || r.State != StateDone || string(r.Result) != "out" {
-				t.Fatalf("reply: %+v %v", r, err)
-			}
-			if n := listLen(t, e, "rl:replies"); n != 0 {
-				t.Fatalf("%d more replies, want exactly one", n)
+			rs := replyTasks(t, c, "replies")
+			if len(rs) != 1 || rs[0].ID != info.ID || rs[0].State != StateDone || string(rs[0].Result) != "out" {
+				t.Fatalf("replies: %+v, want exactly one, done with its result", rs)
 			}
 		})
 	}
 }
 
-func listLen(t testing.TB, e *env, key string) int {
+// replyTasks decodes the reply tasks waiting in queue q (no worker here
+// serves it), oldest first.
+func replyTasks(t testing.TB, c *laneClient, q string) []*Outcome {
 	t.Helper()
-	n, err := e.admin(t).Do("LLEN", e.key(key))
+	page, err := c.inspector().ListTasks(context.Background(), ListOptions{Filter: Filter{Queue: q, State: StateReady}, Limit: MaxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int(n.(int64))
+	var out []*Outcome
+	for _, v := range page.Tasks {
+		if v.Type != ReplyType {
+			t.Fatalf("task %s of type %q in the reply queue", v.ID, v.Type)
+		}
+		o, err := DecodeReply(v.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // Every final outcome sends one reply: done with its result, dead with
@@ -192,9 +202,9 @@ func TestReplyPerOutcome(t *testing.T) {
 			return nil
 		}
 	})
-	w, _ := NewWorker(e.pool, e.cfg, mux)
+	w, _ := newWorker(e.pool, e.cfg, mux)
 	runBackground(t, w.Run)
-	d, _ := NewDispatcher(e.pool, e.cfg)
+	d, _ := newDispatcher(e.pool, e.cfg)
 	runBackground(t, d.Run)
 	ok, _ := c.Enqueue(ctx, "ok", []byte("res"), ReplyTo("r"))
 	flaky, _ := c.Enqueue(ctx, "flaky", nil, ReplyTo("r"))
@@ -203,16 +213,9 @@ func TestReplyPerOutcome(t *testing.T) {
 	if err := c.Cancel(ctx, gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	replies := map[string][]*Reply{}
-	for i := 0; i < 4; i++ {
-		r, err := c.NextReply(ctx, "r")
-		if err != nil {
-			for _, id := range []string{ok.ID, flaky.ID, once.ID, gone.ID} {
-				info, _ := c.Lookup(context.Background(), id)
-				t.Logf("%s: %d replies, %+v", id, len(replies[id]), info)
-			}
-			t.Fatal(err)
-		}
+	replies := map[string][]*Outcome{}
+	waitFor(t, outcomeWait, "four replies", func() bool { return len(replyTasks(t, c, "r")) >= 4 })
+	for _, r := range replyTasks(t, c, "r") {
 		replies[r.ID] = append(replies[r.ID], r)
 	}
 	if r := replies[ok.ID]; len(r) != 1 || r[0].State != StateDone || string(r[0].Result) != "res" {
@@ -227,27 +230,20 @@ func TestReplyPerOutcome(t *testing.T) {
 	if r := replies[gone.ID]; len(r) != 1 || r[0].State != StateCancelled {
 		t.Fatalf("cancelled: %+v", r)
 	}
-	if err := c.RetryDead(ctx, once.ID); err != nil {
-		t.Fatal(err)
-	}
-	r, err := c.NextReply(ctx, "r")
-	if err != nil {
-		info, lerr := c.Lookup(context.Background(), once.ID)
-		t.Fatalf("no reply after revival: %v; task %+v %v", err, info, lerr)
-	}
-	if r.ID != once.ID || r.State != StateDone {
-		t.Fatalf("revived: %+v %v", r, err)
+	if res, err := c.inspector().Act(ctx, ActionRetry, once.ID); err != nil || res.Done != 1 {
+		t.Fatalf("retry the dead letter: %+v %v", res, err)
 	}
 	if o, err := c.Wait(ctx, once.ID); err != nil || o.State != StateDone {
 		t.Fatalf("wait after revival: %+v %v", o, err)
 	}
-	if n := listLen(t, e, "rl:r"); n != 0 {
-		t.Fatalf("%d replies more than outcomes", n)
+	waitFor(t, outcomeWait, "the revived task's reply", func() bool { return len(replyTasks(t, c, "r")) >= 5 })
+	if rs := replyTasks(t, c, "r"); len(rs) != 5 || rs[4].ID != once.ID || rs[4].State != StateDone {
+		t.Fatalf("replies after the revival: %+v, want a fifth, done", rs)
 	}
 	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("bad name")); !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("bad reply list: %v", err)
+		t.Fatalf("bad reply queue: %v", err)
 	}
-	// Results, completion lists, reply lists and unique keys are nothing
+	// Results, completion lists, reply tasks and unique keys are nothing
 	// for the checker to report.
 	if _, err := c.Enqueue(ctx, "ok", nil, UniqueKey("k", time.Hour), ReplyTo("r"), In(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -258,16 +254,16 @@ func TestReplyPerOutcome(t *testing.T) {
 	}
 }
 
-// ReplyToQueue enqueues one reply task per final outcome into the named
+// ReplyTo enqueues one reply task per final outcome into the named
 // queue, in the same transaction; a worker of that queue handles it like
 // any task, and DecodeReply reads its payload.
-func TestReplyToQueue(t *testing.T) {
+func TestReplyTo(t *testing.T) {
 	e := realEnv(t)
 	e.cfg.Queues = []QueueConfig{{Name: "default"}, {Name: "answers"}}
 	c := e.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got := make(chan *Reply, 8)
+	got := make(chan *Outcome, 8)
 	mux := NewMux()
 	mux.HandleFunc("ok", func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("42")) })
 	mux.HandleFunc("die", func(ctx context.Context, t *Task) error { return Permanent(errors.New("no")) })
@@ -283,11 +279,11 @@ func TestReplyToQueue(t *testing.T) {
 		got <- r
 		return nil
 	})
-	w, _ := NewWorker(e.pool, e.cfg, mux)
+	w, _ := newWorker(e.pool, e.cfg, mux)
 	runBackground(t, w.Run)
-	ok, _ := c.Enqueue(ctx, "ok", nil, ReplyToQueue("answers"))
-	dead, _ := c.Enqueue(ctx, "die", nil, ReplyToQueue("answers"))
-	replies := map[string]*Reply{}
+	ok, _ := c.Enqueue(ctx, "ok", nil, ReplyTo("answers"))
+	dead, _ := c.Enqueue(ctx, "die", nil, ReplyTo("answers"))
+	replies := map[string]*Outcome{}
 	for len(replies) < 2 {
 		select {
 		case r := <-got:
@@ -305,7 +301,7 @@ func TestReplyToQueue(t *testing.T) {
 	if r := replies[dead.ID]; r == nil || r.State != StateDead || r.Error != "no" {
 		t.Fatalf("dead reply: %+v", r)
 	}
-	if _, err := c.Enqueue(ctx, "ok", nil, ReplyToQueue("no queue")); !errors.Is(err, ErrInvalidOption) {
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("no queue")); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("bad reply queue: %v", err)
 	}
 	rep, err := c.Check(ctx, CheckOptions{})
@@ -336,7 +332,7 @@ func TestManyWaiters(t *testing.T) {
 			got <- o
 		}()
 	}
-	w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("r")) }))
+	w, _ := newWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("r")) }))
 	runBackground(t, w.Run)
 	for i := 0; i < waiters; i++ {
 		if o := <-got; o == nil || o.State != StateDone || string(o.Result) != "r" {
@@ -381,7 +377,7 @@ func TestWaitAfterUnwaitedSuccess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w, _ := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
+			w, _ := newWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error { return SetResult(ctx, []byte("x")) }))
 			runBackground(t, w.Run)
 			select {
 			case id := <-finished:
@@ -404,4 +400,13 @@ func TestWaitAfterUnwaitedSuccess(t *testing.T) {
 			}
 		})
 	}
+}
+
+func listLen(t testing.TB, e *env, key string) int {
+	t.Helper()
+	n, err := e.admin(t).Do("LLEN", e.key(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n.(int64))
 }

@@ -30,7 +30,7 @@ func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) bucket
 	if errors.Is(herr, ErrNoHandler) && p.cfg.UnknownType == UnknownDead {
 		return buckets.Bury
 	}
-	if IsPermanent(herr) || r.Attempts >= r.MaxAttempts {
+	if isPermanent(herr) || r.Attempts >= r.MaxAttempts {
 		return buckets.Bury
 	}
 	r.State = buckets.StateRetry
@@ -40,7 +40,7 @@ func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) bucket
 
 func truncateErr(err error) string {
 	s := err.Error()
-	var p *PanicError
+	var p *panicError
 	if errors.As(err, &p) {
 		s += "\n" + p.Stack
 	}

@@ -16,7 +16,7 @@ import (
 // another worker. At the shutdown deadline it gives every running task
 // back at once.
 type runner struct {
-	w       *Worker
+	w       *worker
 	mu      sync.Mutex
 	running map[string]*activeRun // guarded by mu
 	timers  sync.WaitGroup

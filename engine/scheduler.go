@@ -20,7 +20,7 @@ import (
 // Periodic is an entry of a schedule: a task enqueued at every firing of
 // a cron expression or a fixed interval. Every process that declares the
 // same entry (same Name) keeps its next firings enqueued; together they
-// enqueue one task per firing, with no leader (see Scheduler).
+// enqueue one task per firing, with no leader (see Server.AddPeriodic).
 type Periodic struct {
 	// Name identifies the entry across processes: 1-256 bytes of
 	// printable UTF-8.
@@ -82,7 +82,7 @@ func (d periodicDef) spec() (schedule.Spec, error) {
 	return sp, nil
 }
 
-// ValidatePeriodic checks p as Scheduler.Add would with cfg: its name,
+// ValidatePeriodic checks p as Server.AddPeriodic would with cfg: its name,
 // schedule, missed policy and task fields. Errors match ErrInvalidOption.
 func ValidatePeriodic(cfg Config, p Periodic) error {
 	if err := cfg.Validate(); err != nil {
@@ -165,8 +165,8 @@ func validatePeriodic(cfg Config, p Periodic) (*entry, error) {
 // firings the new schedule does not have and stores the definition; a
 // process with the older definition logs "superseded" and stops
 // scheduling that entry. An entry no live process declares stops after
-// its horizon and is listed as orphaned (Client.Periodics).
-type Scheduler struct {
+// its horizon and is listed as orphaned (Inspector.Periodics).
+type scheduler struct {
 	// Horizon is how far ahead firings are enqueued. Default 10 s.
 	Horizon time.Duration
 	// Pass is the time between two passes (±10 %). Default Horizon/3.
@@ -192,7 +192,7 @@ type Scheduler struct {
 const maxPassFirings = 100
 
 // NewScheduler returns a Scheduler over pool with no entries.
-func NewScheduler(pool *redis.Pool, cfg Config) (*Scheduler, error) {
+func newScheduler(pool *redis.Pool, cfg Config) (*scheduler, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("engine: NewScheduler: nil pool: %w", ErrInvalidOption)
 	}
@@ -201,17 +201,17 @@ func NewScheduler(pool *redis.Pool, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	id := uuid.NewString()
-	return &Scheduler{pool: pool, cfg: cfg, store: st, id: id, stamp: ms(cfg.Advanced.Clock.Now()),
+	return &scheduler{pool: pool, cfg: cfg, store: st, id: id, stamp: ms(cfg.Advanced.Clock.Now()),
 		names: map[string]bool{},
 		log:   cfg.Logger.With(keyComponent, "scheduler", "scheduler", id)}, nil
 }
 
 // ID is the scheduler's process id, as the entries' declarers list it.
-func (s *Scheduler) ID() string { return s.id }
+func (s *scheduler) ID() string { return s.id }
 
 // Add declares an entry. It must be called before Run; a name declared
 // twice is refused.
-func (s *Scheduler) Add(p Periodic) error {
+func (s *scheduler) Add(p Periodic) error {
 	e, err := validatePeriodic(s.cfg, p)
 	if err != nil {
 		return err
@@ -230,7 +230,7 @@ func (s *Scheduler) Add(p Periodic) error {
 	return nil
 }
 
-func (s *Scheduler) timing() (horizon, pass, skew time.Duration, err error) {
+func (s *scheduler) timing() (horizon, pass, skew time.Duration, err error) {
 	horizon, pass, skew = s.Horizon, s.Pass, s.MaxSkew
 	if horizon == 0 {
 		horizon = 10 * time.Second
@@ -250,7 +250,7 @@ func (s *Scheduler) timing() (horizon, pass, skew time.Duration, err error) {
 
 // Run runs passes every Pass until ctx ends. It returns nil when ctx
 // ends, and an error only for a bad setting.
-func (s *Scheduler) Run(ctx context.Context) error {
+func (s *scheduler) Run(ctx context.Context) error {
 	_, pass, _, err := s.timing()
 	if err != nil {
 		return err
@@ -285,7 +285,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // RunPass runs one scheduling pass of every entry now. Run calls it every
 // Pass; tests and tools may call it directly.
-func (s *Scheduler) RunPass(ctx context.Context) error {
+func (s *scheduler) RunPass(ctx context.Context) error {
 	horizon, _, skew, err := s.timing()
 	if err != nil {
 		return err
@@ -310,7 +310,7 @@ func (s *Scheduler) RunPass(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *Scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon, skew time.Duration) error {
+func (s *scheduler) pass(ctx context.Context, conn redis.Conn, e *entry, horizon, skew time.Duration) error {
 	now := s.cfg.Advanced.Clock.Now()
 	nowMs := ms(now)
 	aliveTTL := int64(max(3*horizon, horizon+2*skew).Seconds()) + 1
@@ -393,7 +393,7 @@ func firingsWritten(recs []*buckets.Record, ids []string) []*buckets.Record {
 }
 
 // firing is the task record of e's firing at f.
-func (s *Scheduler) firing(e *entry, f time.Time, now int64) *buckets.Record {
+func (s *scheduler) firing(e *entry, f time.Time, now int64) *buckets.Record {
 	return &buckets.Record{
 		ID: schedule.FiringID(e.p.Name, f), Queue: e.p.Queue, Type: e.p.Type, Payload: e.p.Payload,
 		State: buckets.StateWaiting, MaxAttempts: e.p.MaxAttempts, TimeoutMs: e.p.Timeout.Milliseconds(),
@@ -402,7 +402,7 @@ func (s *Scheduler) firing(e *entry, f time.Time, now int64) *buckets.Record {
 }
 
 // prune drops dead declarers from the entries' declarer sets.
-func (s *Scheduler) prune(ctx context.Context) {
+func (s *scheduler) prune(ctx context.Context) {
 	s.mu.Lock()
 	entries := append([]*entry(nil), s.entries...)
 	s.mu.Unlock()

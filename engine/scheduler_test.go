@@ -20,11 +20,11 @@ import (
 
 // newTestScheduler returns a scheduler on e's server whose clock is off
 // the real one by offset, declaring p.
-func (e *env) scheduler(t *testing.T, offset time.Duration, horizon time.Duration, ps ...Periodic) *Scheduler {
+func (e *env) scheduler(t *testing.T, offset time.Duration, horizon time.Duration, ps ...Periodic) *scheduler {
 	t.Helper()
 	cfg := e.cfg
 	cfg.Advanced.Clock = clocktest.Offset(offset)
-	s, err := NewScheduler(e.pool, cfg)
+	s, err := newScheduler(e.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func (e *env) record(t *testing.T, conn redis.Conn, id string) *buckets.Record {
 func TestPeriodicRacingSchedulers(t *testing.T) {
 	e := realEnv(t)
 	p := Periodic{Name: "race", Every: time.Second, Type: "tick"}
-	var ss []*Scheduler
+	var ss []*scheduler
 	for _, off := range []time.Duration{0, 2 * time.Second, -2 * time.Second} {
 		ss = append(ss, e.scheduler(t, off, 8*time.Second, p))
 	}
@@ -363,7 +363,7 @@ func TestPeriodicEndToEndDST(t *testing.T) {
 		}
 		return nil
 	})
-	srv, err := NewServer(e.pool, e.cfg, h, AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, h, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestPeriodicSkipIfRunning(t *testing.T) {
 		return nil
 	})
 	e.cfg.Concurrency = 4
-	srv, err := NewServer(e.pool, e.cfg, h, AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, h, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}

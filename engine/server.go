@@ -31,14 +31,14 @@ func (r Roles) Has(role Roles) bool { return r&role == role }
 // Server runs a dispatcher, a reaper and a worker in one process, as
 // Roles says. Run several processes to scale out; every part is safe to
 // run in many processes at once.
-type Server struct {
-	Dispatcher *Dispatcher // nil without RoleDispatcher
-	Reaper     *Reaper     // nil without RoleReaper
-	Worker     *Worker     // nil without RoleWorker
+type laneServer struct {
+	Dispatcher *dispatcher // nil without RoleDispatcher
+	Reaper     *reaper     // nil without RoleReaper
+	Worker     *worker     // nil without RoleWorker
 	// Scheduler keeps the periodic entries added with AddPeriodic
 	// enqueued; nil until the first AddPeriodic. It runs whatever the
 	// roles, since declaring an entry is what a user asks for.
-	Scheduler *Scheduler
+	Scheduler *scheduler
 
 	pool *redis.Pool
 	cfg  Config
@@ -52,36 +52,34 @@ type Server struct {
 
 // NewServer builds the parts roles asks for. h may be nil when roles
 // lacks RoleWorker. Roles outside AllRoles are refused.
-func NewServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*Server, error) {
+func newLaneServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*laneServer, error) {
 	if roles == 0 || roles&^AllRoles != 0 {
 		return nil, fmt.Errorf("engine: NewServer: roles %#x: want some of RoleDispatcher, RoleReaper and RoleWorker combined with |, or AllRoles: %w", uint8(roles), ErrInvalidOption)
 	}
-	s := &Server{done: make(chan struct{}), pool: pool, cfg: cfg}
+	s := &laneServer{done: make(chan struct{}), pool: pool, cfg: cfg}
 	var err error
 	if roles.Has(RoleDispatcher) {
-		if s.Dispatcher, err = NewDispatcher(pool, cfg); err != nil {
+		if s.Dispatcher, err = newDispatcher(pool, cfg); err != nil {
 			return nil, err
 		}
 	}
 	if roles.Has(RoleReaper) {
-		if s.Reaper, err = NewReaper(pool, cfg); err != nil {
+		if s.Reaper, err = newReaper(pool, cfg); err != nil {
 			return nil, err
 		}
 	}
 	if roles.Has(RoleWorker) {
-		if s.Worker, err = NewWorker(pool, cfg, h); err != nil {
+		if s.Worker, err = newWorker(pool, cfg, h); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// AddPeriodic declares a periodic entry (see Periodic and Scheduler),
-// before Run: Run then also runs the Scheduler, which keeps the entry's
-// firings enqueued together with every other process declaring it.
-func (s *Server) AddPeriodic(p Periodic) error {
+// AddPeriodic is Server.AddPeriodic for one lane.
+func (s *laneServer) AddPeriodic(p Periodic) error {
 	if s.Scheduler == nil {
-		sc, err := NewScheduler(s.pool, s.cfg)
+		sc, err := newScheduler(s.pool, s.cfg)
 		if err != nil {
 			return err
 		}
@@ -90,16 +88,8 @@ func (s *Server) AddPeriodic(p Periodic) error {
 	return s.Scheduler.Add(p)
 }
 
-// Run runs the parts until ctx ends or Shutdown is called, then stops
-// them: the dispatcher and reaper first (they make work), then the worker,
-// which lets running handlers finish (for Config.ShutdownTimeout, or until
-// Shutdown's deadline, see Shutdown) and returns the rest to their queues. Run
-// returns when every goroutine has ended.
-//
-// It returns ErrClosed if the server already ran or was shut down, and
-// otherwise the errors of its parts' Run methods joined with errors.Join
-// (nil when every part stopped cleanly).
-func (s *Server) Run(ctx context.Context) error {
+// Run is Server.Run for one lane.
+func (s *laneServer) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
 		s.mu.Unlock()
@@ -159,27 +149,14 @@ func (s *Server) Run(ctx context.Context) error {
 
 // checkMemory looks at Redis's memory policy once, at start (see
 // MemoryPolicy): an evicting one is refused unless Config.AllowEviction.
-func (s *Server) checkMemory(ctx context.Context) error {
+func (s *laneServer) checkMemory(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return checkMemoryPolicy(cctx, s.pool, s.cfg.AllowEviction, s.cfg.withDefaults().Logger)
 }
 
-// Shutdown stops the server gracefully: running handlers may finish
-// until the earlier of ctx's deadline and Config.ShutdownTimeout from the
-// call (negative: at once); then their contexts are cancelled and their
-// tasks go back to their queues. It waits until Run has returned, or
-// until that deadline plus a slack of 250 ms, whichever comes first. A
-// second call with an earlier deadline (an already-cancelled context,
-// say) returns running tasks to their queues at once. Before Run, it
-// closes the server: Run then returns ErrClosed.
-//
-// It returns nil when Run stopped cleanly in time, Run's error when it
-// returned one, and an error matching ctx.Err(), or
-// context.DeadlineExceeded when ShutdownTimeout passed (errors.Is), when
-// the deadline came first (joined with Run's error if Run returned within
-// the slack).
-func (s *Server) Shutdown(ctx context.Context) error {
+// Shutdown is Server.Shutdown for one lane.
+func (s *laneServer) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started {
 		s.started = true
@@ -225,7 +202,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // result is Run's error once Run has returned (nil before Run ran).
-func (s *Server) result() error {
+func (s *laneServer) result() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.runErr

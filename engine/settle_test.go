@@ -92,7 +92,7 @@ func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
 	e := realEnv(t)
 	const q = "settle"
 	want := scheduleMany(t, e, 20, time.Now().Add(-time.Minute), 0, q)
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestEnqueueSettlesLostExecReply(t *testing.T) {
 		return lc, nil
 	}}
 	t.Cleanup(func() { pool.Close() })
-	c, err := NewClient(pool, e.cfg)
+	c, err := newLaneClient(pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,69 +11,48 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Shards places a namespace's lanes (logical shards) on Redis servers,
-// for NewShardedClient and NewShardedServer. A lane is the unit of every
-// transaction: its keys share one hash tag ("{ns}:" for lane 0, "{ns:k}:"
-// for lane k), so it lives on one server (and in one Redis Cluster slot),
-// and no transaction spans two lanes. Choose many lanes from the start
-// and place them on few servers: the number of lanes is fixed for the
-// life of the namespace (task ids and unique keys hash to lanes), while a
-// lane moves to another server by replication (docs/scaling.md).
-type Shards struct {
-	// Pools holds one pool per lane, in lane order; its length is the
-	// number of lanes. Give lanes that live on the same server the same
-	// *redis.Pool: they then share its connections, and a ShardedServer
-	// shares one blocking wait among them. Size such a pool for all its
-	// lanes: each lane of a ShardedServer runs its own worker of
-	// Config.Concurrency handler slots (each holding a connection while
-	// its task runs), dispatcher, reaper and heartbeat.
-	Pools []*redis.Pool
-	// MapVersion is the version of the shard map this process was
-	// configured with (1 or more; 0 turns the check off). Each lane has a
-	// map key ("{ns:k}:map") holding the version of the map that last
-	// moved the lane (none until a lane moves). Every transaction on a
-	// lane reads and watches that key and writes nothing when it holds a
-	// version above MapVersion: a process with an old map cannot write to
-	// a lane that moved since. The error then matches ErrShardMapVersion.
-	// The check costs one round trip per transaction that watches keys.
-	MapVersion int64
-}
+// Lanes. A namespace lives on one Redis (one pool, one lane) or is spread
+// over several (one pool per lane, in lane order: NewClient, NewServer,
+// NewInspector). A lane is the unit of every transaction: its keys share
+// one hash tag ("{ns}:" for lane 0, "{ns:k}:" for lane k), so it lives on
+// one server (and in one Redis Cluster slot), and no transaction spans
+// two lanes. Lanes that live on the same server take the same
+// *redis.Pool: they share its connections, and a Server shares one
+// blocking wait among them. The number of lanes is fixed for the life of
+// the namespace (task ids and unique keys hash to lanes), while a lane
+// moves to another server by replication (docs/scaling.md).
 
 // ErrShardMapVersion: a lane's map key names a newer shard-map version
-// than this process was configured with (Shards.MapVersion): an operator
-// moved the lane, and this process runs with an old map. Nothing was
-// written to the lane.
+// than this process was configured with (AdvancedConfig.MapVersion): an
+// operator moved the lane, and this process runs with an old map. Nothing
+// was written to the lane.
 var ErrShardMapVersion = txn.ErrFenced
 
 // laneSpec says which lane a Config's parts serve.
 type laneSpec struct {
-	index      int
-	mapVersion int64
-	hub        *waitHub // the idle workers' shared wait on the lane's server, if shared
+	index int
+	hub   *waitHub // the idle workers' shared wait on the lane's server, if shared
 }
 
 // maxLanes bounds the number of lanes.
 const maxLanes = 4096
 
-// check validates the placement.
-func (sh Shards) check() error {
-	if len(sh.Pools) == 0 || len(sh.Pools) > maxLanes {
-		return fmt.Errorf("engine: Shards: %d pools: want 1 to %d lanes: %w", len(sh.Pools), maxLanes, ErrInvalidOption)
+// checkPools validates the pools of a namespace's lanes.
+func checkPools(pools []*redis.Pool) error {
+	if len(pools) == 0 || len(pools) > maxLanes {
+		return fmt.Errorf("engine: %d pools: want 1 to %d (one per lane): %w", len(pools), maxLanes, ErrInvalidOption)
 	}
-	for i, p := range sh.Pools {
+	for i, p := range pools {
 		if p == nil {
-			return fmt.Errorf("engine: Shards: lane %d has a nil pool: %w", i, ErrInvalidOption)
+			return fmt.Errorf("engine: lane %d has a nil pool: %w", i, ErrInvalidOption)
 		}
-	}
-	if sh.MapVersion < 0 {
-		return fmt.Errorf("engine: Shards: map version %d: want 1 or more, or 0 for no check: %w", sh.MapVersion, ErrInvalidOption)
 	}
 	return nil
 }
 
 // laneConfig returns cfg for the parts of lane k.
-func (sh Shards) laneConfig(cfg Config, k int) Config {
-	cfg.lane = laneSpec{index: k, mapVersion: sh.MapVersion}
+func laneConfig(cfg Config, k int) Config {
+	cfg.lane = laneSpec{index: k}
 	return cfg
 }
 
@@ -86,7 +65,7 @@ const laneSep = "~"
 // earlier release: an id generated before the namespace had lanes) is in
 // lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
 // may pick a lane for its own id by ending it with "~k". A reply task
-// ("<id>~r<run>.<finished>", ReplyToQueue) is in the lane of <id>.
+// ("<id>~r<run>.<finished>", ReplyTo) is in the lane of <id>.
 func LaneOf(id string, lanes int) int {
 	if lanes <= 1 {
 		return 0
@@ -104,7 +83,7 @@ func LaneOf(id string, lanes int) int {
 }
 
 // replyParent strips the suffixes "~r<run>.<finished>" that name the reply
-// task of a task (ReplyToQueue), written in the lane of the task it
+// task of a task (ReplyTo), written in the lane of the task it
 // answers: the lane of a reply task is its parent's.
 func replyParent(id string) string {
 	for {
@@ -154,7 +133,7 @@ func laneTaskID(k, lanes int, created int64) string {
 // the order of their due times within their queue as any tasks of one
 // lane do. Without it, tasks without an id or a unique key are spread
 // round-robin. While the key's lane is unreachable the task goes to
-// another lane (see ShardedClient). A Client with one lane ignores it.
+// another lane (see Client). A Client with one lane ignores it.
 func ShardKey(key string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if key == "" || len(key) > 1024 {

@@ -10,30 +10,30 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/gomodule/redigo/redis"
 )
 
-// ShardedClient is a Client over the lanes of Shards: it routes each call
-// to the lane that holds the task, and fans the namespace-wide calls out
-// over every lane. It is safe for concurrent use and never closes the
-// pools it is given.
+// Client enqueues tasks and follows them: their state, outcome and
+// result, and their cancellation. It is safe for concurrent use.
 //
-// Routing: a task's lane is part of its id (LaneOf), so Lookup, Cancel,
-// Wait, Result and the dead-letter calls go straight to it. A task with a
-// TaskID goes to its id's lane and one with a unique key (Unique,
-// UniqueKey) to the lane its key hashes to, so that the check for an
-// existing id or holder and the write are one transaction on one server;
-// the two must agree when a task has both. A task with ShardKey goes to
-// the key's lane; any other task to the next lane, round-robin.
+// Over several lanes (NewClient with a pool per lane) it routes each call
+// to the lane that holds the task: a task's lane is part of its id
+// (LaneOf). A task with a TaskID goes to its id's lane and one with a
+// unique key (Unique, UniqueKey) to the lane its key hashes to, so that
+// the check for an existing id or holder and the write are one
+// transaction on one server; the two must agree when a task has both. A
+// task with ShardKey goes to the key's lane; any other task to the next
+// lane, round-robin.
 //
-// Fallback: when a lane's server cannot be reached (or refuses writes
-// under another shard-map version), a task without a TaskID or unique key
-// is written to another lane instead, and gets an id of that lane; this
-// is counted (Rerouted) and logged. Such a lane is then avoided by the
-// round-robin for a backoff that doubles from 100 ms to 5 s while its
-// failures continue. A failure after the write was sent (ErrUncertain) is
+// When a lane's server cannot be reached (or refuses writes under another
+// shard-map version), a task without a TaskID or unique key is written to
+// another lane instead, and gets an id of that lane; this is counted
+// (Rerouted) and logged. Such a lane is then avoided by the round-robin
+// for a backoff that doubles from 100 ms to 5 s while its failures
+// continue. A failure after the write was sent (ErrUncertain) is
 // returned, never rerouted: the task may have been written.
-type ShardedClient struct {
-	lanes []*Client
+type Client struct {
+	lanes []*laneClient
 	cfg   Config
 
 	next     atomic.Uint64
@@ -70,16 +70,17 @@ func (h *laneHealth) ok() {
 
 func (h *laneHealth) up(now time.Time) bool { return now.UnixNano() >= h.downUntil.Load() }
 
-// NewShardedClient returns a client over the lanes of sh with cfg (zero
-// fields take their defaults). With one lane it writes the same keys and
-// ids as NewClient.
-func NewShardedClient(sh Shards, cfg Config) (*ShardedClient, error) {
-	if err := sh.check(); err != nil {
+// NewClient returns a Client with cfg (zero fields take their defaults)
+// over one pool (one lane), or over one pool per lane of a namespace
+// spread over several servers, in lane order (see ErrShardMapVersion and
+// docs/scaling.md). It never closes the pools.
+func NewClient(cfg Config, pools ...*redis.Pool) (*Client, error) {
+	if err := checkPools(pools); err != nil {
 		return nil, err
 	}
-	c := &ShardedClient{health: make([]laneHealth, len(sh.Pools))}
-	for k, p := range sh.Pools {
-		lc, err := NewClient(p, sh.laneConfig(cfg, k))
+	c := &Client{health: make([]laneHealth, len(pools))}
+	for k, p := range pools {
+		lc, err := newLaneClient(p, laneConfig(cfg, k))
 		if err != nil {
 			return nil, err
 		}
@@ -90,69 +91,106 @@ func NewShardedClient(sh Shards, cfg Config) (*ShardedClient, error) {
 }
 
 // Lanes is the number of lanes.
-func (c *ShardedClient) Lanes() int { return len(c.lanes) }
-
-// Lane returns the Client of lane k (0 <= k < Lanes()).
-func (c *ShardedClient) Lane(k int) *Client { return c.lanes[k] }
+func (c *Client) Lanes() int { return len(c.lanes) }
 
 // LaneOf returns the lane of task id (see the package function LaneOf).
-func (c *ShardedClient) LaneOf(id string) int { return LaneOf(id, len(c.lanes)) }
+func (c *Client) LaneOf(id string) int { return LaneOf(id, len(c.lanes)) }
 
 // Rerouted counts the tasks written to another lane than the one first
 // chosen because that lane could not be reached.
-func (c *ShardedClient) Rerouted() int64 { return c.rerouted.Load() }
+func (c *Client) Rerouted() int64 { return c.rerouted.Load() }
 
-// Enqueue adds a task due now, in its lane (see ShardedClient), as
-// Client.Enqueue does.
-func (c *ShardedClient) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
-	res, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
-	if res == nil {
+// Enqueue adds a task and returns what was written: its id, queue, due
+// time and state (ready, or scheduled with At or In). The record, its
+// place in the ready list or bucket and the wake-up of idle workers are
+// written in one MULTI/EXEC: once Enqueue returns nil the task is in
+// Redis and will run at least once. An invalid type, queue, option or an
+// oversized payload is refused before anything is written.
+//
+// With TaskID, an id that exists is refused (ErrTaskExists) and nothing is
+// written. An error matching ErrUncertain means the connection failed
+// after the write was sent: retry with the same TaskID to make sure the
+// task is written exactly once.
+func (c *Client) Enqueue(ctx context.Context, typ string, payload []byte, opts ...Option) (*TaskInfo, error) {
+	if len(c.lanes) == 1 {
+		return c.lanes[0].Enqueue(ctx, typ, payload, opts...)
+	}
+	infos, err := c.EnqueueBatch(ctx, []NewTask{{Type: typ, Payload: payload, Options: opts}})
+	if err != nil {
+		var be *BatchError
+		if errors.As(err, &be) {
+			return nil, be.Errs[0]
+		}
 		return nil, err
 	}
-	if res.Errs[0] != nil {
-		return nil, res.Errs[0]
-	}
-	return res.Tasks[0], nil
+	return infos[0], nil
 }
 
-// BatchResult says where each task of a sharded EnqueueBatch went.
-type BatchResult struct {
-	// Tasks holds what was written, in the order given; nil for a task
-	// whose lane failed.
-	Tasks []*TaskInfo
-	// Lanes holds the lane each task was written to (or last tried).
-	Lanes []int
-	// Errs holds, per task, nil when it was written, else its lane's
-	// error (the same error for every task of that lane).
+// BatchError says which tasks of an EnqueueBatch over several lanes were
+// not written: each lane's tasks are written or not together, and one
+// lane may fail while others succeed. errors.Is and errors.As see each
+// lane's error.
+type BatchError struct {
+	// Errs holds, per task in the order given, nil when it was written,
+	// else its lane's error.
 	Errs []error
 }
 
-// Written counts the tasks written.
-func (r *BatchResult) Written() int {
-	n := 0
-	for _, t := range r.Tasks {
-		if t != nil {
-			n++
+func (e *BatchError) Error() string {
+	failed := 0
+	for _, err := range e.Errs {
+		if err != nil {
+			failed++
 		}
 	}
-	return n
+	return fmt.Sprintf("engine: %d of %d tasks not written: %v", failed, len(e.Errs), errors.Join(e.Unwrap()...))
 }
 
-// EnqueueBatch adds many tasks, one transaction per lane: each lane's
-// tasks are all written or (with an error) none, and the lanes are
-// written at once. Every task is checked before anything is sent; a bad
-// task fails the whole call with nothing written (a nil result). Then the
-// result says where each task went; the error joins the lanes' errors
-// (nil when every task was written). Tasks that may move (without TaskID
-// or unique key) of a lane that cannot be reached are written to another
-// lane instead, all together.
-func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*BatchResult, error) {
+// Unwrap returns the lanes' distinct errors.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	seen := map[error]bool{}
+	for _, err := range e.Errs {
+		if err != nil && !seen[err] {
+			seen[err] = true
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// batchResult says where each task of a batch over several lanes went.
+type batchResult struct {
+	Tasks []*TaskInfo // nil for a task whose lane failed
+	Lanes []int       // the lane each task was written to (or last tried)
+	Errs  []error     // nil when written, else its lane's error
+}
+
+// EnqueueBatch adds many tasks in one round trip and one MULTI/EXEC per
+// lane: all of a lane's tasks are written, or (with an error) none. Every
+// task is checked before anything is sent; a bad task fails the call with
+// nothing written. It returns what was written, in order, as Enqueue does.
+// With one lane (one pool) the batch is all or nothing. Over several,
+// lanes are written at once and one may fail while others succeed: the
+// error is then a *BatchError and the failed tasks' entries are nil;
+// tasks that may move (without TaskID or unique key) of a lane that
+// cannot be reached are written to another lane instead, all together.
+//
+// The tasks of a batch of several are at most MaxWriteBytes together
+// (else ErrPayloadTooLarge). Tasks with a TaskID are checked to be new in
+// the same transaction (one more round trip): if any id exists, none of
+// its lane's tasks is written and the error is a *TaskExistsError naming
+// every id that exists. Two tasks of one batch may not share an id.
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
+	if len(c.lanes) == 1 {
+		return c.lanes[0].EnqueueBatch(ctx, tasks)
+	}
 	n := len(c.lanes)
 	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(tasks))
 	chosen := make([]bool, len(tasks))
 	movable := make([]bool, len(tasks))
-	res := &BatchResult{Tasks: make([]*TaskInfo, len(tasks)), Lanes: make([]int, len(tasks)), Errs: make([]error, len(tasks))}
+	res := &batchResult{Tasks: make([]*TaskInfo, len(tasks)), Lanes: make([]int, len(tasks)), Errs: make([]error, len(tasks))}
 	ids := map[string]int{}
 	for i, t := range tasks {
 		r, mine, err := c.cfg.record(now, t.Type, t.Payload, t.Options)
@@ -249,19 +287,16 @@ func (c *ShardedClient) EnqueueBatch(ctx context.Context, tasks []NewTask) (*Bat
 			}
 		}
 	}
-	var errs []error
-	seen := map[error]bool{}
 	for _, e := range res.Errs {
-		if e != nil && !seen[e] {
-			seen[e] = true
-			errs = append(errs, e)
+		if e != nil {
+			return res.Tasks, &BatchError{Errs: res.Errs}
 		}
 	}
-	return res, errors.Join(errs...)
+	return res.Tasks, nil
 }
 
 // writeLane writes the tasks idx of recs to lane k in one transaction.
-func (c *ShardedClient) writeLane(ctx context.Context, k int, now time.Time, recs []*buckets.Record, chosen []bool, idx []int, res *BatchResult) error {
+func (c *Client) writeLane(ctx context.Context, k int, now time.Time, recs []*buckets.Record, chosen []bool, idx []int, res *batchResult) error {
 	lr := make([]*buckets.Record, len(idx))
 	var mine []string
 	for j, i := range idx {
@@ -300,7 +335,7 @@ func reroutable(err error) bool {
 
 // route picks the lane of a new task; movable says whether it may go to
 // another lane when that one cannot be reached.
-func (c *ShardedClient) route(r *buckets.Record, mine bool, opts []Option, now time.Time) (lane int, movable bool, err error) {
+func (c *Client) route(r *buckets.Record, mine bool, opts []Option, now time.Time) (lane int, movable bool, err error) {
 	n := len(c.lanes)
 	var o taskOptions
 	for _, opt := range opts {
@@ -339,7 +374,7 @@ func (c *ShardedClient) route(r *buckets.Record, mine bool, opts []Option, now t
 
 // pick returns the next lane round-robin that is not in skip, preferring
 // lanes not backing off; -1 when skip holds every lane.
-func (c *ShardedClient) pick(now time.Time, skip map[int]bool) int {
+func (c *Client) pick(now time.Time, skip map[int]bool) int {
 	n := len(c.lanes)
 	start := int(c.next.Add(1) % uint64(n))
 	fallback := -1
@@ -358,69 +393,104 @@ func (c *ShardedClient) pick(now time.Time, skip map[int]bool) int {
 	return fallback
 }
 
-// Cancel cancels a task that has not started, in its lane, as
-// Client.Cancel does. Like every call by id below, it asks the id's lane
-// first and, while the answer is ErrNotFound, the other lanes: the steps
-// of a workflow ("<workflow>~<i>") live in the workflow's lane, which
-// their ids do not name.
-func (c *ShardedClient) Cancel(ctx context.Context, id string) error {
-	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.Cancel(ctx, id) })
+// Cancel removes a task that has not started, atomically: it will not
+// run. It returns ErrNotFound, ErrAlreadyRunning or ErrAlreadyDone when
+// it cannot.
+//
+// Over several lanes, this and every call by id ask the id's lane first
+// and, while the answer is ErrNotFound, the other lanes: the steps of a
+// workflow ("<workflow>~<i>") live in the workflow's lane, which their
+// ids do not name.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	_, err := byID(c, id, func(l *laneClient) (struct{}, error) { return struct{}{}, l.Cancel(ctx, id) })
 	return err
 }
 
-// Lookup reports a task's state from its lane, as Client.Lookup does.
-func (c *ShardedClient) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
-	return byID(c, id, func(l *Client) (*TaskInfo, error) { return l.Lookup(ctx, id) })
+// Lookup reports a task's state and times. Done and cancelled tasks are
+// found for Config.DoneRetention, dead ones for Config.DeadRetention.
+func (c *Client) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
+	return byID(c, id, func(l *laneClient) (*TaskInfo, error) { return l.Lookup(ctx, id) })
 }
 
-// Wait waits for a task's outcome in its lane, as Client.Wait does.
-func (c *ShardedClient) Wait(ctx context.Context, id string) (*Outcome, error) {
-	return byID(c, id, func(l *Client) (*Outcome, error) { return l.Wait(ctx, id) })
+// Wait blocks until task id is done, dead or cancelled, and returns its
+// outcome (with the result of a done task). It does not poll: it marks
+// the task as waited for and blocks on its completion list (BRPOPLPUSH,
+// whole seconds at a time, re-armed until ctx ends), on a connection of
+// its own; every final transition after the mark pushes that list. A task
+// that ended before Wait (or between two blocks) is found at once, from
+// its completion list or its record: a success whose record is kept at
+// least as long as a completion list would be pushes none when nobody
+// waits, and its record says the outcome. ErrNotFound: no such task (or
+// its record and completion both expired). When ctx ends first, ctx's
+// error.
+func (c *Client) Wait(ctx context.Context, id string) (*Outcome, error) {
+	return byID(c, id, func(l *laneClient) (*Outcome, error) { return l.Wait(ctx, id) })
 }
 
-// Result returns a task's result from its lane, as Client.Result does.
-func (c *ShardedClient) Result(ctx context.Context, id string) ([]byte, error) {
-	return byID(c, id, func(l *Client) ([]byte, error) { return l.Result(ctx, id) })
+// Result returns the result a done task recorded with SetResult, or nil
+// when it recorded none, has not succeeded, or its retention passed.
+func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
+	return byID(c, id, func(l *laneClient) ([]byte, error) { return l.Result(ctx, id) })
 }
 
-// RetryDead retries a dead letter in its lane, as Client.RetryDead does.
-func (c *ShardedClient) RetryDead(ctx context.Context, id string) error {
-	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.RetryDead(ctx, id) })
-	return err
-}
-
-// PurgeDead deletes a dead letter in its lane, as Client.PurgeDead does.
-func (c *ShardedClient) PurgeDead(ctx context.Context, id string) error {
-	_, err := byID(c, id, func(l *Client) (struct{}, error) { return struct{}{}, l.PurgeDead(ctx, id) })
-	return err
-}
-
-// EnqueueChain enqueues a chain (see Client.EnqueueChain) in the lane its
-// id hashes to (LaneOf): a workflow lives in one lane, since its steps
-// follow each other in that lane's transactions.
-func (c *ShardedClient) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
+// EnqueueChain enqueues chain id: steps run one after another, each once
+// its predecessor succeeded (after its own Delay). Only the first step is
+// a task at first: the transaction that records a step's success writes
+// the next one. A step that dies stops the chain; retrying it from the
+// dead letters (Inspector.Act with ActionRetry) resumes it when it then succeeds. The step
+// tasks' ids are "<id>~0", "<id>~1", ...
+//
+// The chain's record and its first step are written in one MULTI/EXEC:
+// an id in use is refused (ErrTaskExists), and after an error matching
+// ErrUncertain the same call may be retried safely. A nil error means the
+// chain is written; the WorkflowInfo returned is read after the write
+// (only its id, kind and creation time if that read failed). More than
+// 64 steps, or steps too large together, match
+// ErrWorkflowLimit.
+//
+// Over several lanes the workflow goes to the lane its id hashes to
+// (LaneOf): a workflow lives in one lane, since its steps follow each
+// other in that lane's transactions.
+func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
 	return c.lanes[c.LaneOf(id)].EnqueueChain(ctx, id, steps...)
 }
 
-// EnqueueGroup enqueues a group (see Client.EnqueueGroup) in the lane its
-// id hashes to, as EnqueueChain does.
-func (c *ShardedClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
+// EnqueueGroup enqueues group g: its members, all at once, and its
+// callback's template, in one MULTI/EXEC (ids in use: ErrTaskExists;
+// after ErrUncertain the same call may be retried). Member i's id is
+// "<g.ID>~<i>", the callback's "<g.ID>~cb". The callback is enqueued once,
+// when the last member reaches a final state (done, dead or cancelled),
+// by the same transaction that records that member's outcome; under
+// FailGroup only when every member is done.
+//
+// Over several lanes the workflow goes to the lane its id hashes to
+// (LaneOf): a workflow lives in one lane, since its steps follow each
+// other in that lane's transactions.
+func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
 	return c.lanes[c.LaneOf(g.ID)].EnqueueGroup(ctx, g)
 }
 
-// Workflow reports a workflow from its lane (see Client.Workflow).
-func (c *ShardedClient) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
-	return byID(c, id, func(l *Client) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
+// Workflow reports workflow id: its steps or members with their states,
+// and where it stopped. ErrNotFound when it does not exist (or its
+// retention passed: it is kept for Config.DoneRetention after it ended).
+func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	return byID(c, id, func(l *laneClient) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
 }
 
-// CancelWorkflow cancels a workflow in its lane (see Client.CancelWorkflow).
-func (c *ShardedClient) CancelWorkflow(ctx context.Context, id string) (int, error) {
-	return byID(c, id, func(l *Client) (int, error) { return l.CancelWorkflow(ctx, id) })
+// CancelWorkflow cancels workflow id and returns how many of its tasks it
+// cancelled. A chain: its waiting step is cancelled; a step that is
+// running (or dead) is marked, so that its success writes no successor.
+// A group: its callback will not be enqueued, and its waiting members are
+// cancelled; running ones finish. Calling it again after an error
+// finishes the job. ErrWorkflowEnded when the chain's last step succeeded
+// or the group's callback was enqueued.
+func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
+	return byID(c, id, func(l *laneClient) (int, error) { return l.CancelWorkflow(ctx, id) })
 }
 
 // byID runs f on id's lane, then, while it answers ErrNotFound, on the
 // other lanes in order (see firstFound).
-func byID[T any](c *ShardedClient, id string, f func(*Client) (T, error)) (T, error) {
+func byID[T any](c *Client, id string, f func(*laneClient) (T, error)) (T, error) {
 	return firstFound(c.LaneOf(id), len(c.lanes), func(k int) (T, error) { return f(c.lanes[k]) })
 }
 

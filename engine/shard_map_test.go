@@ -115,7 +115,7 @@ func TestShardMapVersion(t *testing.T) {
 	logs := make(chan string, 16)
 	cfg1 := e.cfg
 	cfg1.Logger = slog.New(msgHandler{logs})
-	old, err := NewShardedServer(v1, cfg1, handler("v1"), AllRoles)
+	old, err := newShardedServer(v1, cfg1, handler("v1"), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestShardMapVersion(t *testing.T) {
 			break
 		}
 	}
-	cur, err := NewShardedServer(v2, e.cfg, handler("v2"), AllRoles)
+	cur, err := newShardedServer(v2, e.cfg, handler("v2"), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +159,8 @@ func TestShardMoveLane(t *testing.T) {
 	cfg := e.cfg
 	cfg.Concurrency = 4
 	p0, pA, pB := s0.Pool(t), srcA.Pool(t), dstB.Pool(t)
-	v1 := Shards{Pools: []*redis.Pool{p0, pA, p0}, MapVersion: 1}
-	v2 := Shards{Pools: []*redis.Pool{p0, pB, p0}, MapVersion: 2}
+	v1 := shardSpec{Pools: []*redis.Pool{p0, pA, p0}, MapVersion: 1}
+	v2 := shardSpec{Pools: []*redis.Pool{p0, pB, p0}, MapVersion: 2}
 
 	var mu sync.Mutex
 	ran := map[string]int{}
@@ -172,20 +172,20 @@ func TestShardMoveLane(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	oldSrv, err := NewShardedServer(v1, cfg, mux, AllRoles)
+	oldSrv, err := newShardedServer(v1, cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopOld := runLogged(t, oldSrv.Run)
-	c1, err := NewShardedClient(v1, cfg)
+	c1, err := newShardedClient(v1, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := NewShardedClient(v2, cfg)
+	c2, err := newShardedClient(v2, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var current atomic.Pointer[ShardedClient]
+	var current atomic.Pointer[Client]
 	current.Store(c1)
 
 	var ackMu sync.Mutex
@@ -256,7 +256,7 @@ func TestShardMoveLane(t *testing.T) {
 	})
 	// 4. Promote it, and start the processes with the new map.
 	dstB.Promote(t)
-	newSrv, err := NewShardedServer(v2, cfg, mux, AllRoles)
+	newSrv, err := newShardedServer(v2, cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,50 +13,48 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// ShardedServer serves every lane of Shards: one Server per lane (a
-// dispatcher, a reaper and a worker, as roles says), all in this process.
-// The lanes run independently: a lane whose server cannot be reached
-// backs off on its own (each part retries with a backoff that doubles up
-// to a few seconds) while the other lanes keep running, and resumes when
-// its server returns.
+// Server runs the parts of the engine in one process, as Roles says: a
+// dispatcher (moves due buckets to the ready lists), a reaper (recovers
+// the tasks of dead workers) and a worker (runs tasks), and the scheduler
+// of the periodic entries added with AddPeriodic. Run several processes
+// to scale out; every part is safe to run in many processes at once.
 //
-// Lanes given the same *redis.Pool live on the same server: their
+// Over several lanes (a pool per lane) it runs the parts of each lane,
+// independently: a lane whose server cannot be reached backs off on its
+// own while the other lanes keep running, and resumes when its server
+// returns. Lanes given the same *redis.Pool live on the same server: their
 // dispatchers and idle workers share one blocking wait (one BLPOP over
-// their wake-up lists, on one connection), so that the blocked
-// connections of an idle process are one per server, not one per lane
-// and part. Lanes of different pools (different servers, or the slots of
-// a Redis Cluster, whose BLPOP cannot span slots) wait on a connection
-// each, shared by the lane's dispatcher and worker.
-//
-// Each lane's worker runs up to Config.Concurrency handlers, so a process
-// runs up to Lanes×Concurrency at once; each takes its queues by the
-// configured weights or strict priority within its lane (docs/scaling.md
-// says how that holds across lanes). Periodic entries (AddPeriodic) are
-// kept in lane 0, so that they fire once, not once per lane.
-type ShardedServer struct {
-	// Lanes holds each lane's Server, in lane order.
-	Lanes []*Server
-
-	sh   Shards
-	hubs []*waitHub
-	mu   sync.Mutex
-	ran  bool
+// their wake-up lists, on one connection). Lanes of different pools (or
+// the slots of a Redis Cluster, whose BLPOP cannot span slots) wait on a
+// connection each. Each lane's worker runs up to Config.Concurrency
+// handlers, so a process runs up to lanes×Concurrency at once. Periodic
+// entries are kept in lane 0, so that they fire once, not once per lane.
+type Server struct {
+	lanes      []*laneServer
+	pools      []*redis.Pool
+	mapVersion int64
+	hubs       []*waitHub
+	mu         sync.Mutex
+	ran        bool          // guarded by mu: Run started, or Shutdown came first
+	done       chan struct{} // closed when Run has returned (or will never run)
 }
 
-// NewShardedServer builds one Server per lane of sh (see NewServer).
-func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedServer, error) {
-	if err := sh.check(); err != nil {
+// NewServer builds the parts roles asks for, over one pool or one pool
+// per lane (as NewClient). h may be nil when roles lacks RoleWorker.
+// Roles outside AllRoles, and no role at all, are refused.
+func NewServer(cfg Config, h Handler, roles Roles, pools ...*redis.Pool) (*Server, error) {
+	if err := checkPools(pools); err != nil {
 		return nil, err
 	}
-	s := &ShardedServer{sh: sh}
 	base := cfg.withDefaults()
 	if err := base.Validate(); err != nil {
 		return nil, err
 	}
+	s := &Server{pools: pools, mapVersion: base.Advanced.MapVersion, done: make(chan struct{})}
 	// Lanes given the same pool live on one server: their dispatchers
 	// and idle workers share one blocking wait.
 	byPool := map[*redis.Pool][]int{}
-	for k, p := range sh.Pools {
+	for k, p := range pools {
 		byPool[p] = append(byPool[p], k)
 	}
 	waiting := 0 // the parts of a lane that block: its dispatcher, its worker
@@ -68,7 +66,7 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 	}
 	hubs := map[*redis.Pool]*waitHub{}
 	for p, ks := range byPool {
-		if len(ks)*waiting < 2 || len(sh.Pools) < 2 {
+		if len(ks)*waiting < 2 || len(pools) < 2 {
 			continue
 		}
 		keys, err := buckets.NewLaneKeys(base.Namespace, ks[0])
@@ -76,24 +74,24 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		h := newWaitHub(p, keys.Prefix(), base.Advanced.IdleWait, base.Logger.With(keyComponent, "shared-wait"))
-		h.fix, err = hubFixer(sh, base, p, ks)
+		h.fix, err = hubFixer(base, p, ks)
 		if err != nil {
 			return nil, err
 		}
 		hubs[p] = h
 		s.hubs = append(s.hubs, h)
 	}
-	for k, p := range sh.Pools {
-		lc := sh.laneConfig(cfg, k)
+	for k, p := range pools {
+		lc := laneConfig(cfg, k)
 		lc.lane.hub = hubs[p]
-		if len(sh.Pools) > 1 {
+		if len(pools) > 1 {
 			lc.Logger = base.Logger.With("lane", k)
 		}
-		srv, err := NewServer(p, lc, h, roles)
+		srv, err := newLaneServer(p, lc, h, roles)
 		if err != nil {
 			return nil, err
 		}
-		s.Lanes = append(s.Lanes, srv)
+		s.lanes = append(s.lanes, srv)
 	}
 	return s, nil
 }
@@ -101,14 +99,14 @@ func NewShardedServer(sh Shards, cfg Config, h Handler, roles Roles) (*ShardedSe
 // hubFixer returns the shared wait's repair after a BLPOP failed on a key
 // of the wrong type: each of the lanes ks (on pool) sets aside its own
 // keys among those the BLPOP named.
-func hubFixer(sh Shards, base Config, pool *redis.Pool, ks []int) (func(context.Context, []string), error) {
+func hubFixer(base Config, pool *redis.Pool, ks []int) (func(context.Context, []string), error) {
 	type lane struct {
 		st  *buckets.Store
 		log *slog.Logger
 	}
 	var lanes []lane
 	for _, k := range ks {
-		_, st, err := sh.laneConfig(base, k).prepare(pool)
+		_, st, err := laneConfig(base, k).prepare(pool)
 		if err != nil {
 			return nil, err
 		}
@@ -129,36 +127,41 @@ func hubFixer(sh Shards, base Config, pool *redis.Pool, ks []int) (func(context.
 	}, nil
 }
 
-// AddPeriodic declares a periodic entry in lane 0 (see Server.AddPeriodic).
-func (s *ShardedServer) AddPeriodic(p Periodic) error { return s.Lanes[0].AddPeriodic(p) }
+// AddPeriodic declares a periodic entry (see Periodic),
+// before Run: Run then also runs a scheduler, which keeps the entry's
+// firings enqueued together with every other process declaring it.
+func (s *Server) AddPeriodic(p Periodic) error { return s.lanes[0].AddPeriodic(p) }
 
-// Run runs every lane's Server until ctx ends or Shutdown is called (see
-// Server.Run), and returns their errors joined. With Shards.MapVersion
-// set, it also watches each lane's map key (see watchMap).
-func (s *ShardedServer) Run(ctx context.Context) error {
+// Run runs the parts until ctx ends or Shutdown is called, then stops
+// them: the dispatcher and reaper first (they make work), then the worker,
+// which lets running handlers finish (for Config.ShutdownTimeout, or until
+// Shutdown's deadline, see Shutdown) and returns the rest to their queues. Run
+// returns when every goroutine has ended.
+//
+// It returns ErrClosed if the server already ran or was shut down, and
+// otherwise the errors of its parts' Run methods joined with errors.Join
+// (nil when every part stopped cleanly).
+func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ran {
 		s.mu.Unlock()
-		return fmt.Errorf("engine: sharded server already ran or was shut down: %w", ErrClosed)
+		return fmt.Errorf("engine: server already ran or was shut down: %w", ErrClosed)
 	}
 	s.ran = true
 	s.mu.Unlock()
-	errs := make([]error, len(s.Lanes))
+	defer close(s.done)
+	errs := make([]error, len(s.lanes))
 	var wg sync.WaitGroup
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if s.sh.MapVersion > 0 {
-		for k := range s.sh.Pools {
+	if s.mapVersion > 0 {
+		for k := range s.pools {
 			wg.Go(func() { s.watchMap(mctx, k) })
 		}
 	}
 	var lanes sync.WaitGroup
-	for k, srv := range s.Lanes {
-		lanes.Go(func() {
-			if err := srv.Run(ctx); err != nil {
-				errs[k] = fmt.Errorf("lane %d: %w", k, err)
-			}
-		})
+	for k, srv := range s.lanes {
+		lanes.Go(func() { errs[k] = s.laneErr(k, srv.Run(ctx)) })
 	}
 	lanes.Wait()
 	stop()
@@ -169,14 +172,22 @@ func (s *ShardedServer) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// laneErr names lane k in err when there are several lanes.
+func (s *Server) laneErr(k int, err error) error {
+	if err == nil || len(s.lanes) == 1 {
+		return err
+	}
+	return fmt.Errorf("lane %d: %w", k, err)
+}
+
 // watchMap reads lane k's map key every HeartbeatInterval and, when it
 // names a newer version than this process's, stops the lane's Server: an
 // operator moved the lane, and this process runs with an old map. Its
 // transactions are refused already (ErrShardMapVersion); stopping ends
 // its pops too. What it took and could not give back is recovered by the
 // reapers of processes with the current map once its heartbeat expires.
-func (s *ShardedServer) watchMap(ctx context.Context, k int) {
-	srv := s.Lanes[k]
+func (s *Server) watchMap(ctx context.Context, k int) {
+	srv := s.lanes[k]
 	_, st, err := srv.cfg.prepare(srv.pool)
 	if err != nil {
 		return
@@ -192,7 +203,7 @@ func (s *ShardedServer) watchMap(ctx context.Context, k int) {
 		v, err := func() (int64, error) {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			conn, err := s.sh.Pools[k].GetContext(cctx)
+			conn, err := s.pools[k].GetContext(cctx)
 			if err != nil {
 				return 0, err
 			}
@@ -203,11 +214,11 @@ func (s *ShardedServer) watchMap(ctx context.Context, k int) {
 			}
 			return v, err
 		}()
-		if err != nil || v <= s.sh.MapVersion {
+		if err != nil || v <= s.mapVersion {
 			continue
 		}
 		srv.cfg.Logger.Error("the lane moved in a newer shard map than this process's; no longer serving the lane (restart with the current shard map)",
-			"lane_version", v, "version", s.sh.MapVersion)
+			"lane_version", v, "version", s.mapVersion)
 		sctx, cancel := context.WithTimeout(context.Background(), max(srv.cfg.ShutdownTimeout, time.Second))
 		_ = srv.Shutdown(sctx)
 		cancel()
@@ -215,18 +226,45 @@ func (s *ShardedServer) watchMap(ctx context.Context, k int) {
 	}
 }
 
-// Shutdown shuts every lane's Server down (see Server.Shutdown) at once
-// and returns their errors joined.
-func (s *ShardedServer) Shutdown(ctx context.Context) error {
-	errs := make([]error, len(s.Lanes))
+// Shutdown stops the server gracefully: running handlers may finish
+// until the earlier of ctx's deadline and Config.ShutdownTimeout from the
+// call (negative: at once); then their contexts are cancelled and their
+// tasks go back to their queues. It waits until Run has returned, or
+// until that deadline plus a slack of 250 ms, whichever comes first. A
+// second call with an earlier deadline (an already-cancelled context,
+// say) returns running tasks to their queues at once. Before Run, it
+// closes the server: Run then returns ErrClosed.
+//
+// It returns nil when Run stopped cleanly in time, Run's error when it
+// returned one, and an error matching ctx.Err(), or
+// context.DeadlineExceeded when ShutdownTimeout passed (errors.Is), when
+// the deadline came first (joined with Run's error if Run returned within
+// the slack).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	first := !s.ran
+	s.ran = true
+	s.mu.Unlock()
+	errs := make([]error, len(s.lanes))
 	var wg sync.WaitGroup
-	for k, srv := range s.Lanes {
-		wg.Go(func() {
-			if err := srv.Shutdown(ctx); err != nil {
-				errs[k] = fmt.Errorf("lane %d: %w", k, err)
-			}
-		})
+	for k, srv := range s.lanes {
+		wg.Go(func() { errs[k] = s.laneErr(k, srv.Shutdown(ctx)) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if first {
+		// Run never started and now never will.
+		close(s.done)
+		return errors.Join(errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		// A lane's Run did not stop in time: the bound is the lanes'.
+		return err
+	}
+	// Every lane's Run returned: Run itself ends at once.
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

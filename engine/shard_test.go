@@ -14,17 +14,17 @@ import (
 )
 
 // sameServer returns n lanes that all live on e's server (one pool).
-func (e *env) sameServer(n int) Shards {
-	sh := Shards{}
+func (e *env) sameServer(n int) shardSpec {
+	sh := shardSpec{}
 	for range n {
 		sh.Pools = append(sh.Pools, e.pool)
 	}
 	return sh
 }
 
-func (e *env) shardedClient(t testing.TB, sh Shards) *ShardedClient {
+func (e *env) shardedClient(t testing.TB, sh shardSpec) *Client {
 	t.Helper()
-	c, err := NewShardedClient(sh, e.cfg)
+	c, err := newShardedClient(sh, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestShardOneLaneKeepsLayout(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	srv, err := NewShardedServer(e.sameServer(3), e.cfg, mux, AllRoles)
+	srv, err := newShardedServer(e.sameServer(3), e.cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,22 +210,24 @@ func TestShardRouting(t *testing.T) {
 		batch = append(batch, NewTask{Type: "job", Options: []Option{TaskID(fmt.Sprintf("b-%d", i))}})
 	}
 	res, err := c.EnqueueBatch(ctx, batch)
-	if err != nil || res.Written() != 10 {
-		t.Fatalf("batch: %v, %d written", err, res.Written())
+	if err != nil || len(res) != 10 {
+		t.Fatalf("batch: %v, %d written", err, len(res))
 	}
-	for i, ti := range res.Tasks {
-		if res.Lanes[i] != LaneOf(ti.ID, n) || !exists(t, a, e.laneKey(res.Lanes[i], "t:"+ti.ID)) {
-			t.Errorf("batch task %d: lane %d, id %s", i, res.Lanes[i], ti.ID)
+	for i, ti := range res {
+		if !exists(t, a, e.laneKey(LaneOf(ti.ID, n), "t:"+ti.ID)) {
+			t.Errorf("batch task %d: lane %d, id %s: no record there", i, LaneOf(ti.ID, n), ti.ID)
 		}
 	}
 	// A taken id refuses its lane's part only.
 	taken := batch[3].Options[0]
-	res, err = c.EnqueueBatch(ctx, []NewTask{{Type: "job", Options: []Option{taken}}, {Type: "job", Options: []Option{TaskID("fresh-" + e.ns)}}})
-	if !errors.Is(err, ErrTaskExists) || res.Tasks[0] != nil {
+	fresh := "fresh-" + e.ns
+	res, err = c.EnqueueBatch(ctx, []NewTask{{Type: "job", Options: []Option{taken}}, {Type: "job", Options: []Option{TaskID(fresh)}}})
+	var be *BatchError
+	if !errors.Is(err, ErrTaskExists) || !errors.As(err, &be) || res[0] != nil || be.Errs[0] == nil {
 		t.Fatalf("batch with a taken id: %v %+v", err, res)
 	}
-	if (res.Lanes[0] == res.Lanes[1]) != (res.Tasks[1] == nil) {
-		t.Errorf("the other task's lane %d (taken id's %d) written=%v", res.Lanes[1], res.Lanes[0], res.Tasks[1] != nil)
+	if sameLane := LaneOf("b-3", n) == LaneOf(fresh, n); sameLane != (res[1] == nil) {
+		t.Errorf("the other task's lane %d (taken id's %d) written=%v", LaneOf(fresh, n), LaneOf("b-3", n), res[1] != nil)
 	}
 	// A task whose id and unique key disagree on the lane is refused.
 	for i := 0; ; i++ {

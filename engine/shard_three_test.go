@@ -43,7 +43,7 @@ func TestShardThreeServersKill(t *testing.T) {
 	total := shardTestTasks(t)
 	began := time.Now()
 	var servers []*redistest.Server
-	sh := Shards{}
+	sh := shardSpec{}
 	for range 3 {
 		s := redistest.Start(t, redistest.WithAppendOnly())
 		servers = append(servers, s)
@@ -73,12 +73,12 @@ func TestShardThreeServersKill(t *testing.T) {
 		}
 		return nil
 	})
-	srv, err := NewShardedServer(sh, cfg, mux, AllRoles)
+	srv, err := newShardedServer(sh, cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopSrv := runBackground(t, srv.Run)
-	client, err := NewShardedClient(sh, cfg)
+	client, err := newShardedClient(sh, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestShardThreeServersKill(t *testing.T) {
 				cancel()
 				if res != nil {
 					ackMu.Lock()
-					for _, ti := range res.Tasks {
+					for _, ti := range res {
 						if ti != nil {
 							acked = append(acked, ti.ID)
 						}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +34,8 @@ func eachLane[T any](n int, f func(k int) (T, error)) ([]T, []error, error) {
 	return out, errs, errors.Join(errs...)
 }
 
-// LaneStatus is one lane's health and size, as
-// ShardedClient.LaneStatuses reads them.
+// LaneStatus is one lane's health and size, as Inspector.LaneStatuses
+// reads them.
 type LaneStatus struct {
 	Lane int `json:"lane"`
 	// Prefix is the lane's key prefix ("{ns}:" or "{ns:k}:").
@@ -65,14 +64,14 @@ type LaneStatus struct {
 // LaneStatuses reads every lane's health and size at once, each bounded
 // by ctx. A lane that cannot be read is reported with Reachable false or
 // Err set; the call itself fails only on a bad ctx.
-func (c *ShardedClient) LaneStatuses(ctx context.Context) []LaneStatus {
-	out, _, _ := eachLane(len(c.lanes), func(k int) (LaneStatus, error) {
-		return c.laneStatus(ctx, k), nil
+func (in *Inspector) LaneStatuses(ctx context.Context) []LaneStatus {
+	out, _, _ := eachLane(len(in.c.lanes), func(k int) (LaneStatus, error) {
+		return in.c.laneStatus(ctx, k), nil
 	})
 	return out
 }
 
-func (c *ShardedClient) laneStatus(ctx context.Context, k int) LaneStatus {
+func (c *Client) laneStatus(ctx context.Context, k int) LaneStatus {
 	lc := c.lanes[k]
 	st := LaneStatus{Lane: k, Prefix: lc.store.Keys.Prefix()}
 	conn, err := lc.conn(ctx)
@@ -119,14 +118,16 @@ func (c *ShardedClient) laneStatus(ctx context.Context, k int) LaneStatus {
 	return st
 }
 
-// Stats reports every queue of every lane, merged by name: sizes and
-// counters summed, the oldest ready age the largest, NextDue the
-// earliest, Paused if paused in any lane. A lane that cannot be read is
-// left out and named in the error (its figures are missing from the
-// sums); the others are returned all the same.
-func (c *ShardedClient) Stats(ctx context.Context) ([]QueueStats, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) ([]QueueStats, error) { return c.lanes[k].Stats(ctx) })
-	return mergeQueues(per, func(q *QueueStats) string { return q.Queue }, func(m, q *QueueStats) {
+// Queues reports every queue that was ever enqueued to, sorted by name,
+// merged over the lanes: sizes and counters summed, the largest Latency,
+// the earliest NextDue, Paused if paused in any lane. A queue whose
+// figures cannot all be read (a key of the wrong type, a counter that is
+// not a number; `engine check` finds it) is still returned with what
+// could be read, and the error names what failed; a lane that cannot be
+// read is left out and named in the error.
+func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
+	per, _, err := eachLane(len(in.c.lanes), func(k int) ([]QueueInfo, error) { return in.c.lanes[k].Stats(ctx) })
+	return mergeQueues(per, func(q *QueueInfo) string { return q.Queue }, func(m, q *QueueInfo) {
 		m.Ready += q.Ready
 		m.Scheduled += q.Scheduled
 		m.Running += q.Running
@@ -136,7 +137,7 @@ func (c *ShardedClient) Stats(ctx context.Context) ([]QueueStats, error) {
 		m.Failed += q.Failed
 		m.Recovered += q.Recovered
 		m.Cancelled += q.Cancelled
-		m.OldestReadyAge = max(m.OldestReadyAge, q.OldestReadyAge)
+		m.Latency = max(m.Latency, q.Latency)
 		if !q.NextDue.IsZero() && (m.NextDue.IsZero() || q.NextDue.Before(m.NextDue)) {
 			m.NextDue = q.NextDue
 		}
@@ -170,65 +171,11 @@ func mergeQueues[T any](per [][]T, name func(*T) string, add func(m, q *T)) []T 
 	return out
 }
 
-// DeadCount sums the dead letters of every lane.
-func (c *ShardedClient) DeadCount(ctx context.Context) (int, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) (int, error) { return c.lanes[k].DeadCount(ctx) })
-	n := 0
-	for _, v := range per {
-		n += v
-	}
-	return n, err
-}
-
-// LiveWorkers sums the live and registered worker processes of every
-// lane (a process serving several lanes counts once per lane).
-func (c *ShardedClient) LiveWorkers(ctx context.Context) (alive, registered int, err error) {
-	type ar struct{ a, r int }
-	per, _, err := eachLane(len(c.lanes), func(k int) (ar, error) {
-		a, r, err := c.lanes[k].LiveWorkers(ctx)
-		return ar{a, r}, err
-	})
-	for _, v := range per {
-		alive += v.a
-		registered += v.r
-	}
-	return alive, registered, err
-}
-
-// PauseQueue pauses queue q in every lane (see Client.PauseQueue). On an
-// error some lanes may be paused and others not: call it again.
-func (c *ShardedClient) PauseQueue(ctx context.Context, q string) error {
-	_, _, err := eachLane(len(c.lanes), func(k int) (struct{}, error) { return struct{}{}, c.lanes[k].PauseQueue(ctx, q) })
-	return err
-}
-
-// ResumeQueue resumes queue q in every lane (see Client.ResumeQueue).
-func (c *ShardedClient) ResumeQueue(ctx context.Context, q string) error {
-	_, _, err := eachLane(len(c.lanes), func(k int) (struct{}, error) { return struct{}{}, c.lanes[k].ResumeQueue(ctx, q) })
-	return err
-}
-
-// Paused lists the queues paused in any lane, sorted.
-func (c *ShardedClient) Paused(ctx context.Context) ([]string, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) ([]string, error) { return c.lanes[k].Paused(ctx) })
-	set := map[string]bool{}
-	for _, qs := range per {
-		for _, q := range qs {
-			set[q] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for q := range set {
-		out = append(out, q)
-	}
-	sort.Strings(out)
-	return out, err
-}
-
-// Unserved lists the unserved task types of every lane (see
-// Client.Unserved), once per queue and type, with the earliest Since.
-func (c *ShardedClient) Unserved(ctx context.Context) ([]UnservedType, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) ([]UnservedType, error) { return c.lanes[k].Unserved(ctx) })
+// Unserved lists the task types that waited in a queue with no worker
+// serving them (see Config.UnknownType), over every lane, once per queue
+// and type, with the earliest Since.
+func (in *Inspector) Unserved(ctx context.Context) ([]UnservedType, error) {
+	per, _, err := eachLane(len(in.c.lanes), func(k int) ([]UnservedType, error) { return in.c.lanes[k].Unserved(ctx) })
 	by := map[[2]string]UnservedType{}
 	for _, us := range per {
 		for _, u := range us {
@@ -248,39 +195,18 @@ func (c *ShardedClient) Unserved(ctx context.Context) ([]UnservedType, error) {
 	return out, err
 }
 
-// RetryAllDead retries the dead letters of every lane.
-func (c *ShardedClient) RetryAllDead(ctx context.Context) (int, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) (int, error) { return c.lanes[k].RetryAllDead(ctx) })
-	n := 0
-	for _, v := range per {
-		n += v
-	}
-	return n, err
-}
-
-// LaneCheck is one lane's part of a sharded check.
-type LaneCheck struct {
-	Lane   int
-	Report *CheckReport // nil when the lane could not be checked
-	Err    error
-}
-
-// ShardedCheckReport is a check of every lane: the lanes' findings
-// together (each finding's Key names its lane by its hash tag), their
-// counts summed, and each lane's own report.
-type ShardedCheckReport struct {
-	CheckReport
-	Lanes []LaneCheck
-}
-
-// Check checks every lane at once (see Client.Check). A lane that cannot
-// be checked has its Err set and is named in the error; the others are
+// Check walks the namespace and reports inconsistencies (see CheckOptions
+// and CheckReport), every lane at once: the lanes' findings together (each
+// finding's Key names its lane by its hash tag) and their counts summed. A
+// lane that cannot be checked is named in the error; the others are
 // reported all the same.
-func (c *ShardedClient) Check(ctx context.Context, opts CheckOptions) (*ShardedCheckReport, error) {
-	per, errs, err := eachLane(len(c.lanes), func(k int) (*CheckReport, error) { return c.lanes[k].Check(ctx, opts) })
-	rep := &ShardedCheckReport{}
-	for k, r := range per {
-		rep.Lanes = append(rep.Lanes, LaneCheck{Lane: k, Report: r, Err: errs[k]})
+func (in *Inspector) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
+	per, _, err := eachLane(len(in.c.lanes), func(k int) (*CheckReport, error) { return in.c.lanes[k].Check(ctx, opts) })
+	if len(per) == 1 {
+		return per[0], err
+	}
+	rep := &CheckReport{}
+	for _, r := range per {
 		if r == nil {
 			continue
 		}
@@ -297,27 +223,43 @@ func (c *ShardedClient) Check(ctx context.Context, opts CheckOptions) (*ShardedC
 	return rep, err
 }
 
-// ShardedInspector is the Inspector of every lane: calls about one task
-// go to its lane, the others fan out and merge.
-type ShardedInspector struct {
-	c     *ShardedClient
-	lanes []*Inspector
+// Inspector administers a namespace: its queues and their figures,
+// pause and resume, listings of tasks by state (dead letters included)
+// and actions on them, workers, periodic entries, workflows, and the
+// consistency check. Over several lanes, calls about one task go to its
+// lane and the others fan out and merge. It is safe for concurrent use.
+type Inspector struct {
+	c     *Client
+	lanes []*laneInspector
 }
 
-// Inspector returns the inspector of every lane.
-func (c *ShardedClient) Inspector() *ShardedInspector {
-	in := &ShardedInspector{c: c}
+// NewInspector returns an Inspector with cfg over one pool, or one pool
+// per lane (as NewClient). It never closes the pools.
+func NewInspector(cfg Config, pools ...*redis.Pool) (*Inspector, error) {
+	c, err := NewClient(cfg, pools...)
+	if err != nil {
+		return nil, err
+	}
+	return c.inspector(), nil
+}
+
+// inspector returns the inspector of every lane.
+func (c *Client) inspector() *Inspector {
+	in := &Inspector{c: c}
 	for _, lc := range c.lanes {
-		in.lanes = append(in.lanes, lc.Inspector())
+		in.lanes = append(in.lanes, lc.inspector())
 	}
 	return in
 }
 
-// MemoryPolicy is the riskiest memory policy among the lanes' servers:
-// one that evicts task records, else one that is unknown, else one that
-// evicts keys with a TTL, else lane 0's. A lane that cannot be read is
-// named in the error.
-func (in *ShardedInspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
+// MemoryPolicy reads the Redis server's memory limit and eviction policy
+// (two CONFIG GETs): for `engine check`, /readyz and the dashboard. A
+// server that refuses CONFIG gives a policy whose Unknown says so.
+//
+// Over several lanes it is the riskiest among the lanes' servers: one
+// that evicts task records, else one that is unknown, else one that
+// evicts keys with a TTL, else lane 0's.
+func (in *Inspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
 	per, _, err := eachLane(len(in.lanes), func(k int) (MemoryPolicy, error) { return in.lanes[k].MemoryPolicy(ctx) })
 	rank := func(m MemoryPolicy) int {
 		switch {
@@ -339,62 +281,39 @@ func (in *ShardedInspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, err
 	return worst, err
 }
 
-// Lane returns lane k's Inspector.
-func (in *ShardedInspector) Lane(k int) *Inspector { return in.lanes[k] }
-
-// Queues reports every queue of every lane merged by name (sums; the
-// largest latency; paused if paused in any lane). A lane that cannot be
-// read is left out and named in the error.
-func (in *ShardedInspector) Queues(ctx context.Context) ([]QueueInfo, error) {
-	per, _, err := eachLane(len(in.lanes), func(k int) ([]QueueInfo, error) { return in.lanes[k].Queues(ctx) })
-	return mergeQueues(per, func(q *QueueInfo) string { return q.Queue }, func(m, q *QueueInfo) {
-		m.Scheduled += q.Scheduled
-		m.Ready += q.Ready
-		m.Running += q.Running
-		m.Retrying += q.Retrying
-		m.Dead += q.Dead
-		m.Processed += q.Processed
-		m.Failed += q.Failed
-		m.Recovered += q.Recovered
-		m.Cancelled += q.Cancelled
-		m.Latency = max(m.Latency, q.Latency)
-		m.Paused = m.Paused || q.Paused
-	}), err
+// Task looks a task up by id in any state, done and cancelled included
+// (while their records are kept). It matches ErrNotFound when there is no
+// such task.
+//
+// Over several lanes it asks the id's lane first, then the others (see
+// Client.Cancel).
+func (in *Inspector) Task(ctx context.Context, id string) (*TaskView, error) {
+	return inLanes(in, id, func(l *laneInspector) (*TaskView, error) { return l.Task(ctx, id) })
 }
 
-// Task reports one task from its lane (see Inspector.Task). An id its
-// lane does not hold is looked for in the other lanes: a workflow's steps
-// ("<workflow>~<i>") live in the lane the workflow was enqueued to, which
-// their ids do not name.
-func (in *ShardedInspector) Task(ctx context.Context, id string) (*TaskView, error) {
-	return inLanes(in, id, func(l *Inspector) (*TaskView, error) { return l.Task(ctx, id) })
+// Workflow is [Client.Workflow], for `engine workflow show` and the
+// dashboard.
+func (in *Inspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+	return inLanes(in, id, func(l *laneInspector) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
 }
 
-// Workflow reports workflow id from the lane that holds it (see
-// Inspector.Workflow), looked for as Task looks for a task.
-func (in *ShardedInspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
-	return inLanes(in, id, func(l *Inspector) (*WorkflowInfo, error) { return l.Workflow(ctx, id) })
-}
-
-// Result reports a done task's result from its lane (see Client.Result).
-func (in *ShardedInspector) Result(ctx context.Context, id string) ([]byte, error) {
-	return in.lanes[in.c.LaneOf(id)].Result(ctx, id)
-}
-
-// Periodics reports the periodic entries, which live in lane 0.
-func (in *ShardedInspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
+// Periodics lists the periodic entries declared in the namespace, as
+// `engine periodic` shows them: schedule, next and last firing with the state
+// of its task, and whether any live process declares it.
+func (in *Inspector) Periodics(ctx context.Context) ([]PeriodicStatus, error) {
 	return in.lanes[0].Periodics(ctx)
 }
 
 // inLanes asks id's lane first, then, while the answer is ErrNotFound,
 // the others in order (see firstFound).
-func inLanes[T any](in *ShardedInspector, id string, f func(*Inspector) (*T, error)) (*T, error) {
+func inLanes[T any](in *Inspector, id string, f func(*laneInspector) (*T, error)) (*T, error) {
 	return firstFound(in.c.LaneOf(id), len(in.lanes), func(k int) (*T, error) { return f(in.lanes[k]) })
 }
 
-// Workers lists the worker processes of every lane; a process serving
-// several lanes is listed once per lane (under one id per lane).
-func (in *ShardedInspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
+// Workers lists every registered worker process, sorted by id, read in
+// one MULTI/EXEC (five commands per worker, whatever it runs).
+// A process serving several lanes is listed once per lane.
+func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	per, _, err := eachLane(len(in.lanes), func(k int) ([]WorkerInfo, error) { return in.lanes[k].Workers(ctx) })
 	var out []WorkerInfo
 	for _, ws := range per {
@@ -403,13 +322,17 @@ func (in *ShardedInspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	return out, err
 }
 
-// Act applies a to the tasks ids, each in its lane (see Inspector.Act);
-// the counts are summed. An id its lane does not hold is looked for in
-// the other lanes, as Task looks (a workflow's steps live in the
-// workflow's lane, which their ids do not name), and acted on where it
-// is found; that costs a read per lane for each such id, and nothing
-// while every id is where it names.
-func (in *ShardedInspector) Act(ctx context.Context, a Action, ids ...string) (ActionResult, error) {
+// Act applies action a to the tasks ids, in batches of MaxActionBatch,
+// each one optimistic transaction that reads the tasks again under WATCH
+// and applies the action only where it still applies. It returns what it
+// did, also when it fails part way (the batches before the error were
+// applied).
+//
+// Over several lanes each id goes to its lane, and an id its lane does
+// not hold is looked for in the others (a workflow's steps live in the
+// workflow's lane, which their ids do not name); that costs a read per
+// lane for each such id.
+func (in *Inspector) Act(ctx context.Context, a Action, ids ...string) (ActionResult, error) {
 	byLane := map[int][]string{}
 	for _, id := range ids {
 		k := in.c.LaneOf(id)
@@ -459,9 +382,13 @@ func (in *ShardedInspector) Act(ctx context.Context, a Action, ids ...string) (A
 	return res, nil
 }
 
-// ActAll applies a to the tasks matching f in every lane (see
-// Inspector.ActAll); the counts are summed.
-func (in *ShardedInspector) ActAll(ctx context.Context, a Action, f Filter) (ActionResult, error) {
+// ActAll applies action a to every task the filter names: it walks the
+// listing a page of MaxActionBatch at a time and acts on each page in one
+// optimistic transaction, which applies the action only to the tasks
+// still in the filter's state. Tasks that enter the state while it runs
+// may or may not be included. It returns what it did, also when it fails
+// part way.
+func (in *Inspector) ActAll(ctx context.Context, a Action, f Filter) (ActionResult, error) {
 	per, _, err := eachLane(len(in.lanes), func(k int) (ActionResult, error) { return in.lanes[k].ActAll(ctx, a, f) })
 	return sumActions(per), err
 }
@@ -476,14 +403,19 @@ func sumActions(per []ActionResult) ActionResult {
 	return r
 }
 
-// PauseQueue pauses q in every lane.
-func (in *ShardedInspector) PauseQueue(ctx context.Context, q string) error {
-	return in.c.PauseQueue(ctx, q)
+// PauseQueue pauses queue q: workers take no task from it until
+// ResumeQueue; running tasks finish, and tasks keep being enqueued and
+// dispatched to it. Over several lanes, on an error some lanes may be
+// paused and others not: call it again.
+func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
+	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) { return struct{}{}, in.c.lanes[k].PauseQueue(ctx, q) })
+	return err
 }
 
-// ResumeQueue resumes q in every lane.
-func (in *ShardedInspector) ResumeQueue(ctx context.Context, q string) error {
-	return in.c.ResumeQueue(ctx, q)
+// ResumeQueue resumes queue q in every lane.
+func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
+	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) { return struct{}{}, in.c.lanes[k].ResumeQueue(ctx, q) })
+	return err
 }
 
 // shardCursor resumes a sharded listing: the lane reached and that lane's
@@ -493,11 +425,25 @@ type shardCursor struct {
 	Next string `json:"n,omitempty"`
 }
 
-// ListTasks lists the tasks of a filter lane after lane (see
-// Inspector.ListTasks): a page holds tasks of one lane, and its Next goes
-// on in that lane, then in the next. Total is the sum over every lane, as
-// of this page's read.
-func (in *ShardedInspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage, error) {
+// ListTasks lists one page of the tasks of a queue in a state, in the
+// order they will be taken: scheduled and retrying in due order (bucket
+// by bucket, then in each bucket's order), ready in pop order, running by
+// worker then lease deadline, dead newest first.
+//
+// Each page costs a fixed number of commands (at most a few plus one per
+// bucket or worker it visits, never more than Limit of those) and reads at
+// most Limit entries, or SearchScan when it must judge entries by their
+// records; the page's entries are read in one MULTI/EXEC where they come
+// from one list. With MaxBytes their records are read 16 to a command
+// until that many bytes were read. Paging while tasks move returns no task twice and skips
+// none that stayed in its state, as long as fewer than about a thousand
+// tasks left a list ahead of the page between two calls; a task that
+// leaves its state and comes back (a retry, a recovery) may be listed
+// again.
+//
+// Over several lanes a page holds tasks of one lane, and its Next goes
+// on in that lane, then in the next; Total is the sum over every lane.
+func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage, error) {
 	var cur shardCursor
 	if opts.Cursor != "" {
 		b, err := base64.RawURLEncoding.DecodeString(opts.Cursor)
@@ -541,38 +487,4 @@ func (in *ShardedInspector) ListTasks(ctx context.Context, opts ListOptions) (*T
 		out.Next = base64.RawURLEncoding.EncodeToString(b)
 	}
 	return out, nil
-}
-
-// DeadLetters lists the dead letters of every lane, newest first (see
-// Client.DeadLetters): count of them from offset in that merged order.
-// Each lane reads its newest offset+count, so a deep offset costs
-// offset+count reads per lane. A lane that cannot be read fails the call.
-func (c *ShardedClient) DeadLetters(ctx context.Context, offset, count int) ([]*TaskInfo, error) {
-	if offset < 0 || count < 1 {
-		return nil, fmt.Errorf("engine: DeadLetters(%d, %d): %w", offset, count, ErrInvalidOption)
-	}
-	per, _, err := eachLane(len(c.lanes), func(k int) ([]*TaskInfo, error) { return c.lanes[k].DeadLetters(ctx, 0, offset+count) })
-	if err != nil {
-		return nil, err
-	}
-	var all []*TaskInfo
-	for _, ts := range per {
-		all = append(all, ts...)
-	}
-	slices.SortStableFunc(all, func(a, b *TaskInfo) int { return b.Finished.Compare(a.Finished) })
-	if offset >= len(all) {
-		return []*TaskInfo{}, nil
-	}
-	return all[offset:min(len(all), offset+count)], nil
-}
-
-// PurgeAllDead deletes the dead letters of every lane (see
-// Client.PurgeAllDead) and returns how many.
-func (c *ShardedClient) PurgeAllDead(ctx context.Context) (int, error) {
-	per, _, err := eachLane(len(c.lanes), func(k int) (int, error) { return c.lanes[k].PurgeAllDead(ctx) })
-	n := 0
-	for _, v := range per {
-		n += v
-	}
-	return n, err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestShardOneView(t *testing.T) {
 	sb := redistest.Start(t, redistest.Private())
 	e := newEnv(t, sa)
 	pa, pb := sa.Pool(t), sb.Pool(t)
-	sh := Shards{Pools: []*redis.Pool{pa, pb, pa}}
+	sh := shardSpec{Pools: []*redis.Pool{pa, pb, pa}}
 	c := e.shardedClient(t, sh)
 	ctx := context.Background()
 
@@ -39,24 +40,20 @@ func TestShardOneView(t *testing.T) {
 	if len(perLane) != 3 {
 		t.Fatalf("tasks in lanes %v, want all three", perLane)
 	}
-	stats, err := c.Stats(ctx)
+	in := c.inspector()
+	stats, err := in.Queues(ctx)
 	if err != nil || len(stats) != 1 || stats[0].Ready != 20 || stats[0].Scheduled != 10 {
-		t.Fatalf("merged stats %+v, %v; want one queue with 20 ready and 10 scheduled", stats, err)
+		t.Fatalf("merged queues %+v, %v; want one queue with 20 ready and 10 scheduled", stats, err)
 	}
-	ls := c.LaneStatuses(ctx)
+	ls := in.LaneStatuses(ctx)
 	for k, st := range ls {
 		if !st.Reachable || st.Err != "" || int(st.Ready+st.Scheduled) != perLane[k] {
 			t.Errorf("lane %d: %+v, want reachable with %d tasks", k, st, perLane[k])
 		}
 	}
-	rep, err := c.Check(ctx, CheckOptions{})
-	if err != nil || len(rep.Findings) != 0 || rep.Tasks != 30 || len(rep.Lanes) != 3 {
+	rep, err := in.Check(ctx, CheckOptions{})
+	if err != nil || len(rep.Findings) != 0 || rep.Tasks != 30 {
 		t.Fatalf("check: %+v, %v", rep, err)
-	}
-	in := c.Inspector()
-	qs, err := in.Queues(ctx)
-	if err != nil || len(qs) != 1 || qs[0].Ready != 20 {
-		t.Fatalf("inspector queues %+v, %v", qs, err)
 	}
 	if v, err := in.Task(ctx, ids[1]); err != nil || v.ID != ids[1] {
 		t.Fatalf("inspector task: %+v %v", v, err)
@@ -89,16 +86,16 @@ func TestShardOneView(t *testing.T) {
 
 	// Lane 1's server goes down: its lane is named, the others counted.
 	sb.Kill(t)
-	ls = c.LaneStatuses(ctx)
+	ls = in.LaneStatuses(ctx)
 	if ls[1].Reachable || ls[1].Err == "" || !ls[0].Reachable || !ls[2].Reachable {
 		t.Errorf("with lane 1 down: %+v", ls)
 	}
-	stats, err = c.Stats(ctx)
+	stats, err = in.Queues(ctx)
 	if err == nil || !strings.Contains(err.Error(), "lane 1") || len(stats) != 1 {
-		t.Errorf("stats with lane 1 down: %+v, %v", stats, err)
+		t.Errorf("queues with lane 1 down: %+v, %v", stats, err)
 	}
-	if crep, err := c.Check(ctx, CheckOptions{}); err == nil || crep.Lanes[1].Err == nil || crep.Lanes[0].Report == nil {
-		t.Errorf("check with lane 1 down: %v", err)
+	if crep, err := in.Check(ctx, CheckOptions{}); err == nil || !strings.Contains(err.Error(), "lane 1") || crep == nil || crep.Tasks == 0 {
+		t.Errorf("check with lane 1 down: %+v, %v; want lane 1 named and the others' tasks counted", crep, err)
 	}
 	redistest.RequireNoViolations(t, sa)
 	redistest.RequireNoViolations(t, sb)
@@ -113,7 +110,7 @@ func TestShardBatchFallback(t *testing.T) {
 	e := newEnv(t, sa)
 	pa, pb := sa.Pool(t), sb.Pool(t)
 	const n = 3
-	c := e.shardedClient(t, Shards{Pools: []*redis.Pool{pa, pb, pa}})
+	c := e.shardedClient(t, shardSpec{Pools: []*redis.Pool{pa, pb, pa}})
 	sb.Kill(t)
 	key := idInLane("cust", 1, n) // a shard key of lane 1
 	var batch []NewTask
@@ -126,17 +123,21 @@ func TestShardBatchFallback(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "lane 1") {
 		t.Fatalf("batch with lane 1 down: %v, want lane 1's error", err)
 	}
-	to := res.Lanes[0]
+	var be *BatchError
+	if !errors.As(err, &be) || len(be.Errs) != len(batch) || len(res) != len(batch) {
+		t.Fatalf("batch with lane 1 down: %v, want a *BatchError over %d tasks", err, len(batch))
+	}
+	to := c.LaneOf(res[0].ID)
 	for i := range 10 {
-		if res.Tasks[i] == nil || res.Errs[i] != nil || res.Lanes[i] != to || to == 1 || c.LaneOf(res.Tasks[i].ID) != to {
-			t.Fatalf("movable task %d: lane %d (first %d), %+v, %v", i, res.Lanes[i], to, res.Tasks[i], res.Errs[i])
+		if res[i] == nil || be.Errs[i] != nil || to == 1 || c.LaneOf(res[i].ID) != to {
+			t.Fatalf("movable task %d: lane %d (first %d), %+v, %v", i, c.LaneOf(res[i].ID), to, res[i], be.Errs[i])
 		}
 	}
-	if res.Tasks[10] != nil || res.Errs[10] == nil || res.Lanes[10] != 1 {
-		t.Errorf("pinned task: lane %d, %+v, %v", res.Lanes[10], res.Tasks[10], res.Errs[10])
+	if res[10] != nil || be.Errs[10] == nil {
+		t.Errorf("pinned task: %+v, %v; want not written, with lane 1's error", res[10], be.Errs[10])
 	}
-	if c.Rerouted() != 10 || res.Written() != 10 {
-		t.Errorf("rerouted %d, written %d; want 10 and 10", c.Rerouted(), res.Written())
+	if c.Rerouted() != 10 {
+		t.Errorf("rerouted %d, want 10", c.Rerouted())
 	}
 	redistest.RequireNoViolations(t, sa)
 }

@@ -59,7 +59,7 @@ func TestShardSharedWait(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	srv, err := NewShardedServer(sh, e.cfg, mux, RoleWorker)
+	srv, err := newShardedServer(sh, e.cfg, mux, RoleWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,12 +146,12 @@ func TestShardSharedWaitIdle(t *testing.T) {
 	const n = 6
 	sh := e.sameServer(n)
 	a := e.admin(t)
-	srv, err := NewShardedServer(sh, e.cfg, HandlerFunc(func(context.Context, *Task) error { return nil }), RoleDispatcher|RoleWorker)
+	srv, err := newShardedServer(sh, e.cfg, HandlerFunc(func(context.Context, *Task) error { return nil }), RoleDispatcher|RoleWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	looks := make([]*lookCounter, n)
-	for k, l := range srv.Lanes {
+	for k, l := range srv.lanes {
 		looks[k] = &lookCounter{mover: l.Dispatcher.moves}
 		l.Dispatcher.moves = looks[k]
 	}
@@ -161,9 +161,9 @@ func TestShardSharedWaitIdle(t *testing.T) {
 	// worker that starts later, on a loaded machine, rightly ends the
 	// BLPOP under way (an LPUSH) to have its lists named: that is not the
 	// idle cost measured here.
-	hub := srv.Lanes[0].Worker.cfg.lane.hub
+	hub := srv.lanes[0].Worker.cfg.lane.hub
 	var workerKeys []string
-	for _, l := range srv.Lanes {
+	for _, l := range srv.lanes {
 		if l.Worker.cfg.lane.hub != hub {
 			t.Fatal("the lanes do not share one wait")
 		}
@@ -241,7 +241,7 @@ func TestShardSharedWaitDelayed(t *testing.T) {
 	sh := e.sameServer(n)
 	a := e.admin(t)
 	rec := newRunRecorder()
-	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	srv, err := newShardedServer(sh, e.cfg, rec.handler(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +278,10 @@ func TestShardSharedWaitServerDown(t *testing.T) {
 	t.Cleanup(func() { sb.Cleanup(t, e.ns) })
 	e.cfg.Advanced.IdleWait = 60 * time.Second
 	pa, pb := sa.Pool(t), sb.Pool(t)
-	sh := Shards{Pools: []*redis.Pool{pa, pb, pa, pb}}
+	sh := shardSpec{Pools: []*redis.Pool{pa, pb, pa, pb}}
 	const n = 4
 	rec := newRunRecorder()
-	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	srv, err := newShardedServer(sh, e.cfg, rec.handler(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestShardClusterWait(t *testing.T) {
 	t.Cleanup(func() { tc.Close() })
 	ns := redistest.Namespace(t)
 	const n = 6
-	var sh Shards
+	var sh shardSpec
 	for k := range n {
 		keys, err := buckets.NewLaneKeys(ns, k)
 		if err != nil {
@@ -401,7 +401,7 @@ func TestShardClusterWait(t *testing.T) {
 	}
 	cfg := Config{Namespace: ns, Logger: testLogger(t), Advanced: AdvancedConfig{IdleWait: 60 * time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, ReapInterval: 100 * time.Millisecond}}
 	rec := newRunRecorder()
-	srv, err := NewShardedServer(sh, cfg, rec.handler(), AllRoles)
+	srv, err := newShardedServer(sh, cfg, rec.handler(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestShardClusterWait(t *testing.T) {
 		return total
 	}
 	waitFor(t, outcomeWait, "one blocked connection per lane", func() bool { return blocked() == n })
-	client, err := NewShardedClient(sh, cfg)
+	client, err := newShardedClient(sh, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,19 +443,19 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 	e := privateEnv(t)
 	const n = 3
 	sh := e.sameServer(n)
-	srv, err := NewShardedServer(sh, e.cfg, nil, RoleDispatcher)
+	srv, err := newShardedServer(sh, e.cfg, nil, RoleDispatcher)
 	if err != nil {
 		t.Fatal(err)
 	}
 	looks := make([]*lookCounter, n)
-	for k, l := range srv.Lanes {
+	for k, l := range srv.lanes {
 		looks[k] = &lookCounter{mover: l.Dispatcher.moves}
 		l.Dispatcher.moves = looks[k]
 	}
 	runBackground(t, srv.Run)
 	a := e.admin(t)
 	waitFor(t, outcomeWait, "the dispatchers to block in one BLPOP", func() bool { return blockedPops(t, a) == 1 })
-	busy := srv.Lanes[0].Dispatcher.store.Keys.Wake()
+	busy := srv.lanes[0].Dispatcher.store.Keys.Wake()
 	stop := make(chan struct{})
 	var pushes sync.WaitGroup
 	pushes.Go(func() {
@@ -495,11 +495,11 @@ func TestShardSharedWaitWrongType(t *testing.T) {
 	sh := e.sameServer(n)
 	a := e.admin(t)
 	rec := newRunRecorder()
-	srv, err := NewShardedServer(sh, e.cfg, rec.handler(), AllRoles)
+	srv, err := newShardedServer(sh, e.cfg, rec.handler(), AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := srv.Lanes[1].Dispatcher.store.Keys
+	keys := srv.lanes[1].Dispatcher.store.Keys
 	if _, err := a.Do("SET", keys.Wake(), "not a list"); err != nil {
 		t.Fatal(err)
 	}

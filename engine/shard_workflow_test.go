@@ -17,7 +17,7 @@ func TestShardWorkflows(t *testing.T) {
 	c := e.shardedClient(t, e.sameServer(n))
 	mux := NewMux()
 	mux.HandleFunc("step", func(ctx context.Context, _ *Task) error { return SetResult(ctx, []byte("ok")) })
-	srv, err := NewShardedServer(e.sameServer(n), e.cfg, mux, AllRoles)
+	srv, err := newShardedServer(e.sameServer(n), e.cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestShardWorkflows(t *testing.T) {
 			if err != nil || ti.State != StateDone {
 				t.Errorf("lookup of %s's step %s through the sharded client: %+v, %v", id, s.ID, ti, err)
 			}
-			if v, err := c.Inspector().Task(ctx, s.ID); err != nil || v.State != StateDone {
+			if v, err := c.inspector().Task(ctx, s.ID); err != nil || v.State != StateDone {
 				t.Errorf("inspector task %s: %v", s.ID, err)
 			}
 		}

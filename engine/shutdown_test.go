@@ -66,13 +66,13 @@ func TestShutdownAgainstSilentServer(t *testing.T) {
 			var run func(context.Context) error
 			var shutdown func(context.Context) error
 			if which == "worker" {
-				w, err := NewWorker(pool, cfg, NewMux())
+				w, err := newWorker(pool, cfg, NewMux())
 				if err != nil {
 					t.Fatal(err)
 				}
 				run, shutdown = w.Run, w.Shutdown
 			} else {
-				srv, err := NewServer(pool, cfg, NewMux(), AllRoles)
+				srv, err := newLaneServer(pool, cfg, NewMux(), AllRoles)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,7 +20,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
+		srv, err := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 		if err != nil {
 			t.Fatal(err)
 		}

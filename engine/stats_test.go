@@ -28,7 +28,7 @@ func TestStatsReportsDamagedQueue(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "queue bad") {
 		t.Fatalf("Stats error = %v; want one naming queue bad", err)
 	}
-	var good *QueueStats
+	var good *QueueInfo
 	for i := range st {
 		if st[i].Queue == "good" {
 			good = &st[i]

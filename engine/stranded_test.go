@@ -42,7 +42,7 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 	// own, and a batch pop (pipelined, after the bad id's pop found all it
 	// asked for) would take the good task past it.
 	e.cfg.Advanced.ClaimBatch = 1
-	w, _ := NewWorker(e.pool, e.cfg, rec)
+	w, _ := newWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "the bad id in the dead letters", func() bool {
 		s, _ := admin.Do("ZSCORE", e.key("dead"), bad)
@@ -138,7 +138,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		c := e.client(t)
 		rec := newRecorder(nil)
 		e.cfg.Concurrency = 2
-		w, _ := NewWorker(e.pool, e.cfg, rec)
+		w, _ := newWorker(e.pool, e.cfg, rec)
 		ss := &stuckStore{workerStore: w.store}
 		w.store = ss
 		stuck, _ := idOf(c.Enqueue(ctx, "t", nil, Timeout(2*time.Second)))
@@ -196,7 +196,7 @@ func TestStrandedInflightRecovered(t *testing.T) {
 		admin := e.admin(t)
 		rec := newRecorder(nil)
 		e.cfg.Advanced.HeartbeatInterval = 300 * time.Millisecond
-		w, _ := NewWorker(e.pool, e.cfg, rec)
+		w, _ := newWorker(e.pool, e.cfg, rec)
 		// Move a ready task by hand into the worker's in-flight list
 		// before it starts, as a pop whose reply was lost would.
 		id, err := idOf(e.client(t).Enqueue(ctx, "t", nil))

@@ -153,7 +153,7 @@ func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 // ("<workflow>~<i>") while that workflow exists.
 func TaskID(id string) Option {
 	return optionFunc(func(o *taskOptions) error {
-		if err := ValidateID(id); err != nil {
+		if err := validateID(id); err != nil {
 			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
 		}
 		if why := reservedID(id); why != "" {
@@ -166,15 +166,15 @@ func TaskID(id string) Option {
 }
 
 // MaxIDLen is the longest task id TaskID accepts, in bytes.
-const MaxIDLen = 128
+const maxIDLen = 128
 
 // ValidateID checks the form of any task id: 1 to 128 bytes, each a
 // printable ASCII character other than space. The error matches
 // ErrInvalidID. TaskID also refuses the forms the engine reserves for its
 // own tasks.
-func ValidateID(id string) error {
-	if len(id) == 0 || len(id) > MaxIDLen {
-		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), MaxIDLen, len(id), ErrInvalidID)
+func validateID(id string) error {
+	if len(id) == 0 || len(id) > maxIDLen {
+		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), maxIDLen, len(id), ErrInvalidID)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {

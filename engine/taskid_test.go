@@ -120,7 +120,7 @@ func TestTaskIDRetryAfterLostExec(t *testing.T) {
 		retry := e.client(t)
 		for _, after := range []bool{true, false} {
 			var conns []*cutConn
-			cut, err := NewClient(e.cutPool(t, after, &conns), e.cfg)
+			cut, err := newLaneClient(e.cutPool(t, after, &conns), e.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,7 +305,7 @@ func TestTaskIDValidation(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	ctx := context.Background()
 	c := e.client(t)
-	for _, id := range []string{"", "has space", "tab\there", "nl\n", "del\x7f", "é", strings.Repeat("x", MaxIDLen+1)} {
+	for _, id := range []string{"", "has space", "tab\there", "nl\n", "del\x7f", "é", strings.Repeat("x", maxIDLen+1)} {
 		_, err := c.Enqueue(ctx, "t", nil, TaskID(id))
 		if !errors.Is(err, ErrInvalidOption) || !errors.Is(err, ErrInvalidID) {
 			t.Errorf("TaskID(%q): %v, want ErrInvalidOption and ErrInvalidID", id, err)
@@ -314,7 +314,7 @@ func TestTaskIDValidation(t *testing.T) {
 			t.Errorf("Lookup(%q): %v, want ErrInvalidID and ErrNotFound", id, err)
 		}
 	}
-	for _, id := range []string{"x", "order-42", "a:b/c{d}", strings.Repeat("y", MaxIDLen)} {
+	for _, id := range []string{"x", "order-42", "a:b/c{d}", strings.Repeat("y", maxIDLen)} {
 		if _, err := c.Enqueue(ctx, "t", nil, TaskID(id)); err != nil {
 			t.Errorf("TaskID(%q): %v", id, err)
 		}

@@ -56,7 +56,7 @@ func TestDispatchTurn(t *testing.T) {
 	e, want, logs := turnEnv(t, 3000)
 	var stops []func()
 	for i := 0; i < 4; i++ {
-		d, err := NewDispatcher(e.pool, e.cfg)
+		d, err := newDispatcher(e.pool, e.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestDispatchTurnTakenOver(t *testing.T) {
 	if _, err := admin.Do("SETEX", e.key("turn"), 2, "dead"); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDispatchTurnWrongType(t *testing.T) {
 	if _, err := admin.Do("RPUSH", e.key("turn"), "x"); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(e.pool, e.cfg)
+	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // MaxUniqueKeyLen is the longest key UniqueKey accepts, in bytes.
-const MaxUniqueKeyLen = 200
+const maxUniqueKeyLen = 200
 
 // Unique makes the task unique by its queue, type and payload (a SHA-256
 // digest of the three): while a task enqueued with the same three and
@@ -56,8 +56,8 @@ func Unique(ttl time.Duration) Option {
 // 200 printable ASCII bytes. Keys are per namespace, not per queue.
 func UniqueKey(key string, ttl time.Duration) Option {
 	return optionFunc(func(o *taskOptions) error {
-		if len(key) == 0 || len(key) > MaxUniqueKeyLen {
-			return fmt.Errorf("engine: UniqueKey(%s): want 1 to %d bytes: %w", safetext.Quote(key), MaxUniqueKeyLen, ErrInvalidOption)
+		if len(key) == 0 || len(key) > maxUniqueKeyLen {
+			return fmt.Errorf("engine: UniqueKey(%s): want 1 to %d bytes: %w", safetext.Quote(key), maxUniqueKeyLen, ErrInvalidOption)
 		}
 		for i := 0; i < len(key); i++ {
 			if c := key[i]; c < ' ' || c > '~' {
@@ -92,34 +92,21 @@ func uniqueDigest(queue, typ string, payload []byte) string {
 }
 
 // ReplyTo makes the task's final transition (done, dead or cancelled)
-// push a reply (DecodeReply: id, state, result or last error) onto the
-// reply list name, in the same transaction: exactly one reply per final
-// outcome. Read the list with Client.NextReply. name is 1-64 of
-// A-Z a-z 0-9 _ . -.
-func ReplyTo(name string) Option {
-	return optionFunc(func(o *taskOptions) error {
-		if !buckets.ValidName(name) {
-			return fmt.Errorf("engine: ReplyTo(%q): want 1-64 of A-Z a-z 0-9 _ . -: %w", name, ErrInvalidOption)
-		}
-		o.replyTo = name
-		return nil
-	})
-}
-
-// ReplyToQueue makes the task's final transition (done, dead or
-// cancelled) enqueue a reply task into queue q, in the same transaction:
-// type ReplyType, the reply as its payload (DecodeReply), an id of its own
+// enqueue a reply task into queue q, in the same transaction: type
+// ReplyType, the outcome as its payload (DecodeReply), an id of its own
 // per outcome ("<id>~r<run>.<finished ms>"). Exactly one reply task per
-// final outcome; a worker of q handles them like any task.
-func ReplyToQueue(q string) Option {
+// final outcome; a worker of q handles it like any task, with retries and
+// crash recovery. This is the push way to learn an outcome; Client.Wait
+// is the pull way.
+func ReplyTo(q string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if !buckets.ValidName(q) {
-			return fmt.Errorf("engine: ReplyToQueue(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(q), ErrInvalidOption)
+			return fmt.Errorf("engine: ReplyTo(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(q), ErrInvalidOption)
 		}
 		o.replyTo = buckets.ReplyQueuePrefix + q
 		return nil
 	})
 }
 
-// ReplyType is the task type of the reply tasks ReplyToQueue enqueues.
+// ReplyType is the task type of the reply tasks ReplyTo enqueues.
 const ReplyType = buckets.ReplyType

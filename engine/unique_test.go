@@ -170,7 +170,7 @@ func TestUniqueStateTable(t *testing.T) {
 	mux.HandleFunc("ok", func(context.Context, *Task) error { return nil })
 	mux.HandleFunc("fail", func(context.Context, *Task) error { return errors.New("boom") })
 	mux.HandleFunc("die", func(context.Context, *Task) error { return Permanent(errors.New("boom")) })
-	w, err := NewWorker(e.pool, e.cfg, mux)
+	w, err := newWorker(e.pool, e.cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +235,8 @@ func TestUniqueStateTable(t *testing.T) {
 			case "purged":
 				id := enq("die")
 				wait(id)
-				if err := c.PurgeDead(ctx, id); err != nil {
-					t.Fatal(err)
+				if res := act(t, c, ActionDelete, id); res.Done != 1 {
+					t.Fatalf("delete the dead letter: %+v", res)
 				}
 			case "ttl passed", "ttl passed while running":
 				key = UniqueKey("row-"+row.row, time.Second)
@@ -261,9 +261,7 @@ func TestUniqueStateTable(t *testing.T) {
 				if err := c.PauseQueue(ctx, "default"); err != nil {
 					t.Fatal(err)
 				}
-				if err := c.RetryDead(ctx, id); err != nil {
-					t.Fatal(err)
-				}
+				retryDead(t, c, id)
 				holder = id
 			}
 			_, err := c.Enqueue(ctx, "ok", nil, key, Queue("nobody"))
@@ -280,15 +278,15 @@ func TestUniqueStateTable(t *testing.T) {
 	}
 }
 
-// A dead letter whose key another task took meanwhile is not revived:
-// RetryDead says which task holds the key.
+// A dead letter whose key another task took meanwhile is not revived: a
+// retry skips it and it stays dead.
 func TestUniqueReviveRefused(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := context.Background()
 	mux := NewMux()
 	mux.HandleFunc("die", func(context.Context, *Task) error { return Permanent(errors.New("boom")) })
-	w, _ := NewWorker(e.pool, e.cfg, mux)
+	w, _ := newWorker(e.pool, e.cfg, mux)
 	runBackground(t, w.Run)
 	dead, err := c.Enqueue(ctx, "die", nil, UniqueKey("k", 0))
 	if err != nil {
@@ -303,10 +301,11 @@ func TestUniqueReviveRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.RetryDead(ctx, dead.ID)
-	var dup *DuplicateError
-	if !errors.As(err, &dup) || dup.ID != next.ID {
-		t.Fatalf("RetryDead: %v, want a duplicate of %s", err, next.ID)
+	if res := act(t, c, ActionRetry, dead.ID); res.Done != 0 || res.Skipped != 1 {
+		t.Fatalf("retry of a dead letter whose key %s holds: %+v, want skipped", next.ID, res)
+	}
+	if _, err := c.Enqueue(ctx, "ok", nil, UniqueKey("k", 0), Queue("nobody")); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("the key after the refused retry: %v, want still held by %s", err, next.ID)
 	}
 	if s := e.state(t, dead.ID); s != StateDead {
 		t.Fatalf("refused revive left the task %s", s)

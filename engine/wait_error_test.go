@@ -73,12 +73,12 @@ func TestIdleWaitServerErrorIsNotWrongType(t *testing.T) {
 		return &downConn{Conn: c, refusedWake: &wake, refusedNotify: &notify, touched: &touched}, nil
 	}}
 	t.Cleanup(func() { pool.Close() }) // after the worker and dispatcher stop
-	w, err := NewWorker(pool, e.cfg, NewMux())
+	w, err := newWorker(pool, e.cfg, NewMux())
 	if err != nil {
 		t.Fatal(err)
 	}
 	runBackground(t, w.Run)
-	d, err := NewDispatcher(pool, e.cfg)
+	d, err := newDispatcher(pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // reads the paused set under WATCH, gives the task back and marks the
 // queue paused.
 type waiter struct {
-	w       *Worker
+	w       *worker
 	blocker rconn.Blocker
 	bo      rconn.Backoff
 }

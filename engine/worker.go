@@ -38,7 +38,7 @@ import (
 // results and reconciles lost replies (finisher.go), the retry policy
 // (retry.go), the requeuer (requeuer.go), and the in-flight recoverer
 // (inflight.go).
-type Worker struct {
+type worker struct {
 	pool    *redis.Pool
 	cfg     Config
 	store   workerStore
@@ -78,7 +78,7 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker that runs tasks with h (a *Mux, usually).
-func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
+func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	if pool == nil || h == nil {
 		return nil, fmt.Errorf("engine: NewWorker: nil pool or handler: %w", ErrInvalidOption)
 	}
@@ -86,7 +86,7 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{
+	w := &worker{
 		pool: pool, cfg: cfg, store: st, keys: st.Keys, handler: h,
 		id:      uuid.NewString(),
 		stopReq: make(chan struct{}),
@@ -107,23 +107,23 @@ func NewWorker(pool *redis.Pool, cfg Config, h Handler) (*Worker, error) {
 }
 
 // ID is the worker process's id, as its heartbeat and in-flight keys name it.
-func (w *Worker) ID() string { return w.id }
+func (w *worker) ID() string { return w.id }
 
 // Processed counts this worker's runs that succeeded.
-func (w *Worker) Processed() int64 { return w.processed.Load() }
+func (w *worker) Processed() int64 { return w.processed.Load() }
 
 // Failed counts this worker's runs that failed.
-func (w *Worker) Failed() int64 { return w.failed.Load() }
+func (w *worker) Failed() int64 { return w.failed.Load() }
 
 // Chained counts the batches this worker took in the same round trip as
 // the results of the batch before them: while the queues are deep, a
 // batch of every slot (Concurrency at most ClaimBatch) sends the next
 // batch's pops behind its results' EXEC (docs/design.md, "The worker").
-func (w *Worker) Chained() int64 { return w.chained.Load() }
+func (w *worker) Chained() int64 { return w.chained.Load() }
 
 // ClaimedAhead counts the tasks this worker claimed ahead of its handler
 // slots (Config.Advanced.Prefetch): those of each batch beyond Concurrency.
-func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
+func (w *worker) ClaimedAhead() int64 { return w.ahead.Load() }
 
 // Run registers the worker, runs tasks until ctx ends or Shutdown is
 // called, then shuts down gracefully: it stops taking tasks, lets running
@@ -137,7 +137,7 @@ func (w *Worker) ClaimedAhead() int64 { return w.ahead.Load() }
 // context's error (wrapped) if it was stopped before Redis could be
 // reached to register; the error of giving unfinished tasks back at the
 // deadline; the error of unregistering (tasks are then left for a reaper).
-func (w *Worker) Run(ctx context.Context) error {
+func (w *worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
@@ -150,7 +150,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.runErr
 }
 
-func (w *Worker) run(ctx context.Context) error {
+func (w *worker) run(ctx context.Context) error {
 	regCtx, stopReg := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -239,7 +239,7 @@ const shutdownSlack = 250 * time.Millisecond
 // ctx.Err(), or context.DeadlineExceeded when ShutdownTimeout passed
 // (errors.Is), when the deadline came first: unfinished tasks were then
 // given back, or are being given back by Run in the background.
-func (w *Worker) Shutdown(ctx context.Context) error {
+func (w *worker) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started {
 		w.started = true
@@ -292,14 +292,14 @@ func boundShutdown(ctx context.Context, timeout time.Duration) (context.Context,
 // of another type back at once, for a worker that serves it, without
 // counting an attempt; it advertises its types in its heartbeat. See
 // Config.Advanced.UnknownTypeGrace.
-type TypeLister interface {
+type typeLister interface {
 	Types() []string
 }
 
 // listTypes reads the handler's types, at start (handlers are registered
 // before the worker starts).
-func (w *Worker) listTypes() {
-	tl, ok := w.handler.(TypeLister)
+func (w *worker) listTypes() {
+	tl, ok := w.handler.(typeLister)
 	if !ok {
 		return
 	}
@@ -316,11 +316,11 @@ func (w *Worker) listTypes() {
 	w.serves = func(typ string) bool { return set[typ] }
 }
 
-func (w *Worker) holder() *rconn.Holder   { return &rconn.Holder{Pool: w.pool} }
-func (w *Worker) backoff() *rconn.Backoff { return &rconn.Backoff{} }
+func (w *worker) holder() *rconn.Holder   { return &rconn.Holder{Pool: w.pool} }
+func (w *worker) backoff() *rconn.Backoff { return &rconn.Backoff{} }
 
 // abort ends the grace period: running tasks are given back.
-func (w *Worker) abort() { w.abortOnce.Do(func() { close(w.abortCh) }) }
+func (w *worker) abort() { w.abortOnce.Do(func() { close(w.abortCh) }) }
 
 // cleanupTries bounds the retries of a step of the way out (giving tasks
 // back, unregistering): past it the step is left to a reaper.
@@ -330,7 +330,7 @@ const cleanupTries = 8
 // the worker from the registry. After a failure it tries again with
 // backoff on a freshly tested connection; past cleanupTries it leaves the
 // rest to a reaper, which recovers it once the heartbeat expires.
-func (w *Worker) unregister() error {
+func (w *worker) unregister() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h := w.holder()
@@ -349,7 +349,7 @@ func (w *Worker) unregister() error {
 	}
 }
 
-func (w *Worker) unregisterOnce(ctx context.Context, h interface {
+func (w *worker) unregisterOnce(ctx context.Context, h interface {
 	Get(context.Context) (redis.Conn, error)
 }) error {
 	conn, err := h.Get(ctx)

@@ -34,7 +34,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 			quick.Add(1)
 			return nil
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+		srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
 		hang, _ := idOf(c.Enqueue(ctx, "hang", nil))
@@ -95,7 +95,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	go srv.Run(ctx)
 	id, _ := idOf(e.client(t).Enqueue(ctx, "hang", nil))
 	<-started
@@ -116,7 +116,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 		t.Fatalf("task %s after abort, want ready", s)
 	}
 
-	srv2, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv2, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	if err := srv2.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
 	ran := make(chan struct{}, 1)
 	mux := NewMux()
 	mux.HandleFunc("t", func(ctx context.Context, t *Task) error { ran <- struct{}{}; return nil })
-	srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	runBackground(t, srv.Run)
 	// Two idle timeouts each of the worker's waiter and the dispatcher's
 	// waker: their third BLPOPs are sent.
@@ -244,7 +244,7 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	}}
 	rec := newRecorder(nil)
 	e.cfg.Concurrency = 1
-	w, _ := NewWorker(e.pool, e.cfg, rec)
+	w, _ := newWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
 	time.Sleep(300 * time.Millisecond)
 	armed.Store(true)
@@ -292,13 +292,13 @@ func TestShutdownBoundedByShutdownTimeout(t *testing.T) {
 			cfg.ShutdownTimeout = 200 * time.Millisecond
 			var run, shutdown func(context.Context) error
 			if which == "worker" {
-				w, err := NewWorker(e.pool, cfg, mux)
+				w, err := newWorker(e.pool, cfg, mux)
 				if err != nil {
 					t.Fatal(err)
 				}
 				run, shutdown = w.Run, w.Shutdown
 			} else {
-				srv, err := NewServer(e.pool, cfg, mux, AllRoles)
+				srv, err := newLaneServer(e.pool, cfg, mux, AllRoles)
 				if err != nil {
 					t.Fatal(err)
 				}

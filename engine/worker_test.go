@@ -197,7 +197,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 	e := &env{srv: srv, pool: srv.Pool(t), ns: ns}
 	e.cfg = newEnv(t, srv).cfg
 	e.cfg.Namespace = ns
-	w, err := NewWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error {
+	w, err := newWorker(e.pool, e.cfg, HandlerFunc(func(ctx context.Context, t *Task) error {
 		select {} // hangs until killed
 	}))
 	if err != nil {
@@ -227,9 +227,9 @@ func TestWorkerSIGKILL(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	rec := newRecorder(nil)
-	rp, _ := NewReaper(e.pool, e.cfg)
+	rp, _ := newReaper(e.pool, e.cfg)
 	runBackground(t, rp.Run)
-	w, _ := NewWorker(e.pool, e.cfg, rec)
+	w, _ := newWorker(e.pool, e.cfg, rec)
 	runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "task done", func() bool { return e.state(t, id) == StateDone })
 	info, _ := c.Lookup(context.Background(), id)
@@ -267,7 +267,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			mu.Unlock()
 			return time.Duration(a) * 100 * time.Millisecond
 		}
-		srv, _ := NewServer(e.pool, e.cfg, rec, AllRoles)
+		srv, _ := newLaneServer(e.pool, e.cfg, rec, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		id, err := idOf(c.Enqueue(ctx, "t", nil, MaxAttempts(3)))
@@ -285,10 +285,11 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		dead, err := c.DeadLetters(ctx, 0, 10)
-		if err != nil || len(dead) != 1 {
-			t.Fatal(dead, err)
+		page, err := c.inspector().ListTasks(ctx, ListOptions{Filter: Filter{State: StateDead}})
+		if err != nil || len(page.Tasks) != 1 {
+			t.Fatal(page, err)
 		}
+		dead := page.Tasks
 		if d := dead[0]; d.ID != id || d.Attempts != 3 || d.LastError != "boom 3" || d.Finished.IsZero() {
 			t.Fatalf("dead letter %+v", d)
 		}
@@ -296,15 +297,13 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("cancel dead: %v", err)
 		}
 		fail.Store(false)
-		if err := c.RetryDead(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.RetryDead(ctx, id); !errors.Is(err, ErrNotDead) && !errors.Is(err, ErrNotFound) {
-			t.Fatalf("second RetryDead: %v", err)
+		retryDead(t, c, id)
+		if res := act(t, c, ActionRetry, id); res.Done != 0 {
+			t.Fatalf("second retry: %+v, want nothing done", res)
 		}
 		waitFor(t, outcomeWait, "done after retry", func() bool { return e.state(t, id) == StateDone })
-		if n, _ := c.DeadCount(ctx); n != 0 {
-			t.Fatalf("dead count %d after retry", n)
+		if st := queueStats(t, c, "default"); st.Dead != 0 {
+			t.Fatalf("dead count %d after retry", st.Dead)
 		}
 		// Permanent errors skip the remaining attempts; purge deletes.
 		id2, _ := idOf(c.Enqueue(ctx, "perm", nil))
@@ -336,7 +335,7 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		srv, _ := NewServer(e.pool, e.cfg, mux, AllRoles)
+		srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 		runBackground(t, srv.Run)
 		c := e.client(t)
 		perm, _ := idOf(c.Enqueue(ctx, "perm", nil))
@@ -372,7 +371,7 @@ func TestUnknownType(t *testing.T) {
 			cfg.UnknownType = pol
 			cfg.Advanced.UnknownTypeGrace = -1 // the policy at once (TestUnservedTypeGrace tests the grace)
 			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
-			srv, _ := NewServer(e.pool, cfg, NewMux(), AllRoles)
+			srv, _ := newLaneServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
 			id, _ := idOf(c.Enqueue(ctx, "nobody", nil, Queue(cfg.Queues[0].Name), MaxAttempts(3)))
@@ -413,7 +412,7 @@ func TestPriorities(t *testing.T) {
 			e.cfg.Queues = []QueueConfig{{Name: "high", Weight: 3}, {Name: "low", Weight: 1}}
 			e.cfg.Concurrency = 1
 			rec := newRecorder(nil)
-			w, _ := NewWorker(e.pool, e.cfg, rec)
+			w, _ := newWorker(e.pool, e.cfg, rec)
 			stop := runBackground(t, w.Run)
 			waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
 			stop()

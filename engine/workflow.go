@@ -37,7 +37,7 @@ type Step struct {
 	Delay time.Duration
 	// PassResult: a chain step (after the first) is given its
 	// predecessor's result (SetResult) as Task.Workflow.Input, when it is
-	// at most MaxWorkflowCarry bytes; a larger one is read with
+	// at most 64 KiB; a larger one is read with
 	// Client.Result(ctx, Task.Workflow.Previous).
 	PassResult bool
 }
@@ -67,7 +67,7 @@ func (p GroupPolicy) store() string {
 // reaches a final state the Callback (if any) is enqueued once, its
 // Task.Workflow.Outcomes listing every member's outcome and result.
 type Group struct {
-	ID       string // 1 to MaxWorkflowIDLen printable ASCII bytes, no spaces
+	ID       string // 1 to 100 printable ASCII bytes, no spaces
 	Members  []Step
 	Callback *Step
 	Policy   GroupPolicy
@@ -99,16 +99,9 @@ func checkWriteBytes(kind error, what string, recs []*buckets.Record) error {
 // Limits of workflows. Beyond them Enqueue{Chain,Group} refuse with an
 // error matching ErrWorkflowLimit.
 const (
-	MaxChainSteps    = buckets.MaxChainSteps
-	MaxGroupMembers  = buckets.MaxGroupMembers
-	MaxWorkflowIDLen = buckets.MaxFlowIDLen
-	// MaxWorkflowCarry bounds a result carried by value to the next step
-	// or into a group's outcomes; a larger one is carried as a reference
-	// (the task's id: read it with Client.Result while it is kept).
-	MaxWorkflowCarry = buckets.MaxFlowCarry
-	// MaxWorkflowInput bounds the results carried into a group's
-	// callback together; the ones past it are references.
-	MaxWorkflowInput = buckets.MaxFlowInput
+	maxChainSteps    = buckets.MaxChainSteps
+	maxGroupMembers  = buckets.MaxGroupMembers
+	maxWorkflowIDLen = buckets.MaxFlowIDLen
 )
 
 // Workflow errors.
@@ -175,7 +168,7 @@ func workflowOf(r *buckets.Record) *TaskWorkflow {
 }
 
 // stepRecord checks step s and returns its record (ID and Flow unset).
-func (c *Client) stepRecord(now time.Time, what string, s Step) (*buckets.Record, error) {
+func (c *laneClient) stepRecord(now time.Time, what string, s Step) (*buckets.Record, error) {
 	if s.Delay < 0 {
 		return nil, refused(ErrInvalidOption, nil, "%s: delay %v: want 0 or more", what, s.Delay)
 	}
@@ -196,26 +189,13 @@ func checkWorkflowID(id string) error {
 	return nil
 }
 
-// EnqueueChain enqueues chain id: steps run one after another, each once
-// its predecessor succeeded (after its own Delay). Only the first step is
-// a task at first: the transaction that records a step's success writes
-// the next one. A step that dies stops the chain; retrying it from the
-// dead letters (RetryDead) resumes it when it then succeeds. The step
-// tasks' ids are "<id>~0", "<id>~1", ...
-//
-// The chain's record and its first step are written in one MULTI/EXEC:
-// an id in use is refused (ErrTaskExists), and after an error matching
-// ErrUncertain the same call may be retried safely. A nil error means the
-// chain is written; the WorkflowInfo returned is read after the write
-// (only its id, kind and creation time if that read failed). More than
-// MaxChainSteps steps, or steps too large together, match
-// ErrWorkflowLimit.
-func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
+// EnqueueChain is Client.EnqueueChain for one lane.
+func (c *laneClient) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
 	if err := checkWorkflowID(id); err != nil {
 		return nil, err
 	}
-	if len(steps) == 0 || len(steps) > MaxChainSteps {
-		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), MaxChainSteps)
+	if len(steps) == 0 || len(steps) > maxChainSteps {
+		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), maxChainSteps)
 	}
 	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(steps))
@@ -247,26 +227,20 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 // written reports a workflow just written: as Workflow reads it, or, when
 // that read fails (the workflow is written all the same), its id, kind
 // and creation time only.
-func (c *Client) written(ctx context.Context, id, kind string, now time.Time) *WorkflowInfo {
+func (c *laneClient) written(ctx context.Context, id, kind string, now time.Time) *WorkflowInfo {
 	if wi, err := c.Workflow(ctx, id); err == nil {
 		return wi
 	}
 	return &WorkflowInfo{ID: id, Kind: kind, Created: fromMs(ms(now)), State: "running", StoppedAt: -1}
 }
 
-// EnqueueGroup enqueues group g: its members, all at once, and its
-// callback's template, in one MULTI/EXEC (ids in use: ErrTaskExists;
-// after ErrUncertain the same call may be retried). Member i's id is
-// "<g.ID>~<i>", the callback's "<g.ID>~cb". The callback is enqueued once,
-// when the last member reaches a final state (done, dead or cancelled),
-// by the same transaction that records that member's outcome; under
-// FailGroup only when every member is done.
-func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
+// EnqueueGroup is Client.EnqueueGroup for one lane.
+func (c *laneClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
 	if err := checkWorkflowID(g.ID); err != nil {
 		return nil, err
 	}
-	if len(g.Members) == 0 || len(g.Members) > MaxGroupMembers {
-		return nil, refused(ErrWorkflowLimit, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), MaxGroupMembers)
+	if len(g.Members) == 0 || len(g.Members) > maxGroupMembers {
+		return nil, refused(ErrWorkflowLimit, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), maxGroupMembers)
 	}
 	if g.Policy != FailGroup && g.Policy != ContinueGroup {
 		return nil, refused(ErrInvalidOption, nil, "group %s: policy %d unknown", g.ID, g.Policy)
@@ -305,7 +279,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, erro
 	return c.written(ctx, g.ID, "group", now), nil
 }
 
-func (c *Client) enqueueFlow(ctx context.Context, id string, now int64, fields []interface{}, recs []*buckets.Record) error {
+func (c *laneClient) enqueueFlow(ctx context.Context, id string, now int64, fields []interface{}, recs []*buckets.Record) error {
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return err
@@ -357,10 +331,8 @@ type WorkflowStep struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Workflow reports workflow id: its steps or members with their states,
-// and where it stopped. ErrNotFound when it does not exist (or its
-// retention passed: it is kept for Config.DoneRetention after it ended).
-func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+// Workflow is Client.Workflow for one lane.
+func (c *laneClient) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
 	if err := checkWorkflowID(id); err != nil {
 		return nil, err
 	}
@@ -479,14 +451,8 @@ func groupStateAfterFire(cb *buckets.Record) string {
 	return "running"
 }
 
-// CancelWorkflow cancels workflow id and returns how many of its tasks it
-// cancelled. A chain: its waiting step is cancelled; a step that is
-// running (or dead) is marked, so that its success writes no successor.
-// A group: its callback will not be enqueued, and its waiting members are
-// cancelled; running ones finish. Calling it again after an error
-// finishes the job. ErrWorkflowEnded when the chain's last step succeeded
-// or the group's callback was enqueued.
-func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
+// CancelWorkflow is Client.CancelWorkflow for one lane.
+func (c *laneClient) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	if err := checkWorkflowID(id); err != nil {
 		return 0, err
 	}
@@ -507,8 +473,7 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	return n, nil
 }
 
-// Workflow is [Client.Workflow], for `engine workflow show` and the
-// dashboard.
-func (in *Inspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
+// Workflow is Inspector.Workflow for one lane.
+func (in *laneInspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, error) {
 	return in.client().Workflow(ctx, id)
 }

@@ -15,7 +15,7 @@ import (
 // runServer runs a Server (every role) for the test with mux.
 func (e *env) runServer(t *testing.T, mux *Mux) {
 	t.Helper()
-	srv, err := NewServer(e.pool, e.cfg, mux, AllRoles)
+	srv, err := newLaneServer(e.pool, e.cfg, mux, AllRoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,14 +25,14 @@ func (e *env) runServer(t *testing.T, mux *Mux) {
 // runWorker runs one more Worker process for the test with mux.
 func (e *env) runWorker(t *testing.T, mux *Mux) {
 	t.Helper()
-	w, err := NewWorker(e.pool, e.cfg, mux)
+	w, err := newWorker(e.pool, e.cfg, mux)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runBackground(t, w.Run)
 }
 
-func workflowState(t *testing.T, c *Client, id, want string) func() bool {
+func workflowState(t *testing.T, c *laneClient, id, want string) func() bool {
 	return func() bool {
 		wf, err := c.Workflow(t.Context(), id)
 		if err != nil {
@@ -79,9 +79,7 @@ func TestChainMiddleStepDiesRetriedCompletes(t *testing.T) {
 		t.Fatalf("lookup of the dead step: %+v %v", info, err)
 	}
 	fail.Store(false)
-	if err := c.RetryDead(t.Context(), "ch~1"); err != nil {
-		t.Fatal(err)
-	}
+	retryDead(t, c, "ch~1")
 	if in := <-got; in != "ab" {
 		t.Fatalf("last step's input %q, want the results passed along", in)
 	}
@@ -232,9 +230,7 @@ func TestGroupDeadMemberPolicies(t *testing.T) {
 		t.Fatal("FailGroup ran its callback with a dead member")
 	}
 	fail.Store(false)
-	if err := c.RetryDead(t.Context(), "fail~1"); err != nil {
-		t.Fatal(err)
-	}
+	retryDead(t, c, "fail~1")
 	task = <-callbacks
 	if w := task.Workflow; w.ID != "fail" || len(w.Outcomes) != 2 || w.Outcomes[1].State != StateDone {
 		t.Fatalf("FailGroup callback after the retry: %+v", task.Workflow)
@@ -270,7 +266,7 @@ func TestWorkflowLimits(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	ctx := t.Context()
-	steps := make([]Step, MaxChainSteps+1)
+	steps := make([]Step, maxChainSteps+1)
 	for i := range steps {
 		steps[i] = Step{Type: "x"}
 	}
@@ -280,7 +276,7 @@ func TestWorkflowLimits(t *testing.T) {
 	if _, err := c.EnqueueChain(ctx, "none"); !errors.Is(err, ErrWorkflowLimit) {
 		t.Errorf("no step: %v", err)
 	}
-	members := make([]Step, MaxGroupMembers+1)
+	members := make([]Step, maxGroupMembers+1)
 	for i := range members {
 		members[i] = Step{Type: "x"}
 	}
@@ -293,7 +289,7 @@ func TestWorkflowLimits(t *testing.T) {
 	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{In(time.Hour)}}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("In in a step: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, strings.Repeat("x", MaxWorkflowIDLen+1), Step{Type: "x"}); !errors.Is(err, ErrInvalidID) {
+	if _, err := c.EnqueueChain(ctx, strings.Repeat("x", maxWorkflowIDLen+1), Step{Type: "x"}); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("long id: %v", err)
 	}
 	if _, err := c.EnqueueChain(ctx, "bad", Step{Type: ""}); !errors.Is(err, ErrInvalidName) {

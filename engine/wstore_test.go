@@ -210,7 +210,7 @@ func (d *dyingStore) SetAside(ctx context.Context, conn redis.Conn, want string,
 // which take the dead worker's tasks over. It returns the dying store.
 func (e *env) dieAndTakeOver(t *testing.T, h Handler, stage string) *dyingStore {
 	t.Helper()
-	w1, err := NewWorker(e.pool, e.cfg, h)
+	w1, err := newWorker(e.pool, e.cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +219,12 @@ func (e *env) dieAndTakeOver(t *testing.T, h Handler, stage string) *dyingStore 
 	w1.cfg.ShutdownTimeout = 100 * time.Millisecond
 	runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
 	waitFor(t, outcomeWait, "the fault", ds.fired.Load)
-	rp, err := NewReaper(e.pool, e.cfg)
+	rp, err := newReaper(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runBackground(t, rp.Run)
-	w2, err := NewWorker(e.pool, e.cfg, h)
+	w2, err := newWorker(e.pool, e.cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}

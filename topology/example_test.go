@@ -29,7 +29,7 @@ func ExampleNewCluster() {
 	}
 	defer c.Close()
 	cfg := engine.Config{Namespace: "bq"}
-	client, err := engine.NewClient(c.Pool("{"+cfg.Namespace+"}"), cfg)
+	client, err := engine.NewClient(cfg, c.Pool("{"+cfg.Namespace+"}"))
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +47,7 @@ func ExampleNewSentinel() {
 		panic(err)
 	}
 	defer s.Close()
-	srv, err := engine.NewServer(s.Pool(), engine.Config{Namespace: "bq"}, engine.NewMux(), engine.AllRoles)
+	srv, err := engine.NewServer(engine.Config{Namespace: "bq"}, engine.NewMux(), engine.AllRoles, s.Pool())
 	if err != nil {
 		panic(err)
 	}

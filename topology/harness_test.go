@@ -89,7 +89,7 @@ type load struct {
 func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 	t.Helper()
 	cfg := engineConfig(t, ns)
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 		l.mu.Unlock()
 		return nil
 	})
-	srv, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	srv, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func findingsJSON(fs []engine.CheckFinding) []findingJSON {
 	for i, f := range fs {
 		out[i] = findingJSON{Kind: f.Kind, Queue: f.Queue, TaskID: f.TaskID, Key: f.Key, Places: f.Places,
 			Gauge: f.Gauge, Message: f.Message, Repaired: f.Repaired}
-		if f.Kind == engine.CheckGauge {
+		if f.Kind == "gauge" {
 			out[i].Stored, out[i].Counted = &fs[i].Stored, &fs[i].Counted
 		}
 	}
@@ -58,22 +58,24 @@ func findingsJSON(fs []engine.CheckFinding) []findingJSON {
 }
 
 // runCheck is `engine check [--repair] [--json]`: it checks the namespace
-// of c, repairs what it can when repair is set, and prints the report to
-// out, as a table or as JSON. It returns the number of findings that
-// remain (after repair, what a fresh check still finds); the command
-// exits non-zero when that is not zero, or when err is not nil.
-func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io.Writer) (findings int, err error) {
-	rep, err := c.Check(ctx, engine.CheckOptions{Repair: repair})
-	if err != nil {
-		return 0, err
+// of in (every lane of it), repairs what it can when repair is set, and
+// prints the report to out, as a table or as JSON. It returns the number
+// of findings that remain (after repair, what a fresh check still finds);
+// the command exits non-zero when that is not zero, or when err is not
+// nil. A lane that cannot be checked makes err name it; the report of the
+// other lanes is printed all the same.
+func runCheck(ctx context.Context, in *engine.Inspector, repair, asJSON bool, out io.Writer) (findings int, err error) {
+	rep, checkErr := in.Check(ctx, engine.CheckOptions{Repair: repair})
+	if rep == nil {
+		return 0, checkErr
 	}
 	remaining := rep.Findings
 	if repair && rep.Remaining != nil {
 		remaining = rep.Remaining
 	}
-	mem, err := c.Inspector().MemoryPolicy(ctx)
-	if err != nil {
-		return len(remaining), err
+	mem, memErr := in.MemoryPolicy(ctx)
+	if checkErr == nil && memErr != nil {
+		return len(remaining), memErr
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -87,15 +89,18 @@ func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io
 		if err := enc.Encode(j); err != nil {
 			return len(remaining), err
 		}
-		return len(remaining), nil
+		return len(remaining), checkErr
 	}
 	fmt.Fprintf(out, "checked %d tasks in %d queues\n", rep.Tasks, rep.Queues)
 	fmt.Fprintf(out, "redis memory: %s\n", mem)
-	if len(rep.Findings) == 0 {
-		fmt.Fprintln(out, "no findings")
-	} else {
+	switch {
+	case len(rep.Findings) > 0:
 		fmt.Fprintf(out, "%d %s:\n", len(rep.Findings), checkPlural(len(rep.Findings), "finding", "findings"))
 		printFindings(out, rep.Findings, repair)
+	case checkErr != nil:
+		fmt.Fprintln(out, "no findings in the lanes that could be checked")
+	default:
+		fmt.Fprintln(out, "no findings")
 	}
 	if len(rep.Unconfirmed) > 0 {
 		fmt.Fprintf(out, "%d possible %s could not be confirmed: the keys concerned kept changing (run the check again):\n",
@@ -108,7 +113,7 @@ func runCheck(ctx context.Context, c *engine.Client, repair, asJSON bool, out io
 			printFindings(out, rep.Remaining, false)
 		}
 	}
-	return len(remaining), nil
+	return len(remaining), checkErr
 }
 
 func printFindings(out io.Writer, fs []engine.CheckFinding, repair bool) {
@@ -154,11 +159,7 @@ run it off-peak on a large database. Exits 6 when findings remain.`,
 			return err
 		}
 		defer s.close()
-		run := runCheck
-		if s.shards != nil {
-			run = s.runShardedCheck // every lane
-		}
-		n, err := run(cmd.Context(), s.client, *repair, *asJSON, safetext.Writer(a.stdout))
+		n, err := runCheck(cmd.Context(), s.in, *repair, *asJSON, safetext.Writer(a.stdout))
 		if err != nil {
 			return a.fail("check", err)
 		}

@@ -19,7 +19,11 @@ func TestRunCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
-	c, err := engine.NewClient(srv.Pool(t), engine.Config{Namespace: ns})
+	c, err := engine.NewClient(engine.Config{Namespace: ns}, srv.Pool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := engine.NewInspector(engine.Config{Namespace: ns}, srv.Pool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +33,7 @@ func TestRunCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if n, err := runCheck(ctx, c, false, false, &out); err != nil || n != 0 || !strings.Contains(out.String(), "no findings") ||
+	if n, err := runCheck(ctx, in, false, false, &out); err != nil || n != 0 || !strings.Contains(out.String(), "no findings") ||
 		!strings.Contains(out.String(), "redis memory: ") {
 		t.Fatalf("healthy: runCheck = %d, %v; output:\n%s", n, err, out.String())
 	}
@@ -39,13 +43,13 @@ func TestRunCheck(t *testing.T) {
 	}
 
 	out.Reset()
-	n, err := runCheck(ctx, c, false, false, &out)
+	n, err := runCheck(ctx, in, false, false, &out)
 	if err != nil || n != 1 || !strings.Contains(out.String(), "gauge running is 2, the structures hold 0") {
 		t.Fatalf("damaged: runCheck = %d, %v; want 1 finding naming the gauge; output:\n%s", n, err, out.String())
 	}
 
 	out.Reset()
-	n, err = runCheck(ctx, c, false, true, &out)
+	n, err = runCheck(ctx, in, false, true, &out)
 	var j checkJSON
 	if err != nil || n != 1 || json.Unmarshal(out.Bytes(), &j) != nil || len(j.Findings) != 1 ||
 		j.Findings[0].Kind != "gauge" || j.Findings[0].Stored == nil || *j.Findings[0].Stored != 2 {
@@ -53,7 +57,7 @@ func TestRunCheck(t *testing.T) {
 	}
 
 	out.Reset()
-	n, err = runCheck(ctx, c, true, false, &out)
+	n, err = runCheck(ctx, in, true, false, &out)
 	if err != nil || n != 0 || !strings.Contains(out.String(), "repaired 1; a fresh check finds 0") {
 		t.Fatalf("--repair: runCheck = %d, %v; output:\n%s", n, err, out.String())
 	}

@@ -78,8 +78,8 @@ type httpSide struct {
 // /metrics and the dashboard) and opens its listener, so that a taken port
 // fails at start. ready reports this process's components (nil: none).
 // metrics serves /metrics (see metricsHandler). /readyz pings pool; the
-// dashboard reads through backend, or a client on dashPool when nil.
-func (a *app) newHTTP(set *Settings, pool, dashPool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler, backend dashboard.Backend) (*httpSide, error) {
+// dashboard reads through backend.
+func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready func(context.Context) error, metrics http.Handler, backend dashboard.Backend) (*httpSide, error) {
 	token, err := a.httpToken(set)
 	if err != nil {
 		return nil, err
@@ -91,13 +91,6 @@ func (a *app) newHTTP(set *Settings, pool, dashPool *redis.Pool, log *slog.Logge
 	if readToken != "" && readToken == token {
 		return nil, &ConfigError{Origin: set.where("http.read_token_file"), Key: "http.read_token_file",
 			Msg: "the read token is the token: give readers a token of their own"}
-	}
-	if backend == nil {
-		client, err := engine.NewClient(dashPool, set.engineConfig(log))
-		if err != nil {
-			return nil, err
-		}
-		backend = client.Inspector()
 	}
 	// /readyz's body also says what Redis does when it is full.
 	memory := func(ctx context.Context) (string, error) {
@@ -182,35 +175,19 @@ and /metrics needs it or the token.`,
 			log.Warn(w)
 		}
 		// Gauges only: the tasks run in other processes, whose own
-		// /metrics count them.
+		// /metrics count them. With shards, the dashboard and the gauges
+		// span every lane and /readyz pings lane 0's server.
 		eng := set.engineConfig(log)
-		var (
-			pool    *redis.Pool
-			mh      http.Handler
-			backend dashboard.Backend
-		)
-		if set.sharded() {
-			sh, closeAll, err := shardPools(set)
-			if err != nil {
-				return a.fail("dashboard", err)
-			}
-			defer closeAll()
-			sc, err := engine.NewShardedClient(sh, eng)
-			if err != nil {
-				return a.fail("dashboard", err)
-			}
-			pool, mh, backend = sh.Pools[0], shardedMetrics(sc, &eng), sc.Inspector()
-		} else {
-			pool, err = newPool(set.redisSettings(), set.poolSize(), nil)
-			if err != nil {
-				return a.fail("dashboard", err)
-			}
-			defer closePool(pool)
-			if mh, err = metricsHandler(pool, &eng); err != nil {
-				return a.fail("dashboard", err)
-			}
+		pools, closePools, err := lanePools(set, set.poolSize())
+		if err != nil {
+			return a.fail("dashboard", err)
 		}
-		h, err := a.newHTTP(set, pool, pool, log, nil, mh, backend)
+		defer closePools()
+		in, err := engine.NewInspector(eng, pools...)
+		if err != nil {
+			return a.fail("dashboard", err)
+		}
+		h, err := a.newHTTP(set, pools[0], log, nil, metricsHandler(in, &eng), in)
 		if err != nil {
 			return a.fail("dashboard", err)
 		}

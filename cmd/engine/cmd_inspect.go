@@ -19,14 +19,6 @@ func (a *app) newInspectCmds() []*cobra.Command {
 	return []*cobra.Command{a.newTasksCmd(), a.newWorkersCmd(), a.newQueuesCmd()}
 }
 
-func (a *app) inspector(cmd *cobra.Command, c *common) (*session, inspectorAPI, error) {
-	s, err := a.connect(cmd, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, s.inspector(), nil
-}
-
 func (a *app) newTasksCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tasks list|run|retry|cancel|delete",
@@ -72,12 +64,12 @@ func (a *app) newTasksListCmd() *cobra.Command {
 		if *f.state == "" {
 			return a.usageError(cmd, "want --state")
 		}
-		s, in, err := a.inspector(cmd, c)
+		s, err := a.connect(cmd, c)
 		if err != nil {
 			return err
 		}
 		defer s.close()
-		page, err := in.ListTasks(cmd.Context(), engine.ListOptions{Filter: f.filter(), Limit: *limit, Cursor: *cur})
+		page, err := s.in.ListTasks(cmd.Context(), engine.ListOptions{Filter: f.filter(), Limit: *limit, Cursor: *cur})
 		if err != nil {
 			return a.fail("tasks list", err)
 		}
@@ -242,12 +234,12 @@ the filter names (asks first on a terminal, or takes --yes).`,
 		if *all && *f.state == "" {
 			return a.usageError(cmd, "--all wants --state")
 		}
-		s, in, err := a.inspector(cmd, c)
+		s, err := a.connect(cmd, c)
 		if err != nil {
 			return err
 		}
 		defer s.close()
-		ctx := cmd.Context()
+		ctx, in := cmd.Context(), s.in
 		var res engine.ActionResult
 		if *all {
 			filter := f.filter()
@@ -282,7 +274,7 @@ the filter names (asks first on a terminal, or takes --yes).`,
 
 // confirm asks on a terminal before a bulk action; elsewhere it wants
 // --yes.
-func (a *app) confirm(cmd *cobra.Command, in inspectorAPI, act engine.Action, f engine.Filter) (bool, error) {
+func (a *app) confirm(cmd *cobra.Command, in *engine.Inspector, act engine.Action, f engine.Filter) (bool, error) {
 	if !isTerminal(a.stdin) {
 		return false, a.usageError(cmd, "--all changes every matching task: add --yes")
 	}
@@ -305,13 +297,13 @@ func (a *app) confirm(cmd *cobra.Command, in inspectorAPI, act engine.Action, f 
 
 func (a *app) newWorkersCmd() *cobra.Command {
 	return newListCmd(a, "workers", "list the registered worker processes",
-		func(ctx context.Context, in inspectorAPI) ([]engine.WorkerInfo, error) { return in.Workers(ctx) }, printWorkers)
+		func(ctx context.Context, in *engine.Inspector) ([]engine.WorkerInfo, error) { return in.Workers(ctx) }, printWorkers)
 }
 
 // newListCmd builds "<what> [--json]": it lists what fetch reads from the
 // inspector, as a table (print) or as JSON. A partial answer (a shard
 // that did not answer) is printed first, then its error is returned.
-func newListCmd[T any](a *app, what, short string, fetch func(context.Context, inspectorAPI) ([]T, error), print func(io.Writer, []T)) *cobra.Command {
+func newListCmd[T any](a *app, what, short string, fetch func(context.Context, *engine.Inspector) ([]T, error), print func(io.Writer, []T)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   what + " [--json]",
 		Short: short,
@@ -320,12 +312,12 @@ func newListCmd[T any](a *app, what, short string, fetch func(context.Context, i
 	c := addCommon(cmd)
 	asJSON := cmd.Flags().Bool("json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		s, in, err := a.inspector(cmd, c)
+		s, err := a.connect(cmd, c)
 		if err != nil {
 			return err
 		}
 		defer s.close()
-		xs, err := fetch(cmd.Context(), in)
+		xs, err := fetch(cmd.Context(), s.in)
 		if xs == nil && err != nil {
 			return a.fail(what, err)
 		}
@@ -377,7 +369,7 @@ func printWorkers(w io.Writer, ws []engine.WorkerInfo) {
 
 func (a *app) newQueuesCmd() *cobra.Command {
 	return newListCmd(a, "queues", "list the queues with their sizes by state, latency and totals",
-		func(ctx context.Context, in inspectorAPI) ([]engine.QueueInfo, error) { return in.Queues(ctx) }, printQueues)
+		func(ctx context.Context, in *engine.Inspector) ([]engine.QueueInfo, error) { return in.Queues(ctx) }, printQueues)
 }
 
 func printQueues(w io.Writer, qs []engine.QueueInfo) {

@@ -33,7 +33,7 @@ no live process declares is ORPHANED: its firings stop after its horizon.`,
 			return err
 		}
 		defer s.close()
-		ls, err := s.client.Periodics(cmd.Context()) // lane 0's with shards: they live there
+		ls, err := s.in.Periodics(cmd.Context()) // lane 0's with shards: they live there
 		if err != nil {
 			return a.fail("periodic list", err)
 		}

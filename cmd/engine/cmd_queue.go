@@ -36,9 +36,9 @@ wakes idle workers at once.`,
 				return err
 			}
 			defer s.close()
-			op := s.tasks().PauseQueue // every lane with shards
+			op := s.in.PauseQueue // every lane with shards
 			if verb == "resume" {
-				op = s.tasks().ResumeQueue
+				op = s.in.ResumeQueue
 			}
 			if err := op(cmd.Context(), args[0]); err != nil {
 				return a.fail(verb, err)

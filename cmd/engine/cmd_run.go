@@ -76,32 +76,34 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
+	// One pool, or with shards one per server of the shard map.
+	pools, closePools, err := lanePools(set, set.poolSize())
 	if err != nil {
 		return a.fail("run", err)
 	}
-	defer closePool(pool)
+	defer closePools()
 
 	var state runState
-	if set.HTTP.Addr != "" && !set.sharded() {
-		// The dashboard and the gauges of /metrics read through a pool of
+	if set.HTTP.Addr != "" {
+		// The dashboard and the gauges of /metrics read through pools of
 		// their own: however many pages are asked for, the workers keep
-		// theirs.
-		dashPool, err := newPool(set.redisSettings(), dashboardPoolSize, nil)
+		// theirs. They span every lane; /readyz pings lane 0's server.
+		dashPools, closeDash, err := lanePools(set, dashboardPoolSize)
 		if err != nil {
 			return a.fail("run", err)
 		}
-		defer closePool(dashPool)
+		defer closeDash()
 		if a.testPools != nil {
-			a.testPools(pool, dashPool)
+			a.testPools(pools[0], dashPools[0])
+		}
+		in, err := engine.NewInspector(eng, dashPools...)
+		if err != nil {
+			return a.fail("run", err)
 		}
 		// The collector observes this process's engine (eng.Observer,
 		// before NewServer) and reads the queue gauges at scrape time.
-		mh, err := metricsHandler(dashPool, &eng)
-		if err != nil {
-			return a.fail("run", err)
-		}
-		h, err := a.newHTTP(set, pool, dashPool, log, state.ready, mh, nil)
+		mh := metricsHandler(in, &eng)
+		h, err := a.newHTTP(set, pools[0], log, state.ready, mh, in)
 		if err != nil {
 			return a.fail("run", err)
 		}
@@ -127,12 +129,14 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		"roles", strings.Join(set.Roles, ","), "queues", queueList(eng.Queues), "concurrency", eng.Concurrency, "handlers", types)
 	// With shards, each lane waits for its own server instead, without
 	// holding up the others.
-	if err := waitForRedisUnlessSharded(ctx, set, pool, log); err != nil {
-		if ctx.Err() != nil {
-			log.Info("interrupted while waiting for Redis")
-			return nil
+	if !set.sharded() {
+		if err := waitForRedis(ctx, pools[0], set.Redis.Addr, log); err != nil {
+			if ctx.Err() != nil {
+				log.Info("interrupted while waiting for Redis")
+				return nil
+			}
+			return a.fail("run", err)
 		}
-		return a.fail("run", err)
 	}
 
 	roles := set.roles()
@@ -161,27 +165,22 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 		}
 		handler = mux
 	}
-	if set.sharded() {
-		return a.runSharded(ctx, set, log, eng, handler, roles)
-	}
-	srv, err := engine.NewServer(pool, eng, handler, roles)
+	srv, err := engine.NewServer(eng, handler, roles, pools...)
 	if err != nil {
 		return a.fail("run", err)
 	}
 	if err := addPeriodics(srv, set); err != nil {
 		return a.fail("run", err)
 	}
+	if set.sharded() {
+		log.Info("serving lanes", "lanes", len(pools), "servers", strings.Join(slices.Compact(slices.Sorted(slices.Values(set.Shards.Lanes))), ","),
+			"map_version", set.Shards.Version)
+	}
 	timeout := eng.ShutdownTimeout
 	if timeout == 0 {
 		timeout = engine.DefaultConfig().ShutdownTimeout
 	}
 	return serve(ctx, srv, timeout, log, &state)
-}
-
-// runner is what serve runs: an *engine.Server or an *engine.ShardedServer.
-type runner interface {
-	Run(context.Context) error
-	Shutdown(context.Context) error
 }
 
 // runState is what /readyz reports of this process's components: ready
@@ -204,7 +203,7 @@ func (s *runState) ready(context.Context) error {
 // timeout for running handlers; the second signal (forceOf(ctx)) cuts
 // that short: running tasks go back to their queues at once. state (may
 // be nil) follows the server for /readyz.
-func serve(ctx context.Context, srv runner, timeout time.Duration, log *slog.Logger, state *runState) error {
+func serve(ctx context.Context, srv *engine.Server, timeout time.Duration, log *slog.Logger, state *runState) error {
 	if state == nil {
 		state = &runState{}
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
-	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 )
 
@@ -45,16 +44,9 @@ reached. docs/scaling.md has the procedures.`,
 			return err
 		}
 		defer s.close()
-		sc := s.shards
-		if sc == nil {
-			// One lane: the namespace on redis.addr.
-			if sc, err = engine.NewShardedClient(engine.Shards{Pools: []*redis.Pool{s.pool}}, s.set.engineConfig(s.log)); err != nil {
-				return a.fail("shards", err)
-			}
-		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 		defer cancel()
-		sts := sc.LaneStatuses(ctx)
+		sts := s.in.LaneStatuses(ctx)
 		out := shardsJSON{Namespace: s.set.Engine.Namespace, MapVersion: s.set.Shards.Version}
 		down := 0
 		for _, st := range sts {

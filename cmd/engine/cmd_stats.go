@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -58,19 +59,14 @@ table after another (or one JSON document per line with --json) otherwise.`,
 		defer s.close()
 		ctx, redraw := cmd.Context(), isTerminal(a.stdout)
 		for {
-			st, err := s.client.Stats(ctx)
-			if s.shards != nil {
-				st, err = s.shards.Stats(ctx) // every lane, merged
-			}
+			st, err := s.in.Queues(ctx) // every lane, merged
 			var un []engine.UnservedType
-			if err == nil && s.shards != nil {
-				un, err = s.shards.Unserved(ctx)
-			} else if err == nil {
-				un, err = s.client.Unserved(ctx)
+			if err == nil {
+				un, err = s.in.Unserved(ctx)
 			}
 			var unq []string
 			if err == nil {
-				unq = unservedQueues(ctx, s.inspector(), st)
+				unq = unservedQueues(ctx, s.in, st)
 			}
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -135,14 +131,14 @@ type queueStatsJSON struct {
 	Paused           bool       `json:"paused"`
 }
 
-func statsToJSON(st []engine.QueueStats, un []engine.UnservedType, unq []string) statsJSON {
+func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) statsJSON {
 	out := statsJSON{Time: time.Now().UTC(), Queues: []queueStatsJSON{}, Unserved: []engine.UnservedType{},
 		UnservedQueues: append([]string{}, unq...)}
 	out.Unserved = append(out.Unserved, un...)
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
-			Recovered: q.Recovered, Cancelled: q.Cancelled, OldestReadyAgeMS: q.OldestReadyAge.Milliseconds(), Paused: q.Paused}
+			Recovered: q.Recovered, Cancelled: q.Cancelled, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused}
 		if !q.NextDue.IsZero() {
 			t := q.NextDue.UTC()
 			j.NextDue = &t
@@ -152,7 +148,7 @@ func statsToJSON(st []engine.QueueStats, un []engine.UnservedType, unq []string)
 	return out
 }
 
-func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType, unq []string) {
+func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, unq []string) {
 	if len(st) == 0 {
 		fmt.Fprintln(w, "no queues yet: nothing was ever enqueued in this namespace")
 		return
@@ -165,7 +161,7 @@ func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType, u
 			paused = "yes"
 		}
 		if q.Ready > 0 {
-			oldest = q.OldestReadyAge.Round(time.Millisecond).String()
+			oldest = q.Latency.Round(time.Millisecond).String()
 		}
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
@@ -191,7 +187,7 @@ func printStats(w io.Writer, st []engine.QueueStats, un []engine.UnservedType, u
 
 // servedQueues lists the queues the live workers serve, sorted; nil when
 // the workers could not be read.
-func servedQueues(ctx context.Context, in inspectorAPI) ([]string, error) {
+func servedQueues(ctx context.Context, in *engine.Inspector) ([]string, error) {
 	ws, err := in.Workers(ctx)
 	if err != nil {
 		return nil, err
@@ -209,7 +205,7 @@ func servedQueues(ctx context.Context, in inspectorAPI) ([]string, error) {
 // unservedQueues lists the queues of st with tasks waiting that no live
 // worker serves; nothing when the workers could not be read (the hint is
 // left out, stats goes on).
-func unservedQueues(ctx context.Context, in inspectorAPI, st []engine.QueueStats) []string {
+func unservedQueues(ctx context.Context, in *engine.Inspector, st []engine.QueueInfo) []string {
 	served, err := servedQueues(ctx, in)
 	if err != nil {
 		return nil
@@ -234,7 +230,7 @@ permanently, or had no handler (unknown_type: dead).`,
 			return a.usageError(cmd, "want list, retry or purge")
 		},
 	}
-	list := &cobra.Command{Use: "list [--json] [--offset N] [--limit N]", Short: "list dead letters, newest first, with the last error", Args: cobra.NoArgs}
+	list := &cobra.Command{Use: "list [--json] [--offset N] [--limit N]", Short: "list dead letters, newest first (with shards: lane after lane), with the last error", Args: cobra.NoArgs}
 	c := addCommon(list)
 	asJSON := list.Flags().Bool("json", false, "print JSON")
 	offset := list.Flags().Int("offset", 0, "skip this many")
@@ -270,20 +266,24 @@ func (a *app) deadOp(verb, short string) *cobra.Command {
 		}
 		defer s.close()
 		ctx, done := cmd.Context(), map[string]string{"retry": "retried", "purge": "purged"}[verb]
-		api := s.tasks()
-		one, each := api.RetryDead, api.RetryAllDead
+		act := engine.ActionRetry
 		if verb == "purge" {
-			one, each = api.PurgeDead, api.PurgeAllDead
+			act = engine.ActionDelete
 		}
 		if *all {
-			n, err := each(ctx)
+			// The action applies only to the tasks still dead when their
+			// batch is written.
+			res, err := s.in.ActAll(ctx, act, engine.Filter{State: engine.StateDead})
 			if err != nil {
+				if res.Done > 0 {
+					fmt.Fprintf(a.stdout, "%s %d dead letters before the error\n", done, res.Done)
+				}
 				return a.fail("dead "+verb, err)
 			}
-			fmt.Fprintf(a.stdout, "%s %d dead letters\n", done, n)
+			fmt.Fprintf(a.stdout, "%s %d dead letters\n", done, res.Done)
 			return nil
 		}
-		if err := one(ctx, args[0]); err != nil {
+		if err := deadOne(ctx, s.in, act, verb, args[0]); err != nil {
 			return a.fail("dead "+verb, err)
 		}
 		fmt.Fprintf(a.stdout, "%s %s\n", done, args[0])
@@ -292,22 +292,65 @@ func (a *app) deadOp(verb, short string) *cobra.Command {
 	return cmd
 }
 
+// refusal is an error of the CLI's own wording that matches an engine
+// error (ErrNotFound, errNotDead) for the exit code.
+type refusal struct {
+	msg  string
+	kind error
+}
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.kind }
+
+// deadOne applies act (retry or delete) to task id if it is a dead
+// letter. A task that is not dead is refused (errNotDead) and left as it
+// is, one that does not exist too (ErrNotFound): the inspector's actions
+// apply to other states as well (delete to any), so the state is read
+// first and the action is asked only of a dead task.
+// errNotDead: a dead-letter command named a task that is not dead.
+var errNotDead = errors.New("not a dead letter")
+
+func deadOne(ctx context.Context, in *engine.Inspector, act engine.Action, verb, id string) error {
+	notFound := &refusal{fmt.Sprintf("cannot %s dead letter %s: there is no such task", verb, id), engine.ErrNotFound}
+	notDead := func(state engine.State) error {
+		return &refusal{fmt.Sprintf("cannot %s dead letter %s: the task is not dead (it is %s)", verb, id, state), errNotDead}
+	}
+	tv, err := in.Task(ctx, id)
+	switch {
+	case errors.Is(err, engine.ErrNotFound) && !errors.Is(err, engine.ErrInvalidID):
+		return notFound
+	case err != nil:
+		return err
+	case tv.State != engine.StateDead:
+		return notDead(tv.State)
+	}
+	res, err := in.Act(ctx, act, id)
+	switch {
+	case err != nil:
+		return err
+	case res.Done == 1:
+		return nil
+	case res.Missing > 0:
+		return notFound // purged meanwhile
+	}
+	// Skipped: it left the dead letters meanwhile.
+	if tv, err := in.Task(ctx, id); err == nil {
+		return notDead(tv.State)
+	}
+	return notDead("no longer dead")
+}
+
 func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON bool) error {
-	ctx := cmd.Context()
-	tasks, err := s.tasks().DeadLetters(ctx, offset, limit)
+	tasks, total, err := deadLetters(cmd.Context(), s.in, offset, limit)
 	if err != nil {
 		return a.fail("dead list", err)
 	}
 	if asJSON {
 		out := make([]taskJSON, len(tasks))
 		for i, t := range tasks {
-			out[i] = taskToJSON(t)
+			out[i] = taskToJSON(&t.TaskInfo)
 		}
 		return a.printJSON(out)
-	}
-	total, err := s.tasks().DeadCount(ctx)
-	if err != nil {
-		return a.fail("dead list", err)
 	}
 	tw := tabwriter.NewWriter(safetext.Writer(a.stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tQUEUE\tTYPE\tATTEMPTS\tDIED\tLAST ERROR")
@@ -321,6 +364,40 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 	tw.Flush()
 	fmt.Fprintf(a.stdout, "%d shown of %d dead letters\n", len(tasks), total)
 	return nil
+}
+
+// deadLetters lists limit dead letters of every queue from offset, newest
+// first (with shards, lane after lane, each lane's newest first), and how
+// many there are. It pages through the inspector's listing, reading the
+// offset tasks it skips.
+func deadLetters(ctx context.Context, in *engine.Inspector, offset, limit int) ([]*engine.TaskView, int64, error) {
+	var (
+		out   []*engine.TaskView
+		total int64
+	)
+	opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}}
+	for first := true; first || opts.Cursor != ""; first = false {
+		opts.Limit = min(offset+limit-len(out), engine.MaxListLimit)
+		page, err := in.ListTasks(ctx, opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		if first {
+			total = page.Total
+		}
+		for _, t := range page.Tasks {
+			if offset > 0 {
+				offset--
+				continue
+			}
+			out = append(out, t)
+		}
+		if len(out) >= limit {
+			return out[:limit], total, nil
+		}
+		opts.Cursor = page.Next
+	}
+	return out, total, nil
 }
 
 func clip(s string, n int) string {

@@ -100,7 +100,7 @@ when asked for. Without --in or --at the task is due now.`,
 				return a.fail("enqueue", err)
 			}
 		}
-		info, err := s.enqueue(cmd.Context(), *typ, body, opts...)
+		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
 		var dup *engine.DuplicateError
 		if errors.As(err, &dup) {
 			fmt.Fprintln(a.stdout, dup.ID)
@@ -114,7 +114,7 @@ when asked for. Without --in or --at the task is due now.`,
 		}
 		fmt.Fprintln(a.stderr, info.ID)
 		a.hintUnserved(cmd.Context(), s, info.Queue)
-		return a.waitFor(cmd, s.clientFor(info.ID), info.ID, *waitTimeout)
+		return a.waitFor(cmd, s.client, info.ID, *waitTimeout)
 	}
 	return cmd
 }
@@ -123,7 +123,7 @@ when asked for. Without --in or --at the task is due now.`,
 // that a wait for a task in a mistyped queue does not look like a slow
 // worker.
 func (a *app) hintUnserved(ctx context.Context, s *session, q string) {
-	served, err := servedQueues(ctx, s.inspector())
+	served, err := servedQueues(ctx, s.in)
 	if err != nil || slices.Contains(served, q) {
 		return
 	}
@@ -227,7 +227,7 @@ no such task, 4 if it is running or finished already.`,
 			return err
 		}
 		defer s.close()
-		if err := s.tasks().Cancel(cmd.Context(), args[0]); err != nil {
+		if err := s.client.Cancel(cmd.Context(), args[0]); err != nil {
 			return a.fail("cancel", err)
 		}
 		fmt.Fprintf(a.stdout, "cancelled %s\n", args[0])
@@ -253,24 +253,18 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		ti, err := s.tasks().Lookup(cmd.Context(), args[0])
+		tv, err := s.in.Task(cmd.Context(), args[0]) // with a done task's result
 		if err != nil {
 			return a.fail("lookup", err)
 		}
-		var result []byte
-		if ti.State == engine.StateDone {
-			if result, err = s.tasks().Result(cmd.Context(), args[0]); err != nil {
-				return a.fail("lookup", err)
-			}
-		}
 		if *asJSON {
-			j := taskToJSON(ti)
-			j.Result = result
+			j := taskToJSON(&tv.TaskInfo)
+			j.Result = tv.Result
 			return a.printJSON(j)
 		}
-		printTask(safetext.Writer(a.stdout), ti)
-		if result != nil {
-			printResult(safetext.Writer(a.stdout), result)
+		printTask(safetext.Writer(a.stdout), &tv.TaskInfo)
+		if tv.Result != nil {
+			printResult(safetext.Writer(a.stdout), tv.Result)
 		}
 		return nil
 	}

@@ -36,7 +36,7 @@ workflow is kept for done_retention after it ended. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		wf, err := s.inspector().Workflow(cmd.Context(), args[0])
+		wf, err := s.in.Workflow(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("workflow show", err)
 		}
@@ -54,7 +54,7 @@ workflow is kept for done_retention after it ended. Exits 3 if not found.`,
 			return err
 		}
 		defer s.close()
-		n, err := s.tasks().CancelWorkflow(cmd.Context(), args[0])
+		n, err := s.client.CancelWorkflow(cmd.Context(), args[0])
 		if err != nil {
 			return a.fail("workflow cancel", err)
 		}
@@ -112,9 +112,9 @@ dead member fails the group and its callback does not run) or
 		defer s.close()
 		var wf *engine.WorkflowInfo
 		if spec.Chain != nil {
-			wf, err = s.tasks().EnqueueChain(cmd.Context(), spec.ID, spec.Chain...)
+			wf, err = s.client.EnqueueChain(cmd.Context(), spec.ID, spec.Chain...)
 		} else {
-			wf, err = s.tasks().EnqueueGroup(cmd.Context(), *spec.Group)
+			wf, err = s.client.EnqueueGroup(cmd.Context(), *spec.Group)
 		}
 		if err != nil {
 			return a.fail("workflow enqueue", err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/safetext"
-	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -82,28 +81,20 @@ func newLogger(w io.Writer, s *Settings) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// session is what a client command needs: settings, logger, pool, client.
+// session is what a client command needs: settings, logger, and a client
+// and an inspector that span every lane (the one lane on redis.addr
+// without shards, one pool per lane of the shard map with them).
 type session struct {
 	set    *Settings
 	log    *slog.Logger
-	pool   *redis.Pool
 	client *engine.Client
-	// shards spans every lane when the settings list shards
-	// (config_shards.go); client and pool are then lane 0's.
-	shards      *engine.ShardedClient
-	closeShards func()
+	in     *engine.Inspector
+	close  func() // closes the pools
 }
 
-func (s *session) close() {
-	if s.closeShards != nil {
-		s.closeShards()
-		return
-	}
-	closePool(s.pool)
-}
-
-// connect loads the settings and opens a pool and a client. On failure it
-// has printed the error and returns the exit code.
+// connect loads the settings, opens the pools and makes the client and
+// the inspector. On failure it has printed the error and returns the exit
+// code.
 func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	set, warnings, err := c.load(a, cmd)
 	if err != nil {
@@ -113,34 +104,41 @@ func (a *app) connect(cmd *cobra.Command, c *common) (*session, error) {
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	if set.sharded() {
-		return a.connectShards(cmd, set, log)
-	}
-	pool, err := newPool(set.redisSettings(), set.poolSize(), nil)
+	pools, closePools, err := lanePools(set, set.poolSize())
 	if err != nil {
 		return nil, a.fail(cmd.Name(), err)
 	}
-	// One PING first, so that a refused password or database, or a
-	// server that wants a password, is told apart from other failures.
-	ctx, cancel := context.WithTimeout(context.Background(), set.Redis.DialTimeout+max(set.Redis.ReadTimeout, 5*time.Second))
-	defer cancel()
-	if err := ping(ctx, pool, set.Redis.Addr); err != nil {
-		closePool(pool)
-		var re *refusedError
-		if !errors.As(err, &re) {
-			err = fmt.Errorf("cannot reach Redis at %s: %w", set.Redis.Addr, err)
-			if set.Redis.TLS.Enabled && set.Redis.TLS.CertFile == "" {
-				err = fmt.Errorf("%w\n(if the server checks client certificates, set redis.tls.cert_file and redis.tls.key_file)", err)
+	// Without shards, one PING first, so that a refused password or
+	// database, or a server that wants a password, is told apart from
+	// other failures. With shards a lane that cannot be reached fails the
+	// calls that need it, and `engine shards` shows it.
+	if !set.sharded() {
+		ctx, cancel := context.WithTimeout(context.Background(), set.Redis.DialTimeout+max(set.Redis.ReadTimeout, 5*time.Second))
+		defer cancel()
+		if err := ping(ctx, pools[0], set.Redis.Addr); err != nil {
+			closePools()
+			var re *refusedError
+			if !errors.As(err, &re) {
+				err = fmt.Errorf("cannot reach Redis at %s: %w", set.Redis.Addr, err)
+				if set.Redis.TLS.Enabled && set.Redis.TLS.CertFile == "" {
+					err = fmt.Errorf("%w\n(if the server checks client certificates, set redis.tls.cert_file and redis.tls.key_file)", err)
+				}
 			}
+			return nil, a.fail(cmd.Name(), err)
 		}
-		return nil, a.fail(cmd.Name(), err)
 	}
-	client, err := engine.NewClient(pool, set.engineConfig(log))
+	cfg := set.engineConfig(log)
+	client, err := engine.NewClient(cfg, pools...)
 	if err != nil {
-		closePool(pool)
+		closePools()
 		return nil, a.fail(cmd.Name(), err)
 	}
-	return &session{set: set, log: log, pool: pool, client: client}, nil
+	in, err := engine.NewInspector(cfg, pools...)
+	if err != nil {
+		closePools()
+		return nil, a.fail(cmd.Name(), err)
+	}
+	return &session{set: set, log: log, client: client, in: in, close: closePools}, nil
 }
 
 // showAddr is a Redis address as an error may repeat it: quoted, cut

@@ -338,9 +338,11 @@ func engineErrors(err error) []error {
 	return []error{err}
 }
 
-// engineConfig is the engine's settings, logging to log.
+// engineConfig is the engine's settings, with the shard map's version
+// (shards.version), logging to log.
 func (s *Settings) engineConfig(log *slog.Logger) engine.Config {
 	c := s.Engine
 	c.Queues, c.Logger = slices.Clone(c.Queues), log
+	c.Advanced.MapVersion = int64(s.Shards.Version)
 	return c
 }

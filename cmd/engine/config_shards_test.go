@@ -40,19 +40,19 @@ shards:
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, closeAll, err := shardPools(s)
+	pools, closeAll, err := lanePools(s, s.poolSize())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAll()
 	per := s.poolSize()
-	if got := sh.Pools[0].MaxActive; got != 3*per {
+	if got := pools[0].MaxActive; got != 3*per {
 		t.Errorf("the pool of a server of three lanes holds %d, want 3 x %d", got, per)
 	}
-	if got := sh.Pools[1].MaxActive; got != per {
+	if got := pools[1].MaxActive; got != per {
 		t.Errorf("the pool of a server of one lane holds %d, want %d", got, per)
 	}
-	if sh.Pools[0] != sh.Pools[2] || sh.Pools[0] != sh.Pools[3] {
+	if pools[0] != pools[2] || pools[0] != pools[3] {
 		t.Error("lanes of one server do not share its pool")
 	}
 }

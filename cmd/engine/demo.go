@@ -155,12 +155,17 @@ func (d *demo) run(ctx context.Context) int {
 	for _, t := range []string{typeOK, typeFlaky, typeBusy, typeDoomed} {
 		mux.HandleFunc(t, d.handle)
 	}
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		fmt.Fprintf(d.out, "demo: %v\n", err)
 		return exitFailure
 	}
-	srv, err := engine.NewServer(pool, cfg, mux, engine.AllRoles)
+	in, err := engine.NewInspector(cfg, pool)
+	if err != nil {
+		fmt.Fprintf(d.out, "demo: %v\n", err)
+		return exitFailure
+	}
+	srv, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
 	if err != nil {
 		fmt.Fprintf(d.out, "demo: %v\n", err)
 		return exitFailure
@@ -187,7 +192,7 @@ func (d *demo) run(ctx context.Context) int {
 	rep := d.verify(ctx, client, time.Now().Add(5*time.Second))
 	rep.outside = len(census.Outside24()) + len(census.Violations())
 	rep.commands = census.Commands()
-	if st, err := client.Stats(ctx); err == nil {
+	if st, err := in.Queues(ctx); err == nil {
 		for _, q := range st {
 			rep.statsProcessed += q.Processed
 			rep.statsDead += q.Dead

@@ -90,7 +90,7 @@ func (h *harness) enqueueLibrary(typ string, d time.Duration) string {
 			ns = v
 		}
 	}
-	c, err := engine.NewClient(h.srv.Pool(h.t), engine.Config{Namespace: ns})
+	c, err := engine.NewClient(engine.Config{Namespace: ns}, h.srv.Pool(h.t))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -35,7 +35,9 @@ func TestE2EShardsInspect(t *testing.T) {
 	}
 	t.Cleanup(func() { other.Cleanup(t, ns) })
 	pa, pb := h.srv.Pool(t), other.Pool(t)
-	sc, err := engine.NewShardedClient(engine.Shards{Pools: []*redis.Pool{pa, pb, pa}, MapVersion: 1}, engine.Config{Namespace: ns})
+	cfg := engine.Config{Namespace: ns}
+	cfg.Advanced.MapVersion = 1
+	sc, err := engine.NewClient(cfg, pa, pb, pa)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,8 @@ func TestE2EShardsInspect(t *testing.T) {
 	if out := h.ok("dead", "list"); !strings.Contains(out, "3 shown of 3 dead letters") {
 		t.Errorf("dead list:\n%s", out)
 	}
-	// Paged one at a time, the merged order (newest first) gives each once.
+	// Paged one at a time, the listing's order (lane after lane, each
+	// lane's newest first) gives each once.
 	var paged []string
 	for off := range n + 1 {
 		var p []taskJSON
@@ -105,15 +108,24 @@ func TestE2EShardsInspect(t *testing.T) {
 	}
 
 	// queue: a pause reaches every lane, and so does the resume.
+	// Each lane's set of paused queues, read on the lane's server under
+	// the lane's prefix.
+	in, err := engine.NewInspector(cfg, pa, pb, pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanePools := []*redis.Pool{pa, pb, pa}
 	pausedIn := func() []int {
 		var ks []int
-		for k := range n {
-			qs, err := sc.Lane(k).Paused(ctx)
+		for _, st := range in.LaneStatuses(ctx) {
+			conn := lanePools[st.Lane].Get()
+			paused, err := redis.Bool(conn.Do("SISMEMBER", st.Prefix+"paused", "default"))
+			conn.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if slices.Contains(qs, "default") {
-				ks = append(ks, k)
+			if paused {
+				ks = append(ks, st.Lane)
 			}
 		}
 		return ks

@@ -368,8 +368,18 @@ func TestE2EDeadLetters(t *testing.T) {
 	if !strings.Contains(h.file("out"), "recovered "+id) {
 		t.Errorf("retried task did not run the command again")
 	}
-	if _, _, code := h.cli("dead", "retry", id); code != exitRefused {
-		t.Errorf("retry of a task that is not dead: exit %d, want %d", code, exitRefused)
+	if _, errOut, code := h.cli("dead", "retry", id); code != exitRefused || !strings.Contains(errOut, "the task is not dead (it is done)") {
+		t.Errorf("retry of a task that is not dead: exit %d, want %d\n%s", code, exitRefused, errOut)
+	}
+	// Purge deletes dead letters only: a done task is refused and kept.
+	if _, errOut, code := h.cli("dead", "purge", id); code != exitRefused || !strings.Contains(errOut, "not dead") {
+		t.Errorf("purge of a task that is not dead: exit %d, want %d\n%s", code, exitRefused, errOut)
+	}
+	if st := h.lookup(id).State; st != "done" {
+		t.Errorf("after a refused purge the task is %s, want done", st)
+	}
+	if _, errOut, code := h.cli("dead", "retry", "no-such-task"); code != exitNotFound || !strings.Contains(errOut, "there is no such task") {
+		t.Errorf("retry of no task: exit %d, want %d\n%s", code, exitNotFound, errOut)
 	}
 
 	// Purge: two more dead letters, then --all.

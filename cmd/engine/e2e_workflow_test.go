@@ -23,7 +23,7 @@ func TestWorkflowShowAndCancel(t *testing.T) {
 			ns = v
 		}
 	}
-	client, err := engine.NewClient(srv.Pool(t), engine.Config{Namespace: ns})
+	client, err := engine.NewClient(engine.Config{Namespace: ns}, srv.Pool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestWorkflowEnqueue(t *testing.T) {
 			t.Errorf("first step lacks %s:\n%s", want, out.String())
 		}
 	}
-	client, err := engine.NewClient(srv.Pool(t), engine.Config{Namespace: namespaceOf(a)})
+	client, err := engine.NewClient(engine.Config{Namespace: namespaceOf(a)}, srv.Pool(t))
 	if err != nil {
 		t.Fatal(err)
 	}

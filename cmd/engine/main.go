@@ -233,7 +233,7 @@ func (a *app) fail(cmd string, err error) error {
 		code = exitExists
 	case errors.Is(err, engine.ErrDuplicate):
 		code = exitDuplicate
-	case errors.Is(err, engine.ErrAlreadyRunning), errors.Is(err, engine.ErrAlreadyDone), errors.Is(err, engine.ErrNotDead):
+	case errors.Is(err, engine.ErrAlreadyRunning), errors.Is(err, engine.ErrAlreadyDone), errors.Is(err, errNotDead):
 		code = exitRefused
 	}
 	msg := strings.ReplaceAll(err.Error(), "engine: ", "")

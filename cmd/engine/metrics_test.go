@@ -20,14 +20,15 @@ func TestMetricsHandler(t *testing.T) {
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
 	cfg := engine.Config{Namespace: ns}
-	h, err := metricsHandler(pool, &cfg)
+	in, err := engine.NewInspector(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := metricsHandler(in, &cfg)
 	if cfg.Observer == nil {
 		t.Fatal("metricsHandler left no observer in the config")
 	}
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

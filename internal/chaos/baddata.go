@@ -181,7 +181,7 @@ func (b *badData) phase1(ctx context.Context) {
 	}
 	over.never = []string{"bad:over:0", "bad:overbatch:0"}
 	// The same in an empty namespace, where "nothing" can be counted.
-	if c2, err := engine.NewClient(b.lane.pool, engine.Config{Namespace: "chaos-over", MaxPayload: MaxPayload}); err == nil {
+	if c2, err := engine.NewClient(engine.Config{Namespace: "chaos-over", MaxPayload: MaxPayload}, b.lane.pool); err == nil {
 		_, err1 := c2.Enqueue(bg, "noop", big)
 		_, err2 := c2.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("ok")}, {Type: "noop", Payload: big}})
 		_, err3 := c2.Enqueue(bg, "noop", big, engine.In(time.Second))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/chaos/ledger"
 	"github.com/gomodule/redigo/redis"
 )
@@ -205,19 +206,25 @@ func (h *harness) check(ctx context.Context) *Report {
 
 	// Dead letters, through the public API.
 	dead := map[string]string{}
-	for _, l := range h.lanes {
-		if n, err := l.client.DeadCount(ctx); err != nil {
-			fail("DeadCount: %v", err)
-		} else if n > 0 {
-			infos, err := l.client.DeadLetters(ctx, 0, n)
+	if in, err := h.shardedAdmin(); err != nil {
+		fail("inspector: %v", err)
+	} else {
+		opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}, Limit: engine.MaxListLimit}
+		for {
+			page, err := in.ListTasks(ctx, opts)
 			if err != nil {
-				fail("DeadLetters: %v", err)
+				fail("dead letters: %v", err)
+				break
 			}
-			for _, ti := range infos {
+			for _, ti := range page.Tasks {
 				// Whole: a check looks for words in it (firstLine shortens
 				// it for display only).
 				dead[ti.ID], _, _ = strings.Cut(ti.LastError, "\n")
 			}
+			if page.Next == "" {
+				break
+			}
+			opts.Cursor = page.Next
 		}
 	}
 	// Ids that are not UUIDs do not come back from DeadLetters' lookups;

@@ -286,7 +286,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		},
 		TestOnBorrow: func(c redis.Conn, _ time.Time) error { _, err := c.Do("PING"); return err }}
 	defer h.clientPool.Close()
-	if h.client, err = engine.NewClient(h.clientPool, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}); err != nil {
+	if h.client, err = engine.NewClient(engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}, h.clientPool); err != nil {
 		return nil, err
 	}
 	if err := h.startLanes(rbin, o.Shards); err != nil {

@@ -60,7 +60,7 @@ func (h *harness) runningGaugeAllowance(fs []engine.CheckFinding) (fail, allowed
 		budget = h.bad.runningDamaged.Load()
 	}
 	for _, f := range fs {
-		if f.Kind == engine.CheckGauge && f.Gauge == "running" && f.Stored > f.Counted && f.Stored-f.Counted <= budget {
+		if f.Kind == "gauge" && f.Gauge == "running" && f.Stored > f.Counted && f.Stored-f.Counted <= budget {
 			budget -= f.Stored - f.Counted
 			allowed = append(allowed, f)
 			continue

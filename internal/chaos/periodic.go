@@ -385,13 +385,13 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 // lanes at addrs once every process has stopped, and returns a line per
 // finding.
 func checkPeriodicNamespace(ctx context.Context, ns string, addrs []string) []string {
-	var sh engine.Shards
+	var pools []*redis.Pool
 	for _, a := range addrs {
 		p := clientPool(a)
 		defer p.Close()
-		sh.Pools = append(sh.Pools, p)
+		pools = append(pools, p)
 	}
-	c, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns, Logger: quietLogger()})
+	c, err := engine.NewInspector(engine.Config{Namespace: ns, Logger: quietLogger()}, pools...)
 	if err != nil {
 		return []string{fmt.Sprintf("namespace check: %v", err)}
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
@@ -22,26 +21,19 @@ import (
 
 // TestChaosUniqueWaitReplies is the short form of the unique-key and
 // Wait/reply scenario: eight producers race to enqueue tasks over a few
-// unique keys (each with a reply list) while three worker processes are
-// SIGKILLed and restarted at random. It checks that every refusal names a
-// task enqueued with that key, that Wait returns the final outcome of
-// every task enqueued, that the reply list holds exactly one reply per
-// task, and that every key is free at the end.
+// unique keys (each answered by a reply task, ReplyTo) while three worker
+// processes are SIGKILLed and restarted at random. It checks that every
+// refusal names a task enqueued with that key, that Wait returns the final
+// outcome of every task enqueued, that exactly one reply task is written
+// per task, and that every key is free at the end.
 func TestChaosUniqueWaitReplies(t *testing.T) { runUniqueWaitReplies(t, 1) }
 
 // TestChaosUniqueWaitRepliesShards is the same on three lanes, each on a
-// redis-server of its own: the producers are a ShardedClient (a task with
-// a unique key goes to the lane its key hashes to), the workers and the
-// reaper ShardedServers; Wait goes to each task's lane, and each lane's
-// reply list holds exactly one reply per task of that lane.
+// redis-server of its own: the producers share a Client over the three
+// lanes (a task with a unique key goes to the lane its key hashes to), the
+// workers and the reaper serve every lane; Wait goes to each task's lane,
+// and each task's one reply task is in its lane.
 func TestChaosUniqueWaitRepliesShards(t *testing.T) { runUniqueWaitReplies(t, 3) }
-
-// uniqueClient is what the producers call: a Client or a ShardedClient.
-type uniqueClient interface {
-	Enqueue(ctx context.Context, typ string, payload []byte, opts ...engine.Option) (*engine.TaskInfo, error)
-	Wait(ctx context.Context, id string) (*engine.Outcome, error)
-	LiveWorkers(ctx context.Context) (alive, registered int, err error)
-}
 
 func runUniqueWaitReplies(t *testing.T, lanes int) {
 	bin, err := findRedisServer()
@@ -59,7 +51,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	const ns = "uq"
 
 	var (
-		sh    engine.Shards
+		pools []*redis.Pool
 		addrs []string
 	)
 	for k := 0; k < lanes; k++ {
@@ -77,28 +69,17 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 			return redis24.Wrap(c, redis24.OnViolation(func(v *redis24.Violation) { t.Errorf("redis24: %v", v) })), nil
 		}}
 		defer pool.Close()
-		sh.Pools = append(sh.Pools, pool)
+		pools = append(pools, pool)
 	}
-	// client enqueues and waits; laneClients[k] reads lane k's replies.
-	var (
-		client      uniqueClient
-		laneClients []*engine.Client
-	)
-	if lanes == 1 {
-		c, err := engine.NewClient(sh.Pools[0], engine.Config{Namespace: ns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, laneClients = c, []*engine.Client{c}
-	} else {
-		c, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		client = c
-		for k := 0; k < lanes; k++ {
-			laneClients = append(laneClients, c.Lane(k))
-		}
+	// client enqueues and waits; in reads the reply tasks and the workers.
+	cfg := engine.Config{Namespace: ns}
+	client, err := engine.NewClient(cfg, pools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := engine.NewInspector(cfg, pools...)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// Processes: a reaper and three workers, restarted after each kill.
@@ -138,7 +119,13 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	// The race is between producers and running tasks: wait until every
 	// worker serves every lane.
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		alive, _, err := client.LiveWorkers(context.Background())
+		ws, err := in.Workers(context.Background())
+		alive := 0
+		for _, w := range ws {
+			if w.Alive {
+				alive++
+			}
+		}
 		if err == nil && alive >= 3*lanes {
 			break
 		}
@@ -229,32 +216,32 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	}
 	stopKills()
 	kills := <-killsDone
-	// Exactly one reply per task, in the task's lane.
-	want := make([]int, lanes)
-	for id := range accepted {
-		want[engine.LaneOf(id, lanes)]++
-	}
+	// Exactly one reply task per task, in the task's lane (no worker here
+	// serves the reply queue: they wait there, ready).
 	replies := map[string]int{}
-	for k, lc := range laneClients {
-		for got := 0; got < want[k]; got++ {
-			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-			r, err := lc.NextReply(rctx, "replies")
-			rcancel()
+	opts := engine.ListOptions{Filter: engine.Filter{Queue: "replies", State: engine.StateReady}, Limit: engine.MaxListLimit}
+	for {
+		page, err := in.ListTasks(ctx, opts)
+		if err != nil {
+			t.Fatalf("reply tasks: %v", err)
+		}
+		for _, v := range page.Tasks {
+			r, err := engine.DecodeReply(v.Payload)
 			if err != nil {
-				t.Fatalf("lane %d: %d replies for %d tasks: %v", k, got, want[k], err)
+				t.Fatalf("reply task %s: %v", v.ID, err)
+			}
+			if engine.LaneOf(v.ID, lanes) != engine.LaneOf(r.ID, lanes) {
+				t.Errorf("reply task %s for %s in lane %d, want its task's lane %d", v.ID, r.ID, engine.LaneOf(v.ID, lanes), engine.LaneOf(r.ID, lanes))
 			}
 			replies[r.ID]++
 		}
-		keys, err := buckets.NewLaneKeys(ns, k)
-		if err != nil {
-			t.Fatal(err)
+		if page.Next == "" {
+			break
 		}
-		conn := sh.Pools[k].Get()
-		n, err := redis.Int(conn.Do("LLEN", keys.Reply("replies")))
-		conn.Close()
-		if err != nil || n != 0 {
-			t.Errorf("lane %d: %d replies more than tasks (%v)", k, n, err)
-		}
+		opts.Cursor = page.Next
+	}
+	if len(replies) != len(accepted) {
+		t.Errorf("%d tasks answered by reply tasks, want %d", len(replies), len(accepted))
 	}
 	for id, n := range replies {
 		if _, ok := accepted[id]; !ok || n != 1 {

@@ -62,16 +62,16 @@ func (h *harness) startLanes(rbin string, n int) error {
 		}
 		addrs = append(addrs, addr)
 	}
-	var sh engine.Shards
+	var pools []*redis.Pool
 	for _, l := range h.lanes {
-		sh.Pools = append(sh.Pools, l.pool)
+		pools = append(pools, l.pool)
 	}
-	sc, err := engine.NewShardedClient(sh, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload})
+	sc, err := engine.NewClient(engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}, pools...)
 	if err != nil {
 		return err
 	}
-	for k, l := range h.lanes {
-		l.client = sc.Lane(k)
+	for _, l := range h.lanes {
+		l.client = sc // routes each call by id to the id's lane
 	}
 	h.laneAddrs = strings.Join(addrs, ",")
 	h.logf("%d lanes on servers %s", n, h.laneAddrs)
@@ -128,12 +128,12 @@ func clientPool(addr string) *redis.Pool {
 // laneOf is the lane of task id.
 func (h *harness) laneOf(id string) *lane { return h.lanes[engine.LaneOf(id, len(h.lanes))] }
 
-// shardedAdmin is a client over every lane's admin pool, for the
-// namespace check.
-func (h *harness) shardedAdmin() (*engine.ShardedClient, error) {
-	var sh engine.Shards
+// shardedAdmin is an Inspector over every lane's admin pool, for the
+// namespace check and the dead letters.
+func (h *harness) shardedAdmin() (*engine.Inspector, error) {
+	var pools []*redis.Pool
 	for _, l := range h.lanes {
-		sh.Pools = append(sh.Pools, l.admin)
+		pools = append(pools, l.admin)
 	}
-	return engine.NewShardedClient(sh, engine.Config{Namespace: h.ns, MaxPayload: MaxPayload})
+	return engine.NewInspector(engine.Config{Namespace: h.ns, MaxPayload: MaxPayload}, pools...)
 }

@@ -157,13 +157,13 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		proxies []*proxy
 		admins  []*redis.Pool
 		addrs   []string
-		sh      engine.Shards
+		pools   []*redis.Pool
 	)
 	defer func() {
 		for _, px := range proxies {
 			px.Close()
 		}
-		for _, p := range sh.Pools {
+		for _, p := range pools {
 			p.Close()
 		}
 		for _, a := range admins {
@@ -199,10 +199,14 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		}
 		addrs = append(addrs, addr)
 		admins = append(admins, srv.AdminPool())
-		sh.Pools = append(sh.Pools, clientPool(srv.Addr))
+		pools = append(pools, clientPool(srv.Addr))
 	}
 	const ns = "chaosw"
-	client, err := engine.NewShardedClient(sh, engine.Config{Namespace: ns, Logger: quietLogger()})
+	client, err := engine.NewClient(engine.Config{Namespace: ns, Logger: quietLogger()}, pools...)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := engine.NewInspector(engine.Config{Namespace: ns, Logger: quietLogger()}, pools...)
 	if err != nil {
 		return nil, err
 	}
@@ -465,7 +469,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			if wf.State == "failed" {
 				for _, s := range wf.Steps {
 					if s.State == engine.StateDead && !revived[s.ID] {
-						if err := client.RetryDead(ctx, s.ID); err == nil {
+						if res, err := admin.Act(ctx, engine.ActionRetry, s.ID); err == nil && res.Done == 1 {
 							revived[s.ID] = true
 						}
 					}
@@ -512,7 +516,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	rep.Failures = append(rep.Failures, checkWorkflowRuns(o, rep)...)
 	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, admins, ns, o, rep)...)
 	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
-	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, client)...)
+	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, admin)...)
 	rep.Duration = time.Since(started)
 	switch {
 	case rep.OK() && ownDir:
@@ -632,7 +636,7 @@ func checkWorkflowRecords(ctx context.Context, admins []*redis.Pool, ns string, 
 // checkWorkflowNamespace runs the engine's consistency check over every
 // lane once every process has stopped: every gauge matches the structures
 // and every task is where its state says.
-func checkWorkflowNamespace(ctx context.Context, c *engine.ShardedClient) []string {
+func checkWorkflowNamespace(ctx context.Context, c *engine.Inspector) []string {
 	rep, err := c.Check(ctx, engine.CheckOptions{})
 	if err != nil {
 		return []string{fmt.Sprintf("namespace check: %v", err)}

@@ -10,11 +10,11 @@
 // cached for Options.CacheTTL, so scrapes cost a bounded number of
 // commands whatever the number of tasks: one SMEMBERS and one pipelined
 // round of three commands per queue, one ZRANGE of the schedule index
-// (engine.Client.Stats), and one SMEMBERS and one pipelined round of
-// EXISTS per worker process (engine.Client.LiveWorkers).
+// (engine.Inspector.Queues), and one SMEMBERS and one MULTI/EXEC of five
+// commands per worker process (engine.Inspector.Workers).
 //
-//	col := prometheus.New(prometheus.Options{Client: client})
-//	cfg.Observer = col // before NewWorker, NewDispatcher, NewServer, NewClient
+//	col := prometheus.New(prometheus.Options{Inspector: inspector})
+//	cfg.Observer = col // before NewServer and NewClient
 //	http.Handle("/metrics", col.Handler())
 //
 // Counters are of this process since it started, as Prometheus expects
@@ -35,18 +35,17 @@ import (
 )
 
 // Source is what the collector reads the Redis gauges from: an
-// *engine.Client, or an *engine.ShardedClient, whose figures span every
-// lane (queues merged by name, workers summed over the lanes).
+// *engine.Inspector, whose figures span every lane.
 type Source interface {
-	Stats(ctx context.Context) ([]engine.QueueStats, error)
-	LiveWorkers(ctx context.Context) (alive, registered int, err error)
+	Queues(ctx context.Context) ([]engine.QueueInfo, error)
+	Workers(ctx context.Context) ([]engine.WorkerInfo, error)
 }
 
 // Options configures New. Zero fields take the defaults beside them.
 type Options struct {
-	// Client reads the queue gauges and the workers alive from Redis at
-	// scrape time. Nil: no Redis gauges, only the in-process counters.
-	Client Source
+	// Inspector reads the queue gauges and the workers alive from Redis
+	// at scrape time. Nil: no Redis gauges, only the in-process counters.
+	Inspector Source
 	// CacheTTL is how long Redis readings are reused between scrapes.
 	// Default 5 s.
 	CacheTTL time.Duration
@@ -78,7 +77,7 @@ type Collector struct {
 }
 
 type snapshot struct {
-	stats      []engine.QueueStats
+	stats      []engine.QueueInfo
 	statsOK    bool
 	alive      int
 	workersOK  bool
@@ -88,15 +87,8 @@ type snapshot struct {
 
 // New returns a Collector.
 func New(opts Options) *Collector {
-	switch c := opts.Client.(type) {
-	case *engine.Client:
-		if c == nil {
-			opts.Client = nil
-		}
-	case *engine.ShardedClient:
-		if c == nil {
-			opts.Client = nil
-		}
+	if in, ok := opts.Inspector.(*engine.Inspector); ok && in == nil {
+		opts.Inspector = nil
 	}
 	if opts.CacheTTL <= 0 {
 		opts.CacheTTL = 5 * time.Second
@@ -177,7 +169,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	for _, v := range c.vecs() {
 		v.Describe(ch)
 	}
-	if c.opts.Client != nil {
+	if c.opts.Inspector != nil {
 		ch <- c.queueTasks
 		ch <- c.oldestReady
 		ch <- c.workersAlive
@@ -191,7 +183,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	for _, v := range c.vecs() {
 		v.Collect(ch)
 	}
-	if c.opts.Client == nil {
+	if c.opts.Inspector == nil {
 		return
 	}
 	s := c.reading()
@@ -210,7 +202,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 		}{{"scheduled", q.Scheduled}, {"ready", q.Ready}, {"running", q.Running}, {"retrying", q.Retrying}, {"dead", q.Dead}} {
 			ch <- prom.MustNewConstMetric(c.queueTasks, prom.GaugeValue, float64(st.n), q.Queue, st.state)
 		}
-		ch <- prom.MustNewConstMetric(c.oldestReady, prom.GaugeValue, q.OldestReadyAge.Seconds(), q.Queue)
+		ch <- prom.MustNewConstMetric(c.oldestReady, prom.GaugeValue, q.Latency.Seconds(), q.Queue)
 	}
 }
 
@@ -225,9 +217,15 @@ func (c *Collector) reading() snapshot {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
 	var s snapshot
-	s.stats, s.statsErr = c.opts.Client.Stats(ctx)
+	s.stats, s.statsErr = c.opts.Inspector.Queues(ctx)
 	s.statsOK = s.statsErr == nil
-	s.alive, _, s.workersErr = c.opts.Client.LiveWorkers(ctx)
+	var ws []engine.WorkerInfo
+	ws, s.workersErr = c.opts.Inspector.Workers(ctx)
+	for _, w := range ws {
+		if w.Alive {
+			s.alive++
+		}
+	}
 	s.workersOK = s.workersErr == nil
 	c.snap, c.read = s, time.Now()
 	return s

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/metrics/prometheus"
+	"github.com/gomodule/redigo/redis"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -115,13 +117,9 @@ func TestScrapeDuringRun(t *testing.T) {
 	cfg := baseConfig(t, srv)
 	const nOK, nFlaky, nBad, nLater = 30, 10, 5, 7
 	led := &ledger{ok: map[string]int{}, fail: map[string]int{}, done: make(chan struct{}), want: nOK + nFlaky + nBad}
-	client, err := engine.NewClient(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := prometheus.New(prometheus.Options{Client: client, CacheTTL: time.Nanosecond})
+	col := prometheus.New(prometheus.Options{Inspector: inspector(t, cfg, pool), CacheTTL: time.Nanosecond})
 	cfg.Observer = col
-	client, err = engine.NewClient(pool, cfg) // the producer reports enqueues too
+	client, err := engine.NewClient(cfg, pool) // the producer reports enqueues too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +171,7 @@ func TestScrapeDuringRun(t *testing.T) {
 		t.Errorf("workers alive before the run = %v, want 0", got)
 	}
 
-	s, err := engine.NewServer(pool, cfg, mux, engine.RoleDispatcher|engine.RoleReaper|engine.RoleWorker)
+	s, err := engine.NewServer(cfg, mux, engine.RoleDispatcher|engine.RoleReaper|engine.RoleWorker, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +280,12 @@ func TestScrapeCostBounded(t *testing.T) {
 	srv := redistest.Start(t, redistest.Private())
 	pool := srv.Pool(t)
 	cfg := baseConfig(t, srv)
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := prometheus.New(prometheus.Options{Client: client, CacheTTL: time.Nanosecond})
-	cached := prometheus.New(prometheus.Options{Client: client, CacheTTL: time.Hour})
+	fresh := prometheus.New(prometheus.Options{Inspector: inspector(t, cfg, pool), CacheTTL: time.Nanosecond})
+	cached := prometheus.New(prometheus.Options{Inspector: inspector(t, cfg, pool), CacheTTL: time.Hour})
 	freshSrv, cachedSrv := httptest.NewServer(fresh.Handler()), httptest.NewServer(cached.Handler())
 	defer freshSrv.Close()
 	defer cachedSrv.Close()
@@ -340,7 +338,7 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 		if withObserver {
 			cfg.Observer = prometheus.New(prometheus.Options{})
 		}
-		client, err := engine.NewClient(pool, cfg)
+		client, err := engine.NewClient(cfg, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,7 +354,7 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 		if _, err := client.EnqueueBatch(t.Context(), batch); err != nil {
 			t.Fatal(err)
 		}
-		w, err := engine.NewWorker(pool, cfg, mux)
+		w, err := enginehook.NewWorker(pool, cfg, mux)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,11 +385,11 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 func TestLint(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := baseConfig(t, srv)
-	client, err := engine.NewClient(srv.Pool(t), cfg)
+	client, err := engine.NewClient(cfg, srv.Pool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	col := prometheus.New(prometheus.Options{Client: client})
+	col := prometheus.New(prometheus.Options{Inspector: inspector(t, cfg, srv.Pool(t))})
 	now := time.Now()
 	for _, e := range []engine.Event{
 		{Kind: engine.EventEnqueued, Queue: "q", Type: "t"},
@@ -418,4 +416,14 @@ func TestLint(t *testing.T) {
 	if n := testutil.CollectAndCount(col); n < 12 {
 		t.Errorf("collected %d series, want every family present", n)
 	}
+}
+
+// inspector is an Inspector over pool for cfg's namespace.
+func inspector(t testing.TB, cfg engine.Config, pool *redis.Pool) *engine.Inspector {
+	t.Helper()
+	in, err := engine.NewInspector(cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

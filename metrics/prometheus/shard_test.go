@@ -11,13 +11,18 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// TestShardGauges: with a ShardedClient as its source, the queue gauges
-// span every lane; a nil client of either kind means no Redis gauges.
+// TestShardGauges: with an Inspector over several lanes as its source, the
+// queue gauges span every lane; a nil Inspector means no Redis gauges.
 func TestShardGauges(t *testing.T) {
 	sa := redistest.Start(t, redistest.Private())
 	sb := redistest.Start(t, redistest.Private())
 	cfg := baseConfig(t, sa)
-	sc, err := engine.NewShardedClient(engine.Shards{Pools: []*redis.Pool{sa.Pool(t), sb.Pool(t), sa.Pool(t)}}, cfg)
+	pools := []*redis.Pool{sa.Pool(t), sb.Pool(t), sa.Pool(t)}
+	sc, err := engine.NewClient(cfg, pools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := engine.NewInspector(cfg, pools...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +41,7 @@ func TestShardGauges(t *testing.T) {
 	if len(lanes) != 3 {
 		t.Fatalf("tasks in lanes %v, want three", lanes)
 	}
-	col := prometheus.New(prometheus.Options{Client: sc})
+	col := prometheus.New(prometheus.Options{Inspector: in})
 	srv := httptest.NewServer(col.Handler())
 	defer srv.Close()
 	fams := scrape(t, srv.URL)
@@ -46,10 +51,9 @@ func TestShardGauges(t *testing.T) {
 	if got := value(fams, "bucketq_queue_tasks", "queue", "default", "state", "scheduled"); got != 4 {
 		t.Errorf("scheduled over the lanes: %v, want 4", got)
 	}
-	var nc *engine.Client
-	var ns *engine.ShardedClient
-	for _, src := range []prometheus.Source{nc, ns} {
-		none := httptest.NewServer(prometheus.New(prometheus.Options{Client: src}).Handler())
+	var nilIn *engine.Inspector
+	for _, src := range []prometheus.Source{nilIn} {
+		none := httptest.NewServer(prometheus.New(prometheus.Options{Inspector: src}).Handler())
 		if _, ok := scrape(t, none.URL)["bucketq_queue_tasks"]; ok {
 			t.Errorf("a nil %T reads gauges", src)
 		}

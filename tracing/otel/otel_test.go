@@ -40,7 +40,7 @@ func TestHandlerSpanIsChildOfProducer(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestHandlerSpanIsChildOfProducer(t *testing.T) {
 	})
 	mux.HandleFunc("other", func(context.Context, *engine.Task) error { return nil })
 	cfg.Queues = []engine.QueueConfig{{Name: "mail"}}
-	s, err := engine.NewServer(pool, cfg, mux, engine.RoleDispatcher|engine.RoleWorker)
+	s, err := engine.NewServer(cfg, mux, engine.RoleDispatcher|engine.RoleWorker, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

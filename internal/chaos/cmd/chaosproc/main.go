@@ -33,6 +33,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/chaos/ledger"
+	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -164,12 +165,12 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	pool := newPool(o.addr)
 	defer pool.Close()
-	var shards engine.Shards
+	var lanes []*redis.Pool
 	if o.addrs != "" {
 		for _, a := range strings.Split(o.addrs, ",") {
 			p := newPool(a)
 			defer p.Close()
-			shards.Pools = append(shards.Pools, p)
+			lanes = append(lanes, p)
 		}
 	}
 
@@ -190,28 +191,28 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	log.Info("chaosproc starting", "addr", o.addr, "ns", o.ns, "offset", o.offset.String())
 	var err error
 	switch {
-	case len(shards.Pools) > 0:
-		err = runSharded(ctx, shards, cfg, o, log)
+	case len(lanes) > 0:
+		err = runSharded(ctx, lanes, cfg, o, log)
 	case o.mode == "producer":
 		err = produce(ctx, pool, cfg, o, log)
 	case o.mode == "flow-producer":
 		var c *engine.Client
-		if c, err = engine.NewClient(pool, cfg); err == nil {
+		if c, err = engine.NewClient(cfg, pool); err == nil {
 			err = produceFlows(ctx, c, o, log)
 		}
 	case o.mode == "worker":
 		err = work(ctx, pool, cfg, o, log)
 	case o.mode == "dispatcher":
-		var d *engine.Dispatcher
-		if d, err = engine.NewDispatcher(pool, cfg); err == nil {
+		var d enginehook.Dispatcher
+		if d, err = enginehook.NewDispatcher(pool, cfg); err == nil {
 			err = d.Run(ctx)
 			log.Info("dispatcher done", "moved", d.Moved(), "conflicts", d.Conflicts())
 		}
 	case o.mode == "scheduler":
 		err = schedule(ctx, pool, cfg, o, log)
 	case o.mode == "reaper":
-		var r *engine.Reaper
-		if r, err = engine.NewReaper(pool, cfg); err == nil {
+		var r enginehook.Reaper
+		if r, err = enginehook.NewReaper(pool, cfg); err == nil {
 			err = r.Run(ctx)
 		}
 	default:
@@ -230,12 +231,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 // schedule declares one periodic entry of type noop and keeps its
 // firings enqueued until ctx ends.
 func schedule(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
-	s, err := engine.NewScheduler(pool, cfg)
+	s, err := enginehook.NewScheduler(pool, cfg, o.horizon, engine.Periodic{Name: o.entry, Every: o.every, Type: "noop", Payload: []byte("tick")})
 	if err != nil {
-		return err
-	}
-	s.Horizon = o.horizon
-	if err := s.Add(engine.Periodic{Name: o.entry, Every: o.every, Type: "noop", Payload: []byte("tick")}); err != nil {
 		return err
 	}
 	log.Info("scheduler id", "scheduler", s.ID())
@@ -268,7 +265,7 @@ func (l *lockedRand) float() float64 {
 }
 
 func produce(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, log *slog.Logger) error {
-	client, err := engine.NewClient(pool, cfg)
+	client, err := engine.NewClient(cfg, pool)
 	if err != nil {
 		return err
 	}
@@ -472,7 +469,7 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 	}
 	defer led.Close()
 	mux := workMux(led, o, log)
-	w, err := engine.NewWorker(pool, cfg, mux)
+	w, err := enginehook.NewWorker(pool, cfg, mux)
 	if err != nil {
 		return err
 	}
