@@ -75,12 +75,12 @@ const (
 	// handler. Due is when it became due and Time when it was claimed
 	// (Time minus Due is the task's lateness).
 	EventStarted
-	// EventFinished: a run's result was recorded. Outcome says which;
+	// EventFinished: a run's result was recorded. State says which;
 	// Duration is the run's time from claim to result; Err is the
 	// handler's error, if any.
 	EventFinished
 	// EventRetried: a failed run was scheduled to run again at Due (sent
-	// after the EventFinished of the run, with Outcome OutcomeRetry).
+	// after the EventFinished of the run, with State StateRetrying).
 	EventRetried
 	// EventDead: a task went to the dead letters; Reason says why. After
 	// a run it follows its EventFinished; it is also sent for a task
@@ -112,34 +112,6 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
 
-// RunOutcome is how a run ended, in an EventFinished.
-type RunOutcome uint8
-
-// Run outcomes.
-const (
-	OutcomeSucceeded   RunOutcome = iota + 1
-	OutcomeRetry                  // failed; it runs again later
-	OutcomeRescheduled            // the handler asked to run again later (RetryAfter); not a failure
-	OutcomeDead                   // failed for the last time, or permanently; now a dead letter
-)
-
-func (o RunOutcome) String() string {
-	switch o {
-	case OutcomeSucceeded:
-		return "succeeded"
-	case OutcomeRetry:
-		return "retry"
-	case OutcomeRescheduled:
-		return "rescheduled"
-	case OutcomeDead:
-		return "dead"
-	}
-	return fmt.Sprintf("RunOutcome(%d)", uint8(o))
-}
-
-// Failed reports whether the outcome counts as a failed run.
-func (o RunOutcome) Failed() bool { return o == OutcomeRetry || o == OutcomeDead }
-
 // Event is one thing that happened; which fields are set depends on Kind.
 type Event struct {
 	Kind    EventKind
@@ -151,9 +123,12 @@ type Event struct {
 	Time     time.Time
 	Due      time.Time     // Enqueued, Started, Retried
 	Duration time.Duration // Finished
-	Outcome  RunOutcome    // Finished
-	Err      error         // Finished with a failure
-	Reason   string        // Dead, Recovered
+	// State is where a Finished run left its task: StateDone, StateRetrying
+	// (failed; it runs again), StateScheduled (the handler asked to run
+	// again later with RetryAfter; not a failure) or StateDead.
+	State  State
+	Err    error  // Finished with a failure
+	Reason string // Dead, Recovered
 	// Moved and Conflicts are set on EventDispatched.
 	Moved, Conflicts int
 }
@@ -188,13 +163,13 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 		Time: now, Duration: max(0, now.Sub(fromMs(r.Started))), Err: herr}
 	switch {
 	case out == buckets.Done:
-		e.Outcome, e.Attempt = OutcomeSucceeded, r.Attempts+1
+		e.State, e.Attempt = StateDone, r.Attempts+1
 	case out == buckets.Again && r.State == buckets.StateRetry:
-		e.Outcome = OutcomeRetry
+		e.State = StateRetrying
 	case out == buckets.Again:
-		e.Outcome, e.Attempt = OutcomeRescheduled, r.Attempts+1
+		e.State, e.Attempt = StateScheduled, r.Attempts+1
 	case out == buckets.Bury:
-		e.Outcome = OutcomeDead
+		e.State = StateDead
 	default:
 		return
 	}
@@ -202,11 +177,11 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 	// The tasks the result's transaction enqueued: a chain's next step,
 	// a group's callback, a reply task.
 	w.cfg.observeEnqueued(r.Spawned, now)
-	switch e.Outcome {
-	case OutcomeRetry:
+	switch e.State {
+	case StateRetrying:
 		w.cfg.Observer.Observe(Event{Kind: EventRetried, Queue: r.Queue, Type: r.Type, TaskID: r.ID,
 			Attempt: r.Attempts, Time: now, Due: fromMs(r.Due), Err: herr})
-	case OutcomeDead:
+	case StateDead:
 		w.cfg.Observer.Observe(Event{Kind: EventDead, Queue: r.Queue, Type: r.Type, TaskID: r.ID,
 			Attempt: r.Attempts, Time: now, Err: herr, Reason: "failed"})
 	}

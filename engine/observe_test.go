@@ -85,7 +85,7 @@ func TestObserverEvents(t *testing.T) {
 	runBackground(t, s.Run)
 	waitFor(t, outcomeWait, "b to succeed", func() bool {
 		evs := log.of("b")
-		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished && evs[len(evs)-1].Outcome == OutcomeSucceeded
+		return len(evs) > 0 && evs[len(evs)-1].Kind == EventFinished && evs[len(evs)-1].State == StateDone
 	})
 	evs := log.of("b")
 	want := []EventKind{EventEnqueued, EventStarted, EventFinished, EventRetried, EventStarted, EventFinished}
@@ -100,7 +100,7 @@ func TestObserverEvents(t *testing.T) {
 			t.Errorf("event %d of b: queue %q type %q", i, evs[i].Queue, evs[i].Type)
 		}
 	}
-	if evs[1].Attempt != 1 || evs[4].Attempt != 2 || evs[2].Outcome != OutcomeRetry || evs[2].Err == nil || evs[5].Attempt != 2 {
+	if evs[1].Attempt != 1 || evs[4].Attempt != 2 || evs[2].State != StateRetrying || evs[2].Err == nil || evs[5].Attempt != 2 {
 		t.Errorf("attempts and outcomes: %+v", evs)
 	}
 	if evs[4].Time.Before(evs[3].Due) {
@@ -155,8 +155,8 @@ func TestObserverLeaseExpiry(t *testing.T) {
 			t.Fatalf("events of h: %v, want %v", kinds(got), want)
 		}
 	}
-	if got[2].Reason != "lease_expired" || got[4].Outcome != OutcomeSucceeded {
-		t.Errorf("recovered reason %q, outcome %v", got[2].Reason, got[4].Outcome)
+	if got[2].Reason != "lease_expired" || got[4].State != StateDone {
+		t.Errorf("recovered reason %q, outcome %v", got[2].Reason, got[4].State)
 	}
 }
 

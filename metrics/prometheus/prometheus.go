@@ -142,9 +142,9 @@ func (c *Collector) Observe(e engine.Event) {
 	case engine.EventFinished:
 		c.duration.WithLabelValues(e.Queue, e.Type).Observe(e.Duration.Seconds())
 		switch {
-		case e.Outcome == engine.OutcomeSucceeded:
+		case e.State == engine.StateDone:
 			c.processed.WithLabelValues(e.Queue, e.Type).Inc()
-		case e.Outcome.Failed():
+		case e.State == engine.StateRetrying, e.State == engine.StateDead:
 			c.failed.WithLabelValues(e.Queue, e.Type).Inc()
 		}
 	case engine.EventRetried:

@@ -394,8 +394,8 @@ func TestLint(t *testing.T) {
 	for _, e := range []engine.Event{
 		{Kind: engine.EventEnqueued, Queue: "q", Type: "t"},
 		{Kind: engine.EventStarted, Queue: "q", Type: "t", Time: now, Due: now.Add(-time.Second)},
-		{Kind: engine.EventFinished, Queue: "q", Type: "t", Outcome: engine.OutcomeSucceeded, Duration: time.Second},
-		{Kind: engine.EventFinished, Queue: "q", Type: "t", Outcome: engine.OutcomeRetry, Duration: time.Second},
+		{Kind: engine.EventFinished, Queue: "q", Type: "t", State: engine.StateDone, Duration: time.Second},
+		{Kind: engine.EventFinished, Queue: "q", Type: "t", State: engine.StateRetrying, Duration: time.Second},
 		{Kind: engine.EventRetried, Queue: "q", Type: "t"},
 		{Kind: engine.EventDead, Queue: "q", Type: "t", Reason: "failed"},
 		{Kind: engine.EventRecovered, Queue: "q", Type: "t", Reason: "worker_died"},
