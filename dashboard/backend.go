@@ -11,7 +11,7 @@ import (
 type Backend interface {
 	Queues(ctx context.Context) ([]engine.QueueInfo, error)
 	ListTasks(ctx context.Context, opts engine.ListOptions) (*engine.TaskPage, error)
-	Task(ctx context.Context, id string) (*engine.TaskView, error)
+	Task(ctx context.Context, id string) (*engine.TaskInfo, error)
 	Workers(ctx context.Context) ([]engine.WorkerInfo, error)
 	Act(ctx context.Context, a engine.Action, ids ...string) (engine.ActionResult, error)
 	ActAll(ctx context.Context, a engine.Action, f engine.Filter) (engine.ActionResult, error)

@@ -510,7 +510,7 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 		Tabs        []tab
 		State       engine.State
 		Search      string
-		Tasks       []*engine.TaskView
+		Tasks       []*engine.TaskInfo
 		Total       int64
 		Page        int
 		First, Next string
@@ -548,7 +548,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	}
 	d.render(w, "task", http.StatusOK, struct {
 		base
-		T          *engine.TaskView
+		T          *engine.TaskInfo
 		Payload    string
 		Kind       string
 		Timeline   []event
@@ -557,7 +557,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 		Result     string
 		ResultKind string
 		ResultErr  string
-	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(&ti.TaskInfo), verbsFor(ti.State), hasResult, result, resultKind, resultErr})
+	}{d.base(w, r, "Task "+ti.ID, ""), ti, pretty, kind, timeline(ti), verbsFor(ti.State), hasResult, result, resultKind, resultErr})
 }
 
 // byIDStatus is the HTTP status of a failed read of a task or workflow by

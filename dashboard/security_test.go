@@ -22,7 +22,7 @@ import (
 // reports its start on entered and waits for gate to close.
 type fakeBackend struct {
 	mu      sync.Mutex
-	tasks   []*engine.TaskView
+	tasks   []*engine.TaskInfo
 	entered chan struct{}
 	gate    chan struct{}
 	acted   int
@@ -63,7 +63,7 @@ func (f *fakeBackend) ListTasks(ctx context.Context, o engine.ListOptions) (*eng
 	return p, nil
 }
 
-func (f *fakeBackend) Task(_ context.Context, id string) (*engine.TaskView, error) {
+func (f *fakeBackend) Task(_ context.Context, id string) (*engine.TaskInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, t := range f.tasks {
@@ -259,12 +259,12 @@ var valueAttr = regexp.MustCompile(`(value|href|action)="[^"]*"`)
 func TestBidiAndControlsShownEscaped(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	mk := func(id string, st engine.State) *engine.TaskView {
-		return &engine.TaskView{TaskInfo: engine.TaskInfo{Task: engine.Task{ID: id, Queue: "default",
+	mk := func(id string, st engine.State) *engine.TaskInfo {
+		return &engine.TaskInfo{Task: engine.Task{ID: id, Queue: "default",
 			Type: "invoice\u202Efdp.exe", Payload: []byte("pay\u2067load\u0085 \x1b[31m"), LastError: "err\u202Dor\u200F",
-			Created: now, Due: now, MaxAttempts: 3}, State: st, Worker: "w\u2066x"}}
+			Created: now, Due: now, MaxAttempts: 3}, State: st, Worker: "w\u2066x"}
 	}
-	fb := &fakeBackend{tasks: []*engine.TaskView{mk("sched-1", engine.StateScheduled), mk("dead-1", engine.StateDead),
+	fb := &fakeBackend{tasks: []*engine.TaskInfo{mk("sched-1", engine.StateScheduled), mk("dead-1", engine.StateDead),
 		mk("retry-1", engine.StateRetrying), mk("run-1", engine.StateRunning)}}
 	d := newTestDashboard(t, fb, Options{Token: testToken})
 	for _, path := range []string{"/queues/default?state=scheduled", "/queues/default?state=dead",
@@ -357,8 +357,8 @@ func TestScriptsGetJSONErrors(t *testing.T) {
 // finish.
 func TestScansInFlightBounded(t *testing.T) {
 	t.Parallel()
-	fb := &fakeBackend{tasks: []*engine.TaskView{{TaskInfo: engine.TaskInfo{Task: engine.Task{ID: "a", Queue: "bigq", Type: "t"},
-		State: engine.StateScheduled}}}, entered: make(chan struct{}, 2*maxScans), gate: make(chan struct{})}
+	fb := &fakeBackend{tasks: []*engine.TaskInfo{{Task: engine.Task{ID: "a", Queue: "bigq", Type: "t"},
+		State: engine.StateScheduled}}, entered: make(chan struct{}, 2*maxScans), gate: make(chan struct{})}
 	d := newTestDashboard(t, fb, Options{})
 	const path = "/queues/bigq?state=scheduled&q=zzzz"
 	results := make(chan int, maxScans)
@@ -394,8 +394,8 @@ func TestScansInFlightBounded(t *testing.T) {
 func TestReadToken(t *testing.T) {
 	t.Parallel()
 	const readTok = "read-token-abcdef0123"
-	fb := &fakeBackend{tasks: []*engine.TaskView{{TaskInfo: engine.TaskInfo{Task: engine.Task{ID: "t1", Queue: "default",
-		Type: "secret.type", Payload: []byte("secret payload")}, State: engine.StateScheduled}}}}
+	fb := &fakeBackend{tasks: []*engine.TaskInfo{{Task: engine.Task{ID: "t1", Queue: "default",
+		Type: "secret.type", Payload: []byte("secret payload")}, State: engine.StateScheduled}}}
 	d := newTestDashboard(t, fb, Options{Token: testToken, ReadToken: readTok})
 	bearerOf := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 	for _, path := range []string{"/", "/queues/default?state=scheduled", "/tasks/t1", "/dead", "/workers", "/periodic"} {

@@ -189,22 +189,7 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	return out, nil
 }
 
-// TaskView is a task as the inspector shows it: what Lookup reports,
-// plus the running lease, a preview of the payload and a done task's
-// result.
-type TaskView struct {
-	TaskInfo
-	// Result is a done task's result while it is kept
-	// (Config.ResultRetention); nil otherwise.
-	Result []byte
-	// Lease is a running task's lease deadline (on its worker's clock).
-	Lease time.Time
-	// Preview is the payload's start, printable, at most 64
-	// characters, ending with "…" when cut.
-	Preview string
-}
-
-// PreviewLen is how many characters of a payload TaskView.Preview keeps.
+// PreviewLen is how many characters of a payload TaskInfo.Preview keeps.
 const previewLen = 64
 
 // Preview returns a printable preview of p of at most n characters:
@@ -231,8 +216,9 @@ func previewOf(p []byte, n int) string {
 	return string([]rune(s)[:n-1]) + "…"
 }
 
-func viewOf(r *buckets.Record, where buckets.Where) *TaskView {
-	v := &TaskView{TaskInfo: *infoFromRecord(r, where), Preview: previewOf(r.Payload, previewLen)}
+func viewOf(r *buckets.Record, where buckets.Where) *TaskInfo {
+	v := infoFromRecord(r, where)
+	v.Preview = previewOf(r.Payload, previewLen)
 	if r.State == buckets.StateRunning {
 		v.Lease = fromMs(r.Deadline)
 	}
@@ -240,7 +226,7 @@ func viewOf(r *buckets.Record, where buckets.Where) *TaskView {
 }
 
 // Task is Inspector.Task for one lane.
-func (in *laneInspector) Task(ctx context.Context, id string) (*TaskView, error) {
+func (in *laneInspector) Task(ctx context.Context, id string) (*TaskInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}

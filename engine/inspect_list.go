@@ -56,7 +56,7 @@ const (
 
 // TaskPage is one page of ListTasks.
 type TaskPage struct {
-	Tasks []*TaskView
+	Tasks []*TaskInfo
 	// Total is the exact number of tasks in the state (of the queue, or
 	// of all queues), as of this page's read; it counts the state, not
 	// the matches of a Search. The states are disjoint: a failed task
@@ -147,7 +147,7 @@ func (f *Filter) check() error {
 }
 
 // matches reports whether v is one of the filter's tasks.
-func (f *Filter) matches(r *buckets.Record, v *TaskView) bool {
+func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 	if f.Queue != "" && r.Queue != f.Queue {
 		return false
 	}
@@ -247,12 +247,12 @@ const judgeBatch = 16
 // up to o.Limit, how many ids it went through to find them, and how many
 // bytes of records it read. With o.MaxBytes it stops after the batch
 // that reaches it.
-func (in *laneInspector) judge(ctx context.Context, conn redis.Conn, o *ListOptions, ids []string, where buckets.Where) ([]*TaskView, int, int64, error) {
+func (in *laneInspector) judge(ctx context.Context, conn redis.Conn, o *ListOptions, ids []string, where buckets.Where) ([]*TaskInfo, int, int64, error) {
 	batch := len(ids)
 	if o.MaxBytes > 0 {
 		batch = judgeBatch
 	}
-	var out []*TaskView
+	var out []*TaskInfo
 	var read int64
 	for at := 0; at < len(ids); at += batch {
 		if o.MaxBytes > 0 && read >= o.MaxBytes {

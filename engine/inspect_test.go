@@ -101,7 +101,7 @@ func (f *fixture) waitStats(t *testing.T, what string, cond func(QueueInfo) bool
 }
 
 // listAll pages through a listing and returns the ids in order.
-func listAll(t *testing.T, in *laneInspector, opts ListOptions) (ids []string, views []*TaskView, total int64) {
+func listAll(t *testing.T, in *laneInspector, opts ListOptions) (ids []string, views []*TaskInfo, total int64) {
 	t.Helper()
 	ctx := checkCtx(t, time.Minute)
 	for i := 0; ; i++ {

@@ -287,8 +287,8 @@ func (in *Inspector) MemoryPolicy(ctx context.Context) (MemoryPolicy, error) {
 //
 // Over several lanes it asks the id's lane first, then the others (see
 // Client.Cancel).
-func (in *Inspector) Task(ctx context.Context, id string) (*TaskView, error) {
-	return inLanes(in, id, func(l *laneInspector) (*TaskView, error) { return l.Task(ctx, id) })
+func (in *Inspector) Task(ctx context.Context, id string) (*TaskInfo, error) {
+	return inLanes(in, id, func(l *laneInspector) (*TaskInfo, error) { return l.Task(ctx, id) })
 }
 
 // Workflow is [Client.Workflow], for `engine workflow show` and the

@@ -72,10 +72,11 @@ const (
 	StateCancelled State = "cancelled" // cancelled before it ran
 )
 
-// TaskInfo is what Enqueue and its kin, Lookup and the dead-letter listing
-// report. For a task just enqueued, State is StateReady or StateScheduled
-// and Due the time it becomes ready (rounded up to the millisecond; the
-// producer's now for a task due at once); Payload is the caller's slice.
+// TaskInfo is a task as Enqueue and its kin, Lookup, and the Inspector's
+// Task and ListTasks report it. For a task just enqueued, State is
+// StateReady or StateScheduled and Due the time it becomes ready (rounded
+// up to the millisecond; the producer's now for a task due at once);
+// Payload is the caller's slice.
 type TaskInfo struct {
 	Task
 	State    State
@@ -83,6 +84,15 @@ type TaskInfo struct {
 	Started  time.Time // last run's start
 	Finished time.Time // when it succeeded, died or was cancelled
 	Worker   string    // the worker process running it
+	// Lease is a running task's lease deadline (on its worker's clock).
+	Lease time.Time
+	// Preview is the payload's start, printable, at most 64 characters,
+	// ending with "…" when cut (the Inspector's calls).
+	Preview string
+	// Result is a done task's result while it is kept
+	// (Config.ResultRetention), from Inspector.Task; Client.Result reads
+	// it too.
+	Result []byte
 }
 
 func infoFromRecord(r *buckets.Record, where buckets.Where) *TaskInfo {

@@ -76,7 +76,7 @@ func (a *app) newTasksListCmd() *cobra.Command {
 		if *asJSON {
 			out := pageJSON{Tasks: []taskViewJSON{}, Total: page.Total, Next: page.Next}
 			for _, t := range page.Tasks {
-				tj := taskViewJSON{taskJSON: taskToJSON(&t.TaskInfo)}
+				tj := taskViewJSON{taskJSON: taskToJSON(t)}
 				if !t.Lease.IsZero() {
 					l := t.Lease.UTC()
 					tj.Lease = &l

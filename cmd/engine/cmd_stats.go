@@ -348,7 +348,7 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 	if asJSON {
 		out := make([]taskJSON, len(tasks))
 		for i, t := range tasks {
-			out[i] = taskToJSON(&t.TaskInfo)
+			out[i] = taskToJSON(t)
 		}
 		return a.printJSON(out)
 	}
@@ -370,9 +370,9 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 // first (with shards, lane after lane, each lane's newest first), and how
 // many there are. It pages through the inspector's listing, reading the
 // offset tasks it skips.
-func deadLetters(ctx context.Context, in *engine.Inspector, offset, limit int) ([]*engine.TaskView, int64, error) {
+func deadLetters(ctx context.Context, in *engine.Inspector, offset, limit int) ([]*engine.TaskInfo, int64, error) {
 	var (
-		out   []*engine.TaskView
+		out   []*engine.TaskInfo
 		total int64
 	)
 	opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}}

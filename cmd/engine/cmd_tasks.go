@@ -258,11 +258,11 @@ done_retention, dead ones for dead_retention. Exits 3 if not found.`,
 			return a.fail("lookup", err)
 		}
 		if *asJSON {
-			j := taskToJSON(&tv.TaskInfo)
+			j := taskToJSON(tv)
 			j.Result = tv.Result
 			return a.printJSON(j)
 		}
-		printTask(safetext.Writer(a.stdout), &tv.TaskInfo)
+		printTask(safetext.Writer(a.stdout), tv)
 		if tv.Result != nil {
 			printResult(safetext.Writer(a.stdout), tv.Result)
 		}
