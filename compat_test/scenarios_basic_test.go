@@ -35,7 +35,7 @@ func scenarioEnqueue(e *env) {
 	}{
 		{"empty type", "", nil, nil, engine.ErrInvalidName},
 		{"bad queue", "echo", nil, []engine.Option{engine.Queue("no spaces")}, engine.ErrInvalidName},
-		{"payload too large", "echo", make([]byte, 1025), nil, engine.ErrPayloadTooLarge},
+		{"payload too large", "echo", make([]byte, 1025), nil, engine.ErrTooLarge},
 		{"max attempts 0", "echo", nil, []engine.Option{engine.MaxAttempts(0)}, engine.ErrInvalidOption},
 	} {
 		if _, err := c.Enqueue(ctx, tc.typ, tc.data, tc.opts...); !errors.Is(err, tc.want) {

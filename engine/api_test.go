@@ -59,7 +59,7 @@ func TestRoles(t *testing.T) {
 func TestErrorsInTheEnginesWords(t *testing.T) {
 	for _, pair := range [][2]error{{ErrNotFound, buckets.ErrNotFound}, {ErrAlreadyDone, buckets.ErrAlreadyDone},
 		{ErrAlreadyRunning, buckets.ErrAlreadyRunning},
-		{ErrPayloadTooLarge, buckets.ErrTooLarge}, {ErrInvalidName, buckets.ErrInvalidName}} {
+		{ErrTooLarge, buckets.ErrTooLarge}, {ErrInvalidName, buckets.ErrInvalidName}} {
 		if pair[0] == pair[1] || errors.Is(pair[0], pair[1]) {
 			t.Errorf("%v is buckets' %v", pair[0], pair[1])
 		}
@@ -87,7 +87,7 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 		{c.Cancel(ctx, id), ErrAlreadyDone, "engine: cannot cancel task " + id + ": it has finished already"},
 		{c.Cancel(ctx, "missing"), ErrNotFound, "engine: cannot cancel task missing: there is no such task"},
 		{lookErr, ErrNotFound, "engine: task missing not found"},
-		{enqBig, ErrPayloadTooLarge, "engine: payload of"},
+		{enqBig, ErrTooLarge, "engine: payload of"},
 		{enqName, ErrInvalidName, "engine: task type"},
 		{enqBatch, ErrInvalidName, "engine: task 1: queue name"},
 	} {

@@ -117,7 +117,7 @@ func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buc
 // Enqueue does.
 //
 // The tasks of a batch of several are at most MaxWriteBytes together
-// (else ErrPayloadTooLarge).
+// (else ErrTooLarge).
 //
 // Tasks with a TaskID are checked to be new in the same transaction (one
 // more round trip): if any id exists, none of the tasks is written and
@@ -146,7 +146,7 @@ func (c *laneClient) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*Task
 		recs[i] = r
 	}
 	if len(recs) > 1 {
-		if err := checkWriteBytes(ErrPayloadTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
+		if err := checkWriteBytes(ErrTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
 			return nil, err
 		}
 	}

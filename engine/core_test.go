@@ -95,7 +95,7 @@ func TestEnqueueValidation(t *testing.T) {
 		{"control char type", "a\nb", nil, nil, ErrInvalidName},
 		{"bad queue", "t", nil, []Option{Queue("no spaces")}, ErrInvalidName},
 		{"empty queue", "t", nil, []Option{Queue("")}, ErrInvalidName},
-		{"oversized", "t", big, nil, ErrPayloadTooLarge},
+		{"oversized", "t", big, nil, ErrTooLarge},
 		{"zero attempts", "t", nil, []Option{MaxAttempts(0)}, ErrInvalidOption},
 		{"tiny timeout", "t", nil, []Option{Timeout(time.Microsecond)}, ErrInvalidOption},
 		{"negative in", "t", nil, []Option{In(-time.Second)}, ErrInvalidOption},

@@ -22,8 +22,12 @@ var (
 	// ErrAlreadyDone: Cancel of a task that succeeded, died or was
 	// cancelled already.
 	ErrAlreadyDone = errors.New("engine: task already finished")
-	// ErrPayloadTooLarge: Enqueue with a payload over Config.MaxPayload.
-	ErrPayloadTooLarge = errors.New("engine: payload too large")
+	// ErrTooLarge: something over its size limit: a payload over
+	// Config.MaxPayload, a batch over MaxWriteBytes, a result over
+	// Config.MaxResult (SetResult; nothing is recorded, and returning the
+	// error fails the run), a chain of more than 64 steps or a group of
+	// more than 1,000 members. Nothing was written.
+	ErrTooLarge = errors.New("engine: too large")
 	// ErrInvalidName: an empty or malformed queue name or task type, or a
 	// bad namespace.
 	ErrInvalidName = errors.New("engine: invalid name")
@@ -99,7 +103,7 @@ var storeKinds = []struct{ from, to error }{
 	{buckets.ErrNotFound, ErrNotFound},
 	{buckets.ErrAlreadyRunning, ErrAlreadyRunning},
 	{buckets.ErrAlreadyDone, ErrAlreadyDone},
-	{buckets.ErrTooLarge, ErrPayloadTooLarge},
+	{buckets.ErrTooLarge, ErrTooLarge},
 	{buckets.ErrInvalidName, ErrInvalidName},
 	{buckets.ErrExists, ErrTaskExists},
 	{buckets.ErrReserved, ErrInvalidID},

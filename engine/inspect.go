@@ -72,12 +72,6 @@ func (in *laneInspector) ResumeQueue(ctx context.Context, q string) error {
 	return in.client().ResumeQueue(ctx, q)
 }
 
-// ErrNotListable: ListTasks of a state whose tasks no structure indexes
-// (done, cancelled). Their records are reachable only by id (Task): a
-// list of them would need a KEYS walk of the whole database, or a write
-// per finished task on the workers' hot path.
-var ErrNotListable = errors.New("engine: tasks in this state cannot be listed")
-
 func (in *laneInspector) conn(ctx context.Context) (redis.Conn, error) {
 	conn, err := in.pool.GetContext(ctx)
 	if err != nil {

@@ -128,8 +128,8 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 	if _, err := in.Act(ctx, Action("explode"), f.done[0]); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("unknown action: %v", err)
 	}
-	if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateDone}); !errors.Is(err, ErrNotListable) {
-		t.Fatalf("delete all done: %v, want ErrNotListable", err)
+	if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateDone}); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("delete all done: %v, want ErrInvalidOption", err)
 	}
 }
 

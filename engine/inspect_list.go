@@ -21,7 +21,7 @@ type Filter struct {
 	Queue string
 	// State is one of StateScheduled, StateReady, StateRunning,
 	// StateRetrying, StateDead. Done and cancelled tasks are found by id
-	// (Task), see ErrNotListable.
+	// (Task), see ErrInvalidOption.
 	State State
 	// Search, when set, keeps the tasks whose id or type equals it or
 	// whose payload contains it.
@@ -139,7 +139,7 @@ func (f *Filter) check() error {
 			}
 		}
 	case StateDone, StateCancelled:
-		return fmt.Errorf("engine: %s tasks are found by id only (their records are indexed nowhere): %w", f.State, ErrNotListable)
+		return fmt.Errorf("engine: %s tasks are found by id only (their records are indexed nowhere): %w", f.State, ErrInvalidOption)
 	default:
 		return fmt.Errorf("engine: state %q: want scheduled, ready, running, retrying or dead: %w", f.State, ErrInvalidOption)
 	}

@@ -9,11 +9,6 @@ import (
 	"github.com/bucketq/bucketq/buckets"
 )
 
-// ErrResultTooLarge: SetResult with more than Config.MaxResult bytes.
-// Nothing is recorded; the handler decides what to do (returning the
-// error fails the run).
-var ErrResultTooLarge = errors.New("engine: result too large")
-
 // ErrNoResultHere: SetResult with a context that is not a handler's.
 var errNoResultHere = errors.New("engine: SetResult outside a handler")
 
@@ -31,14 +26,14 @@ type resultBox struct {
 // returned by Client.Result and Client.Wait and sent with the reply of
 // ReplyTo. A later call replaces an earlier one; a failed run's result is
 // dropped. More than Config.MaxResult bytes is refused with an error
-// matching ErrResultTooLarge (nothing is cut silently).
+// matching ErrTooLarge (nothing is cut silently).
 func SetResult(ctx context.Context, b []byte) error {
 	box, _ := ctx.Value(resultKey{}).(*resultBox)
 	if box == nil {
 		return errNoResultHere
 	}
 	if len(b) > box.max {
-		return fmt.Errorf("engine: result of %d bytes, limit %d (Config.MaxResult): %w", len(b), box.max, ErrResultTooLarge)
+		return fmt.Errorf("engine: result of %d bytes, limit %d (Config.MaxResult): %w", len(b), box.max, ErrTooLarge)
 	}
 	box.result = append([]byte{}, b...)
 	return nil

@@ -25,7 +25,7 @@ func TestResultAndWait(t *testing.T) {
 			return SetResult(ctx, append([]byte("r:"), t.Payload...))
 		})
 		mux.HandleFunc("big", func(ctx context.Context, t *Task) error {
-			if err := SetResult(ctx, bytes.Repeat([]byte{1}, 17)); !errors.Is(err, ErrResultTooLarge) {
+			if err := SetResult(ctx, bytes.Repeat([]byte{1}, 17)); !errors.Is(err, ErrTooLarge) {
 				return Permanent(errors.New("no refusal"))
 			}
 			return Permanent(errors.New("result too large"))

@@ -177,7 +177,7 @@ type batchResult struct {
 // cannot be reached are written to another lane instead, all together.
 //
 // The tasks of a batch of several are at most MaxWriteBytes together
-// (else ErrPayloadTooLarge). Tasks with a TaskID are checked to be new in
+// (else ErrTooLarge). Tasks with a TaskID are checked to be new in
 // the same transaction (one more round trip): if any id exists, none of
 // its lane's tasks is written and the error is a *TaskExistsError naming
 // every id that exists. Two tasks of one batch may not share an id.
@@ -214,7 +214,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 		recs[i], chosen[i] = r, mine
 	}
 	if len(recs) > 1 {
-		if err := checkWriteBytes(ErrPayloadTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
+		if err := checkWriteBytes(ErrTooLarge, fmt.Sprintf("batch of %d tasks", len(recs)), recs); err != nil {
 			return nil, err
 		}
 	}
@@ -326,7 +326,7 @@ func (c *Client) writeLane(ctx context.Context, k int, now time.Time, recs []*bu
 func reroutable(err error) bool {
 	switch {
 	case errors.Is(err, ErrUncertain), errors.Is(err, ErrTaskExists), errors.Is(err, ErrDuplicate),
-		errors.Is(err, ErrInvalidOption), errors.Is(err, ErrInvalidName), errors.Is(err, ErrPayloadTooLarge),
+		errors.Is(err, ErrInvalidOption), errors.Is(err, ErrInvalidName), errors.Is(err, ErrTooLarge),
 		errors.Is(err, context.Canceled):
 		return false
 	}
@@ -446,7 +446,7 @@ func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
 // chain is written; the WorkflowInfo returned is read after the write
 // (only its id, kind and creation time if that read failed). More than
 // 64 steps, or steps too large together, match
-// ErrWorkflowLimit.
+// ErrTooLarge.
 //
 // Over several lanes the workflow goes to the lane its id hashes to
 // (LaneOf): a workflow lives in one lane, since its steps follow each

@@ -75,8 +75,8 @@ type Group struct {
 
 // MaxWriteBytes bounds the tasks one call writes in one transaction,
 // counted as their payloads, types, queues and metadata: a chain's steps, a
-// group's members and callback (beyond it: ErrWorkflowLimit), the tasks of
-// an EnqueueBatch of more than one task (ErrPayloadTooLarge; a single
+// group's members and callback (beyond it: ErrTooLarge), the tasks of
+// an EnqueueBatch of more than one task (ErrTooLarge; a single
 // task is bounded by Config.MaxPayload alone).
 const MaxWriteBytes = buckets.MaxWriteBytes
 
@@ -97,7 +97,7 @@ func checkWriteBytes(kind error, what string, recs []*buckets.Record) error {
 }
 
 // Limits of workflows. Beyond them Enqueue{Chain,Group} refuse with an
-// error matching ErrWorkflowLimit.
+// error matching ErrTooLarge.
 const (
 	maxChainSteps    = buckets.MaxChainSteps
 	maxGroupMembers  = buckets.MaxGroupMembers
@@ -106,8 +106,6 @@ const (
 
 // Workflow errors.
 var (
-	// ErrWorkflowLimit: a chain or group past one of the limits.
-	ErrWorkflowLimit = errors.New("engine: workflow limit exceeded")
 	// ErrWorkflowEnded: CancelWorkflow of a workflow that ended (a chain
 	// whose last step succeeded, a group whose callback was enqueued).
 	// Its errors match ErrAlreadyDone too.
@@ -195,7 +193,7 @@ func (c *laneClient) EnqueueChain(ctx context.Context, id string, steps ...Step)
 		return nil, err
 	}
 	if len(steps) == 0 || len(steps) > maxChainSteps {
-		return nil, refused(ErrWorkflowLimit, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), maxChainSteps)
+		return nil, refused(ErrTooLarge, nil, "chain %s: %d steps, want 1 to %d", id, len(steps), maxChainSteps)
 	}
 	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(steps))
@@ -206,7 +204,7 @@ func (c *laneClient) EnqueueChain(ctx context.Context, id string, steps ...Step)
 		}
 		recs[i] = r
 	}
-	if err := checkWriteBytes(ErrWorkflowLimit, "chain "+id+": its steps", recs); err != nil {
+	if err := checkWriteBytes(ErrTooLarge, "chain "+id+": its steps", recs); err != nil {
 		return nil, err
 	}
 	head := recs[0]
@@ -240,7 +238,7 @@ func (c *laneClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, 
 		return nil, err
 	}
 	if len(g.Members) == 0 || len(g.Members) > maxGroupMembers {
-		return nil, refused(ErrWorkflowLimit, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), maxGroupMembers)
+		return nil, refused(ErrTooLarge, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), maxGroupMembers)
 	}
 	if g.Policy != FailGroup && g.Policy != ContinueGroup {
 		return nil, refused(ErrInvalidOption, nil, "group %s: policy %d unknown", g.ID, g.Policy)
@@ -266,10 +264,10 @@ func (c *laneClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, 
 		r.ID = buckets.FlowCallbackID(g.ID)
 		r.Created, r.Due = 0, g.Callback.Delay.Milliseconds() // the template's Due is its delay
 		cb = r.Encode()
-		if err := checkWriteBytes(ErrWorkflowLimit, "group "+g.ID+": its members and callback", append(recs[:len(recs):len(recs)], r)); err != nil {
+		if err := checkWriteBytes(ErrTooLarge, "group "+g.ID+": its members and callback", append(recs[:len(recs):len(recs)], r)); err != nil {
 			return nil, err
 		}
-	} else if err := checkWriteBytes(ErrWorkflowLimit, "group "+g.ID+": its members", recs); err != nil {
+	} else if err := checkWriteBytes(ErrTooLarge, "group "+g.ID+": its members", recs); err != nil {
 		return nil, err
 	}
 	fields := buckets.GroupFields(len(g.Members), ms(now), g.Policy.store(), cb)

@@ -270,17 +270,17 @@ func TestWorkflowLimits(t *testing.T) {
 	for i := range steps {
 		steps[i] = Step{Type: "x"}
 	}
-	if _, err := c.EnqueueChain(ctx, "long", steps...); !errors.Is(err, ErrWorkflowLimit) {
+	if _, err := c.EnqueueChain(ctx, "long", steps...); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("too many steps: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, "none"); !errors.Is(err, ErrWorkflowLimit) {
+	if _, err := c.EnqueueChain(ctx, "none"); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("no step: %v", err)
 	}
 	members := make([]Step, maxGroupMembers+1)
 	for i := range members {
 		members[i] = Step{Type: "x"}
 	}
-	if _, err := c.EnqueueGroup(ctx, Group{ID: "big", Members: members}); !errors.Is(err, ErrWorkflowLimit) {
+	if _, err := c.EnqueueGroup(ctx, Group{ID: "big", Members: members}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("too many members: %v", err)
 	}
 	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{TaskID("mine")}}); !errors.Is(err, ErrInvalidOption) {

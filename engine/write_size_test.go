@@ -26,23 +26,23 @@ func TestWriteSizeLimit(t *testing.T) {
 		members[i] = Step{Type: "m", Payload: big}
 	}
 	_, err := c.EnqueueGroup(ctx, Group{ID: "g", Members: members})
-	if !errors.Is(err, ErrWorkflowLimit) || !strings.Contains(err.Error(), "limit") {
-		t.Errorf("group of %d x ~512 KiB: %v, want ErrWorkflowLimit naming the limit", n, err)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("group of %d x ~512 KiB: %v, want ErrTooLarge naming the limit", n, err)
 	}
 	// The callback counts too.
 	_, err = c.EnqueueGroup(ctx, Group{ID: "g", Members: members[:n-1], Callback: &Step{Type: "cb", Payload: big}})
-	if !errors.Is(err, ErrWorkflowLimit) {
-		t.Errorf("group with a 512 KiB callback past the limit: %v, want ErrWorkflowLimit", err)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Errorf("group with a 512 KiB callback past the limit: %v, want ErrTooLarge", err)
 	}
-	if _, err := c.EnqueueChain(ctx, "c", members...); !errors.Is(err, ErrWorkflowLimit) {
-		t.Errorf("chain of %d x ~512 KiB: %v, want ErrWorkflowLimit", n, err)
+	if _, err := c.EnqueueChain(ctx, "c", members...); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("chain of %d x ~512 KiB: %v, want ErrTooLarge", n, err)
 	}
 	tasks := make([]NewTask, n)
 	for i := range tasks {
 		tasks[i] = NewTask{Type: "b", Payload: big}
 	}
-	if _, err := c.EnqueueBatch(ctx, tasks); !errors.Is(err, ErrPayloadTooLarge) || !strings.Contains(err.Error(), "limit") {
-		t.Errorf("batch of %d x ~512 KiB: %v, want ErrPayloadTooLarge naming the limit", n, err)
+	if _, err := c.EnqueueBatch(ctx, tasks); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("batch of %d x ~512 KiB: %v, want ErrTooLarge naming the limit", n, err)
 	}
 	if keys := e.keys(t); len(keys) != 0 {
 		t.Fatalf("refused writes left keys: %v", keys)

@@ -167,7 +167,7 @@ func (a *app) waitFor(cmd *cobra.Command, client *engine.Client, id string, time
 // readPayload reads the payload from path ("" or "-": stdin), at most
 // limit+1 bytes (limit 0: the default max_payload): enough to refuse an
 // oversized one without holding all of it. The refusal (matching
-// engine.ErrPayloadTooLarge) gives a file's real size.
+// engine.ErrTooLarge) gives a file's real size.
 func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	if limit == 0 {
 		limit = engine.DefaultConfig().MaxPayload
@@ -178,9 +178,9 @@ func (a *app) readPayload(path string, limit int) ([]byte, error) {
 	}
 	if len(b) > limit {
 		if size > int64(limit) {
-			return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, size, limit, engine.ErrPayloadTooLarge)
+			return nil, fmt.Errorf("payload file %s is %d bytes, more than max_payload (%d bytes): %w", name, size, limit, engine.ErrTooLarge)
 		}
-		return nil, fmt.Errorf("payload from %s is more than %d bytes (max_payload): %w", name, limit, engine.ErrPayloadTooLarge)
+		return nil, fmt.Errorf("payload from %s is more than %d bytes (max_payload): %w", name, limit, engine.ErrTooLarge)
 	}
 	return b, nil
 }

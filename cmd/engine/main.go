@@ -225,7 +225,7 @@ func (a *app) fail(cmd string, err error) error {
 		fmt.Fprintf(a.stderr, "engine %s: %v\n  (%s)\n", cmd, err, re.hint())
 		return exitCode(exitUsage)
 	case errors.As(err, &ce), errors.Is(err, engine.ErrInvalidOption), errors.Is(err, engine.ErrInvalidName),
-		errors.Is(err, engine.ErrPayloadTooLarge):
+		errors.Is(err, engine.ErrTooLarge):
 		code = exitUsage
 	case errors.Is(err, engine.ErrNotFound):
 		code = exitNotFound

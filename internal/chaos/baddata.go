@@ -170,13 +170,13 @@ func (b *badData) phase1(ctx context.Context) {
 
 	// 4. Payloads over the limit are refused and write nothing.
 	over := &badItem{name: "payload over the limit",
-		expected: "Enqueue and EnqueueBatch return ErrPayloadTooLarge and write nothing"}
+		expected: "Enqueue and EnqueueBatch return ErrTooLarge and write nothing"}
 	big := append([]byte("bad:over:0 "), bytes.Repeat([]byte("y"), MaxPayload)...)
 	var problems []string
-	if _, err := cl.Enqueue(bg, "noop", big); !errors.Is(err, engine.ErrPayloadTooLarge) {
+	if _, err := cl.Enqueue(bg, "noop", big); !errors.Is(err, engine.ErrTooLarge) {
 		problems = append(problems, fmt.Sprintf("Enqueue: %v", err))
 	}
-	if _, err := cl.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("bad:overbatch:0")}, {Type: "noop", Payload: big}}); !errors.Is(err, engine.ErrPayloadTooLarge) {
+	if _, err := cl.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("bad:overbatch:0")}, {Type: "noop", Payload: big}}); !errors.Is(err, engine.ErrTooLarge) {
 		problems = append(problems, fmt.Sprintf("EnqueueBatch: %v", err))
 	}
 	over.never = []string{"bad:over:0", "bad:overbatch:0"}
@@ -186,7 +186,7 @@ func (b *badData) phase1(ctx context.Context) {
 		_, err2 := c2.EnqueueBatch(bg, []engine.NewTask{{Type: "noop", Payload: []byte("ok")}, {Type: "noop", Payload: big}})
 		_, err3 := c2.Enqueue(bg, "noop", big, engine.In(time.Second))
 		for i, err := range []error{err1, err2, err3} {
-			if !errors.Is(err, engine.ErrPayloadTooLarge) {
+			if !errors.Is(err, engine.ErrTooLarge) {
 				problems = append(problems, fmt.Sprintf("empty namespace, call %d: %v", i+1, err))
 			}
 		}
