@@ -151,7 +151,7 @@ func scenarioRetries(e *env) {
 func scenarioDeadLetters(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.UnknownType = engine.UnknownDead
+	cfg.UnknownType = "dead"
 	cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": no grace
 	e.cfg = cfg
 	c := e.client()

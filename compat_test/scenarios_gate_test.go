@@ -57,7 +57,7 @@ func scenarioPause(e *env) {
 func scenarioHandlerSets(e *env) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.UnknownType = engine.UnknownDead
+	cfg.UnknownType = "dead"
 	cfg.Advanced.UnknownTypeGrace = time.Second
 	cfg.Concurrency = 2
 	c := e.client()

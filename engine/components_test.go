@@ -69,9 +69,9 @@ func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
 
 // The retry policy: done on nil, RetryAfter waits without counting an
 // attempt, failures retry until MaxAttempts, permanent errors and unknown
-// types (under UnknownDead) go to the dead letters.
+// types (under "dead") go to the dead letters.
 func TestRetryPolicy(t *testing.T) {
-	p := retryPolicy{cfg: Config{RetryDelay: func(*Task, int, error) time.Duration { return time.Second }, UnknownType: UnknownDead}}
+	p := retryPolicy{cfg: Config{RetryDelay: func(*Task, int, error) time.Duration { return time.Second }, UnknownType: "dead"}}
 	now := time.UnixMilli(1_000_000)
 	rec := func() *buckets.Record { return &buckets.Record{MaxAttempts: 2} }
 	if out := p.decide(rec(), now, nil); out != buckets.Done {

@@ -42,9 +42,9 @@ type Config struct {
 	// negative means none. Default DefaultRetryDelay.
 	RetryDelay func(t *Task, attempt int, err error) time.Duration
 	// UnknownType says what happens to a task no live worker has a
-	// handler for (after Advanced.UnknownTypeGrace): UnknownRetry (the
-	// default) fails it, with retries; UnknownDead buries it at once.
-	UnknownType UnknownPolicy
+	// handler for (after Advanced.UnknownTypeGrace): "retry" (or "", the
+	// default) fails it, with retries; "dead" buries it at once.
+	UnknownType string
 	// ShutdownTimeout is how long handlers may finish when Run's context
 	// ends or Shutdown is called, before their tasks go back to their
 	// queues; negative returns them at once. Default 30 s.
@@ -168,15 +168,6 @@ type QueueConfig struct {
 	Weight int
 }
 
-// UnknownPolicy is what workers do with a task whose type has no handler.
-type UnknownPolicy int
-
-// Unknown-type policies.
-const (
-	UnknownRetry UnknownPolicy = iota
-	UnknownDead
-)
-
 // DefaultRetryDelay waits about 2^(attempt-1) seconds before retry number
 // attempt, capped at one hour, drawn uniformly from the upper half of
 // that (jitter keeps a burst of failures from retrying in step). It looks
@@ -287,6 +278,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Advanced.DispatchBuckets == 0 {
 		c.Advanced.DispatchBuckets = 128
+	}
+	if c.UnknownType == "" {
+		c.UnknownType = "retry"
 	}
 	if c.Advanced.DispatchLanes == 0 {
 		c.Advanced.DispatchLanes = 2
@@ -416,8 +410,8 @@ func (c Config) Validate() error {
 	if c.Advanced.HeartbeatTTL < 2*c.Advanced.HeartbeatInterval {
 		bad("Advanced.HeartbeatTTL", "%v: want at least twice Advanced.HeartbeatInterval (%v)", c.Advanced.HeartbeatTTL, c.Advanced.HeartbeatInterval)
 	}
-	if c.UnknownType != UnknownRetry && c.UnknownType != UnknownDead {
-		bad("UnknownType", "%d: want UnknownRetry or UnknownDead", c.UnknownType)
+	if c.UnknownType != "" && c.UnknownType != "retry" && c.UnknownType != "dead" {
+		bad("UnknownType", "%q: want retry or dead", c.UnknownType)
 	}
 	if c.Advanced.DispatchBuckets < 1 || c.Advanced.DispatchBuckets > 10000 {
 		bad("Advanced.DispatchBuckets", "%d: want 1 to 10000", c.Advanced.DispatchBuckets)

@@ -98,10 +98,10 @@ func ExampleClient_EnqueueGroup() {
 		members = append(members, engine.Step{Type: "resize", Payload: []byte(f)})
 	}
 	_, err := client.EnqueueGroup(ctx, engine.Group{
-		ID:       "album-3",
-		Members:  members,
-		Callback: &engine.Step{Type: "album.ready"},
-		Policy:   engine.ContinueGroup, // the callback runs even if a member died
+		ID:                "album-3",
+		Members:           members,
+		Callback:          &engine.Step{Type: "album.ready"},
+		ContinueOnFailure: true, // the callback runs even if a member died
 	})
 	if err != nil {
 		panic(err)

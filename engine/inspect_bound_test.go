@@ -55,7 +55,7 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		// Dead letters: bury n tasks whose type has no handler.
 		cfg := e.cfg
 		cfg.Queues = []QueueConfig{{Name: "doomed", Weight: 1}}
-		cfg.UnknownType = UnknownDead
+		cfg.UnknownType = "dead"
 		cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 		cfg.Concurrency = 20
 		dead := make([]NewTask, n)

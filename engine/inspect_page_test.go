@@ -216,7 +216,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 // before the walk and are not listed, and every one that stayed dead is.
 func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	e := realEnv(t)
-	e.cfg.UnknownType = UnknownDead
+	e.cfg.UnknownType = "dead"
 	e.cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
 	e.cfg.Concurrency = 4
 	c := e.client(t)

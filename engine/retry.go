@@ -27,7 +27,7 @@ func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) bucket
 	t := taskFromRecord(r) // as the handler saw it
 	r.Attempts++
 	r.LastError = truncateErr(herr)
-	if errors.Is(herr, ErrNoHandler) && p.cfg.UnknownType == UnknownDead {
+	if errors.Is(herr, ErrNoHandler) && p.cfg.UnknownType == "dead" {
 		return buckets.Bury
 	}
 	if isPermanent(herr) || r.Attempts >= r.MaxAttempts {

@@ -461,7 +461,7 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 // "<g.ID>~<i>", the callback's "<g.ID>~cb". The callback is enqueued once,
 // when the last member reaches a final state (done, dead or cancelled),
 // by the same transaction that records that member's outcome; under
-// FailGroup only when every member is done.
+// the default (no ContinueOnFailure) only when every member is done.
 //
 // Over several lanes the workflow goes to the lane its id hashes to
 // (LaneOf): a workflow lives in one lane, since its steps follow each

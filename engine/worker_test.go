@@ -366,11 +366,11 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 func TestUnknownType(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		for _, pol := range []UnknownPolicy{UnknownRetry, UnknownDead} {
+		for _, pol := range []string{"retry", "dead"} {
 			cfg := e.cfg
 			cfg.UnknownType = pol
 			cfg.Advanced.UnknownTypeGrace = -1 // the policy at once (TestUnservedTypeGrace tests the grace)
-			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%d", pol)}}
+			cfg.Queues = []QueueConfig{{Name: fmt.Sprintf("q%s", pol)}}
 			srv, _ := newLaneServer(e.pool, cfg, NewMux(), AllRoles)
 			stop := runBackground(t, srv.Run)
 			c := e.client(t)
@@ -378,11 +378,11 @@ func TestUnknownType(t *testing.T) {
 			waitFor(t, outcomeWait, "dead", func() bool { return e.state(t, id) == StateDead })
 			info, _ := c.Lookup(ctx, id)
 			want := 3
-			if pol == UnknownDead {
+			if pol == "dead" {
 				want = 1
 			}
 			if !strings.Contains(info.LastError, `no handler for type "nobody"`) || info.Attempts != want {
-				t.Fatalf("policy %d: %q after %d attempts, want %d", pol, info.LastError, info.Attempts, want)
+				t.Fatalf("policy %s: %q after %d attempts, want %d", pol, info.LastError, info.Attempts, want)
 			}
 			stop()
 		}

@@ -42,22 +42,9 @@ type Step struct {
 	PassResult bool
 }
 
-// GroupPolicy says what a member that died (or was cancelled) does to its
-// group.
-type GroupPolicy int
-
-const (
-	// FailGroup: while a member is dead the group is failed and its
-	// callback does not run; retrying the member from the dead letters
-	// (when it then succeeds) completes the group and runs the callback.
-	FailGroup GroupPolicy = iota
-	// ContinueGroup: the callback runs once every member is done, dead or
-	// cancelled, and lists each one's outcome.
-	ContinueGroup
-)
-
-func (p GroupPolicy) store() string {
-	if p == ContinueGroup {
+// groupPolicy is the stored policy of a group.
+func groupPolicy(continueOnFailure bool) string {
+	if continueOnFailure {
 		return buckets.PolicyContinue
 	}
 	return buckets.PolicyFail
@@ -70,7 +57,12 @@ type Group struct {
 	ID       string // 1 to 100 printable ASCII bytes, no spaces
 	Members  []Step
 	Callback *Step
-	Policy   GroupPolicy
+	// ContinueOnFailure: the callback runs once every member is done,
+	// dead or cancelled, and lists each one's outcome. Without it (the
+	// default), while a member is dead the group is failed and its
+	// callback does not run; retrying the member from the dead letters
+	// (when it then succeeds) completes the group and runs the callback.
+	ContinueOnFailure bool
 }
 
 // MaxWriteBytes bounds the tasks one call writes in one transaction,
@@ -240,9 +232,6 @@ func (c *laneClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, 
 	if len(g.Members) == 0 || len(g.Members) > maxGroupMembers {
 		return nil, refused(ErrTooLarge, nil, "group %s: %d members, want 1 to %d", g.ID, len(g.Members), maxGroupMembers)
 	}
-	if g.Policy != FailGroup && g.Policy != ContinueGroup {
-		return nil, refused(ErrInvalidOption, nil, "group %s: policy %d unknown", g.ID, g.Policy)
-	}
 	now := c.cfg.Advanced.Clock.Now()
 	recs := make([]*buckets.Record, len(g.Members))
 	for i, s := range g.Members {
@@ -270,7 +259,7 @@ func (c *laneClient) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, 
 	} else if err := checkWriteBytes(ErrTooLarge, "group "+g.ID+": its members", recs); err != nil {
 		return nil, err
 	}
-	fields := buckets.GroupFields(len(g.Members), ms(now), g.Policy.store(), cb)
+	fields := buckets.GroupFields(len(g.Members), ms(now), groupPolicy(g.ContinueOnFailure), cb)
 	if err := c.enqueueFlow(ctx, g.ID, ms(now), fields, recs); err != nil {
 		return nil, err
 	}
@@ -303,7 +292,7 @@ type WorkflowInfo struct {
 	// State: "running"; "done" (a chain whose last step succeeded, a
 	// group whose callback succeeded, or that completed without one);
 	// "stopped" (a chain whose current step is dead); "failed" (a group
-	// under FailGroup whose members are all final, one dead or
+	// without ContinueOnFailure whose members are all final, one dead or
 	// cancelled, or whose callback is dead); "cancelled" (the workflow,
 	// or a group's callback, was cancelled).
 	State string `json:"state"`

@@ -196,9 +196,9 @@ func TestGroupCallbackOnceAcrossWorkers(t *testing.T) {
 	}
 }
 
-// FailGroup: a dead member holds the callback back (the group is failed);
+// By default a dead member holds the callback back (the group is failed);
 // retried from the dead letters and successful, it completes the group.
-// ContinueGroup: the callback runs with the dead member listed.
+// With ContinueOnFailure the callback runs with the dead member listed.
 func TestGroupDeadMemberPolicies(t *testing.T) {
 	e := realEnv(t)
 	var fail atomic.Bool
@@ -215,25 +215,25 @@ func TestGroupDeadMemberPolicies(t *testing.T) {
 	e.runServer(t, mux)
 	c := e.client(t)
 	members := []Step{{Type: "m"}, {Type: "m", Payload: []byte("bad")}}
-	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "cont", Members: members, Callback: &Step{Type: "cb"}, Policy: ContinueGroup}); err != nil {
+	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "cont", Members: members, Callback: &Step{Type: "cb"}, ContinueOnFailure: true}); err != nil {
 		t.Fatal(err)
 	}
 	task := <-callbacks
 	if w := task.Workflow; !w.Callback || len(w.Outcomes) != 2 || w.Outcomes[1].State != StateDead || w.Outcomes[1].Error != "no" {
-		t.Fatalf("ContinueGroup callback: %+v", task.Workflow)
+		t.Fatalf("ContinueOnFailure callback: %+v", task.Workflow)
 	}
-	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "fail", Members: members, Callback: &Step{Type: "cb"}, Policy: FailGroup}); err != nil {
+	if _, err := c.EnqueueGroup(t.Context(), Group{ID: "fail", Members: members, Callback: &Step{Type: "cb"}, ContinueOnFailure: false}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, outcomeWait, "the group to fail", workflowState(t, c, "fail", "failed"))
 	if len(callbacks) != 0 {
-		t.Fatal("FailGroup ran its callback with a dead member")
+		t.Fatal("a failed group ran its callback with a dead member")
 	}
 	fail.Store(false)
 	retryDead(t, c, "fail~1")
 	task = <-callbacks
 	if w := task.Workflow; w.ID != "fail" || len(w.Outcomes) != 2 || w.Outcomes[1].State != StateDone {
-		t.Fatalf("FailGroup callback after the retry: %+v", task.Workflow)
+		t.Fatalf("failed group callback after the retry: %+v", task.Workflow)
 	}
 	waitFor(t, outcomeWait, "the group to be done", workflowState(t, c, "fail", "done"))
 }

@@ -214,9 +214,9 @@ func parseWorkflowSpec(raw []byte) (*parsedSpec, error) {
 		g := &engine.Group{ID: spec.ID, Members: members}
 		switch spec.Policy {
 		case "", "fail":
-			g.Policy = engine.FailGroup
+			g.ContinueOnFailure = false
 		case "continue":
-			g.Policy = engine.ContinueGroup
+			g.ContinueOnFailure = true
 		default:
 			return nil, fmt.Errorf(`workflow spec: "policy" %q: want "fail" or "continue"`, spec.Policy)
 		}

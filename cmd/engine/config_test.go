@@ -250,7 +250,7 @@ handlers:
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DoneRetention >= 0 || cfg.ShutdownTimeout != 0 || cfg.UnknownType != engine.UnknownDead || !cfg.StrictPriority {
+	if cfg.DoneRetention >= 0 || cfg.ShutdownTimeout != 0 || cfg.UnknownType != "dead" || !cfg.StrictPriority {
 		t.Errorf("engine config = %+v", cfg)
 	}
 }

@@ -360,14 +360,6 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	if v.Kind != yaml.ScalarNode {
 		return bad("want a single value, not a %s", map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[v.Kind])
 	}
-	if p, ok := p.(*engine.UnknownPolicy); ok {
-		i := slices.Index([]string{"retry", "dead"}, v.Value)
-		if i < 0 {
-			return bad("%q: want retry or dead", v.Value)
-		}
-		*p = []engine.UnknownPolicy{engine.UnknownRetry, engine.UnknownDead}[i]
-		return nil
-	}
 	if d, ok := p.(*time.Duration); ok && strings.TrimSpace(v.Value) == "0" {
 		*d = 0
 		return nil

@@ -106,10 +106,10 @@ func WorkflowMarkdown(command string, reps []*WorkflowReport) string {
 
 // RunWorkflow is the workflow scenario: one producer enqueues chains
 // c0..cN (each step handing its result to the next, the third after a
-// delay) and groups g0..gM (even ones ContinueGroup, odd ones FailGroup;
+// delay) and groups g0..gM (even ones with ContinueOnFailure, odd ones without;
 // one member in ten dies on its first run) while workers, dispatchers and
 // reapers run them under the faults. A group that fails (a dead member,
-// FailGroup) has its dead members retried from the dead letters. Then it
+// without ContinueOnFailure) has its dead members retried from the dead letters. Then it
 // checks that every chain completed with each step written once, that
 // every group's callback ran once (runs beyond one only after a recovery,
 // counted), with every member's outcome as the members' records say, and

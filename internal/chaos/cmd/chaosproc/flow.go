@@ -100,9 +100,9 @@ func produceFlows(ctx context.Context, client flowClient, o options, log *slog.L
 	for i := max(flowOpts.from-flowOpts.chains, 0); i < flowOpts.groups; i++ {
 		id := fmt.Sprintf("g%d", i)
 		g := engine.Group{ID: id, Members: make([]engine.Step, flowOpts.members),
-			Callback: &engine.Step{Type: flowCallback, Delay: 100 * time.Millisecond}, Policy: engine.ContinueGroup}
+			Callback: &engine.Step{Type: flowCallback, Delay: 100 * time.Millisecond}, ContinueOnFailure: true}
 		if i%2 == 1 {
-			g.Policy = engine.FailGroup
+			g.ContinueOnFailure = false
 		}
 		for j := range g.Members {
 			g.Members[j] = engine.Step{Type: flowMember}

@@ -180,9 +180,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1})
 		}
 	}
-	unknown := engine.UnknownRetry
+	unknown := "retry"
 	if o.unknown == "dead" {
-		unknown = engine.UnknownDead
+		unknown = "dead"
 	}
 	backoff := o.backoff
 	cfg := engine.Config{Namespace: o.ns, MaxPayload: o.maxPayload, DefaultTimeout: o.timeout, Queues: queues, Concurrency: o.concurrency, ShutdownTimeout: o.shutdown, RetryDelay: func(_ *engine.Task, attempt int, _ error) time.Duration {
