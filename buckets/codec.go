@@ -664,14 +664,14 @@ func intern(b []byte) string {
 // sizes and numbers. maxPayload bounds the payload in bytes.
 func (r *Record) Validate(maxPayload int) error {
 	if !ValidName(r.Queue) {
-		return fmt.Errorf("queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(r.Queue), ErrInvalidName)
+		return fmt.Errorf("queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(r.Queue), ErrInvalid)
 	}
 	if r.Type == "" || len(r.Type) > MaxTypeLen || !utf8.ValidString(r.Type) {
-		return fmt.Errorf("task type %s: want 1-%d bytes of UTF-8, not %d: %w", safetext.Quote(r.Type), MaxTypeLen, len(r.Type), ErrInvalidName)
+		return fmt.Errorf("task type %s: want 1-%d bytes of UTF-8, not %d: %w", safetext.Quote(r.Type), MaxTypeLen, len(r.Type), ErrInvalid)
 	}
 	for _, c := range r.Type {
 		if c < 0x20 || c == 0x7f {
-			return fmt.Errorf("task type %s: control characters are not allowed: %w", safetext.Quote(r.Type), ErrInvalidName)
+			return fmt.Errorf("task type %s: control characters are not allowed: %w", safetext.Quote(r.Type), ErrInvalid)
 		}
 	}
 	if len(r.Payload) > maxPayload {
@@ -696,10 +696,10 @@ func ValidateMetadata(m map[string]string) error {
 	total := 0
 	for k, v := range m {
 		if k == "" || len(k) > MaxMetadataKeyLen || !utf8.ValidString(k) {
-			return fmt.Errorf("metadata key %s: want 1-%d bytes of UTF-8: %w", safetext.Quote(k), MaxMetadataKeyLen, ErrInvalidName)
+			return fmt.Errorf("metadata key %s: want 1-%d bytes of UTF-8: %w", safetext.Quote(k), MaxMetadataKeyLen, ErrInvalid)
 		}
 		if !utf8.ValidString(v) {
-			return fmt.Errorf("metadata value of %q: want UTF-8: %w", k, ErrInvalidName)
+			return fmt.Errorf("metadata value of %q: want UTF-8: %w", k, ErrInvalid)
 		}
 		total += len(k) + len(v)
 	}

@@ -91,10 +91,10 @@ func TestValidate(t *testing.T) {
 		mut  func(*Record)
 		want error
 	}{
-		"queue":   {func(r *Record) { r.Queue = "" }, ErrInvalidName},
-		"type":    {func(r *Record) { r.Type = "" }, ErrInvalidName},
-		"ctrl":    {func(r *Record) { r.Type = "a\x00" }, ErrInvalidName},
-		"long":    {func(r *Record) { r.Type = string(bytes.Repeat([]byte("a"), MaxTypeLen+1)) }, ErrInvalidName},
+		"queue":   {func(r *Record) { r.Queue = "" }, ErrInvalid},
+		"type":    {func(r *Record) { r.Type = "" }, ErrInvalid},
+		"ctrl":    {func(r *Record) { r.Type = "a\x00" }, ErrInvalid},
+		"long":    {func(r *Record) { r.Type = string(bytes.Repeat([]byte("a"), MaxTypeLen+1)) }, ErrInvalid},
 		"payload": {func(r *Record) { r.Payload = make([]byte, 1025) }, ErrTooLarge},
 	} {
 		r := sample()

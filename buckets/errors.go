@@ -10,9 +10,9 @@ var (
 	// ErrMalformed: a task record, id or index member that cannot be
 	// decoded (DecodeRecord, ParseMember).
 	ErrMalformed = errors.New("buckets: malformed data")
-	// ErrInvalidName: a namespace or queue name outside 1-64 of
+	// ErrInvalid: a namespace or queue name outside 1-64 of
 	// A-Z a-z 0-9 _ . - (NewKeys, Record.Validate).
-	ErrInvalidName = errors.New("invalid name")
+	ErrInvalid = errors.New("invalid name")
 	// ErrNotFound: no task record with that id (Cancel, Lookup, dead-letter
 	// operations).
 	ErrNotFound = errors.New("task not found")

@@ -33,7 +33,7 @@ type Keys struct {
 // NewKeys returns the key schema of namespace ns.
 func NewKeys(ns string) (Keys, error) {
 	if !ValidName(ns) {
-		return Keys{}, fmt.Errorf("buckets: namespace %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", ns, ErrInvalidName)
+		return Keys{}, fmt.Errorf("buckets: namespace %q: want 1-64 of A-Z a-z 0-9 _ . -: %w", ns, ErrInvalid)
 	}
 	return Keys{prefix: "{" + ns + "}:"}, nil
 }

@@ -33,8 +33,8 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "a b", "{x}", "a:b", string(make([]byte, 65))} {
-		if _, err := NewKeys(bad); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("NewKeys(%q) = %v, want ErrInvalidName", bad, err)
+		if _, err := NewKeys(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("NewKeys(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
 }

@@ -19,7 +19,7 @@ func NewLaneKeys(ns string, lane int) (Keys, error) {
 		return Keys{}, err
 	}
 	if lane < 0 {
-		return Keys{}, fmt.Errorf("buckets: lane %d of namespace %q: want 0 or more: %w", lane, ns, ErrInvalidName)
+		return Keys{}, fmt.Errorf("buckets: lane %d of namespace %q: want 0 or more: %w", lane, ns, ErrInvalid)
 	}
 	if lane > 0 {
 		k.prefix = "{" + ns + ":" + strconv.Itoa(lane) + "}:"

@@ -301,11 +301,11 @@ func decodeFlow(body []byte) *Flow {
 // bytes without spaces.
 func ValidateFlowID(id string) error {
 	if id == "" || len(id) > MaxFlowIDLen {
-		return fmt.Errorf("workflow id %s: want 1 to %d bytes: %w", safetext.Quote(id), MaxFlowIDLen, ErrInvalidName)
+		return fmt.Errorf("workflow id %s: want 1 to %d bytes: %w", safetext.Quote(id), MaxFlowIDLen, ErrInvalid)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("workflow id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidName)
+			return fmt.Errorf("workflow id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalid)
 		}
 	}
 	return nil

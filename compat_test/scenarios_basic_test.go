@@ -33,17 +33,17 @@ func scenarioEnqueue(e *env) {
 		opts []engine.Option
 		want error
 	}{
-		{"empty type", "", nil, nil, engine.ErrInvalidName},
-		{"bad queue", "echo", nil, []engine.Option{engine.Queue("no spaces")}, engine.ErrInvalidName},
+		{"empty type", "", nil, nil, engine.ErrInvalid},
+		{"bad queue", "echo", nil, []engine.Option{engine.Queue("no spaces")}, engine.ErrInvalid},
 		{"payload too large", "echo", make([]byte, 1025), nil, engine.ErrTooLarge},
-		{"max attempts 0", "echo", nil, []engine.Option{engine.MaxAttempts(0)}, engine.ErrInvalidOption},
+		{"max attempts 0", "echo", nil, []engine.Option{engine.MaxAttempts(0)}, engine.ErrInvalid},
 	} {
 		if _, err := c.Enqueue(ctx, tc.typ, tc.data, tc.opts...); !errors.Is(err, tc.want) {
 			t.Errorf("Enqueue with %s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if _, err := c.EnqueueBatch(ctx, []engine.NewTask{{Type: "echo"}, {Type: ""}}); !errors.Is(err, engine.ErrInvalidName) {
-		t.Errorf("EnqueueBatch with one bad task: %v, want ErrInvalidName", err)
+	if _, err := c.EnqueueBatch(ctx, []engine.NewTask{{Type: "echo"}, {Type: ""}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("EnqueueBatch with one bad task: %v, want ErrInvalid", err)
 	}
 	if st, err := e.inspector().Queues(ctx); err != nil || len(st) != 0 {
 		t.Errorf("after refused enqueues Queues = %v, %v; want no queue at all", st, err)

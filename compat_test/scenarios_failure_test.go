@@ -218,8 +218,8 @@ func scenarioDeadLetters(e *env) {
 		t.Errorf("the page after the first: %+v, %v; want the 2nd and 3rd", page, err)
 	}
 	for _, bad := range []int{-1, engine.MaxListLimit + 1} {
-		if _, err := in.ListTasks(ctx, engine.ListOptions{Filter: deadOnly, Limit: bad}); !errors.Is(err, engine.ErrInvalidOption) {
-			t.Errorf("ListTasks with limit %d: %v, want ErrInvalidOption", bad, err)
+		if _, err := in.ListTasks(ctx, engine.ListOptions{Filter: deadOnly, Limit: bad}); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("ListTasks with limit %d: %v, want ErrInvalid", bad, err)
 		}
 	}
 	act := func(a engine.Action, id string) engine.ActionResult {

@@ -316,8 +316,8 @@ func TestBlockingTimeoutsWholeSeconds(t *testing.T) {
 		{Advanced: engine.AdvancedConfig{IdleWait: 500 * time.Millisecond}},
 		{Advanced: engine.AdvancedConfig{HeartbeatTTL: 1500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond}},
 	} {
-		if err := cfg.Validate(); !errors.Is(err, engine.ErrInvalidOption) {
-			t.Errorf("Config{IdleWait: %v, HeartbeatTTL: %v}.Validate() = %v, want ErrInvalidOption", cfg.Advanced.IdleWait, cfg.Advanced.HeartbeatTTL, err)
+		if err := cfg.Validate(); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("Config{IdleWait: %v, HeartbeatTTL: %v}.Validate() = %v, want ErrInvalid", cfg.Advanced.IdleWait, cfg.Advanced.HeartbeatTTL, err)
 		}
 	}
 }

@@ -563,7 +563,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 // byIDStatus is the HTTP status of a failed read of a task or workflow by
 // id: 404 for an id that names nothing (or cannot name anything), else 500.
 func byIDStatus(err error) int {
-	if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalidID) {
+	if errors.Is(err, engine.ErrNotFound) || errors.Is(err, engine.ErrInvalid) {
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError

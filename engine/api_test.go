@@ -37,8 +37,8 @@ func TestMuxHandleTwicePanics(t *testing.T) {
 func TestRoles(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	for _, r := range []Roles{0, AllRoles + 1, 1 << 7} {
-		if _, err := newLaneServer(e.pool, e.cfg, NewMux(), r); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("NewServer(roles %#x) = %v, want ErrInvalidOption", uint8(r), err)
+		if _, err := newLaneServer(e.pool, e.cfg, NewMux(), r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("NewServer(roles %#x) = %v, want ErrInvalid", uint8(r), err)
 		}
 	}
 	s, err := newLaneServer(e.pool, e.cfg, nil, RoleDispatcher|RoleReaper)
@@ -59,7 +59,7 @@ func TestRoles(t *testing.T) {
 func TestErrorsInTheEnginesWords(t *testing.T) {
 	for _, pair := range [][2]error{{ErrNotFound, buckets.ErrNotFound}, {ErrAlreadyDone, buckets.ErrAlreadyDone},
 		{ErrAlreadyRunning, buckets.ErrAlreadyRunning},
-		{ErrTooLarge, buckets.ErrTooLarge}, {ErrInvalidName, buckets.ErrInvalidName}} {
+		{ErrTooLarge, buckets.ErrTooLarge}, {ErrInvalid, buckets.ErrInvalid}} {
 		if pair[0] == pair[1] || errors.Is(pair[0], pair[1]) {
 			t.Errorf("%v is buckets' %v", pair[0], pair[1])
 		}
@@ -88,8 +88,8 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 		{c.Cancel(ctx, "missing"), ErrNotFound, "engine: cannot cancel task missing: there is no such task"},
 		{lookErr, ErrNotFound, "engine: task missing not found"},
 		{enqBig, ErrTooLarge, "engine: payload of"},
-		{enqName, ErrInvalidName, "engine: task type"},
-		{enqBatch, ErrInvalidName, "engine: task 1: queue name"},
+		{enqName, ErrInvalid, "engine: task type"},
+		{enqBatch, ErrInvalid, "engine: task 1: queue name"},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%v: want %v", tc.err, tc.want)

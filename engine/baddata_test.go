@@ -124,7 +124,7 @@ func TestWrongTypeKeys(t *testing.T) {
 				t.Errorf("%s was not set aside (bad:%s is %q)", k, k, typ)
 			}
 		}
-		if _, err := c.Enqueue(ctx, "", nil); !errors.Is(err, ErrInvalidName) {
+		if _, err := c.Enqueue(ctx, "", nil); !errors.Is(err, ErrInvalid) {
 			t.Fatal(err)
 		}
 	})

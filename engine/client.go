@@ -24,7 +24,7 @@ type laneClient struct {
 // defaults); it reports a bad cfg.
 func newLaneClient(pool *redis.Pool, cfg Config) (*laneClient, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("engine: NewClient: nil pool: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewClient: nil pool: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
@@ -138,7 +138,7 @@ func (c *laneClient) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*Task
 		}
 		if mine {
 			if j, dup := at[r.ID]; dup {
-				return nil, fmt.Errorf("engine: tasks %d and %d both have id %q: %w", j, i, r.ID, ErrInvalidID)
+				return nil, fmt.Errorf("engine: tasks %d and %d both have id %q: %w", j, i, r.ID, ErrInvalid)
 			}
 			at[r.ID] = i
 			chosen = append(chosen, r.ID)
@@ -262,7 +262,7 @@ func (c *laneClient) Lookup(ctx context.Context, id string) (*TaskInfo, error) {
 }
 
 // checkID refuses an id no task can have, before any round trip: the
-// error matches ErrInvalidID and ErrNotFound.
+// error matches ErrInvalid and ErrNotFound.
 func checkID(id string) error {
 	if err := validateID(id); err != nil {
 		return &engineError{msg: err.Error(), kind: ErrNotFound, cause: err}

@@ -298,7 +298,7 @@ func (c Config) withDefaults() Config {
 }
 
 // ConfigError is a Config setting that Validate refuses. It matches
-// ErrInvalidOption with errors.Is.
+// ErrInvalid with errors.Is.
 type ConfigError struct {
 	// Field names the setting as written in Go: "Concurrency",
 	// "Queues[1].Weight".
@@ -308,11 +308,11 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("engine: config %s: %s: %v", e.Field, e.Msg, ErrInvalidOption)
+	return fmt.Sprintf("engine: config %s: %s: %v", e.Field, e.Msg, ErrInvalid)
 }
 
-// Unwrap returns ErrInvalidOption.
-func (e *ConfigError) Unwrap() error { return ErrInvalidOption }
+// Unwrap returns ErrInvalid.
+func (e *ConfigError) Unwrap() error { return ErrInvalid }
 
 // Validate reports every setting that is out of range, each as a
 // *ConfigError: one alone, several joined with errors.Join (errors.As

@@ -8,7 +8,7 @@ import (
 )
 
 // TestConfigValidateNamesField: Validate's error is a *ConfigError naming
-// the field as written in Go, and matches ErrInvalidOption.
+// the field as written in Go, and matches ErrInvalid.
 func TestConfigValidateNamesField(t *testing.T) {
 	for _, c := range []struct {
 		cfg   Config
@@ -25,8 +25,8 @@ func TestConfigValidateNamesField(t *testing.T) {
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != c.field || !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("Validate(%+v) = %v, want a *ConfigError for %s matching ErrInvalidOption", c.cfg, err, c.field)
+		if !errors.As(err, &ce) || ce.Field != c.field || !errors.Is(err, ErrInvalid) {
+			t.Errorf("Validate(%+v) = %v, want a *ConfigError for %s matching ErrInvalid", c.cfg, err, c.field)
 		}
 	}
 	if err := DefaultConfig().Validate(); err != nil {
@@ -58,7 +58,7 @@ func TestConfigValidateReportsAll(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Fatalf("Validate reported %v (%v), want %v", fields, err, want)
 	}
-	if !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("%v does not match ErrInvalidOption", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v does not match ErrInvalid", err)
 	}
 }

@@ -91,14 +91,14 @@ func TestEnqueueValidation(t *testing.T) {
 		opts []Option
 		want error
 	}{
-		{"empty type", "", nil, nil, ErrInvalidName},
-		{"control char type", "a\nb", nil, nil, ErrInvalidName},
-		{"bad queue", "t", nil, []Option{Queue("no spaces")}, ErrInvalidName},
-		{"empty queue", "t", nil, []Option{Queue("")}, ErrInvalidName},
+		{"empty type", "", nil, nil, ErrInvalid},
+		{"control char type", "a\nb", nil, nil, ErrInvalid},
+		{"bad queue", "t", nil, []Option{Queue("no spaces")}, ErrInvalid},
+		{"empty queue", "t", nil, []Option{Queue("")}, ErrInvalid},
 		{"oversized", "t", big, nil, ErrTooLarge},
-		{"zero attempts", "t", nil, []Option{MaxAttempts(0)}, ErrInvalidOption},
-		{"tiny timeout", "t", nil, []Option{Timeout(time.Microsecond)}, ErrInvalidOption},
-		{"negative in", "t", nil, []Option{In(-time.Second)}, ErrInvalidOption},
+		{"zero attempts", "t", nil, []Option{MaxAttempts(0)}, ErrInvalid},
+		{"tiny timeout", "t", nil, []Option{Timeout(time.Microsecond)}, ErrInvalid},
+		{"negative in", "t", nil, []Option{In(-time.Second)}, ErrInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,8 +110,8 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 	// A batch with one bad task writes nothing at all.
 	_, err := c.EnqueueBatch(ctx, []NewTask{{Type: "ok"}, {Type: "ok", Options: []Option{In(time.Hour)}}, {Type: ""}})
-	if !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "task 2") {
-		t.Fatalf("EnqueueBatch = %v, want ErrInvalidName naming task 2", err)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "task 2") {
+		t.Fatalf("EnqueueBatch = %v, want ErrInvalid naming task 2", err)
 	}
 	if ks := e.keys(t); len(ks) != 0 {
 		t.Fatalf("refused input wrote keys: %v", ks)

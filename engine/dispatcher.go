@@ -82,7 +82,7 @@ type mover interface {
 // NewDispatcher returns a Dispatcher over pool.
 func newDispatcher(pool *redis.Pool, cfg Config) (*dispatcher, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("engine: NewDispatcher: nil pool: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewDispatcher: nil pool: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // TestDueRange: a due time the store cannot hold and read back (before
 // 1970-01-01T00:00:00.001Z or after 9999-12-31T23:59:59.999Z) is refused
-// with ErrInvalidOption and writes nothing; one at either end of the range
+// with ErrInvalid and writes nothing; one at either end of the range
 // is written and reads back the same through Lookup, the listings and
 // Check. A due time in the past within the range still means now.
 func TestDueRange(t *testing.T) {
@@ -32,11 +32,11 @@ func testDueRange(t *testing.T, e *env) {
 		"before the epoch": time.Unix(0, -1),
 	}
 	for name, at := range bad {
-		if _, err := c.Enqueue(ctx, "t", nil, At(at)); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "9999-12-31") {
-			t.Errorf("Enqueue with At(%s): %v, want ErrInvalidOption naming the range", name, err)
+		if _, err := c.Enqueue(ctx, "t", nil, At(at)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "9999-12-31") {
+			t.Errorf("Enqueue with At(%s): %v, want ErrInvalid naming the range", name, err)
 		}
-		if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "t", Options: []Option{At(at)}}}); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("EnqueueBatch with At(%s): %v, want ErrInvalidOption", name, err)
+		if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "t", Options: []Option{At(at)}}}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("EnqueueBatch with At(%s): %v, want ErrInvalid", name, err)
 		}
 	}
 	if keys := e.keys(t); len(keys) != 0 {

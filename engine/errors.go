@@ -28,16 +28,12 @@ var (
 	// error fails the run), a chain of more than 64 steps or a group of
 	// more than 1,000 members. Nothing was written.
 	ErrTooLarge = errors.New("engine: too large")
-	// ErrInvalidName: an empty or malformed queue name or task type, or a
-	// bad namespace.
-	ErrInvalidName = errors.New("engine: invalid name")
-	// ErrInvalidOption: an Enqueue option or a Config field out of range.
-	ErrInvalidOption = errors.New("engine: invalid option")
-	// ErrInvalidID: a task id that is not 1 to 128 printable ASCII
-	// bytes without spaces. TaskID's error also matches ErrInvalidOption;
-	// Cancel's and Lookup's also match
-	// ErrNotFound (no task can have such an id).
-	ErrInvalidID = errors.New("engine: invalid task id")
+	// ErrInvalid: an argument no call accepts: an empty or malformed
+	// queue name, task type, namespace or task id (not 1 to 128
+	// printable ASCII bytes without spaces), or an option or Config field
+	// out of range. Nothing was written. Cancel's and Lookup's errors for
+	// a malformed id also match ErrNotFound (no task can have it).
+	ErrInvalid = errors.New("engine: invalid argument")
 	// ErrTaskExists: Enqueue or EnqueueBatch named, with TaskID, an id
 	// that is taken; nothing was written. The error is a
 	// *TaskExistsError listing the ids. An id stays taken while its
@@ -104,9 +100,9 @@ var storeKinds = []struct{ from, to error }{
 	{buckets.ErrAlreadyRunning, ErrAlreadyRunning},
 	{buckets.ErrAlreadyDone, ErrAlreadyDone},
 	{buckets.ErrTooLarge, ErrTooLarge},
-	{buckets.ErrInvalidName, ErrInvalidName},
+	{buckets.ErrInvalid, ErrInvalid},
 	{buckets.ErrExists, ErrTaskExists},
-	{buckets.ErrReserved, ErrInvalidID},
+	{buckets.ErrReserved, ErrInvalid},
 	{buckets.ErrUncertain, ErrUncertain},
 	{txn.ErrFull, ErrFull},
 }

@@ -40,7 +40,7 @@ func ExampleClient_Enqueue() {
 	fmt.Println(info.State, info.Queue, info.Type, info.MaxAttempts)
 
 	_, err = client.Enqueue(ctx, "", nil)
-	fmt.Println(errors.Is(err, engine.ErrInvalidName))
+	fmt.Println(errors.Is(err, engine.ErrInvalid))
 	// Output:
 	// scheduled mail 1h0m0s
 	// scheduled mail email.send 5

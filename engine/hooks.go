@@ -60,7 +60,7 @@ func init() {
 		for _, v := range ps {
 			p, ok := v.(Periodic)
 			if !ok {
-				return nil, fmt.Errorf("engine: scheduler entry of type %T, want Periodic: %w", v, ErrInvalidOption)
+				return nil, fmt.Errorf("engine: scheduler entry of type %T, want Periodic: %w", v, ErrInvalid)
 			}
 			if err := s.Add(p); err != nil {
 				return nil, err
@@ -86,14 +86,14 @@ func init() {
 func hookArgs(cfg, h any) (Config, Handler, error) {
 	c, ok := cfg.(Config)
 	if !ok {
-		return Config{}, nil, fmt.Errorf("engine: config of type %T, want Config: %w", cfg, ErrInvalidOption)
+		return Config{}, nil, fmt.Errorf("engine: config of type %T, want Config: %w", cfg, ErrInvalid)
 	}
 	if h == nil {
 		return c, nil, nil
 	}
 	hd, ok := h.(Handler)
 	if !ok {
-		return Config{}, nil, fmt.Errorf("engine: handler of type %T, want Handler: %w", h, ErrInvalidOption)
+		return Config{}, nil, fmt.Errorf("engine: handler of type %T, want Handler: %w", h, ErrInvalid)
 	}
 	return c, hd, nil
 }

@@ -31,7 +31,7 @@ type laneInspector struct {
 // fields take their defaults); it reports a bad cfg.
 func newLaneInspector(pool *redis.Pool, cfg Config) (*laneInspector, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("engine: NewInspector: nil pool: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewInspector: nil pool: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {

@@ -58,7 +58,7 @@ func (a Action) store() (buckets.Action, error) {
 	case ActionDelete:
 		return buckets.ActDelete, nil
 	}
-	return 0, fmt.Errorf("engine: action %q: want run, retry, cancel or delete: %w", string(a), ErrInvalidOption)
+	return 0, fmt.Errorf("engine: action %q: want run, retry, cancel or delete: %w", string(a), ErrInvalid)
 }
 
 // Act is Inspector.Act for one lane.

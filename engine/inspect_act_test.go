@@ -125,11 +125,11 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 		t.Fatalf("after deletes: %+v, %v", q, err)
 	}
 	requireClean(t, c)
-	if _, err := in.Act(ctx, Action("explode"), f.done[0]); !errors.Is(err, ErrInvalidOption) {
+	if _, err := in.Act(ctx, Action("explode"), f.done[0]); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown action: %v", err)
 	}
-	if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateDone}); !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("delete all done: %v, want ErrInvalidOption", err)
+	if _, err := in.ActAll(ctx, ActionDelete, Filter{Queue: "work", State: StateDone}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("delete all done: %v, want ErrInvalid", err)
 	}
 }
 

@@ -21,7 +21,7 @@ type Filter struct {
 	Queue string
 	// State is one of StateScheduled, StateReady, StateRunning,
 	// StateRetrying, StateDead. Done and cancelled tasks are found by id
-	// (Task), see ErrInvalidOption.
+	// (Task), see ErrInvalid.
 	State State
 	// Search, when set, keeps the tasks whose id or type equals it or
 	// whose payload contains it.
@@ -111,7 +111,7 @@ func decodeCursor(s string) (cursor, error) {
 		err = d.Decode(&c)
 	}
 	if err != nil || c.Pos < 0 || len(c.Anchors) > 1 || len(c.Seen)%8 != 0 || len(c.Seen) > 8*maxSeen {
-		return c, fmt.Errorf("engine: cursor %q: not a cursor of ListTasks: %w", s, ErrInvalidOption)
+		return c, fmt.Errorf("engine: cursor %q: not a cursor of ListTasks: %w", s, ErrInvalid)
 	}
 	return c, nil
 }
@@ -121,7 +121,7 @@ func (o *ListOptions) check() error {
 		o.Limit = DefaultListLimit
 	}
 	if o.Limit < 1 || o.Limit > MaxListLimit {
-		return fmt.Errorf("engine: list limit %d: want 1 to %d: %w", o.Limit, MaxListLimit, ErrInvalidOption)
+		return fmt.Errorf("engine: list limit %d: want 1 to %d: %w", o.Limit, MaxListLimit, ErrInvalid)
 	}
 	return o.Filter.check()
 }
@@ -139,9 +139,9 @@ func (f *Filter) check() error {
 			}
 		}
 	case StateDone, StateCancelled:
-		return fmt.Errorf("engine: %s tasks are found by id only (their records are indexed nowhere): %w", f.State, ErrInvalidOption)
+		return fmt.Errorf("engine: %s tasks are found by id only (their records are indexed nowhere): %w", f.State, ErrInvalid)
 	default:
-		return fmt.Errorf("engine: state %q: want scheduled, ready, running, retrying or dead: %w", f.State, ErrInvalidOption)
+		return fmt.Errorf("engine: state %q: want scheduled, ready, running, retrying or dead: %w", f.State, ErrInvalid)
 	}
 	return nil
 }

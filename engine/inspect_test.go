@@ -219,8 +219,8 @@ func TestInspectListsEveryState(t *testing.T) {
 		}
 	}
 	// Done and cancelled tasks are found by id, not listed.
-	if _, err := f.in.ListTasks(ctx, ListOptions{Filter: Filter{Queue: "work", State: StateDone}}); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("listing done tasks: %v, want ErrInvalidOption", err)
+	if _, err := f.in.ListTasks(ctx, ListOptions{Filter: Filter{Queue: "work", State: StateDone}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("listing done tasks: %v, want ErrInvalid", err)
 	}
 	v, err := f.in.Task(ctx, f.done[0])
 	if err != nil || v.State != StateDone || v.Preview != `{"n":0}` {

@@ -20,11 +20,11 @@ func TestMetadataOption(t *testing.T) {
 		t.Fatalf("Lookup metadata %v, %v; want a=1 b=2", got.Metadata, err)
 	}
 	_, err = c.Enqueue(t.Context(), "t", nil, Metadata(map[string]string{"k": strings.Repeat("v", 5000)}))
-	if !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("oversized metadata: %v, want ErrInvalidOption", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("oversized metadata: %v, want ErrInvalid", err)
 	}
 	_, err = c.Enqueue(t.Context(), "t", nil, Metadata(map[string]string{"": "v"}))
-	if !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("empty metadata key: %v, want ErrInvalidOption", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("empty metadata key: %v, want ErrInvalid", err)
 	}
 }

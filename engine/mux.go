@@ -116,7 +116,7 @@ func IsRetryAfter(err error) (time.Duration, bool) {
 // 0-9 _ . -.
 func ValidateQueue(name string) error {
 	if !buckets.ValidName(name) {
-		return fmt.Errorf("engine: queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(name), ErrInvalidName)
+		return fmt.Errorf("engine: queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(name), ErrInvalid)
 	}
 	return nil
 }

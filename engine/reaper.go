@@ -32,7 +32,7 @@ type reaper struct {
 // NewReaper returns a Reaper over pool.
 func newReaper(pool *redis.Pool, cfg Config) (*reaper, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("engine: NewReaper: nil pool: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewReaper: nil pool: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {

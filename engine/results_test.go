@@ -240,7 +240,7 @@ func TestReplyPerOutcome(t *testing.T) {
 	if rs := replyTasks(t, c, "r"); len(rs) != 5 || rs[4].ID != once.ID || rs[4].State != StateDone {
 		t.Fatalf("replies after the revival: %+v, want a fifth, done", rs)
 	}
-	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("bad name")); !errors.Is(err, ErrInvalidOption) {
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("bad name")); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad reply queue: %v", err)
 	}
 	// Results, completion lists, reply tasks and unique keys are nothing
@@ -301,7 +301,7 @@ func TestReplyTo(t *testing.T) {
 	if r := replies[dead.ID]; r == nil || r.State != StateDead || r.Error != "no" {
 		t.Fatalf("dead reply: %+v", r)
 	}
-	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("no queue")); !errors.Is(err, ErrInvalidOption) {
+	if _, err := c.Enqueue(ctx, "ok", nil, ReplyTo("no queue")); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad reply queue: %v", err)
 	}
 	rep, err := c.Check(ctx, CheckOptions{})

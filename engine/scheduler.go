@@ -83,7 +83,7 @@ func (d periodicDef) spec() (schedule.Spec, error) {
 }
 
 // ValidatePeriodic checks p as Server.AddPeriodic would with cfg: its name,
-// schedule, missed policy and task fields. Errors match ErrInvalidOption.
+// schedule, missed policy and task fields. Errors match ErrInvalid.
 func ValidatePeriodic(cfg Config, p Periodic) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -106,7 +106,7 @@ type entry struct {
 // validatePeriodic checks p against cfg (which has its defaults).
 func validatePeriodic(cfg Config, p Periodic) (*entry, error) {
 	bad := func(err error) error {
-		return fmt.Errorf("engine: periodic entry %q: %w: %w", p.Name, err, ErrInvalidOption)
+		return fmt.Errorf("engine: periodic entry %q: %w: %w", p.Name, err, ErrInvalid)
 	}
 	if err := schedule.ValidateName(p.Name); err != nil {
 		return nil, bad(err)
@@ -194,7 +194,7 @@ const maxPassFirings = 100
 // NewScheduler returns a Scheduler over pool with no entries.
 func newScheduler(pool *redis.Pool, cfg Config) (*scheduler, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("engine: NewScheduler: nil pool: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewScheduler: nil pool: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {
@@ -219,10 +219,10 @@ func (s *scheduler) Add(p Periodic) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running {
-		return fmt.Errorf("engine: periodic entry %q: add entries before Run: %w", p.Name, ErrInvalidOption)
+		return fmt.Errorf("engine: periodic entry %q: add entries before Run: %w", p.Name, ErrInvalid)
 	}
 	if s.names[p.Name] {
-		return fmt.Errorf("engine: periodic entry %q declared twice: %w", p.Name, ErrInvalidOption)
+		return fmt.Errorf("engine: periodic entry %q declared twice: %w", p.Name, ErrInvalid)
 	}
 	s.names[p.Name] = true
 	e.log = s.log.With("entry", p.Name)
@@ -243,7 +243,7 @@ func (s *scheduler) timing() (horizon, pass, skew time.Duration, err error) {
 	}
 	if pass <= 0 || skew < 0 || horizon < pass+2*skew+time.Second {
 		return 0, 0, 0, fmt.Errorf("engine: scheduler: horizon %v, pass %v, max skew %v: want horizon >= pass + 2*max skew + 1s: %w",
-			horizon, pass, skew, ErrInvalidOption)
+			horizon, pass, skew, ErrInvalid)
 	}
 	return horizon, pass, skew, nil
 }

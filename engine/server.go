@@ -54,7 +54,7 @@ type laneServer struct {
 // lacks RoleWorker. Roles outside AllRoles are refused.
 func newLaneServer(pool *redis.Pool, cfg Config, h Handler, roles Roles) (*laneServer, error) {
 	if roles == 0 || roles&^AllRoles != 0 {
-		return nil, fmt.Errorf("engine: NewServer: roles %#x: want some of RoleDispatcher, RoleReaper and RoleWorker combined with |, or AllRoles: %w", uint8(roles), ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewServer: roles %#x: want some of RoleDispatcher, RoleReaper and RoleWorker combined with |, or AllRoles: %w", uint8(roles), ErrInvalid)
 	}
 	s := &laneServer{done: make(chan struct{}), pool: pool, cfg: cfg}
 	var err error

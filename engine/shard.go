@@ -40,11 +40,11 @@ const maxLanes = 4096
 // checkPools validates the pools of a namespace's lanes.
 func checkPools(pools []*redis.Pool) error {
 	if len(pools) == 0 || len(pools) > maxLanes {
-		return fmt.Errorf("engine: %d pools: want 1 to %d (one per lane): %w", len(pools), maxLanes, ErrInvalidOption)
+		return fmt.Errorf("engine: %d pools: want 1 to %d (one per lane): %w", len(pools), maxLanes, ErrInvalid)
 	}
 	for i, p := range pools {
 		if p == nil {
-			return fmt.Errorf("engine: lane %d has a nil pool: %w", i, ErrInvalidOption)
+			return fmt.Errorf("engine: lane %d has a nil pool: %w", i, ErrInvalid)
 		}
 	}
 	return nil
@@ -137,7 +137,7 @@ func laneTaskID(k, lanes int, created int64) string {
 func ShardKey(key string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if key == "" || len(key) > 1024 {
-			return fmt.Errorf("engine: ShardKey: want 1 to 1024 bytes, not %d: %w", len(key), ErrInvalidOption)
+			return fmt.Errorf("engine: ShardKey: want 1 to 1024 bytes, not %d: %w", len(key), ErrInvalid)
 		}
 		o.shardKey = key
 		return nil

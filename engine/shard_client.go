@@ -205,7 +205,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo
 		}
 		if mine {
 			if j, dup := ids[r.ID]; dup {
-				return nil, fmt.Errorf("engine: tasks %d and %d both have id %q: %w", j, i, r.ID, ErrInvalidID)
+				return nil, fmt.Errorf("engine: tasks %d and %d both have id %q: %w", j, i, r.ID, ErrInvalid)
 			}
 			ids[r.ID] = i
 		} else {
@@ -326,7 +326,7 @@ func (c *Client) writeLane(ctx context.Context, k int, now time.Time, recs []*bu
 func reroutable(err error) bool {
 	switch {
 	case errors.Is(err, ErrUncertain), errors.Is(err, ErrTaskExists), errors.Is(err, ErrDuplicate),
-		errors.Is(err, ErrInvalidOption), errors.Is(err, ErrInvalidName), errors.Is(err, ErrTooLarge),
+		errors.Is(err, ErrInvalid), errors.Is(err, ErrTooLarge),
 		errors.Is(err, context.Canceled):
 		return false
 	}
@@ -360,7 +360,7 @@ func (c *Client) route(r *buckets.Record, mine bool, opts []Option, now time.Tim
 	for _, x := range rules[min(1, len(rules)):] {
 		if x.lane != rules[0].lane {
 			return 0, false, fmt.Errorf("engine: the task's %s is in lane %d but its %s in lane %d; a task lives in one lane (end a TaskID with \"~%d\" to place it): %w",
-				rules[0].what, rules[0].lane, x.what, x.lane, x.lane, ErrInvalidOption)
+				rules[0].what, rules[0].lane, x.what, x.lane, x.lane, ErrInvalid)
 		}
 	}
 	switch {
@@ -482,7 +482,7 @@ func (c *Client) Workflow(ctx context.Context, id string) (*WorkflowInfo, error)
 // running (or dead) is marked, so that its success writes no successor.
 // A group: its callback will not be enqueued, and its waiting members are
 // cancelled; running ones finish. Calling it again after an error
-// finishes the job. ErrWorkflowEnded when the chain's last step succeeded
+// finishes the job. ErrAlreadyDone when the chain's last step succeeded
 // or the group's callback was enqueued.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	return byID(c, id, func(l *laneClient) (int, error) { return l.CancelWorkflow(ctx, id) })

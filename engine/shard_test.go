@@ -233,7 +233,7 @@ func TestShardRouting(t *testing.T) {
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("u-%d", i)
 		if LaneOf(id, n) != hashLane("k:other", n) {
-			if _, err := c.Enqueue(ctx, "job", nil, TaskID(id), UniqueKey("other", 0)); !errors.Is(err, ErrInvalidOption) {
+			if _, err := c.Enqueue(ctx, "job", nil, TaskID(id), UniqueKey("other", 0)); !errors.Is(err, ErrInvalid) {
 				t.Errorf("id and unique key in different lanes: %v", err)
 			}
 			break

@@ -451,7 +451,7 @@ func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage
 			err = json.Unmarshal(b, &cur)
 		}
 		if err != nil || cur.Lane < 0 || cur.Lane >= len(in.lanes) {
-			return nil, fmt.Errorf("engine: list cursor %q: not one of a sharded listing: %w", opts.Cursor, ErrInvalidOption)
+			return nil, fmt.Errorf("engine: list cursor %q: not one of a sharded listing: %w", opts.Cursor, ErrInvalid)
 		}
 	}
 	lo := opts

@@ -157,18 +157,18 @@ func (f optionFunc) apply(o *taskOptions) error { return f(o) }
 // stays taken while the task's record exists (see ErrTaskExists).
 //
 // The forms of the ids the engine gives its own tasks are refused with
-// ErrInvalidID: a periodic firing's ("p:…@…": starting with "p:" and
+// ErrInvalid: a periodic firing's ("p:…@…": starting with "p:" and
 // holding an '@'), a group callback's ("…~cb"), a reply task's
 // ("…~r<run>.<finished>"), and a workflow step's or member's
 // ("<workflow>~<i>") while that workflow exists.
 func TaskID(id string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if err := validateID(id); err != nil {
-			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
+			return &engineError{msg: err.Error(), kind: ErrInvalid, cause: err}
 		}
 		if why := reservedID(id); why != "" {
-			err := fmt.Errorf("engine: task id %s is reserved: %s: %w", safetext.Quote(id), why, ErrInvalidID)
-			return &engineError{msg: err.Error(), kind: ErrInvalidOption, cause: err}
+			err := fmt.Errorf("engine: task id %s is reserved: %s: %w", safetext.Quote(id), why, ErrInvalid)
+			return &engineError{msg: err.Error(), kind: ErrInvalid, cause: err}
 		}
 		o.id = id
 		return nil
@@ -180,15 +180,15 @@ const maxIDLen = 128
 
 // ValidateID checks the form of any task id: 1 to 128 bytes, each a
 // printable ASCII character other than space. The error matches
-// ErrInvalidID. TaskID also refuses the forms the engine reserves for its
+// ErrInvalid. TaskID also refuses the forms the engine reserves for its
 // own tasks.
 func validateID(id string) error {
 	if len(id) == 0 || len(id) > maxIDLen {
-		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), maxIDLen, len(id), ErrInvalidID)
+		return fmt.Errorf("engine: task id %s: want 1 to %d bytes, not %d: %w", safetext.Quote(id), maxIDLen, len(id), ErrInvalid)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("engine: task id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalidID)
+			return fmt.Errorf("engine: task id %s: byte %d is %q; want printable ASCII without spaces: %w", safetext.Quote(id), i, c, ErrInvalid)
 		}
 	}
 	return nil
@@ -210,7 +210,7 @@ func Queue(name string) Option {
 func MaxAttempts(n int) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if n < 1 {
-			return fmt.Errorf("engine: MaxAttempts(%d): want at least 1: %w", n, ErrInvalidOption)
+			return fmt.Errorf("engine: MaxAttempts(%d): want at least 1: %w", n, ErrInvalid)
 		}
 		o.maxAttempts = n
 		return nil
@@ -221,7 +221,7 @@ func MaxAttempts(n int) Option {
 func Timeout(d time.Duration) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("engine: Timeout(%v): want at least 1ms: %w", d, ErrInvalidOption)
+			return fmt.Errorf("engine: Timeout(%v): want at least 1ms: %w", d, ErrInvalid)
 		}
 		o.timeout = d
 		return nil
@@ -230,7 +230,7 @@ func Timeout(d time.Duration) Option {
 
 // Due times a task can have: a record holds whole Unix milliseconds from
 // 1 to the end of year 9999 (a score Redis keeps exactly, and a time every
-// listing prints). At refuses others with ErrInvalidOption.
+// listing prints). At refuses others with ErrInvalid.
 var (
 	minDue = time.UnixMilli(1)
 	maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
@@ -238,7 +238,7 @@ var (
 
 // At makes the task due at t. A time in the past means now. t must be
 // after 1970-01-01T00:00:00Z and at most 9999-12-31T23:59:59.999Z (else
-// ErrInvalidOption); the zero time means now. The last At or In wins.
+// ErrInvalid); the zero time means now. The last At or In wins.
 func At(t time.Time) Option { return dueOption{at: t} }
 
 // In makes the task due d after it is enqueued, on the Client's clock
@@ -258,7 +258,7 @@ func (d dueOption) apply(o *taskOptions) error {
 		return nil
 	}
 	if d.in < 0 {
-		return fmt.Errorf("engine: In(%v): want 0 or more: %w", d.in, ErrInvalidOption)
+		return fmt.Errorf("engine: In(%v): want 0 or more: %w", d.in, ErrInvalid)
 	}
 	o.in, o.hasIn, o.at = d.in, true, time.Time{}
 	return nil
@@ -281,7 +281,7 @@ func Metadata(m map[string]string) Option {
 			o.metadata[k] = v
 		}
 		if err := buckets.ValidateMetadata(o.metadata); err != nil {
-			return fmt.Errorf("engine: Metadata: %s: %w", err.Error(), ErrInvalidOption)
+			return fmt.Errorf("engine: Metadata: %s: %w", err.Error(), ErrInvalid)
 		}
 		return nil
 	})
@@ -314,7 +314,7 @@ func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option
 	}
 	if due.Before(minDue) || due.After(maxDue) {
 		return nil, false, fmt.Errorf("engine: due time %s: want %s to %s (what a task record holds): %w",
-			due.UTC().Format(time.RFC3339Nano), minDue.UTC().Format(time.RFC3339Nano), maxDue.UTC().Format(time.RFC3339Nano), ErrInvalidOption)
+			due.UTC().Format(time.RFC3339Nano), minDue.UTC().Format(time.RFC3339Nano), maxDue.UTC().Format(time.RFC3339Nano), ErrInvalid)
 	}
 	if payload == nil {
 		payload = []byte{}

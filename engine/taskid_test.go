@@ -307,11 +307,11 @@ func TestTaskIDValidation(t *testing.T) {
 	c := e.client(t)
 	for _, id := range []string{"", "has space", "tab\there", "nl\n", "del\x7f", "é", strings.Repeat("x", maxIDLen+1)} {
 		_, err := c.Enqueue(ctx, "t", nil, TaskID(id))
-		if !errors.Is(err, ErrInvalidOption) || !errors.Is(err, ErrInvalidID) {
-			t.Errorf("TaskID(%q): %v, want ErrInvalidOption and ErrInvalidID", id, err)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("TaskID(%q): %v, want ErrInvalid", id, err)
 		}
-		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrInvalidID) || !errors.Is(err, ErrNotFound) {
-			t.Errorf("Lookup(%q): %v, want ErrInvalidID and ErrNotFound", id, err)
+		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrNotFound) {
+			t.Errorf("Lookup(%q): %v, want ErrInvalid and ErrNotFound", id, err)
 		}
 	}
 	for _, id := range []string{"x", "order-42", "a:b/c{d}", strings.Repeat("y", maxIDLen)} {
@@ -320,8 +320,8 @@ func TestTaskIDValidation(t *testing.T) {
 		}
 	}
 	_, err := c.EnqueueBatch(ctx, []NewTask{{Type: "t", Options: []Option{TaskID("dup")}}, {Type: "t", Options: []Option{TaskID("dup")}}})
-	if !errors.Is(err, ErrInvalidID) {
-		t.Errorf("batch with one id twice: %v, want ErrInvalidID", err)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("batch with one id twice: %v, want ErrInvalid", err)
 	}
 	if len(e.keys(t)) == 0 {
 		t.Fatal("no keys: the valid ids were not enqueued")
@@ -353,14 +353,14 @@ func TestTaskIDReserved(t *testing.T) {
 	}
 	for _, id := range reserved {
 		_, err := c.Enqueue(ctx, "esc", []byte("EVIL"), TaskID(id))
-		if !errors.Is(err, ErrInvalidID) || !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "reserved") {
-			t.Errorf("TaskID(%q): %v, want a refusal matching ErrInvalidID naming the id reserved", id, err)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("TaskID(%q): %v, want a refusal matching ErrInvalid naming the id reserved", id, err)
 		}
 		_, err = c.EnqueueBatch(ctx, []NewTask{{Type: "esc", Options: []Option{TaskID(id)}}})
-		if !errors.Is(err, ErrInvalidID) {
-			t.Errorf("EnqueueBatch with TaskID(%q): %v, want ErrInvalidID", id, err)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("EnqueueBatch with TaskID(%q): %v, want ErrInvalid", id, err)
 		}
-		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidID) {
+		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
 			t.Errorf("Lookup(%q): %v, want ErrNotFound only (the id is valid, just not the caller's to take)", id, err)
 		}
 	}
@@ -377,12 +377,12 @@ func TestTaskIDReserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c~1", "c~2"} {
-		if _, err := c.Enqueue(ctx, "esc", []byte("EVIL"), TaskID(id)); !errors.Is(err, ErrInvalidID) || !strings.Contains(err.Error(), "workflow") {
-			t.Errorf("TaskID(%q) while chain c exists: %v, want ErrInvalidID naming the workflow", id, err)
+		if _, err := c.Enqueue(ctx, "esc", []byte("EVIL"), TaskID(id)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "workflow") {
+			t.Errorf("TaskID(%q) while chain c exists: %v, want ErrInvalid naming the workflow", id, err)
 		}
 	}
-	if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "esc", Options: []Option{TaskID("c~2")}}}); !errors.Is(err, ErrInvalidID) {
-		t.Errorf("EnqueueBatch with TaskID(c~2) while chain c exists: %v, want ErrInvalidID", err)
+	if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "esc", Options: []Option{TaskID("c~2")}}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("EnqueueBatch with TaskID(c~2) while chain c exists: %v, want ErrInvalid", err)
 	}
 	// A chain whose later step's id a task holds already is refused.
 	if _, err := c.Enqueue(ctx, "t", nil, TaskID("d~2")); err != nil {

@@ -57,11 +57,11 @@ func Unique(ttl time.Duration) Option {
 func UniqueKey(key string, ttl time.Duration) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if len(key) == 0 || len(key) > maxUniqueKeyLen {
-			return fmt.Errorf("engine: UniqueKey(%s): want 1 to %d bytes: %w", safetext.Quote(key), maxUniqueKeyLen, ErrInvalidOption)
+			return fmt.Errorf("engine: UniqueKey(%s): want 1 to %d bytes: %w", safetext.Quote(key), maxUniqueKeyLen, ErrInvalid)
 		}
 		for i := 0; i < len(key); i++ {
 			if c := key[i]; c < ' ' || c > '~' {
-				return fmt.Errorf("engine: UniqueKey(%s): byte %d is %q; want printable ASCII: %w", safetext.Quote(key), i, c, ErrInvalidOption)
+				return fmt.Errorf("engine: UniqueKey(%s): byte %d is %q; want printable ASCII: %w", safetext.Quote(key), i, c, ErrInvalid)
 			}
 		}
 		secs, err := uniqueTTL(ttl)
@@ -75,7 +75,7 @@ func UniqueKey(key string, ttl time.Duration) Option {
 
 func uniqueTTL(ttl time.Duration) (int64, error) {
 	if ttl < 0 {
-		return 0, fmt.Errorf("engine: unique ttl %v: want 0 (until the task ends) or more: %w", ttl, ErrInvalidOption)
+		return 0, fmt.Errorf("engine: unique ttl %v: want 0 (until the task ends) or more: %w", ttl, ErrInvalid)
 	}
 	return int64((ttl + time.Second - 1) / time.Second), nil
 }
@@ -101,7 +101,7 @@ func uniqueDigest(queue, typ string, payload []byte) string {
 func ReplyTo(q string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if !buckets.ValidName(q) {
-			return fmt.Errorf("engine: ReplyTo(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(q), ErrInvalidOption)
+			return fmt.Errorf("engine: ReplyTo(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(q), ErrInvalid)
 		}
 		o.replyTo = buckets.ReplyQueuePrefix + q
 		return nil

@@ -113,8 +113,8 @@ func TestUniqueDigestAndBatch(t *testing.T) {
 		t.Fatalf("a refused batch took a key")
 	}
 	for _, bad := range []Option{UniqueKey("", 0), UniqueKey(strings.Repeat("k", 201), 0), UniqueKey("a\nb", 0), Unique(-time.Second)} {
-		if _, err := c.Enqueue(ctx, "t", nil, bad); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("bad unique option: %v, want ErrInvalidOption", err)
+		if _, err := c.Enqueue(ctx, "t", nil, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("bad unique option: %v, want ErrInvalid", err)
 		}
 	}
 }

@@ -80,7 +80,7 @@ type worker struct {
 // NewWorker returns a Worker that runs tasks with h (a *Mux, usually).
 func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	if pool == nil || h == nil {
-		return nil, fmt.Errorf("engine: NewWorker: nil pool or handler: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("engine: NewWorker: nil pool or handler: %w", ErrInvalid)
 	}
 	cfg, st, err := cfg.prepare(pool)
 	if err != nil {

@@ -28,7 +28,7 @@ type Step struct {
 	Payload []byte
 	// Options may set Queue, MaxAttempts, Timeout and Metadata. TaskID
 	// (the ids are the workflow's), At and In (use Delay), Unique and
-	// ReplyTo are refused with ErrInvalidOption.
+	// ReplyTo are refused with ErrInvalid.
 	Options []Option
 	// Delay: a chain step is due this long after its predecessor
 	// succeeded (the first step: after the chain is enqueued); a group's
@@ -96,14 +96,6 @@ const (
 	maxWorkflowIDLen = buckets.MaxFlowIDLen
 )
 
-// Workflow errors.
-var (
-	// ErrWorkflowEnded: CancelWorkflow of a workflow that ended (a chain
-	// whose last step succeeded, a group whose callback was enqueued).
-	// Its errors match ErrAlreadyDone too.
-	ErrWorkflowEnded = errors.New("engine: workflow already ended")
-)
-
 // TaskWorkflow is a task's part in a workflow (Task.Workflow).
 type TaskWorkflow struct {
 	ID    string // the workflow's id
@@ -160,21 +152,21 @@ func workflowOf(r *buckets.Record) *TaskWorkflow {
 // stepRecord checks step s and returns its record (ID and Flow unset).
 func (c *laneClient) stepRecord(now time.Time, what string, s Step) (*buckets.Record, error) {
 	if s.Delay < 0 {
-		return nil, refused(ErrInvalidOption, nil, "%s: delay %v: want 0 or more", what, s.Delay)
+		return nil, refused(ErrInvalid, nil, "%s: delay %v: want 0 or more", what, s.Delay)
 	}
 	r, chosen, err := c.cfg.record(now, s.Type, s.Payload, s.Options)
 	if err != nil {
 		return nil, &engineError{msg: fmt.Sprintf("engine: %s: %s", what, stripLayers(err.Error())), kind: kindOf(err), cause: err}
 	}
 	if chosen || r.Unique != "" || r.ReplyTo != "" || r.Due != max(ms(now), 1) {
-		return nil, refused(ErrInvalidOption, nil, "%s: TaskID, At, In, Unique and ReplyTo do not apply to a workflow's tasks (use Step.Delay)", what)
+		return nil, refused(ErrInvalid, nil, "%s: TaskID, At, In, Unique and ReplyTo do not apply to a workflow's tasks (use Step.Delay)", what)
 	}
 	return r, nil
 }
 
 func checkWorkflowID(id string) error {
 	if err := buckets.ValidateFlowID(id); err != nil {
-		return refused(ErrInvalidID, err, "%s", stripLayers(err.Error()))
+		return refused(ErrInvalid, err, "%s", stripLayers(err.Error()))
 	}
 	return nil
 }
@@ -451,7 +443,7 @@ func (c *laneClient) CancelWorkflow(ctx context.Context, id string) (int, error)
 	n, err := c.store.CancelFlow(ctx, conn, id, ms(c.cfg.Advanced.Clock.Now()), c.cfg.doneTTL())
 	switch {
 	case errors.Is(err, buckets.ErrFlowEnded):
-		return n, &engineError{msg: fmt.Sprintf("engine: workflow %s already ended", id), kind: ErrWorkflowEnded, cause: ErrAlreadyDone}
+		return n, &engineError{msg: fmt.Sprintf("engine: workflow %s already ended", id), kind: ErrAlreadyDone, cause: ErrAlreadyDone}
 	case errors.Is(err, buckets.ErrNotFound):
 		return n, refused(ErrNotFound, err, "workflow %s not found", id)
 	case err != nil:

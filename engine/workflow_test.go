@@ -253,7 +253,7 @@ func TestCancelWorkflow(t *testing.T) {
 	if err != nil || wf.State != "cancelled" || wf.Steps[0].State != StateCancelled {
 		t.Fatalf("cancelled chain: %+v %v", wf, err)
 	}
-	if _, err := c.CancelWorkflow(t.Context(), "later"); !errors.Is(err, ErrWorkflowEnded) {
+	if _, err := c.CancelWorkflow(t.Context(), "later"); !errors.Is(err, ErrAlreadyDone) {
 		t.Fatalf("second cancel: %v", err)
 	}
 	if _, err := c.CancelWorkflow(t.Context(), "nope"); !errors.Is(err, ErrNotFound) {
@@ -283,16 +283,16 @@ func TestWorkflowLimits(t *testing.T) {
 	if _, err := c.EnqueueGroup(ctx, Group{ID: "big", Members: members}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("too many members: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{TaskID("mine")}}); !errors.Is(err, ErrInvalidOption) {
+	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{TaskID("mine")}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("TaskID in a step: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{In(time.Hour)}}); !errors.Is(err, ErrInvalidOption) {
+	if _, err := c.EnqueueChain(ctx, "opt", Step{Type: "x", Options: []Option{In(time.Hour)}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("In in a step: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, strings.Repeat("x", maxWorkflowIDLen+1), Step{Type: "x"}); !errors.Is(err, ErrInvalidID) {
+	if _, err := c.EnqueueChain(ctx, strings.Repeat("x", maxWorkflowIDLen+1), Step{Type: "x"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("long id: %v", err)
 	}
-	if _, err := c.EnqueueChain(ctx, "bad", Step{Type: ""}); !errors.Is(err, ErrInvalidName) {
+	if _, err := c.EnqueueChain(ctx, "bad", Step{Type: ""}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("empty type: %v", err)
 	}
 	if _, err := c.Workflow(ctx, "long"); !errors.Is(err, ErrNotFound) {

@@ -317,7 +317,7 @@ func deadOne(ctx context.Context, in *engine.Inspector, act engine.Action, verb,
 	}
 	tv, err := in.Task(ctx, id)
 	switch {
-	case errors.Is(err, engine.ErrNotFound) && !errors.Is(err, engine.ErrInvalidID):
+	case errors.Is(err, engine.ErrNotFound) && !errors.Is(err, engine.ErrInvalid):
 		return notFound
 	case err != nil:
 		return err

@@ -224,7 +224,7 @@ func (a *app) fail(cmd string, err error) error {
 	case errors.As(err, &re):
 		fmt.Fprintf(a.stderr, "engine %s: %v\n  (%s)\n", cmd, err, re.hint())
 		return exitCode(exitUsage)
-	case errors.As(err, &ce), errors.Is(err, engine.ErrInvalidOption), errors.Is(err, engine.ErrInvalidName),
+	case errors.As(err, &ce), errors.Is(err, engine.ErrInvalid),
 		errors.Is(err, engine.ErrTooLarge):
 		code = exitUsage
 	case errors.Is(err, engine.ErrNotFound):

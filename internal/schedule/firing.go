@@ -12,8 +12,8 @@ import (
 	"unicode/utf8"
 )
 
-// ErrInvalidName is wrapped by the errors of [ValidateName].
-var ErrInvalidName = errors.New("invalid entry name")
+// ErrInvalid is wrapped by the errors of [ValidateName].
+var ErrInvalid = errors.New("invalid entry name")
 
 // MaxNameLen is the longest entry name, in bytes.
 const MaxNameLen = 256
@@ -25,17 +25,17 @@ const MaxNameLen = 256
 func ValidateName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: the name is empty", ErrInvalidName)
+		return fmt.Errorf("%w: the name is empty", ErrInvalid)
 	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %q… is %d bytes long; at most %d", ErrInvalidName, name[:32], len(name), MaxNameLen)
+		return fmt.Errorf("%w: %q… is %d bytes long; at most %d", ErrInvalid, name[:32], len(name), MaxNameLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalid, name)
 	case strings.TrimSpace(name) != name:
-		return fmt.Errorf("%w: %q starts or ends with white space", ErrInvalidName, name)
+		return fmt.Errorf("%w: %q starts or ends with white space", ErrInvalid, name)
 	}
 	for i, r := range name {
 		if !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: %q: character %U at byte %d is not printable", ErrInvalidName, name, r, i)
+			return fmt.Errorf("%w: %q: character %U at byte %d is not printable", ErrInvalid, name, r, i)
 		}
 	}
 	return nil

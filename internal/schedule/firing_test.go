@@ -108,8 +108,8 @@ func TestValidateName(t *testing.T) {
 		{"bell\a", "U+0007"},
 	} {
 		err := ValidateName(tc.name)
-		if err == nil || !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName saying %q", tc.name, err, tc.want)
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateName(%q) = %v, want ErrInvalid saying %q", tc.name, err, tc.want)
 		}
 	}
 }
