@@ -217,7 +217,7 @@ func scenarioDeadLetters(e *env) {
 	if err != nil || len(page.Tasks) != 2 || page.Tasks[0].ID != dead[1].ID || page.Tasks[1].ID != dead[2].ID {
 		t.Errorf("the page after the first: %+v, %v; want the 2nd and 3rd", page, err)
 	}
-	for _, bad := range []int{-1, engine.MaxListLimit + 1} {
+	for _, bad := range []int{-1, 1001} {
 		if _, err := in.ListTasks(ctx, engine.ListOptions{Filter: deadOnly, Limit: bad}); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("ListTasks with limit %d: %v, want ErrInvalid", bad, err)
 		}

@@ -116,7 +116,7 @@ func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buc
 // before anything is sent. It returns what was written, in order, as
 // Enqueue does.
 //
-// The tasks of a batch of several are at most MaxWriteBytes together
+// The tasks of a batch of several are at most 4 MiB together
 // (else ErrTooLarge).
 //
 // Tasks with a TaskID are checked to be new in the same transaction (one

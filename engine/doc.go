@@ -83,7 +83,7 @@
 // NewClient, NewServer and NewInspector take one pool, or one pool per
 // lane (logical shard) to spread a namespace over several servers: every
 // transaction stays in one lane, a task's lane is part of its id
-// (LaneOf), and lane 0 writes what one pool writes. The Inspector's calls
+// (Client.LaneOf), and lane 0 writes what one pool writes. The Inspector's calls
 // fan out over the lanes and merge. docs/scaling.md has the routing rules,
 // the shard map (AdvancedConfig.MapVersion, ErrShardMapVersion) and the
 // procedure for moving a lane to another server.

@@ -23,7 +23,7 @@ var (
 	// cancelled already.
 	ErrAlreadyDone = errors.New("engine: task already finished")
 	// ErrTooLarge: something over its size limit: a payload over
-	// Config.MaxPayload, a batch over MaxWriteBytes, a result over
+	// Config.MaxPayload, a batch of several tasks over 4 MiB, a result over
 	// Config.MaxResult (SetResult; nothing is recorded, and returning the
 	// error fails the run), a chain of more than 64 steps or a group of
 	// more than 1,000 members. Nothing was written.

@@ -98,20 +98,20 @@ func TestGeneratedIDShapes(t *testing.T) {
 func TestLaneOfGeneratedIDs(t *testing.T) {
 	for range 100 {
 		id := newID()
-		if got := LaneOf(id, 8); got != 0 {
+		if got := laneOf(id, 8); got != 0 {
 			t.Fatalf("%q: lane %d, want 0", id, got)
 		}
-		if got := LaneOf(id+"~5", 8); got != 5 {
+		if got := laneOf(id+"~5", 8); got != 5 {
 			t.Fatalf("%q~5: lane %d", id, got)
 		}
-		if got := LaneOf(id+"~5~r1.17", 8); got != 5 {
+		if got := laneOf(id+"~5~r1.17", 8); got != 5 {
 			t.Fatalf("reply of %q~5: lane %d", id, got)
 		}
-		if id := laneTaskID(3, 8, time.Now().UnixMilli()); LaneOf(id, 8) != 3 || !generatedID(strings.TrimSuffix(id, "~3")) {
+		if id := laneTaskID(3, 8, time.Now().UnixMilli()); laneOf(id, 8) != 3 || !generatedID(strings.TrimSuffix(id, "~3")) {
 			t.Fatalf("laneTaskID(3, 8) = %q", id)
 		}
 	}
-	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e", 8); got != 0 {
+	if got := laneOf("0f8fad5b-d9cb-469f-a165-70867728950e", 8); got != 0 {
 		t.Errorf("an earlier release's UUID: lane %d, want 0", got)
 	}
 }

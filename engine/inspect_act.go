@@ -32,7 +32,7 @@ const (
 
 // MaxActionBatch is the most tasks one transaction of Act or ActAll
 // changes.
-const MaxActionBatch = buckets.MaxActBatch
+const maxActionBatch = buckets.MaxActBatch
 
 // ActionResult counts what an action did.
 type ActionResult struct {
@@ -79,7 +79,7 @@ func (in *laneInspector) Act(ctx context.Context, a Action, ids ...string) (Acti
 	defer conn.Close()
 	var res ActionResult
 	for len(ids) > 0 {
-		batch := ids[:min(len(ids), MaxActionBatch)]
+		batch := ids[:min(len(ids), maxActionBatch)]
 		ids = ids[len(batch):]
 		b, err := in.store.Act(ctx, conn, act, batch, ms(in.cfg.Advanced.Clock.Now()), in.cancelTTL(), nil)
 		if err != nil {
@@ -96,7 +96,7 @@ func (in *laneInspector) ActAll(ctx context.Context, a Action, f Filter) (Action
 	if err != nil {
 		return ActionResult{}, err
 	}
-	opts := ListOptions{Filter: f, Limit: MaxActionBatch}
+	opts := ListOptions{Filter: f, Limit: maxActionBatch}
 	if err := opts.check(); err != nil {
 		return ActionResult{}, err
 	}

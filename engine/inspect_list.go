@@ -31,8 +31,7 @@ type Filter struct {
 // ListOptions is a Filter, a page size and where to resume.
 type ListOptions struct {
 	Filter
-	// Limit is the most tasks a page returns: 1 to MaxListLimit; zero
-	// means DefaultListLimit.
+	// Limit is the most tasks a page returns: 1 to 1000; zero means 50.
 	Limit int
 	// Cursor is the Next of the previous page; "" starts at the
 	// beginning.
@@ -46,8 +45,8 @@ type ListOptions struct {
 
 // Page sizes of ListTasks.
 const (
-	DefaultListLimit = 50
-	MaxListLimit     = 1000
+	defaultListLimit = 50
+	maxListLimit     = 1000
 	// SearchScan is how many tasks a page with a Search (or a state that
 	// must be told apart by reading records: retrying, and running or
 	// dead of one queue) reads at most, matches or not.
@@ -118,10 +117,10 @@ func decodeCursor(s string) (cursor, error) {
 
 func (o *ListOptions) check() error {
 	if o.Limit == 0 {
-		o.Limit = DefaultListLimit
+		o.Limit = defaultListLimit
 	}
-	if o.Limit < 1 || o.Limit > MaxListLimit {
-		return fmt.Errorf("engine: list limit %d: want 1 to %d: %w", o.Limit, MaxListLimit, ErrInvalid)
+	if o.Limit < 1 || o.Limit > maxListLimit {
+		return fmt.Errorf("engine: list limit %d: want 1 to %d: %w", o.Limit, maxListLimit, ErrInvalid)
 	}
 	return o.Filter.check()
 }

@@ -158,7 +158,7 @@ func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
 // serves it), oldest first.
 func replyTasks(t testing.TB, c *laneClient, q string) []*Outcome {
 	t.Helper()
-	page, err := c.inspector().ListTasks(context.Background(), ListOptions{Filter: Filter{Queue: q, State: StateReady}, Limit: MaxListLimit})
+	page, err := c.inspector().ListTasks(context.Background(), ListOptions{Filter: Filter{Queue: q, State: StateReady}, Limit: maxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

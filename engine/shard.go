@@ -66,7 +66,7 @@ const laneSep = "~"
 // lane 0; any other id (chosen with TaskID) hashes to a lane. A caller
 // may pick a lane for its own id by ending it with "~k". A reply task
 // ("<id>~r<run>.<finished>", ReplyTo) is in the lane of <id>.
-func LaneOf(id string, lanes int) int {
+func laneOf(id string, lanes int) int {
 	if lanes <= 1 {
 		return 0
 	}

@@ -18,7 +18,7 @@ import (
 //
 // Over several lanes (NewClient with a pool per lane) it routes each call
 // to the lane that holds the task: a task's lane is part of its id
-// (LaneOf). A task with a TaskID goes to its id's lane and one with a
+// (Client.LaneOf). A task with a TaskID goes to its id's lane and one with a
 // unique key (Unique, UniqueKey) to the lane its key hashes to, so that
 // the check for an existing id or holder and the write are one
 // transaction on one server; the two must agree when a task has both. A
@@ -93,8 +93,12 @@ func NewClient(cfg Config, pools ...*redis.Pool) (*Client, error) {
 // Lanes is the number of lanes.
 func (c *Client) Lanes() int { return len(c.lanes) }
 
-// LaneOf returns the lane of task id (see the package function LaneOf).
-func (c *Client) LaneOf(id string) int { return LaneOf(id, len(c.lanes)) }
+// LaneOf returns the lane of task id, as every call routes it: a
+// generated id ends with "~k", its lane; a generated id without it is in
+// lane 0; any other id (chosen with TaskID) hashes to a lane. A caller may
+// pick a lane for its own id by ending it with "~k". A reply task
+// ("<id>~r<run>.<finished>") is in the lane of <id>.
+func (c *Client) LaneOf(id string) int { return laneOf(id, len(c.lanes)) }
 
 // Rerouted counts the tasks written to another lane than the one first
 // chosen because that lane could not be reached.
@@ -176,7 +180,7 @@ type batchResult struct {
 // tasks that may move (without TaskID or unique key) of a lane that
 // cannot be reached are written to another lane instead, all together.
 //
-// The tasks of a batch of several are at most MaxWriteBytes together
+// The tasks of a batch of several are at most 4 MiB together
 // (else ErrTooLarge). Tasks with a TaskID are checked to be new in
 // the same transaction (one more round trip): if any id exists, none of
 // its lane's tasks is written and the error is a *TaskExistsError naming
@@ -349,7 +353,7 @@ func (c *Client) route(r *buckets.Record, mine bool, opts []Option, now time.Tim
 	}
 	var rules []rule
 	if mine {
-		rules = append(rules, rule{"task id", LaneOf(r.ID, n)})
+		rules = append(rules, rule{"task id", laneOf(r.ID, n)})
 	}
 	if r.Unique != "" {
 		rules = append(rules, rule{"unique key", hashLane(r.Unique, n)})
@@ -449,7 +453,7 @@ func (c *Client) Result(ctx context.Context, id string) ([]byte, error) {
 // ErrTooLarge.
 //
 // Over several lanes the workflow goes to the lane its id hashes to
-// (LaneOf): a workflow lives in one lane, since its steps follow each
+// (Client.LaneOf): a workflow lives in one lane, since its steps follow each
 // other in that lane's transactions.
 func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*WorkflowInfo, error) {
 	return c.lanes[c.LaneOf(id)].EnqueueChain(ctx, id, steps...)
@@ -464,7 +468,7 @@ func (c *Client) EnqueueChain(ctx context.Context, id string, steps ...Step) (*W
 // the default (no ContinueOnFailure) only when every member is done.
 //
 // Over several lanes the workflow goes to the lane its id hashes to
-// (LaneOf): a workflow lives in one lane, since its steps follow each
+// (Client.LaneOf): a workflow lives in one lane, since its steps follow each
 // other in that lane's transactions.
 func (c *Client) EnqueueGroup(ctx context.Context, g Group) (*WorkflowInfo, error) {
 	return c.lanes[c.LaneOf(g.ID)].EnqueueGroup(ctx, g)

@@ -45,7 +45,7 @@ func runLogged(t testing.TB, run func(context.Context) error) (stop func()) {
 func idInLane(prefix string, k, n int) string {
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if LaneOf(id, n) == k {
+		if laneOf(id, n) == k {
 			return id
 		}
 	}

@@ -49,29 +49,29 @@ func exists(t testing.TB, c redis.Conn, key string) bool {
 }
 
 func TestShardLaneOf(t *testing.T) {
-	if got := LaneOf("anything", 1); got != 0 {
+	if got := laneOf("anything", 1); got != 0 {
 		t.Errorf("one lane: %d", got)
 	}
-	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e", 8); got != 0 {
+	if got := laneOf("0f8fad5b-d9cb-469f-a165-70867728950e", 8); got != 0 {
 		t.Errorf("a plain UUID (an id from before lanes) is in lane 0, got %d", got)
 	}
-	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5", 8); got != 5 {
+	if got := laneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5", 8); got != 5 {
 		t.Errorf("generated id of lane 5: %d", got)
 	}
-	if got, want := LaneOf("order-7~r2.1700000000000", 8), LaneOf("order-7", 8); got != want {
+	if got, want := laneOf("order-7~r2.1700000000000", 8), laneOf("order-7", 8); got != want {
 		t.Errorf("a reply task is in its parent's lane %d, got %d", want, got)
 	}
-	if got := LaneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5~r1.17", 8); got != 5 {
+	if got := laneOf("0f8fad5b-d9cb-469f-a165-70867728950e~5~r1.17", 8); got != 5 {
 		t.Errorf("reply of a lane-5 task: lane %d", got)
 	}
 	for _, id := range []string{"order~9", "order~05", "order~-1", "order~x"} {
-		if got, want := LaneOf(id, 8), hashLane(id, 8); got != want {
+		if got, want := laneOf(id, 8), hashLane(id, 8); got != want {
 			t.Errorf("%q: lane %d, want its hash lane %d", id, got, want)
 		}
 	}
 	seen := map[int]bool{}
 	for i := range 200 {
-		seen[LaneOf(fmt.Sprintf("order-%d", i), 8)] = true
+		seen[laneOf(fmt.Sprintf("order-%d", i), 8)] = true
 	}
 	if len(seen) != 8 {
 		t.Errorf("200 chosen ids hashed to %d of 8 lanes", len(seen))
@@ -149,7 +149,7 @@ func TestShardRouting(t *testing.T) {
 		if _, err := c.Enqueue(ctx, "job", nil, TaskID(id)); err != nil {
 			t.Fatal(err)
 		}
-		k := LaneOf(id, n)
+		k := laneOf(id, n)
 		if !exists(t, a, e.laneKey(k, "t:"+id)) {
 			t.Errorf("%s: not in lane %d", id, k)
 		}
@@ -214,8 +214,8 @@ func TestShardRouting(t *testing.T) {
 		t.Fatalf("batch: %v, %d written", err, len(res))
 	}
 	for i, ti := range res {
-		if !exists(t, a, e.laneKey(LaneOf(ti.ID, n), "t:"+ti.ID)) {
-			t.Errorf("batch task %d: lane %d, id %s: no record there", i, LaneOf(ti.ID, n), ti.ID)
+		if !exists(t, a, e.laneKey(laneOf(ti.ID, n), "t:"+ti.ID)) {
+			t.Errorf("batch task %d: lane %d, id %s: no record there", i, laneOf(ti.ID, n), ti.ID)
 		}
 	}
 	// A taken id refuses its lane's part only.
@@ -226,13 +226,13 @@ func TestShardRouting(t *testing.T) {
 	if !errors.Is(err, ErrTaskExists) || !errors.As(err, &be) || res[0] != nil || be.Errs[0] == nil {
 		t.Fatalf("batch with a taken id: %v %+v", err, res)
 	}
-	if sameLane := LaneOf("b-3", n) == LaneOf(fresh, n); sameLane != (res[1] == nil) {
-		t.Errorf("the other task's lane %d (taken id's %d) written=%v", LaneOf(fresh, n), LaneOf("b-3", n), res[1] != nil)
+	if sameLane := laneOf("b-3", n) == laneOf(fresh, n); sameLane != (res[1] == nil) {
+		t.Errorf("the other task's lane %d (taken id's %d) written=%v", laneOf(fresh, n), laneOf("b-3", n), res[1] != nil)
 	}
 	// A task whose id and unique key disagree on the lane is refused.
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("u-%d", i)
-		if LaneOf(id, n) != hashLane("k:other", n) {
+		if laneOf(id, n) != hashLane("k:other", n) {
 			if _, err := c.Enqueue(ctx, "job", nil, TaskID(id), UniqueKey("other", 0)); !errors.Is(err, ErrInvalid) {
 				t.Errorf("id and unique key in different lanes: %v", err)
 			}

@@ -322,7 +322,7 @@ func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	return out, err
 }
 
-// Act applies action a to the tasks ids, in batches of MaxActionBatch,
+// Act applies action a to the tasks ids, in batches of 100,
 // each one optimistic transaction that reads the tasks again under WATCH
 // and applies the action only where it still applies. It returns what it
 // did, also when it fails part way (the batches before the error were
@@ -383,7 +383,7 @@ func (in *Inspector) Act(ctx context.Context, a Action, ids ...string) (ActionRe
 }
 
 // ActAll applies action a to every task the filter names: it walks the
-// listing a page of MaxActionBatch at a time and acts on each page in one
+// listing a page of 100 at a time and acts on each page in one
 // optimistic transaction, which applies the action only to the tasks
 // still in the filter's state. Tasks that enter the state while it runs
 // may or may not be included. It returns what it did, also when it fails

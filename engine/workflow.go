@@ -70,7 +70,7 @@ type Group struct {
 // group's members and callback (beyond it: ErrTooLarge), the tasks of
 // an EnqueueBatch of more than one task (ErrTooLarge; a single
 // task is bounded by Config.MaxPayload alone).
-const MaxWriteBytes = buckets.MaxWriteBytes
+const maxWriteBytes = buckets.MaxWriteBytes
 
 // checkWriteBytes refuses recs, matching kind, when together they pass
 // MaxWriteBytes: what names them in the error.
@@ -82,8 +82,8 @@ func checkWriteBytes(kind error, what string, recs []*buckets.Record) error {
 			size += len(k) + len(v)
 		}
 	}
-	if size > MaxWriteBytes {
-		return refused(kind, nil, "%s: %d bytes of tasks (payloads, types, queues, metadata), limit %d (MaxWriteBytes)", what, size, MaxWriteBytes)
+	if size > maxWriteBytes {
+		return refused(kind, nil, "%s: %d bytes of tasks (payloads, types, queues, metadata), limit %d", what, size, maxWriteBytes)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func TestWriteSizeLimit(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(t)
 	big := bytes.Repeat([]byte("x"), 512<<10-100) // room for the types and queues
-	n := MaxWriteBytes/len(big) + 1               // members that pass the limit together
+	n := maxWriteBytes/len(big) + 1               // members that pass the limit together
 
 	members := make([]Step, n)
 	for i := range members {
@@ -56,9 +56,9 @@ func TestWriteSizeLimit(t *testing.T) {
 		t.Errorf("batch of %d x ~512 KiB: %v", n-1, err)
 	}
 	// A batch of one task is bounded by MaxPayload alone.
-	e.cfg.MaxPayload = MaxWriteBytes * 2
+	e.cfg.MaxPayload = maxWriteBytes * 2
 	c = e.client(t)
-	huge := bytes.Repeat([]byte("y"), MaxWriteBytes+1)
+	huge := bytes.Repeat([]byte("y"), maxWriteBytes+1)
 	if _, err := c.EnqueueBatch(ctx, []NewTask{{Type: "b", Payload: huge}}); err != nil {
 		t.Errorf("batch of one task over MaxWriteBytes under MaxPayload: %v", err)
 	}

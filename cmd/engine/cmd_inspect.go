@@ -57,7 +57,7 @@ func (a *app) newTasksListCmd() *cobra.Command {
 	}
 	c := addCommon(cmd)
 	f := filterFlags(cmd)
-	limit := cmd.Flags().Int("limit", engine.DefaultListLimit, "at most this many tasks")
+	limit := cmd.Flags().Int("limit", 50, "at most this many tasks (1 to 1000)")
 	cur := cmd.Flags().String("cursor", "", "resume where the previous page ended")
 	asJSON := cmd.Flags().Bool("json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -217,8 +217,7 @@ func (a *app) newTaskActionCmd(act engine.Action, short string) *cobra.Command {
 		Short: short,
 		Long: strings.ToUpper(short[:1]) + short[1:] + `.
 
-Each batch of up to ` + fmt.Sprint(engine.MaxActionBatch) + ` tasks is one transaction that reads the tasks
-again and applies the action only where it still applies; tasks it does not
+Each batch of tasks is one transaction that reads the tasks again and applies the action only where it still applies; tasks it does not
 apply to are counted as skipped. With --all the action applies to every task
 the filter names (asks first on a terminal, or takes --yes).`,
 	}

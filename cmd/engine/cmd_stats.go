@@ -370,6 +370,9 @@ func (a *app) deadList(cmd *cobra.Command, s *session, offset, limit int, asJSON
 // first (with shards, lane after lane, each lane's newest first), and how
 // many there are. It pages through the inspector's listing, reading the
 // offset tasks it skips.
+// maxPage is the largest page ListTasks returns (ListOptions.Limit).
+const maxPage = 1000
+
 func deadLetters(ctx context.Context, in *engine.Inspector, offset, limit int) ([]*engine.TaskInfo, int64, error) {
 	var (
 		out   []*engine.TaskInfo
@@ -377,7 +380,7 @@ func deadLetters(ctx context.Context, in *engine.Inspector, offset, limit int) (
 	)
 	opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}}
 	for first := true; first || opts.Cursor != ""; first = false {
-		opts.Limit = min(offset+limit-len(out), engine.MaxListLimit)
+		opts.Limit = min(offset+limit-len(out), maxPage)
 		page, err := in.ListTasks(ctx, opts)
 		if err != nil {
 			return nil, 0, err

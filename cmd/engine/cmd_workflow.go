@@ -129,8 +129,8 @@ dead member fails the group and its callback does not run) or
 }
 
 // maxSpecBytes bounds a workflow spec read from a file or stdin: the
-// engine refuses a write above engine.MaxWriteBytes anyway.
-const maxSpecBytes = engine.MaxWriteBytes
+// engine refuses a workflow of more than 4 MiB of tasks anyway.
+const maxSpecBytes = 4 << 20
 
 // readSpec reads a workflow spec from path ("-": stdin), at most
 // maxSpecBytes.

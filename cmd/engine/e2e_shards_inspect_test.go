@@ -178,7 +178,7 @@ func TestE2EShardsInspect(t *testing.T) {
 	// and the step is in the workflow's lane 2.
 	wf := ""
 	for i := 0; wf == ""; i++ {
-		if c := fmt.Sprintf("wf%d", i); engine.LaneOf(c, n) == 2 {
+		if c := fmt.Sprintf("wf%d", i); sc.LaneOf(c) == 2 {
 			wf = c
 		}
 	}
@@ -186,8 +186,8 @@ func TestE2EShardsInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := wf + "~0"
-	if engine.LaneOf(step, n) != 0 {
-		t.Fatalf("step %s names lane %d", step, engine.LaneOf(step, n))
+	if sc.LaneOf(step) != 0 {
+		t.Fatalf("step %s names lane %d", step, sc.LaneOf(step))
 	}
 	if out := h.ok("tasks", "run", step); !strings.Contains(out, "run: 1 done, 0 skipped (state does not allow it), 0 not found") {
 		t.Errorf("tasks run of a workflow's step in another lane than its id names: %s", out)

@@ -209,7 +209,7 @@ func (h *harness) check(ctx context.Context) *Report {
 	if in, err := h.shardedAdmin(); err != nil {
 		fail("inspector: %v", err)
 	} else {
-		opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}, Limit: engine.MaxListLimit}
+		opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}, Limit: 1000}
 		for {
 			page, err := in.ListTasks(ctx, opts)
 			if err != nil {

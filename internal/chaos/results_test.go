@@ -219,7 +219,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	// Exactly one reply task per task, in the task's lane (no worker here
 	// serves the reply queue: they wait there, ready).
 	replies := map[string]int{}
-	opts := engine.ListOptions{Filter: engine.Filter{Queue: "replies", State: engine.StateReady}, Limit: engine.MaxListLimit}
+	opts := engine.ListOptions{Filter: engine.Filter{Queue: "replies", State: engine.StateReady}, Limit: 1000}
 	for {
 		page, err := in.ListTasks(ctx, opts)
 		if err != nil {
@@ -230,8 +230,8 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 			if err != nil {
 				t.Fatalf("reply task %s: %v", v.ID, err)
 			}
-			if engine.LaneOf(v.ID, lanes) != engine.LaneOf(r.ID, lanes) {
-				t.Errorf("reply task %s for %s in lane %d, want its task's lane %d", v.ID, r.ID, engine.LaneOf(v.ID, lanes), engine.LaneOf(r.ID, lanes))
+			if client.LaneOf(v.ID) != client.LaneOf(r.ID) {
+				t.Errorf("reply task %s for %s in lane %d, want its task's lane %d", v.ID, r.ID, client.LaneOf(v.ID), client.LaneOf(r.ID))
 			}
 			replies[r.ID]++
 		}

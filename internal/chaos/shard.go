@@ -126,7 +126,7 @@ func clientPool(addr string) *redis.Pool {
 }
 
 // laneOf is the lane of task id.
-func (h *harness) laneOf(id string) *lane { return h.lanes[engine.LaneOf(id, len(h.lanes))] }
+func (h *harness) laneOf(id string) *lane { return h.lanes[h.lanes[0].client.LaneOf(id)] }
 
 // shardedAdmin is an Inspector over every lane's admin pool, for the
 // namespace check and the dead letters.

@@ -599,10 +599,14 @@ func checkWorkflowRuns(o WorkflowOptions, rep *WorkflowReport) []string {
 // chain's hash says it ended.
 func checkWorkflowRecords(ctx context.Context, admins []*redis.Pool, ns string, o WorkflowOptions, rep *WorkflowReport) []string {
 	var fails []string
+	lanes, err := engine.NewClient(engine.Config{Namespace: ns}, admins...) // for LaneOf
+	if err != nil {
+		return []string{err.Error()}
+	}
 	for i := range o.Groups {
 		id := fmt.Sprintf("g%d", i)
 		// A group's tasks are in the lane its id hashes to.
-		k := engine.LaneOf(id, len(admins))
+		k := lanes.LaneOf(id)
 		fi, err := flowShow(ctx, admins[k], ns, k, id)
 		if err != nil {
 			fails = append(fails, fmt.Sprintf("group %s: %v", id, err))
