@@ -18,6 +18,10 @@ import (
 // eachLane runs f on every lane at once and returns the lanes' errors,
 // each prefixed with its lane, joined.
 func eachLane[T any](n int, f func(k int) (T, error)) ([]T, []error, error) {
+	if n == 1 {
+		v, err := f(0)
+		return []T{v}, []error{err}, err
+	}
 	out := make([]T, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -26,8 +30,9 @@ func eachLane[T any](n int, f func(k int) (T, error)) ([]T, []error, error) {
 			v, err := f(k)
 			out[k] = v
 			if err != nil {
-				errs[k] = fmt.Errorf("lane %d: %w", k, err)
+				err = fmt.Errorf("lane %d: %w", k, err)
 			}
+			errs[k] = err
 		})
 	}
 	wg.Wait()
@@ -458,7 +463,10 @@ func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage
 	lo.Cursor = cur.Next
 	page, err := in.lanes[cur.Lane].ListTasks(ctx, lo)
 	if err != nil {
-		return nil, fmt.Errorf("lane %d: %w", cur.Lane, err)
+		if len(in.lanes) > 1 {
+			err = fmt.Errorf("lane %d: %w", cur.Lane, err)
+		}
+		return nil, err
 	}
 	// The total of every lane: the other lanes' gauges.
 	totals, _, terr := eachLane(len(in.lanes), func(k int) (int64, error) {

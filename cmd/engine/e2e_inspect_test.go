@@ -99,7 +99,7 @@ func TestE2EInspect(t *testing.T) {
 			}
 		}
 	}
-	if _, errOut, code := h.cli("tasks", "list", "--state", "done"); code != exitFailure || !strings.Contains(errOut, "by id") {
+	if _, errOut, code := h.cli("tasks", "list", "--state", "done"); code != exitUsage || !strings.Contains(errOut, "by id") {
 		t.Errorf("tasks list --state done: exit %d, %q", code, errOut)
 	}
 	if _, _, code := h.cli("tasks", "list", "--state", "bogus"); code != exitUsage {
