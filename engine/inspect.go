@@ -127,7 +127,7 @@ func (in *laneInspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 
 // Queue reports one queue's figures, as Queues does.
 func (in *laneInspector) Queue(ctx context.Context, name string) (*QueueInfo, error) {
-	if err := ValidateQueue(name); err != nil {
+	if err := validateQueue(name); err != nil {
 		return nil, err
 	}
 	conn, err := in.conn(ctx)

@@ -128,12 +128,12 @@ func (o *ListOptions) check() error {
 func (f *Filter) check() error {
 	switch f.State {
 	case StateScheduled, StateReady, StateRetrying:
-		if err := ValidateQueue(f.Queue); err != nil {
+		if err := validateQueue(f.Queue); err != nil {
 			return err
 		}
 	case StateRunning, StateDead:
 		if f.Queue != "" {
-			if err := ValidateQueue(f.Queue); err != nil {
+			if err := validateQueue(f.Queue); err != nil {
 				return err
 			}
 		}

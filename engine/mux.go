@@ -114,7 +114,7 @@ func IsRetryAfter(err error) (time.Duration, bool) {
 
 // ValidateQueue checks a queue name as Enqueue does: 1 to 64 of A-Z a-z
 // 0-9 _ . -.
-func ValidateQueue(name string) error {
+func validateQueue(name string) error {
 	if !buckets.ValidName(name) {
 		return fmt.Errorf("engine: queue name %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(name), ErrInvalid)
 	}
@@ -189,17 +189,6 @@ func Logging(log *slog.Logger) Middleware {
 				log.Debug("task failed", append(attrs, keyErr, err)...)
 			}
 			return err
-		})
-	}
-}
-
-// Recover is middleware that turns a panic in the handlers below it into
-// a *PanicError. Workers recover panics anyway; this lets middleware above
-// it see the failure.
-func Recover() Middleware {
-	return func(next Handler) Handler {
-		return HandlerFunc(func(ctx context.Context, t *Task) error {
-			return callHandler(ctx, next, t)
 		})
 	}
 }

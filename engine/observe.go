@@ -33,29 +33,6 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// Observers returns an Observer that passes each event to every one of
-// obs in turn; nil members are skipped.
-func Observers(obs ...Observer) Observer {
-	var list multiObserver
-	for _, o := range obs {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
-	if len(list) == 1 {
-		return list[0]
-	}
-	return list
-}
-
-type multiObserver []Observer
-
-func (m multiObserver) Observe(e Event) {
-	for _, o := range m {
-		o.Observe(e)
-	}
-}
-
 // EventKind says what an Event reports.
 type EventKind uint8
 

@@ -160,18 +160,6 @@ func TestObserverLeaseExpiry(t *testing.T) {
 	}
 }
 
-func TestObservers(t *testing.T) {
-	a, b := &eventLog{}, &eventLog{}
-	o := Observers(nil, a, nil, b)
-	o.Observe(Event{Kind: EventEnqueued, TaskID: "x"})
-	if len(a.of("x")) != 1 || len(b.of("x")) != 1 {
-		t.Fatalf("each observer should see the event once: %v %v", a.ev, b.ev)
-	}
-	if Observers(nil, a) != Observer(a) {
-		t.Errorf("one observer is returned as it is")
-	}
-}
-
 // enqueuedIDs lists the ids of the EventEnqueued events, in order.
 func (l *eventLog) enqueuedIDs() map[string]int {
 	l.mu.Lock()

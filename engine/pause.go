@@ -14,7 +14,7 @@ import (
 // Redis and survives restarts of every process, until ResumeQueue.
 // Pausing a paused queue does nothing more.
 func (c *laneClient) PauseQueue(ctx context.Context, q string) error {
-	if err := ValidateQueue(q); err != nil {
+	if err := validateQueue(q); err != nil {
 		return err
 	}
 	conn, err := c.conn(ctx)
@@ -32,7 +32,7 @@ func (c *laneClient) PauseQueue(ctx context.Context, q string) error {
 // once (the resume pushes wake-up tokens and tells the subscribed
 // workers). Resuming a queue that is not paused only wakes idle workers.
 func (c *laneClient) ResumeQueue(ctx context.Context, q string) error {
-	if err := ValidateQueue(q); err != nil {
+	if err := validateQueue(q); err != nil {
 		return err
 	}
 	conn, err := c.conn(ctx)

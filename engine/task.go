@@ -198,7 +198,7 @@ func validateID(id string) error {
 func Queue(name string) Option {
 	return optionFunc(func(o *taskOptions) error {
 		if !buckets.ValidName(name) {
-			return ValidateQueue(name)
+			return validateQueue(name)
 		}
 		o.queue = name
 		return nil

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 
-	"github.com/bucketq/bucketq/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -27,9 +26,6 @@ wakes idle workers at once.`,
 		sub.RunE = func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return a.usageError(cmd, "want one queue name")
-			}
-			if err := engine.ValidateQueue(args[0]); err != nil {
-				return a.usageError(cmd, "%v", err)
 			}
 			s, err := a.connect(cmd, c)
 			if err != nil {

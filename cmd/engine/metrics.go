@@ -15,6 +15,10 @@ import (
 // Redis at most once per five seconds, whatever the number of scrapes.
 func metricsHandler(in *engine.Inspector, cfg *engine.Config) http.Handler {
 	col := prometheus.New(prometheus.Options{Inspector: in})
-	cfg.Observer = engine.Observers(cfg.Observer, col)
+	if prev := cfg.Observer; prev != nil {
+		cfg.Observer = engine.ObserverFunc(func(e engine.Event) { prev.Observe(e); col.Observe(e) })
+	} else {
+		cfg.Observer = col
+	}
 	return col.Handler()
 }
