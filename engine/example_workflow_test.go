@@ -77,7 +77,7 @@ func ExampleClient_EnqueueGroup() {
 	cfg := engine.Config{Namespace: "example", Logger: quiet}
 	client, _ := engine.NewClient(cfg, pool)
 
-	summary := make(chan []engine.MemberOutcome, 1)
+	summary := make(chan []engine.Outcome, 1)
 	mux := engine.NewMux()
 	mux.HandleFunc("resize", func(ctx context.Context, t *engine.Task) error {
 		if string(t.Payload) == "broken.png" {

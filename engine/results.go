@@ -39,13 +39,19 @@ func SetResult(ctx context.Context, b []byte) error {
 	return nil
 }
 
-// Outcome is a finished task's final state, as Client.Wait reports it.
+// Outcome is a finished task's final state, as Client.Wait, a reply task
+// (DecodeReply) and a group's callback (Task.Workflow.Outcomes) see it.
 type Outcome struct {
-	ID       string
-	State    State  // StateDone, StateDead or StateCancelled
-	Error    string // the last error of a dead task
-	Result   []byte // a done task's result, while kept (Config.ResultRetention)
-	Finished time.Time
+	ID       string    `json:"id"`
+	State    State     `json:"state"`            // StateDone, StateDead or StateCancelled
+	Error    string    `json:"error,omitempty"`  // the last error of a dead task
+	Result   []byte    `json:"result,omitempty"` // a done task's result, while kept (Config.ResultRetention)
+	Finished time.Time `json:"-"`
+	// Index is a group member's index (in Task.Workflow.Outcomes).
+	Index int `json:"index"`
+	// ResultRef: a group member's result was too large to carry;
+	// Client.Result(ID) reads it while it is kept.
+	ResultRef bool `json:"result_ref,omitempty"`
 }
 
 // Err is nil for a done task, and an error naming the state and the

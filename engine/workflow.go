@@ -111,22 +111,10 @@ type TaskWorkflow struct {
 	// first).
 	Previous string
 	// Outcomes are the members' outcomes (a group's callback).
-	Outcomes []MemberOutcome
+	Outcomes []Outcome
 	// Cancelled: the chain was cancelled while this step ran or was
 	// dead; no step follows it.
 	Cancelled bool
-}
-
-// MemberOutcome is a group member's outcome, as its callback sees it.
-type MemberOutcome struct {
-	Index  int    `json:"index"`
-	ID     string `json:"id"`
-	State  State  `json:"state"` // StateDone, StateDead or StateCancelled
-	Error  string `json:"error,omitempty"`
-	Result []byte `json:"result,omitempty"`
-	// ResultRef: the result was too large to carry; Client.Result(ID)
-	// reads it while it is kept.
-	ResultRef bool `json:"result_ref,omitempty"`
 }
 
 func workflowOf(r *buckets.Record) *TaskWorkflow {

@@ -146,7 +146,7 @@ func TestGroupCallbackOnceAcrossWorkers(t *testing.T) {
 	e := realEnv(t)
 	const n = 40
 	var callbacks atomic.Int32
-	outcomes := make(chan []MemberOutcome, 2)
+	outcomes := make(chan []Outcome, 2)
 	start := make(chan struct{})
 	var started sync.WaitGroup
 	started.Add(n)
