@@ -51,8 +51,8 @@ func scenarioUniqueResults(e *env) {
 	c := e.client()
 	dup := func(err error, holder string) {
 		t.Helper()
-		var de *engine.DuplicateError
-		if !errors.As(err, &de) || de.ID != holder {
+		var de *engine.ExistsError
+		if !errors.As(err, &de) || de.IDs[0] != holder {
 			t.Fatalf("enqueue: %v, want a duplicate of %s", err, holder)
 		}
 	}

@@ -121,7 +121,7 @@ func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buc
 //
 // Tasks with a TaskID are checked to be new in the same transaction (one
 // more round trip): if any id exists, none of the tasks is written and
-// the error is a *TaskExistsError naming every id that exists. Two tasks
+// the error is a *ExistsError naming every id that exists. Two tasks
 // of one batch may not share an id.
 func (c *laneClient) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
 	now := c.cfg.Advanced.Clock.Now()
@@ -175,9 +175,9 @@ func (c *laneClient) write(ctx context.Context, now time.Time, recs []*buckets.R
 		var dup *buckets.DuplicateError
 		switch {
 		case errors.As(err, &ex):
-			return nil, &TaskExistsError{IDs: ex.IDs}
+			return nil, &ExistsError{IDs: ex.IDs}
 		case errors.As(err, &dup):
-			return nil, &DuplicateError{Key: dup.Key, ID: dup.ID}
+			return nil, &ExistsError{Key: dup.Key, IDs: []string{dup.ID}}
 		case errors.Is(err, buckets.ErrSetAside):
 			// Written all the same; someone put keys of the wrong type in
 			// the namespace.

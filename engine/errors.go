@@ -36,7 +36,7 @@ var (
 	ErrInvalid = errors.New("engine: invalid argument")
 	// ErrTaskExists: Enqueue or EnqueueBatch named, with TaskID, an id
 	// that is taken; nothing was written. The error is a
-	// *TaskExistsError listing the ids. An id stays taken while its
+	// *ExistsError listing the ids. An id stays taken while its
 	// record exists: until Config.DoneRetention after the task succeeded
 	// or was cancelled, until Config.DeadRetention (or ActionDelete) after
 	// it died, and for as long as it waits or runs.
@@ -64,22 +64,34 @@ var (
 	ErrEviction = errors.New("engine: Redis may evict task records")
 )
 
-// TaskExistsError is the error of an Enqueue or EnqueueBatch whose TaskID
-// ids are taken (some of them, for a batch): nothing was written.
-// errors.Is(err, ErrTaskExists) holds for it; errors.As gives the ids.
-type TaskExistsError struct {
-	IDs []string // the ids that exist, in the order they were given
+// ExistsError is the error of an Enqueue refused because what it names is
+// taken; nothing was written. Without Key, its TaskID ids exist (some of
+// them, for a batch) and errors.Is(err, ErrTaskExists) holds; with Key,
+// the unique key (Unique, UniqueKey) is held by the task IDs[0] and
+// errors.Is(err, ErrDuplicate) holds.
+type ExistsError struct {
+	IDs []string // the ids that exist, in the order given; or the key's holder
+	Key string   // the unique key: "d:<digest>" for Unique, "k:<key>" for UniqueKey
 }
 
-func (e *TaskExistsError) Error() string {
+func (e *ExistsError) Error() string {
+	if e.Key != "" && len(e.IDs) == 1 {
+		return fmt.Sprintf("engine: unique key %q is held by task %s; nothing was enqueued", e.Key, e.IDs[0])
+	}
 	if len(e.IDs) == 1 {
 		return fmt.Sprintf("engine: task id %q already exists; nothing was enqueued", e.IDs[0])
 	}
 	return fmt.Sprintf("engine: task ids %q already exist; nothing was enqueued", e.IDs)
 }
 
-// Is reports whether target is ErrTaskExists.
-func (e *TaskExistsError) Is(target error) bool { return target == ErrTaskExists }
+// Is reports whether target is ErrTaskExists (no Key) or ErrDuplicate
+// (a Key).
+func (e *ExistsError) Is(target error) bool {
+	if e.Key != "" {
+		return target == ErrDuplicate
+	}
+	return target == ErrTaskExists
+}
 
 // engineError is an error the engine reports: its own message, the
 // engine sentinel it matches (if any), and the error underneath (for
@@ -126,9 +138,8 @@ func failed(op string, err error) error {
 		return nil
 	}
 	var ee *engineError
-	var te *TaskExistsError
-	var de *DuplicateError
-	if errors.As(err, &ee) || errors.As(err, &te) || errors.As(err, &de) {
+	var xe *ExistsError
+	if errors.As(err, &ee) || errors.As(err, &xe) {
 		return err
 	}
 	kind := kindOf(err)

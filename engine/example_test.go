@@ -118,7 +118,7 @@ func ExampleTaskID() {
 
 // A batch with an id that exists writes none of its tasks; the error
 // names the ids that exist.
-func ExampleTaskExistsError() {
+func ExampleExistsError() {
 	pool, done := newPool()
 	defer done()
 	ctx := context.Background()
@@ -129,7 +129,7 @@ func ExampleTaskExistsError() {
 		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-bob")}},
 		{Type: "user.welcome", Options: []engine.Option{engine.TaskID("welcome-ada")}},
 	})
-	var exists *engine.TaskExistsError
+	var exists *engine.ExistsError
 	if errors.As(err, &exists) {
 		fmt.Println(exists.IDs)
 	}

@@ -183,7 +183,7 @@ type batchResult struct {
 // The tasks of a batch of several are at most 4 MiB together
 // (else ErrTooLarge). Tasks with a TaskID are checked to be new in
 // the same transaction (one more round trip): if any id exists, none of
-// its lane's tasks is written and the error is a *TaskExistsError naming
+// its lane's tasks is written and the error is a *ExistsError naming
 // every id that exists. Two tasks of one batch may not share an id.
 func (c *Client) EnqueueBatch(ctx context.Context, tasks []NewTask) ([]*TaskInfo, error) {
 	if len(c.lanes) == 1 {

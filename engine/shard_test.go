@@ -166,8 +166,8 @@ func TestShardRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		var de *DuplicateError
-		if _, err := c.Enqueue(ctx, "job", []byte("q"), UniqueKey("nightly", time.Minute)); !errors.As(err, &de) || de.ID != first.ID {
+		var de *ExistsError
+		if _, err := c.Enqueue(ctx, "job", []byte("q"), UniqueKey("nightly", time.Minute)); !errors.As(err, &de) || de.IDs[0] != first.ID {
 			t.Fatalf("duplicate: %v, want a DuplicateError naming %s", err, first.ID)
 		}
 	}

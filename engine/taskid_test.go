@@ -227,9 +227,9 @@ func TestTaskIDExists(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := c.Enqueue(ctx, "t", []byte("second"), TaskID("a"))
-		var te *TaskExistsError
+		var te *ExistsError
 		if !errors.Is(err, ErrTaskExists) || !errors.As(err, &te) || len(te.IDs) != 1 || te.IDs[0] != "a" {
-			t.Fatalf("second Enqueue of id a = %v, want a TaskExistsError naming a", err)
+			t.Fatalf("second Enqueue of id a = %v, want a ExistsError naming a", err)
 		}
 		if info, err := c.Lookup(ctx, "a"); err != nil || string(info.Payload) != "first" || info.State != StateScheduled {
 			t.Fatalf("Lookup(a) = %+v, %v: the refused enqueue changed the task", info, err)
@@ -242,7 +242,7 @@ func TestTaskIDExists(t *testing.T) {
 			{Type: "t", Options: []Option{TaskID("a")}},
 		})
 		if !errors.As(err, &te) || len(te.IDs) != 1 || te.IDs[0] != "a" || !strings.Contains(err.Error(), `"a"`) {
-			t.Fatalf("batch with existing id a = %v, want a TaskExistsError naming a", err)
+			t.Fatalf("batch with existing id a = %v, want a ExistsError naming a", err)
 		}
 		if after := len(e.keys(t)); after != before {
 			t.Fatalf("a refused batch wrote keys: %d before, %d after", before, after)

@@ -12,23 +12,8 @@ import (
 
 // ErrDuplicate: Enqueue of a task whose unique key (Unique, UniqueKey)
 // another task holds; nothing was written. The error is a
-// *DuplicateError naming the holder.
+// *ExistsError naming the holder.
 var ErrDuplicate = fmt.Errorf("engine: duplicate of a unique task")
-
-// DuplicateError is the error of an Enqueue refused because its unique
-// key is held: errors.Is(err, ErrDuplicate) holds, and errors.As gives
-// the id of the task holding the key.
-type DuplicateError struct {
-	Key string // the unique key: "d:<digest>" for Unique, "k:<key>" for UniqueKey
-	ID  string // the task holding it
-}
-
-func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("engine: unique key %q is held by task %s; nothing was enqueued", e.Key, e.ID)
-}
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // MaxUniqueKeyLen is the longest key UniqueKey accepts, in bytes.
 const maxUniqueKeyLen = 200
@@ -36,7 +21,7 @@ const maxUniqueKeyLen = 200
 // Unique makes the task unique by its queue, type and payload (a SHA-256
 // digest of the three): while a task enqueued with the same three and
 // Unique is scheduled, ready, running or retrying, enqueueing another
-// writes nothing and fails with a *DuplicateError (ErrDuplicate) naming
+// writes nothing and fails with an *ExistsError (ErrDuplicate) naming
 // it. The key is released in the same transaction that makes its holder
 // done, dead or cancelled, or when ttl passes (rounded up to whole
 // seconds), whichever comes first; ttl 0 holds it until the task ends.

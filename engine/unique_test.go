@@ -35,13 +35,13 @@ func TestUniqueRace(t *testing.T) {
 			<-start
 			for i := 0; i < total/producers; i++ {
 				info, err := c.Enqueue(context.Background(), "t", []byte(fmt.Sprint(p, i)), UniqueKey("race", 0))
-				var dup *DuplicateError
+				var dup *ExistsError
 				switch {
 				case err == nil:
 					won.Add(1)
 					winners.Store(info.ID, true)
 				case errors.As(err, &dup) && errors.Is(err, ErrDuplicate):
-					holders.Store(dup.ID, true)
+					holders.Store(dup.IDs[0], true)
 				default:
 					t.Errorf("enqueue: %v", err)
 				}
@@ -79,8 +79,8 @@ func TestUniqueDigestAndBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Enqueue(ctx, "t", []byte("a"), Unique(time.Hour))
-	var dup *DuplicateError
-	if !errors.As(err, &dup) || dup.ID != first.ID {
+	var dup *ExistsError
+	if !errors.As(err, &dup) || dup.IDs[0] != first.ID {
 		t.Fatalf("same queue, type, payload: %v, want a duplicate of %s", err, first.ID)
 	}
 	for _, o := range [][]Option{{Unique(0)}, {Unique(0), Queue("other")}} {
@@ -96,7 +96,7 @@ func TestUniqueDigestAndBatch(t *testing.T) {
 		{Type: "n", Options: []Option{UniqueKey("fresh", 0)}},
 		{Type: "t", Payload: []byte("a"), Options: []Option{Unique(0)}},
 	})
-	if !errors.As(err, &dup) || dup.ID != first.ID {
+	if !errors.As(err, &dup) || dup.IDs[0] != first.ID {
 		t.Fatalf("batch with one duplicate: %v", err)
 	}
 	_, err = c.EnqueueBatch(ctx, []NewTask{
@@ -265,12 +265,12 @@ func TestUniqueStateTable(t *testing.T) {
 				holder = id
 			}
 			_, err := c.Enqueue(ctx, "ok", nil, key, Queue("nobody"))
-			var dup *DuplicateError
+			var dup *ExistsError
 			switch {
 			case row.held && !errors.As(err, &dup):
 				t.Fatalf("key free (enqueue: %v), want held", err)
-			case row.held && dup.ID != holder:
-				t.Fatalf("duplicate names %s, want %s", dup.ID, holder)
+			case row.held && dup.IDs[0] != holder:
+				t.Fatalf("duplicate names %s, want %s", dup.IDs[0], holder)
 			case !row.held && err != nil:
 				t.Fatalf("key held (enqueue: %v), want free", err)
 			}

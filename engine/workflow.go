@@ -255,7 +255,7 @@ func (c *laneClient) enqueueFlow(ctx context.Context, id string, now int64, fiel
 	err = c.store.EnqueueFlow(ctx, conn, now, id, fields, recs)
 	var ex *buckets.ExistsError
 	if errors.As(err, &ex) {
-		return &TaskExistsError{IDs: ex.IDs}
+		return &ExistsError{IDs: ex.IDs}
 	}
 	if err != nil {
 		return failed("enqueue workflow "+id, err)

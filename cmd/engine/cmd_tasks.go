@@ -101,9 +101,9 @@ when asked for. Without --in or --at the task is due now.`,
 			}
 		}
 		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
-		var dup *engine.DuplicateError
+		var dup *engine.ExistsError
 		if errors.As(err, &dup) {
-			fmt.Fprintln(a.stdout, dup.ID)
+			fmt.Fprintln(a.stdout, dup.IDs[0])
 		}
 		if err != nil {
 			return a.fail("enqueue", err)

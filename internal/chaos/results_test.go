@@ -174,13 +174,13 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 				for k := 0; k < keys; k++ {
 					key := fmt.Sprintf("key-%d", (k+p*3)%keys)
 					info, err := client.Enqueue(ctx, "noop", []byte(key), engine.UniqueKey(key, 0), engine.ReplyTo("replies"))
-					var dup *engine.DuplicateError
+					var dup *engine.ExistsError
 					pmu.Lock()
 					switch {
 					case err == nil:
 						accepted[info.ID] = key
 					case errors.As(err, &dup):
-						refusals[key] = append(refusals[key], dup.ID)
+						refusals[key] = append(refusals[key], dup.IDs[0])
 					default:
 						t.Errorf("enqueue: %v", err)
 					}
