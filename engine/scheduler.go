@@ -82,9 +82,9 @@ func (d periodicDef) spec() (schedule.Spec, error) {
 	return sp, nil
 }
 
-// ValidatePeriodic checks p as Server.AddPeriodic would with cfg: its name,
+// Validate checks p as Server.AddPeriodic would with cfg: its name,
 // schedule, missed policy and task fields. Errors match ErrInvalid.
-func ValidatePeriodic(cfg Config, p Periodic) error {
+func (p Periodic) Validate(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

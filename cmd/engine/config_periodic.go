@@ -103,7 +103,7 @@ func (s *Settings) validatePeriodic(bad func(key, format string, args ...any)) {
 		ps2 := *s
 		ps2.Periodic = []PeriodicSettings{ps}
 		eps, _ := ps2.periodics()
-		if err := engine.ValidatePeriodic(s.Engine, eps[0]); err != nil {
+		if err := eps[0].Validate(s.Engine); err != nil {
 			bad(key, "%s", strings.TrimPrefix(strings.TrimSuffix(err.Error(), ": "+engine.ErrInvalid.Error()), "engine: "))
 		}
 	}
