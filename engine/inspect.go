@@ -19,7 +19,7 @@ import (
 // `engine workers` and the dashboard. Every call is bounded: a listing
 // reads at most a fixed number of commands and elements per page whatever
 // the number of tasks, and a bulk action works in batches of at most
-// MaxActionBatch tasks, each one optimistic transaction. It is safe for
+// 100 tasks, each one optimistic transaction. It is safe for
 // concurrent use and never closes the pool it is given.
 type laneInspector struct {
 	pool  *redis.Pool

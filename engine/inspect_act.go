@@ -30,7 +30,7 @@ const (
 	ActionDelete Action = "delete"
 )
 
-// MaxActionBatch is the most tasks one transaction of Act or ActAll
+// maxActionBatch is the most tasks one transaction of Act or ActAll
 // changes.
 const maxActionBatch = buckets.MaxActBatch
 

@@ -112,7 +112,7 @@ func IsRetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// ValidateQueue checks a queue name as Enqueue does: 1 to 64 of A-Z a-z
+// validateQueue checks a queue name as Enqueue does: 1 to 64 of A-Z a-z
 // 0-9 _ . -.
 func validateQueue(name string) error {
 	if !buckets.ValidName(name) {
@@ -151,7 +151,7 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// PanicError is the failure recorded when a handler panics.
+// panicError is the failure recorded when a handler panics.
 type panicError struct {
 	Value any
 	Stack string
@@ -159,7 +159,7 @@ type panicError struct {
 
 func (p *panicError) Error() string { return fmt.Sprintf("handler panic: %v", p.Value) }
 
-// callHandler runs h, turning a panic into a *PanicError.
+// callHandler runs h, turning a panic into a *panicError.
 func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
 	defer func() {
 		if v := recover(); v != nil {

@@ -65,7 +65,7 @@ type Group struct {
 	ContinueOnFailure bool
 }
 
-// MaxWriteBytes bounds the tasks one call writes in one transaction,
+// maxWriteBytes bounds the tasks one call writes in one transaction,
 // counted as their payloads, types, queues and metadata: a chain's steps, a
 // group's members and callback (beyond it: ErrTooLarge), the tasks of
 // an EnqueueBatch of more than one task (ErrTooLarge; a single
@@ -73,7 +73,7 @@ type Group struct {
 const maxWriteBytes = buckets.MaxWriteBytes
 
 // checkWriteBytes refuses recs, matching kind, when together they pass
-// MaxWriteBytes: what names them in the error.
+// maxWriteBytes: what names them in the error.
 func checkWriteBytes(kind error, what string, recs []*buckets.Record) error {
 	size := 0
 	for _, r := range recs {
