@@ -90,6 +90,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	var (
 		mu    sync.Mutex
 		procs = map[string]*exec.Cmd{}
+		waits sync.WaitGroup // each started process's Wait
 	)
 	start := func(name string, args ...string) {
 		cmd := exec.Command(procBin, append(append([]string{}, common...), args...)...)
@@ -99,7 +100,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 			t.Errorf("start %s: %v", name, err)
 			return
 		}
-		go func() { _ = cmd.Wait(); logf.Close() }()
+		waits.Go(func() { _ = cmd.Wait(); logf.Close() })
 		mu.Lock()
 		procs[name] = cmd
 		mu.Unlock()
@@ -111,10 +112,13 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	}
 	t.Cleanup(func() {
 		mu.Lock()
-		defer mu.Unlock()
 		for _, p := range procs {
 			_ = p.Process.Kill()
 		}
+		mu.Unlock()
+		// Every Wait returns once its process is gone: no goroutine
+		// outlives the test, however slowly a busy machine reaps them.
+		waits.Wait()
 	})
 	// The race is between producers and running tasks: wait until every
 	// worker serves every lane.
