@@ -102,7 +102,7 @@ when asked for. Without --in or --at the task is due now.`,
 		}
 		info, err := s.client.Enqueue(cmd.Context(), *typ, body, opts...)
 		var dup *engine.ExistsError
-		if errors.As(err, &dup) {
+		if errors.As(err, &dup) && dup.Key != "" { // a held unique key: its holder
 			fmt.Fprintln(a.stdout, dup.IDs[0])
 		}
 		if err != nil {
