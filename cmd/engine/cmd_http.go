@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/bucketq/bucketq/dashboard"
 	"github.com/bucketq/bucketq/engine"
@@ -139,11 +140,15 @@ func (a *app) newHTTP(set *Settings, pool *redis.Pool, log *slog.Logger, ready f
 	return &httpSide{srv: srv, dash: dash, ln: ln}, nil
 }
 
-// serve runs the server and the dashboard's sampler until ctx ends.
+// serve runs the server and the dashboard's sampler until ctx ends, and
+// returns once both have stopped: the caller then closes the pools the
+// sampler reads through.
 func (h *httpSide) serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	defer sampler.Wait()
 	defer cancel()
-	go func() { _ = h.dash.Run(ctx) }()
+	sampler.Go(func() { _ = h.dash.Run(ctx) })
 	return h.srv.Serve(ctx, h.ln)
 }
 
