@@ -210,8 +210,20 @@ func TestObserverEnqueuedEverywhere(t *testing.T) {
 			t.Fatalf("tasks %v did not run", want)
 		}
 	}
+	// A spawned task is reported after its parent's transaction, which
+	// another handler slot may beat to running it: wait for the reports.
+	ids := []string{"ch~0", "ch~1", "gr~0", "gr~1", "gr~cb"}
+	waitFor(t, outcomeWait, "every enqueue reported", func() bool {
+		got := log.enqueuedIDs()
+		for _, id := range ids {
+			if got[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	got := log.enqueuedIDs()
-	for _, id := range []string{"ch~0", "ch~1", "gr~0", "gr~1", "gr~cb"} {
+	for _, id := range ids {
 		if got[id] != 1 {
 			t.Errorf("task %s reported enqueued %d times, want once (all: %v)", id, got[id], got)
 		}
