@@ -53,6 +53,7 @@ type Record struct {
 	Attempts    int   // handler runs that failed
 	Recoveries  int   // times its worker died or lost the lease while running it
 	Runs        int   // times it was claimed; names the current run for ack
+	Snoozes     int   // times its handler snoozed it (not failures)
 	MaxAttempts int   // handler runs allowed before it goes to the dead letters
 	TimeoutMs   int64 // handler time limit
 	Created     int64
@@ -187,6 +188,7 @@ const (
 	sectionUniqueTTL = 4 // Record.UniqueTTL, an unsigned varint
 	sectionReplyTo   = 5 // Record.ReplyTo
 	sectionFlow      = 6 // Record.Flow (workflow.go)
+	sectionSnoozes   = 7 // Record.Snoozes, an unsigned varint
 )
 
 const flagSkipIfRunning = 1
@@ -345,6 +347,9 @@ func (r *Record) sections() [][]byte {
 	}
 	if r.Flow != nil {
 		section(sectionFlow, r.Flow.encode())
+	}
+	if r.Snoozes > 0 {
+		section(sectionSnoozes, binary.AppendUvarint(nil, uint64(r.Snoozes)))
 	}
 	if m := r.encodeMetadata(); len(m) > 0 {
 		out = append(out, m)
@@ -562,6 +567,12 @@ func (d *decoder) sections(r *Record) error {
 			if r.Flow = decodeFlow(body); r.Flow == nil {
 				d.err = true
 			}
+		case sectionSnoozes:
+			n, k := binary.Uvarint(body)
+			if k <= 0 || k != len(body) || n == 0 || n > 1<<31 {
+				d.err = true
+			}
+			r.Snoozes = int(n)
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {

@@ -26,6 +26,7 @@ const (
 	StatFailed    = "failed"    // counter: handler runs that failed
 	StatRecovered = "recovered" // counter: returned after a worker died or a lease ran out
 	StatCancelled = "cancelled" // counter: cancelled before running
+	StatSnoozed   = "snoozed"   // counter: runs whose handler snoozed the task
 )
 
 // wakeTokens bounds how many wake-up tokens one transaction pushes to a

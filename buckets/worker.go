@@ -413,6 +413,7 @@ const (
 //	        kept shorter than the list would be)
 //	Again:  SET t:<id>; RPUSH bucket + ZADD sched + wake (or LPUSH
 //	        ready + tokens when due); HINCRBY scheduled/retrying/failed
+//	        (snoozed, for a snooze)
 //	Bury:   SET t:<id>; ZADD dead; HINCRBY dead +1, failed +1; the
 //	        final writes (unique key, completion, reply)
 //
@@ -515,7 +516,9 @@ func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, no
 			// (place); due at once, it is ready, not retrying.
 			tx.Queue("HINCRBY", st, StatFailed, 1)
 		} else {
+			// Asked for by the handler (a snooze), not a failure.
 			r.State = StateWaiting
+			tx.Queue("HINCRBY", st, StatSnoozed, 1)
 		}
 		tx.Queue("SET", key, r.Encode())
 		s.place(tx, r, now, false)

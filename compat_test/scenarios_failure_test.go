@@ -41,7 +41,7 @@ func scenarioRetries(e *env) {
 	})
 	mux.HandleFunc("later", func(ctx context.Context, task *engine.Task) error {
 		if r := rec.add(task); len(rec.of(r.ID)) == 1 {
-			return engine.RetryAfter(300 * time.Millisecond)
+			return engine.Snooze(300 * time.Millisecond)
 		}
 		return nil
 	})

@@ -67,20 +67,31 @@ func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
 	}
 }
 
-// The retry policy: done on nil, RetryAfter waits without counting an
-// attempt, failures retry until MaxAttempts, permanent errors and unknown
+// The retry policy: done on nil, Snooze waits without using an attempt
+// and is counted apart up to MaxSnoozes, failures retry until MaxAttempts, permanent errors and unknown
 // types (under "dead") go to the dead letters.
 func TestRetryPolicy(t *testing.T) {
-	p := retryPolicy{cfg: Config{RetryDelay: func(*Task, int, error) time.Duration { return time.Second }, UnknownType: "dead"}}
+	p := retryPolicy{cfg: Config{RetryDelay: func(*Task, int, error) time.Duration { return time.Second }, UnknownType: "dead",
+		Advanced: AdvancedConfig{MaxSnoozes: 2}}}
 	now := time.UnixMilli(1_000_000)
 	rec := func() *buckets.Record { return &buckets.Record{MaxAttempts: 2} }
 	if out := p.decide(rec(), now, nil); out != buckets.Done {
 		t.Fatalf("nil: %v", out)
 	}
 	r := rec()
-	if out := p.decide(r, now, RetryAfter(5*time.Second)); out != buckets.Again || r.Attempts != 0 || r.State != buckets.StateWaiting || r.Due != now.Add(5*time.Second).UnixMilli() {
-		t.Fatalf("RetryAfter: %v %+v", out, r)
+	for i := 1; i <= 2; i++ {
+		if out := p.decide(r, now, Snooze(5*time.Second)); out != buckets.Again || r.Attempts != 0 || r.Snoozes != i || r.State != buckets.StateWaiting || r.Due != now.Add(5*time.Second).UnixMilli() {
+			t.Fatalf("snooze %d: %v %+v", i, out, r)
+		}
 	}
+	if out := p.decide(r, now, Snooze(5*time.Second)); out != buckets.Bury || r.Attempts != 0 || r.Snoozes != 2 || !strings.Contains(r.LastError, "snoozed too often") {
+		t.Fatalf("snooze past MaxSnoozes: %v %+v", out, r)
+	}
+	p.cfg.Advanced.MaxSnoozes = -1
+	if out := p.decide(rec(), now, Snooze(time.Second)); out != buckets.Bury {
+		t.Fatalf("snooze with MaxSnoozes -1: %v", out)
+	}
+	p.cfg.Advanced.MaxSnoozes = 2
 	r = rec()
 	if out := p.decide(r, now, errors.New("x")); out != buckets.Again || r.Attempts != 1 || r.State != buckets.StateRetry || r.Due != now.Add(time.Second).UnixMilli() {
 		t.Fatalf("first failure: %v %+v", out, r)

@@ -110,6 +110,10 @@ type AdvancedConfig struct {
 	// died or its lease ran out) before it is buried; negative allows
 	// none. Default 5.
 	MaxRecoveries int
+	// MaxSnoozes is how many times a task's handler may snooze it
+	// (Snooze) before it is buried with the reason "snoozed too often";
+	// negative allows none. Default 1000.
+	MaxSnoozes int
 	// UnknownTypeGrace is how long a task type may go unserved on a queue
 	// before Config.UnknownType applies; until then a worker without its
 	// handler gives it back for one that has it. Negative: none. Default
@@ -260,6 +264,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Advanced.MaxRecoveries == 0 {
 		c.Advanced.MaxRecoveries = 5
+	}
+	if c.Advanced.MaxSnoozes == 0 {
+		c.Advanced.MaxSnoozes = 1000
 	}
 	if c.DoneRetention == 0 {
 		c.DoneRetention = 10 * time.Minute

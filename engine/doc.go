@@ -37,8 +37,8 @@
 // A handler's error decides what happens next: nil is success; an error is
 // a failure, retried with backoff ([Config.RetryDelay]) until the task's
 // attempts are used up, after which it becomes a dead letter; [Permanent]
-// skips the remaining attempts; [RetryAfter] runs it again later without
-// counting a failure. Panics are failures.
+// skips the remaining attempts; [Snooze] runs it again later without
+// using an attempt. Panics are failures.
 //
 // # Redis 2.4
 //

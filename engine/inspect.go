@@ -97,6 +97,7 @@ type QueueInfo struct {
 	Failed    int64 `json:"failed"` // handler runs that failed
 	Recovered int64 `json:"recovered"`
 	Cancelled int64 `json:"cancelled"`
+	Snoozed   int64 `json:"snoozed"` // runs whose handler snoozed its task
 	// Latency is the age of the oldest ready task: how long the task a
 	// worker takes next has been due. Zero when none is ready.
 	Latency time.Duration `json:"latency_ns"`
@@ -158,7 +159,7 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	for i, s := range snap {
 		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Paused: slices.Contains(pausedQs, s.Queue)}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Paused: slices.Contains(pausedQs, s.Queue)}
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}

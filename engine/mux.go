@@ -14,7 +14,7 @@ import (
 )
 
 // Handler runs tasks. ProcessTask's error decides what happens next: nil
-// is success; RetryAfter asks to run again later without counting a
+// is success; Snooze asks to run again later without counting a
 // failure; Permanent skips the remaining attempts; any other error is a
 // failure, retried with backoff until MaxAttempts. The context ends at
 // the task's timeout and when the worker shuts down.
@@ -102,10 +102,10 @@ func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
 	return h.ProcessTask(ctx, t)
 }
 
-// IsRetryAfter reports whether err (or one it wraps) came from
-// RetryAfter, and the delay it asked for.
-func IsRetryAfter(err error) (time.Duration, bool) {
-	var ra *retryAfter
+// IsSnooze reports whether err (or one it wraps) came from Snooze, and
+// the delay it asked for.
+func IsSnooze(err error) (time.Duration, bool) {
+	var ra *snoozeError
 	if errors.As(err, &ra) {
 		return ra.d, true
 	}
@@ -121,14 +121,17 @@ func validateQueue(name string) error {
 	return nil
 }
 
-// retryAfter is the error RetryAfter returns.
-type retryAfter struct{ d time.Duration }
+// snoozeError is the error Snooze returns.
+type snoozeError struct{ d time.Duration }
 
-func (r *retryAfter) Error() string { return fmt.Sprintf("engine: run again in %v", r.d) }
+func (r *snoozeError) Error() string { return fmt.Sprintf("engine: snoozed for %v", r.d) }
 
-// RetryAfter is what a handler returns to run the task again after d
-// without counting a failure: the "lock is busy, try in 5 s" case.
-func RetryAfter(d time.Duration) error { return &retryAfter{d: max(d, 0)} }
+// Snooze is what a handler returns to run the task again after d without
+// using an attempt: the "lock is busy, try in 5 s" case. Snoozes are
+// counted apart from failures (Task.Snoozes, QueueInfo.Snoozed); past
+// Advanced.MaxSnoozes of them the task goes to the dead letters with the
+// reason "snoozed too often".
+func Snooze(d time.Duration) error { return &snoozeError{d: max(d, 0)} }
 
 // permanent marks an error that must not be retried.
 type permanent struct{ err error }
@@ -179,12 +182,12 @@ func Logging(log *slog.Logger) Middleware {
 			err := next.ProcessTask(ctx, t)
 			attrs := []any{keyTaskID, t.ID, keyType, t.Type, keyQueue, t.Queue, keyAttempt, t.Attempt,
 				"duration", time.Since(start).Round(time.Microsecond)}
-			var ra *retryAfter
+			var ra *snoozeError
 			switch {
 			case err == nil:
 				log.Debug("task done", attrs...)
 			case errors.As(err, &ra):
-				log.Debug("task asks to run again later", append(attrs, "in", ra.d)...)
+				log.Debug("task snoozed", append(attrs, "in", ra.d)...)
 			default:
 				log.Debug("task failed", append(attrs, keyErr, err)...)
 			}

@@ -101,8 +101,8 @@ type Event struct {
 	Due      time.Time     // Enqueued, Started, Retried
 	Duration time.Duration // Finished
 	// State is where a Finished run left its task: StateDone, StateRetrying
-	// (failed; it runs again), StateScheduled (the handler asked to run
-	// again later with RetryAfter; not a failure) or StateDead.
+	// (failed; it runs again), StateScheduled (the handler snoozed it:
+	// not a failure) or StateDead.
 	State  State
 	Err    error  // Finished with a failure
 	Reason string // Dead, Recovered
@@ -159,8 +159,12 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 		w.cfg.Observer.Observe(Event{Kind: EventRetried, Queue: r.Queue, Type: r.Type, TaskID: r.ID,
 			Attempt: r.Attempts, Time: now, Due: fromMs(r.Due), Err: herr})
 	case StateDead:
+		reason := "failed"
+		if _, ok := IsSnooze(herr); ok {
+			reason = "snoozed_too_often"
+		}
 		w.cfg.Observer.Observe(Event{Kind: EventDead, Queue: r.Queue, Type: r.Type, TaskID: r.ID,
-			Attempt: r.Attempts, Time: now, Err: herr, Reason: "failed"})
+			Attempt: r.Attempts, Time: now, Err: herr, Reason: reason})
 	}
 }
 

@@ -2,24 +2,30 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 )
 
 // retryPolicy turns a handler's result into the record's next state:
-// done, run again later (a failure within MaxAttempts, or RetryAfter), or
+// done, run again later (a failure within MaxAttempts, or a snooze), or
 // the dead letters.
 type retryPolicy struct {
 	cfg Config
 }
 
 func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) buckets.Outcome {
-	var ra *retryAfter
+	var ra *snoozeError
 	switch {
 	case herr == nil:
 		return buckets.Done
 	case errors.As(herr, &ra):
+		if r.Snoozes >= max(p.cfg.Advanced.MaxSnoozes, 0) {
+			r.LastError = fmt.Sprintf("snoozed too often (%d times, Advanced.MaxSnoozes)", r.Snoozes)
+			return buckets.Bury
+		}
+		r.Snoozes++
 		r.State = buckets.StateWaiting
 		r.Due = msCeil(now.Add(ra.d))
 		return buckets.Again

@@ -17,6 +17,7 @@ type Task struct {
 	Attempt     int // 1 on the first run; failures so far plus one
 	MaxAttempts int
 	Recoveries  int // times a worker died or lost the lease while running it
+	Snoozes     int // times its handler snoozed it (Snooze): not failures
 	// Run is 1 on the first run of the task and counts every start since,
 	// whatever ended the earlier ones (a failure, a retry asked for, a
 	// worker that died or was stopped, a lost lease): a handler sees a
@@ -49,7 +50,7 @@ func taskFromRecord(r *buckets.Record) *Task {
 func taskOf(r *buckets.Record) Task {
 	return Task{
 		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
-		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries,
+		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries, Snoozes: r.Snoozes,
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 		Metadata: r.Metadata,

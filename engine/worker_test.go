@@ -318,7 +318,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 	})
 }
 
-func TestPermanentRetryAfterAndPanic(t *testing.T) {
+func TestPermanentSnoozeAndPanic(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var later atomic.Int32
@@ -326,7 +326,7 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 		mux.HandleFunc("perm", func(ctx context.Context, t *Task) error { return Permanent(errors.New("bad input")) })
 		mux.HandleFunc("later", func(ctx context.Context, t *Task) error {
 			if later.Add(1) < 3 {
-				return RetryAfter(50 * time.Millisecond)
+				return Snooze(50 * time.Millisecond)
 			}
 			return nil
 		})
@@ -357,7 +357,13 @@ func TestPermanentRetryAfterAndPanic(t *testing.T) {
 		check(slow, "timed out after 100ms", 1)
 		check(lat, "", 0)
 		if later.Load() != 3 {
-			t.Fatalf("RetryAfter task ran %d times, want 3", later.Load())
+			t.Fatalf("snoozed task ran %d times, want 3", later.Load())
+		}
+		if info, _ := c.Lookup(ctx, lat); info.Snoozes != 2 || info.Run != 3 {
+			t.Fatalf("snoozed task: snoozes %d runs %d, want 2 and 3", info.Snoozes, info.Run)
+		}
+		if st, _ := c.Stats(ctx); st[0].Snoozed != 2 {
+			t.Fatalf("stats: snoozed %d, want 2", st[0].Snoozed)
 		}
 	})
 }

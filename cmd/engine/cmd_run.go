@@ -34,9 +34,9 @@ A handler command gets the payload on stdin and ENGINE_TASK_ID, _TYPE,
 _QUEUE, _ATTEMPT, _MAX_ATTEMPTS, _RECOVERIES, _DUE and _LAST_ERROR in its
 environment, besides engine's own environment without the variables
 that hold Redis credentials or say where they are (ENGINE_REDIS_*,
-ENGINE_CONFIG, REDISCLI_AUTH, the HTTP token). Exit 0 is success, 75 asks
-to run again after the handler's retry_later without counting a failure,
-anything else is a failure (retried with backoff, then dead-lettered).
+ENGINE_CONFIG, REDISCLI_AUTH, the HTTP token). Exit 0 is success, 75 snoozes
+the task (runs it again after the handler's snooze, or after the duration
+on stdout's last line "snooze 90s", without using an attempt), anything else is a failure (retried with backoff, then dead-lettered).
 
 SIGINT or SIGTERM stops taking tasks and lets running ones finish for
 shutdown_timeout, then returns the rest to their queues. A second signal

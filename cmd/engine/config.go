@@ -68,13 +68,13 @@ type HTTPSettings struct {
 
 // HandlerSettings is the command `engine run` runs for one task type.
 type HandlerSettings struct {
-	Command    []string
-	Env        map[string]string
-	Dir        string
-	Timeout    time.Duration // 0: the task's own timeout only
-	RetryLater time.Duration // the delay asked for by exit code 75
-	KillGrace  time.Duration // SIGTERM to SIGKILL of the process group
-	OutputCap  int           // bytes of stdout and of stderr kept for the log
+	Command   []string
+	Env       map[string]string
+	Dir       string
+	Timeout   time.Duration // 0: the task's own timeout only
+	Snooze    time.Duration // the delay asked for by exit code 75
+	KillGrace time.Duration // SIGTERM to SIGKILL of the process group
+	OutputCap int           // bytes of stdout and of stderr kept for the log
 }
 
 var allRoles = []string{"dispatcher", "reaper", "worker"}
@@ -93,7 +93,7 @@ func Defaults() *Settings {
 
 // defaultHandler is what a handler entry starts from.
 func defaultHandler() HandlerSettings {
-	return HandlerSettings{Env: map[string]string{}, RetryLater: 30 * time.Second,
+	return HandlerSettings{Env: map[string]string{}, Snooze: 30 * time.Second,
 		KillGrace: 5 * time.Second, OutputCap: 64 << 10}
 }
 
@@ -115,6 +115,7 @@ var engineFields = map[string]string{
 	"concurrency":    "Concurrency", "lease_grace": "Advanced.LeaseGrace", "heartbeat_interval": "Advanced.HeartbeatInterval",
 	"heartbeat_ttl": "Advanced.HeartbeatTTL", "idle_wait": "Advanced.IdleWait", "shutdown_timeout": "ShutdownTimeout",
 	"reap_interval": "Advanced.ReapInterval", "unknown_type": "UnknownType", "max_recoveries": "Advanced.MaxRecoveries",
+	"max_snoozes":        "Advanced.MaxSnoozes",
 	"unknown_type_grace": "Advanced.UnknownTypeGrace",
 	"done_retention":     "DoneRetention", "dead_retention": "DeadRetention",
 	"max_result": "MaxResult", "result_retention": "ResultRetention",
@@ -296,7 +297,7 @@ func (s *Settings) validate() error {
 		if len(h.Command) == 0 || h.Command[0] == "" {
 			bad(key+".command", "missing: want the command to run, e.g. [sh, -c, 'cat > /tmp/x']")
 		}
-		for f, d := range map[string]time.Duration{"timeout": h.Timeout, "retry_later": h.RetryLater, "kill_grace": h.KillGrace} {
+		for f, d := range map[string]time.Duration{"timeout": h.Timeout, "snooze": h.Snooze, "kill_grace": h.KillGrace} {
 			if d < 0 {
 				bad(key+"."+f, "%v: must not be negative", d)
 			}

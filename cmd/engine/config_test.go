@@ -104,7 +104,7 @@ func TestConfigErrors(t *testing.T) {
 		{"log format", "log:\n  format: xml\n", []string{"cfg.yaml:2", "log.format"}},
 		{"handler no command", "handlers:\n  x:\n    timeout: 5s\n", []string{"cfg.yaml:2", "handlers.x.command", "missing"}},
 		{"handler unknown key", "handlers:\n  x:\n    command: [true]\n    retries: 3\n", []string{"cfg.yaml:4", "handlers.x.retries", "unknown key"}},
-		{"handler bad duration", "handlers:\n  x:\n    command: [true]\n    retry_later: soon\n", []string{"cfg.yaml:4", "handlers.x.retry_later", "duration"}},
+		{"handler bad duration", "handlers:\n  x:\n    command: [true]\n    snooze: soon\n", []string{"cfg.yaml:4", "handlers.x.snooze", "duration"}},
 		{"handler negative", "handlers:\n  x:\n    command: [true]\n    kill_grace: -1s\n", []string{"cfg.yaml:4", "handlers.x.kill_grace", "negative"}},
 		{"kill grace vs lease", "lease_grace: 2s\nhandlers:\n  x:\n    command: [true]\n", []string{"cfg.yaml:3", "handlers.x.kill_grace", "lease_grace", "cfg.yaml:1"}},
 		{"handler env", "handlers:\n  x:\n    command: [true]\n    env: [A=1]\n", []string{"cfg.yaml:4", "handlers.x.env", "mapping"}},
@@ -240,7 +240,7 @@ handlers:
 		t.Errorf("roles = %+v", r)
 	}
 	h := s.Handlers["resize"]
-	if !reflect.DeepEqual(h.Command, []string{"sh", "-c", "convert - out.png"}) || h.Env["A"] != "1" || h.OutputCap != 10 || h.RetryLater != 30*time.Second {
+	if !reflect.DeepEqual(h.Command, []string{"sh", "-c", "convert - out.png"}) || h.Env["A"] != "1" || h.OutputCap != 10 || h.Snooze != 30*time.Second {
 		t.Errorf("handler = %+v", h)
 	}
 	if got, want := s.poolSize(), engine.DefaultConfig().Concurrency+10; got != want {

@@ -283,12 +283,12 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 			s.origin[hkey] = hat
 			hs[strings.TrimPrefix(hkey, key+".")] = h
 			if hv.Kind != yaml.MappingNode {
-				return &ConfigError{Origin: hat, Key: hkey, Msg: "want a mapping with command, env, dir, timeout, retry_later, kill_grace, output_cap"}
+				return &ConfigError{Origin: hat, Key: hkey, Msg: "want a mapping with command, env, dir, timeout, snooze, kill_grace, output_cap"}
 			}
 			err := mapping(hv, hkey, file, func(fkey string, fv *yaml.Node, fat string) error {
 				f := handlerField(&h, strings.TrimPrefix(fkey, hkey+"."))
 				if f == nil {
-					return &ConfigError{Origin: fat, Key: fkey, Msg: "unknown key (want command, env, dir, timeout, retry_later, kill_grace or output_cap)"}
+					return &ConfigError{Origin: fat, Key: fkey, Msg: "unknown key (want command, env, dir, timeout, snooze, kill_grace or output_cap)"}
 				}
 				return s.setValue(fkey, f, fv, fat, file)
 			})
@@ -403,7 +403,7 @@ func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 // handlerField is the field of h that key sets, nil for none.
 func handlerField(h *HandlerSettings, key string) any {
 	return map[string]any{"command": &h.Command, "env": &h.Env, "dir": &h.Dir, "timeout": &h.Timeout,
-		"retry_later": &h.RetryLater, "kill_grace": &h.KillGrace, "output_cap": &h.OutputCap}[key]
+		"snooze": &h.Snooze, "kill_grace": &h.KillGrace, "output_cap": &h.OutputCap}[key]
 }
 
 // suggest names a known key close to key, for typos, both as spell

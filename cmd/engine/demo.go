@@ -121,7 +121,7 @@ func (d *demo) handle(_ context.Context, t *engine.Task) error {
 		}
 	case typeBusy:
 		if len(prior) == 0 {
-			r.result, err = "later", engine.RetryAfter(250*time.Millisecond)
+			r.result, err = "later", engine.Snooze(250*time.Millisecond)
 		}
 	case typeDoomed:
 		r.result, err = "fail", errors.New("doomed: fails every time")

@@ -20,7 +20,7 @@ import (
 
 // Exit codes of handler commands.
 const (
-	exitRetryLater = 75 // EX_TEMPFAIL: run again after retry_later, not a failure
+	exitSnooze = 75 // EX_TEMPFAIL: snooze (run again later), not a failure
 )
 
 // pipeLinger is how long a finished command's background children may
@@ -29,8 +29,8 @@ const (
 const pipeLinger = 2 * time.Second
 
 // commandHandler runs a task as a command: the payload on stdin, the
-// task's identity in ENGINE_TASK_* variables. Exit 0 is success, 75 asks
-// to run again after RetryLater, anything else is a failure. When the
+// task's identity in ENGINE_TASK_* variables. Exit 0 is success, 75
+// snoozes the task (snoozeDelay), anything else is a failure. When the
 // task's context ends (timeout or shutdown) the whole process group gets
 // SIGTERM, then SIGKILL after KillGrace; when the command exits, whatever
 // is left of its group is killed.
@@ -93,6 +93,7 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 		"ENGINE_TASK_ATTEMPT="+strconv.Itoa(t.Attempt),
 		"ENGINE_TASK_MAX_ATTEMPTS="+strconv.Itoa(t.MaxAttempts),
 		"ENGINE_TASK_RECOVERIES="+strconv.Itoa(t.Recoveries),
+		"ENGINE_TASK_SNOOZES="+strconv.Itoa(t.Snoozes),
 		"ENGINE_TASK_DUE="+t.Due.UTC().Format(time.RFC3339Nano),
 		"ENGINE_TASK_LAST_ERROR="+firstLine(t.LastError),
 	)
@@ -156,7 +157,7 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 	}
 	h.logOutput(t, stdout, stderr, time.Since(start))
 	if why == "" {
-		err = h.result(err, stderr)
+		err = h.result(err, stdout, stderr)
 		if err == nil {
 			h.keepResult(ctx, t, result)
 		}
@@ -215,7 +216,7 @@ func (h *commandHandler) limit(ctx context.Context, t *engine.Task, start time.T
 }
 
 // result turns the command's exit into the handler's error.
-func (h *commandHandler) result(err error, stderr *cappedBuffer) error {
+func (h *commandHandler) result(err error, stdout, stderr *cappedBuffer) error {
 	if err == nil {
 		return nil
 	}
@@ -226,10 +227,25 @@ func (h *commandHandler) result(err error, stderr *cappedBuffer) error {
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return fmt.Errorf("command %s killed by %v%s", h.set.Command[0], ws.Signal(), excerpt(stderr))
 	}
-	if ee.ExitCode() == exitRetryLater {
-		return engine.RetryAfter(h.set.RetryLater)
+	if ee.ExitCode() == exitSnooze {
+		return engine.Snooze(h.snoozeDelay(stdout))
 	}
 	return fmt.Errorf("command %s exited with status %d%s", h.set.Command[0], ee.ExitCode(), excerpt(stderr))
+}
+
+// snoozeDelay is how long an exit 75 snoozes the task: what the last line
+// of stdout says when it is "snooze " and a duration ("snooze 90s"),
+// else the handler's snooze setting.
+func (h *commandHandler) snoozeDelay(stdout *cappedBuffer) time.Duration {
+	out := strings.TrimRight(stdout.String(), "\n")
+	last := out[strings.LastIndexByte(out, '\n')+1:]
+	if v, ok := strings.CutPrefix(last, "snooze "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(v)); err == nil && d >= 0 {
+			return d
+		}
+		h.log.Warn("task command's snooze line has no duration; using the handler's snooze", "line", firstLine(last))
+	}
+	return h.set.Snooze
 }
 
 func (h *commandHandler) logOutput(t *engine.Task, stdout, stderr *cappedBuffer, took time.Duration) {

@@ -56,10 +56,20 @@ func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
 }
 
 func TestHandlerExitCodes(t *testing.T) {
-	h, _ := newTestHandler(t, []string{"sh", "-c", "exit 75"}, func(s *HandlerSettings) { s.RetryLater = 42 * time.Second })
+	h, _ := newTestHandler(t, []string{"sh", "-c", "exit 75"}, func(s *HandlerSettings) { s.Snooze = 42 * time.Second })
 	err := h.ProcessTask(context.Background(), testTask())
-	if err == nil || err.Error() != engine.RetryAfter(42*time.Second).Error() {
-		t.Errorf("exit 75: err = %v, want RetryAfter(42s)", err)
+	if err == nil || err.Error() != engine.Snooze(42*time.Second).Error() {
+		t.Errorf("exit 75: err = %v, want Snooze(42s)", err)
+	}
+	h, _ = newTestHandler(t, []string{"sh", "-c", "echo working; echo 'snooze 90s'; exit 75"}, func(s *HandlerSettings) { s.Snooze = 42 * time.Second })
+	err = h.ProcessTask(context.Background(), testTask())
+	if d, ok := engine.IsSnooze(err); !ok || d != 90*time.Second {
+		t.Errorf("exit 75 after 'snooze 90s': err = %v, want Snooze(90s)", err)
+	}
+	h, _ = newTestHandler(t, []string{"sh", "-c", "echo 'snooze soon'; exit 75"}, func(s *HandlerSettings) { s.Snooze = 42 * time.Second })
+	err = h.ProcessTask(context.Background(), testTask())
+	if d, ok := engine.IsSnooze(err); !ok || d != 42*time.Second {
+		t.Errorf("exit 75 after 'snooze soon': err = %v, want Snooze(42s)", err)
 	}
 	h, _ = newTestHandler(t, []string{"sh", "-c", "echo 'disk full' >&2; exit 3"}, nil)
 	err = h.ProcessTask(context.Background(), testTask())

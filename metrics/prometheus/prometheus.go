@@ -64,10 +64,10 @@ type Options struct {
 type Collector struct {
 	opts Options
 
-	enqueued, processed, failed, retried, dead *prom.CounterVec
-	recovered                                  *prom.CounterVec
-	duration, lateness                         *prom.HistogramVec
-	moved, conflicts                           prom.Counter
+	enqueued, processed, failed, retried, snoozed, dead *prom.CounterVec
+	recovered                                           *prom.CounterVec
+	duration, lateness                                  *prom.HistogramVec
+	moved, conflicts                                    prom.Counter
 
 	queueTasks, oldestReady, workersAlive, statsUp *prom.Desc
 
@@ -112,7 +112,8 @@ func New(opts Options) *Collector {
 		processed: counter("tasks_processed_total", "Task runs in this process that succeeded.", qt...),
 		failed:    counter("tasks_failed_total", "Task runs in this process that failed (to be retried, or dead).", qt...),
 		retried:   counter("tasks_retried_total", "Failed task runs in this process scheduled to run again.", qt...),
-		dead:      counter("tasks_dead_total", "Tasks this process sent to the dead letters, by reason (failed: the last attempt failed or the error was permanent; recovered_too_often).", "queue", "type", "reason"),
+		snoozed:   counter("tasks_snoozed_total", "Task runs in this process whose handler snoozed the task (not failures).", qt...),
+		dead:      counter("tasks_dead_total", "Tasks this process sent to the dead letters, by reason (failed: the last attempt failed or the error was permanent; recovered_too_often; snoozed_too_often).", "queue", "type", "reason"),
 		recovered: counter("tasks_recovered_total", "Running tasks this process returned to their queues, by reason (worker_died, lease_expired).", "queue", "type", "reason"),
 		duration: prom.NewHistogramVec(prom.HistogramOpts{Namespace: "bucketq", Name: "task_run_duration_seconds",
 			Help: "Time from a task's claim to its recorded result, in this process.", Buckets: opts.DurationBuckets}, qt),
@@ -144,6 +145,8 @@ func (c *Collector) Observe(e engine.Event) {
 		switch {
 		case e.State == engine.StateDone:
 			c.processed.WithLabelValues(e.Queue, e.Type).Inc()
+		case e.State == engine.StateScheduled:
+			c.snoozed.WithLabelValues(e.Queue, e.Type).Inc()
 		case e.State == engine.StateRetrying, e.State == engine.StateDead:
 			c.failed.WithLabelValues(e.Queue, e.Type).Inc()
 		}
@@ -160,7 +163,7 @@ func (c *Collector) Observe(e engine.Event) {
 }
 
 func (c *Collector) vecs() []prom.Collector {
-	return []prom.Collector{c.enqueued, c.processed, c.failed, c.retried, c.dead, c.recovered,
+	return []prom.Collector{c.enqueued, c.processed, c.failed, c.retried, c.snoozed, c.dead, c.recovered,
 		c.duration, c.lateness, c.moved, c.conflicts}
 }
 

@@ -108,7 +108,7 @@ func Middleware(opts ...Option) engine.Middleware {
 				))
 			defer span.End()
 			err := next.ProcessTask(ctx, t)
-			if d, ok := engine.IsRetryAfter(err); ok {
+			if d, ok := engine.IsSnooze(err); ok {
 				// Asked to run again later: not a failure.
 				span.SetAttributes(attribute.String("bucketq.retry_after", d.String()))
 			} else if err != nil {
