@@ -16,7 +16,7 @@ import (
 )
 
 // scenarioRetries: failures are retried with backoff until they succeed,
-// each run seeing the previous error; a timeout is a failure; RetryAfter
+// each run seeing the previous error; a timeout is a failure; Snooze
 // runs again later without counting one; a task waiting for its retry is
 // "retrying".
 func scenarioRetries(e *env) {
@@ -94,10 +94,10 @@ func scenarioRetries(e *env) {
 		t.Fatalf("later ran %d times, want 2", len(runs))
 	}
 	if runs[1].Attempt != 1 || runs[1].LastError != "" {
-		t.Errorf("RetryAfter counted as a failure: second run has attempt %d, last error %q", runs[1].Attempt, runs[1].LastError)
+		t.Errorf("Snooze counted as a failure: second run has attempt %d, last error %q", runs[1].Attempt, runs[1].LastError)
 	}
 	if gap := runs[1].At.Sub(runs[0].At); gap < 300*time.Millisecond {
-		t.Errorf("RetryAfter(300ms) ran again after %v", gap)
+		t.Errorf("Snooze(300ms) ran again after %v", gap)
 	}
 
 	runs = rec.of(slow)
