@@ -164,8 +164,8 @@ const (
 	InReady               // in its ready list, or taken by a worker that has not claimed it yet
 )
 
-// Lookup reads a task's record and, for a waiting task, whether it is
-// still in its bucket. It writes nothing; it runs in a transaction only so
+// Lookup reads a task's record, its progress (Record.Progress) when it
+// has run, and, for a waiting task, whether it is still in its bucket. It writes nothing; it runs in a transaction only so
 // that the record and the bucket are read as of one moment.
 func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record, Where, error) {
 	var (
@@ -179,6 +179,15 @@ func (s *Store) Lookup(ctx context.Context, conn redis.Conn, id string) (*Record
 			return err
 		}
 		rec, where = r, InRecord
+		if r.Runs > 0 {
+			raw, err := redis.Bytes(tx.Do("GET", s.Keys.Progress(id)))
+			if err != nil && !errors.Is(err, redis.ErrNil) && !IsServerError(err) {
+				return err // a progress key of the wrong type is no progress
+			}
+			if p, err := DecodeProgress(raw); err == nil {
+				r.Progress = &p
+			}
+		}
 		if r.State != StateWaiting && r.State != StateRetry {
 			return nil
 		}

@@ -104,6 +104,10 @@ type Record struct {
 	// transaction committed.
 	Spawned []*Record
 
+	// Progress is not stored in the record: Lookup reads it from
+	// [Keys.Progress] for a task that has run; nil when none.
+	Progress *Progress
+
 	// Flow is the task's part in a workflow (workflow.go); nil for none.
 	Flow *Flow
 	gv   *groupView // its group as the transaction read it (flowRead)

@@ -138,6 +138,11 @@ func (k Keys) Unique(key string) string { return k.prefix + "u:" + key }
 // Result is task id's result: STRING, kept for the result retention.
 func (k Keys) Result(id string) string { return k.prefix + "r:" + id }
 
+// Progress is task id's last reported progress: STRING, an encoded
+// [Progress], with a TTL (SETEX) that outlives the run and its done
+// record.
+func (k Keys) Progress(id string) string { return k.prefix + "pg:" + id }
+
 // Completion is task id's completion list: LIST of one element, the
 // outcome of its final transition (see [EncodeOutcome]), which waiters
 // block on with BRPOPLPUSH onto the same list; it expires on its own.

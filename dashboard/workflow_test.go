@@ -17,7 +17,8 @@ import (
 )
 
 // The workflow page lists a chain's steps with their states, and a step's
-// task page links to its workflow and shows the result it recorded.
+// task page links to its workflow and shows the result and the progress
+// it recorded; the running listing shows a running task's progress.
 func TestWorkflowAndResultPages(t *testing.T) {
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
@@ -31,7 +32,19 @@ func TestWorkflowAndResultPages(t *testing.T) {
 	}
 	mux := engine.NewMux()
 	mux.HandleFunc("fetch", func(ctx context.Context, _ *engine.Task) error {
+		if err := engine.SetProgress(ctx, 42, "lines read so far"); err != nil {
+			return err
+		}
 		return engine.SetResult(ctx, []byte("42 lines fetched"))
+	})
+	holding, release := make(chan struct{}), make(chan struct{})
+	mux.HandleFunc("hold", func(ctx context.Context, _ *engine.Task) error {
+		if err := engine.SetProgress(ctx, 7, "rows & <b>counted</b>"); err != nil {
+			return err
+		}
+		close(holding)
+		<-release
+		return nil
 	})
 	mux.HandleFunc("report", func(context.Context, *engine.Task) error { return nil })
 	es, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
@@ -48,6 +61,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		cancel()
 		<-done
 	})
+	t.Cleanup(func() { close(release) }) // before the server's stop: cleanups run last first
 	wf, err := client.EnqueueChain(context.Background(), "import-7",
 		engine.Step{Type: "fetch"}, engine.Step{Type: "report", PassResult: true})
 	if err != nil {
@@ -95,10 +109,25 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		}
 	}
 	step := get("/tasks/" + url.PathEscape(wf.Steps[0].ID))
-	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched"} {
+	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched", "42 lines read so far"} {
 		if !strings.Contains(step, want) {
 			t.Errorf("task page of the first step lacks %q", want)
 		}
+	}
+	held, err := client.Enqueue(context.Background(), "hold", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-holding
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		running := get("/queues/default?state=running")
+		if strings.Contains(running, "7 rows &amp; &lt;b&gt;counted&lt;/b&gt;") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running listing does not show task %s's progress:\n%s", held.ID, running)
+		}
+		time.Sleep(50 * time.Millisecond) // the progress is written on a connection of its own
 	}
 	resp, err := http.Get(hs.URL + "/workflows/no-such-workflow")
 	if err != nil {

@@ -199,10 +199,29 @@ func (in *laneInspector) ListTasks(ctx context.Context, opts ListOptions) (*Task
 	case StateDead:
 		page, err = in.listDead(ctx, conn, &opts, cur)
 	}
+	if err == nil && opts.State == StateRunning && len(page.Tasks) > 0 {
+		err = in.readProgress(ctx, conn, page.Tasks)
+	}
 	if err != nil {
 		return nil, failed(fmt.Sprintf("list %s tasks", opts.State), err)
 	}
 	return page, nil
+}
+
+// readProgress fills in the progress of running tasks: one MGET.
+func (in *laneInspector) readProgress(ctx context.Context, conn redis.Conn, ts []*TaskInfo) error {
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	ps, err := in.store.Progresses(ctx, conn, ids)
+	if err != nil {
+		return err
+	}
+	for i, p := range ps {
+		ts[i].setProgress(p)
+	}
+	return nil
 }
 
 // total reads the gauge of the filter's state (summed over every queue

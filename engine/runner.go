@@ -46,7 +46,9 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	w := r.w
 	task := taskFromRecord(rec)
 	box := &resultBox{max: w.cfg.MaxResult}
-	hctx, cancel := context.WithTimeout(context.WithValue(baseCtx, resultKey{}, box), task.Timeout)
+	pbox := w.progress.box(rec.ID, task.Timeout)
+	hctx := context.WithValue(context.WithValue(baseCtx, resultKey{}, box), progressKey{}, pbox)
+	hctx, cancel := context.WithTimeout(hctx, task.Timeout)
 	defer cancel()
 	run := &activeRun{rec: rec, cancel: cancel}
 	r.mu.Lock()
@@ -59,6 +61,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	})
 
 	err := callHandler(hctx, w.handler, task)
+	pbox.close()
 	returned := run.state.CompareAndSwap(runRunning, runReturned)
 	if timer.Stop() {
 		r.timers.Done()

@@ -94,6 +94,13 @@ type TaskInfo struct {
 	// (Config.ResultRetention), from Inspector.Task; Client.Result reads
 	// it too.
 	Result []byte
+	// Progress, ProgressNote and ProgressTime are what its handler last
+	// reported with SetProgress, and when (on the worker's clock); zero
+	// when it reported nothing. Lookup, Inspector.Task and the running
+	// tasks of Inspector.ListTasks read them.
+	Progress     float64
+	ProgressNote string
+	ProgressTime time.Time
 }
 
 func infoFromRecord(r *buckets.Record, where buckets.Where) *TaskInfo {
@@ -119,7 +126,15 @@ func infoFromRecord(r *buckets.Record, where buckets.Where) *TaskInfo {
 	case buckets.StateCancelled:
 		ti.State = StateCancelled
 	}
+	ti.setProgress(r.Progress)
 	return ti
+}
+
+// setProgress copies a progress read from Redis; nil leaves none.
+func (ti *TaskInfo) setProgress(p *buckets.Progress) {
+	if p != nil {
+		ti.Progress, ti.ProgressNote, ti.ProgressTime = p.Value, p.Note, fromMs(p.At)
+	}
 }
 
 // Option sets a per-task choice for Enqueue and its kin.

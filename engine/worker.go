@@ -39,13 +39,15 @@ import (
 // (retry.go), the requeuer (requeuer.go), and the in-flight recoverer
 // (inflight.go).
 type worker struct {
-	pool    *redis.Pool
-	cfg     Config
-	store   workerStore
-	keys    buckets.Keys
-	log     *slog.Logger
-	handler Handler
-	id      string
+	pool *redis.Pool
+	cfg  Config
+	// progress writes what handlers report with SetProgress.
+	progress *progressWriter
+	store    workerStore
+	keys     buckets.Keys
+	log      *slog.Logger
+	handler  Handler
+	id       string
 
 	// types lists the task types the handler serves, sorted, when it
 	// says (a *Mux does: TypeLister); nil means every type.
@@ -101,6 +103,7 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	w.fetcher = newFetcher(w)
 	w.proc = newProcessor(w)
 	w.runs = &runner{w: w, running: map[string]*activeRun{}}
+	w.progress = newProgressWriter(pool, st, cfg, w.log)
 	w.finisher = &finisher{w: w, policy: retryPolicy{cfg: cfg}}
 	w.requeuer = &requeuer{w: w}
 	return w, nil
@@ -214,6 +217,7 @@ func (w *worker) run(ctx context.Context) error {
 	cancelHandlers()
 	<-workDone
 	w.runs.wait()
+	w.progress.wait()
 	stopBg()
 	bg.Wait()
 	errs = append(errs, w.unregister())

@@ -290,28 +290,37 @@ func (a *app) printJSON(v any) error {
 
 // taskJSON is a task as lookup --json and dead list --json print it.
 type taskJSON struct {
-	ID            string     `json:"id"`
-	State         string     `json:"state"`
-	Queue         string     `json:"queue"`
-	Type          string     `json:"type"`
-	Attempts      int        `json:"attempts"`
-	MaxAttempts   int        `json:"max_attempts"`
-	Recoveries    int        `json:"recoveries"`
-	TimeoutMS     int64      `json:"timeout_ms"`
-	Created       time.Time  `json:"created"`
-	Due           time.Time  `json:"due"`
-	Started       *time.Time `json:"started,omitempty"`
-	Finished      *time.Time `json:"finished,omitempty"`
-	Result        []byte     `json:"result,omitempty"` // lookup: a done task's result (base64)
-	Worker        string     `json:"worker,omitempty"`
-	LastError     string     `json:"last_error,omitempty"`
-	Payload       *string    `json:"payload,omitempty"`
-	PayloadBase64 string     `json:"payload_base64,omitempty"`
+	ID            string        `json:"id"`
+	State         string        `json:"state"`
+	Queue         string        `json:"queue"`
+	Type          string        `json:"type"`
+	Attempts      int           `json:"attempts"`
+	MaxAttempts   int           `json:"max_attempts"`
+	Recoveries    int           `json:"recoveries"`
+	Snoozes       int           `json:"snoozes"`
+	TimeoutMS     int64         `json:"timeout_ms"`
+	Created       time.Time     `json:"created"`
+	Due           time.Time     `json:"due"`
+	Started       *time.Time    `json:"started,omitempty"`
+	Finished      *time.Time    `json:"finished,omitempty"`
+	Result        []byte        `json:"result,omitempty"` // lookup: a done task's result (base64)
+	Worker        string        `json:"worker,omitempty"`
+	LastError     string        `json:"last_error,omitempty"`
+	Progress      *progressJSON `json:"progress,omitempty"`
+	Payload       *string       `json:"payload,omitempty"`
+	PayloadBase64 string        `json:"payload_base64,omitempty"`
+}
+
+// progressJSON is what a task's handler last reported (SetProgress).
+type progressJSON struct {
+	Value float64   `json:"value"`
+	Note  string    `json:"note,omitempty"`
+	At    time.Time `json:"at"`
 }
 
 func taskToJSON(ti *engine.TaskInfo) taskJSON {
 	tj := taskJSON{ID: ti.ID, State: string(ti.State), Queue: ti.Queue, Type: ti.Type,
-		Attempts: ti.Attempts, MaxAttempts: ti.MaxAttempts, Recoveries: ti.Recoveries,
+		Attempts: ti.Attempts, MaxAttempts: ti.MaxAttempts, Recoveries: ti.Recoveries, Snoozes: ti.Snoozes,
 		TimeoutMS: ti.Timeout.Milliseconds(), Created: ti.Created.UTC(), Due: ti.Due.UTC(),
 		Worker: ti.Worker, LastError: ti.LastError}
 	if !ti.Started.IsZero() {
@@ -321,6 +330,9 @@ func taskToJSON(ti *engine.TaskInfo) taskJSON {
 	if !ti.Finished.IsZero() {
 		t := ti.Finished.UTC()
 		tj.Finished = &t
+	}
+	if !ti.ProgressTime.IsZero() {
+		tj.Progress = &progressJSON{Value: ti.Progress, Note: ti.ProgressNote, At: ti.ProgressTime.UTC()}
 	}
 	if utf8.Valid(ti.Payload) {
 		p := string(ti.Payload)
@@ -342,6 +354,9 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 	if ti.Recoveries > 0 {
 		row("recoveries", "%d", ti.Recoveries)
 	}
+	if ti.Snoozes > 0 {
+		row("snoozes", "%d", ti.Snoozes)
+	}
 	row("timeout", "%v", ti.Timeout)
 	row("created", "%s", stamp(ti.Created))
 	row("due", "%s", stamp(ti.Due))
@@ -356,6 +371,9 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 	}
 	if ti.LastError != "" {
 		row("last error", "%s", firstLine(ti.LastError))
+	}
+	if !ti.ProgressTime.IsZero() {
+		row("progress", "%g %s (%s)", ti.Progress, firstLine(ti.ProgressNote), stamp(ti.ProgressTime))
 	}
 	row("payload", "%d bytes", len(ti.Payload))
 	if wf := ti.Workflow; wf != nil {

@@ -68,6 +68,10 @@ handlers:
     env: {DIR: %[1]q}
   echo:
     command: [sh, -c, 'printf "hello %%s" "$(cat)"']
+  steps:
+    command: [sh, -c, 'echo "progress 1 of 2" >&2; echo "progress 2 of 2, all read" >&2; echo done']
+  later:
+    command: [sh, -c, 'echo "snoozes so far: $ENGINE_TASK_SNOOZES"; echo "snooze 1h"; exit 75']
 `
 
 // harness is one real redis-server (2.4 commands only), one config and
@@ -300,6 +304,32 @@ func TestE2EEnqueueRunStats(t *testing.T) {
 	}
 	if code, took := run.stop(syscall.SIGTERM, 10*time.Second); code != 0 || took > 5*time.Second {
 		t.Errorf("SIGTERM: exit %d after %v, want 0 promptly", code, took)
+	}
+}
+
+// TestE2EProgressAndSnooze: a command's stderr lines "progress <n>
+// [note]" are its task's progress; exit 75 with "snooze 1h" on stdout's
+// last line snoozes the task for an hour without using an attempt.
+func TestE2EProgressAndSnooze(t *testing.T) {
+	h := newHarness(t)
+	steps := h.enqueue("--type", "steps")
+	later := h.enqueue("--type", "later")
+	run := h.startRun(nil)
+	h.eventually(10*time.Second, "the steps task to finish", func() bool { return h.lookup(steps).State == "done" })
+	l := h.lookup(steps)
+	if l.Progress == nil || l.Progress.Value != 2 || l.Progress.Note != "of 2, all read" || l.Progress.At.IsZero() {
+		t.Errorf("lookup of the steps task: progress %+v, want 2 \"of 2, all read\"", l.Progress)
+	}
+	h.eventually(10*time.Second, "the later task to be snoozed", func() bool { return h.lookup(later).Snoozes == 1 })
+	l = h.lookup(later)
+	if l.State != "scheduled" || l.Attempts != 0 || time.Until(l.Due) < 50*time.Minute {
+		t.Errorf("lookup of the snoozed task = %+v, want scheduled an hour ahead with no attempt used", l)
+	}
+	if st := h.stats("default"); st.Snoozed != 1 || st.Failed != 0 {
+		t.Errorf("stats = %+v, want 1 snoozed and no failure", st)
+	}
+	if code, _ := run.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
+		t.Errorf("SIGTERM: exit %d", code)
 	}
 }
 

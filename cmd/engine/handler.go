@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bucketq/bucketq/engine"
 )
@@ -104,7 +105,7 @@ func (h *commandHandler) ProcessTask(ctx context.Context, t *engine.Task) error 
 		limit = engine.DefaultConfig().MaxResult
 	}
 	result := &cappedBuffer{max: limit}
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, result), stderr
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, result), io.MultiWriter(stderr, &progressLines{ctx: ctx, h: h, t: t})
 	cmd.SysProcAttr = groupAttr()
 	cmd.WaitDelay = pipeLinger
 
@@ -231,6 +232,59 @@ func (h *commandHandler) result(err error, stdout, stderr *cappedBuffer) error {
 		return engine.Snooze(h.snoozeDelay(stdout))
 	}
 	return fmt.Errorf("command %s exited with status %d%s", h.set.Command[0], ee.ExitCode(), excerpt(stderr))
+}
+
+// progressLines reports the lines of a command's stderr that read
+// "progress <number> [note]" as the task's progress (engine.SetProgress,
+// which writes at most once a second, so a command may print them as
+// often as it likes). Other lines are only logged.
+type progressLines struct {
+	ctx     context.Context
+	h       *commandHandler
+	t       *engine.Task
+	partial []byte // an unfinished line, at most maxProgressLine bytes
+	warned  bool
+}
+
+// maxProgressLine bounds the line a progress report is read from.
+const maxProgressLine = 512
+
+func (p *progressLines) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.partial = append(p.partial, b[:min(len(b), maxProgressLine-len(p.partial))]...)
+			break
+		}
+		line := append(p.partial, b[:min(i, maxProgressLine-len(p.partial))]...)
+		p.partial = p.partial[:0]
+		b = b[i+1:]
+		p.report(string(line))
+	}
+	return n, nil
+}
+
+func (p *progressLines) report(line string) {
+	rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), "progress ")
+	if !ok {
+		return
+	}
+	num, note, _ := strings.Cut(strings.TrimSpace(rest), " ")
+	v, err := strconv.ParseFloat(num, 64)
+	if err == nil {
+		note = strings.ToValidUTF8(strings.TrimSpace(note), "?")
+		for len(note) > 256 {
+			_, size := utf8.DecodeLastRuneInString(note)
+			note = note[:len(note)-size]
+		}
+		err = engine.SetProgress(p.ctx, v, note)
+	}
+	if err != nil && !p.warned {
+		p.warned = true
+		p.h.log.Warn("task command's progress line not understood (want: progress <number> [note])",
+			"task_id", p.t.ID, "type", p.t.Type, "err", err)
+	}
 }
 
 // snoozeDelay is how long an exit 75 snoozes the task: what the last line
