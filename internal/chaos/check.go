@@ -560,7 +560,38 @@ func (h *harness) check(ctx context.Context) *Report {
 	if h.sc.Inline {
 		noted(h.checkInline())
 	}
+	if h.sc.Snoozed {
+		noted(h.checkSnoozed())
+	}
 	return rep
+}
+
+// checkSnoozed tells whether handlers snoozed tasks: the queues' snoozed
+// counters, summed over the lanes, above zero.
+func (h *harness) checkSnoozed() (string, error) {
+	total := 0
+	for _, l := range h.lanes {
+		c := l.admin.Get()
+		qs, err := redis.Strings(c.Do("SMEMBERS", l.keys.Queues()))
+		for _, q := range qs {
+			var n int
+			if n, err = redis.Int(c.Do("HGET", l.keys.Stats(q), buckets.StatSnoozed)); errors.Is(err, redis.ErrNil) {
+				err = nil
+			}
+			if err != nil {
+				break
+			}
+			total += n
+		}
+		c.Close()
+		if err != nil {
+			return "", fmt.Errorf("snoozed counters: %w", err)
+		}
+	}
+	if total == 0 {
+		return "", fmt.Errorf("%w: no task was snoozed", errNotExercised)
+	}
+	return fmt.Sprintf("runs that snoozed their task (the queues' counters): %d", total), nil
 }
 
 // errNotExercised marks a scenario's check that found the run did not

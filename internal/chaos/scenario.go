@@ -67,6 +67,9 @@ type Scenario struct {
 	// which every removal of an entry increments, above zero at the end),
 	// or the scenario did not exercise them (harness.checkInline).
 	Inline bool
+	// Snoozed: handlers snooze tasks (chaosproc -snooze), which must be
+	// seen in the queues' snoozed counters at the end.
+	Snoozed bool
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -117,6 +120,14 @@ var scenarios = []Scenario{
 		KillInfra: 400 * time.Millisecond, KillWorkers: 1500 * time.Millisecond,
 		Cuts:   &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
 		Inline: true,
+	},
+	{
+		Name: "snooze", Doc: "handlers snooze a third of the runs (up to twice a task, 0-20 ms) and report progress on every run; workers are killed (kill -9, some SIGTERM) and a proxy cuts connections around EXEC (a snooze's reply lost)",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 3, Concurrency: 8, BatchMax: 20,
+		ProcArgs:    []string{"-snooze=0.3"},
+		KillWorkers: time.Second, TermWorkers: 0.15,
+		Cuts:    &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02},
+		Snoozed: true,
 	},
 	{
 		Name: "chained", Doc: "every task due at once, in batches of up to 100, and handlers that return at once, so that the worker's batch of every slot (two) takes the next batch in the round trip of its results; workers are killed (kill -9, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH (a group's results and the next batch's pops lost together)",

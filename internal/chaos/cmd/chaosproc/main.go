@@ -67,6 +67,7 @@ type options struct {
 
 	// worker
 	sleepMax, slowSleep time.Duration
+	snooze              float64
 
 	// scheduler
 	entry          string
@@ -119,6 +120,7 @@ func main() {
 
 	flag.DurationVar(&o.sleepMax, "sleep-max", 20*time.Millisecond, "worker: longest noop handler sleep")
 	flag.DurationVar(&o.slowSleep, "slow-sleep", 1500*time.Millisecond, "worker: sleep of the slow handler")
+	flag.Float64Var(&o.snooze, "snooze", 0, "worker: chance that a noop run snoozes its task (up to twice a task) instead of running it")
 	flag.StringVar(&o.entry, "entry", "chaos-tick", "scheduler: the periodic entry's name (type noop)")
 	flag.DurationVar(&o.every, "every", time.Second, "scheduler: the entry's interval")
 	flag.DurationVar(&o.horizon, "horizon", 10*time.Second, "scheduler: Scheduler.Horizon")
@@ -549,6 +551,14 @@ func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 	pid := os.Getpid()
 	handler := func(sleep func() time.Duration) func(context.Context, *engine.Task) error {
 		return func(ctx context.Context, t *engine.Task) error {
+			if t.Snoozes < 2 && o.snooze > 0 && rng.float() < o.snooze {
+				// Not a run the ledger sees: the task must come back
+				// and run, with no attempt used.
+				return engine.Snooze(time.Duration(rng.int64n(int64(20*time.Millisecond) + 1)))
+			}
+			if err := engine.SetProgress(ctx, 1, "started"); err != nil {
+				return err
+			}
 			start := time.Now().UnixMilli()
 			if err := led.Write(ledger.Start(t.ID, start, pid, ledger.PayloadWord(t.Payload),
 				t.Attempt, t.Recoveries, t.Due.UnixMilli())); err != nil {
