@@ -309,13 +309,13 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 
 // QueueStats is one queue's figures.
 type QueueStats struct {
-	Queue                                            string
-	Ready                                            int64
-	Scheduled, Retrying, Running, Dead               int64
-	Processed, Failed, Recovered, Cancelled, Snoozed int64
-	OldestReady                                      *Record // nil when none is ready
-	NextDue                                          int64   // earliest bucket time, 0 when none
-	Paused                                           bool    // in the paused set
+	Queue                                                     string
+	Ready                                                     int64
+	Scheduled, Retrying, Running, Dead                        int64
+	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64
+	OldestReady                                               *Record // nil when none is ready
+	NextDue                                                   int64   // earliest bucket time, 0 when none
+	Paused                                                    bool    // in the paused set
 }
 
 // Stats reads every known queue's counters, ready length, oldest ready
@@ -378,7 +378,7 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
-			st.Recovered, st.Cancelled, st.Snoozed = m[StatRecovered], m[StatCancelled], m[StatSnoozed]
+			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}

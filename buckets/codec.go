@@ -93,6 +93,9 @@ type Record struct {
 	// ReplyTo names the queue ([ReplyQueuePrefix]) into which every final
 	// transition pushes a reply; "" for none.
 	ReplyTo string
+	// ExpireAt is when the task stops being worth starting (Unix ms; 0:
+	// never): a claim after it buries the task as expired instead.
+	ExpireAt int64
 
 	// Result is not stored in the record: Finish's decide sets it on a
 	// Done outcome, and it is stored under [Keys.Result].
@@ -193,6 +196,7 @@ const (
 	sectionReplyTo   = 5 // Record.ReplyTo
 	sectionFlow      = 6 // Record.Flow (workflow.go)
 	sectionSnoozes   = 7 // Record.Snoozes, an unsigned varint
+	sectionExpireAt  = 9 // Record.ExpireAt, an unsigned varint
 )
 
 const flagSkipIfRunning = 1
@@ -354,6 +358,9 @@ func (r *Record) sections() [][]byte {
 	}
 	if r.Snoozes > 0 {
 		section(sectionSnoozes, binary.AppendUvarint(nil, uint64(r.Snoozes)))
+	}
+	if r.ExpireAt > 0 {
+		section(sectionExpireAt, binary.AppendUvarint(nil, uint64(r.ExpireAt)))
 	}
 	if m := r.encodeMetadata(); len(m) > 0 {
 		out = append(out, m)
@@ -577,6 +584,12 @@ func (d *decoder) sections(r *Record) error {
 				d.err = true
 			}
 			r.Snoozes = int(n)
+		case sectionExpireAt:
+			n, k := binary.Uvarint(body)
+			if k <= 0 || k != len(body) || n == 0 || n > 1<<53 {
+				d.err = true
+			}
+			r.ExpireAt = int64(n)
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {
@@ -697,6 +710,9 @@ func (r *Record) Validate(maxPayload int) error {
 	}
 	if r.TimeoutMs < 1 {
 		return fmt.Errorf("timeout %d ms: want at least 1 ms", r.TimeoutMs)
+	}
+	if r.ExpireAt != 0 && r.ExpireAt < r.Due {
+		return fmt.Errorf("expiry %d ms before the due time: the task could never start: %w", r.Due-r.ExpireAt, ErrInvalid)
 	}
 	return ValidateMetadata(r.Metadata)
 }

@@ -140,7 +140,7 @@ func TestRecordRejects(t *testing.T) {
 		"state code 7":                    {"x", rec(h(0, 7), typ)},
 		"empty sections":                  {"x", rec(h(fSections, 0), typ, []byte{0})},
 		"sections past the end":           {"x", rec(h(fSections, 0), typ, []byte{9, 3, 1, 'u'})},
-		"unknown required section":        {"x", rec(h(fSections, 0), typ, []byte{3, 9, 1, 'u'})},
+		"unknown required section":        {"x", rec(h(fSections, 0), typ, []byte{3, 30, 1, 'u'})},
 		"no type":                         {"x", rec(h(0, 0))},
 		"truncated mask":                  {"x", rec([]byte{0x80})},
 	} {

@@ -31,7 +31,7 @@ func sampleRecords() []*Record {
 			Unique: "d:0123456789abcdef0123456789abcdef", UniqueTTL: 600, ReplyTo: "replies"},
 		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Unique: "k:key"},
 		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, ReplyTo: "r"},
-		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Snoozes: 7, Runs: 7},
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Snoozes: 7, Runs: 7, Due: 5, ExpireAt: 1774746000000},
 	}
 }
 

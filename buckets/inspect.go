@@ -33,12 +33,12 @@ func (s *Store) snapshot(ctx context.Context, conn redis.Conn, cmds cmdList) ([]
 
 // QueueSnapshot is one queue's figures read in one atomic step.
 type QueueSnapshot struct {
-	Queue                                            string
-	Ready                                            int64  // LLEN q:<q>
-	Scheduled, Retrying, Running, Dead               int64  // gauges
-	Processed, Failed, Recovered, Cancelled, Snoozed int64  // totals
-	OldestReady                                      string // id at the pop end, "" when none
-	Err                                              error  // what could not be read, if anything
+	Queue                                                     string
+	Ready                                                     int64  // LLEN q:<q>
+	Scheduled, Retrying, Running, Dead                        int64  // gauges
+	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64  // totals
+	OldestReady                                               string // id at the pop end, "" when none
+	Err                                                       error  // what could not be read, if anything
 }
 
 // QueueNames lists every queue ever enqueued to, sorted.
@@ -75,7 +75,7 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
-			st.Recovered, st.Cancelled, st.Snoozed = m[StatRecovered], m[StatCancelled], m[StatSnoozed]
+			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("counters: %w", err))
 		}

@@ -27,6 +27,7 @@ const (
 	StatRecovered = "recovered" // counter: returned after a worker died or a lease ran out
 	StatCancelled = "cancelled" // counter: cancelled before running
 	StatSnoozed   = "snoozed"   // counter: runs whose handler snoozed the task
+	StatExpired   = "expired"   // counter: tasks buried because they were not started by their expiry
 )
 
 // wakeTokens bounds how many wake-up tokens one transaction pushes to a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -67,6 +68,7 @@ const (
 	Buried                       // record missing or malformed; a dead letter now says so
 	Paused                       // the queue is paused: the id is back at the pop end of its ready list
 	NotServed                    // a type the worker does not serve: the id is back at the pop end, for another worker
+	Expired                      // not started by its expiry: a dead letter now, reason ReasonExpired
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -79,6 +81,8 @@ const (
 //	(cancelled, not waiting)  LREM f:<w> 1 id
 //	(missing, malformed)      LREM f:<w> 1 id; SET t:<id> dead record
 //	                          saying why; ZADD dead; HINCRBY st dead +1
+//	(past Record.ExpireAt)    the same burial, reason "expired: ...",
+//	                          and HINCRBY st expired +1
 //
 // The paused set is watched too, and read with the record (SISMEMBER
 // paused q): a claimable task of a paused queue goes back instead,
@@ -239,6 +243,11 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		wq.Queue("LREM", a.Inflight(), 1, idArg)
 		batch.giveBack(wq, s.Keys.Ready(q), id)
 		return nil, Paused, nil
+	} else if (r.State == StateWaiting || r.State == StateRetry) && r.ExpireAt != 0 && now > r.ExpireAt && r.Flow == nil {
+		// Past its expiry: never started, a dead letter saying so.
+		wq.Queue("HINCRBY", a.Stats(r.Queue), StatExpired, 1)
+		s.bury(wq, r, now, fmt.Sprintf("%s: not started by %s", ReasonExpired, time.UnixMilli(r.ExpireAt).UTC().Format(time.RFC3339Nano)))
+		result = Expired
 	} else if r.State == StateWaiting || r.State == StateRetry {
 		if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
 			back, err := s.unserved(tx, q, r.Type, now, cs.UnservedGrace)
@@ -358,6 +367,10 @@ func (s *Store) bury(tx queuer, r *Record, now int64, reason string) {
 	}
 	s.finalWrites(tx, r)
 }
+
+// ReasonExpired starts the reason of a task buried because it was not
+// started by its Record.ExpireAt.
+const ReasonExpired = "expired"
 
 // ErrWrongType: a task record key that holds another type than a string
 // (a list written by hand, say). The key is set aside under bad: and the

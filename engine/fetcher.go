@@ -376,6 +376,11 @@ func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
 		w.log.Debug("no handler for the task's type here; given back for a worker that serves it", keyTaskID, id, keyQueue, q)
 	case buckets.Buried:
 		w.log.Error("task record missing, malformed or of the wrong type; sent to the dead letters", keyTaskID, id, keyQueue, q)
+	case buckets.Expired:
+		w.log.Info("task expired before it started; sent to the dead letters", keyTaskID, id, keyQueue, q)
+		if o := w.cfg.Observer; o != nil {
+			o.Observe(Event{Kind: EventDead, Queue: q, TaskID: id, Time: w.cfg.Advanced.Clock.Now(), Reason: buckets.ReasonExpired})
+		}
 	case buckets.Skipped:
 		w.log.Debug("task cancelled or not waiting; dropped", keyTaskID, id, keyQueue, q)
 	}

@@ -98,6 +98,7 @@ type QueueInfo struct {
 	Recovered int64 `json:"recovered"`
 	Cancelled int64 `json:"cancelled"`
 	Snoozed   int64 `json:"snoozed"` // runs whose handler snoozed its task
+	Expired   int64 `json:"expired"` // tasks buried as not started by their expiry (ExpireIn)
 	// Latency is the age of the oldest ready task: how long the task a
 	// worker takes next has been due. Zero when none is ready.
 	Latency time.Duration `json:"latency_ns"`
@@ -159,7 +160,7 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	for i, s := range snap {
 		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Paused: slices.Contains(pausedQs, s.Queue)}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, Paused: slices.Contains(pausedQs, s.Queue)}
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}

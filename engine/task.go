@@ -18,6 +18,9 @@ type Task struct {
 	MaxAttempts int
 	Recoveries  int // times a worker died or lost the lease while running it
 	Snoozes     int // times its handler snoozed it (Snooze): not failures
+	// Expires is when the task stops being worth starting (ExpireIn);
+	// zero: never.
+	Expires time.Time
 	// Run is 1 on the first run of the task and counts every start since,
 	// whatever ended the earlier ones (a failure, a retry asked for, a
 	// worker that died or was stopped, a lost lease): a handler sees a
@@ -53,7 +56,7 @@ func taskOf(r *buckets.Record) Task {
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries, Snoozes: r.Snoozes,
 		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
-		Metadata: r.Metadata,
+		Metadata: r.Metadata, Expires: fromMs(r.ExpireAt),
 
 		Periodic: r.Periodic, Workflow: workflowOf(r),
 	}
@@ -147,6 +150,7 @@ type taskOptions struct {
 	queue       string
 	maxAttempts int
 	timeout     time.Duration
+	expireIn    time.Duration
 	at          time.Time
 	in          time.Duration
 	hasIn       bool
@@ -240,6 +244,22 @@ func Timeout(d time.Duration) Option {
 			return fmt.Errorf("engine: Timeout(%v): want at least 1ms: %w", d, ErrInvalid)
 		}
 		o.timeout = d
+		return nil
+	})
+}
+
+// ExpireIn says the task stops being worth starting d after it is
+// enqueued: one not started by then never starts and goes to the dead
+// letters with the reason "expired", wherever it waits (its bucket, its
+// ready list, a retry, a paused queue: it is buried when a worker would
+// take it). d must leave room for its due time. Not for a workflow's
+// tasks.
+func ExpireIn(d time.Duration) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("engine: ExpireIn(%v): want at least 1ms: %w", d, ErrInvalid)
+		}
+		o.expireIn = d
 		return nil
 	})
 }
@@ -351,6 +371,9 @@ func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
 		Created: ms(now), Due: max(dueMs, 1), Metadata: o.metadata,
 		Unique: o.unique, UniqueTTL: o.uniqueTTL, ReplyTo: o.replyTo,
+	}
+	if o.expireIn > 0 {
+		r.ExpireAt = ms(now.Add(o.expireIn))
 	}
 	if o.uniqueDigest {
 		r.Unique, r.UniqueTTL = uniqueDigest(r.Queue, r.Type, payload), o.uniqueTTL

@@ -127,6 +127,7 @@ type queueStatsJSON struct {
 	Recovered        int64      `json:"recovered"`
 	Cancelled        int64      `json:"cancelled"`
 	Snoozed          int64      `json:"snoozed"`
+	Expired          int64      `json:"expired"`
 	OldestReadyAgeMS int64      `json:"oldest_ready_age_ms"`
 	NextDue          *time.Time `json:"next_due"`
 	Paused           bool       `json:"paused"`
@@ -139,7 +140,7 @@ func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) 
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
-			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused}
+			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused}
 		if !q.NextDue.IsZero() {
 			t := q.NextDue.UTC()
 			j.NextDue = &t
@@ -155,7 +156,7 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tOLDEST READY\tNEXT DUE\tPAUSED")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED")
 	for _, q := range st {
 		oldest, next, paused := "-", "-", "no"
 		if q.Paused {
@@ -167,8 +168,8 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
-			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, oldest, next, paused)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
+			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused)
 	}
 	tw.Flush()
 	if len(un) > 0 {

@@ -39,6 +39,7 @@ when asked for. Without --in or --at the task is due now.`,
 	at := f.String("at", "", "due at this RFC 3339 `time`, e.g. 2030-01-02T15:04:05Z")
 	maxAttempts := f.Int("max-attempts", 0, "failed runs before the dead letters (default: default_max_attempts)")
 	timeout := f.Duration("timeout", 0, "bound on one run (default: default_timeout)")
+	expireIn := f.Duration("expire-in", 0, "not worth starting this long from now: if it has not started by then, it goes to the dead letters as expired, e.g. 10m")
 	unique := f.Duration("unique", 0, "refuse a duplicate (same queue, type and payload) while one can still run; the key lasts at most this long (0 with --unique-key: until the task ends)")
 	uniqueKey := f.String("unique-key", "", "refuse a duplicate with this unique `key` while one can still run")
 	wait := f.Bool("wait", false, "wait until the task is done, dead or cancelled and print its result")
@@ -66,6 +67,9 @@ when asked for. Without --in or --at the task is due now.`,
 		}
 		if given("timeout") {
 			opts = append(opts, engine.Timeout(*timeout))
+		}
+		if given("expire-in") {
+			opts = append(opts, engine.ExpireIn(*expireIn))
 		}
 		switch {
 		case given("unique-key"):
@@ -298,6 +302,7 @@ type taskJSON struct {
 	MaxAttempts   int           `json:"max_attempts"`
 	Recoveries    int           `json:"recoveries"`
 	Snoozes       int           `json:"snoozes"`
+	Expires       *time.Time    `json:"expires,omitempty"`
 	TimeoutMS     int64         `json:"timeout_ms"`
 	Created       time.Time     `json:"created"`
 	Due           time.Time     `json:"due"`
@@ -331,6 +336,10 @@ func taskToJSON(ti *engine.TaskInfo) taskJSON {
 		t := ti.Finished.UTC()
 		tj.Finished = &t
 	}
+	if !ti.Expires.IsZero() {
+		t := ti.Expires.UTC()
+		tj.Expires = &t
+	}
 	if !ti.ProgressTime.IsZero() {
 		tj.Progress = &progressJSON{Value: ti.Progress, Note: ti.ProgressNote, At: ti.ProgressTime.UTC()}
 	}
@@ -360,6 +369,9 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 	row("timeout", "%v", ti.Timeout)
 	row("created", "%s", stamp(ti.Created))
 	row("due", "%s", stamp(ti.Due))
+	if !ti.Expires.IsZero() {
+		row("expires", "%s", stamp(ti.Expires))
+	}
 	if !ti.Started.IsZero() {
 		row("started", "%s", stamp(ti.Started))
 	}

@@ -309,11 +309,15 @@ func TestE2EEnqueueRunStats(t *testing.T) {
 
 // TestE2EProgressAndSnooze: a command's stderr lines "progress <n>
 // [note]" are its task's progress; exit 75 with "snooze 1h" on stdout's
-// last line snoozes the task for an hour without using an attempt.
+// last line snoozes the task for an hour without using an attempt; a
+// task enqueued with --expire-in that passed never runs.
 func TestE2EProgressAndSnooze(t *testing.T) {
 	h := newHarness(t)
 	steps := h.enqueue("--type", "steps")
 	later := h.enqueue("--type", "later")
+	// Expired long before the daemon below can start (a process start
+	// takes far more than a millisecond).
+	stale := h.enqueue("--type", "append", "--expire-in", "1ms")
 	run := h.startRun(nil)
 	h.eventually(10*time.Second, "the steps task to finish", func() bool { return h.lookup(steps).State == "done" })
 	l := h.lookup(steps)
@@ -325,8 +329,15 @@ func TestE2EProgressAndSnooze(t *testing.T) {
 	if l.State != "scheduled" || l.Attempts != 0 || time.Until(l.Due) < 50*time.Minute {
 		t.Errorf("lookup of the snoozed task = %+v, want scheduled an hour ahead with no attempt used", l)
 	}
-	if st := h.stats("default"); st.Snoozed != 1 || st.Failed != 0 {
-		t.Errorf("stats = %+v, want 1 snoozed and no failure", st)
+	h.eventually(10*time.Second, "the stale task to expire", func() bool { return h.lookup(stale).State == "dead" })
+	if l := h.lookup(stale); !strings.HasPrefix(l.LastError, "expired: not started by") || l.Expires == nil {
+		t.Errorf("lookup of the expired task = %+v, want dead as expired", l)
+	}
+	if strings.Contains(h.file("out"), stale) {
+		t.Error("the expired task ran")
+	}
+	if st := h.stats("default"); st.Snoozed != 1 || st.Failed != 0 || st.Expired != 1 {
+		t.Errorf("stats = %+v, want 1 snoozed, 1 expired and no failure", st)
 	}
 	if code, _ := run.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
 		t.Errorf("SIGTERM: exit %d", code)
