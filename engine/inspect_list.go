@@ -47,10 +47,10 @@ type ListOptions struct {
 const (
 	defaultListLimit = 50
 	maxListLimit     = 1000
-	// SearchScan is how many tasks a page with a Search (or a state that
+	// searchScan is how many tasks a page with a Search (or a state that
 	// must be told apart by reading records: retrying, and running or
 	// dead of one queue) reads at most, matches or not.
-	SearchScan = 1000
+	searchScan = 1000
 )
 
 // TaskPage is one page of ListTasks.
@@ -169,7 +169,7 @@ func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 // scan is how many entries a page reads at most.
 func (o *ListOptions) scan() int {
 	if o.Search != "" || o.State == StateRetrying || (o.Queue != "" && (o.State == StateRunning || o.State == StateDead)) {
-		return max(o.Limit, SearchScan)
+		return max(o.Limit, searchScan)
 	}
 	return o.Limit
 }

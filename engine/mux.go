@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -170,28 +169,4 @@ func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
 		}
 	}()
 	return h.ProcessTask(ctx, t)
-}
-
-// Logging is middleware that logs each run at Debug, with task id, type,
-// queue, attempt, duration and error. (Workers log every failure at Warn
-// or Error themselves.)
-func Logging(log *slog.Logger) Middleware {
-	return func(next Handler) Handler {
-		return HandlerFunc(func(ctx context.Context, t *Task) error {
-			start := time.Now()
-			err := next.ProcessTask(ctx, t)
-			attrs := []any{keyTaskID, t.ID, keyType, t.Type, keyQueue, t.Queue, keyAttempt, t.Attempt,
-				"duration", time.Since(start).Round(time.Microsecond)}
-			var ra *snoozeError
-			switch {
-			case err == nil:
-				log.Debug("task done", attrs...)
-			case errors.As(err, &ra):
-				log.Debug("task snoozed", append(attrs, "in", ra.d)...)
-			default:
-				log.Debug("task failed", append(attrs, keyErr, err)...)
-			}
-			return err
-		})
-	}
 }

@@ -52,13 +52,11 @@ const (
 	// handler. Due is when it became due and Time when it was claimed
 	// (Time minus Due is the task's lateness).
 	EventStarted
-	// EventFinished: a run's result was recorded. State says which;
-	// Duration is the run's time from claim to result; Err is the
-	// handler's error, if any.
+	// EventFinished: a run's result was recorded. State says which
+	// (StateRetrying: it failed and runs again at Due; StateScheduled:
+	// its handler snoozed it until Due); Duration is the run's time from
+	// claim to result; Err is the handler's error, if any.
 	EventFinished
-	// EventRetried: a failed run was scheduled to run again at Due (sent
-	// after the EventFinished of the run, with State StateRetrying).
-	EventRetried
 	// EventDead: a task went to the dead letters; Reason says why. After
 	// a run it follows its EventFinished; it is also sent for a task
 	// recovered too many times.
@@ -79,8 +77,6 @@ func (k EventKind) String() string {
 		return "started"
 	case EventFinished:
 		return "finished"
-	case EventRetried:
-		return "retried"
 	case EventDead:
 		return "dead"
 	case EventRecovered:
@@ -95,10 +91,10 @@ type Event struct {
 	Queue   string
 	Type    string
 	TaskID  string
-	Attempt int // the run's attempt (1 on the first), for Started, Finished, Retried, Dead
+	Attempt int // the run's attempt (1 on the first), for Started, Finished, Dead
 	// Time is when it happened, on the engine's Clock.
 	Time     time.Time
-	Due      time.Time     // Enqueued, Started, Retried
+	Due      time.Time     // Enqueued, Started; Finished when it runs again
 	Duration time.Duration // Finished
 	// State is where a Finished run left its task: StateDone, StateRetrying
 	// (failed; it runs again), StateScheduled (the handler snoozed it:
@@ -142,9 +138,9 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 	case out == buckets.Done:
 		e.State, e.Attempt = StateDone, r.Attempts+1
 	case out == buckets.Again && r.State == buckets.StateRetry:
-		e.State = StateRetrying
+		e.State, e.Due = StateRetrying, fromMs(r.Due)
 	case out == buckets.Again:
-		e.State, e.Attempt = StateScheduled, r.Attempts+1
+		e.State, e.Attempt, e.Due = StateScheduled, r.Attempts+1, fromMs(r.Due)
 	case out == buckets.Bury:
 		e.State = StateDead
 	default:
@@ -154,11 +150,7 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 	// The tasks the result's transaction enqueued: a chain's next step,
 	// a group's callback, a reply task.
 	w.cfg.observeEnqueued(r.Spawned, now)
-	switch e.State {
-	case StateRetrying:
-		w.cfg.Observer.Observe(Event{Kind: EventRetried, Queue: r.Queue, Type: r.Type, TaskID: r.ID,
-			Attempt: r.Attempts, Time: now, Due: fromMs(r.Due), Err: herr})
-	case StateDead:
+	if e.State == StateDead {
 		reason := "failed"
 		if _, ok := IsSnooze(herr); ok {
 			reason = "snoozed_too_often"

@@ -439,7 +439,7 @@ type shardCursor struct {
 //
 // Each page costs a fixed number of commands (at most a few plus one per
 // bucket or worker it visits, never more than Limit of those) and reads at
-// most Limit entries, or SearchScan when it must judge entries by their
+// most Limit entries, or searchScan when it must judge entries by their
 // records; the page's entries are read in one MULTI/EXEC where they come
 // from one list. With MaxBytes their records are read 16 to a command
 // until that many bytes were read. Paging while tasks move returns no task twice and skips

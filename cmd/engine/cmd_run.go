@@ -144,7 +144,7 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	if roles.Has(engine.RoleWorker) {
 		mux := engine.NewMux()
 		if set.Log.Level == "debug" {
-			mux.Use(engine.Logging(log))
+			mux.Use(logRuns(log))
 		}
 		hlog := log.With("component", "handler")
 		for _, t := range types {

@@ -147,11 +147,12 @@ func (c *Collector) Observe(e engine.Event) {
 			c.processed.WithLabelValues(e.Queue, e.Type).Inc()
 		case e.State == engine.StateScheduled:
 			c.snoozed.WithLabelValues(e.Queue, e.Type).Inc()
-		case e.State == engine.StateRetrying, e.State == engine.StateDead:
+		case e.State == engine.StateRetrying:
+			c.failed.WithLabelValues(e.Queue, e.Type).Inc()
+			c.retried.WithLabelValues(e.Queue, e.Type).Inc()
+		case e.State == engine.StateDead:
 			c.failed.WithLabelValues(e.Queue, e.Type).Inc()
 		}
-	case engine.EventRetried:
-		c.retried.WithLabelValues(e.Queue, e.Type).Inc()
 	case engine.EventDead:
 		c.dead.WithLabelValues(e.Queue, e.Type, e.Reason).Inc()
 	case engine.EventRecovered:

@@ -396,7 +396,6 @@ func TestLint(t *testing.T) {
 		{Kind: engine.EventStarted, Queue: "q", Type: "t", Time: now, Due: now.Add(-time.Second)},
 		{Kind: engine.EventFinished, Queue: "q", Type: "t", State: engine.StateDone, Duration: time.Second},
 		{Kind: engine.EventFinished, Queue: "q", Type: "t", State: engine.StateRetrying, Duration: time.Second},
-		{Kind: engine.EventRetried, Queue: "q", Type: "t"},
 		{Kind: engine.EventDead, Queue: "q", Type: "t", Reason: "failed"},
 		{Kind: engine.EventRecovered, Queue: "q", Type: "t", Reason: "worker_died"},
 		{Kind: engine.EventDispatched, Moved: 3, Conflicts: 1},
