@@ -72,7 +72,13 @@ func New(t testing.TB, cfg engine.Config) *Env {
 	e := &Env{pool: pool, clock: &clock{now: time.Now().Truncate(time.Millisecond)}}
 	cfg.Advanced.Clock = e.clock
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(logWriter{rep}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(logWriter{rep}, &slog.HandlerOptions{Level: slog.LevelWarn,
+			ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+				if len(groups) == 0 && a.Key == slog.TimeKey {
+					return slog.Attr{} // real time, not the Env's clock
+				}
+				return a
+			}}))
 	}
 	e.cfg = cfg
 	var err error

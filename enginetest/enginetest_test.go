@@ -354,3 +354,49 @@ func TestDepsOfEngineLackTestOnlyModules(t *testing.T) {
 		t.Errorf("enginetest's deps lack miniredis")
 	}
 }
+
+// A reply task into a queue first written by the run is drained too, and
+// a task of a type the handler lacks fails as a Mux says, until dead.
+func TestDrainReplyAndUnhandledType(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	env := New(t, engine.Config{})
+	job, err := env.Client().Enqueue(ctx, "job", []byte("in"), engine.ReplyTo("replies"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client().Enqueue(ctx, "unknown", nil, engine.MaxAttempts(3)); err != nil {
+		t.Fatal(err)
+	}
+	var replies []*engine.Outcome
+	mux := engine.NewMux()
+	mux.HandleFunc("job", func(ctx context.Context, task *engine.Task) error {
+		return engine.SetResult(ctx, []byte("out"))
+	})
+	mux.HandleFunc(engine.ReplyType, func(ctx context.Context, task *engine.Task) error {
+		o, err := engine.DecodeReply(task.Payload)
+		if err != nil {
+			return engine.Permanent(err)
+		}
+		if task.Queue != "replies" {
+			t.Errorf("reply in queue %q", task.Queue)
+		}
+		replies = append(replies, o)
+		return nil
+	})
+	res, err := env.Drain(ctx, mux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(replies) != 1 || replies[0].ID != job.ID || replies[0].State != engine.StateDone || string(replies[0].Result) != "out" {
+		t.Errorf("replies %+v", replies)
+	}
+	if res.States[engine.StateDone] != 2 || res.States[engine.StateDead] != 1 {
+		t.Errorf("States %v, want 2 done and 1 dead", res.States)
+	}
+	for _, r := range res.Runs {
+		if r.Type == "unknown" && !errors.Is(r.Err, engine.ErrNoHandler) {
+			t.Errorf("run of the unknown type: %v", r.Err)
+		}
+	}
+}
