@@ -345,7 +345,8 @@ func TestDepsOfEngineLackTestOnlyModules(t *testing.T) {
 		return string(out)
 	}
 	engineDeps := deps("github.com/bucketq/bucketq/engine")
-	for _, bad := range []string{"github.com/alicebob/miniredis", "github.com/bucketq/bucketq/enginetest", "github.com/bucketq/bucketq/internal/minihook"} {
+	for _, bad := range []string{"github.com/alicebob/miniredis", "github.com/yuin/gopher-lua", "go.uber.org/goleak",
+		"github.com/chromedp", "github.com/bucketq/bucketq/enginetest", "github.com/bucketq/bucketq/internal/minihook"} {
 		if strings.Contains(engineDeps, bad) {
 			t.Errorf("engine depends on %s", bad)
 		}
