@@ -2,9 +2,10 @@
 // the public API deliberately does not: the engine's parts one at a time
 // (a worker, a dispatcher, a reaper or a scheduler alone, to kill, cut or
 // step it), and figures of a running Server that explain a duplicate run
-// after a kill. Users run the parts through engine.Server. Package engine
-// sets the functions below when it is linked in; nothing outside this
-// module can import this package.
+// after a kill; and package enginetest a dispatcher and a worker stepped
+// on the test's goroutine. Users run the parts through engine.Server.
+// Package engine sets the functions below when it is linked in; nothing
+// outside this module can import this package.
 package enginehook
 
 import (
@@ -68,4 +69,24 @@ var (
 	// ServerWorkers returns the workers of an *engine.Server, one per
 	// lane (none without the worker role).
 	ServerWorkers func(srv any) []Worker
+)
+
+// Stepper is a dispatcher and a worker run one step at a time on the
+// caller's goroutine, on the Config's clock (package enginetest's Drain).
+type Stepper interface {
+	// Step makes ready every task due by the clock's now, then takes at
+	// most one ready task, runs its handler and records its result.
+	// took reports whether it took a task; next is when the earliest
+	// scheduled task is due (zero: none), as read before taking.
+	Step(ctx context.Context) (took bool, next time.Time, err error)
+	// Close gives up the dispatch turn and unregisters the worker.
+	Close(ctx context.Context) error
+}
+
+// Set by package engine. cfg is an engine.Config, h an engine.Handler.
+var (
+	NewStepper func(ctx context.Context, pool *redis.Pool, cfg, h any) (Stepper, error)
+	// UniqueKey returns the unique key task id holds: "k:<key>" for
+	// engine.UniqueKey, "d:<digest>" for engine.Unique, "" for none.
+	UniqueKey func(ctx context.Context, pool *redis.Pool, cfg any, id string) (string, error)
 )
