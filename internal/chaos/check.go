@@ -157,24 +157,64 @@ func (m interruptions) add(id string, in interruption) {
 	m[id] = append(m[id], in)
 }
 
+// check judges a finished run from the ledgers, the processes' logs and
+// Redis: each phase below adds its figures to the report, and verdict
+// turns them into failures.
 func (h *harness) check(ctx context.Context) *Report {
 	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir,
 		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
 		DeadReasons: map[string]int{}}
-	fail := func(format string, args ...any) { rep.Failures = append(rep.Failures, fmt.Sprintf(format, args...)) }
+	c := &checker{h: h, rep: rep, inter: interruptions{}}
 	obs, err := h.collect()
 	if err != nil {
-		fail("reading the ledgers: %v", err)
+		c.fail("reading the ledgers: %v", err)
 		return rep
 	}
+	c.obs = obs
+	c.faults()
+	c.deadLetters(ctx)
+	c.runs()
+	c.interruptions()
+	c.logs()
+	c.weakEvidence()
+	c.duplicates()
+	c.batches()
+	c.crashesAndBadData()
+	c.verdict()
+	c.scenarioChecks()
+	return rep
+}
 
+// checker is one check's state, shared by its phases.
+type checker struct {
+	h      *harness
+	rep    *Report
+	obs    *observed
+	kills  []*killEvent
+	killed map[int]*killEvent // by pid
+	crash  []crash
+	dead   map[string]string // dead letters: id → reason
+	inter  interruptions
+	bound  time.Duration // how early a run may start (earlyBound)
+
+	lost, unexplained, wedged []string
+}
+
+func (c *checker) fail(format string, args ...any) {
+	c.rep.Failures = append(c.rep.Failures, fmt.Sprintf(format, args...))
+}
+
+// faults counts the faults injected.
+func (c *checker) faults() {
+	h, rep := c.h, c.rep
 	// Faults injected.
 	h.mu.Lock()
 	kills := append([]*killEvent(nil), h.kills...)
 	restarts := append([]restartEvent(nil), h.restarts...)
-	crashes := append([]crash(nil), h.crashes...)
+	c.crash = append([]crash(nil), h.crashes...)
 	h.mu.Unlock()
 	killed := map[int]*killEvent{}
+	c.kills, c.killed = kills, killed
 	for _, k := range kills {
 		if k.Self {
 			rep.Faults["SIGKILL producer (itself, mid-call)"]++
@@ -204,16 +244,23 @@ func (h *harness) check(ctx context.Context) *Report {
 		}
 	}
 
+}
+
+// deadLetters reads the dead letters, through the public API and the
+// index.
+func (c *checker) deadLetters(ctx context.Context) {
+	h := c.h
 	// Dead letters, through the public API.
 	dead := map[string]string{}
+	c.dead = dead
 	if in, err := h.shardedAdmin(); err != nil {
-		fail("inspector: %v", err)
+		c.fail("inspector: %v", err)
 	} else {
 		opts := engine.ListOptions{Filter: engine.Filter{State: engine.StateDead}, Limit: 1000}
 		for {
 			page, err := in.ListTasks(ctx, opts)
 			if err != nil {
-				fail("dead letters: %v", err)
+				c.fail("dead letters: %v", err)
 				break
 			}
 			for _, ti := range page.Tasks {
@@ -237,11 +284,18 @@ func (h *harness) check(ctx context.Context) *Report {
 		}
 	}
 
+}
+
+// runs counts the acknowledged tasks that ran, were lost or are dead, and
+// how early or late each started.
+func (c *checker) runs() {
+	h, rep, obs, dead := c.h, c.rep, c.obs, c.dead
 	// Enqueued, executed, lost, dead.
 	rep.Enqueued = len(obs.acked)
 	var lost []string
 	var lateness []time.Duration
 	bound := h.earlyBound()
+	c.bound = bound
 	rep.EarlyBound = bound
 	for id, a := range obs.acked {
 		runs := obs.runs[id]
@@ -274,6 +328,7 @@ func (h *harness) check(ctx context.Context) *Report {
 		}
 	}
 	rep.Lost = len(lost)
+	c.lost = lost
 	sort.Slice(lateness, func(i, j int) bool { return lateness[i] < lateness[j] })
 	if n := len(lateness); n > 0 {
 		pct := func(p float64) time.Duration { return lateness[min(n-1, int(p*float64(n)))] }
@@ -290,9 +345,13 @@ func (h *harness) check(ctx context.Context) *Report {
 		}
 	}
 
+}
+
+// interruptions records what interrupted runs: kills during a handler,
+// claims held at a kill.
+func (c *checker) interruptions() {
+	rep, obs, killed, add := c.rep, c.obs, c.killed, c.inter.add
 	// Duplicates and what explains them.
-	inter := interruptions{}
-	add := inter.add
 	for id, runs := range obs.runs {
 		for _, r := range runs {
 			k := killed[r.PID]
@@ -309,15 +368,20 @@ func (h *harness) check(ctx context.Context) *Report {
 			}
 		}
 	}
-	for _, k := range kills {
+	for _, k := range c.kills {
 		for _, id := range k.Pending {
 			rep.ClaimedAtKill++
 			add(id, interruption{pid: k.PID, reason: "claimed by the worker when it was killed"})
 		}
 		rep.TakenAtKill += len(k.Inflight)
 	}
+}
+
+// logs reads every process's log: lost leases, errors, panics, 2.4
+// violations and wedged slots.
+func (c *checker) logs() {
+	h, rep, obs, killed, add := c.h, c.rep, c.obs, c.killed, c.inter.add
 	errMsgs := map[string]int{}
-	var wedged []string
 	for _, p := range h.allProcs() {
 		ls := scanLog(p.LogPath)
 		for _, id := range ls.LeaseLost {
@@ -350,7 +414,7 @@ func (h *harness) check(ctx context.Context) *Report {
 		for _, id := range sortedKeys(ls.Wedged) {
 			if ls.Wedged[id] >= 2 {
 				rep.WedgedSlots++
-				wedged = append(wedged, fmt.Sprintf("%s retried %d+ times to record the result of task %s (payload %s): %s",
+				c.wedged = append(c.wedged, fmt.Sprintf("%s retried %d+ times to record the result of task %s (payload %s): %s",
 					p.Name, ls.Wedged[id], id, orStr(obs.payload[id], "?"), firstLine(ls.WedgedErr[id])))
 			}
 		}
@@ -358,6 +422,12 @@ func (h *harness) check(ctx context.Context) *Report {
 	for _, m := range sortedKeys(errMsgs) {
 		rep.ErrorMessages = append(rep.ErrorMessages, fmt.Sprintf("%5d x %s", errMsgs[m], m))
 	}
+}
+
+// weakEvidence adds the interruptions that may explain a duplicate, and
+// counts the tasks some run of which was interrupted.
+func (c *checker) weakEvidence() {
+	h, rep, obs, killed, inter := c.h, c.rep, c.obs, c.killed, c.inter
 	// Weak evidence: a run that ended in a process killed later, when what
 	// the worker held could not be read (Redis was down).
 	for id, runs := range obs.runs {
@@ -398,7 +468,12 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.InterruptedTasks++
 		}
 	}
-	var unexplained []string
+}
+
+// duplicates counts the tasks that ran more than once, and those the
+// interruptions do not explain.
+func (c *checker) duplicates() {
+	rep, obs, inter := c.rep, c.obs, c.inter
 	for id, runs := range obs.runs {
 		if len(runs) < 2 {
 			continue
@@ -420,10 +495,15 @@ func (h *harness) check(ctx context.Context) *Report {
 			rep.DupWeak++
 		default:
 			rep.DupUnexplained++
-			unexplained = append(unexplained, id)
+			c.unexplained = append(c.unexplained, id)
 		}
 	}
 
+}
+
+// batches checks that every batch was all or nothing.
+func (c *checker) batches() {
+	h, rep, obs := c.h, c.rep, c.obs
 	// Batches: all or nothing.
 	failedRan := map[string]int{}
 	var pws map[string]*partialWhere
@@ -465,12 +545,18 @@ func (h *harness) check(ctx context.Context) *Report {
 	}
 	for bid := range obs.batchRuns {
 		if obs.batches[bid] == nil {
-			fail("tasks of batch %s ran, but no producer ledger announced that batch", bid)
+			c.fail("tasks of batch %s ran, but no producer ledger announced that batch", bid)
 		}
 	}
 
+}
+
+// crashesAndBadData reports the processes that exited on their own and
+// the bad data's verdicts.
+func (c *checker) crashesAndBadData() {
+	h, rep, obs, dead := c.h, c.rep, c.obs, c.dead
 	// Crashes.
-	for _, c := range crashes {
+	for _, c := range c.crash {
 		rep.Crashes = append(rep.Crashes, fmt.Sprintf("%s (pid %d) exited with code %d; last lines of %s:\n%s",
 			c.Name, c.PID, c.ExitCode, c.LogPath, indent(tail(c.LogPath, 15))))
 	}
@@ -483,67 +569,78 @@ func (h *harness) check(ctx context.Context) *Report {
 		}
 	}
 
+}
+
+// verdict turns the figures into failures.
+func (c *checker) verdict() {
+	h, rep, obs, killed, inter := c.h, c.rep, c.obs, c.killed, c.inter
 	// Verdict.
 	if rep.Lost > 0 {
-		fail("%d acknowledged tasks lost (neither ran nor are dead letters)", rep.Lost)
-		rep.Details = append(rep.Details, h.describeLost(lost, obs)...)
+		c.fail("%d acknowledged tasks lost (neither ran nor are dead letters)", rep.Lost)
+		rep.Details = append(rep.Details, h.describeLost(c.lost, obs)...)
 	}
 	if rep.EarlyBeyond > 0 {
-		fail("%d runs started before their due time by more than %v (max %v)", rep.EarlyBeyond, bound, rep.MaxEarly)
+		c.fail("%d runs started before their due time by more than %v (max %v)", rep.EarlyBeyond, c.bound, rep.MaxEarly)
 	}
 	if rep.DueMovedEarlier > 0 {
-		fail("%d runs saw a due time earlier than the producer asked for", rep.DueMovedEarlier)
+		c.fail("%d runs saw a due time earlier than the producer asked for", rep.DueMovedEarlier)
 	}
 	if rep.DupUnexplained > 0 {
-		fail("%d tasks ran more often than interruptions explain", rep.DupUnexplained)
-		for i, id := range unexplained {
+		c.fail("%d tasks ran more often than interruptions explain", rep.DupUnexplained)
+		for i, id := range c.unexplained {
 			if i == 10 {
-				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more unexplained duplicates", len(unexplained)-10))
+				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more unexplained duplicates", len(c.unexplained)-10))
 				break
 			}
 			rep.Details = append(rep.Details, h.describeRuns(id, obs, killed, inter[id]))
 		}
 	}
 	if n := rep.BatchesPartial - rep.BatchesStuck; n > 0 {
-		fail("%d unacknowledged batches ran in part, the rest of their tasks not in Redis (all-or-nothing broken)", n)
+		c.fail("%d unacknowledged batches ran in part, the rest of their tasks not in Redis (all-or-nothing broken)", n)
 	}
 	if rep.BatchesStuck > 0 {
-		fail("%d unacknowledged batches ran in part: the rest of their tasks are in Redis but did not run (stuck)", rep.BatchesStuck)
+		c.fail("%d unacknowledged batches ran in part: the rest of their tasks are in Redis but did not run (stuck)", rep.BatchesStuck)
 	}
 	if rep.WedgedSlots > 0 {
-		fail("%d worker handler slots kept retrying to record a result that can never be recorded (record deleted or malformed): each slot is lost until its process stops", rep.WedgedSlots)
-		for i, w := range wedged {
+		c.fail("%d worker handler slots kept retrying to record a result that can never be recorded (record deleted or malformed): each slot is lost until its process stops", rep.WedgedSlots)
+		for i, w := range c.wedged {
 			if i == 8 {
-				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more wedged slots", len(wedged)-8))
+				rep.Details = append(rep.Details, fmt.Sprintf("... and %d more wedged slots", len(c.wedged)-8))
 				break
 			}
 			rep.Details = append(rep.Details, w)
 		}
 	}
 	if len(rep.Crashes) > 0 {
-		fail("%d processes exited unexpectedly", len(rep.Crashes))
+		c.fail("%d processes exited unexpectedly", len(rep.Crashes))
 	}
 	if rep.Panics > 0 {
-		fail("%d panics, fatal errors or data races in process logs", rep.Panics)
+		c.fail("%d panics, fatal errors or data races in process logs", rep.Panics)
 	}
 	if rep.Violations > 0 {
-		fail("%d commands not valid for Redis 2.4", rep.Violations)
+		c.fail("%d commands not valid for Redis 2.4", rep.Violations)
 	}
 	for _, b := range rep.BadData {
 		if !b.OK {
-			fail("bad data %q: %s", b.Name, b.Observed)
+			c.fail("bad data %q: %s", b.Name, b.Observed)
 		}
 	}
 	if rep.DeadLettered > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d acknowledged noop tasks were dead-lettered (counted apart from lost)", rep.DeadLettered))
 	}
+}
+
+// scenarioChecks runs the checks of what the scenario is for: each a
+// note, a failure, or a sign it was not exercised.
+func (c *checker) scenarioChecks() {
+	h, rep, obs := c.h, c.rep, c.obs
 	// A scenario's own check: its note, or the failure it found.
 	noted := func(note string, err error) {
 		switch {
 		case errors.Is(err, errNotExercised):
 			rep.Unexercised = append(rep.Unexercised, err.Error())
 		case err != nil:
-			fail("%v", err)
+			c.fail("%v", err)
 		default:
 			rep.Notes = append(rep.Notes, note)
 		}
@@ -563,7 +660,6 @@ func (h *harness) check(ctx context.Context) *Report {
 	if h.sc.Snoozed {
 		noted(h.checkSnoozed())
 	}
-	return rep
 }
 
 // checkSnoozed tells whether handlers snoozed tasks: the queues' snoozed
