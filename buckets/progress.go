@@ -7,6 +7,7 @@ import (
 	"math"
 	"unicode/utf8"
 
+	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -57,12 +58,33 @@ func DecodeProgress(b []byte) (Progress, error) {
 	return Progress{Value: v, Note: string(note), At: int64(at)}, nil
 }
 
-// SetProgress stores task id's progress for ttl seconds (at least 1):
-// one SETEX, no transaction (one key). A full Redis refuses it; nothing
-// else depends on it.
-func (s *Store) SetProgress(ctx context.Context, conn redis.Conn, id string, p Progress, ttl int64) error {
-	if _, err := do(ctx, conn, "SETEX", s.Keys.Progress(id), max(ttl, 1), p.Encode()); err != nil {
-		return fmt.Errorf("buckets: progress of %s: %w", id, err)
+// ProgressWrite is one task's progress to store, for ttl seconds.
+type ProgressWrite struct {
+	ID       string
+	Progress Progress
+	TTL      int64
+}
+
+// SetProgresses stores the progress of several tasks, each for its ttl
+// seconds (at least 1): one SETEX each, pipelined in one round trip, no
+// transaction (each is one key, and nothing else depends on it). A full
+// Redis refuses them.
+func (s *Store) SetProgresses(ctx context.Context, conn redis.Conn, ws []ProgressWrite) error {
+	cmds := make([]txn.Cmd, len(ws))
+	for i, w := range ws {
+		cmds[i] = txn.Cmd{Name: "SETEX", Args: []interface{}{s.Keys.Progress(w.ID), max(w.TTL, 1), w.Progress.Encode()}}
+	}
+	reps, err := pipeline(ctx, conn, cmds)
+	if err == nil {
+		for _, rep := range reps {
+			if e := asError(rep); e != nil {
+				err = e
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("buckets: progress of %d tasks: %w", len(ws), err)
 	}
 	return nil
 }

@@ -32,9 +32,9 @@ type progressKey struct{}
 // and note says it in words (at most 256 bytes of UTF-8). Lookup, the
 // Inspector, `engine lookup` and the dashboard show the last one reported,
 // with its time, while the run goes on and after it ends (for as long as
-// a done task's record is kept). It costs no round trip: a run's
-// progress is written at most once a second, the last value always, on
-// a connection of its own. A value that is not finite is refused with
+// a done task's record is kept). It never waits for Redis: the worker
+// writes a run's latest report at most once a second, and its last one,
+// together with its other runs' in one pipelined round trip. A value that is not finite is refused with
 // ErrInvalid, a longer note with ErrTooLarge.
 func SetProgress(ctx context.Context, value float64, note string) error {
 	b, _ := ctx.Value(progressKey{}).(*progressBox)
@@ -54,20 +54,34 @@ func SetProgress(ctx context.Context, value float64, note string) error {
 	return nil
 }
 
-// progressWriter writes the progress handlers report (SetProgress), each
-// run's at most once per progressEvery, on connections of the pool.
+// progressWriter writes the progress handlers report (SetProgress): each
+// run's box offers its latest value at most once per progressEvery (and
+// its last one when the run ends), and one goroutine per worker writes
+// what was offered, the latest value per task, with one pipelined round
+// trip on one connection. However often handlers report, the worker
+// sends at most one SETEX per running task per second, and never makes
+// a handler wait for Redis.
 type progressWriter struct {
 	pool  *redis.Pool
 	store *buckets.Store
 	clock Clock
 	log   *slog.Logger
 	ttl   func(timeout time.Duration) int64 // seconds a progress is kept
-	wg    sync.WaitGroup                    // writes under way
-	sent  atomic.Int64                      // writes sent, for tests
+
+	mu      sync.Mutex
+	pending map[string]pendingProgress // by task id: the latest offered
+	wake    chan struct{}              // an offer since the last write
+	sent    atomic.Int64               // SETEX sent, for tests
+}
+
+type pendingProgress struct {
+	p   buckets.Progress
+	ttl int64
 }
 
 func newProgressWriter(pool *redis.Pool, st *buckets.Store, cfg Config, log *slog.Logger) *progressWriter {
 	return &progressWriter{pool: pool, store: st, clock: cfg.Advanced.Clock, log: log,
+		pending: map[string]pendingProgress{}, wake: make(chan struct{}, 1),
 		ttl: func(timeout time.Duration) int64 {
 			// The run, its grace, and the done record's retention.
 			d := timeout + cfg.Advanced.LeaseGrace + max(cfg.DoneRetention, 0)
@@ -80,39 +94,81 @@ func (pw *progressWriter) box(id string, timeout time.Duration) *progressBox {
 	return &progressBox{pw: pw, id: id, ttl: pw.ttl(timeout)}
 }
 
-// wait waits for the writes under way.
-func (pw *progressWriter) wait() { pw.wg.Wait() }
-
-func (pw *progressWriter) write(id string, p buckets.Progress, ttl int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), progressWriteTimeout)
-	defer cancel()
-	conn, err := pw.pool.GetContext(ctx)
-	pw.sent.Add(1)
-	if err == nil {
-		err = pw.store.SetProgress(ctx, conn, id, p, ttl)
-		conn.Close()
-	}
-	if err != nil {
-		pw.log.Debug("task progress not written", keyTaskID, id, keyErr, err)
+// offer queues task id's progress for the next write, replacing one not
+// written yet.
+func (pw *progressWriter) offer(id string, p buckets.Progress, ttl int64) {
+	pw.mu.Lock()
+	pw.pending[id] = pendingProgress{p, ttl}
+	pw.mu.Unlock()
+	select {
+	case pw.wake <- struct{}{}:
+	default:
 	}
 }
 
-// progressBox holds one run's last reported progress and when it was
-// written: a report writes at once when the last write is progressEvery
-// old, else it leaves the write to a timer that writes the latest value
-// then; close writes what is still unwritten.
+// run writes what is offered until ctx ends, then what is left.
+func (pw *progressWriter) run(ctx context.Context) {
+	for {
+		select {
+		case <-pw.wake:
+			pw.flush(ctx)
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressWriteTimeout)
+			pw.flush(fctx)
+			cancel()
+			return
+		}
+	}
+}
+
+// flush writes the pending progress in one pipelined round trip. A
+// failure drops it: progress is informational.
+func (pw *progressWriter) flush(ctx context.Context) {
+	pw.mu.Lock()
+	batch := pw.pending
+	if len(batch) > 0 {
+		pw.pending = make(map[string]pendingProgress, len(batch))
+	}
+	pw.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, progressWriteTimeout)
+	defer cancel()
+	pw.sent.Add(int64(len(batch)))
+	conn, err := pw.pool.GetContext(ctx)
+	if err == nil {
+		err = pw.store.SetProgresses(ctx, conn, batch2(batch))
+		conn.Close()
+	}
+	if err != nil {
+		pw.log.Debug("task progress not written", "tasks", len(batch), keyErr, err)
+	}
+}
+
+func batch2(m map[string]pendingProgress) []buckets.ProgressWrite {
+	out := make([]buckets.ProgressWrite, 0, len(m))
+	for id, pp := range m {
+		out = append(out, buckets.ProgressWrite{ID: id, Progress: pp.p, TTL: pp.ttl})
+	}
+	return out
+}
+
+// progressBox holds one run's last reported progress: a report is offered
+// for writing at once when the last offer is progressEvery old, else a
+// timer offers the latest value then; close offers what is still
+// unoffered.
 type progressBox struct {
 	pw  *progressWriter
 	id  string
 	ttl int64
 
-	mu      sync.Mutex
-	cur     buckets.Progress
-	dirty   bool        // cur not written yet
-	last    time.Time   // last write started
-	timer   *time.Timer // a write due later, when set
-	writing bool        // a write is under way
-	closed  bool
+	mu     sync.Mutex
+	cur    buckets.Progress
+	dirty  bool        // cur not offered yet
+	last   time.Time   // last offer
+	timer  *time.Timer // an offer due later, when set
+	closed bool
 }
 
 func (b *progressBox) set(value float64, note string) {
@@ -123,69 +179,42 @@ func (b *progressBox) set(value float64, note string) {
 	}
 	b.cur = buckets.Progress{Value: value, Note: note, At: ms(b.pw.clock.Now())}
 	b.dirty = true
-	if b.timer != nil || b.writing {
-		return // the pending write takes the latest value
+	if b.timer != nil {
+		return // the timer offers the latest value
 	}
 	if wait := progressEvery - time.Since(b.last); wait > 0 {
-		b.pw.wg.Add(1)
-		b.timer = time.AfterFunc(wait, func() {
-			defer b.pw.wg.Done()
-			b.mu.Lock()
-			b.timer = nil
-			b.mu.Unlock()
-			b.flush()
-		})
+		b.timer = time.AfterFunc(wait, b.due)
 		return
 	}
-	b.pw.wg.Add(1)
-	go func() {
-		defer b.pw.wg.Done()
-		b.flush()
-	}()
+	b.offerLocked()
 }
 
-// flush writes the latest value if it is unwritten and no other write is
-// under way (that one then writes it after its own).
-func (b *progressBox) flush() {
+// due is the timer's: offer the latest value.
+func (b *progressBox) due() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.dirty && !b.writing {
-		p := b.cur
-		b.dirty, b.writing, b.last = false, true, time.Now()
-		b.mu.Unlock()
-		b.pw.write(b.id, p, b.ttl)
-		b.mu.Lock()
-		b.writing = false
-		if b.dirty && !b.closed && b.timer == nil {
-			// Reported while the write was under way: write it one
-			// interval after this one. (Once closed, the loop writes
-			// the last value at once.)
-			b.pw.wg.Add(1)
-			b.timer = time.AfterFunc(progressEvery, func() {
-				defer b.pw.wg.Done()
-				b.mu.Lock()
-				b.timer = nil
-				b.mu.Unlock()
-				b.flush()
-			})
-			return
-		}
+	b.timer = nil
+	if b.dirty {
+		b.offerLocked()
 	}
 }
 
-// close ends the run's reporting: the last value, if unwritten, is written
-// now (in the caller's goroutine, before the run's result), so a done
-// task shows where its handler ended.
+func (b *progressBox) offerLocked() {
+	b.dirty, b.last = false, time.Now()
+	b.pw.offer(b.id, b.cur, b.ttl)
+}
+
+// close ends the run's reporting: the last value, if not offered yet, is
+// offered now, so a done task shows where its handler ended.
 func (b *progressBox) close() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.closed = true
-	if b.timer != nil && b.timer.Stop() {
+	if b.timer != nil {
+		b.timer.Stop()
 		b.timer = nil
-		b.pw.wg.Done()
 	}
-	pending := b.dirty && !b.writing
-	b.mu.Unlock()
-	if pending {
-		b.flush()
+	if b.dirty {
+		b.offerLocked()
 	}
 }

@@ -132,6 +132,7 @@ func (s *stepper) Step(ctx context.Context) (bool, time.Time, error) {
 		return true, next, nil
 	}
 	w.finisher.finish(s.stop, ctx, claimed{rec: rec, h: &s.h, held: held, waited: waited}, herr, result)
+	w.progress.flush(ctx) // no writer goroutine here: the run's last report now
 	return true, next, nil
 }
 

@@ -190,6 +190,10 @@ func (w *worker) run(ctx context.Context) error {
 	bg.Go(func() { w.control.run(bgCtx) })
 	bg.Go(func() { w.hb.run(bgCtx) })
 	bg.Go(func() { w.recoverer.run(bgCtx) })
+	progressCtx, stopProgress := context.WithCancel(detached)
+	defer stopProgress()
+	var progressDone sync.WaitGroup
+	progressDone.Go(func() { w.progress.run(progressCtx) })
 	work.Go(func() { w.proc.run(fetchCtx, baseCtx) })
 
 	select {
@@ -217,7 +221,8 @@ func (w *worker) run(ctx context.Context) error {
 	cancelHandlers()
 	<-workDone
 	w.runs.wait()
-	w.progress.wait()
+	stopProgress() // every run offered its last report: write them
+	progressDone.Wait()
 	stopBg()
 	bg.Wait()
 	errs = append(errs, w.unregister())

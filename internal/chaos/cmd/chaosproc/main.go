@@ -120,7 +120,7 @@ func main() {
 
 	flag.DurationVar(&o.sleepMax, "sleep-max", 20*time.Millisecond, "worker: longest noop handler sleep")
 	flag.DurationVar(&o.slowSleep, "slow-sleep", 1500*time.Millisecond, "worker: sleep of the slow handler")
-	flag.Float64Var(&o.snooze, "snooze", 0, "worker: chance that a noop run snoozes its task (up to twice a task) instead of running it")
+	flag.Float64Var(&o.snooze, "snooze", 0, "worker: chance that a noop run snoozes its task (up to twice a task) instead of running it; with it, every run reports its progress")
 	flag.StringVar(&o.entry, "entry", "chaos-tick", "scheduler: the periodic entry's name (type noop)")
 	flag.DurationVar(&o.every, "every", time.Second, "scheduler: the entry's interval")
 	flag.DurationVar(&o.horizon, "horizon", 10*time.Second, "scheduler: Scheduler.Horizon")
@@ -556,8 +556,10 @@ func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 				// and run, with no attempt used.
 				return engine.Snooze(time.Duration(rng.int64n(int64(20*time.Millisecond) + 1)))
 			}
-			if err := engine.SetProgress(ctx, 1, "started"); err != nil {
-				return err
+			if o.snooze > 0 { // the snooze scenario reports progress too
+				if err := engine.SetProgress(ctx, 1, "started"); err != nil {
+					return err
+				}
 			}
 			start := time.Now().UnixMilli()
 			if err := led.Write(ledger.Start(t.ID, start, pid, ledger.PayloadWord(t.Payload),
