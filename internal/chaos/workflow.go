@@ -136,53 +136,153 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		}
 		o.Dir = d
 	}
-	started := time.Now()
-	logf := func(format string, args ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, "[workflow %6.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, args...))
-		}
+	w := &workflowRun{o: o, started: time.Now(), lanes: max(o.Shards, 1),
+		rep: &WorkflowReport{Dir: o.Dir, Chains: o.Chains, Steps: o.Steps, Groups: o.Groups, Members: o.Members}}
+	defer w.close()
+	if err := w.startServers(); err != nil {
+		return nil, err
 	}
-	rep := &WorkflowReport{Dir: o.Dir, Chains: o.Chains, Steps: o.Steps, Groups: o.Groups, Members: o.Members}
-	bin, err := findRedisServer()
+	var err error
+	if w.client, err = engine.NewClient(engine.Config{Namespace: wfNamespace, Logger: quietLogger()}, w.pools...); err != nil {
+		return nil, err
+	}
+	if w.admin, err = engine.NewInspector(engine.Config{Namespace: wfNamespace, Logger: quietLogger()}, w.pools...); err != nil {
+		return nil, err
+	}
+	if err := w.startProcesses(); err != nil {
+		return nil, err
+	}
+	w.logf("%d chains x %d, %d groups x %d; seed %d; dir %s", o.Chains, o.Steps, o.Groups, o.Members, o.Seed, o.Dir)
+
+	// The faults, until every workflow is acknowledged and a little
+	// longer (the last ones run under them too).
+	stopFaults := w.faults(ctx)
+	if err := w.produce(ctx); err != nil {
+		stopFaults()
+		return nil, err
+	}
+	w.logf("every workflow acknowledged; faults go on a little")
+	sleep(ctx, 2*time.Second)
+	w.untilStruck(ctx)
+	stopFaults()
+	w.stopCuts()
+	w.logf("faults stopped; draining")
+
+	w.drain(ctx)
+	w.stopProcesses()
+	rep := w.rep
+	a, err := w.acked()
 	if err != nil {
 		return nil, err
+	}
+	rep.Acked = len(a)
+	rep.Failures = append(rep.Failures, checkWorkflowRuns(o, rep)...)
+	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, w.admins, wfNamespace, o, rep)...)
+	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
+	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, w.admin)...)
+	rep.Duration = time.Since(w.started)
+	switch {
+	case rep.OK() && ownDir:
+		_ = os.RemoveAll(o.Dir)
+		rep.Dir += " (removed)"
+	case rep.OK():
+		_ = os.RemoveAll(filepath.Join(o.Dir, "redis"))
+		for k := 1; k < w.lanes; k++ {
+			_ = os.RemoveAll(filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)))
+		}
+	}
+	return rep, nil
+}
+
+// wfNamespace is the workflow scenario's namespace.
+const wfNamespace = "chaosw"
+
+// workflowRun is one run of the workflow scenario: its servers (one per
+// lane, each behind a cutting proxy with Cuts), its processes and its
+// report.
+type workflowRun struct {
+	o       WorkflowOptions
+	rep     *WorkflowReport
+	started time.Time
+	lanes   int
+
+	srvs    []*redisServer
+	proxies []*proxy
+	admins  []*redis.Pool
+	addrs   []string
+	pools   []*redis.Pool
+	client  *engine.Client
+	admin   *engine.Inspector
+
+	mu       sync.Mutex // guards the slots' processes and the report's counts
+	common   []string   // every process's flags
+	slots    []*wfSlot
+	workers  []*wfSlot
+	producer *wfSlot
+}
+
+// wfSlot is one restartable process; an incarnation writes its own log
+// and ledger.
+type wfSlot struct {
+	name  string
+	args  []string
+	extra func() []string // more flags, computed at each start
+	inc   int
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+func (w *workflowRun) logf(format string, args ...any) {
+	if w.o.Log != nil {
+		fmt.Fprintf(w.o.Log, "[workflow %6.1fs] %s\n", time.Since(w.started).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+// close kills what is left: processes, proxies, pools, servers.
+func (w *workflowRun) close() {
+	w.mu.Lock()
+	for _, s := range w.slots {
+		if s.cmd != nil {
+			_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	w.mu.Unlock()
+	for _, px := range w.proxies {
+		px.Close()
+	}
+	for _, p := range w.pools {
+		p.Close()
+	}
+	for _, a := range w.admins {
+		a.Close()
+	}
+	for _, srv := range w.srvs {
+		srv.Stop(syscall.SIGKILL)
+	}
+}
+
+// startServers starts a redis-server per lane (with AOF when restarts
+// are injected), each behind a cutting proxy with Cuts.
+func (w *workflowRun) startServers() error {
+	o := w.o
+	bin, err := findRedisServer()
+	if err != nil {
+		return err
 	}
 	timeout := 0
 	if o.Cuts {
 		timeout = 1
 	}
-	lanes := max(o.Shards, 1)
-	var (
-		srvs    []*redisServer
-		proxies []*proxy
-		admins  []*redis.Pool
-		addrs   []string
-		pools   []*redis.Pool
-	)
-	defer func() {
-		for _, px := range proxies {
-			px.Close()
-		}
-		for _, p := range pools {
-			p.Close()
-		}
-		for _, a := range admins {
-			a.Close()
-		}
-		for _, srv := range srvs {
-			srv.Stop(syscall.SIGKILL)
-		}
-	}()
-	for k := range lanes {
+	for k := range w.lanes {
 		dir := filepath.Join(o.Dir, "redis")
 		if k > 0 {
 			dir = filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k))
 		}
 		srv, err := startRedis(bin, dir, redisOptions{appendOnly: o.RestartEvery > 0, timeout: timeout})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		srvs = append(srvs, srv)
+		w.srvs = append(w.srvs, srv)
 		addr := srv.Addr
 		if o.Cuts {
 			seed := o.Seed ^ 0x70c5
@@ -192,236 +292,248 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			px, err := newProxy(srv.Addr, CutPolicy{Before: 0.002, After: 0.002, ExecBefore: 0.01, ExecAfter: 0.02,
 				PopAfter: 0.01, Blocked: 0.1, RandomEvery: 200 * time.Millisecond}, seed)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			proxies = append(proxies, px)
+			w.proxies = append(w.proxies, px)
 			addr = px.Addr()
 		}
-		addrs = append(addrs, addr)
-		admins = append(admins, srv.AdminPool())
-		pools = append(pools, clientPool(srv.Addr))
+		w.addrs = append(w.addrs, addr)
+		w.admins = append(w.admins, srv.AdminPool())
+		w.pools = append(w.pools, clientPool(srv.Addr))
 	}
-	const ns = "chaosw"
-	client, err := engine.NewClient(engine.Config{Namespace: ns, Logger: quietLogger()}, pools...)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+func (w *workflowRun) enableCuts(on bool) {
+	for _, px := range w.proxies {
+		px.enabled.Store(on)
 	}
-	admin, err := engine.NewInspector(engine.Config{Namespace: ns, Logger: quietLogger()}, pools...)
-	if err != nil {
-		return nil, err
-	}
-	enableCuts := func(on bool) {
-		for _, px := range proxies {
-			px.enabled.Store(on)
+}
+
+// stopCuts ends the cuts and adds them up in the report.
+func (w *workflowRun) stopCuts() {
+	w.enableCuts(false)
+	for _, px := range w.proxies {
+		cuts, _ := px.Cuts()
+		if w.rep.Cuts == nil {
+			w.rep.Cuts = map[string]int{}
+		}
+		for kind, n := range cuts {
+			w.rep.Cuts[kind] += n
 		}
 	}
+}
 
-	// Processes, each slot restartable; an incarnation writes its own
-	// log and ledger.
-	type slot struct {
-		name  string
-		args  []string
-		extra func() []string // more flags, computed at each start
-		inc   int
-		cmd   *exec.Cmd
-		done  chan struct{}
-	}
-	var mu sync.Mutex
-	common := []string{"-addr", addrs[0], "-ns", ns, "-hb-interval", HeartbeatInterval.String(),
+// startProcesses starts two dispatchers, two reapers, four workers and
+// the producer, and turns the cuts on.
+func (w *workflowRun) startProcesses() error {
+	o := w.o
+	w.common = []string{"-addr", w.addrs[0], "-ns", wfNamespace, "-hb-interval", HeartbeatInterval.String(),
 		"-hb-ttl", HeartbeatTTL.String(), "-reap-interval", ReapInterval.String(), "-idle-wait", IdleWait.String(),
 		"-lease-grace", LeaseGrace.String(), "-timeout", TaskTimeout.String(), "-backoff", RetryBackoff.String(),
 		"-done-retention", "1h"}
-	if lanes > 1 {
-		common = append(common, "-addrs", strings.Join(addrs, ","))
+	if w.lanes > 1 {
+		w.common = append(w.common, "-addrs", strings.Join(w.addrs, ","))
 	}
-	start := func(s *slot) error {
-		mu.Lock()
-		defer mu.Unlock()
-		s.inc++
-		name := fmt.Sprintf("%s.%d", s.name, s.inc)
-		lf, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		args := append(append([]string{}, common...), s.args...)
-		if s.extra != nil {
-			args = append(args, s.extra()...)
-		}
-		args = append(args, "-seed", fmt.Sprint(hash(o.Seed, name)))
-		if strings.Contains(s.name, "worker") || strings.Contains(s.name, "producer") {
-			args = append(args, "-ledger", filepath.Join(o.Dir, name+".ledger"))
-		}
-		cmd := exec.Command(o.Bin, args...)
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			lf.Close()
-			return err
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
-		s.cmd, s.done = cmd, done
-		return nil
+	add := func(name string, args ...string) (*wfSlot, error) {
+		s := &wfSlot{name: name, args: args}
+		w.mu.Lock()
+		w.slots = append(w.slots, s)
+		w.mu.Unlock()
+		return s, w.start(s)
 	}
-	acked := func() (map[string]bool, error) {
-		out := map[string]bool{}
-		files, _ := filepath.Glob(filepath.Join(o.Dir, "producer.*.ledger"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, l := range strings.Split(string(b), "\n") {
-				if id, ok := strings.CutPrefix(l, "W "); ok {
-					out[id] = true
-				}
-			}
-		}
-		return out, nil
-	}
-	// from is how many workflows, in the producer's order, were all
-	// acknowledged already: a restarted producer goes on from there.
-	from := func() []string {
-		a, _ := acked()
-		n := 0
-		for n < o.Chains && a[fmt.Sprintf("c%d", n)] {
-			n++
-		}
-		for n >= o.Chains && n < o.Chains+o.Groups && a[fmt.Sprintf("g%d", n-o.Chains)] {
-			n++
-		}
-		return []string{"-flow-from", fmt.Sprint(n)}
-	}
-	var slots []*slot
-	add := func(name string, args ...string) (*slot, error) {
-		s := &slot{name: name, args: args}
-		slots = append(slots, s)
-		return s, start(s)
-	}
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, s := range slots {
-			_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		}
-	}()
-	var workers []*slot
 	for i := range 2 {
 		if _, err := add(fmt.Sprintf("dispatcher-%d", i), "-mode", "dispatcher"); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := add(fmt.Sprintf("reaper-%d", i), "-mode", "reaper"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for i := range 4 {
 		s, err := add(fmt.Sprintf("worker-%d", i), "-mode", "worker", "-concurrency", "8", "-sleep-max", "10ms")
 		if err != nil {
+			return err
+		}
+		w.workers = append(w.workers, s)
+	}
+	w.enableCuts(true)
+	w.producer = &wfSlot{name: "producer", extra: w.from, args: []string{"-mode", "flow-producer", "-chains", fmt.Sprint(o.Chains),
+		"-steps", fmt.Sprint(o.Steps), "-groups", fmt.Sprint(o.Groups), "-members", fmt.Sprint(o.Members)}}
+	w.mu.Lock()
+	w.slots = append(w.slots, w.producer)
+	w.mu.Unlock()
+	return w.start(w.producer)
+}
+
+// start starts the next incarnation of s.
+func (w *workflowRun) start(s *wfSlot) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.inc++
+	name := fmt.Sprintf("%s.%d", s.name, s.inc)
+	lf, err := os.OpenFile(filepath.Join(w.o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append(append([]string{}, w.common...), s.args...)
+	if s.extra != nil {
+		args = append(args, s.extra()...)
+	}
+	args = append(args, "-seed", fmt.Sprint(hash(w.o.Seed, name)))
+	if strings.Contains(s.name, "worker") || strings.Contains(s.name, "producer") {
+		args = append(args, "-ledger", filepath.Join(w.o.Dir, name+".ledger"))
+	}
+	cmd := exec.Command(w.o.Bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
+	s.cmd, s.done = cmd, done
+	return nil
+}
+
+// acked reads the workflows the producers acknowledged (W lines).
+func (w *workflowRun) acked() (map[string]bool, error) {
+	out := map[string]bool{}
+	files, _ := filepath.Glob(filepath.Join(w.o.Dir, "producer.*.ledger"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
 			return nil, err
 		}
-		workers = append(workers, s)
+		for _, l := range strings.Split(string(b), "\n") {
+			if id, ok := strings.CutPrefix(l, "W "); ok {
+				out[id] = true
+			}
+		}
 	}
-	enableCuts(true)
-	producer := &slot{name: "producer", extra: from, args: []string{"-mode", "flow-producer", "-chains", fmt.Sprint(o.Chains), "-steps", fmt.Sprint(o.Steps),
-		"-groups", fmt.Sprint(o.Groups), "-members", fmt.Sprint(o.Members)}}
-	slots = append(slots, producer)
-	if err := start(producer); err != nil {
-		return nil, err
-	}
-	logf("%d chains x %d, %d groups x %d; seed %d; dir %s", o.Chains, o.Steps, o.Groups, o.Members, o.Seed, o.Dir)
+	return out, nil
+}
 
-	// The faults, until every workflow is acknowledged and a little
-	// longer (the last ones run under them too).
+// from is how many workflows, in the producer's order, were all
+// acknowledged already: a restarted producer goes on from there.
+func (w *workflowRun) from() []string {
+	o := w.o
+	a, _ := w.acked()
+	n := 0
+	for n < o.Chains && a[fmt.Sprintf("c%d", n)] {
+		n++
+	}
+	for n >= o.Chains && n < o.Chains+o.Groups && a[fmt.Sprintf("g%d", n-o.Chains)] {
+		n++
+	}
+	return []string{"-flow-from", fmt.Sprint(n)}
+}
+
+// faults starts the kill and restart loops; the returned func stops them
+// and waits for them.
+func (w *workflowRun) faults(ctx context.Context) (stop func()) {
+	o := w.o
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var loops sync.WaitGroup
-	var restartMu sync.Mutex // held while redis-server is down
 	if o.KillEvery > 0 {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			rng := rand.New(rand.NewPCG(o.Seed, 0x6b11))
-			for sleep(faultCtx, time.Duration((0.5+rng.Float64())*float64(o.KillEvery))) {
-				s := workers[rng.IntN(len(workers))]
-				if rng.IntN(8) == 0 {
-					s = producer
-				}
-				mu.Lock()
-				cmd, done := s.cmd, s.done
-				mu.Unlock()
-				select {
-				case <-done:
-					continue // exited (the producer when done)
-				default:
-				}
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				<-done
-				mu.Lock()
-				rep.Kills++
-				mu.Unlock()
-				sleep(context.Background(), time.Duration(50+rng.IntN(350))*time.Millisecond)
-				if err := start(s); err != nil {
-					logf("restart %s: %v", s.name, err)
-				}
-			}
-		}()
+		loops.Go(func() { w.killLoop(faultCtx) })
 	}
 	if o.RestartEvery > 0 {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			rng := rand.New(rand.NewPCG(o.Seed, 0x4e57))
-			for sleep(faultCtx, time.Duration((0.5+rng.Float64())*float64(o.RestartEvery))) {
-				sig := syscall.SIGTERM
-				if rng.IntN(2) == 0 {
-					sig = syscall.SIGKILL
-				}
-				srv := srvs[rng.IntN(len(srvs))]
-				restartMu.Lock()
-				srv.Stop(sig)
-				time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
-				for srv.Start() != nil {
-					time.Sleep(500 * time.Millisecond)
-				}
-				restartMu.Unlock()
-				mu.Lock()
-				rep.Restarts++
-				mu.Unlock()
-				logf("redis-server %v and back", sig)
-			}
-		}()
+		loops.Go(func() { w.restartLoop(faultCtx) })
 	}
+	return func() {
+		stopFaults()
+		loops.Wait()
+	}
+}
 
-	// Production: the producer (restarted after kills) acknowledges
-	// every workflow.
+// killLoop kills a worker (one time in eight the producer) and restarts
+// it, about every KillEvery.
+func (w *workflowRun) killLoop(ctx context.Context) {
+	o := w.o
+	rng := rand.New(rand.NewPCG(o.Seed, 0x6b11))
+	for sleep(ctx, time.Duration((0.5+rng.Float64())*float64(o.KillEvery))) {
+		s := w.workers[rng.IntN(len(w.workers))]
+		if rng.IntN(8) == 0 {
+			s = w.producer
+		}
+		w.mu.Lock()
+		cmd, done := s.cmd, s.done
+		w.mu.Unlock()
+		select {
+		case <-done:
+			continue // exited (the producer when done)
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		w.mu.Lock()
+		w.rep.Kills++
+		w.mu.Unlock()
+		sleep(context.Background(), time.Duration(50+rng.IntN(350))*time.Millisecond)
+		if err := w.start(s); err != nil {
+			w.logf("restart %s: %v", s.name, err)
+		}
+	}
+}
+
+// restartLoop stops a redis-server (SIGTERM or SIGKILL) and starts it
+// again, about every RestartEvery.
+func (w *workflowRun) restartLoop(ctx context.Context) {
+	o := w.o
+	rng := rand.New(rand.NewPCG(o.Seed, 0x4e57))
+	for sleep(ctx, time.Duration((0.5+rng.Float64())*float64(o.RestartEvery))) {
+		sig := syscall.SIGTERM
+		if rng.IntN(2) == 0 {
+			sig = syscall.SIGKILL
+		}
+		srv := w.srvs[rng.IntN(len(w.srvs))]
+		srv.Stop(sig)
+		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond) // a real outage: its length is the fault
+		for srv.Start() != nil {
+			time.Sleep(500 * time.Millisecond)
+		}
+		w.mu.Lock()
+		w.rep.Restarts++
+		w.mu.Unlock()
+		w.logf("redis-server %v and back", sig)
+	}
+}
+
+// produce waits until the producer (restarted after kills) acknowledged
+// every workflow, or its time is up (a failure in the report).
+func (w *workflowRun) produce(ctx context.Context) error {
+	o := w.o
 	want := o.Chains + o.Groups
 	prodBy := time.Now().Add(5*time.Minute + time.Duration(want)*10*time.Millisecond)
 	for {
-		a, err := acked()
+		a, err := w.acked()
 		if err != nil {
-			stopFaults()
-			return nil, err
+			return err
 		}
 		if len(a) >= want {
-			break
+			return nil
 		}
 		if time.Now().After(prodBy) {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("production: %d of %d workflows acknowledged in time", len(a), want))
-			break
+			w.rep.Failures = append(w.rep.Failures, fmt.Sprintf("production: %d of %d workflows acknowledged in time", len(a), want))
+			return nil
 		}
 		if !sleep(ctx, 200*time.Millisecond) {
-			stopFaults()
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	logf("every workflow acknowledged; faults go on a little")
-	sleep(ctx, 2*time.Second)
-	// A short run can be acknowledged before the first draw of a fault
-	// loop comes up: the faults then go on until each configured kind has
-	// struck once, so that every run is judged under all of them (for at
-	// most twice the longer of the two means, and within ctx).
+}
+
+// untilStruck lets the faults go on until each configured kind has struck
+// once: a short run can be acknowledged before the first draw of a fault
+// loop comes up, and every run is judged under all of them (for at most
+// twice the longer of the two means, and within ctx).
+func (w *workflowRun) untilStruck(ctx context.Context) {
+	o := w.o
 	struck := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return (o.KillEvery <= 0 || rep.Kills > 0) && (o.RestartEvery <= 0 || rep.Restarts > 0)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return (o.KillEvery <= 0 || w.rep.Kills > 0) && (o.RestartEvery <= 0 || w.rep.Restarts > 0)
 	}
 	for until := time.Now().Add(2 * max(o.KillEvery, o.RestartEvery)); !struck() && time.Now().Before(until); {
 		if !sleep(ctx, 100*time.Millisecond) {
@@ -429,24 +541,15 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		}
 	}
 	if !struck() {
-		logf("the run ended before every kind of fault struck")
+		w.logf("the run ended before every kind of fault struck")
 	}
-	stopFaults()
-	loops.Wait()
-	enableCuts(false)
-	for _, px := range proxies {
-		cuts, _ := px.Cuts()
-		if rep.Cuts == nil {
-			rep.Cuts = map[string]int{}
-		}
-		for kind, n := range cuts {
-			rep.Cuts[kind] += n
-		}
-	}
-	logf("faults stopped; draining")
+}
 
-	// Drain: every chain ended and every group's callback done; groups
-	// failed for a dead member have it retried from the dead letters.
+// drain waits until every chain ended and every group's callback is
+// done; a group failed for a dead member has it retried from the dead
+// letters. What did not end within Drain is a failure.
+func (w *workflowRun) drain(ctx context.Context) {
+	o, rep := w.o, w.rep
 	revived := map[string]bool{}
 	drainBy := time.Now().Add(o.Drain)
 	var pending []string
@@ -454,14 +557,14 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 		pending = pending[:0]
 		for i := range o.Chains {
 			id := fmt.Sprintf("c%d", i)
-			wf, err := client.Workflow(ctx, id)
+			wf, err := w.client.Workflow(ctx, id)
 			if err != nil || wf.State != "done" {
 				pending = append(pending, id)
 			}
 		}
 		for i := range o.Groups {
 			id := fmt.Sprintf("g%d", i)
-			wf, err := client.Workflow(ctx, id)
+			wf, err := w.client.Workflow(ctx, id)
 			if err != nil {
 				pending = append(pending, id)
 				continue
@@ -469,7 +572,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			if wf.State == "failed" {
 				for _, s := range wf.Steps {
 					if s.State == engine.StateDead && !revived[s.ID] {
-						if res, err := admin.Act(ctx, engine.ActionRetry, s.ID); err == nil && res.Done == 1 {
+						if res, err := w.admin.Act(ctx, engine.ActionRetry, s.ID); err == nil && res.Done == 1 {
 							revived[s.ID] = true
 						}
 					}
@@ -498,6 +601,14 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			rep.GroupsDone--
 		}
 	}
+}
+
+// stopProcesses stops every process gracefully, killing one that takes
+// longer than 15 s.
+func (w *workflowRun) stopProcesses() {
+	w.mu.Lock()
+	slots := append([]*wfSlot(nil), w.slots...)
+	w.mu.Unlock()
 	for _, s := range slots {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -508,27 +619,6 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 			_ = s.cmd.Process.Signal(syscall.SIGKILL)
 		}
 	}
-	a, err := acked()
-	if err != nil {
-		return nil, err
-	}
-	rep.Acked = len(a)
-	rep.Failures = append(rep.Failures, checkWorkflowRuns(o, rep)...)
-	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, admins, ns, o, rep)...)
-	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
-	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, admin)...)
-	rep.Duration = time.Since(started)
-	switch {
-	case rep.OK() && ownDir:
-		_ = os.RemoveAll(o.Dir)
-		rep.Dir += " (removed)"
-	case rep.OK():
-		_ = os.RemoveAll(filepath.Join(o.Dir, "redis"))
-		for k := 1; k < lanes; k++ {
-			_ = os.RemoveAll(filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)))
-		}
-	}
-	return rep, nil
 }
 
 // checkWorkflowRuns reads the workers' ledgers: every task of a workflow
