@@ -339,12 +339,18 @@ func scenarioLeaseExpiry(e *env) {
 	once.Do(func() { close(release) }) // the hung run returns now; its result must be dropped
 	// Stopping the worker waits for the released run and its result.
 	stop()
+	// Twice: the hung run and the one after it. On a machine so busy
+	// that the second run too outlives its 500 ms lease, it is recovered
+	// in its turn: each later run follows one more recovery, never a
+	// failure.
 	runs := rec.of(id)
-	if len(runs) != 2 {
+	if len(runs) < 2 {
 		t.Fatalf("hung task ran %d times, want 2", len(runs))
 	}
-	if runs[1].Recoveries != 1 || runs[1].Attempt != 1 {
-		t.Errorf("second run: recoveries %d, attempt %d; want 1, 1", runs[1].Recoveries, runs[1].Attempt)
+	for i, r := range runs[1:] {
+		if r.Recoveries != i+1 || r.Attempt != 1 {
+			t.Errorf("run %d: recoveries %d, attempt %d; want %d, 1", i+2, r.Recoveries, r.Attempt, i+1)
+		}
 	}
 	// Started is when the first run was claimed (in whole ms, rounded down);
 	// its lease ends timeout + grace later.
@@ -352,8 +358,8 @@ func scenarioLeaseExpiry(e *env) {
 		t.Errorf("task given up %v after its run started, before its timeout plus lease grace (500ms)", gap)
 	}
 	st := e.stats("default")
-	if st.Recovered != 1 || st.Processed != 1 || st.Failed != 0 || st.Running != 0 {
-		t.Errorf("stats %+v: want 1 recovered, 1 processed (the late result dropped), 0 failed, 0 running", st)
+	if st.Recovered != int64(len(runs)-1) || st.Processed != 1 || st.Failed != 0 || st.Running != 0 {
+		t.Errorf("stats %+v: want %d recovered, 1 processed (the late result dropped), 0 failed, 0 running", st, len(runs)-1)
 	}
 }
 
