@@ -48,6 +48,9 @@ type fetcher struct {
 	lvPlaces map[string][]string // guarded by lvMu
 	lvEmpty  map[string]bool     // guarded by lvMu
 	lvRead   time.Time           // guarded by lvMu; zero: read at the next need
+	// lowLevel: the last pop that took tasks took them from a level above
+	// 1, where the worker claims no task ahead (processor.prefetching).
+	lowLevel atomic.Bool
 }
 
 // levelsRefresh is how often, at most, a fetching worker reads the levels
@@ -226,6 +229,8 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 			continue
 		}
 		f.adapt(n, len(ids))
+		_, lvl := buckets.SplitPlace(q)
+		f.lowLevel.Store(lvl > 1)
 		return q, ids, true
 	}
 	return "", nil, false

@@ -24,10 +24,13 @@ func levelOfIndex(i int) int { return (i*7+i/13)%4 + 1 }
 
 // 1,000 tasks of mixed levels in one queue, enqueued while no worker
 // runs, start in level order with one worker of one slot: every task of
-// level 1 before any of level 2, and so on, each level first in, first
-// out; taking one task at a time (ClaimBatch 1) and with batch claims and
-// claiming ahead (the defaults), where the tasks of a pop take slots after
-// those of the pops before it (processor.reserveTurn).
+// level 1 before any of level 2, and so on; taking one task at a time
+// (ClaimBatch 1), each level first in, first out; and with batch claims
+// and claiming ahead (the defaults), where the tasks of a pop take slots
+// after those of the pops before it (processor.reserveTurn), but a pop
+// sent behind a result may take its place before one of the fetching
+// loop's that ran earlier in Redis, so within a level two pops may start
+// in either order.
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{1, 0} {
@@ -35,13 +38,13 @@ func TestPriorityOrder(t *testing.T) {
 			t.Parallel()
 			eachServer24(t, func(t *testing.T, e *env) {
 				e.cfg.Advanced.ClaimBatch = batch
-				priorityOrder(t, e)
+				priorityOrder(t, e, batch == 1)
 			})
 		})
 	}
 }
 
-func priorityOrder(t *testing.T, e *env) {
+func priorityOrder(t *testing.T, e *env, fifo bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), outcomeWait)
 	defer cancel()
 	c := e.client(t)
@@ -88,7 +91,7 @@ func priorityOrder(t *testing.T, e *env) {
 			lastLevel, lastAt = task.Priority, -1
 		}
 		at := order[task.ID]
-		if at < lastAt {
+		if fifo && at < lastAt {
 			t.Fatalf("run %d: task %d of level %d after task %d of its level", i, at, task.Priority, lastAt)
 		}
 		lastAt = max(lastAt, at)

@@ -119,7 +119,8 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 // prefetching reports whether the worker claims ahead of its free slots
 // now: it takes tasks from one queue (a batch claimed ahead would bend
 // the shares of weighted queues, and hold a lower queue's tasks while a
-// higher one's arrive), the queue looks deep (the next pop would ask for
+// higher one's arrive) and its last pop was of the queue's level 1 (for
+// the same reason: a higher level's tasks may arrive), the queue looks deep (the next pop would ask for
 // more tasks than there are slots), the handlers' mean run time, times
 // the tasks claimed ahead per slot, is within Config.Advanced.PrefetchWait, and
 // the slots turn over: when every one is taken, one was freed within
@@ -129,7 +130,7 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 func (p *processor) prefetching() bool {
 	slots, extra := cap(p.slots), p.extra()
 	mean := p.meanRun.Load()
-	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
+	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots {
 		return false
 	}
 	wait := p.w.cfg.Advanced.PrefetchWait
