@@ -51,7 +51,7 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		if sp.scheduled() {
 			s.unschedule(tx, r, sp)
 		} else {
-			tx.Queue("LREM", s.Keys.Ready(r.Queue), 1, id)
+			tx.Queue("LREM", s.Keys.Ready(r.place()), 1, id)
 		}
 		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
 			return err
@@ -87,10 +87,10 @@ func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
 		return spot{inline: in}, err
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	if err := tx.Watch(s.Keys.Bucket(r.Queue, ts)); err != nil {
+	if err := tx.Watch(s.Keys.Bucket(r.place(), ts)); err != nil {
 		return spot{}, err
 	}
-	found, only, err := s.inBucket(tx, r.Queue, ts, r.ID)
+	found, only, err := s.inBucket(tx, r.place(), ts, r.ID)
 	return spot{bucket: found, only: only}, err
 }
 
@@ -105,7 +105,7 @@ func (s *Store) inInlineEntry(tx *txn.Tx, r *Record) (bool, error) {
 	if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
 		return false, err
 	}
-	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.place(), r.ID))
 	return score != nil, err
 }
 
@@ -121,16 +121,16 @@ func mayBeInline(r *Record) bool { return r.State == StateWaiting && Inlineable(
 // empty bucket); and the gauge it leaves (unbucketed).
 func (s *Store) unschedule(tx queuer, r *Record, sp spot) {
 	if sp.inline {
-		tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.Queue, r.ID))
+		tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.place(), r.ID))
 		tx.Queue("INCR", s.Keys.Guard(GuardOf(r.ID)))
 		s.unbucketed(tx, r)
 		return
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	tx.Queue("LREM", s.Keys.Bucket(r.Queue, ts), 1, r.ID)
+	tx.Queue("LREM", s.Keys.Bucket(r.place(), ts), 1, r.ID)
 	s.unbucketed(tx, r)
 	if sp.only {
-		s.dropMember(tx, Member(r.Queue, ts))
+		s.dropMember(tx, Member(r.place(), ts))
 	}
 }
 
@@ -328,20 +328,31 @@ type QueueStats struct {
 // error that names each failed read, joined with errors.Join. A nil error
 // means every figure was read.
 func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]QueueStats, error) {
-	qs, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Queues()))
+	reps, err := pipeline(ctx, conn, []txn.Cmd{{Name: "SMEMBERS", Args: []interface{}{s.Keys.Queues()}}, {Name: "SMEMBERS", Args: []interface{}{s.Keys.Levels()}}})
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
+	qs, err := redis.Strings(reps[0], asError(reps[0]))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: stats: %w", err)
+	}
+	lm, err := redis.Strings(reps[1], asError(reps[1]))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: stats: levels: %w", err)
+	}
+	levels := LevelPlaces(lm)
 	sort.Strings(qs)
 	var cmds cmdList
 	for _, q := range qs {
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
-		cmds.Queue("LLEN", s.Keys.Ready(q))
-		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+		for _, p := range placesOf(q, levels) {
+			cmds.Queue("LLEN", s.Keys.Ready(p))
+			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
+		}
 	}
 	cmds.Queue("SMEMBERS", s.Keys.Paused())
 	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
-	reps, err := pipeline(ctx, conn, cmds)
+	reps, err = pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: stats: %w", err)
 	}
@@ -365,49 +376,53 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 		if err == nil && id != "" {
 			ts, err = redis.Int64(ms[i+1], nil) // an inline entry's time is its score
 		}
-		if err == nil {
+		if q = QueueOf(q); err == nil {
 			if _, ok := next[q]; !ok {
 				next[q] = ts
 			}
 		}
 	}
 	out := make([]QueueStats, len(qs))
-	var oldest []string
+	var ids []string
+	var owner []int // the queue of each of ids
+	at := 0
 	for i, q := range qs {
 		st := QueueStats{Queue: q, NextDue: next[q], Paused: paused[q]}
-		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+		if m, err := redis.Int64Map(reps[at], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}
-		n, err := redis.Int64(reps[3*i+1], nil)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
+		at++
+		for range placesOf(q, levels) {
+			n, err := redis.Int64(reps[at], nil)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
+			}
+			st.Ready += n
+			id, err := redis.String(reps[at+1], nil)
+			if err != nil && !errors.Is(err, redis.ErrNil) {
+				errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
+			}
+			if id != "" {
+				ids = append(ids, id)
+				owner = append(owner, i)
+			}
+			at += 2
 		}
-		st.Ready = n
-		id, err := redis.String(reps[3*i+2], nil)
-		if err != nil && !errors.Is(err, redis.ErrNil) {
-			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
-		}
-		oldest = append(oldest, id)
 		out[i] = st
-	}
-	var ids []string
-	var at []int
-	for i, id := range oldest {
-		if id != "" {
-			ids = append(ids, id)
-			at = append(at, i)
-		}
 	}
 	recs, _, err := s.Records(ctx, conn, ids)
 	if err != nil {
 		return out, errors.Join(append(errs, err)...)
 	}
 	for j, r := range recs {
-		out[at[j]].OldestReady = r
+		// The oldest of the tasks at the pop ends of the queue's levels.
+		if o := &out[owner[j]]; r != nil && (o.OldestReady == nil || r.Due < o.OldestReady.Due) {
+			o.OldestReady = r
+		}
 	}
 	return out, errors.Join(errs...)
 }

@@ -135,7 +135,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if err := s.sendRecords(tx, ids, hold, watch[:n], wkeys); err != nil {
 			return err
 		}
-		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
+		if err := tx.Send("SISMEMBER", s.Keys.Paused(), QueueOf(q)); err != nil {
 			return err
 		}
 		if err := tx.Send("LRANGE", inflight, 0, n-1); err != nil {

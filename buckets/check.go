@@ -47,6 +47,10 @@ const (
 	// but is not in the worker registry: no reaper would return its
 	// tasks if it died (Worker, Key).
 	FindUnregistered FindingKind = "unregistered-worker"
+	// FindUnlistedLevel: the ready list of a priority level above 1
+	// holds tasks, but the levels set (Keys.Levels) does not name its
+	// place (Member): workers would not pop it (Queue, Key).
+	FindUnlistedLevel FindingKind = "unlisted-level"
 )
 
 // Finding is one thing the checker found wrong.
@@ -91,6 +95,8 @@ func (f Finding) String() string {
 		return fmt.Sprintf("key %s holds the wrong type", f.Key)
 	case FindUnregistered:
 		return fmt.Sprintf("worker %s holds tasks in %s but is not registered: no reaper would return them", f.Worker, f.Key)
+	case FindUnlistedLevel:
+		return fmt.Sprintf("queue %s: %s holds tasks but the levels set does not name %s: no worker would pop it", f.Queue, f.Key, f.Member)
 	}
 	return string(f.Kind)
 }
@@ -263,7 +269,7 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 				listedIDs = append(listedIDs, rest[2:])
 			case strings.HasPrefix(rest, "b:"):
 				if q, ts, err := ParseMember(rest[2:]); err == nil {
-					addBucket(key, rest[2:], q, ts, false)
+					addBucket(key, rest[2:], QueueOf(q), ts, false)
 				}
 			case strings.HasPrefix(rest, "f:"), strings.HasPrefix(rest, "p:"):
 				if x := rest[2:]; !seenW[x] {
@@ -284,12 +290,12 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 			return
 		}
 		if id != "" {
-			w.inline[q]++
-			w.queues[q] = true
+			w.inline[QueueOf(q)]++
+			w.queues[QueueOf(q)] = true
 			w.see(id, k.InlinePlace(m))
 			return
 		}
-		addBucket(k.Bucket(q, ts), m, q, ts, true)
+		addBucket(k.Bucket(q, ts), m, QueueOf(q), ts, true)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bucket index: %w", err)
@@ -345,8 +351,19 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	}
 	// Ready lists, read from the head: producers push there, which can
 	// only make the walk read an entry twice.
+	// Every level's list of every queue, whatever the levels set says:
+	// a task of a level the set lacks is found all the same.
 	queues := sortedKeys(w.queues)
-	if err := s.readLists(r, w, n, queues, k.Ready); err != nil {
+	places := make([]string, 0, MaxLevel*len(queues))
+	for _, q := range queues {
+		for lvl := 1; lvl <= MaxLevel; lvl++ {
+			places = append(places, Place(q, lvl))
+		}
+	}
+	if err := s.readLists(r, w, n, places, k.Ready); err != nil {
+		return nil, err
+	}
+	if err := s.readLevels(r, w, places); err != nil {
 		return nil, err
 	}
 	if err := s.readLists(r, w, n, w.workers, k.Inflight); err != nil {
@@ -553,6 +570,37 @@ func (s *Store) readLists(r reader, w *walk, n int, xs []string, key func(string
 	return nil
 }
 
+// readLevels reads the levels set and reports each place of a level
+// above 1 whose ready list the walk found holding ids (places are the
+// ready lists walked) but the set does not name.
+func (s *Store) readLevels(r reader, w *walk, places []string) error {
+	k := s.Keys
+	listed, err := redis.Strings(r.do("SMEMBERS", k.Levels()))
+	switch {
+	case IsWrongType(err):
+		w.found = append(w.found, Finding{Kind: FindWrongType, Key: k.Levels()})
+		return nil
+	case err != nil:
+		return fmt.Errorf("levels: %w", err)
+	}
+	named := map[string]bool{}
+	for _, p := range listed {
+		named[p] = true
+	}
+	held := map[string]bool{}
+	for _, keys := range w.places {
+		for _, key := range keys {
+			held[key] = true
+		}
+	}
+	for _, p := range places {
+		if q, lvl := SplitPlace(p); lvl > 1 && !named[p] && held[k.Ready(p)] {
+			w.found = append(w.found, Finding{Kind: FindUnlistedLevel, Queue: q, Key: k.Ready(p), Member: p})
+		}
+	}
+	return nil
+}
+
 // readZset reads a sorted set's members, n per round trip (walkByScore).
 func (s *Store) readZset(r reader, w *walk, n int, key string) error {
 	t, err := redis.String(r.do("TYPE", key))
@@ -608,7 +656,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 		var allowed func(key string) bool
 		switch r.State {
 		case StateWaiting, StateRetry:
-			bucketPrefix := k.Prefix() + "b:" + r.Queue + ":"
+			bucketPrefix := k.Prefix() + "b:" + r.place() + ":"
 			if r.State == StateRetry {
 				// Retrying while in a bucket; a due retry in a ready or
 				// in-flight list is just ready.
@@ -623,10 +671,10 @@ func (w *walk) judge(k Keys, resolution int64) {
 			}
 			entry := ""
 			if r.State == StateWaiting {
-				entry = k.InlinePlace(InlineMember(r.Queue, id)) // never a retry's
+				entry = k.InlinePlace(InlineMember(r.place(), id)) // never a retry's
 			}
 			allowed = func(key string) bool {
-				return key == k.Ready(r.Queue) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix) || key == entry
+				return key == k.Ready(r.place()) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix) || key == entry
 			}
 		case StateRunning:
 			count(r.Queue, StatRunning, 1)
@@ -737,7 +785,9 @@ func (s *Store) watchFor(f Finding) []string {
 			keys = append(keys, p)
 		}
 		if f.Kind == FindHomeless {
-			keys = append(keys, k.Ready(f.Queue))
+			for lvl := 1; lvl <= MaxLevel; lvl++ {
+				keys = append(keys, k.Ready(Place(f.Queue, lvl)))
+			}
 		}
 		return keys
 	case FindOrphanBucket, FindStaleMember:
@@ -749,6 +799,8 @@ func (s *Store) watchFor(f Finding) []string {
 		return []string{f.Key, k.RetryCounts()}
 	case FindUnregistered:
 		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
+	case FindUnlistedLevel:
+		return []string{k.Levels(), f.Key}
 	default:
 		return []string{f.Key}
 	}
@@ -890,6 +942,11 @@ func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f F
 		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
 	case FindUnregistered:
 		wrote, err = s.repairUnregistered(ctx, conn, o, f)
+	case FindUnlistedLevel:
+		var added int
+		if added, err = redis.Int(do(ctx, conn, "SADD", s.Keys.Levels(), f.Member)); err == nil {
+			wrote = added == 1
+		}
 	case FindRetryCount:
 		wrote, err = s.repairRetryCount(ctx, conn, o, f)
 	default:
@@ -949,7 +1006,10 @@ func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOpti
 	if err != nil {
 		return false, err
 	}
-	watch := []string{k.Task(f.ID), k.Ready(f.Queue), k.Workers()}
+	watch := []string{k.Task(f.ID), k.Workers()}
+	for lvl := 1; lvl <= MaxLevel; lvl++ {
+		watch = append(watch, k.Ready(Place(f.Queue, lvl)))
+	}
 	for _, x := range workers {
 		watch = append(watch, k.Inflight(x))
 	}
@@ -978,11 +1038,11 @@ func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOpti
 			if in, err := s.inInlineEntry(tx, r); err != nil || in {
 				return err // in its inline entry: that is its home
 			}
-			bucket := k.Bucket(r.Queue, BucketTime(r.Due, s.Resolution))
+			bucket := k.Bucket(r.place(), BucketTime(r.Due, s.Resolution))
 			if err := tx.Watch(bucket); err != nil {
 				return err
 			}
-			for _, key := range append([]string{bucket, k.Ready(r.Queue)}, inflights(k, workers)...) {
+			for _, key := range append([]string{bucket, k.Ready(r.place())}, inflights(k, workers)...) {
 				if t, err := redis.String(tx.Do("TYPE", key)); err != nil || t != "list" {
 					if err != nil {
 						return err

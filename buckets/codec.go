@@ -45,15 +45,20 @@ func (s State) String() string {
 
 // Record is a task record. Times are Unix milliseconds; zero means unset.
 type Record struct {
-	ID          string // not encoded: it is in the key
-	Queue       string
-	Type        string
-	Payload     []byte
-	State       State
-	Attempts    int   // handler runs that failed
-	Recoveries  int   // times its worker died or lost the lease while running it
-	Runs        int   // times it was claimed; names the current run for ack
-	Snoozes     int   // times its handler snoozed it (not failures)
+	ID         string // not encoded: it is in the key
+	Queue      string
+	Type       string
+	Payload    []byte
+	State      State
+	Attempts   int // handler runs that failed
+	Recoveries int // times its worker died or lost the lease while running it
+	Runs       int // times it was claimed; names the current run for ack
+	Snoozes    int // times its handler snoozed it (not failures)
+	// Priority is the task's level in its queue: 1 (or 0, read as 1)
+	// runs first, MaxLevel last. A level above 1 is stored in the
+	// record's trailing sections and names the lists the task waits in
+	// (Place).
+	Priority    int
 	MaxAttempts int   // handler runs allowed before it goes to the dead letters
 	TimeoutMs   int64 // handler time limit
 	Created     int64
@@ -196,6 +201,7 @@ const (
 	sectionReplyTo   = 5 // Record.ReplyTo
 	sectionFlow      = 6 // Record.Flow (workflow.go)
 	sectionSnoozes   = 7 // Record.Snoozes, an unsigned varint
+	sectionPriority  = 8 // Record.Priority above 1, an unsigned varint
 	sectionExpireAt  = 9 // Record.ExpireAt, an unsigned varint
 )
 
@@ -308,6 +314,12 @@ func (r *Record) Encode() []byte {
 	return append(b, r.Payload...)
 }
 
+// place is where the task waits: its queue's list of its level (Place).
+func (r *Record) place() string { return Place(r.Queue, r.Priority) }
+
+// Level is the task's priority level, 1 to MaxLevel.
+func (r *Record) Level() int { return max(r.Priority, 1) }
+
 // stateCode is st's code in a record; 7, which the decoder refuses, for a
 // state that is not one.
 func stateCode(st State) int {
@@ -358,6 +370,9 @@ func (r *Record) sections() [][]byte {
 	}
 	if r.Snoozes > 0 {
 		section(sectionSnoozes, binary.AppendUvarint(nil, uint64(r.Snoozes)))
+	}
+	if r.Priority > 1 {
+		section(sectionPriority, binary.AppendUvarint(nil, uint64(r.Priority)))
 	}
 	if r.ExpireAt > 0 {
 		section(sectionExpireAt, binary.AppendUvarint(nil, uint64(r.ExpireAt)))
@@ -584,6 +599,12 @@ func (d *decoder) sections(r *Record) error {
 				d.err = true
 			}
 			r.Snoozes = int(n)
+		case sectionPriority:
+			n, k := binary.Uvarint(body)
+			if k <= 0 || k != len(body) || n < 2 || n > MaxLevel {
+				d.err = true
+			}
+			r.Priority = int(n)
 		case sectionExpireAt:
 			n, k := binary.Uvarint(body)
 			if k <= 0 || k != len(body) || n == 0 || n > 1<<53 {
@@ -710,6 +731,9 @@ func (r *Record) Validate(maxPayload int) error {
 	}
 	if r.TimeoutMs < 1 {
 		return fmt.Errorf("timeout %d ms: want at least 1 ms", r.TimeoutMs)
+	}
+	if r.Priority < 0 || r.Priority > MaxLevel {
+		return fmt.Errorf("priority %d: want 1 to %d: %w", r.Priority, MaxLevel, ErrInvalid)
 	}
 	if r.ExpireAt != 0 && r.ExpireAt < r.Due {
 		return fmt.Errorf("expiry %d ms before the due time: the task could never start: %w", r.Due-r.ExpireAt, ErrInvalid)

@@ -190,3 +190,82 @@ func TestIntern(t *testing.T) {
 		t.Errorf("intern of a name just seen: %v allocations", n)
 	}
 }
+
+// TestRecordPriority: a level above 1 travels in section 8 and decodes
+// back; level 1 (0 or 1 in the record) stores no section, so a record of
+// level 1 is the record of a queue that never used levels, byte for byte.
+// A section 8 at 1, 0, above MaxLevel or of trailing bytes is malformed.
+func TestRecordPriority(t *testing.T) {
+	plain := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
+	one := *plain
+	one.Priority = 1
+	if !bytes.Equal(one.Encode(), plain.Encode()) {
+		t.Fatalf("level 1 encodes as %q, a record without a level as %q", one.Encode(), plain.Encode())
+	}
+	for lvl := 2; lvl <= MaxLevel; lvl++ {
+		r := *plain
+		r.Priority = lvl
+		b := r.Encode()
+		if !bytes.Contains(b, []byte{sectionPriority, 1, byte(lvl)}) {
+			t.Errorf("level %d: no section 8 in %q", lvl, b)
+		}
+		got, err := DecodeRecord("x", b)
+		if err != nil || !reflect.DeepEqual(got, &r) {
+			t.Errorf("level %d: decoded %+v, %v; want %+v", lvl, got, err, &r)
+		}
+		if got.Level() != lvl || got.place() != Place("q", lvl) {
+			t.Errorf("level %d: Level %d, place %q", lvl, got.Level(), got.place())
+		}
+	}
+	if r, err := DecodeRecord("x", withSections(plain, []byte{sectionPriority, 1, 3})); err != nil || r.Priority != 3 {
+		t.Fatalf("hand-built section 8: %+v, %v", r, err)
+	}
+	for name, sec := range map[string][]byte{
+		"level 0": {sectionPriority, 1, 0}, "level 1": {sectionPriority, 1, 1}, "level 5": {sectionPriority, 1, MaxLevel + 1},
+		"trailing": {sectionPriority, 2, 2, 0}, "empty": {sectionPriority, 0},
+	} {
+		if _, err := DecodeRecord("x", withSections(plain, sec)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+	bad := *plain
+	bad.Priority = MaxLevel + 1
+	if err := bad.Validate(1 << 10); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Validate of level %d: %v, want ErrInvalid", bad.Priority, err)
+	}
+}
+
+// TestPlace: a level's place names its queue and level, and parses back;
+// index members and bucket keys of a level carry its place.
+func TestPlace(t *testing.T) {
+	for lvl := 0; lvl <= MaxLevel+1; lvl++ {
+		p := Place("mail.x-1", lvl)
+		q, got := SplitPlace(p)
+		want := lvl
+		if lvl < 2 || lvl > MaxLevel {
+			want = 1
+			if p != "mail.x-1" {
+				t.Errorf("level %d: place %q, want the queue itself", lvl, p)
+			}
+		}
+		if q != "mail.x-1" || got != want {
+			t.Errorf("SplitPlace(%q) = %q, %d; want mail.x-1, %d", p, q, got, want)
+		}
+		mq, ts, err := ParseMember(Member(p, 42))
+		if err != nil || mq != p || ts != 42 {
+			t.Errorf("ParseMember(Member(%q, 42)) = %q, %d, %v", p, mq, ts, err)
+		}
+	}
+	k, _ := NewKeys("ns")
+	if got := k.Stats(Place("q", 3)); got != k.Stats("q") {
+		t.Errorf("a level's counters are %s, want its queue's %s", got, k.Stats("q"))
+	}
+	if got := k.Notify(Place("q", 2)); got != k.Notify("q") {
+		t.Errorf("a level's wake-up list is %s, want its queue's %s", got, k.Notify("q"))
+	}
+	for _, m := range []string{"q@1:5", "q@5:5", "@2:5", "q@@2:5"} {
+		if _, _, err := ParseMember(m); err == nil {
+			t.Errorf("ParseMember(%q): no error", m)
+		}
+	}
+}

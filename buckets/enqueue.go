@@ -154,14 +154,15 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 	}
 	ids := []string{r.ID}
 	if r.Due <= now {
-		s.pushReady(&cmds, r.Queue, ids, false)
+		s.pushReady(&cmds, r.place(), ids, false)
 		return cmds, added
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	if s.inline(r.Queue, ts, r.ID) {
-		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.Queue, r.ID))
+	if s.inline(r.place(), ts, r.ID) {
+		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.place(), r.ID))
+		s.nameLevel(&cmds, r.place())
 	} else {
-		s.scheduleBucket(&cmds, r.Queue, ts, ids)
+		s.scheduleBucket(&cmds, r.place(), ts, ids)
 	}
 	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	s.wakeFor(&cmds, now, ts)
@@ -188,18 +189,19 @@ func (s *Store) splitEnqueue(now int64, recs []*Record) enqueueSplit {
 	for _, r := range recs {
 		sp.mset = append(sp.mset, s.Keys.Task(r.ID), r.Encode())
 		sp.queues[r.Queue] = true
+		pl := r.place()
 		if r.Due <= now {
-			if len(sp.ready[r.Queue]) == 0 {
-				sp.readyQs = append(sp.readyQs, r.Queue)
+			if len(sp.ready[pl]) == 0 {
+				sp.readyQs = append(sp.readyQs, pl)
 			}
-			sp.ready[r.Queue] = append(sp.ready[r.Queue], r.ID)
+			sp.ready[pl] = append(sp.ready[pl], r.ID)
 			continue
 		}
 		ts := BucketTime(r.Due, s.Resolution)
-		if sp.sched[r.Queue] == nil {
-			sp.sched[r.Queue] = map[int64][]string{}
+		if sp.sched[pl] == nil {
+			sp.sched[pl] = map[int64][]string{}
 		}
-		sp.sched[r.Queue][ts] = append(sp.sched[r.Queue][ts], r.ID)
+		sp.sched[pl][ts] = append(sp.sched[pl][ts], r.ID)
 		if sp.earliest < 0 || ts < sp.earliest {
 			sp.earliest = ts
 		}

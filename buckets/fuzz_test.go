@@ -32,6 +32,10 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Unique: "k:key"},
 		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, ReplyTo: "r"},
 		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Snoozes: 7, Runs: 7, Due: 5, ExpireAt: 1774746000000},
+
+		{ID: "x", Queue: "d", Type: "t", State: StateRetry, Payload: []byte("p"), Priority: 3, Snoozes: 1,
+			Metadata: map[string]string{"k": "v"}},
+		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte{}, Priority: MaxLevel},
 	}
 }
 

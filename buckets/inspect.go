@@ -34,11 +34,11 @@ func (s *Store) snapshot(ctx context.Context, conn redis.Conn, cmds cmdList) ([]
 // QueueSnapshot is one queue's figures read in one atomic step.
 type QueueSnapshot struct {
 	Queue                                                     string
-	Ready                                                     int64  // LLEN q:<q>
-	Scheduled, Retrying, Running, Dead                        int64  // gauges
-	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64  // totals
-	OldestReady                                               string // id at the pop end, "" when none
-	Err                                                       error  // what could not be read, if anything
+	Ready                                                     int64    // LLEN q:<q>, summed over its levels
+	Scheduled, Retrying, Running, Dead                        int64    // gauges
+	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64    // totals
+	OldestReady                                               []string // the id at the pop end of each level's list that has one
+	Err                                                       error    // what could not be read, if anything
 }
 
 // QueueNames lists every queue ever enqueued to, sorted.
@@ -51,43 +51,89 @@ func (s *Store) QueueNames(ctx context.Context, conn redis.Conn) ([]string, erro
 	return qs, nil
 }
 
+// Levels reads the levels set (Keys.Levels, one SMEMBERS) and returns
+// the places of every queue's levels above 1 that were ever made ready,
+// by queue, in level order.
+func (s *Store) Levels(ctx context.Context, conn redis.Conn) (map[string][]string, error) {
+	ms, err := redis.Strings(do(ctx, conn, "SMEMBERS", s.Keys.Levels()))
+	if err != nil {
+		return nil, fmt.Errorf("buckets: levels: %w", err)
+	}
+	return LevelPlaces(ms), nil
+}
+
+// LevelPlaces sorts the members of the levels set (places of levels above
+// 1) by queue, each queue's in level order; members that are not such a
+// place are left out.
+func LevelPlaces(members []string) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range members {
+		if q, lvl := SplitPlace(m); lvl > 1 && ValidName(q) {
+			out[q] = append(out[q], m)
+		}
+	}
+	for _, ps := range out {
+		sort.Strings(ps) // "q@2" < "q@3" < "q@4"
+	}
+	return out
+}
+
+// placesOf is queue q's places whose ready lists a figure reads: q itself
+// (level 1), then its levels in use (levels, from Levels).
+func placesOf(q string, levels map[string][]string) []string {
+	return append([]string{q}, levels[q]...)
+}
+
 // Snapshot reads the counters, ready length and oldest ready id of every
-// queue in qs in one MULTI/EXEC: HGETALL st:<q>, LLEN q:<q>, LINDEX q:<q>
-// -1 per queue. Three commands per queue, whatever the number of tasks.
+// queue in qs in one MULTI/EXEC: HGETALL st:<q>, and LLEN and LINDEX -1
+// of each of its levels' ready lists (level 1, and the levels the levels
+// set names, read first with one SMEMBERS): three commands per queue that
+// never used a level above 1, whatever the number of tasks.
 func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]QueueSnapshot, error) {
 	if len(qs) == 0 {
 		return nil, nil
 	}
+	levels, err := s.Levels(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	var cmds cmdList
 	for _, q := range qs {
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
-		cmds.Queue("LLEN", s.Keys.Ready(q))
-		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+		for _, p := range placesOf(q, levels) {
+			cmds.Queue("LLEN", s.Keys.Ready(p))
+			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
+		}
 	}
 	reps, err := s.snapshot(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: queue figures: %w", err)
 	}
 	out := make([]QueueSnapshot, len(qs))
+	at := 0
 	for i, q := range qs {
 		st := QueueSnapshot{Queue: q}
 		var errs []error
-		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+		if m, err := redis.Int64Map(reps[at], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("counters: %w", err))
 		}
-		if n, err := redis.Int64(reps[3*i+1], nil); err == nil {
-			st.Ready = n
-		} else {
-			errs = append(errs, fmt.Errorf("ready length: %w", err))
-		}
-		if id, err := redis.String(reps[3*i+2], nil); err == nil {
-			st.OldestReady = id
-		} else if !errors.Is(err, redis.ErrNil) {
-			errs = append(errs, fmt.Errorf("oldest ready: %w", err))
+		at++
+		for range placesOf(q, levels) {
+			if n, err := redis.Int64(reps[at], nil); err == nil {
+				st.Ready += n
+			} else {
+				errs = append(errs, fmt.Errorf("ready length: %w", err))
+			}
+			if id, err := redis.String(reps[at+1], nil); err == nil {
+				st.OldestReady = append(st.OldestReady, id)
+			} else if !errors.Is(err, redis.ErrNil) {
+				errs = append(errs, fmt.Errorf("oldest ready: %w", err))
+			}
+			at += 2
 		}
 		if len(errs) > 0 {
 			st.Err = fmt.Errorf("buckets: queue %s: %w", q, errors.Join(errs...))

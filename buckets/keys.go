@@ -84,12 +84,59 @@ func (k Keys) RetryCounts() string { return k.prefix + "rc" }
 
 // Ready is queue q's ready list: LIST of task ids; producers LPUSH at the
 // head, workers RPOPLPUSH from the tail, so it runs first in, first out.
+// q is a place (Place): the list of one priority level of a queue.
 func (k Keys) Ready(q string) string { return k.prefix + "q:" + q }
+
+// MaxLevel is the lowest priority level: a task's level is 1 (the
+// default, first to run) to MaxLevel.
+const MaxLevel = 4
+
+// levelSuffix is the suffix of a level's place, by level.
+var levelSuffix = [MaxLevel + 1]string{"", "", "@2", "@3", "@4"}
+
+// Place names where the tasks of queue q at priority level lvl wait: q
+// itself for level 1 (and anything out of 2..MaxLevel), "q@<lvl>" for
+// levels 2 to MaxLevel. A place stands for a queue name in the keys of
+// the lists a task waits in (Ready, Bucket, Member, InlineMember); '@' is
+// not allowed in queue names, so no queue is another's place. Keys.Stats
+// and Keys.Notify map a place to its queue.
+func Place(q string, lvl int) string {
+	if lvl < 2 || lvl > MaxLevel {
+		return q
+	}
+	return q + levelSuffix[lvl]
+}
+
+// SplitPlace returns the queue and the level of a place (Place).
+func SplitPlace(place string) (q string, lvl int) {
+	if n := len(place); n > 2 && place[n-2] == '@' && place[n-1] >= '2' && place[n-1] <= '0'+MaxLevel {
+		return place[:n-2], int(place[n-1] - '0')
+	}
+	return place, 1
+}
+
+// QueueOf returns the queue of a place (Place).
+func QueueOf(place string) string {
+	q, _ := SplitPlace(place)
+	return q
+}
+
+// validPlace reports whether s is a place of a valid queue name.
+func validPlace(s string) bool { return ValidName(QueueOf(s)) }
 
 // Notify is queue q's wake-up list: LIST of tokens pushed together with
 // ready tasks, which idle workers wait on with BLPOP. Tokens carry no
-// task; losing one costs at most one idle wait.
-func (k Keys) Notify(q string) string { return k.prefix + "n:" + q }
+// task; losing one costs at most one idle wait. q may be a place (Place):
+// every level of a queue wakes its queue's waiters.
+func (k Keys) Notify(q string) string { return k.prefix + "n:" + QueueOf(q) }
+
+// Levels is the set of the places of priority levels above 1 that were
+// ever made ready: SET of Place(q, level) names. Whatever pushes a task of
+// level 2 to 4 to its ready list adds its place in the same MULTI; a
+// worker reads the set (at most once a second while it finds a queue's
+// level 1 empty, and after each wake) to learn which levels to pop. A
+// queue that never used a level above 1 is not in it.
+func (k Keys) Levels() string { return k.prefix + "levels" }
 
 // Wake is the dispatchers' wake-up list: LIST of due times (Unix ms),
 // pushed with every scheduled task so a sleeping dispatcher re-reads the
@@ -107,8 +154,9 @@ func (k Keys) TurnMissed() string { return k.prefix + "turn:missed" }
 // Queues is the set of queue names ever enqueued to: SET.
 func (k Keys) Queues() string { return k.prefix + "queues" }
 
-// Stats holds queue q's counters: HASH, see the Stat* field names.
-func (k Keys) Stats(q string) string { return k.prefix + "st:" + q }
+// Stats holds queue q's counters: HASH, see the Stat* field names. q may
+// be a place (Place): a level's tasks count in its queue's counters.
+func (k Keys) Stats(q string) string { return k.prefix + "st:" + QueueOf(q) }
 
 // Workers is the registry of worker processes: SET of process ids.
 func (k Keys) Workers() string { return k.prefix + "w" }
@@ -177,7 +225,8 @@ func (k Keys) SchedulerAlive(id string) string { return k.prefix + "ps:" + id }
 // Member is the index member of queue q's bucket at ts.
 func Member(q string, ts int64) string { return q + ":" + strconv.FormatInt(ts, 10) }
 
-// ParseMember splits an index member into queue and timestamp.
+// ParseMember splits an index member into queue and timestamp. The queue
+// is a place (Place): a bucket of a level above 1 names its level.
 func ParseMember(m string) (q string, ts int64, err error) {
 	i := strings.LastIndexByte(m, ':')
 	if i <= 0 {
@@ -185,7 +234,7 @@ func ParseMember(m string) (q string, ts int64, err error) {
 	}
 	q = m[:i]
 	ts, err = strconv.ParseInt(m[i+1:], 10, 64)
-	if err != nil || !ValidName(q) || ts < 0 {
+	if err != nil || !validPlace(q) || ts < 0 {
 		return "", 0, fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
 	}
 	return q, ts, nil
@@ -244,12 +293,13 @@ func (k Keys) inlinePlaceID(place string) (string, bool) {
 	return inlineEntry(m)
 }
 
-// ParseIndexMember splits an index member: a bucket's into its queue and
+// ParseIndexMember splits an index member (its queue a place, see
+// ParseMember): a bucket's into its queue and
 // time (id empty), an inline entry's (InlineMember) into its queue and
 // task id (ts 0: the entry's time is its score).
 func ParseIndexMember(m string) (q string, ts int64, id string, err error) {
 	if id, ok := inlineEntry(m); ok {
-		if q = m[:len(m)-len(id)-1]; !ValidName(q) {
+		if q = m[:len(m)-len(id)-1]; !validPlace(q) {
 			return "", 0, "", fmt.Errorf("buckets: index member %q: %w", m, ErrMalformed)
 		}
 		return q, 0, id, nil

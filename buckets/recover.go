@@ -150,7 +150,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			r.State = StateWaiting
 			tx.Queue("SET", s.Keys.Task(id), r.Encode())
-			back.add(r.Queue, id)
+			back.add(r.place(), id)
 			res.Requeued++
 		}
 		back.pushFront(s, tx)
@@ -252,7 +252,7 @@ func (s *Store) requeueRead(tx *txn.Tx, ids []string, reps []interface{}, now in
 			res.Dropped++
 			continue
 		}
-		back.add(r.Queue, id)
+		back.add(r.place(), id)
 		res.Requeued++
 	}
 	back.pushFront(s, tx)

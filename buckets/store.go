@@ -105,9 +105,10 @@ type queuer interface {
 	Queue(name string, args ...interface{})
 }
 
-// pushReady queues the commands that make ids ready on queue q, in order,
-// and wake up to wakeTokens idle workers: LPUSH ready ids..., LPUSH notify
-// tokens..., LTRIM notify to wakeTokens. front puts them at the pop end
+// pushReady queues the commands that make ids ready on queue q (a place,
+// see Place), in order, and wake up to wakeTokens idle workers: LPUSH
+// ready ids..., (a level above 1: SADD levels q, nameLevel), LPUSH notify tokens...,
+// LTRIM notify to wakeTokens. front puts them at the pop end
 // (RPUSH) instead, for tasks that were already at the front.
 func (s *Store) pushReady(tx queuer, q string, ids []string, front bool) {
 	if len(ids) == 0 {
@@ -134,7 +135,18 @@ func (s *Store) pushReadyArgs(tx queuer, q string, args []interface{}, n int, fr
 	} else {
 		tx.Queue("LPUSH", args...)
 	}
+	s.nameLevel(tx, q)
 	s.queueTokens(tx, s.Keys.Notify(q), n, "1")
+}
+
+// nameLevel queues, for a place of a level above 1, its addition to the
+// levels set (SADD levels place): workers learn from the set that they
+// must pop the level's list when the queue's level 1 is empty, and the
+// inspector which levels a queue's listings walk. Level 1 sends nothing.
+func (s *Store) nameLevel(tx queuer, place string) {
+	if _, lvl := SplitPlace(place); lvl > 1 {
+		tx.Queue("SADD", s.Keys.Levels(), place)
+	}
 }
 
 // queueTokens pushes up to wakeTokens tokens to a wake-up list and trims it
@@ -180,6 +192,7 @@ func (s *Store) untrimmed(key string) bool {
 func (s *Store) scheduleBucket(tx queuer, q string, ts int64, ids []string) {
 	s.pushBucket(tx, q, ts, ids)
 	tx.Queue("ZADD", s.Keys.Schedule(), ts, Member(q, ts))
+	s.nameLevel(tx, q)
 }
 
 // scheduleBuckets queues the writes that place tasks in buckets, given as
@@ -218,6 +231,7 @@ func (s *Store) scheduleBuckets(tx queuer, sched map[string]map[int64][]string) 
 	tx.Queue("ZADD", zadd...)
 	for i, q := range qs {
 		tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, counts[i])
+		s.nameLevel(tx, q)
 	}
 }
 
@@ -279,6 +293,7 @@ func (s *Store) scheduleRetry(tx queuer, q string, ts int64, id string) {
 	tx.Queue("ZADD", s.Keys.Schedule(), ts, m)
 	tx.Queue("HINCRBY", s.Keys.RetryCounts(), m, 1)
 	tx.Queue("HINCRBY", s.Keys.Stats(q), StatRetrying, 1)
+	s.nameLevel(tx, q)
 }
 
 // unbucketed queues the gauge changes for r, a waiting or retrying task,
@@ -289,7 +304,7 @@ func (s *Store) unbucketed(tx queuer, r *Record) {
 	st := s.Keys.Stats(r.Queue)
 	if r.State == StateRetry {
 		tx.Queue("HINCRBY", st, StatRetrying, -1)
-		tx.Queue("HINCRBY", s.Keys.RetryCounts(), Member(r.Queue, BucketTime(r.Due, s.Resolution)), -1)
+		tx.Queue("HINCRBY", s.Keys.RetryCounts(), Member(r.place(), BucketTime(r.Due, s.Resolution)), -1)
 		return
 	}
 	tx.Queue("HINCRBY", st, StatScheduled, -1)

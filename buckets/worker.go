@@ -159,7 +159,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		if err != nil {
 			return err
 		}
-		if err := tx.Send("SISMEMBER", s.Keys.Paused(), q); err != nil {
+		if err := tx.Send("SISMEMBER", s.Keys.Paused(), QueueOf(q)); err != nil {
 			return err
 		}
 		reps, err := tx.Flush()
@@ -222,11 +222,12 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 	w := a.w
 	idArg := interface{}(id) // boxed once for the writes below
 	rec, result := (*Record)(nil), Skipped
+	queue := QueueOf(q) // q is the place the id was popped from
 	raw, err := redis.Bytes(rep, asError(rep))
 	if IsWrongType(err) {
 		// The record key holds another type (written by hand, say):
 		// it can never run. Set it aside and say so in a dead letter.
-		if err := s.buryWrongType(tx, id, q, now); err != nil {
+		if err := s.buryWrongType(tx, id, queue, now); err != nil {
 			return nil, 0, err
 		}
 		wq.Queue("LREM", a.Inflight(), 1, idArg)
@@ -235,7 +236,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 	if err != nil && !errors.Is(err, redis.ErrNil) {
 		return nil, 0, err
 	}
-	if r, derr := s.readable(wq, id, q, raw, now); derr != nil {
+	if r, derr := s.readable(wq, id, queue, raw, now); derr != nil {
 		result = Buried
 	} else if cs != nil && cs.runs > 0 && r.State == StateRunning && r.Worker == w && r.Runs == cs.runs {
 		rec, result = r, Claimed // our own claim, whose reply was lost
@@ -250,7 +251,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		result = Expired
 	} else if r.State == StateWaiting || r.State == StateRetry {
 		if cs != nil && cs.Serves != nil && !cs.Serves(r.Type) {
-			back, err := s.unserved(tx, q, r.Type, now, cs.UnservedGrace)
+			back, err := s.unserved(tx, queue, r.Type, now, cs.UnservedGrace)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -596,14 +597,14 @@ func (r *Record) clone() *Record {
 // says: its ready list when due (front: at the pop end), else its bucket.
 func (s *Store) place(tx queuer, r *Record, now int64, front bool) {
 	if r.Due <= now {
-		s.pushReady(tx, r.Queue, []string{r.ID}, front)
+		s.pushReady(tx, r.place(), []string{r.ID}, front)
 		return
 	}
 	ts := BucketTime(r.Due, s.Resolution)
 	if r.State == StateRetry {
-		s.scheduleRetry(tx, r.Queue, ts, r.ID)
+		s.scheduleRetry(tx, r.place(), ts, r.ID)
 	} else {
-		s.scheduleBucket(tx, r.Queue, ts, []string{r.ID})
+		s.scheduleBucket(tx, r.place(), ts, []string{r.ID})
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	}
 	s.wakeDispatchers(tx, ts)

@@ -98,6 +98,7 @@ type FlowStep struct {
 	DelayMs     int64 // due this long after its predecessor succeeded
 	PassResult  bool  // the predecessor's result becomes Flow.Input
 	Metadata    map[string]string
+	Priority    int // the step's level in its queue (Record.Priority)
 }
 
 // Flow is a task's part in a workflow (record section 6, required: a
@@ -204,9 +205,14 @@ func (f *Flow) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(max(s.MaxAttempts, 0)))
 		b = binary.AppendUvarint(b, uint64(max(s.TimeoutMs, 0)))
 		b = binary.AppendUvarint(b, uint64(max(s.DelayMs, 0)))
+		// One byte: bit 0 passes the result, the bits above hold a
+		// level above 1 (Record.Priority), 0 for level 1.
 		pass := byte(0)
 		if s.PassResult {
 			pass = 1
+		}
+		if s.Priority > 1 {
+			pass |= byte(s.Priority) << 1
 		}
 		b = append(b, pass)
 		m := (&Record{Metadata: s.Metadata}).encodeMetadata()
@@ -267,10 +273,15 @@ func decodeFlow(body []byte) *Flow {
 			return nil
 		}
 		s.MaxAttempts, s.TimeoutMs, s.DelayMs = int(ma), int64(to), int64(delay)
-		if len(d.b) == 0 || d.b[0] > 1 {
+		if len(d.b) == 0 {
 			return nil
 		}
-		s.PassResult = d.b[0] == 1
+		lvl := int(d.b[0] >> 1)
+		if lvl == 1 || lvl > MaxLevel {
+			return nil
+		}
+		s.Priority = lvl
+		s.PassResult = d.b[0]&1 == 1
 		d.b = d.b[1:]
 		m := d.bytes()
 		if d.err {
@@ -317,7 +328,7 @@ func (s FlowStep) record(id string, flow *Flow, now int64) *Record {
 	return &Record{
 		ID: id, Queue: s.Queue, Type: s.Type, Payload: s.Payload, State: StateWaiting,
 		MaxAttempts: max(s.MaxAttempts, 1), TimeoutMs: max(s.TimeoutMs, 1),
-		Created: now, Due: max(now+s.DelayMs, 1), Metadata: s.Metadata, Flow: flow,
+		Created: now, Due: max(now+s.DelayMs, 1), Metadata: s.Metadata, Flow: flow, Priority: s.Priority,
 	}
 }
 
@@ -325,7 +336,7 @@ func (s FlowStep) record(id string, flow *Flow, now int64) *Record {
 // and for the chain's steps after the first).
 func StepOf(r *Record, delayMs int64, pass bool) FlowStep {
 	return FlowStep{Queue: r.Queue, Type: r.Type, Payload: r.Payload, MaxAttempts: r.MaxAttempts,
-		TimeoutMs: r.TimeoutMs, DelayMs: delayMs, PassResult: pass, Metadata: r.Metadata}
+		TimeoutMs: r.TimeoutMs, DelayMs: delayMs, PassResult: pass, Metadata: r.Metadata, Priority: r.Priority}
 }
 
 // groupView is a group's hash as one transaction read it (flowRead) and

@@ -12,6 +12,8 @@ func flowSamples() []*Record {
 	head := chainHead("c", 4)
 	head.Flow.Next[1].Metadata = map[string]string{"k": "v"}
 	head.Flow.Next[2].DelayMs = 1500
+	head.Flow.Next[2].Priority, head.Flow.Next[1].PassResult, head.Flow.Next[1].Priority = 4, true, 2
+	head.Priority = 3
 	mid := chainHead("c", 3)
 	mid.Flow = &Flow{ID: "c", Kind: FlowChain, Step: 1, Total: 3, Input: []byte("prev"), Cancelled: true,
 		Next: mid.Flow.Next[1:]}

@@ -59,11 +59,11 @@ func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id 
 	for _, r := range recs {
 		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
 		queues[r.Queue] = true
-		if r.Due <= now {
-			if len(ready[r.Queue]) == 0 {
-				readyQs = append(readyQs, r.Queue)
+		if pl := r.place(); r.Due <= now {
+			if len(ready[pl]) == 0 {
+				readyQs = append(readyQs, pl)
 			}
-			ready[r.Queue] = append(ready[r.Queue], r.ID)
+			ready[pl] = append(ready[pl], r.ID)
 		}
 	}
 	cmds.Queue("MSET", mset...)

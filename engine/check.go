@@ -152,7 +152,7 @@ func (c *laneClient) Check(ctx context.Context, opts CheckOptions) (*CheckReport
 func repairable(k buckets.FindingKind) bool {
 	switch k {
 	case buckets.FindGauge, buckets.FindHomeless, buckets.FindOrphanBucket, buckets.FindStaleMember, buckets.FindBadMember,
-		buckets.FindUnregistered:
+		buckets.FindUnregistered, buckets.FindUnlistedLevel:
 		return true
 	}
 	return false

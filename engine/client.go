@@ -88,11 +88,11 @@ func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buc
 	due := map[string][]string{}
 	var queues []string
 	for _, r := range recs {
-		if r.Due <= now {
-			if len(due[r.Queue]) == 0 {
-				queues = append(queues, r.Queue)
+		if q := buckets.Place(r.Queue, r.Priority); r.Due <= now {
+			if len(due[q]) == 0 {
+				queues = append(queues, q)
 			}
-			due[r.Queue] = append(due[r.Queue], r.ID)
+			due[q] = append(due[q], r.ID)
 		}
 	}
 	if len(queues) == 0 {

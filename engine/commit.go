@@ -139,6 +139,9 @@ func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []com
 type groupPop struct {
 	q string
 	n int
+	// prev and mine are the pop's place in the slot order
+	// (processor.reserveTurn), taken before it is sent.
+	prev, mine chan struct{}
 }
 
 // recordGroup records a group's results in one transaction on h and
@@ -265,8 +268,9 @@ func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 // run records the batch's results as they come, then closes the batch's
 // connection (the pool unwatches a watch left unused). It returns the
 // next batch, taken with the last group's result: its queue and ids, for
-// which it holds a slot token each (none: nothing was taken).
-func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string) {
+// which it holds a slot token each (none: nothing was taken), and its
+// place in the slot order (processor.reserveTurn).
+func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, chan struct{}, chan struct{}) {
 	defer g.h.Close()
 	window := g.w.cfg.Advanced.GroupCommitWindow
 	var timer groupTimer
@@ -318,10 +322,13 @@ func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string) {
 		}
 		ids := recordGroup(baseCtx, g.w, g.h, held, group, pop)
 		if pop != nil {
-			return pop.q, g.w.proc.popped(pop, ids)
+			if ids = g.w.proc.popped(pop, ids); len(ids) == 0 {
+				return "", nil, nil, nil
+			}
+			return pop.q, ids, pop.prev, pop.mine
 		}
 	}
-	return "", nil
+	return "", nil, nil, nil
 }
 
 // groupTimer is the window a group's first result waits for others in:

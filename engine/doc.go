@@ -13,6 +13,10 @@
 // that returns the tasks of dead workers; and the scheduler of its
 // periodic entries ([Server.AddPeriodic]). An [Inspector] administers.
 //
+// Within a queue a task has a level ([Priority]): a worker starts a
+// queue's tasks of level 1 (the default) before any of level 2, and so
+// on to 4; between queues its order is Config.Queues and StrictPriority.
+//
 // # The delivery promise
 //
 // Once Enqueue returns nil the task is in Redis and runs at least once,

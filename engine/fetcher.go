@@ -36,7 +36,28 @@ type fetcher struct {
 	skipMu    sync.Mutex
 	skipUntil map[string]time.Time     // guarded by skipMu
 	skipStep  map[string]time.Duration // guarded by skipMu
+
+	// Priority levels above 1: the places (buckets.Place) of each
+	// queue's levels in use, as last read from the levels set, and those
+	// a pop found empty since. A queue's level 1 is popped first on every
+	// fetch; its other levels only when level 1 was empty, each in level
+	// order, and a level found empty is left out until the set is read
+	// again: at most once per levelsRefresh while fetches find a level 1
+	// empty, and at the first such fetch after each wake.
+	lvMu     sync.Mutex
+	lvPlaces map[string][]string // guarded by lvMu
+	lvEmpty  map[string]bool     // guarded by lvMu
+	lvRead   time.Time           // guarded by lvMu; zero: read at the next need
+	// lowLevel: the last pop that took tasks took them from a level above
+	// 1, where the worker claims no task ahead (processor.prefetching).
+	lowLevel atomic.Bool
 }
+
+// levelsRefresh is how often, at most, a fetching worker reads the levels
+// set, and so how long a level found empty may be left out of its fetches
+// (a task pushed to it meanwhile may start after tasks of the levels below
+// it, for that long at most).
+const levelsRefresh = time.Second
 
 // Skip intervals after a task is given back for another worker.
 const (
@@ -80,6 +101,7 @@ func (f *fetcher) skipped(q string, now time.Time) (time.Time, bool) {
 // available reports whether the worker takes tasks from q now: it is
 // neither paused nor skipped.
 func (f *fetcher) available(q string, now time.Time) bool {
+	q = buckets.QueueOf(q)
 	if f.w.control.isPaused(q) {
 		return false
 	}
@@ -200,12 +222,15 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 			if !f.waiter.wait(ctx) {
 				break
 			}
+			f.levelsStale()
 			if n = bound(n); n <= 0 {
 				return "", nil, true
 			}
 			continue
 		}
 		f.adapt(n, len(ids))
+		_, lvl := buckets.SplitPlace(q)
+		f.lowLevel.Store(lvl > 1)
 		return q, ids, true
 	}
 	return "", nil, false
@@ -258,42 +283,121 @@ func (f *fetcher) order() []string {
 	return out
 }
 
-// popAny takes tasks from the first queue in order() that has one. A
-// queue whose ready list (or the in-flight list) has the wrong type is
-// set aside and the other queues are tried; a connection failure is
-// returned.
+// popAny takes tasks from the first queue in order() that has one: its
+// level 1 first, then, when that was empty, its levels in use (levels) in
+// level order. A queue whose ready list (or the in-flight list) has the
+// wrong type is set aside and the other queues are tried; a connection
+// failure is returned. It returns the place (buckets.Place) the ids were
+// taken from.
 //
-// It takes up to n tasks of that one queue in one round trip (PopMany),
-// so a batch never mixes queues: under strict priority a lower queue is
-// popped only when every queue before it was empty.
+// It takes up to n tasks of that one place in one round trip (PopMany),
+// so a batch never mixes queues or levels: under strict priority a lower
+// queue is popped only when every queue before it was empty, and a level
+// only when the levels before it were.
 func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
-	w := f.w
 	var bad error
 	for _, q := range f.order() {
-		var ids []string
-		var err error
-		if n > 1 {
-			ids, err = w.store.PopMany(ctx, conn, q, w.id, n)
-		} else {
-			var id string
-			id, err = w.store.Pop(ctx, conn, q, w.id)
-			if id != "" {
-				ids = []string{id}
-			}
-		}
-		if err != nil && buckets.IsWrongType(err) {
-			setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Ready(q), w.keys.Inflight(w.id))
-			if len(ids) > 0 {
-				return ids, q, nil
-			}
-			bad = err
-			continue
+		ids, wrong, err := f.popPlace(ctx, conn, q, n)
+		if wrong != nil {
+			bad = wrong
 		}
 		if err != nil || len(ids) > 0 {
 			return ids, q, err
 		}
+		places, err := f.levels(ctx, conn, q)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, p := range places {
+			ids, wrong, err := f.popPlace(ctx, conn, p, n)
+			if wrong != nil {
+				bad = wrong
+			}
+			if err != nil || len(ids) > 0 {
+				return ids, p, err
+			}
+			if wrong == nil {
+				f.emptied(p)
+			}
+		}
 	}
 	return nil, "", bad
+}
+
+// popPlace pops up to n ids of one place. A ready list (or in-flight list)
+// of the wrong type is set aside and reported as wrong, not as err.
+func (f *fetcher) popPlace(ctx context.Context, conn redis.Conn, p string, n int) (ids []string, wrong, err error) {
+	w := f.w
+	if n > 1 {
+		ids, err = w.store.PopMany(ctx, conn, p, w.id, n)
+	} else {
+		var id string
+		id, err = w.store.Pop(ctx, conn, p, w.id)
+		if id != "" {
+			ids = []string{id}
+		}
+	}
+	if err != nil && buckets.IsWrongType(err) {
+		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Ready(p), w.keys.Inflight(w.id))
+		return ids, err, nil
+	}
+	return ids, nil, err
+}
+
+// levels returns the places of queue q's levels above 1 to pop when its
+// level 1 was empty: those in use as the levels set said when last read,
+// less those found empty since. It reads the set again (one SMEMBERS) when
+// the last read is levelsRefresh old or a wake came since. A set that
+// cannot be read for a reason of the server's (a key of the wrong type,
+// set aside) counts as empty until the next read; a connection failure
+// is returned.
+func (f *fetcher) levels(ctx context.Context, conn redis.Conn, q string) ([]string, error) {
+	f.lvMu.Lock()
+	stale := f.lvRead.IsZero() || time.Since(f.lvRead) >= levelsRefresh
+	f.lvMu.Unlock()
+	if stale {
+		w := f.w
+		lv, err := w.store.Levels(ctx, conn)
+		if err != nil && !buckets.IsServerError(err) {
+			return nil, err
+		}
+		if err != nil {
+			if buckets.IsWrongType(err) {
+				setAside(ctx, w.pool, w.store, w.keys, w.log, "set", w.keys.Levels())
+			}
+			w.log.Warn("could not read the priority levels in use; popping level 1 only until the next read", keyErr, err)
+		}
+		f.lvMu.Lock()
+		f.lvPlaces, f.lvEmpty, f.lvRead = lv, map[string]bool{}, time.Now()
+		f.lvMu.Unlock()
+	}
+	f.lvMu.Lock()
+	defer f.lvMu.Unlock()
+	var out []string
+	for _, p := range f.lvPlaces[q] {
+		if !f.lvEmpty[p] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// emptied leaves place p out of the fetches until the levels set is read
+// again.
+func (f *fetcher) emptied(p string) {
+	f.lvMu.Lock()
+	defer f.lvMu.Unlock()
+	if f.lvEmpty != nil {
+		f.lvEmpty[p] = true
+	}
+}
+
+// levelsStale makes the next fetch that finds a level 1 empty read the
+// levels set again: after a wake, tasks may wait at any level.
+func (f *fetcher) levelsStale() {
+	f.lvMu.Lock()
+	defer f.lvMu.Unlock()
+	f.lvRead = time.Time{}
 }
 
 // claimTries bounds the attempts to claim one popped id. Past them the id
@@ -365,6 +469,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 // claimed acts on what a claim of id found.
 func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
 	w := f.w
+	q = buckets.QueueOf(q) // the place's queue
 	switch res {
 	case buckets.Claimed:
 		f.unskip(q)

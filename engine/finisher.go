@@ -24,8 +24,21 @@ type finisher struct {
 }
 
 // popped is a task moved into the in-flight list, not yet claimed; the
-// in-flight set holds its id.
-type popped struct{ id, q string }
+// in-flight set holds its id. prev and mine are its place in the order in
+// which popped tasks take slots (processor.reserveTurn), nil for none.
+type popped struct {
+	id, q      string
+	prev, mine chan struct{}
+}
+
+// pass gives up the task's place in the slot order: the tasks popped after
+// it no longer wait for it.
+func (n *popped) pass() {
+	if n.mine != nil {
+		passTurn(n.prev, n.mine)
+		n.prev, n.mine = nil, nil
+	}
+}
 
 // finish records the outcome herr of c's run (with result, stored when
 // the outcome is a success) and returns the task taken with it, if any.
@@ -80,6 +93,7 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		var pop []txn.Cmd
 		if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 && w.fetcher.shallow() {
 			next.q = order[0]
+			next.prev, next.mine = w.proc.reserveTurn() // before the pop is sent
 			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
 		}
 		var (
@@ -105,6 +119,7 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 			_, _, _ = held()
 		}
 		if next.id == "" {
+			next.pass()
 			next = popped{}
 		} else {
 			w.fetcher.adapt(1, 1) // the queue had more: deep enough to take several

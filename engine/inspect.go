@@ -164,8 +164,8 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}
-		if s.OldestReady != "" {
-			ids = append(ids, s.OldestReady)
+		for _, id := range s.OldestReady { // one per level that has ready tasks
+			ids = append(ids, id)
 			at = append(at, i)
 		}
 	}
@@ -176,7 +176,7 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	now := in.cfg.Advanced.Clock.Now()
 	for j, r := range recs {
 		if r != nil {
-			out[at[j]].Latency = max(0, now.Sub(fromMs(r.Due)))
+			out[at[j]].Latency = max(out[at[j]].Latency, now.Sub(fromMs(r.Due)))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -26,6 +26,10 @@ type Filter struct {
 	// Search, when set, keeps the tasks whose id or type equals it or
 	// whose payload contains it.
 	Search string
+	// Priority, when 1 to 4, keeps the tasks of that level (Priority);
+	// 0 keeps every level. Ready, scheduled and retrying tasks of every
+	// level are listed level by level, level 1 first.
+	Priority int
 }
 
 // ListOptions is a Filter, a page size and where to resume.
@@ -41,6 +45,8 @@ type ListOptions struct {
 	// reaches MaxBytes (so at least one batch), its Next going on from
 	// there. Zero reads every record of the page at once.
 	MaxBytes int64
+
+	place string // the level's place (buckets.Place) a list or bucket walk reads
 }
 
 // Page sizes of ListTasks.
@@ -84,6 +90,7 @@ type cursor struct {
 	Worker  string   `json:"w,omitempty"`
 	Score   *int64   `json:"s,omitempty"`
 	Done    bool     `json:"d,omitempty"` // the current bucket or worker is finished
+	Level   int      `json:"l,omitempty"` // the level walked, above 1 (a listing of every level)
 }
 
 const cursorAnchors = 3
@@ -109,7 +116,7 @@ func decodeCursor(s string) (cursor, error) {
 		d.DisallowUnknownFields()
 		err = d.Decode(&c)
 	}
-	if err != nil || c.Pos < 0 || len(c.Anchors) > 1 || len(c.Seen)%8 != 0 || len(c.Seen) > 8*maxSeen {
+	if err != nil || c.Pos < 0 || len(c.Anchors) > 1 || len(c.Seen)%8 != 0 || len(c.Seen) > 8*maxSeen || c.Level < 0 || c.Level > buckets.MaxLevel {
 		return c, fmt.Errorf("engine: cursor %q: not a cursor of ListTasks: %w", s, ErrInvalid)
 	}
 	return c, nil
@@ -126,6 +133,9 @@ func (o *ListOptions) check() error {
 }
 
 func (f *Filter) check() error {
+	if f.Priority < 0 || f.Priority > buckets.MaxLevel {
+		return fmt.Errorf("engine: priority %d: want 1 to %d, or 0 for every level: %w", f.Priority, buckets.MaxLevel, ErrInvalid)
+	}
 	switch f.State {
 	case StateScheduled, StateReady, StateRetrying:
 		if err := validateQueue(f.Queue); err != nil {
@@ -150,6 +160,9 @@ func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 	if f.Queue != "" && r.Queue != f.Queue {
 		return false
 	}
+	if f.Priority != 0 && r.Level() != f.Priority {
+		return false
+	}
 	switch f.State {
 	case StateReady:
 		if v.State != StateReady {
@@ -168,7 +181,7 @@ func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 
 // scan is how many entries a page reads at most.
 func (o *ListOptions) scan() int {
-	if o.Search != "" || o.State == StateRetrying || (o.Queue != "" && (o.State == StateRunning || o.State == StateDead)) {
+	if o.Search != "" || o.State == StateRetrying || ((o.Queue != "" || o.Priority != 0) && (o.State == StateRunning || o.State == StateDead)) {
 		return max(o.Limit, searchScan)
 	}
 	return o.Limit
@@ -190,10 +203,8 @@ func (in *laneInspector) ListTasks(ctx context.Context, opts ListOptions) (*Task
 	defer conn.Close()
 	var page *TaskPage
 	switch opts.State {
-	case StateReady:
-		page, err = in.listReady(ctx, conn, &opts, cur)
-	case StateScheduled, StateRetrying:
-		page, err = in.listScheduled(ctx, conn, &opts, cur)
+	case StateReady, StateScheduled, StateRetrying:
+		page, err = in.listLevels(ctx, conn, &opts, cur)
 	case StateRunning:
 		page, err = in.listRunning(ctx, conn, &opts, cur)
 	case StateDead:
@@ -222,6 +233,58 @@ func (in *laneInspector) readProgress(ctx context.Context, conn redis.Conn, ts [
 		ts[i].setProgress(p)
 	}
 	return nil
+}
+
+// listLevels lists the ready, scheduled or retrying tasks of o's queue:
+// of the level o names, or, with no level named, of level 1, then of each
+// level in use (the levels set, one more command), one level after the
+// other, the cursor saying which. Total is the state's figure of the
+// whole queue, except that ready tasks of one level named count that
+// level's.
+func (in *laneInspector) listLevels(ctx context.Context, conn redis.Conn, o *ListOptions, cur cursor) (*TaskPage, error) {
+	lvl := o.Priority
+	if lvl == 0 {
+		lvl = max(cur.Level, 1)
+	}
+	o.place = buckets.Place(o.Queue, lvl)
+	var page *TaskPage
+	var err error
+	if o.State == StateReady {
+		page, err = in.listReady(ctx, conn, o, cur)
+	} else {
+		page, err = in.listScheduled(ctx, conn, o, cur)
+	}
+	if err != nil || o.Priority != 0 {
+		return page, err
+	}
+	levels, err := in.store.Levels(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if page.Next != "" {
+		c, err := decodeCursor(page.Next)
+		if err != nil {
+			return nil, err
+		}
+		c.Level = 0
+		if lvl > 1 {
+			c.Level = lvl
+		}
+		page.Next = c.encode()
+	} else {
+		for _, p := range levels[o.Queue] {
+			if _, l := buckets.SplitPlace(p); l > lvl {
+				page.Next = cursor{Level: l}.encode()
+				break
+			}
+		}
+	}
+	if o.State == StateReady && len(levels[o.Queue]) > 0 {
+		if page.Total, err = in.total(ctx, conn, &o.Filter); err != nil {
+			return nil, err
+		}
+	}
+	return page, nil
 }
 
 // total reads the gauge of the filter's state (summed over every queue

@@ -34,7 +34,7 @@ func (in *laneInspector) listReady(ctx context.Context, conn redis.Conn, o *List
 	} else {
 		lo, hi = max(0, cur.Pos-slack), cur.Pos+int64(scan+cursorAnchors)
 	}
-	window, length, err := in.store.ReadyWindow(ctx, conn, o.Queue, lo, hi)
+	window, length, err := in.store.ReadyWindow(ctx, conn, o.place, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (in *laneInspector) listScheduled(ctx context.Context, conn redis.Conn, o *
 	}
 	page := &TaskPage{Total: total}
 	scan := o.scan()
-	ats, lastTs, more, err := in.store.BucketTimes(ctx, conn, o.Queue, cur.Ts, maxVisits)
+	ats, lastTs, more, err := in.store.BucketTimes(ctx, conn, o.place, cur.Ts, maxVisits)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (in *laneInspector) listScheduled(ctx context.Context, conn redis.Conn, o *
 		// bucket at one time): look for q's directly, then move on.
 		ok := false
 		if !cur.Done {
-			if ok, err = in.store.BucketIndexed(ctx, conn, o.Queue, cur.Ts); err != nil {
+			if ok, err = in.store.BucketIndexed(ctx, conn, o.place, cur.Ts); err != nil {
 				return nil, err
 			}
 		}
@@ -138,7 +138,7 @@ func (in *laneInspector) listScheduled(ctx context.Context, conn redis.Conn, o *
 	if resume {
 		ranges[0].Lo, ranges[0].Hi = max(0, cur.Pos-slack), cur.Pos+int64(scan+cursorAnchors)
 	}
-	windows, err := in.store.BucketWindows(ctx, conn, o.Queue, ranges)
+	windows, err := in.store.BucketWindows(ctx, conn, o.place, ranges)
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,42 @@ type processor struct {
 	// unchained (tests): a batch's result never takes the next batch,
 	// so that a group of every slot gives them back early (nextPop).
 	unchained bool
+
+	// orderTail is closed once every task popped so far has its slot or
+	// went back (nil: none popped yet): the tasks of one pop take slots
+	// after those of the pops before it (reserveTurn), so that a task
+	// claimed ahead does not start after one of a lower queue or priority
+	// level popped after it.
+	orderMu   sync.Mutex
+	orderTail chan struct{} // guarded by orderMu
+}
+
+// reserveTurn gives the tasks of a pop their place after those of the
+// pops before it: prev is closed once those have their slots or went
+// back, and the caller closes mine once its own tasks have (passTurn). The
+// fetching loop reserves once its pop returned, the pops sent behind a
+// result (which take the first queue's level 1) before they are sent: a
+// pop that ran first in Redis then always has the earlier place.
+func (p *processor) reserveTurn() (prev, mine chan struct{}) {
+	mine = make(chan struct{})
+	p.orderMu.Lock()
+	prev, p.orderTail = p.orderTail, mine
+	p.orderMu.Unlock()
+	return prev, mine
+}
+
+// passTurn closes mine once turn is closed (at once for a nil turn).
+func passTurn(turn, mine chan struct{}) {
+	if turn == nil {
+		close(mine)
+		return
+	}
+	select {
+	case <-turn:
+		close(mine)
+	default:
+		go func() { <-turn; close(mine) }()
+	}
 }
 
 func newProcessor(w *worker) *processor {
@@ -83,7 +119,8 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 // prefetching reports whether the worker claims ahead of its free slots
 // now: it takes tasks from one queue (a batch claimed ahead would bend
 // the shares of weighted queues, and hold a lower queue's tasks while a
-// higher one's arrive), the queue looks deep (the next pop would ask for
+// higher one's arrive) and its last pop was of the queue's level 1 (for
+// the same reason: a higher level's tasks may arrive), the queue looks deep (the next pop would ask for
 // more tasks than there are slots), the handlers' mean run time, times
 // the tasks claimed ahead per slot, is within Config.Advanced.PrefetchWait, and
 // the slots turn over: when every one is taken, one was freed within
@@ -93,7 +130,7 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 func (p *processor) prefetching() bool {
 	slots, extra := cap(p.slots), p.extra()
 	mean := p.meanRun.Load()
-	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.want() <= slots {
+	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots {
 		return false
 	}
 	wait := p.w.cfg.Advanced.PrefetchWait
@@ -251,16 +288,17 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 			// taken: decide again (reserve) before the next pop.
 			continue
 		}
+		prev, mine := p.reserveTurn()
 		if len(ids) == 1 && (want == 1 || n > 1) {
 			// One task while the queues look shallow: claimed holding
 			// its record's watch, for the shortest way through.
 			tasks.Go(func() {
 				defer p.release(1)
-				p.work(fetchCtx, baseCtx, popped{id: ids[0], q: q})
+				p.work(fetchCtx, baseCtx, popped{id: ids[0], q: q, prev: prev, mine: mine})
 			})
 			continue
 		}
-		tasks.Go(func() { p.batch(fetchCtx, baseCtx, &tasks, q, ids) })
+		tasks.Go(func() { p.batch(fetchCtx, baseCtx, &tasks, q, ids, prev, mine) })
 	}
 }
 
@@ -329,7 +367,8 @@ func (p *processor) release(n int) {
 
 // work claims a popped task holding its watch, runs it, records its
 // result, and goes on with the task taken together with the result, as
-// long as there is one.
+// long as there is one. Each task takes its slot in its place in the
+// order of pops (reserveTurn).
 func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	w := p.w
 	h := w.holder()
@@ -337,10 +376,12 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	for next.id != "" {
 		rec, held, waited := w.fetcher.claim(fetchCtx, h, next.q, next.id, nil, true)
 		if rec == nil {
+			next.pass()
 			return
 		}
+		c := claimed{rec: rec, h: h, held: held, waited: waited, turn: next.prev, next: next.mine}
 		var ok bool
-		next, ok = p.runTask(fetchCtx, baseCtx, claimed{rec: rec, h: h, held: held, waited: waited})
+		next, ok = p.runTask(fetchCtx, baseCtx, c)
 		if !ok {
 			return // given back while it ran
 		}
@@ -348,6 +389,7 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 			// Stopping: the id stays in the in-flight list, which the
 			// worker gives back when it unregisters.
 			w.inflight.release(next.id, false)
+			next.pass()
 			return
 		}
 	}
@@ -358,15 +400,18 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 // With group commit on, the claim keeps its watch for the batch's results
 // (heldGroup), which this goroutine then records, and goes on with the
 // batch taken with them, as long as there is one.
-func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) {
+//
+// Each batch's runs take slots after prev is closed, and close mine once
+// they have theirs (reserveTurn).
+func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string, prev, mine chan struct{}) {
 	for len(ids) > 0 {
-		q, ids = p.batchOnce(fetchCtx, baseCtx, tasks, q, ids)
+		q, ids, prev, mine = p.batchOnce(fetchCtx, baseCtx, tasks, q, ids, prev, mine)
 	}
 }
 
 // batchOnce is one batch of batch: it returns the next, taken with its
 // last result (see nextPop), with a token held for each of its ids.
-func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string) (string, []string) {
+func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string, prev, mine chan struct{}) (string, []string, chan struct{}, chan struct{}) {
 	w := p.w
 	h := w.holder()
 	recs, cs := w.fetcher.claimBatch(fetchCtx, h, q, ids, w.finisher.group != nil)
@@ -387,7 +432,7 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		w.ahead.Add(int64(n - slots))
 	}
 	var group *heldGroup
-	var turn chan struct{} // closed once the run before has its slot
+	turn := prev // closed once the run before has its slot
 	order := newClaimOrder(recs)
 	if held != nil {
 		group = newHeldGroup(w, h, held, runs)
@@ -421,8 +466,11 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 			}
 		})
 	}
+	if mine != nil {
+		passTurn(turn, mine) // the pops after this one's wait for its last run
+	}
 	if group == nil {
-		return "", nil
+		return "", nil, nil, nil
 	}
 	return group.run(fetchCtx, baseCtx)
 }
@@ -482,7 +530,8 @@ func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupP
 		p.release(n)
 		return nil
 	}
-	return &groupPop{q: order[0], n: n}
+	prev, mine := p.reserveTurn() // before the pop is sent
+	return &groupPop{q: order[0], n: n, prev: prev, mine: mine}
 }
 
 // popped ends pop, which took ids: the tokens kept for tasks it did not
@@ -492,6 +541,8 @@ func (p *processor) popped(pop *groupPop, ids []string) []string {
 	p.w.fetcher.adapt(pop.n, len(ids))
 	if len(ids) > 0 {
 		p.w.chained.Add(1)
+	} else {
+		passTurn(pop.prev, pop.mine)
 	}
 	return ids
 }

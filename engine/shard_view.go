@@ -475,7 +475,7 @@ func (in *Inspector) ListTasks(ctx context.Context, opts ListOptions) (*TaskPage
 		if k == cur.Lane {
 			return page.Total, nil
 		}
-		p, err := in.lanes[k].ListTasks(ctx, ListOptions{Filter: Filter{Queue: opts.Queue, State: opts.State}, Limit: 1, MaxBytes: 1})
+		p, err := in.lanes[k].ListTasks(ctx, ListOptions{Filter: Filter{Queue: opts.Queue, State: opts.State, Priority: opts.Priority}, Limit: 1, MaxBytes: 1})
 		if err != nil {
 			return 0, err
 		}

@@ -18,6 +18,7 @@ type Task struct {
 	MaxAttempts int
 	Recoveries  int // times a worker died or lost the lease while running it
 	Snoozes     int // times its handler snoozed it (Snooze): not failures
+	Priority    int // its level in its queue, 1 (first, the default) to 4 (Priority)
 	// Expires is when the task stops being worth starting (ExpireIn);
 	// zero: never.
 	Expires time.Time
@@ -59,6 +60,7 @@ func taskOf(r *buckets.Record) Task {
 		Metadata: r.Metadata, Expires: fromMs(r.ExpireAt),
 
 		Periodic: r.Periodic, Workflow: workflowOf(r),
+		Priority: r.Level(),
 	}
 }
 
@@ -161,6 +163,7 @@ type taskOptions struct {
 	uniqueTTL    int64  // seconds; 0 until the task ends
 	replyTo      string
 	shardKey     string // ShardKey: picks the lane of a sharded client
+	priority     int    // Priority: the level, 0 for the default (1)
 }
 
 type optionFunc func(*taskOptions) error
@@ -371,6 +374,7 @@ func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
 		Created: ms(now), Due: max(dueMs, 1), Metadata: o.metadata,
 		Unique: o.unique, UniqueTTL: o.uniqueTTL, ReplyTo: o.replyTo,
+		Priority: levelOf(o.priority),
 	}
 	if o.expireIn > 0 {
 		r.ExpireAt = ms(now.Add(o.expireIn))

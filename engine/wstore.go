@@ -19,6 +19,7 @@ type workerStore interface {
 	PopNext(q, w string) txn.Cmd
 	PopsNext(q, w string, n int) []txn.Cmd
 	PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error)
+	Levels(ctx context.Context, conn redis.Conn) (map[string][]string, error)
 	Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error)
 	ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error)
 	FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error)

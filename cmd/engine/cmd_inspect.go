@@ -64,6 +64,9 @@ func (a *app) newTasksListCmd() *cobra.Command {
 		if *f.state == "" {
 			return a.usageError(cmd, "want --state")
 		}
+		if err := f.check(a, cmd); err != nil {
+			return err
+		}
 		s, err := a.connect(cmd, c)
 		if err != nil {
 			return err
@@ -91,18 +94,30 @@ func (a *app) newTasksListCmd() *cobra.Command {
 	return cmd
 }
 
-type filterFlagSet struct{ queue, state, search *string }
+type filterFlagSet struct {
+	queue, state, search *string
+	priority             *int
+}
 
 func filterFlags(cmd *cobra.Command) filterFlagSet {
 	return filterFlagSet{
-		queue:  cmd.Flags().String("queue", "default", "the queue (running and dead: \"\" for every queue)"),
-		state:  cmd.Flags().String("state", "", "scheduled, ready, running, retrying or dead"),
-		search: cmd.Flags().String("search", "", "keep tasks whose id or type is this, or whose payload contains it"),
+		queue:    cmd.Flags().String("queue", "default", "the queue (running and dead: \"\" for every queue)"),
+		state:    cmd.Flags().String("state", "", "scheduled, ready, running, retrying or dead"),
+		search:   cmd.Flags().String("search", "", "keep tasks whose id or type is this, or whose payload contains it"),
+		priority: cmd.Flags().Int("priority", 0, "keep tasks of this `level`, 1 to 4 (0: every level)"),
 	}
 }
 
 func (f filterFlagSet) filter() engine.Filter {
-	return engine.Filter{Queue: *f.queue, State: engine.State(*f.state), Search: *f.search}
+	return engine.Filter{Queue: *f.queue, State: engine.State(*f.state), Search: *f.search, Priority: *f.priority}
+}
+
+// check refuses a bad --priority before anything is sent.
+func (f filterFlagSet) check(a *app, cmd *cobra.Command) error {
+	if err := checkPriority(*f.priority, true); err != nil {
+		return a.usageError(cmd, "--priority %d: %v", *f.priority, err)
+	}
+	return nil
 }
 
 type pageJSON struct {
@@ -232,6 +247,9 @@ the filter names (asks first on a terminal, or takes --yes).`,
 		}
 		if *all && *f.state == "" {
 			return a.usageError(cmd, "--all wants --state")
+		}
+		if err := f.check(a, cmd); err != nil {
+			return err
 		}
 		s, err := a.connect(cmd, c)
 		if err != nil {

@@ -42,6 +42,7 @@ when asked for. Without --in or --at the task is due now.`,
 	expireIn := f.Duration("expire-in", 0, "not worth starting this long from now: if it has not started by then, it goes to the dead letters as expired, e.g. 10m")
 	unique := f.Duration("unique", 0, "refuse a duplicate (same queue, type and payload) while one can still run; the key lasts at most this long (0 with --unique-key: until the task ends)")
 	uniqueKey := f.String("unique-key", "", "refuse a duplicate with this unique `key` while one can still run")
+	priority := f.Int("priority", 1, "the task's `level` in its queue: 1 (runs first) to 4")
 	wait := f.Bool("wait", false, "wait until the task is done, dead or cancelled and print its result")
 	waitTimeout := f.Duration("wait-timeout", 0, "with --wait: give up after this long (default: no limit)")
 	cmd.MarkFlagsMutuallyExclusive("in", "at")
@@ -61,6 +62,12 @@ when asked for. Without --in or --at the task is due now.`,
 		}
 		if given("max-attempts") {
 			opts = append(opts, engine.MaxAttempts(*maxAttempts))
+		}
+		if given("priority") {
+			if err := checkPriority(*priority, false); err != nil {
+				return a.usageError(cmd, "--priority %d: %v", *priority, err)
+			}
+			opts = append(opts, engine.Priority(*priority))
 		}
 		if given("id") {
 			opts = append(opts, engine.TaskID(*taskID))
@@ -121,6 +128,21 @@ when asked for. Without --in or --at the task is due now.`,
 		return a.waitFor(cmd, s.client, info.ID, *waitTimeout)
 	}
 	return cmd
+}
+
+// checkPriority checks a --priority level: 1 to 4, or 0 (every level)
+// when every is true.
+func checkPriority(n int, every bool) error {
+	if n == 0 && every {
+		return nil
+	}
+	if n < 1 || n > 4 {
+		if every {
+			return errors.New("want 1 to 4, or 0 for every level")
+		}
+		return errors.New("want 1 (runs first) to 4")
+	}
+	return nil
 }
 
 // hintUnserved says on stderr when no live worker serves queue q, so
@@ -297,6 +319,7 @@ type taskJSON struct {
 	ID            string        `json:"id"`
 	State         string        `json:"state"`
 	Queue         string        `json:"queue"`
+	Priority      int           `json:"priority"`
 	Type          string        `json:"type"`
 	Attempts      int           `json:"attempts"`
 	MaxAttempts   int           `json:"max_attempts"`
@@ -324,7 +347,7 @@ type progressJSON struct {
 }
 
 func taskToJSON(ti *engine.TaskInfo) taskJSON {
-	tj := taskJSON{ID: ti.ID, State: string(ti.State), Queue: ti.Queue, Type: ti.Type,
+	tj := taskJSON{ID: ti.ID, State: string(ti.State), Queue: ti.Queue, Priority: ti.Priority, Type: ti.Type,
 		Attempts: ti.Attempts, MaxAttempts: ti.MaxAttempts, Recoveries: ti.Recoveries, Snoozes: ti.Snoozes,
 		TimeoutMS: ti.Timeout.Milliseconds(), Created: ti.Created.UTC(), Due: ti.Due.UTC(),
 		Worker: ti.Worker, LastError: ti.LastError}
@@ -358,6 +381,7 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 	row("id", "%s", ti.ID)
 	row("state", "%s", ti.State)
 	row("queue", "%s", ti.Queue)
+	row("priority", "%d", ti.Priority)
 	row("type", "%s", ti.Type)
 	row("attempts", "%d failed of %d allowed", ti.Attempts, ti.MaxAttempts)
 	if ti.Recoveries > 0 {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,55 @@ func TestStatsNextDueSkipsCancelled(t *testing.T) {
 	}
 	if !strings.Contains(js.String(), `"queue": "q"`) || !strings.Contains(js.String(), `"next_due": null`) {
 		t.Errorf("stats after cancelling the only scheduled task:\n%s\nwant next_due null", js.String())
+	}
+}
+
+// TestEnqueuePriority: --priority sets the task's level, lookup shows it,
+// `tasks list --priority` keeps that level's tasks, and a level out of
+// 1..4 is refused as a usage error before anything is sent.
+func TestEnqueuePriority(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base, _, _ := inproc(t, srv)
+	run := func(args ...string) (int, string, string) {
+		a, out, errOut := inproc(t, srv)
+		a.environ = base.environ // one namespace for every command
+		code := a.main(context.Background(), args)
+		return code, out.String(), errOut.String()
+	}
+	ids := map[string]string{}
+	for _, lvl := range []string{"1", "3"} {
+		code, out, errOut := run("enqueue", "--type", "x", "--priority", lvl)
+		if code != 0 {
+			t.Fatalf("enqueue --priority %s: exit %d: %s", lvl, code, errOut)
+		}
+		ids[lvl] = strings.TrimSpace(out)
+	}
+	code, out, errOut := run("lookup", ids["3"])
+	if code != 0 {
+		t.Fatalf("lookup: exit %d: %s", code, errOut)
+	}
+	if !regexp.MustCompile(`(?m)^priority +3$`).MatchString(out) {
+		t.Errorf("lookup does not show level 3:\n%s", out)
+	}
+	if code, out, errOut := run("lookup", ids["1"], "--json"); code != 0 || !strings.Contains(out, `"priority": 1`) {
+		t.Errorf("lookup --json: exit %d: %s%s; want \"priority\": 1", code, out, errOut)
+	}
+	code, out, errOut = run("tasks", "list", "--state", "ready", "--priority", "3", "--json")
+	if code != 0 {
+		t.Fatalf("tasks list --priority 3: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, ids["3"]) || strings.Contains(out, ids["1"]) {
+		t.Errorf("tasks list --priority 3 lists:\n%s\nwant %s and not %s", out, ids["3"], ids["1"])
+	}
+	for _, args := range [][]string{
+		{"enqueue", "--type", "x", "--priority", "0"},
+		{"enqueue", "--type", "x", "--priority", "5"},
+		{"tasks", "list", "--state", "ready", "--priority", "5"},
+		{"tasks", "list", "--state", "ready", "--priority", "-1"},
+	} {
+		if code, _, errOut := run(args...); code != exitUsage || !strings.Contains(errOut, "--priority") {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming --priority", args, code, errOut, exitUsage)
+		}
 	}
 }
