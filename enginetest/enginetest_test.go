@@ -274,7 +274,7 @@ func TestMatchFields(t *testing.T) {
 	due := env.Now().Add(90 * time.Minute)
 	full, err := env.Client().Enqueue(ctx, "sync", []byte("full"), engine.Queue("crm"), engine.At(due),
 		engine.MaxAttempts(3), engine.Timeout(time.Minute), engine.UniqueKey("sync-ada", 0),
-		engine.Metadata(map[string]string{"tenant": "acme"}))
+		engine.Metadata(map[string]string{"tenant": "acme"}), engine.Priority(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +298,8 @@ func TestMatchFields(t *testing.T) {
 		{Match{Due: due.Add(time.Second), DueWithin: 2 * time.Second}, 1},
 		{Match{MaxAttempts: 3}, 1},
 		{Match{Timeout: time.Minute}, 1},
+		{Match{Priority: 2}, 1},
+		{Match{Priority: 3}, 0},
 		{Match{UniqueKey: "sync-ada"}, 1},
 		{Match{UniqueKey: "sync-bob"}, 0},
 		{Match{Metadata: map[string]string{"tenant": "acme"}}, 1},

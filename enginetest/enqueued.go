@@ -26,9 +26,11 @@ type Match struct {
 	// the same millisecond).
 	Due       time.Time
 	DueWithin time.Duration
-	// MaxAttempts and Timeout, when not zero, must equal the task's.
+	// MaxAttempts, Timeout and Priority, when not zero, must equal the
+	// task's.
 	MaxAttempts int
 	Timeout     time.Duration
+	Priority    int
 	// UniqueKey, when set, must be the key of engine.UniqueKey.
 	UniqueKey string
 	// Metadata's pairs must all be in the task's metadata.
@@ -60,6 +62,9 @@ func (m Match) String() string {
 	if m.Timeout != 0 {
 		add("timeout=%v", m.Timeout)
 	}
+	if m.Priority != 0 {
+		add("priority=%d", m.Priority)
+	}
 	if m.UniqueKey != "" {
 		add("unique_key=%q", m.UniqueKey)
 	}
@@ -85,7 +90,8 @@ func (m Match) matches(ti *engine.TaskInfo) bool {
 		m.Payload != nil && !bytes.Equal(ti.Payload, m.Payload),
 		m.PayloadFunc != nil && !m.PayloadFunc(ti.Payload),
 		m.MaxAttempts != 0 && ti.MaxAttempts != m.MaxAttempts,
-		m.Timeout != 0 && ti.Timeout != m.Timeout:
+		m.Timeout != 0 && ti.Timeout != m.Timeout,
+		m.Priority != 0 && ti.Priority != m.Priority:
 		return false
 	}
 	if !m.Due.IsZero() {
