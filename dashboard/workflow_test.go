@@ -109,7 +109,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		}
 	}
 	step := get("/tasks/" + url.PathEscape(wf.Steps[0].ID))
-	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched", "42 lines read so far"} {
+	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched", "42 lines read so far", "<dt>Priority</dt><dd>1 "} {
 		if !strings.Contains(step, want) {
 			t.Errorf("task page of the first step lacks %q", want)
 		}
