@@ -316,6 +316,7 @@ type QueueStats struct {
 	OldestReady                                               *Record // nil when none is ready
 	NextDue                                                   int64   // earliest bucket time, 0 when none
 	Paused                                                    bool    // in the paused set
+	MaxRunning, SlotsInUse                                    int64   // concurrency limit (0: none), slots in use (sl:<q>)
 }
 
 // Stats reads every known queue's counters, ready length, oldest ready
@@ -338,6 +339,8 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
 		cmds.Queue("LLEN", s.Keys.Ready(q))
 		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+		cmds.Queue("GET", s.Keys.Slots(q))
+		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
 	}
 	cmds.Queue("SMEMBERS", s.Keys.Paused())
 	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
@@ -375,19 +378,20 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	var oldest []string
 	for i, q := range qs {
 		st := QueueStats{Queue: q, NextDue: next[q], Paused: paused[q]}
-		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+		st.MaxRunning, st.SlotsInUse = limitFigures(reps[perQueue*i+3], reps[perQueue*i+4])
+		if m, err := redis.Int64Map(reps[perQueue*i], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}
-		n, err := redis.Int64(reps[3*i+1], nil)
+		n, err := redis.Int64(reps[perQueue*i+1], nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
 		}
 		st.Ready = n
-		id, err := redis.String(reps[3*i+2], nil)
+		id, err := redis.String(reps[perQueue*i+2], nil)
 		if err != nil && !errors.Is(err, redis.ErrNil) {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
 		}

@@ -38,6 +38,7 @@ type QueueSnapshot struct {
 	Scheduled, Retrying, Running, Dead                        int64  // gauges
 	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64  // totals
 	OldestReady                                               string // id at the pop end, "" when none
+	MaxRunning, SlotsInUse                                    int64  // concurrency limit (0: none), slots in use (sl:<q>)
 	Err                                                       error  // what could not be read, if anything
 }
 
@@ -53,7 +54,8 @@ func (s *Store) QueueNames(ctx context.Context, conn redis.Conn) ([]string, erro
 
 // Snapshot reads the counters, ready length and oldest ready id of every
 // queue in qs in one MULTI/EXEC: HGETALL st:<q>, LLEN q:<q>, LINDEX q:<q>
-// -1 per queue. Three commands per queue, whatever the number of tasks.
+// -1, GET sl:<q>, HGET lim:<q> max_running per queue. Five commands per
+// queue, whatever the number of tasks.
 func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]QueueSnapshot, error) {
 	if len(qs) == 0 {
 		return nil, nil
@@ -63,6 +65,8 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
 		cmds.Queue("LLEN", s.Keys.Ready(q))
 		cmds.Queue("LINDEX", s.Keys.Ready(q), -1)
+		cmds.Queue("GET", s.Keys.Slots(q))
+		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
 	}
 	reps, err := s.snapshot(ctx, conn, cmds)
 	if err != nil {
@@ -72,19 +76,20 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 	for i, q := range qs {
 		st := QueueSnapshot{Queue: q}
 		var errs []error
-		if m, err := redis.Int64Map(reps[3*i], nil); err == nil {
+		st.MaxRunning, st.SlotsInUse = limitFigures(reps[perQueue*i+3], reps[perQueue*i+4])
+		if m, err := redis.Int64Map(reps[perQueue*i], nil); err == nil {
 			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
 		} else {
 			errs = append(errs, fmt.Errorf("counters: %w", err))
 		}
-		if n, err := redis.Int64(reps[3*i+1], nil); err == nil {
+		if n, err := redis.Int64(reps[perQueue*i+1], nil); err == nil {
 			st.Ready = n
 		} else {
 			errs = append(errs, fmt.Errorf("ready length: %w", err))
 		}
-		if id, err := redis.String(reps[3*i+2], nil); err == nil {
+		if id, err := redis.String(reps[perQueue*i+2], nil); err == nil {
 			st.OldestReady = id
 		} else if !errors.Is(err, redis.ErrNil) {
 			errs = append(errs, fmt.Errorf("oldest ready: %w", err))

@@ -36,6 +36,8 @@ type fetcher struct {
 	skipMu    sync.Mutex
 	skipUntil map[string]time.Time     // guarded by skipMu
 	skipStep  map[string]time.Duration // guarded by skipMu
+
+	lim limits // the queues' concurrency limits (limits.go)
 }
 
 // Skip intervals after a task is given back for another worker.
@@ -78,9 +80,12 @@ func (f *fetcher) skipped(q string, now time.Time) (time.Time, bool) {
 }
 
 // available reports whether the worker takes tasks from q now: it is
-// neither paused nor skipped.
+// neither paused, skipped, nor set aside as full.
 func (f *fetcher) available(q string, now time.Time) bool {
 	if f.w.control.isPaused(q) {
+		return false
+	}
+	if _, full := f.lim.isFull(q, now); full {
 		return false
 	}
 	_, skip := f.skipped(q, now)
@@ -176,6 +181,7 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 			}
 			continue
 		}
+		f.refreshLimits(ctx, conn)
 		var q string
 		ids, err := w.inflight.popMany(func() ([]string, bool, error) {
 			var ids []string
@@ -272,7 +278,7 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []str
 	for _, q := range f.order() {
 		var ids []string
 		var err error
-		if n > 1 {
+		if n := f.popBound(q, n); n > 1 {
 			ids, err = w.store.PopMany(ctx, conn, q, w.id, n)
 		} else {
 			var id string
@@ -334,7 +340,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
-			cs.Serves, cs.UnservedGrace = w.serves, w.cfg.unservedGraceMs()
+			cs.Serves, cs.UnservedGrace, cs.Limited = w.serves, w.cfg.unservedGraceMs(), f.lim.limit(q) > 0
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
@@ -368,6 +374,9 @@ func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
 	switch res {
 	case buckets.Claimed:
 		f.unskip(q)
+	case buckets.Full:
+		f.lim.setFull(q)
+		w.log.Debug("every slot of the queue's concurrency limit in use; task given back", keyTaskID, id, keyQueue, q)
 	case buckets.Paused:
 		w.control.set(q, true)
 		w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
@@ -442,8 +451,9 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 	var bo rconn.Backoff
 	cs := make([]buckets.ClaimState, len(ids))
 	recs := make([]*buckets.Record, len(ids))
+	limited := f.lim.limit(q) > 0
 	for i := range cs {
-		cs[i].Serves, cs[i].UnservedGrace = w.serves, w.cfg.unservedGraceMs()
+		cs[i].Serves, cs[i].UnservedGrace, cs[i].Limited = w.serves, w.cfg.unservedGraceMs(), limited
 	}
 	if ctx.Err() != nil {
 		for _, id := range ids {
