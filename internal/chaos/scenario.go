@@ -166,6 +166,9 @@ var scenarios = []Scenario{
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
 		Cuts:       &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
 		MaxRunning: 3,
+		// Three runs at a time of up to 20 ms, through the proxy: the
+		// tasks come slower than elsewhere, so that the drain keeps up.
+		MinDuration: 25 * time.Second,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",
