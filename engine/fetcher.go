@@ -181,7 +181,6 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 			}
 			continue
 		}
-		f.refreshLimits(ctx, conn)
 		var q string
 		ids, err := w.inflight.popMany(func() ([]string, bool, error) {
 			var ids []string
@@ -340,6 +339,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
+			f.refreshLimits(ctx, conn)
 			cs.Serves, cs.UnservedGrace, cs.Limited = w.serves, w.cfg.unservedGraceMs(), f.lim.limit(q) > 0
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
@@ -451,9 +451,8 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 	var bo rconn.Backoff
 	cs := make([]buckets.ClaimState, len(ids))
 	recs := make([]*buckets.Record, len(ids))
-	limited := f.lim.limit(q) > 0
 	for i := range cs {
-		cs[i].Serves, cs[i].UnservedGrace, cs[i].Limited = w.serves, w.cfg.unservedGraceMs(), limited
+		cs[i].Serves, cs[i].UnservedGrace = w.serves, w.cfg.unservedGraceMs()
 	}
 	if ctx.Err() != nil {
 		for _, id := range ids {
@@ -466,6 +465,11 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
+			f.refreshLimits(ctx, conn)
+			limited := f.lim.limit(q) > 0
+			for i := range cs {
+				cs[i].Limited = limited
+			}
 			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, cs, hold)
 			if err == nil {
 				for i, id := range ids {

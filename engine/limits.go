@@ -16,7 +16,9 @@ const limitRead = time.Second
 // limits is the worker's view of its queues' concurrency limits
 // (QueueConfig.MaxRunning, Inspector.SetQueueLimit). The fetching loop
 // reads them, one pipelined HGET per queue, at most once per limitRead
-// and only when it is about to pop: a blocked idle worker reads nothing.
+// and only before a claim, on its connection (the fetching loop's pops,
+// and the pops sent behind results, all go through one): an idle worker
+// reads nothing.
 // The claim of a task of a queue known to be limited reads and takes a
 // slot under WATCH (buckets.Store.Claim): the view only says which claims
 // must, so a limit set meanwhile is applied from the next read on, within
@@ -26,7 +28,10 @@ const limitRead = time.Second
 // on its slot wake-up list (sw:<q>, pushed by every release of a slot),
 // which the waiter blocks on, or limitRead passes.
 type limits struct {
-	mu   sync.Mutex
+	// reading is held by the one claim that reads the limits, which the
+	// other claims wait for: none decides on a view older than limitRead.
+	reading sync.Mutex
+	mu      sync.Mutex
 	read time.Time            // when the limits were last read; guarded by mu
 	max  map[string]int64     // queue -> its limit (absent: none); guarded by mu
 	full map[string]time.Time // queue -> set aside until; guarded by mu
@@ -85,13 +90,20 @@ func (l *limits) isFull(q string, now time.Time) (time.Time, bool) {
 // that follows on conn meets the failure).
 func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
 	l := &f.lim
-	now := time.Now()
-	l.mu.Lock()
-	due := now.Sub(l.read) >= limitRead
-	l.mu.Unlock()
-	if !due {
+	due := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return time.Since(l.read) >= limitRead
+	}
+	if !due() {
 		return
 	}
+	l.reading.Lock()
+	defer l.reading.Unlock()
+	if !due() {
+		return // read by the claim waited for
+	}
+	now := time.Now()
 	got, err := f.w.store.QueueLimits(ctx, conn, f.queues)
 	if err != nil {
 		if ctx.Err() == nil {
