@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -335,5 +334,3 @@ func TestQueueLimitCheckRepair(t *testing.T) {
 		}
 	})
 }
-
-var _ sync.Locker = (*sync.Mutex)(nil)

@@ -32,9 +32,9 @@ type limits struct {
 	// other claims wait for: none decides on a view older than limitRead.
 	reading sync.Mutex
 	mu      sync.Mutex
-	read time.Time            // when the limits were last read; guarded by mu
-	max  map[string]int64     // queue -> its limit (absent: none); guarded by mu
-	full map[string]time.Time // queue -> set aside until; guarded by mu
+	read    time.Time            // when the limits were last read; guarded by mu
+	max     map[string]int64     // queue -> its limit (absent: none); guarded by mu
+	full    map[string]time.Time // queue -> set aside until; guarded by mu
 }
 
 // limit is queue q's concurrency limit as last read; 0: none.
