@@ -316,6 +316,7 @@ type QueueStats struct {
 	OldestReady                                               *Record // nil when none is ready
 	NextDue                                                   int64   // earliest bucket time, 0 when none
 	Paused                                                    bool    // in the paused set
+	MaxRunning, SlotsInUse                                    int64   // concurrency limit (0: none), slots in use (sl:<q>)
 }
 
 // Stats reads every known queue's counters, ready length, oldest ready
@@ -345,6 +346,8 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	var cmds cmdList
 	for _, q := range qs {
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
+		cmds.Queue("GET", s.Keys.Slots(q))
+		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
 		for _, p := range placesOf(q, levels) {
 			cmds.Queue("LLEN", s.Keys.Ready(p))
 			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
@@ -395,7 +398,8 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 		} else {
 			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
 		}
-		at++
+		st.MaxRunning, st.SlotsInUse = limitFigures(reps[at+1], reps[at+2])
+		at += 3
 		for range placesOf(q, levels) {
 			n, err := redis.Int64(reps[at], nil)
 			if err != nil {

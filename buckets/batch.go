@@ -74,14 +74,18 @@ func Popped(q string, reps []interface{}) ([]string, error) {
 // reads them in one round trip, decides each id as Claim does and sends
 // the concatenation of their writes in one MULTI/EXEC.
 //
-//	WATCH   t:<id1> … t:<idn> paused f:<w>
+//	WATCH   t:<id1> … t:<idn> paused f:<w> (and sl:<q> when a ClaimState
+//	        says Limited)
 //	read    MGET t:<id1> … t:<idn>, SISMEMBER paused q, LRANGE f:<w> 0
-//	        n-1 (one round trip; GET t:<id> again for an id MGET answers
+//	        n-1 (and GET sl:<q>, HGET lim:<q> max_running when limited;
+//	        one round trip; GET t:<id> again for an id MGET answers
 //	        nil, which tells a missing record from a key of another type)
 //	queue   per id, Claim's writes for what its record says, coalesced
 //	        as FinishGroup's; when the ids are the n entries at the head
 //	        of f:<w> (nothing pushed there since PopMany took them), one
-//	        LTRIM f:<w> n -1 instead of their n LREM f:<w> 1 id
+//	        LTRIM f:<w> n -1 instead of their n LREM f:<w> 1 id; of a
+//	        limited queue, as many are claimed as slots are free (one INCR
+//	        sl:<q> each), the rest go back (Full) in the one RPUSH
 //
 // An id popped twice (a duplicate in the ready list) is decided once; its
 // second copy is Skipped. A change to any of the records before EXEC makes
@@ -120,6 +124,13 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		wkeys = watch[n : 2*n]
 	}
 	watch = append(watch, s.Keys.Paused(), inflight)
+	limited := false
+	for i := range cs {
+		limited = limited || cs[i].Limited
+	}
+	if limited {
+		watch = append(watch, s.Keys.Slots(QueueOf(q)))
+	}
 	recs := make([]*Record, n)
 	results := make([]ClaimResult, n)
 	var (
@@ -141,12 +152,25 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if err := tx.Send("LRANGE", inflight, 0, n-1); err != nil {
 			return err
 		}
+		want := 3
+		if limited {
+			if err := s.sendSlotReads(tx, QueueOf(q)); err != nil {
+				return err
+			}
+			want = 5
+		}
 		got, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(got) != 3 {
-			return fmt.Errorf("%d replies to 3 reads", len(got))
+		if len(got) != want {
+			return fmt.Errorf("%d replies to %d reads", len(got), want)
+		}
+		var slots *slotBudget
+		if limited {
+			if slots, err = slotBudgetOf(got[3], got[4]); err != nil {
+				return err
+			}
 		}
 		atHead := popHead(got[2], ids)
 		paused, err := redis.Int(got[1], nil)
@@ -173,7 +197,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 				continue
 			}
 			seen[id] = true
-			recs[i], results[i], err = s.claimDecide(tx, &writes, args, q, id, watch[i], reps[i], paused == 1, now, deadline, &cs[i], batch)
+			recs[i], results[i], err = s.claimDecide(tx, &writes, args, q, id, watch[i], reps[i], paused == 1, slots, now, deadline, &cs[i], batch)
 			if err != nil {
 				return err
 			}

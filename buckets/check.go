@@ -51,6 +51,10 @@ const (
 	// holds tasks, but the levels set (Keys.Levels) does not name its
 	// place (Member): workers would not pop it (Queue, Key).
 	FindUnlistedLevel FindingKind = "unlisted-level"
+	// FindSlots: a queue's count of slots in use (Keys.Slots) differs
+	// from the number of its running records that hold one (Stored,
+	// Count).
+	FindSlots FindingKind = "slots"
 )
 
 // Finding is one thing the checker found wrong.
@@ -77,6 +81,8 @@ func (f Finding) String() string {
 	switch f.Kind {
 	case FindGauge:
 		return fmt.Sprintf("queue %s: gauge %s is %d, the structures hold %d", f.Queue, f.Gauge, f.Stored, f.Count)
+	case FindSlots:
+		return fmt.Sprintf("queue %s: %d slots in use, %d running tasks hold one", f.Queue, f.Stored, f.Count)
 	case FindRetryCount:
 		return fmt.Sprintf("bucket %s: retry count is %d, the bucket holds %d retrying tasks", f.Member, f.Stored, f.Count)
 	case FindHomeless:
@@ -201,6 +207,7 @@ type walk struct {
 	places    map[string][]string // id -> keys holding it (InlinePlace for an inline entry)
 	recs      map[string]*Record  // id -> decoded record (absent: missing or malformed)
 	stored    map[string]map[string]int64
+	slots     map[string]int64 // queue -> sl:<q> as read (absent: the key is)
 	retries   map[string]int64 // the retry counts hash, by member
 	noRetries bool             // it could not be read (wrong type)
 	found     []Finding
@@ -228,7 +235,7 @@ func (s *Store) page(o CheckOptions) int {
 // make an id appear twice but never nowhere.
 func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{}, inline: map[string]int64{},
-		recs: map[string]*Record{}, stored: map[string]map[string]int64{}}
+		recs: map[string]*Record{}, stored: map[string]map[string]int64{}, slots: map[string]int64{}}
 	n := s.page(o)
 	k := s.Keys
 	var listedIDs []string
@@ -445,6 +452,28 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 			w.stored[queues[i]] = m
 		}
 	}
+	// Slots in use.
+	if len(queues) > 0 {
+		var gs cmdList
+		for _, q := range queues {
+			gs.Queue("GET", k.Slots(q))
+		}
+		reps, err := r.batch(gs)
+		if err != nil {
+			return nil, fmt.Errorf("slots: %w", err)
+		}
+		for i, rep := range reps {
+			if rep == nil {
+				continue
+			}
+			n, err := redis.Int64(rep, asError(rep))
+			if err != nil {
+				w.found = append(w.found, Finding{Kind: FindWrongType, Queue: queues[i], Key: k.Slots(queues[i])})
+				continue
+			}
+			w.slots[queues[i]] = n
+		}
+	}
 	w.judge(k, s.Resolution)
 	return w, nil
 }
@@ -649,6 +678,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 	}
 	sort.Strings(ids)
 	inflight := k.Prefix() + "f:"
+	heldSlots := map[string]int64{}
 	for _, id := range ids {
 		r := w.recs[id]
 		var good, bad []string
@@ -678,6 +708,9 @@ func (w *walk) judge(k Keys, resolution int64) {
 			}
 		case StateRunning:
 			count(r.Queue, StatRunning, 1)
+			if r.HoldsSlot {
+				heldSlots[r.Queue]++
+			}
 			allowed = func(key string) bool { return key == k.Pending(r.Worker) }
 		case StateDead:
 			count(r.Queue, StatDead, 1)
@@ -752,6 +785,14 @@ func (w *walk) judge(k Keys, resolution int64) {
 			}
 		}
 	}
+	for _, q := range sortedKeys(w.queues) {
+		if q == "" || w.hasWrongType(k.Slots(q)) {
+			continue
+		}
+		if w.slots[q] != heldSlots[q] {
+			w.found = append(w.found, Finding{Kind: FindSlots, Queue: q, Key: k.Slots(q), Stored: w.slots[q], Count: heldSlots[q]})
+		}
+	}
 }
 
 func (w *walk) hasWrongType(key string) bool {
@@ -797,6 +838,9 @@ func (s *Store) watchFor(f Finding) []string {
 		return []string{k.Schedule()}
 	case FindRetryCount:
 		return []string{f.Key, k.RetryCounts()}
+	case FindSlots:
+		// Every claim that takes a slot and every release writes it.
+		return []string{k.Slots(f.Queue)}
 	case FindUnregistered:
 		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
 	case FindUnlistedLevel:
@@ -925,6 +969,9 @@ func (s *Store) confirm(ctx context.Context, conn redis.Conn, o CheckOptions, fi
 //	gauge:          WATCH st:<q> (and dead, f:<w> of workers without a
 //	                heartbeat); a whole walk; queue HSET st:<q> gauge count
 //	                for each gauge that differs.
+//	slots:          WATCH sl:<q>; a whole walk; queue SET sl:<q> count
+//	                (DEL when 0), and a wake-up token (LPUSH sw:<q> 1;
+//	                LTRIM sw:<q> 0 63) when slots were freed.
 //
 // A crash before EXEC writes nothing; EXEC writes all of it. A change to a
 // watched key makes EXEC fail and the repair read again.
@@ -940,6 +987,8 @@ func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f F
 		wrote, err = s.repairHomeless(ctx, conn, o, f, now)
 	case FindGauge:
 		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
+	case FindSlots:
+		wrote, err = s.repairSlots(ctx, conn, o, f.Queue)
 	case FindUnregistered:
 		wrote, err = s.repairUnregistered(ctx, conn, o, f)
 	case FindUnlistedLevel:
@@ -1118,6 +1167,35 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 		}
 		tx.Queue("HMSET", args...)
 		wrote = true
+		return nil
+	})
+	return wrote, err
+}
+
+func (s *Store) repairSlots(ctx context.Context, conn redis.Conn, o CheckOptions, q string) (bool, error) {
+	k := s.Keys
+	wrote := false
+	_, err := s.checkRunner(o).Run(ctx, conn, []string{k.Slots(q)}, func(tx *txn.Tx) error {
+		wrote = false
+		w, err := s.walkNamespace(txReader{tx}, o)
+		if err != nil {
+			return err
+		}
+		for _, f := range w.found {
+			if f.Kind != FindSlots || f.Queue != q {
+				continue
+			}
+			if f.Count == 0 {
+				tx.Queue("DEL", k.Slots(q))
+			} else {
+				tx.Queue("SET", k.Slots(q), strconv.FormatInt(f.Count, 10))
+			}
+			if f.Count < f.Stored {
+				tx.Queue("LPUSH", k.SlotWake(q), "1")
+				tx.Queue("LTRIM", k.SlotWake(q), 0, slotWakeTokens-1)
+			}
+			wrote = true
+		}
 		return nil
 	})
 	return wrote, err

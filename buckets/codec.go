@@ -87,6 +87,9 @@ type Record struct {
 	// SkipIfRunning: the claim skips (cancels) this firing while the
 	// previous run of its entry is still running.
 	SkipIfRunning bool
+	// HoldsSlot: the run holds a slot of its queue's concurrency limit
+	// (Keys.Slots); every transition out of running gives it back.
+	HoldsSlot bool
 
 	// Unique is the unique key the task holds (the name after "u:", see
 	// [Keys.Unique]); "" for none. The key is held while this record is
@@ -195,7 +198,7 @@ const (
 // decoder keeps its bytes and writes them back.
 const (
 	sectionPeriodic  = 1 // the periodic entry's name
-	sectionFlags     = 2 // one byte of flags: flagSkipIfRunning
+	sectionFlags     = 2 // one byte of flags: flagSkipIfRunning, flagHoldsSlot
 	sectionUnique    = 3 // Record.Unique
 	sectionUniqueTTL = 4 // Record.UniqueTTL, an unsigned varint
 	sectionReplyTo   = 5 // Record.ReplyTo
@@ -205,7 +208,10 @@ const (
 	sectionExpireAt  = 9 // Record.ExpireAt, an unsigned varint
 )
 
-const flagSkipIfRunning = 1
+const (
+	flagSkipIfRunning = 1
+	flagHoldsSlot     = 2
+)
 
 // Encode returns the stored form of r: the magic byte 'B', the version
 // (recordVersion), a uvarint of the mask of the fields stored (f* bits)
@@ -353,8 +359,15 @@ func (r *Record) sections() [][]byte {
 	if r.Periodic != "" {
 		section(sectionPeriodic, []byte(r.Periodic))
 	}
-	if r.SkipIfRunning {
-		section(sectionFlags, []byte{flagSkipIfRunning})
+	if r.SkipIfRunning || r.HoldsSlot {
+		var f byte
+		if r.SkipIfRunning {
+			f |= flagSkipIfRunning
+		}
+		if r.HoldsSlot {
+			f |= flagHoldsSlot
+		}
+		section(sectionFlags, []byte{f})
 	}
 	if r.Unique != "" {
 		section(sectionUnique, []byte(r.Unique))
@@ -569,10 +582,12 @@ func (d *decoder) sections(r *Record) error {
 			}
 			r.Periodic = string(body)
 		case sectionFlags:
-			if len(body) != 1 || body[0] != flagSkipIfRunning {
+			if len(body) != 1 || body[0] == 0 || body[0]&^(flagSkipIfRunning|flagHoldsSlot) != 0 {
 				d.err = true
+				break
 			}
-			r.SkipIfRunning = true
+			r.SkipIfRunning = body[0]&flagSkipIfRunning != 0
+			r.HoldsSlot = body[0]&flagHoldsSlot != 0
 		case sectionUnique:
 			if len(body) == 0 {
 				d.err = true

@@ -132,7 +132,7 @@ func TestRecordSections(t *testing.T) {
 		t.Fatalf("a record without optional fields has sections")
 	}
 	full := *plain
-	full.Periodic, full.SkipIfRunning = "e", true
+	full.Periodic, full.SkipIfRunning, full.HoldsSlot = "e", true, true
 	full.Unique, full.UniqueTTL, full.ReplyTo = "k:key", 3600, "replies"
 	got, err := DecodeRecord("x", full.Encode())
 	if err != nil || !reflect.DeepEqual(got, &full) {
@@ -141,11 +141,15 @@ func TestRecordSections(t *testing.T) {
 	if r, err := DecodeRecord("x", withSections(plain, []byte{sectionPeriodic, 1, 'e'}, []byte{sectionFlags, 1, flagSkipIfRunning})); err != nil || r.Periodic != "e" || !r.SkipIfRunning {
 		t.Fatalf("hand-built sections: %+v, %v", r, err)
 	}
+	if r, err := DecodeRecord("x", withSections(plain, []byte{sectionFlags, 1, flagHoldsSlot})); err != nil || r.SkipIfRunning || !r.HoldsSlot {
+		t.Fatalf("the slot flag alone: %+v, %v", r, err)
+	}
 	for name, secs := range map[string][][]byte{
 		"out of order":     {{sectionFlags, 1, flagSkipIfRunning}, {sectionPeriodic, 1, 'e'}},
 		"twice":            {{sectionUnique, 1, 'u'}, {sectionUnique, 1, 'v'}},
 		"empty periodic":   {{sectionPeriodic, 0}},
 		"bad flag":         {{sectionFlags, 1, 7}},
+		"no flag":          {{sectionFlags, 1, 0}},
 		"truncated":        {{sectionPeriodic, 5, 'e'}},
 		"unknown required": {{'Z', 1, 'x'}},
 	} {

@@ -30,6 +30,8 @@ func sampleRecords() []*Record {
 		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), MaxAttempts: 1,
 			Unique: "d:0123456789abcdef0123456789abcdef", UniqueTTL: 600, ReplyTo: "replies"},
 		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Unique: "k:key"},
+		{ID: "x", Queue: "mail", Type: "t", State: StateRunning, Payload: []byte("p"), Runs: 1, Worker: "w", HoldsSlot: true},
+		{ID: "x", Queue: "d", Type: "t", State: StateRunning, Payload: []byte{}, Periodic: "e", SkipIfRunning: true, HoldsSlot: true},
 		{ID: "x", Queue: "d", Type: "t", State: StateDone, Payload: []byte{}, ReplyTo: "r"},
 		{ID: "x", Queue: "d", Type: "t", State: StateWaiting, Payload: []byte("p"), Snoozes: 7, Runs: 7, Due: 5, ExpireAt: 1774746000000},
 

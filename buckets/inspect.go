@@ -38,6 +38,7 @@ type QueueSnapshot struct {
 	Scheduled, Retrying, Running, Dead                        int64    // gauges
 	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64    // totals
 	OldestReady                                               []string // the id at the pop end of each level's list that has one
+	MaxRunning, SlotsInUse                                    int64    // concurrency limit (0: none), slots in use (sl:<q>)
 	Err                                                       error    // what could not be read, if anything
 }
 
@@ -85,10 +86,11 @@ func placesOf(q string, levels map[string][]string) []string {
 }
 
 // Snapshot reads the counters, ready length and oldest ready id of every
-// queue in qs in one MULTI/EXEC: HGETALL st:<q>, and LLEN and LINDEX -1
-// of each of its levels' ready lists (level 1, and the levels the levels
-// set names, read first with one SMEMBERS): three commands per queue that
-// never used a level above 1, whatever the number of tasks.
+// queue in qs in one MULTI/EXEC: HGETALL st:<q>, GET sl:<q>, HGET lim:<q>
+// max_running, and LLEN and LINDEX -1 of each of its levels' ready lists
+// (level 1, and the levels the levels set names, read first with one
+// SMEMBERS): five commands per queue that never used a level above 1,
+// whatever the number of tasks.
 func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]QueueSnapshot, error) {
 	if len(qs) == 0 {
 		return nil, nil
@@ -100,6 +102,8 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 	var cmds cmdList
 	for _, q := range qs {
 		cmds.Queue("HGETALL", s.Keys.Stats(q))
+		cmds.Queue("GET", s.Keys.Slots(q))
+		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
 		for _, p := range placesOf(q, levels) {
 			cmds.Queue("LLEN", s.Keys.Ready(p))
 			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
@@ -121,7 +125,8 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 		} else {
 			errs = append(errs, fmt.Errorf("counters: %w", err))
 		}
-		at++
+		st.MaxRunning, st.SlotsInUse = limitFigures(reps[at+1], reps[at+2])
+		at += 3
 		for range placesOf(q, levels) {
 			if n, err := redis.Int64(reps[at], nil); err == nil {
 				st.Ready += n

@@ -311,6 +311,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				case StateRunning:
 					tx.Queue("ZREM", s.Keys.Pending(r.Worker), r.ID)
 					tx.Queue("HINCRBY", st, StatRunning, -1)
+					s.releaseSlot(tx, r)
 					tx.Queue("DEL", s.Keys.Task(r.ID))
 				case StateDead:
 					tx.Queue("ZREM", s.Keys.Dead(), r.ID)

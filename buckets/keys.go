@@ -348,3 +348,17 @@ func (k Keys) Served(q, typ string) string { return k.prefix + "ty:" + q + ":" +
 // (Unix ms on the worker's clock). A serving worker's heartbeat removes
 // its types.
 func (k Keys) Unserved(q string) string { return k.prefix + "un:" + q }
+
+// Limit holds queue q's concurrency limit: HASH, field
+// [LimitMaxRunning] (at most that many tasks of q run at once, across
+// every worker process; absent or 0: no limit).
+func (k Keys) Limit(q string) string { return k.prefix + "lim:" + q }
+
+// Slots counts the slots of queue q's concurrency limit in use: STRING,
+// the number of running records of q that hold one (Record.HoldsSlot).
+func (k Keys) Slots(q string) string { return k.prefix + "sl:" + q }
+
+// SlotWake is queue q's slot wake-up list: LIST of tokens, one pushed
+// each time a slot is given back, trimmed to 64; a worker that found
+// the queue full blocks on it.
+func (k Keys) SlotWake(q string) string { return k.prefix + "sw:" + q }

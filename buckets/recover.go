@@ -71,7 +71,8 @@ type RecoveredTask struct {
 // queue   ZREM p:<w> ids...; per task still running under w:
 //
 //	SET t:<id> waiting; RPUSH q:<q> (front) + tokens; or bury;
-//	HINCRBY running -1, recovered +1
+//	HINCRBY running -1, recovered +1; a run that holds a slot gives
+//	it back (DECR sl:<q>; LPUSH sw:<q> 1; LTRIM sw:<q> 0 63)
 //	a missing or malformed record becomes a dead letter saying so
 //	(of no queue: burying never invents one; the raw bytes as payload);
 //	a record no longer
@@ -132,6 +133,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			st := s.Keys.Stats(r.Queue)
 			tx.Queue("HINCRBY", st, StatRunning, -1)
+			s.releaseSlot(tx, r)
 			r.Worker = ""
 			r.Deadline = 0
 			if why.counted() {

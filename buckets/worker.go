@@ -43,6 +43,10 @@ type ClaimState struct {
 	// UnservedGrace ms (see Claim).
 	Serves        func(typ string) bool
 	UnservedGrace int64
+	// Limited: the worker knows the queue to have a concurrency limit.
+	// The claim then watches and reads its slots (Keys.Slots, Keys.Limit)
+	// and takes one for the task, or gives the task back (Full).
+	Limited bool
 
 	runs   int
 	held   *txn.Held
@@ -69,6 +73,7 @@ const (
 	Paused                       // the queue is paused: the id is back at the pop end of its ready list
 	NotServed                    // a type the worker does not serve: the id is back at the pop end, for another worker
 	Expired                      // not started by its expiry: a dead letter now, reason ReasonExpired
+	Full                         // every slot of the queue's concurrency limit is in use: the id is back at the pop end
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -101,6 +106,17 @@ const (
 // unless no live worker serves the type and it was first seen unserved
 // at least cs.UnservedGrace ms ago: then it is claimed, and the handler's
 // ErrNoHandler meets the unknown-type policy.
+//
+// With cs.Limited the claim also watches sl:<q> and reads GET sl:<q>
+// and HGET lim:<q> max_running with the record: a limit read as 0 claims
+// without a slot; otherwise a claimable task with no slot free goes back,
+//
+//	(full)     LREM f:<w> 1 id; RPUSH q:<q> id
+//
+// and a claimed one takes a slot in the same MULTI: INCR sl:<q>, and its
+// record says so (Record.HoldsSlot). A crash before EXEC takes no slot;
+// after it, the slot is the record's, given back by whatever takes the
+// record out of running (releaseSlot), the reaper's Requeue included.
 //
 // A firing of a skip-if-running periodic entry also goes through
 // claimOverlap (periodic.go), which may make it a cancelled tombstone
@@ -147,6 +163,10 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	if hold {
 		watch = append(watch, waiter)
 	}
+	limited := cs != nil && cs.Limited
+	if limited {
+		watch = append(watch, s.Keys.Slots(QueueOf(q)))
+	}
 	waited := false
 	reps, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
 		rec, result, held, waited = nil, Skipped, nil, false
@@ -162,16 +182,29 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		if err := tx.Send("SISMEMBER", s.Keys.Paused(), QueueOf(q)); err != nil {
 			return err
 		}
+		want := 2
+		if limited {
+			if err := s.sendSlotReads(tx, QueueOf(q)); err != nil {
+				return err
+			}
+			want = 4
+		}
 		reps, err := tx.Flush()
 		if err != nil {
 			return err
 		}
-		if len(reps) != 2 {
-			return fmt.Errorf("%d replies to 2 reads", len(reps))
+		if len(reps) != want {
+			return fmt.Errorf("%d replies to %d reads", len(reps), want)
 		}
 		paused, perr := redis.Int(reps[1], nil)
 		if perr != nil {
 			return perr
+		}
+		var slots *slotBudget
+		if limited {
+			if slots, err = slotBudgetOf(reps[2], reps[3]); err != nil {
+				return err
+			}
 		}
 		rep := reps[0]
 		if hold {
@@ -182,7 +215,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			rep, waited = recs[0], marked[0]
 		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, slots, now, deadline, cs, nil)
 		if derr != nil {
 			return derr
 		}
@@ -191,7 +224,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		}
 		return nil
 	})
-	if err != nil && (result == Paused || result == NotServed) {
+	if err != nil && (result == Paused || result == NotServed || result == Full) {
 		// The id went back to a ready list of the wrong type: EXEC ran
 		// its LREM from the in-flight list all the same (no rollback).
 		// Set the list aside and push the id again, or it is in no list.
@@ -211,14 +244,15 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 
 // claimDecide decides, inside a claim's transaction that watches t:<id>
 // and the paused set, what becomes of popped id given rep, the reply to
-// GET t:<id>, and whether queue q is paused; it queues the writes that
+// GET t:<id>, whether queue q is paused and its free slots (nil: no
+// limit, or the claim did not read it); it queues the writes that
 // say so (see Claim) and returns the claimed record, if any. cs may be
 // nil. batch is the state of a ClaimBatch (nil in Claim). Its own writes
 // go to wq (tx itself, or a list the batch coalesces); the helpers that
 // read as they go (a wrong-type record, an unserved type, the overlap
 // rule) queue theirs on tx, on keys no other write of the batch orders
 // against, or counters.
-func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, slots *slotBudget, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
 	w := a.w
 	idArg := interface{}(id) // boxed once for the writes below
 	rec, result := (*Record)(nil), Skipped
@@ -258,9 +292,18 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 			if back {
 				wq.Queue("LREM", a.Inflight(), 1, idArg)
 				batch.giveBack(wq, s.Keys.Ready(q), id)
-				s.queueTokens(wq, s.Keys.Notify(q), 1, "1")
+				s.queueTokens(wq, s.Keys.Notify(queue), 1, "1")
 				return nil, NotServed, nil
 			}
+		}
+		slots := slots
+		if r.Queue != queue {
+			slots = nil // not a task of the queue whose slots were read
+		}
+		if slots != nil && slots.free <= 0 {
+			wq.Queue("LREM", a.Inflight(), 1, idArg)
+			batch.giveBack(wq, s.Keys.Ready(q), id)
+			return nil, Full, nil
 		}
 		if r.SkipIfRunning && r.Periodic != "" {
 			// The overlap rule of a periodic entry (periodic.go).
@@ -276,6 +319,11 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 				return nil, Skipped, nil
 			}
 			batch.claimedRun(r.Periodic, r.ID)
+		}
+		if slots != nil {
+			slots.free--
+			wq.Queue("INCR", s.Keys.Slots(queue))
+			r.HoldsSlot = true
 		}
 		r.State = StateRunning
 		r.Runs++
@@ -420,7 +468,9 @@ const (
 //	        list out: skipsCompletion)
 //	read    GET t:<id> (must be running under w, run number run); with
 //	        the mark MGET t:<id> cw:<id>, and GET t:<id> again when nil
-//	queue   ZREM p:<w> id; HINCRBY st running -1, and then
+//	queue   ZREM p:<w> id; HINCRBY st running -1; for a run that holds a
+//	        slot (Record.HoldsSlot) DECR sl:<q>, LPUSH sw:<q> 1, LTRIM
+//	        sw:<q> 0 63, the flag cleared; and then
 //	Done:   SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1;
 //	        the final writes (unique key, result, completion, reply; the
 //	        completion list only with a mark, or when the done record is
@@ -510,6 +560,7 @@ func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, no
 	st := a.Stats(r.Queue)
 	tx.Queue("ZREM", a.Pending(), r.ID)
 	tx.Queue("HINCRBY", st, StatRunning, -1)
+	s.releaseSlot(tx, r)
 	out := decide(r)
 	r.Worker = ""
 	r.Deadline = 0
@@ -647,7 +698,8 @@ const (
 // read    GET t:<id> (TYPE when of the wrong type), ZSCORE p:<w> id
 // queue   (pending entry present, record not a run of w)
 //
-//	ZREM p:<w> id; HINCRBY st:<q> running -1, and
+//	ZREM p:<w> id; HINCRBY st:<q> running -1; the slot the claim
+//	took, if any (DECR sl:<q>; LPUSH sw:<q> 1; LTRIM sw:<q> 0 63), and
 //	wrong type: RENAME t:<id> bad:t:<id>; dead letter saying so
 //	malformed:  dead letter saying so, the bytes as its payload
 //	deleted:    nothing more
@@ -701,6 +753,9 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 		}
 		tx.Queue("ZREM", pending, r.ID)
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, -1)
+		if r.HoldsSlot {
+			s.releaseSlot(tx, r.clone()) // the slot the claim took
+		}
 		var reason string
 		state := StateDead
 		switch {

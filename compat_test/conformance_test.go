@@ -46,6 +46,7 @@ var scenarios = []scenario{
 	{name: "wrong-type", run: scenarioWrongType},
 	{name: "unique-results", run: scenarioUniqueResults},
 	{name: "pause", run: scenarioPause},
+	{name: "queue-limit", run: scenarioQueueLimit},
 	{name: "handler-sets", run: scenarioHandlerSets},
 	{name: "watch-expiry/redis7", run: func(e *env) { scenarioWatchExpiry(e, false) }},
 	{name: "watch-expiry/sim24", run: func(e *env) { scenarioWatchExpiry(e, true) }},

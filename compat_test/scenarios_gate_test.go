@@ -3,6 +3,7 @@ package compat_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
@@ -108,4 +109,42 @@ func scenarioHandlerSets(e *env) {
 	if st := e.stats("default"); st.Failed != 1 || st.Dead != 1 {
 		t.Errorf("stats %+v: want the one unserved task failed and dead, nothing else", st)
 	}
+}
+
+// scenarioQueueLimit: a queue limited to one running task across two
+// Servers runs its tasks one at a time (each claim takes the slot, each
+// result gives it back), the figures show the limit, and it is removed.
+func scenarioQueueLimit(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.Queues = []engine.QueueConfig{{Name: "lim", MaxRunning: 1}}
+	cfg.Concurrency = 4
+	c := e.client()
+	var inside, most atomic.Int64
+	var done atomic.Int64
+	mux := engine.NewMux()
+	mux.HandleFunc("t", func(context.Context, *engine.Task) error {
+		n := inside.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(20 * time.Millisecond) // overlapping runs must have room to show
+		inside.Add(-1)
+		done.Add(1)
+		return nil
+	})
+	e.server(cfg, mux)
+	e.server(cfg, mux)
+	for range 6 {
+		must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("lim")))
+	}
+	waitFor(t, outcomeWait, "the limited queue's tasks", func() bool { return done.Load() == 6 })
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d runs of a queue limited to 1 at once", m)
+	}
+	e.expectStats("lim", "limit 1, no slot in use", func(st engine.QueueInfo) bool { return st.MaxRunning == 1 && st.SlotsInUse == 0 })
+	in := e.inspector()
+	if err := in.SetQueueLimit(ctx, "lim", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.expectStats("lim", "no limit", func(st engine.QueueInfo) bool { return st.MaxRunning == 0 && st.SlotsInUse == 0 })
 }

@@ -40,7 +40,8 @@ type CheckFinding struct {
 	// "bad-member" (bucket index trouble), "wrong-type" (a key of the
 	// wrong type), "retry-count" (a bucket's count of retries differs
 	// from its retrying tasks), "unregistered-worker" (a worker holding
-	// tasks, missing from the registry).
+	// tasks, missing from the registry), "slots" (a queue's count of
+	// slots in use differs from its running tasks that hold one).
 	Kind    string
 	Queue   string   // the queue concerned, if any
 	TaskID  string   // the task concerned, if any
@@ -152,7 +153,7 @@ func (c *laneClient) Check(ctx context.Context, opts CheckOptions) (*CheckReport
 func repairable(k buckets.FindingKind) bool {
 	switch k {
 	case buckets.FindGauge, buckets.FindHomeless, buckets.FindOrphanBucket, buckets.FindStaleMember, buckets.FindBadMember,
-		buckets.FindUnregistered, buckets.FindUnlistedLevel:
+		buckets.FindUnregistered, buckets.FindUnlistedLevel, buckets.FindSlots:
 		return true
 	}
 	return false

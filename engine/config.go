@@ -170,6 +170,11 @@ type QueueConfig struct {
 	Name string
 	// Weight is the queue's share under weighted priority (at least 1).
 	Weight int
+	// MaxRunning, when above 0, is the queue's concurrency limit: at no
+	// instant do more than that many of its tasks run, across every
+	// worker process. A Server writes it to Redis when it starts;
+	// Inspector.SetQueueLimit changes it at run time (docs/flow-control.md).
+	MaxRunning int
 }
 
 // DefaultRetryDelay waits about 2^(attempt-1) seconds before retry number
@@ -366,6 +371,9 @@ func (c Config) Validate() error {
 		seen[q.Name] = true
 		if q.Weight < 1 {
 			bad(fmt.Sprintf("Queues[%d].Weight", i), "%d: want at least 1", q.Weight)
+		}
+		if q.MaxRunning < 0 {
+			bad(fmt.Sprintf("Queues[%d].MaxRunning", i), "%d: want 0 (no limit) or more", q.MaxRunning)
 		}
 	}
 	if c.Concurrency < 1 {

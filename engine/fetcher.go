@@ -51,6 +51,7 @@ type fetcher struct {
 	// lowLevel: the last pop that took tasks took them from a level above
 	// 1, where the worker claims no task ahead (processor.prefetching).
 	lowLevel atomic.Bool
+	lim      limits // the queues' concurrency limits (limits.go)
 }
 
 // levelsRefresh is how often, at most, a fetching worker reads the levels
@@ -99,10 +100,13 @@ func (f *fetcher) skipped(q string, now time.Time) (time.Time, bool) {
 }
 
 // available reports whether the worker takes tasks from q now: it is
-// neither paused nor skipped.
+// neither paused, skipped, nor set aside as full.
 func (f *fetcher) available(q string, now time.Time) bool {
 	q = buckets.QueueOf(q)
 	if f.w.control.isPaused(q) {
+		return false
+	}
+	if _, full := f.lim.isFull(q, now); full {
 		return false
 	}
 	_, skip := f.skipped(q, now)
@@ -297,7 +301,7 @@ func (f *fetcher) order() []string {
 func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
 	var bad error
 	for _, q := range f.order() {
-		ids, wrong, err := f.popPlace(ctx, conn, q, n)
+		ids, wrong, err := f.popPlace(ctx, conn, q, f.popBound(q, n))
 		if wrong != nil {
 			bad = wrong
 		}
@@ -309,7 +313,7 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []str
 			return nil, "", err
 		}
 		for _, p := range places {
-			ids, wrong, err := f.popPlace(ctx, conn, p, n)
+			ids, wrong, err := f.popPlace(ctx, conn, p, f.popBound(q, n))
 			if wrong != nil {
 				bad = wrong
 			}
@@ -438,7 +442,8 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
-			cs.Serves, cs.UnservedGrace = w.serves, w.cfg.unservedGraceMs()
+			f.refreshLimits(ctx, conn)
+			cs.Serves, cs.UnservedGrace, cs.Limited = w.serves, w.cfg.unservedGraceMs(), f.lim.limit(buckets.QueueOf(q)) > 0
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
@@ -473,6 +478,9 @@ func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
 	switch res {
 	case buckets.Claimed:
 		f.unskip(q)
+	case buckets.Full:
+		f.lim.setFull(buckets.QueueOf(q))
+		w.log.Debug("every slot of the queue's concurrency limit in use; task given back", keyTaskID, id, keyQueue, q)
 	case buckets.Paused:
 		w.control.set(q, true)
 		w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
@@ -561,6 +569,11 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
+			f.refreshLimits(ctx, conn)
+			limited := f.lim.limit(buckets.QueueOf(q)) > 0
+			for i := range cs {
+				cs[i].Limited = limited
+			}
 			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, cs, hold)
 			if err == nil {
 				for i, id := range ids {

@@ -106,6 +106,11 @@ type QueueInfo struct {
 	NextDue time.Time `json:"next_due"`
 	// Paused reports whether the queue is paused (Inspector.PauseQueue).
 	Paused bool `json:"paused"`
+	// MaxRunning is the queue's concurrency limit (0: none) and
+	// SlotsInUse how many of its slots running tasks hold
+	// (Inspector.SetQueueLimit); over several lanes, their sums.
+	MaxRunning int64 `json:"max_running"`
+	SlotsInUse int64 `json:"slots_in_use"`
 }
 
 // Queues reports every queue that was ever enqueued to, sorted by name:
@@ -160,7 +165,8 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	for i, s := range snap {
 		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, Paused: slices.Contains(pausedQs, s.Queue)}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, Paused: slices.Contains(pausedQs, s.Queue),
+			MaxRunning: s.MaxRunning, SlotsInUse: s.SlotsInUse}
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}

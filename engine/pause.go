@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -80,4 +81,23 @@ func (c *laneClient) Unserved(ctx context.Context) ([]UnservedType, error) {
 		out[i] = UnservedType{Queue: u.Queue, Type: u.Type, Since: fromMs(u.Since)}
 	}
 	return out, nil
+}
+
+// SetQueueLimit is Inspector.SetQueueLimit for one lane.
+func (c *laneClient) SetQueueLimit(ctx context.Context, q string, maxRunning int) error {
+	if err := validateQueue(q); err != nil {
+		return err
+	}
+	if maxRunning < 0 {
+		return fmt.Errorf("engine: queue limit %d: want 0 (no limit) or more: %w", maxRunning, ErrInvalid)
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := c.store.SetQueueLimit(ctx, conn, q, int64(maxRunning)); err != nil {
+		return failed("set the limit of queue "+q, err)
+	}
+	return nil
 }

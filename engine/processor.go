@@ -130,7 +130,8 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 func (p *processor) prefetching() bool {
 	slots, extra := cap(p.slots), p.extra()
 	mean := p.meanRun.Load()
-	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots {
+	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots ||
+		p.w.fetcher.lim.anyLimited(p.w.fetcher.queues) { // a slot of the limit held by a task not running
 		return false
 	}
 	wait := p.w.cfg.Advanced.PrefetchWait
@@ -529,6 +530,10 @@ func (p *processor) nextPop(fetchCtx context.Context, group []commitReq) *groupP
 	if n < usable {
 		p.release(n)
 		return nil
+	}
+	if b := w.fetcher.popBound(order[0], n); b < n {
+		p.release(n - b) // a limited queue: no more than its limit at once
+		n = b
 	}
 	prev, mine := p.reserveTurn() // before the pop is sent
 	return &groupPop{q: order[0], n: n, prev: prev, mine: mine}

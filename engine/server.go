@@ -101,7 +101,11 @@ func (s *laneServer) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer close(s.done)
 	defer cancel()
-	if err := s.checkMemory(ctx); err != nil {
+	err := s.checkMemory(ctx)
+	if err == nil {
+		err = s.writeLimits(ctx)
+	}
+	if err != nil {
 		s.mu.Lock()
 		s.runErr = err
 		s.mu.Unlock()
@@ -140,7 +144,7 @@ func (s *laneServer) Run(ctx context.Context) error {
 		stop()
 	}
 	workers.Wait()
-	err := errors.Join(dErr, rErr, pErr, wErr)
+	err = errors.Join(dErr, rErr, pErr, wErr)
 	s.mu.Lock()
 	s.runErr = err
 	s.mu.Unlock()
@@ -153,6 +157,39 @@ func (s *laneServer) checkMemory(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return checkMemoryPolicy(cctx, s.pool, s.cfg.AllowEviction, s.cfg.withDefaults().Logger)
+}
+
+// writeLimits writes the configured queues' concurrency limits
+// (QueueConfig.MaxRunning) to lim:<q>, one HSET each; a 0 writes
+// nothing (a limit set at run time stays).
+func (s *laneServer) writeLimits(ctx context.Context) error {
+	cfg := s.cfg.withDefaults()
+	var set []QueueConfig
+	for _, q := range cfg.Queues {
+		if q.MaxRunning > 0 {
+			set = append(set, q)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	_, st, err := cfg.prepare(s.pool)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := s.pool.GetContext(cctx)
+	if err != nil {
+		return fmt.Errorf("engine: queue limits: %w", err)
+	}
+	defer conn.Close()
+	for _, q := range set {
+		if err := st.SetQueueLimit(cctx, conn, q.Name, int64(q.MaxRunning)); err != nil {
+			return fmt.Errorf("engine: queue limits: %w", err)
+		}
+	}
+	return nil
 }
 
 // Shutdown is Server.Shutdown for one lane.

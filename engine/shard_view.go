@@ -149,6 +149,8 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 			m.NextDue = q.NextDue
 		}
 		m.Paused = m.Paused || q.Paused
+		m.MaxRunning += q.MaxRunning
+		m.SlotsInUse += q.SlotsInUse
 	}), err
 }
 
@@ -416,6 +418,18 @@ func sumActions(per []ActionResult) ActionResult {
 // paused and others not: call it again.
 func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
 	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) { return struct{}{}, in.c.lanes[k].PauseQueue(ctx, q) })
+	return err
+}
+
+// SetQueueLimit sets queue q's concurrency limit: at most maxRunning of
+// its tasks run at once across every worker process; 0 removes the
+// limit. Workers apply a change within a second; tasks running over a
+// lowered limit finish. Over several lanes each lane has its own limit
+// and count of slots, and this sets them all.
+func (in *Inspector) SetQueueLimit(ctx context.Context, q string, maxRunning int) error {
+	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) {
+		return struct{}{}, in.c.lanes[k].SetQueueLimit(ctx, q, maxRunning)
+	})
 	return err
 }
 

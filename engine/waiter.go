@@ -19,6 +19,11 @@ import (
 // costs at most one idle wait. A lost pause needs no re-read: the claim
 // reads the paused set under WATCH, gives the task back and marks the
 // queue paused.
+//
+// A queue set aside because a claim found every slot of its concurrency
+// limit in use (limits.go) is waited on by its slot wake-up list sw:<q>
+// instead of n:<q>: a slot given back anywhere wakes the worker at once,
+// and the set-aside ends, at the latest, within a second.
 type waiter struct {
 	w       *worker
 	blocker rconn.Blocker
@@ -34,8 +39,18 @@ func (wt *waiter) wait(ctx context.Context) bool {
 	now := time.Now()
 	var keys []string
 	var wake time.Time // the earliest end of a skip
+	slotKeys := map[string]string{}
 	for _, q := range f.queues {
 		if w.control.isPaused(q) {
+			continue
+		}
+		if until, full := f.lim.isFull(q, now); full {
+			if wake.IsZero() || until.Before(wake) {
+				wake = until
+			}
+			k := w.keys.SlotWake(q)
+			keys = append(keys, k)
+			slotKeys[k] = q
 			continue
 		}
 		if until, skip := f.skipped(q, now); skip {
@@ -80,6 +95,9 @@ func (wt *waiter) wait(ctx context.Context) bool {
 	cancel()
 	if err == nil {
 		wt.bo.Reset()
+		if q, ok := slotKeys[key]; ok {
+			f.lim.unfull(q) // a slot was given back: try again
+		}
 		if key == "" && wake.IsZero() {
 			wt.reread(ctx)
 		}

@@ -29,7 +29,8 @@ func (a *app) newStatsCmd() *cobra.Command {
 		Long: `Shows, per queue: tasks ready, scheduled, running, retrying (waiting for
 their next attempt) and dead; processed, failed, recovered and cancelled
 counts since the queue was first used; how long the oldest ready task has
-waited; when the next scheduled task is due; whether it is paused. Below
+waited; when the next scheduled task is due; whether it is paused; its
+concurrency limit as slots in use/max_running ("-" without one). Below
 the table: task types that workers gave back because they have no handler
 for them while no live worker serves them (after unknown_type_grace,
 unknown_type applies to their tasks), and queues with tasks waiting that
@@ -131,6 +132,8 @@ type queueStatsJSON struct {
 	OldestReadyAgeMS int64      `json:"oldest_ready_age_ms"`
 	NextDue          *time.Time `json:"next_due"`
 	Paused           bool       `json:"paused"`
+	MaxRunning       int64      `json:"max_running"`
+	SlotsInUse       int64      `json:"slots_in_use"`
 }
 
 func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) statsJSON {
@@ -140,7 +143,8 @@ func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) 
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
-			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused}
+			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused,
+			MaxRunning: q.MaxRunning, SlotsInUse: q.SlotsInUse}
 		if !q.NextDue.IsZero() {
 			t := q.NextDue.UTC()
 			j.NextDue = &t
@@ -156,9 +160,12 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED\tLIMIT")
 	for _, q := range st {
-		oldest, next, paused := "-", "-", "no"
+		oldest, next, paused, limit := "-", "-", "no", "-"
+		if q.MaxRunning > 0 {
+			limit = fmt.Sprintf("%d/%d", q.SlotsInUse, q.MaxRunning)
+		}
 		if q.Paused {
 			paused = "yes"
 		}
@@ -168,8 +175,8 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
-			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
+			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused, limit)
 	}
 	tw.Flush()
 	if len(un) > 0 {

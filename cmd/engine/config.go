@@ -232,7 +232,7 @@ func (s *Settings) validate() error {
 			}
 		}
 		if rest != "" {
-			key += "[" + strings.ToLower(rest)
+			key += "[" + strings.ReplaceAll(strings.ToLower(rest), "maxrunning", "max_running")
 		}
 		msg := fe.Msg
 		for k, f := range engineFields {

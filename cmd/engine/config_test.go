@@ -84,6 +84,7 @@ func TestConfigErrors(t *testing.T) {
 		{"weight negative", "queues:\n  - name: a\n    weight: 2\n  - name: b\n    weight: -1\n", []string{"cfg.yaml:4", "queues[1]", "at least 1"}},
 		{"queue twice", "queues:\n  - name: a\n  - name: a\n", []string{"cfg.yaml:3", "queues[1]", "twice"}},
 		{"queue bad key", "queues:\n  - name: a\n    wieght: 3\n", []string{"cfg.yaml:3", "queues[0].wieght", "unknown"}},
+		{"max_running negative", "queues:\n  - name: a\n    max_running: -2\n", []string{"cfg.yaml:2", "queues[0].max_running", "-2: want 0 (no limit) or more"}},
 		{"no queues", "queues: []\n", []string{"cfg.yaml:1", "queues", "at least one"}},
 		{"resolution too big", "resolution: 2m\n", []string{"cfg.yaml:1", "resolution", "1ms to 60s"}},
 		{"resolution fraction", "resolution: 1500us\n", []string{"cfg.yaml:1", "resolution", "whole milliseconds"}},
@@ -218,6 +219,7 @@ redis: {addr: "redis.internal:6380", user: app, password: 123456, db: 2, read_ti
 queues:
   - {name: critical, weight: 6}
   - name: low
+    max_running: 3
 strict_priority: true
 concurrency: 0
 done_retention: -1s
@@ -233,7 +235,7 @@ handlers:
 	if s.Redis.Addr != "redis.internal:6380" || s.Redis.User != "app" || s.Redis.Password != "123456" || s.Redis.DB != 2 || s.Redis.ReadTimeout != 0 {
 		t.Errorf("redis = %+v", s.Redis)
 	}
-	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low"}}; !reflect.DeepEqual(s.Engine.Queues, want) {
+	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low", MaxRunning: 3}}; !reflect.DeepEqual(s.Engine.Queues, want) {
 		t.Errorf("queues = %v, want %v", s.Engine.Queues, want)
 	}
 	if r := s.roles(); r != engine.RoleDispatcher|engine.RoleReaper {

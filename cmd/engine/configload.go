@@ -376,7 +376,8 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	return nil
 }
 
-// queueNode reads {name: N, weight: W} or, in text, "name:weight".
+// queueNode reads {name: N, weight: W, max_running: M} or, in text,
+// "name:weight".
 func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 	scalar := func(v string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(v), Line: n.Line}
@@ -388,14 +389,14 @@ func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 	}
 	var q engine.QueueConfig
 	if n.Kind != yaml.MappingNode {
-		return q, &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N}"}
+		return q, &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N, max_running: M}"}
 	}
-	fields := map[string]any{"name": &q.Name, "weight": &q.Weight}
+	fields := map[string]any{"name": &q.Name, "weight": &q.Weight, "max_running": &q.MaxRunning}
 	err := mapping(n, key, file, func(k string, v *yaml.Node, kat string) error {
 		if p := fields[strings.TrimPrefix(k, key+".")]; p != nil {
 			return (&Settings{origin: map[string]string{}}).setValue(k, p, v, kat, file)
 		}
-		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name or weight)"}
+		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name, weight or max_running)"}
 	})
 	return q, err
 }

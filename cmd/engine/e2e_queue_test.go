@@ -70,3 +70,32 @@ func TestE2EUnservedQueueHint(t *testing.T) {
 		t.Errorf("stats --json unserved_queues = %v, %v; want [typo]", st.UnservedQueues, err)
 	}
 }
+
+// TestE2EQueueLimit: engine queue limit sets a queue's concurrency limit,
+// which stats shows, and --max-running 0 removes it; a bad value is a
+// usage error.
+func TestE2EQueueLimit(t *testing.T) {
+	h := newHarness(t)
+	if out := h.ok("queue", "limit", "mail", "--max-running", "3"); !strings.Contains(out, "queue mail: at most 3 running") {
+		t.Errorf("limit printed %q", out)
+	}
+	if st := h.stats("mail"); st.MaxRunning != 3 || st.SlotsInUse != 0 {
+		t.Errorf("stats = %+v, want max_running 3", st)
+	}
+	if out := h.ok("stats"); !strings.Contains(out, "LIMIT") || !strings.Contains(out, "0/3") {
+		t.Errorf("stats table %q, want a LIMIT column with 0/3", out)
+	}
+	if out := h.ok("queue", "limit", "mail", "--max-running", "0"); !strings.Contains(out, "queue mail: no concurrency limit") {
+		t.Errorf("limit 0 printed %q", out)
+	}
+	if st := h.stats("mail"); st.MaxRunning != 0 {
+		t.Errorf("stats after removal = %+v, want no limit", st)
+	}
+	for _, args := range [][]string{{"queue", "limit", "mail"}, {"queue", "limit", "mail", "--max-running", "-1"},
+		{"queue", "limit", "--max-running", "2"}, {"queue", "limit", "mail", "--max-running", "many"},
+		{"queue", "limit", "a b", "--max-running", "2"}, {"queue", "limit", "a", "b", "--max-running", "2"}} {
+		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
+			t.Errorf("engine %v: exit %d, stderr %q; want a usage error", args, code, errOut)
+		}
+	}
+}

@@ -660,6 +660,81 @@ func (c *checker) scenarioChecks() {
 	if h.sc.Snoozed {
 		noted(h.checkSnoozed())
 	}
+	if h.sc.MaxRunning > 0 {
+		noted(h.checkLimit(obs))
+	}
+}
+
+// noopSleepMax is chaosproc's -sleep-max default: the longest a noop
+// handler waits.
+const noopSleepMax = 20 * time.Millisecond
+
+// checkLimit proves from the handler ledgers that no more runs overlapped
+// at any instant than the queue limit allows (Scenario.MaxRunning, per
+// lane), and that the limit was reached. A run is from its S line to its
+// E line; one without an E line ends when its process was killed (the
+// first kill of its pid after its start), and never later than the noop
+// handler's longest sleep after its start (chaosproc -sleep-max, its
+// default: the scenario keeps it), which the handler never waits past:
+// a run with neither (its handler returned at its context's end) ends
+// then.
+func (h *harness) checkLimit(obs *observed) (string, error) {
+	bound := h.sc.MaxRunning * max(len(h.lanes), 1)
+	h.mu.Lock()
+	kills := map[int][]time.Time{}
+	for _, k := range h.kills {
+		kills[k.PID] = append(kills[k.PID], k.At)
+	}
+	h.mu.Unlock()
+	type ev struct {
+		t     int64
+		delta int
+	}
+	var evs []ev
+	open, killed := 0, 0
+	for _, rs := range obs.runs {
+		for _, r := range rs {
+			end := r.End
+			if end == 0 {
+				for _, at := range kills[r.PID] {
+					if ms := at.UnixMilli(); ms >= r.Start && (end == 0 || ms < end) {
+						end = ms
+					}
+				}
+				longest := r.Start + noopSleepMax.Milliseconds() + 1
+				if end != 0 && end <= longest {
+					killed++
+				} else {
+					open++
+					end = longest
+				}
+			}
+			evs = append(evs, ev{r.Start, 1}, ev{end, -1})
+		}
+	}
+	// An end and a start in the same millisecond: the end first (a slot
+	// is given back before the claim that takes it).
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t != evs[j].t {
+			return evs[i].t < evs[j].t
+		}
+		return evs[i].delta < evs[j].delta
+	})
+	n, most, at := 0, 0, int64(0)
+	for _, e := range evs {
+		n += e.delta
+		if n > most {
+			most, at = n, e.t
+		}
+	}
+	if most > bound {
+		return "", fmt.Errorf("queue limit %d (%d lanes): %d runs overlapped at %s", h.sc.MaxRunning, max(len(h.lanes), 1), most, fmtMs(at))
+	}
+	if most < h.sc.MaxRunning {
+		return "", fmt.Errorf("%w: at most %d runs overlapped, the limit is %d", errNotExercised, most, h.sc.MaxRunning)
+	}
+	return fmt.Sprintf("queue limit %d (%d lanes): at most %d runs overlapped (first at %s), over %d runs (%d ended by a kill, %d without an end)",
+		h.sc.MaxRunning, max(len(h.lanes), 1), most, fmtMs(at), len(evs)/2, killed, open), nil
 }
 
 // checkSnoozed tells whether handlers snoozed tasks: the queues' snoozed

@@ -297,6 +297,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if sc.BadData >= 2 {
 		h.workerArgs = append(h.workerArgs, "-queues", "default,side")
 	}
+	if sc.MaxRunning > 0 {
+		h.workerArgs = append(h.workerArgs, "-max-running", fmt.Sprint(sc.MaxRunning))
+	}
 
 	rep, err := h.run(ctx)
 	if err != nil {

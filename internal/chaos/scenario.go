@@ -70,6 +70,11 @@ type Scenario struct {
 	// Snoozed: handlers snooze tasks (chaosproc -snooze), which must be
 	// seen in the queues' snoozed counters at the end.
 	Snoozed bool
+	// MaxRunning, when above 0, is the concurrency limit of the workers'
+	// queues (chaosproc -max-running): the handler ledgers must show no
+	// instant with more runs than that (per lane: times the lanes with
+	// shards), and some instant with that many (harness.checkLimit).
+	MaxRunning int
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -153,6 +158,17 @@ var scenarios = []Scenario{
 		KillWorkers: 700 * time.Millisecond, TermWorkers: 0.33,
 		Cuts:  &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
 		Ahead: true,
+	},
+	{
+		Name: "limit", Doc: "the queue limited to 3 running tasks across 4 workers of 8 slots: workers are killed (kill -9 holding slots, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH; at no instant may more than 3 runs overlap, and 3 must",
+		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
+		ProcArgs:    []string{"-immediate=0.7"},
+		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
+		Cuts:       &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
+		MaxRunning: 3,
+		// Three runs at a time of up to 20 ms, through the proxy: the
+		// tasks come slower than elsewhere, so that the drain keeps up.
+		MinDuration: 25 * time.Second,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",

@@ -70,6 +70,7 @@ type Collector struct {
 	moved, conflicts                                    prom.Counter
 
 	queueTasks, oldestReady, workersAlive, statsUp *prom.Desc
+	maxRunning, slotsInUse                         *prom.Desc
 
 	mu   sync.Mutex // held for a refresh: one at a time, others wait and share it
 	read time.Time  // when snap was taken
@@ -127,6 +128,10 @@ func New(opts Options) *Collector {
 			[]string{"queue", "state"}, nil),
 		oldestReady: prom.NewDesc("bucketq_queue_oldest_ready_age_seconds", "How long the oldest ready task of a queue has been due, read from Redis.",
 			[]string{"queue"}, nil),
+		maxRunning: prom.NewDesc("bucketq_queue_max_running", "A queue's concurrency limit (0: none), read from Redis.",
+			[]string{"queue"}, nil),
+		slotsInUse: prom.NewDesc("bucketq_queue_slots_in_use", "Slots of a queue's concurrency limit that running tasks hold, read from Redis.",
+			[]string{"queue"}, nil),
 		workersAlive: prom.NewDesc("bucketq_workers_alive", "Worker processes whose heartbeat is alive, read from Redis.", nil, nil),
 		statsUp:      prom.NewDesc("bucketq_redis_stats_up", "1 if the last reading of the gauges from Redis succeeded, else 0.", nil, nil),
 	}
@@ -176,6 +181,8 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	if c.opts.Inspector != nil {
 		ch <- c.queueTasks
 		ch <- c.oldestReady
+		ch <- c.maxRunning
+		ch <- c.slotsInUse
 		ch <- c.workersAlive
 		ch <- c.statsUp
 	}
@@ -207,6 +214,8 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 			ch <- prom.MustNewConstMetric(c.queueTasks, prom.GaugeValue, float64(st.n), q.Queue, st.state)
 		}
 		ch <- prom.MustNewConstMetric(c.oldestReady, prom.GaugeValue, q.Latency.Seconds(), q.Queue)
+		ch <- prom.MustNewConstMetric(c.maxRunning, prom.GaugeValue, float64(q.MaxRunning), q.Queue)
+		ch <- prom.MustNewConstMetric(c.slotsInUse, prom.GaugeValue, float64(q.SlotsInUse), q.Queue)
 	}
 }
 

@@ -156,8 +156,18 @@ func TestScrapeDuringRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	in := inspector(t, cfg, pool)
+	if err := in.SetQueueLimit(ctx, "default", 50); err != nil {
+		t.Fatal(err)
+	}
 	// Before any worker: the gauges show what waits.
 	fams := scrape(t, hs.URL)
+	if got := value(fams, "bucketq_queue_max_running", "queue", "default"); got != 50 {
+		t.Errorf("max_running gauge = %v, want 50", got)
+	}
+	if got := value(fams, "bucketq_queue_slots_in_use", "queue", "default"); got != 0 {
+		t.Errorf("slots_in_use gauge = %v, want 0", got)
+	}
 	if got := value(fams, "bucketq_queue_tasks", "queue", "default", "state", "ready"); got != nOK+nFlaky+nBad {
 		t.Errorf("ready gauge before the run = %v, want %d", got, nOK+nFlaky+nBad)
 	}

@@ -48,7 +48,7 @@ type options struct {
 	resolution, timeout, leaseGrace, hbInterval, hbTTL, idleWait time.Duration
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
 	dispatchBuckets, dispatchTasks, enqueueLanes, prefetch       int
-	maxPayload, maxRecoveries, concurrency                       int
+	maxPayload, maxRecoveries, concurrency, maxRunning           int
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
 
@@ -102,6 +102,7 @@ func main() {
 	flag.IntVar(&o.enqueueLanes, "enqueue-lanes", 0, "Config.Advanced.EnqueueGroupLanes (0: default)")
 	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Advanced.Prefetch (0: default; negative: none)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
+	flag.IntVar(&o.maxRunning, "max-running", 0, "worker: QueueConfig.MaxRunning of every queue (0: none)")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
 	flag.DurationVar(&o.unknownGrace, "unknown-grace", time.Second, "Config.Advanced.UnknownTypeGrace (negative: none)")
@@ -179,7 +180,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	var queues []engine.QueueConfig
 	for _, q := range strings.Split(o.queues, ",") {
 		if q = strings.TrimSpace(q); q != "" {
-			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1})
+			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1, MaxRunning: o.maxRunning})
 		}
 	}
 	unknown := "retry"
@@ -475,6 +476,9 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 	if err != nil {
 		return err
 	}
+	if err := writeLimits(ctx, pool, cfg, log); err != nil {
+		return err
+	}
 	if err := writeIDs(o.idFile, w.ID()); err != nil {
 		return err
 	}
@@ -482,6 +486,36 @@ func work(ctx context.Context, pool *redis.Pool, cfg engine.Config, o options, l
 	err = countChained(led, w.Chained, w.ClaimedAhead, log, func() error { return w.Run(ctx) })
 	log.Info("worker done", "processed", w.Processed(), "failed", w.Failed(), "chained", w.Chained(), "ahead", w.ClaimedAhead())
 	return err
+}
+
+// writeLimits writes the queues' concurrency limits, as a Server does
+// when it starts (a worker alone does not), retrying through cut
+// connections until ctx ends.
+func writeLimits(ctx context.Context, pool *redis.Pool, cfg engine.Config, log *slog.Logger) error {
+	in, err := engine.NewInspector(cfg, pool)
+	if err != nil {
+		return err
+	}
+	for _, q := range cfg.Queues {
+		if q.MaxRunning <= 0 {
+			continue
+		}
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := in.SetQueueLimit(cctx, q.Name, q.MaxRunning)
+			cancel()
+			if err == nil {
+				break
+			}
+			log.Warn("could not set the queue limit; retrying", "queue", q.Name, "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // countChained runs run, meanwhile writing a C line (ledger.Chained)

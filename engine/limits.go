@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// limitRead is how often, at most, the fetching loop reads its queues'
+// concurrency limits (lim:<q>), and how long a queue found full is set
+// aside when no slot wake-up token comes.
+const limitRead = time.Second
+
+// limits is the worker's view of its queues' concurrency limits
+// (QueueConfig.MaxRunning, Inspector.SetQueueLimit). The fetching loop
+// reads them, one pipelined HGET per queue, at most once per limitRead
+// and only before a claim, on its connection (the fetching loop's pops,
+// and the pops sent behind results, all go through one): an idle worker
+// reads nothing.
+// The claim of a task of a queue known to be limited reads and takes a
+// slot under WATCH (buckets.Store.Claim): the view only says which claims
+// must, so a limit set meanwhile is applied from the next read on, within
+// a second while the worker fetches.
+//
+// A queue whose claim came back Full is set aside until a token arrives
+// on its slot wake-up list (sw:<q>, pushed by every release of a slot),
+// which the waiter blocks on, or limitRead passes.
+type limits struct {
+	// reading is held by the one claim that reads the limits, which the
+	// other claims wait for: none decides on a view older than limitRead.
+	reading sync.Mutex
+	mu      sync.Mutex
+	read    time.Time            // when the limits were last read; guarded by mu
+	max     map[string]int64     // queue -> its limit (absent: none); guarded by mu
+	full    map[string]time.Time // queue -> set aside until; guarded by mu
+}
+
+// limit is queue q's concurrency limit as last read; 0: none.
+func (l *limits) limit(q string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.max[q]
+}
+
+// anyLimited reports whether one of qs has a limit, as last read.
+func (l *limits) anyLimited(qs []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range qs {
+		if l.max[q] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setFull sets q aside after a claim found every slot in use.
+func (l *limits) setFull(q string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.full == nil {
+		l.full = map[string]time.Time{}
+	}
+	l.full[q] = time.Now().Add(limitRead)
+}
+
+// unfull ends q's set-aside: a slot was freed, or a task claimed.
+func (l *limits) unfull(q string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.full, q)
+}
+
+// isFull reports whether q is set aside now, and until when.
+func (l *limits) isFull(q string, now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.full[q]
+	if ok && !now.Before(until) {
+		delete(l.full, q)
+		return time.Time{}, false
+	}
+	return until, ok
+}
+
+// refreshLimits reads the limits of the worker's queues on conn when the
+// last read is limitRead old. A failed read keeps the old view (the pop
+// that follows on conn meets the failure).
+func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
+	l := &f.lim
+	due := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return time.Since(l.read) >= limitRead
+	}
+	if !due() {
+		return
+	}
+	l.reading.Lock()
+	defer l.reading.Unlock()
+	if !due() {
+		return // read by the claim waited for
+	}
+	now := time.Now()
+	got, err := f.w.store.QueueLimits(ctx, conn, f.queues)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.w.log.Debug("could not read the queues' concurrency limits", keyErr, err)
+		}
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.read = now
+	l.max = make(map[string]int64, len(got))
+	for i, n := range got {
+		if n > 0 {
+			l.max[f.queues[i]] = n
+		} else {
+			delete(l.full, f.queues[i])
+		}
+	}
+}
+
+// popBound is how many tasks one pop of q may take: at most its limit.
+func (f *fetcher) popBound(q string, n int) int {
+	if m := f.lim.limit(q); m > 0 && int64(n) > m {
+		return int(m)
+	}
+	return n
+}
