@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,5 +99,61 @@ func TestE2EQueueLimit(t *testing.T) {
 		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
 			t.Errorf("engine %v: exit %d, stderr %q; want a usage error", args, code, errOut)
 		}
+	}
+}
+
+// TestE2EQueueLimitTwoDaemons: two daemons of 10 slots each on a queue
+// limited to 3, tasks of 300 ms: at no instant do more than 3 commands
+// run, and while the queue is deep 3 do. The commands' own start and end
+// times (their spans file) are the ledger.
+func TestE2EQueueLimitTwoDaemons(t *testing.T) {
+	h := newHarness(t)
+	h.ok("queue", "limit", "mail", "--max-running", "3")
+	for range 12 {
+		h.enqueue("--type", "slow300", "--queue", "mail")
+	}
+	a := h.startRun(nil, "--queues", "mail", "--concurrency", "10")
+	b := h.startRun(nil, "--queues", "mail", "--concurrency", "10")
+	h.eventually(30*time.Second, "the 12 tasks", func() bool { return h.stats("mail").Processed == 12 })
+	for _, p := range []*proc{a, b} {
+		if code, _ := p.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
+			t.Errorf("SIGTERM: exit %d", code)
+		}
+	}
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for _, l := range strings.Split(strings.TrimSpace(h.file("spans")), "\n") {
+		kind, ns, _ := strings.Cut(l, " ")
+		at, err := strconv.ParseInt(ns, 10, 64)
+		if err != nil {
+			t.Fatalf("spans line %q", l)
+		}
+		d := 1
+		if kind == "E" {
+			d = -1
+		}
+		edges = append(edges, edge{at, d})
+	}
+	if len(edges) != 24 {
+		t.Fatalf("%d span lines, want 24", len(edges))
+	}
+	// Ends before starts at the same instant: a slot freed and taken in
+	// the same nanosecond is not an overlap.
+	sort.Slice(edges, func(i, j int) bool {
+		return edges[i].at < edges[j].at || edges[i].at == edges[j].at && edges[i].delta < edges[j].delta
+	})
+	most, cur := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		most = max(most, cur)
+	}
+	if most != 3 {
+		t.Fatalf("at most %d commands ran at once, want exactly 3 (the limit, reached)", most)
+	}
+	if st := h.stats("mail"); st.SlotsInUse != 0 {
+		t.Errorf("stats = %+v, want no slot in use", st)
 	}
 }

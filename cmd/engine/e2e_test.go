@@ -72,6 +72,9 @@ handlers:
     command: [sh, -c, 'echo "progress 1 of 2" >&2; echo "progress 2 of 2, all read" >&2; echo done']
   later:
     command: [sh, -c, 'echo "snoozes so far: $ENGINE_TASK_SNOOZES"; echo "snooze 1h"; exit 75']
+  slow300:
+    command: [sh, -c, 'echo "S $(date +%%s%%N)" >> "$DIR/spans"; sleep 0.3; echo "E $(date +%%s%%N)" >> "$DIR/spans"']
+    env: {DIR: %[1]q}
 `
 
 // harness is one real redis-server (2.4 commands only), one config and
