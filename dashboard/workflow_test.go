@@ -114,6 +114,12 @@ func TestWorkflowAndResultPages(t *testing.T) {
 			t.Errorf("task page of the first step lacks %q", want)
 		}
 	}
+	if err := in.SetQueueLimit(context.Background(), "default", 5); err != nil {
+		t.Fatal(err)
+	}
+	if page := get("/"); !strings.Contains(page, "/5</td>") {
+		t.Errorf("the overview does not show the queue's limit of 5:\n%s", page)
+	}
 	held, err := client.Enqueue(context.Background(), "hold", nil)
 	if err != nil {
 		t.Fatal(err)
