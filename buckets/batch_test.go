@@ -15,7 +15,14 @@ import (
 // batchEnv is a fresh namespace on a real server.
 func batchEnv(t *testing.T) (*Store, redis.Conn, context.Context) {
 	t.Helper()
-	srv := redistest.Start(t)
+	s, c := storeOn(t, redistest.Start(t))
+	return s, c, context.Background()
+}
+
+// storeOn is a Store of a fresh namespace on srv (1 s buckets) and a
+// connection to it, both cleaned up with t.
+func storeOn(t testing.TB, srv *redistest.Server) (*Store, redis.Conn) {
+	t.Helper()
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
 	s, err := NewStore(ns, 1000)
@@ -24,7 +31,7 @@ func batchEnv(t *testing.T) (*Store, redis.Conn, context.Context) {
 	}
 	c := srv.Pool(t).Get()
 	t.Cleanup(func() { c.Close() })
-	return s, c, context.Background()
+	return s, c
 }
 
 func popAll(t *testing.T, s *Store, c redis.Conn, n int) []string {

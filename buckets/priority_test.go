@@ -17,15 +17,7 @@ func priorityStores(t *testing.T, f func(t *testing.T, s *Store, c redis.Conn)) 
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := start(t)
-			ns := redistest.Namespace(t)
-			t.Cleanup(func() { srv.Cleanup(t, ns) })
-			s, err := NewStore(ns, 1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := srv.Pool(t).Get()
-			t.Cleanup(func() { c.Close() })
+			s, c := storeOn(t, start(t))
 			f(t, s, c)
 		})
 	}

@@ -113,9 +113,7 @@ func (pw *progressWriter) run(ctx context.Context) {
 		case <-pw.wake:
 			pw.flush(ctx)
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressWriteTimeout)
-			pw.flush(fctx)
-			cancel()
+			pw.flush(context.WithoutCancel(ctx)) // flush bounds its own round trip
 			return
 		}
 	}
@@ -138,7 +136,7 @@ func (pw *progressWriter) flush(ctx context.Context) {
 	pw.sent.Add(int64(len(batch)))
 	conn, err := pw.pool.GetContext(ctx)
 	if err == nil {
-		err = pw.store.SetProgresses(ctx, conn, batch2(batch))
+		err = pw.store.SetProgresses(ctx, conn, progressWrites(batch))
 		conn.Close()
 	}
 	if err != nil {
@@ -146,7 +144,8 @@ func (pw *progressWriter) flush(ctx context.Context) {
 	}
 }
 
-func batch2(m map[string]pendingProgress) []buckets.ProgressWrite {
+// progressWrites lists the pending progress as the store writes it.
+func progressWrites(m map[string]pendingProgress) []buckets.ProgressWrite {
 	out := make([]buckets.ProgressWrite, 0, len(m))
 	for id, pp := range m {
 		out = append(out, buckets.ProgressWrite{ID: id, Progress: pp.p, TTL: pp.ttl})
