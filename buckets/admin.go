@@ -307,16 +307,13 @@ func (s *Store) deadBatch(ctx context.Context, conn redis.Conn, ids []string, ea
 	return n, nil
 }
 
-// QueueStats is one queue's figures.
+// QueueStats is one queue's figures, as Snapshot reads them, with its
+// oldest ready task's record, earliest bucket and whether it is paused.
 type QueueStats struct {
-	Queue                                                     string
-	Ready                                                     int64
-	Scheduled, Retrying, Running, Dead                        int64
-	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64
-	OldestReady                                               *Record // nil when none is ready
-	NextDue                                                   int64   // earliest bucket time, 0 when none
-	Paused                                                    bool    // in the paused set
-	MaxRunning, SlotsInUse                                    int64   // concurrency limit (0: none), slots in use (sl:<q>)
+	QueueSnapshot
+	Oldest  *Record // the oldest ready task (of its levels' pop ends); nil when none is ready
+	NextDue int64   // earliest bucket time, 0 when none
+	Paused  bool    // in the paused set
 }
 
 // Stats reads every known queue's counters, ready length, oldest ready
@@ -345,13 +342,7 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	sort.Strings(qs)
 	var cmds cmdList
 	for _, q := range qs {
-		cmds.Queue("HGETALL", s.Keys.Stats(q))
-		cmds.Queue("GET", s.Keys.Slots(q))
-		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
-		for _, p := range placesOf(q, levels) {
-			cmds.Queue("LLEN", s.Keys.Ready(p))
-			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
-		}
+		s.queueFigures(&cmds, q, levels)
 	}
 	cmds.Queue("SMEMBERS", s.Keys.Paused())
 	cmds.Queue("ZRANGE", s.Keys.Schedule(), 0, scanLimit-1, "WITHSCORES")
@@ -388,35 +379,18 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	out := make([]QueueStats, len(qs))
 	var ids []string
 	var owner []int // the queue of each of ids
-	at := 0
+	figures := reps
 	for i, q := range qs {
-		st := QueueStats{Queue: q, NextDue: next[q], Paused: paused[q]}
-		if m, err := redis.Int64Map(reps[at], nil); err == nil {
-			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
-			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
-			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
-		} else {
-			errs = append(errs, fmt.Errorf("buckets: stats of queue %s: counters: %w", q, err))
+		var snap QueueSnapshot
+		snap, figures = readQueueFigures(figures, q, levels)
+		if snap.Err != nil {
+			errs = append(errs, snap.Err)
 		}
-		st.MaxRunning, st.SlotsInUse = limitFigures(reps[at+1], reps[at+2])
-		at += 3
-		for range placesOf(q, levels) {
-			n, err := redis.Int64(reps[at], nil)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("buckets: stats of queue %s: ready length: %w", q, err))
-			}
-			st.Ready += n
-			id, err := redis.String(reps[at+1], nil)
-			if err != nil && !errors.Is(err, redis.ErrNil) {
-				errs = append(errs, fmt.Errorf("buckets: stats of queue %s: oldest ready: %w", q, err))
-			}
-			if id != "" {
-				ids = append(ids, id)
-				owner = append(owner, i)
-			}
-			at += 2
+		for _, id := range snap.OldestReady {
+			ids = append(ids, id)
+			owner = append(owner, i)
 		}
-		out[i] = st
+		out[i] = QueueStats{QueueSnapshot: snap, NextDue: next[q], Paused: paused[q]}
 	}
 	recs, _, err := s.Records(ctx, conn, ids)
 	if err != nil {
@@ -424,8 +398,8 @@ func (s *Store) Stats(ctx context.Context, conn redis.Conn, scanLimit int) ([]Qu
 	}
 	for j, r := range recs {
 		// The oldest of the tasks at the pop ends of the queue's levels.
-		if o := &out[owner[j]]; r != nil && (o.OldestReady == nil || r.Due < o.OldestReady.Due) {
-			o.OldestReady = r
+		if o := &out[owner[j]]; r != nil && (o.Oldest == nil || r.Due < o.Oldest.Due) {
+			o.Oldest = r
 		}
 	}
 	return out, errors.Join(errs...)

@@ -86,9 +86,7 @@ func placesOf(q string, levels map[string][]string) []string {
 }
 
 // Snapshot reads the counters, ready length and oldest ready id of every
-// queue in qs in one MULTI/EXEC: HGETALL st:<q>, GET sl:<q>, HGET lim:<q>
-// max_running, and LLEN and LINDEX -1 of each of its levels' ready lists
-// (level 1, and the levels the levels set names, read first with one
+// queue in qs in one MULTI/EXEC (queueFigures), after the levels set (one
 // SMEMBERS): five commands per queue that never used a level above 1,
 // whatever the number of tasks.
 func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]QueueSnapshot, error) {
@@ -101,51 +99,63 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 	}
 	var cmds cmdList
 	for _, q := range qs {
-		cmds.Queue("HGETALL", s.Keys.Stats(q))
-		cmds.Queue("GET", s.Keys.Slots(q))
-		cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
-		for _, p := range placesOf(q, levels) {
-			cmds.Queue("LLEN", s.Keys.Ready(p))
-			cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
-		}
+		s.queueFigures(&cmds, q, levels)
 	}
 	reps, err := s.snapshot(ctx, conn, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("buckets: queue figures: %w", err)
 	}
 	out := make([]QueueSnapshot, len(qs))
-	at := 0
 	for i, q := range qs {
-		st := QueueSnapshot{Queue: q}
-		var errs []error
-		if m, err := redis.Int64Map(reps[at], nil); err == nil {
-			st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
-			st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
-			st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
-		} else {
-			errs = append(errs, fmt.Errorf("counters: %w", err))
-		}
-		st.MaxRunning, st.SlotsInUse = limitFigures(reps[at+1], reps[at+2])
-		at += 3
-		for range placesOf(q, levels) {
-			if n, err := redis.Int64(reps[at], nil); err == nil {
-				st.Ready += n
-			} else {
-				errs = append(errs, fmt.Errorf("ready length: %w", err))
-			}
-			if id, err := redis.String(reps[at+1], nil); err == nil {
-				st.OldestReady = append(st.OldestReady, id)
-			} else if !errors.Is(err, redis.ErrNil) {
-				errs = append(errs, fmt.Errorf("oldest ready: %w", err))
-			}
-			at += 2
-		}
-		if len(errs) > 0 {
-			st.Err = fmt.Errorf("buckets: queue %s: %w", q, errors.Join(errs...))
-		}
-		out[i] = st
+		out[i], reps = readQueueFigures(reps, q, levels)
 	}
 	return out, nil
+}
+
+// queueFigures queues the reads of queue q's figures: HGETALL st:<q>, GET
+// sl:<q>, HGET lim:<q> max_running, and LLEN and LINDEX -1 of each of its
+// levels' ready lists (level 1 and those levels names).
+func (s *Store) queueFigures(cmds *cmdList, q string, levels map[string][]string) {
+	cmds.Queue("HGETALL", s.Keys.Stats(q))
+	cmds.Queue("GET", s.Keys.Slots(q))
+	cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
+	for _, p := range placesOf(q, levels) {
+		cmds.Queue("LLEN", s.Keys.Ready(p))
+		cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
+	}
+}
+
+// readQueueFigures reads the replies of queueFigures for queue q from the
+// front of reps, and returns the rest. What could not be read is in Err,
+// each failed read naming the queue; the other figures are read all the
+// same.
+func readQueueFigures(reps []interface{}, q string, levels map[string][]string) (QueueSnapshot, []interface{}) {
+	st := QueueSnapshot{Queue: q}
+	var errs []error
+	if m, err := redis.Int64Map(reps[0], nil); err == nil {
+		st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
+		st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
+		st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
+	} else {
+		errs = append(errs, fmt.Errorf("buckets: queue %s: counters: %w", q, err))
+	}
+	st.MaxRunning, st.SlotsInUse = limitFigures(reps[1], reps[2])
+	reps = reps[3:]
+	for range placesOf(q, levels) {
+		if n, err := redis.Int64(reps[0], nil); err == nil {
+			st.Ready += n
+		} else {
+			errs = append(errs, fmt.Errorf("buckets: queue %s: ready length: %w", q, err))
+		}
+		if id, err := redis.String(reps[1], nil); err == nil {
+			st.OldestReady = append(st.OldestReady, id)
+		} else if !errors.Is(err, redis.ErrNil) {
+			errs = append(errs, fmt.Errorf("buckets: queue %s: oldest ready: %w", q, err))
+		}
+		reps = reps[2:]
+	}
+	st.Err = errors.Join(errs...) // each names the queue
+	return st, reps
 }
 
 // ReadyWindow reads ids of queue q's ready list by position from the pop

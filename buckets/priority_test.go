@@ -64,7 +64,7 @@ func TestPriorityPlaces(t *testing.T) {
 			t.Errorf("Levels = %v, %v; want levels 2 (scheduled) and 3 (ready) named", levels, err)
 		}
 		st, err := s.Stats(ctx, c, 100)
-		if err != nil || len(st) != 1 || st[0].Ready != 3 || st[0].Scheduled != 2 || st[0].OldestReady == nil {
+		if err != nil || len(st) != 1 || st[0].Ready != 3 || st[0].Scheduled != 2 || st[0].Oldest == nil {
 			t.Fatalf("Stats = %+v, %v; want 3 ready (of two levels), 2 scheduled", st, err)
 		}
 		snap, err := s.Snapshot(ctx, c, []string{"q"})

@@ -32,8 +32,8 @@ func (c *laneClient) Stats(ctx context.Context) ([]QueueInfo, error) {
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
 			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, NextDue: fromMs(s.NextDue), Paused: s.Paused,
 			MaxRunning: s.MaxRunning, SlotsInUse: s.SlotsInUse}
-		if s.OldestReady != nil {
-			q.Latency = max(0, now.Sub(fromMs(s.OldestReady.Due)))
+		if s.Oldest != nil {
+			q.Latency = max(0, now.Sub(fromMs(s.Oldest.Due)))
 		}
 		out[i] = q
 	}
