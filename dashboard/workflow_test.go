@@ -108,6 +108,14 @@ func TestWorkflowAndResultPages(t *testing.T) {
 			t.Errorf("workflow page lacks %q", want)
 		}
 	}
+	// A run's report is written by the worker's progress writer, apart
+	// from its result: wait for it to land.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if strings.Contains(get("/tasks/"+url.PathEscape(wf.Steps[0].ID)), "42 lines read so far") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // written on the worker's own connection
+	}
 	step := get("/tasks/" + url.PathEscape(wf.Steps[0].ID))
 	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched", "42 lines read so far", "<dt>Priority</dt><dd>1 "} {
 		if !strings.Contains(step, want) {

@@ -67,9 +67,15 @@ func TestProgressShown(t *testing.T) {
 		}
 		close(release)
 		waitFor(t, outcomeWait, "done", func() bool { return e.state(t, id) == StateDone })
-		// The last report of a run is written before its result.
+		// The last report of a run is offered when its handler returns and
+		// written by the worker's progress writer, not in the result's
+		// transaction: it lands on the done task within that write.
+		waitFor(t, outcomeWait, "the last report on the done task", func() bool {
+			v, err := in.Task(ctx, id)
+			return err == nil && v.Progress == 100
+		})
 		v, err := in.Task(ctx, id)
-		if err != nil || v.Progress != 100 || v.ProgressNote != "all pages" {
+		if err != nil || v.Progress != 100 || v.ProgressNote != "all pages" || v.State != StateDone {
 			t.Fatalf("done task: %+v, %v", v, err)
 		}
 		if err := SetProgress(ctx, 1, ""); err == nil {

@@ -322,7 +322,12 @@ func TestE2EProgressAndSnooze(t *testing.T) {
 	// takes far more than a millisecond).
 	stale := h.enqueue("--type", "append", "--expire-in", "1ms")
 	run := h.startRun(nil)
-	h.eventually(10*time.Second, "the steps task to finish", func() bool { return h.lookup(steps).State == "done" })
+	// The last report is written by the worker's progress writer, just
+	// after the run's result.
+	h.eventually(10*time.Second, "the steps task done with its last report", func() bool {
+		l := h.lookup(steps)
+		return l.State == "done" && l.Progress != nil && l.Progress.Value == 2
+	})
 	l := h.lookup(steps)
 	if l.Progress == nil || l.Progress.Value != 2 || l.Progress.Note != "of 2, all read" || l.Progress.At.IsZero() {
 		t.Errorf("lookup of the steps task: progress %+v, want 2 \"of 2, all read\"", l.Progress)
