@@ -497,12 +497,12 @@ func writeLimits(ctx context.Context, pool *redis.Pool, cfg engine.Config, log *
 		return err
 	}
 	for _, q := range cfg.Queues {
-		if q.MaxRunning <= 0 {
+		if q.MaxRunning <= 0 && q.Rate == "" && q.KeyMaxRunning <= 0 && q.KeyRate == "" {
 			continue
 		}
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := in.SetQueueLimit(cctx, q.Name, q.MaxRunning)
+			err := in.SetQueueLimits(cctx, q)
 			cancel()
 			if err == nil {
 				break
