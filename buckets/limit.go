@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -414,16 +413,17 @@ func limitFigures(used, limit interface{}) (maxRunning, inUse int64) {
 	return max(maxRunning, 0), inUse
 }
 
-// rotationPick is how many keys in turn a pop reads, to take one of at
-// random: workers popping a level at once then mostly take different
-// keys instead of conflicting on one.
+// rotationPick is how many keys in turn a pop reads: it tries them in
+// turn order until one yields tasks (a key another worker emptied just
+// before yields none).
 const rotationPick = 8
 
 // PopKey takes up to n tasks of one key of place p (a queue's level) into
 // worker w's in-flight list, the key taken in turn from the level's
-// rotation (Keys.Rotation): one of the rotationPick least recently served
-// keys whose time has come (ZRANGEBYSCORE kr:<p> -inf now LIMIT 0 8,
-// with ZRANGE kr:<p> 0 0 WITHSCORES for when the next one comes), then
+// rotation (Keys.Rotation): the least recently served key whose time has
+// come (ZRANGEBYSCORE kr:<p> -inf now LIMIT 0 8, the next ones tried when
+// it has nothing; with ZRANGE kr:<p> 0 0 WITHSCORES for when the next one
+// comes), then
 //
 //	WATCH  q:<p#key>
 //	read   LLEN q:<p#key>
@@ -455,7 +455,6 @@ func (s *Store) PopKey(ctx context.Context, conn redis.Conn, p, w string, n int,
 		}
 		return "", nil, next, nil
 	}
-	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	for _, key := range keys {
 		if !ValidName(key) {
 			// Not a key a task can have: nothing waits under it.

@@ -28,6 +28,7 @@ type Task struct {
 	// worker that died or was stopped, a lost lease): a handler sees a
 	// re-run as Run > 1.
 	Run       int
+	Started   time.Time // when this run was claimed (the start a rate limit counts)
 	Timeout   time.Duration
 	Created   time.Time
 	Due       time.Time
@@ -56,7 +57,7 @@ func taskOf(r *buckets.Record) Task {
 	return Task{
 		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries, Snoozes: r.Snoozes,
-		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
+		Run: r.Runs, Started: fromMs(r.Started), Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 		Metadata: r.Metadata, Expires: fromMs(r.ExpireAt),
 
