@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,6 +56,15 @@ const (
 	// from the number of its running records that hold one (Stored,
 	// Count).
 	FindSlots FindingKind = "slots"
+	// FindUnturnedKey: a key's ready list (Member, a KeyPlace) holds
+	// tasks but its level's rotation (Keys.Rotation) lacks the key:
+	// workers would not pop it (Queue, Key).
+	FindUnturnedKey FindingKind = "unturned-key"
+	// FindKeySlots: a key's slots in use (Keys.KeySlots, Key; the key is
+	// Member) are not the running records of its key that hold one
+	// (Stored, Count): a slot held by no run would hold the key back
+	// for good.
+	FindKeySlots FindingKind = "key-slots"
 )
 
 // Finding is one thing the checker found wrong.
@@ -103,6 +113,10 @@ func (f Finding) String() string {
 		return fmt.Sprintf("worker %s holds tasks in %s but is not registered: no reaper would return them", f.Worker, f.Key)
 	case FindUnlistedLevel:
 		return fmt.Sprintf("queue %s: %s holds tasks but the levels set does not name %s: no worker would pop it", f.Queue, f.Key, f.Member)
+	case FindUnturnedKey:
+		return fmt.Sprintf("queue %s: %s holds tasks but its key is not in turn: no worker would pop it", f.Queue, f.Key)
+	case FindKeySlots:
+		return fmt.Sprintf("queue %s: key %s holds %d slots, %d running tasks hold one", f.Queue, f.Member, f.Stored, f.Count)
 	}
 	return string(f.Kind)
 }
@@ -207,9 +221,12 @@ type walk struct {
 	places    map[string][]string // id -> keys holding it (InlinePlace for an inline entry)
 	recs      map[string]*Record  // id -> decoded record (absent: missing or malformed)
 	stored    map[string]map[string]int64
-	slots     map[string]int64 // queue -> sl:<q> as read (absent: the key is)
-	retries   map[string]int64 // the retry counts hash, by member
-	noRetries bool             // it could not be read (wrong type)
+	slots     map[string]int64    // queue -> sl:<q> as read (absent: the key is)
+	keySlots  map[string][]string // "q#key" -> the ids in ks:<q>#<key>
+	heldKeys  map[string][]string // "q#key" -> the running records' ids that hold one of its slots
+	listed    map[string]bool     // keyed ready lists found holding ids
+	retries   map[string]int64    // the retry counts hash, by member
+	noRetries bool                // it could not be read (wrong type)
 	found     []Finding
 }
 
@@ -235,7 +252,8 @@ func (s *Store) page(o CheckOptions) int {
 // make an id appear twice but never nowhere.
 func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 	w := &walk{queues: map[string]bool{}, dead: map[string]bool{}, unreg: map[string]bool{}, places: map[string][]string{}, inline: map[string]int64{},
-		recs: map[string]*Record{}, stored: map[string]map[string]int64{}, slots: map[string]int64{}}
+		recs: map[string]*Record{}, stored: map[string]map[string]int64{}, slots: map[string]int64{},
+		keySlots: map[string][]string{}, heldKeys: map[string][]string{}}
 	n := s.page(o)
 	k := s.Keys
 	var listedIDs []string
@@ -371,6 +389,9 @@ func (s *Store) walkNamespace(r reader, o CheckOptions) (*walk, error) {
 		return nil, err
 	}
 	if err := s.readLevels(r, w, places); err != nil {
+		return nil, err
+	}
+	if err := s.readKeys(r, w, n); err != nil {
 		return nil, err
 	}
 	if err := s.readLists(r, w, n, w.workers, k.Inflight); err != nil {
@@ -711,6 +732,10 @@ func (w *walk) judge(k Keys, resolution int64) {
 			if r.HoldsSlot {
 				heldSlots[r.Queue]++
 			}
+			if r.HoldsKeySlot {
+				name := r.Queue + "#" + r.Key
+				w.heldKeys[name] = append(w.heldKeys[name], id)
+			}
 			allowed = func(key string) bool { return key == k.Pending(r.Worker) }
 		case StateDead:
 			count(r.Queue, StatDead, 1)
@@ -793,6 +818,105 @@ func (w *walk) judge(k Keys, resolution int64) {
 			w.found = append(w.found, Finding{Kind: FindSlots, Queue: q, Key: k.Slots(q), Stored: w.slots[q], Count: heldSlots[q]})
 		}
 	}
+	names := map[string]bool{}
+	for name := range w.keySlots {
+		names[name] = true
+	}
+	for name := range w.heldKeys {
+		names[name] = true
+	}
+	for _, name := range sortedKeys(names) {
+		q, key := SplitKey(name)
+		set, held := w.keySlots[name], w.heldKeys[name]
+		sort.Strings(set)
+		sort.Strings(held)
+		if !slices.Equal(set, held) && !w.hasWrongType(k.KeySlots(q, key)) {
+			w.found = append(w.found, Finding{Kind: FindKeySlots, Queue: q, Key: k.KeySlots(q, key), Member: key, Stored: int64(len(set)), Count: int64(len(held))})
+		}
+	}
+}
+
+// readKeys reads the keyed ready lists (KeyPlace), found by name (one
+// KEYS {ns}:q:*#*: keys are unbounded in number), reports each that holds
+// tasks while its key is not in its level's rotation, and reads the key
+// slot sets (one KEYS {ns}:ks:*).
+func (s *Store) readKeys(r reader, w *walk, n int) error {
+	k := s.Keys
+	lists, err := redis.Strings(r.do("KEYS", k.Prefix()+"q:*#*"))
+	if err != nil {
+		return fmt.Errorf("keyed lists: %w", err)
+	}
+	var kps []string
+	for _, key := range lists {
+		if kp := strings.TrimPrefix(key, k.Prefix()+"q:"); validPlace(kp) {
+			kps = append(kps, kp)
+		}
+	}
+	sort.Strings(kps)
+	if err := s.readLists(r, w, n, kps, k.Ready); err != nil {
+		return err
+	}
+	held := map[string]bool{}
+	for _, keys := range w.places {
+		for _, key := range keys {
+			held[key] = true
+		}
+	}
+	w.listed = held
+	var zs cmdList
+	var asked []string
+	for _, kp := range kps {
+		if held[k.Ready(kp)] {
+			p, key := SplitKey(kp)
+			zs.Queue("ZSCORE", k.Rotation(p), key)
+			asked = append(asked, kp)
+		}
+	}
+	if len(asked) > 0 {
+		reps, err := r.batch(zs)
+		if err != nil {
+			return fmt.Errorf("rotations: %w", err)
+		}
+		for i, rep := range reps {
+			p, _ := SplitKey(asked[i])
+			if e, ok := rep.(redis.Error); ok && IsWrongType(e) {
+				w.found = append(w.found, Finding{Kind: FindWrongType, Key: k.Rotation(p)})
+			} else if rep == nil {
+				w.found = append(w.found, Finding{Kind: FindUnturnedKey, Queue: QueueOf(p), Key: k.Ready(asked[i]), Member: asked[i]})
+			}
+		}
+	}
+	sets, err := redis.Strings(r.do("KEYS", k.Prefix()+"ks:*"))
+	if err != nil {
+		return fmt.Errorf("key slots: %w", err)
+	}
+	sort.Strings(sets)
+	var sm cmdList
+	var names []string
+	for _, key := range sets {
+		name := strings.TrimPrefix(key, k.Prefix()+"ks:")
+		if q, kk := SplitKey(name); ValidName(q) && ValidName(kk) {
+			sm.Queue("SMEMBERS", key)
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	reps, err := r.batch(sm)
+	if err != nil {
+		return fmt.Errorf("key slots: %w", err)
+	}
+	for i, rep := range reps {
+		ids, err := redis.Strings(rep, asError(rep))
+		if err != nil {
+			q, kk := SplitKey(names[i])
+			w.found = append(w.found, Finding{Kind: FindWrongType, Key: k.KeySlots(q, kk)})
+			continue
+		}
+		w.keySlots[names[i]] = ids
+	}
+	return nil
 }
 
 func (w *walk) hasWrongType(key string) bool {
@@ -845,6 +969,9 @@ func (s *Store) watchFor(f Finding) []string {
 		return []string{k.Workers(), k.Inflight(f.Worker), k.Pending(f.Worker)}
 	case FindUnlistedLevel:
 		return []string{k.Levels(), f.Key}
+	case FindUnturnedKey:
+		p, _ := SplitKey(f.Member)
+		return []string{k.Rotation(p), f.Key}
 	default:
 		return []string{f.Key}
 	}
@@ -989,6 +1116,15 @@ func (s *Store) Repair(ctx context.Context, conn redis.Conn, o CheckOptions, f F
 		wrote, err = s.repairGauges(ctx, conn, o, f.Queue)
 	case FindSlots:
 		wrote, err = s.repairSlots(ctx, conn, o, f.Queue)
+	case FindKeySlots:
+		wrote, err = s.repairKeySlots(ctx, conn, o, f, now)
+	case FindUnturnedKey:
+		// Adding a key in turn is what every push does: no watch needed.
+		p, key := SplitKey(f.Member)
+		var rep interface{}
+		if rep, err = do(ctx, conn, "ZINCRBY", s.Keys.Rotation(p), 0, key); err == nil {
+			wrote = rep != nil
+		}
 	case FindUnregistered:
 		wrote, err = s.repairUnregistered(ctx, conn, o, f)
 	case FindUnlistedLevel:
@@ -1193,6 +1329,49 @@ func (s *Store) repairSlots(ctx context.Context, conn redis.Conn, o CheckOptions
 			if f.Count < f.Stored {
 				tx.Queue("LPUSH", k.SlotWake(q), "1")
 				tx.Queue("LTRIM", k.SlotWake(q), 0, slotWakeTokens-1)
+			}
+			wrote = true
+		}
+		return nil
+	})
+	return wrote, err
+}
+
+// repairKeySlots sets a key's slot set to the running records that hold
+// one, under WATCH of the set and a second walk inside the transaction
+// (as repairSlots), and puts the key in turn at once when slots were
+// freed.
+func (s *Store) repairKeySlots(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding, now int64) (bool, error) {
+	k := s.Keys
+	wrote := false
+	_, err := s.checkRunner(o).Run(ctx, conn, []string{f.Key}, func(tx *txn.Tx) error {
+		wrote = false
+		w, err := s.walkNamespace(txReader{tx}, o)
+		if err != nil {
+			return err
+		}
+		for _, g := range w.found {
+			if g.Kind != FindKeySlots || g.Key != f.Key {
+				continue
+			}
+			held := w.heldKeys[g.Queue+"#"+g.Member]
+			tx.Queue("DEL", f.Key)
+			if len(held) > 0 {
+				args := []interface{}{f.Key}
+				for _, id := range held {
+					args = append(args, id)
+				}
+				tx.Queue("SADD", args...)
+			}
+			if g.Count < g.Stored {
+				// Slots freed: the key's lists that hold tasks, at any
+				// level, come in turn at once.
+				for lvl := 1; lvl <= MaxLevel; lvl++ {
+					p := Place(g.Queue, lvl)
+					if w.listed[k.Ready(KeyPlace(p, g.Member))] {
+						tx.Queue("ZADD", k.Rotation(p), now, g.Member)
+					}
+				}
 			}
 			wrote = true
 		}

@@ -204,3 +204,74 @@ func TestParseRate(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// The check finds a key's list out of turn and a key slot held by no
+// run (which would hold the key back for good), and repairs both: the
+// key comes in turn again, and the slot is given back.
+func TestCheckKeys(t *testing.T) {
+	t.Parallel()
+	st, pool, admin := realStore(t)
+	conn := pool.Get()
+	defer conn.Close()
+	ctx := testCtx(t)
+	now := time.Now().UnixMilli()
+	r := newRec("a", now)
+	r.Key = "k"
+	if err := st.Enqueue(ctx, conn, now, []*Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, st, conn, "a keyed task waiting")
+	if _, err := admin.Do("ZREM", st.Keys.Rotation("q"), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Do("SADD", st.Keys.KeySlots("q", "k"), "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := st.CheckNamespace(ctx, conn, CheckOptions{ListKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[FindingKind]Finding{}
+	for _, f := range rep.Findings {
+		kinds[f.Kind] = f
+	}
+	if len(rep.Findings) != 2 || kinds[FindUnturnedKey].Member != "q#k" || kinds[FindKeySlots].Stored != 1 || kinds[FindKeySlots].Count != 0 {
+		t.Fatalf("findings %v; want the key out of turn and one slot held by no run", rep.Findings)
+	}
+	for _, f := range rep.Findings {
+		if wrote, err := st.Repair(ctx, conn, CheckOptions{}, f, now); err != nil || !wrote {
+			t.Fatalf("repair %v: %v %v", f, wrote, err)
+		}
+	}
+	checkClean(t, st, conn, "after repair")
+	if kp, ids, _, err := st.PopKey(ctx, conn, "q", w1, 1, now+1); err != nil || kp != "q#k" || len(ids) != 1 {
+		t.Fatalf("pop after repair: %s %v %v", kp, ids, err)
+	}
+}
+
+// A limit that cannot be read is not no limit: a limits hash of the
+// wrong type fails the read of the limits and the claim, and the task
+// stays in the in-flight list, for its return.
+func TestUnreadableLimits(t *testing.T) {
+	t.Parallel()
+	s, c, ctx := batchEnv(t)
+	if err := enqueued("a")(ctx, s, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("SET", s.Keys.Limit("q"), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.QueueLimits(ctx, c, []string{"q"}); err == nil || !IsWrongType(err) {
+		t.Fatalf("QueueLimits of a wrong-typed hash: %v, want a wrong-type error", err)
+	}
+	if _, err := s.Pop(ctx, c, "q", w1); err != nil {
+		t.Fatal(err)
+	}
+	cs := &ClaimState{Limits: Limits{MaxRunning: 1, Rate: Rate{N: 1, Per: time.Second}}}
+	if _, _, err := s.Claim(ctx, c, w1, "q", "a", t0+10, lease, false, cs); err == nil {
+		t.Fatal("a claim read limits of the wrong type as none")
+	}
+	if ids, _ := redis.Strings(c.Do("LRANGE", s.Keys.Inflight(w1), 0, -1)); !slices.Equal(ids, []string{"a"}) {
+		t.Fatalf("in-flight list %v, want [a]", ids)
+	}
+}

@@ -39,7 +39,9 @@ type QueueSnapshot struct {
 	Scheduled, Retrying, Running, Dead                        int64    // gauges
 	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64    // totals
 	OldestReady                                               []string // the id at the pop end of each level's list that has one
-	MaxRunning, SlotsInUse                                    int64    // concurrency limit (0: none), slots in use (sl:<q>)
+	SlotsInUse                                                int64    // slots in use (sl:<q>)
+	Limits                                                    Limits   // the queue's flow control (lim:<q>)
+	KeysWaiting                                               int64    // keys in turn, with tasks waiting (ZCARD of its levels' rotations)
 	Err                                                       error    // what could not be read, if anything
 }
 
@@ -90,7 +92,25 @@ func LevelPlaces(members []string) map[string][]string {
 // placesOf is queue q's places whose ready lists a figure reads: q itself
 // (level 1), then its levels in use (levels, from Levels).
 func placesOf(q string, levels map[string][]string) []string {
-	return append([]string{q}, levels[q]...)
+	out := []string{q}
+	for _, p := range levels[q] {
+		if !strings.HasSuffix(p, "#") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// rotationsOf is the rotations of queue q's levels with keyed tasks, as
+// the levels set names them ("p#" markers).
+func rotationsOf(q string, levels map[string][]string) []string {
+	var out []string
+	for _, p := range levels[q] {
+		if lvl, ok := strings.CutSuffix(p, "#"); ok {
+			out = append(out, lvl)
+		}
+	}
+	return out
 }
 
 // Snapshot reads the counters, ready length and oldest ready id of every
@@ -126,10 +146,13 @@ func (s *Store) Snapshot(ctx context.Context, conn redis.Conn, qs []string) ([]Q
 func (s *Store) queueFigures(cmds *cmdList, q string, levels map[string][]string) {
 	cmds.Queue("HGETALL", s.Keys.Stats(q))
 	cmds.Queue("GET", s.Keys.Slots(q))
-	cmds.Queue("HGET", s.Keys.Limit(q), LimitMaxRunning)
+	cmds.Queue("HMGET", append([]interface{}{s.Keys.Limit(q)}, limitFields...)...)
 	for _, p := range placesOf(q, levels) {
 		cmds.Queue("LLEN", s.Keys.Ready(p))
 		cmds.Queue("LINDEX", s.Keys.Ready(p), -1)
+	}
+	for _, p := range rotationsOf(q, levels) {
+		cmds.Queue("ZCARD", s.Keys.Rotation(p))
 	}
 }
 
@@ -147,7 +170,12 @@ func readQueueFigures(reps []interface{}, q string, levels map[string][]string) 
 	} else {
 		errs = append(errs, fmt.Errorf("buckets: queue %s: counters: %w", q, err))
 	}
-	st.MaxRunning, st.SlotsInUse = limitFigures(reps[1], reps[2])
+	if lim, err := limitsOf(reps[2]); err == nil {
+		st.Limits = lim
+	} else {
+		errs = append(errs, fmt.Errorf("buckets: queue %s: %w", q, err))
+	}
+	st.SlotsInUse, _ = redis.Int64(reps[1], asError(reps[1]))
 	reps = reps[3:]
 	for range placesOf(q, levels) {
 		if n, err := redis.Int64(reps[0], nil); err == nil {
@@ -161,6 +189,14 @@ func readQueueFigures(reps []interface{}, q string, levels map[string][]string) 
 			errs = append(errs, fmt.Errorf("buckets: queue %s: oldest ready: %w", q, err))
 		}
 		reps = reps[2:]
+	}
+	for range rotationsOf(q, levels) {
+		if n, err := redis.Int64(reps[0], nil); err == nil {
+			st.KeysWaiting += n
+		} else {
+			errs = append(errs, fmt.Errorf("buckets: queue %s: keys waiting: %w", q, err))
+		}
+		reps = reps[1:]
 	}
 	st.Err = errors.Join(errs...) // each names the queue
 	return st, reps

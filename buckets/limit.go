@@ -80,12 +80,17 @@ func (r Rate) String() string {
 // ErrInvalidLimit: a negative concurrency limit or a malformed rate.
 var ErrInvalidLimit = errors.New("invalid flow-control limit")
 
-// limitsOf reads the reply to HMGET lim:<q> (limitFields). What is not a
-// well-formed value limits nothing (the checker reports the hash).
-func limitsOf(rep interface{}) Limits {
+// limitsOf reads the reply to HMGET lim:<q> (limitFields). A field that
+// is not a well-formed value limits nothing (the checker reports the
+// hash); an error reply (a key of the wrong type, a server still loading
+// its data) is an error: a limit that cannot be read is not no limit.
+func limitsOf(rep interface{}) (Limits, error) {
 	vs, err := redis.Values(rep, asError(rep))
-	if err != nil || len(vs) != len(limitFields) {
-		return Limits{}
+	if err != nil {
+		return Limits{}, fmt.Errorf("queue limits: %w", err)
+	}
+	if len(vs) != len(limitFields) {
+		return Limits{}, fmt.Errorf("queue limits: %d values for %d fields", len(vs), len(limitFields))
 	}
 	n := func(v interface{}) int64 {
 		x, err := redis.Int64(v, nil)
@@ -105,7 +110,7 @@ func limitsOf(rep interface{}) Limits {
 		}
 		return rt
 	}
-	return Limits{MaxRunning: n(vs[0]), Rate: r(vs[1]), KeyMaxRunning: n(vs[2]), KeyRate: r(vs[3])}
+	return Limits{MaxRunning: n(vs[0]), Rate: r(vs[1]), KeyMaxRunning: n(vs[2]), KeyRate: r(vs[3])}, nil
 }
 
 // flowBudget is what a claim read of a limited queue's flow control: the
@@ -173,7 +178,10 @@ func (s *Store) flowWatch(p string) []string {
 // watch). A count of slots in use that is not a number is an error (the
 // checker repairs it).
 func (s *Store) flowBudgetOf(tx *txn.Tx, p string, view Limits, reps []interface{}) (*flowBudget, error) {
-	f := limitsOf(reps[0])
+	f, err := limitsOf(reps[0])
+	if err != nil {
+		return nil, err
+	}
 	if !f.Limited() {
 		return nil, nil
 	}
@@ -207,7 +215,6 @@ func (s *Store) flowBudgetOf(tx *txn.Tx, p string, view Limits, reps []interface
 		}
 		return t, nil
 	}
-	var err error
 	if b.rateAt, err = at(reps[2], q, f.Rate.N, view.Rate.N); err != nil {
 		return nil, err
 	}
@@ -399,18 +406,11 @@ func (s *Store) QueueLimits(ctx context.Context, conn redis.Conn, qs []string) (
 	}
 	out := make([]Limits, len(qs))
 	for i, rep := range reps {
-		out[i] = limitsOf(rep)
+		if out[i], err = limitsOf(rep); err != nil {
+			return nil, fmt.Errorf("buckets: queue %s: %w", qs[i], err)
+		}
 	}
 	return out, nil
-}
-
-// limitFigures reads the replies of GET sl:<q> and HGET lim:<q>
-// max_running as figures: the limit (0: none) and the slots in use. What
-// is not a number reads as 0 (the checker reports a wrong count).
-func limitFigures(used, limit interface{}) (maxRunning, inUse int64) {
-	maxRunning, _ = redis.Int64(limit, asError(limit))
-	inUse, _ = redis.Int64(used, asError(used))
-	return max(maxRunning, 0), inUse
 }
 
 // rotationPick is how many keys in turn a pop reads: it tries them in

@@ -143,7 +143,7 @@ func scenarioQueueLimit(e *env) {
 	}
 	e.expectStats("lim", "limit 1, no slot in use", func(st engine.QueueInfo) bool { return st.MaxRunning == 1 && st.SlotsInUse == 0 })
 	in := e.inspector()
-	if err := in.SetQueueLimit(ctx, "lim", 0); err != nil {
+	if err := in.SetQueueLimits(ctx, engine.QueueConfig{Name: "lim"}); err != nil {
 		t.Fatal(err)
 	}
 	e.expectStats("lim", "no limit", func(st engine.QueueInfo) bool { return st.MaxRunning == 0 && st.SlotsInUse == 0 })

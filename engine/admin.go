@@ -30,8 +30,8 @@ func (c *laneClient) Stats(ctx context.Context) ([]QueueInfo, error) {
 	for i, s := range raw {
 		q := QueueInfo{Queue: s.Queue, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, NextDue: fromMs(s.NextDue), Paused: s.Paused,
-			MaxRunning: s.MaxRunning, SlotsInUse: s.SlotsInUse}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, NextDue: fromMs(s.NextDue), Paused: s.Paused}
+		q.setFlow(s.QueueSnapshot)
 		if s.Oldest != nil {
 			q.Latency = max(0, now.Sub(fromMs(s.Oldest.Due)))
 		}

@@ -300,7 +300,9 @@ func (f *fetcher) order() []string {
 // queue is popped only when every queue before it was empty, and a level
 // only when the levels before it were.
 func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
-	f.refreshLimits(ctx, conn) // popBound reads them
+	if err := f.refreshLimits(ctx, conn); err != nil { // popBound reads them
+		return nil, "", err
+	}
 	var bad error
 	for _, q := range f.order() {
 		ids, wrong, err := f.popPlace(ctx, conn, q, f.popBound(q, n))
@@ -477,7 +479,11 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
-			f.refreshLimits(ctx, conn)
+			if err = f.refreshLimits(ctx, conn); err != nil {
+				h.Drop()
+			}
+		}
+		if err == nil {
 			cs.Serves, cs.UnservedGrace, cs.Limits = w.serves, w.cfg.unservedGraceMs(), f.lim.of(buckets.QueueOf(q))
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
@@ -612,9 +618,13 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 	for try := 1; ; try++ {
 		conn, err := h.Get(ctx)
 		if err == nil {
+			if err = f.refreshLimits(ctx, conn); err != nil {
+				h.Drop()
+			}
+		}
+		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
-			f.refreshLimits(ctx, conn)
 			lim := f.lim.of(buckets.QueueOf(q))
 			if lim.Single() {
 				// A rate or a per-key limit (learnt since the pop): each
@@ -664,4 +674,5 @@ func (w *worker) setAsideRunKeys(ctx context.Context, q string) {
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "zset", w.keys.Pending(w.id))
 	setAside(ctx, w.pool, w.store, w.keys, w.log, "hash", w.keys.Stats(q))
+	setAside(ctx, w.pool, w.store, w.keys, w.log, "hash", w.keys.Limit(buckets.QueueOf(q)))
 }

@@ -111,6 +111,21 @@ type QueueInfo struct {
 	// (Inspector.SetQueueLimit); over several lanes, their sums.
 	MaxRunning int64 `json:"max_running"`
 	SlotsInUse int64 `json:"slots_in_use"`
+	// Rate, KeyMaxRunning and KeyRate are the rest of its flow control
+	// (QueueConfig; "" and 0: none), and KeysWaiting how many keys have
+	// tasks waiting (the Key option; those tasks are not in Ready); over
+	// several lanes, the first lane's limits and the sum of the keys.
+	Rate          string `json:"rate,omitempty"`
+	KeyMaxRunning int64  `json:"key_max_running"`
+	KeyRate       string `json:"key_rate,omitempty"`
+	KeysWaiting   int64  `json:"keys_waiting"`
+}
+
+// setFlow sets q's flow-control figures from a queue's snapshot.
+func (q *QueueInfo) setFlow(s buckets.QueueSnapshot) {
+	q.MaxRunning, q.SlotsInUse = s.Limits.MaxRunning, s.SlotsInUse
+	q.Rate, q.KeyMaxRunning, q.KeyRate = s.Limits.Rate.String(), s.Limits.KeyMaxRunning, s.Limits.KeyRate.String()
+	q.KeysWaiting = s.KeysWaiting
 }
 
 // Queues reports every queue that was ever enqueued to, sorted by name:
@@ -165,8 +180,8 @@ func (in *laneInspector) queues(ctx context.Context, conn redis.Conn, names []st
 	for i, s := range snap {
 		out[i] = QueueInfo{Queue: s.Queue, Scheduled: s.Scheduled, Ready: s.Ready, Running: s.Running,
 			Retrying: s.Retrying, Dead: s.Dead, Processed: s.Processed, Failed: s.Failed,
-			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, Paused: slices.Contains(pausedQs, s.Queue),
-			MaxRunning: s.MaxRunning, SlotsInUse: s.SlotsInUse}
+			Recovered: s.Recovered, Cancelled: s.Cancelled, Snoozed: s.Snoozed, Expired: s.Expired, Paused: slices.Contains(pausedQs, s.Queue)}
+		out[i].setFlow(s)
 		if s.Err != nil {
 			errs = append(errs, s.Err)
 		}

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -30,6 +31,11 @@ type Filter struct {
 	// 0 keeps every level. Ready, scheduled and retrying tasks of every
 	// level are listed level by level, level 1 first.
 	Priority int
+	// Key, when set, keeps the tasks of that key (the Key option). A
+	// key's ready and scheduled tasks wait in lists of its own, which a
+	// listing of ready, scheduled or retrying tasks walks only for the
+	// key it names: without Key, those listings leave keyed tasks out.
+	Key string
 }
 
 // ListOptions is a Filter, a page size and where to resume.
@@ -136,6 +142,9 @@ func (f *Filter) check() error {
 	if f.Priority < 0 || f.Priority > buckets.MaxLevel {
 		return fmt.Errorf("engine: priority %d: want 1 to %d, or 0 for every level: %w", f.Priority, buckets.MaxLevel, ErrInvalid)
 	}
+	if f.Key != "" && !buckets.ValidName(f.Key) {
+		return fmt.Errorf("engine: key %s: want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(f.Key), ErrInvalid)
+	}
 	switch f.State {
 	case StateScheduled, StateReady, StateRetrying:
 		if err := validateQueue(f.Queue); err != nil {
@@ -163,6 +172,9 @@ func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 	if f.Priority != 0 && r.Level() != f.Priority {
 		return false
 	}
+	if f.Key != "" && r.Key != f.Key {
+		return false
+	}
 	switch f.State {
 	case StateReady:
 		if v.State != StateReady {
@@ -181,7 +193,7 @@ func (f *Filter) matches(r *buckets.Record, v *TaskInfo) bool {
 
 // scan is how many entries a page reads at most.
 func (o *ListOptions) scan() int {
-	if o.Search != "" || o.State == StateRetrying || ((o.Queue != "" || o.Priority != 0) && (o.State == StateRunning || o.State == StateDead)) {
+	if o.Search != "" || o.State == StateRetrying || ((o.Queue != "" || o.Priority != 0 || o.Key != "") && (o.State == StateRunning || o.State == StateDead)) {
 		return max(o.Limit, searchScan)
 	}
 	return o.Limit
@@ -246,7 +258,7 @@ func (in *laneInspector) listLevels(ctx context.Context, conn redis.Conn, o *Lis
 	if lvl == 0 {
 		lvl = max(cur.Level, 1)
 	}
-	o.place = buckets.Place(o.Queue, lvl)
+	o.place = buckets.KeyPlace(buckets.Place(o.Queue, lvl), o.Key)
 	var page *TaskPage
 	var err error
 	if o.State == StateReady {
@@ -279,7 +291,7 @@ func (in *laneInspector) listLevels(ctx context.Context, conn redis.Conn, o *Lis
 			}
 		}
 	}
-	if o.State == StateReady && len(levels[o.Queue]) > 0 {
+	if o.State == StateReady && o.Key == "" && len(levels[o.Queue]) > 0 {
 		if page.Total, err = in.total(ctx, conn, &o.Filter); err != nil {
 			return nil, err
 		}

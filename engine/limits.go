@@ -122,9 +122,10 @@ func (l *limits) isFull(q string, now time.Time) (time.Time, bool) {
 }
 
 // refreshLimits reads the limits of the worker's queues on conn when the
-// last read is limitRead old. A failed read keeps the old view (the pop
-// that follows on conn meets the failure).
-func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
+// last read is limitRead old. A failed read keeps the old view; it is an
+// error only while there is none yet (the worker's first read): until
+// then no claim may decide that a queue has no limit.
+func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) error {
 	l := &f.lim
 	due := func() bool {
 		l.mu.Lock()
@@ -132,20 +133,25 @@ func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
 		return time.Since(l.read) >= limitRead
 	}
 	if !due() {
-		return
+		return nil
 	}
 	l.reading.Lock()
 	defer l.reading.Unlock()
 	if !due() {
-		return // read by the claim waited for
+		return nil // read by the claim waited for
 	}
 	now := time.Now()
 	got, err := f.w.store.QueueLimits(ctx, conn, f.queues)
 	if err != nil {
 		if ctx.Err() == nil {
-			f.w.log.Debug("could not read the queues' concurrency limits", keyErr, err)
+			f.w.log.Debug("could not read the queues' limits", keyErr, err)
 		}
-		return
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.read.IsZero() {
+			return err
+		}
+		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -158,6 +164,7 @@ func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
 			delete(l.full, f.queues[i])
 		}
 	}
+	return nil
 }
 
 // popBound is how many tasks one pop of q may take: at most its limit,

@@ -151,6 +151,7 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 		m.Paused = m.Paused || q.Paused
 		m.MaxRunning += q.MaxRunning
 		m.SlotsInUse += q.SlotsInUse
+		m.KeysWaiting += q.KeysWaiting
 	}), err
 }
 

@@ -165,7 +165,7 @@ func (e *Env) waiting(ctx context.Context) (int64, error) {
 	var n int64
 	for _, q := range qs {
 		if !q.Paused {
-			n += q.Ready + q.Scheduled + q.Retrying + q.Running
+			n += q.Ready + q.KeysWaiting + q.Scheduled + q.Retrying + q.Running
 		}
 	}
 	return n, nil

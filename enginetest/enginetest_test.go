@@ -403,3 +403,33 @@ func TestDrainReplyAndUnhandledType(t *testing.T) {
 		}
 	}
 }
+
+// Keyed tasks: Enqueued finds them by their key, and Drain runs them,
+// round-robin by key.
+func TestKeyedTasks(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	env := New(t, engine.Config{Queues: []engine.QueueConfig{{Name: "default", KeyMaxRunning: 1}}})
+	for _, k := range []string{"a", "a", "a", "b"} {
+		if _, err := env.Client().Enqueue(ctx, "t", []byte(k), engine.Key(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := env.Enqueued(ctx, Match{Key: "a"}); err != nil || len(got) != 3 {
+		t.Fatalf("Enqueued(key a) = %d tasks, %v; want 3", len(got), err)
+	}
+	var order []string
+	res, err := env.Drain(ctx, engine.HandlerFunc(func(_ context.Context, task *engine.Task) error {
+		order = append(order, task.Key)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.States[engine.StateDone] != 4 {
+		t.Fatalf("States %v, want 4 done", res.States)
+	}
+	if strings.Join(order, "") != "abaa" {
+		t.Errorf("keys in the order %v; want b's task second, round-robin", order)
+	}
+}

@@ -33,6 +33,10 @@ type Match struct {
 	Priority    int
 	// UniqueKey, when set, must be the key of engine.UniqueKey.
 	UniqueKey string
+	// Key, when set, must be the task's flow-control key (engine.Key).
+	// A keyed task is found only with it: a key's ready and scheduled
+	// tasks wait in lists of their own (engine.Filter.Key).
+	Key string
 	// Metadata's pairs must all be in the task's metadata.
 	Metadata map[string]string
 }
@@ -68,6 +72,9 @@ func (m Match) String() string {
 	if m.UniqueKey != "" {
 		add("unique_key=%q", m.UniqueKey)
 	}
+	if m.Key != "" {
+		add("key=%q", m.Key)
+	}
 	keys := make([]string, 0, len(m.Metadata))
 	for k := range m.Metadata {
 		keys = append(keys, k)
@@ -91,7 +98,8 @@ func (m Match) matches(ti *engine.TaskInfo) bool {
 		m.PayloadFunc != nil && !m.PayloadFunc(ti.Payload),
 		m.MaxAttempts != 0 && ti.MaxAttempts != m.MaxAttempts,
 		m.Timeout != 0 && ti.Timeout != m.Timeout,
-		m.Priority != 0 && ti.Priority != m.Priority:
+		m.Priority != 0 && ti.Priority != m.Priority,
+		m.Key != "" && ti.Key != m.Key:
 		return false
 	}
 	if !m.Due.IsZero() {
@@ -141,7 +149,7 @@ func (e *Env) Enqueued(ctx context.Context, m Match) ([]*engine.TaskInfo, error)
 	var out []*engine.TaskInfo
 	for _, q := range queues {
 		for _, st := range waitingStates {
-			opts := engine.ListOptions{Filter: engine.Filter{Queue: q, State: st}, Limit: 1000}
+			opts := engine.ListOptions{Filter: engine.Filter{Queue: q, State: st, Key: m.Key}, Limit: 1000}
 			for page := 0; ; page++ {
 				if page == maxPages {
 					return nil, fmt.Errorf("enginetest: %s tasks of queue %q: more than %d pages", st, q, maxPages)

@@ -97,6 +97,7 @@ func (a *app) newTasksListCmd() *cobra.Command {
 type filterFlagSet struct {
 	queue, state, search *string
 	priority             *int
+	key                  *string
 }
 
 func filterFlags(cmd *cobra.Command) filterFlagSet {
@@ -105,11 +106,12 @@ func filterFlags(cmd *cobra.Command) filterFlagSet {
 		state:    cmd.Flags().String("state", "", "scheduled, ready, running, retrying or dead"),
 		search:   cmd.Flags().String("search", "", "keep tasks whose id or type is this, or whose payload contains it"),
 		priority: cmd.Flags().Int("priority", 0, "keep tasks of this `level`, 1 to 4 (0: every level)"),
+		key:      cmd.Flags().String("key", "", "keep the tasks of this flow-control `key` (ready and scheduled ones of a key are listed only with it)"),
 	}
 }
 
 func (f filterFlagSet) filter() engine.Filter {
-	return engine.Filter{Queue: *f.queue, State: engine.State(*f.state), Search: *f.search, Priority: *f.priority}
+	return engine.Filter{Queue: *f.queue, State: engine.State(*f.state), Search: *f.search, Priority: *f.priority, Key: *f.key}
 }
 
 // check refuses a bad --priority before anything is sent.

@@ -134,6 +134,10 @@ type queueStatsJSON struct {
 	Paused           bool       `json:"paused"`
 	MaxRunning       int64      `json:"max_running"`
 	SlotsInUse       int64      `json:"slots_in_use"`
+	Rate             string     `json:"rate,omitempty"`
+	KeyMaxRunning    int64      `json:"key_max_running"`
+	KeyRate          string     `json:"key_rate,omitempty"`
+	KeysWaiting      int64      `json:"keys_waiting"`
 }
 
 func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) statsJSON {
@@ -144,7 +148,8 @@ func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) 
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
 			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused,
-			MaxRunning: q.MaxRunning, SlotsInUse: q.SlotsInUse}
+			MaxRunning: q.MaxRunning, SlotsInUse: q.SlotsInUse,
+			Rate: q.Rate, KeyMaxRunning: q.KeyMaxRunning, KeyRate: q.KeyRate, KeysWaiting: q.KeysWaiting}
 		if !q.NextDue.IsZero() {
 			t := q.NextDue.UTC()
 			j.NextDue = &t

@@ -88,7 +88,44 @@ func (h *harness) collect() (*observed, error) {
 	for _, rs := range o.runs {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
 	}
+	if h.sc.Expire > 0 {
+		if err := h.expiredOfBatches(o); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
+}
+
+// expiredOfBatches counts, in the batches' runs, the tasks of a batch
+// that expired unstarted (dead letters whose reason says so): a batch
+// whose call failed but was written is whole when its tasks ran or
+// expired, and its ids are in no ledger.
+func (h *harness) expiredOfBatches(o *observed) error {
+	for _, l := range h.lanes {
+		c := l.admin.Get()
+		ids, err := redis.Strings(c.Do("ZRANGE", l.keys.Dead(), 0, -1))
+		var raws [][]byte
+		if err == nil && len(ids) > 0 {
+			raws, err = redis.ByteSlices(c.Do("MGET", redis.Args{}.AddFlat(l.keys.Tasks(ids))...))
+		}
+		c.Close()
+		if err != nil {
+			return err
+		}
+		for i, raw := range raws {
+			r, err := buckets.DecodeRecord(ids[i], raw)
+			if err != nil || !strings.HasPrefix(r.LastError, buckets.ReasonExpired+":") {
+				continue
+			}
+			if bid, n, ok := parseBatchPayload(ledger.PayloadWord(r.Payload)); ok {
+				if o.batchRuns[bid] == nil {
+					o.batchRuns[bid] = map[int]bool{}
+				}
+				o.batchRuns[bid][n] = true
+			}
+		}
+	}
+	return nil
 }
 
 // parseBatchPayload reads "batch:<bid>:<i>".

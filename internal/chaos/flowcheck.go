@@ -107,8 +107,9 @@ func (h *harness) checkRate(obs *observed, perKey bool) (string, error) {
 
 // checkExpiry proves that no run of a task started after its expiry (its
 // claim time against the expiry in its S line), that every dead letter
-// of this scenario is an expired task that never ran, and that some
-// tasks did expire.
+// of this scenario is an expired task, and that some tasks did expire.
+// An expired task may have run before its expiry, a run ended by a kill
+// or whose result was lost: the claim that would run it again buries it.
 func (c *checker) checkExpiry() (string, error) {
 	obs := c.obs
 	runs, bounded := 0, 0
@@ -124,18 +125,18 @@ func (c *checker) checkExpiry() (string, error) {
 			}
 		}
 	}
-	expired := 0
+	expired, again := 0, 0
 	for id, reason := range c.dead {
 		if !strings.HasPrefix(reason, buckets.ReasonExpired+":") {
 			return "", fmt.Errorf("task %s is dead for another reason than its expiry: %s", id, reason)
 		}
-		if len(obs.runs[id]) > 0 {
-			return "", fmt.Errorf("task %s is dead as expired but ran", id)
-		}
 		expired++
+		if len(obs.runs[id]) > 0 {
+			again++
+		}
 	}
 	if expired == 0 {
 		return "", fmt.Errorf("%w: no task expired", errNotExercised)
 	}
-	return fmt.Sprintf("expiry: %d tasks expired unstarted (dead, reason expired); %d of %d runs had an expiry, none claimed after it", expired, bounded, runs), nil
+	return fmt.Sprintf("expiry: %d tasks expired (dead, reason expired; %d of them after a run a kill or a lost result interrupted); %d of %d runs had an expiry, none claimed after it", expired, again, bounded, runs), nil
 }

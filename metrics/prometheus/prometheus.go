@@ -70,7 +70,7 @@ type Collector struct {
 	moved, conflicts                                    prom.Counter
 
 	queueTasks, oldestReady, workersAlive, statsUp *prom.Desc
-	maxRunning, slotsInUse                         *prom.Desc
+	maxRunning, slotsInUse, keysWaiting            *prom.Desc
 
 	mu   sync.Mutex // held for a refresh: one at a time, others wait and share it
 	read time.Time  // when snap was taken
@@ -132,6 +132,8 @@ func New(opts Options) *Collector {
 			[]string{"queue"}, nil),
 		slotsInUse: prom.NewDesc("bucketq_queue_slots_in_use", "Slots of a queue's concurrency limit that running tasks hold, read from Redis.",
 			[]string{"queue"}, nil),
+		keysWaiting: prom.NewDesc("bucketq_queue_keys_waiting", "Keys of a queue with tasks waiting in turn (one list each), read from Redis; no series per key.",
+			[]string{"queue"}, nil),
 		workersAlive: prom.NewDesc("bucketq_workers_alive", "Worker processes whose heartbeat is alive, read from Redis.", nil, nil),
 		statsUp:      prom.NewDesc("bucketq_redis_stats_up", "1 if the last reading of the gauges from Redis succeeded, else 0.", nil, nil),
 	}
@@ -183,6 +185,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 		ch <- c.oldestReady
 		ch <- c.maxRunning
 		ch <- c.slotsInUse
+		ch <- c.keysWaiting
 		ch <- c.workersAlive
 		ch <- c.statsUp
 	}
@@ -216,6 +219,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 		ch <- prom.MustNewConstMetric(c.oldestReady, prom.GaugeValue, q.Latency.Seconds(), q.Queue)
 		ch <- prom.MustNewConstMetric(c.maxRunning, prom.GaugeValue, float64(q.MaxRunning), q.Queue)
 		ch <- prom.MustNewConstMetric(c.slotsInUse, prom.GaugeValue, float64(q.SlotsInUse), q.Queue)
+		ch <- prom.MustNewConstMetric(c.keysWaiting, prom.GaugeValue, float64(q.KeysWaiting), q.Queue)
 	}
 }
 

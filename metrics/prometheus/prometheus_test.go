@@ -157,7 +157,7 @@ func TestScrapeDuringRun(t *testing.T) {
 		}
 	}
 	in := inspector(t, cfg, pool)
-	if err := in.SetQueueLimit(ctx, "default", 50); err != nil {
+	if err := in.SetQueueLimits(ctx, engine.QueueConfig{Name: "default", MaxRunning: 50}); err != nil {
 		t.Fatal(err)
 	}
 	// Before any worker: the gauges show what waits.

@@ -136,7 +136,7 @@ type Run struct {
 	Payload    string
 	Attempt    int
 	Recoveries int
-	Due        int64 // the record's due time (producer's clock)
+	Due        int64  // the record's due time (producer's clock)
 	Key        string // the task's flow-control key ("" for none)
 	Claimed    int64  // when the run was claimed (Unix ms, the worker's clock)
 	Expires    int64  // when the task expires (Unix ms; 0: never)

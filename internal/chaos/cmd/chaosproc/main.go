@@ -110,7 +110,7 @@ func main() {
 	flag.IntVar(&o.keyMaxRunning, "key-max-running", 0, "worker: QueueConfig.KeyMaxRunning of every queue (0: none)")
 	flag.StringVar(&o.queueRate, "queue-rate", "", "worker: QueueConfig.Rate of every queue (N/period; empty: none)")
 	flag.StringVar(&o.keyRate, "key-rate", "", "worker: QueueConfig.KeyRate of every queue (N/period; empty: none)")
-	flag.IntVar(&o.keys, "keys", 0, "producer: give each task one of this many keys at random (engine.Key; 0: none)")
+	flag.IntVar(&o.keys, "keys", 0, "producer: give each task one of this many keys, k0 to half of them (engine.Key; 0: none)")
 	flag.Float64Var(&o.expire, "expire", 0, "producer: share of tasks that expire (engine.ExpireIn) up to 1 s after their due time")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
@@ -377,7 +377,13 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 					dues[i] = due.UnixMilli()
 				}
 				if o.keys > 0 {
-					tasks[i].Options = append(tasks[i].Options, engine.Key(fmt.Sprintf("k%d", rng.int64n(int64(o.keys)))))
+					// Half the tasks have key k0, so that one key's limits
+					// bind while the others flow.
+					k := int64(0)
+					if rng.float() >= 0.5 {
+						k = rng.int64n(int64(o.keys))
+					}
+					tasks[i].Options = append(tasks[i].Options, engine.Key(fmt.Sprintf("k%d", k)))
 				}
 				if o.expire > 0 && rng.float() < o.expire {
 					// Expires up to a second after its due time: some
