@@ -97,8 +97,8 @@ func TestKeyMaxRunning(t *testing.T) {
 	if _, err := c.Do("RPOPLPUSH", s.Keys.Ready("q#k"), s.Keys.Inflight(w1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, res, until := claim("q#k", "b", t0+20); res != KeyWait || until != t0+20+1000 {
-		t.Fatalf("second of key k: %v until %d, want KeyWait until %d", res, until, t0+1020)
+	if _, res, until := claim("q#k", "b", t0+20); res != KeyFull || until != t0+20+1000 {
+		t.Fatalf("second of key k: %v until %d, want KeyFull until %d", res, until, t0+1020)
 	}
 	if ids, _ := redis.Strings(c.Do("LRANGE", s.Keys.Ready("q#k"), 0, -1)); !slices.Equal(ids, []string{"b"}) {
 		t.Fatalf("q:q#k holds %v, want [b] back", ids)

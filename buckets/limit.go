@@ -264,8 +264,8 @@ func (s *Store) sendSlotReads(tx *txn.Tx, q string) error {
 
 // check decides whether a task of key (its record's, "" for none) may
 // start at now: Claimed, or why not and until when to set it aside: Full
-// (the queue's slots), Throttled (the queue's window) or KeyWait (the
-// key's slots or window). A key other than the place's counts no key
+// (the queue's slots), Throttled (the queue's window), KeyFull (the key's
+// slots) or KeyThrottled (the key's window). A key other than the place's counts no key
 // limit (a task found in another list than its key's).
 func (b *flowBudget) check(key string, now int64) (ClaimResult, int64) {
 	if b == nil {
@@ -282,10 +282,10 @@ func (b *flowBudget) check(key string, now int64) (ClaimResult, int64) {
 		return Claimed, 0
 	}
 	if f.KeyMaxRunning > 0 && b.keyFree <= 0 {
-		return KeyWait, now + int64(limitLook/time.Millisecond)
+		return KeyFull, now + int64(limitLook/time.Millisecond)
 	}
 	if f.KeyRate.N > 0 && b.keyRateAt > 0 && b.keyRateAt+f.KeyRate.Per.Milliseconds() > now {
-		return KeyWait, b.keyRateAt + f.KeyRate.Per.Milliseconds()
+		return KeyThrottled, b.keyRateAt + f.KeyRate.Per.Milliseconds()
 	}
 	return Claimed, 0
 }

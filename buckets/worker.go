@@ -47,7 +47,7 @@ type ClaimState struct {
 	// read of Keys.Limit). When it limits anything, the claim watches and
 	// reads the queue's limits, slots and window, and its key's, and
 	// takes what the task needs or gives it back (Full, Throttled,
-	// KeyWait). Claim reads them all; ClaimBatch reads only the slots,
+	// KeyFull, KeyThrottled). Claim reads them all; ClaimBatch reads only the slots,
 	// and is for a queue whose Limits are not Single.
 	Limits Limits
 	// Until is, after a claim that gave the task back for its flow
@@ -81,7 +81,8 @@ const (
 	Expired                      // not started by its expiry: a dead letter now, reason ReasonExpired
 	Full                         // every slot of the queue's concurrency limit is in use: the id is back at the pop end
 	Throttled                    // the queue's rate window is full: the id is back at the pop end (until ClaimState.Until)
-	KeyWait                      // its key's slots or window are full: the id is back at the pop end, the key out of turn until ClaimState.Until
+	KeyFull                      // every slot of its key is in use: the id is back at the pop end, the key out of turn until a slot is freed (or ClaimState.Until)
+	KeyThrottled                 // its key's rate window is full: the id is back at the pop end, the key out of turn until ClaimState.Until
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -121,7 +122,7 @@ const (
 // (sendFlowReads). A claimable task that may not start goes back:
 //
 //	(full, throttled)  LREM f:<w> 1 id; RPUSH q:<place> id
-//	(key waits)        the same; ZINCRBY kr:<p> 0 key; ZADD kr:<p> until key
+//	(key full, throttled)  the same; ZINCRBY kr:<p> 0 key; ZADD kr:<p> until key
 //
 // and a claimed one takes what its limits count in the same MULTI (take:
 // INCR sl:<q>; LPUSH/LTRIM rl:<q>; SADD ks:<q>#<key> id; LPUSH/LTRIM
@@ -242,7 +243,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		}
 		return nil
 	})
-	if err != nil && (result == Paused || result == NotServed || result == Full || result == Throttled || result == KeyWait) {
+	if err != nil && (result == Paused || result == NotServed || result == Full || result == Throttled || result == KeyFull || result == KeyThrottled) {
 		// The id went back to a ready list of the wrong type: EXEC ran
 		// its LREM from the in-flight list all the same (no rollback).
 		// Set the list aside and push the id again, or it is in no list.
@@ -321,7 +322,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		if res, until := flow.check(r.Key, now); res != Claimed {
 			wq.Queue("LREM", a.Inflight(), 1, idArg)
 			batch.giveBack(wq, s, q, id)
-			if res == KeyWait {
+			if res == KeyFull || res == KeyThrottled {
 				p, _ := SplitKey(q)
 				wq.Queue("ZADD", s.Keys.Rotation(p), until, r.Key)
 			}

@@ -528,10 +528,14 @@ func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, until int64) {
 		f.lim.setFull(q, time.UnixMilli(until))
 		f.lim.wakeAt(q, time.UnixMilli(until))
 		w.log.Debug("the queue's rate window is full; task given back", keyTaskID, id, keyQueue, q)
-	case buckets.KeyWait:
+	case buckets.KeyFull:
+		// The key comes in turn again when a slot of it is freed (the
+		// release wakes a worker), or in a second.
+		w.log.Debug("every slot of the task's key in use; task given back and the key out of turn", keyTaskID, id, keyQueue, q)
+	case buckets.KeyThrottled:
 		lvl, _ := buckets.SplitKey(p)
 		f.lim.wakeAt(lvl, time.UnixMilli(until))
-		w.log.Debug("the task's key is at its limit; task given back and the key out of turn", keyTaskID, id, keyQueue, q)
+		w.log.Debug("the task's key's rate window is full; task given back and the key out of turn until it opens", keyTaskID, id, keyQueue, q)
 	case buckets.Paused:
 		w.control.set(q, true)
 		w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
 )
 
@@ -72,6 +74,14 @@ func (a *app) newQueueLimitCmd() *cobra.Command {
 		}
 		if !(fl.Changed("max-running") || fl.Changed("rate") || fl.Changed("key-max-running") || fl.Changed("key-rate")) {
 			return a.usageError(cmd, "want at least one of --max-running, --rate, --key-max-running, --key-rate")
+		}
+		if *maxRunning < 0 || *keyMaxRunning < 0 {
+			return a.usageError(cmd, "--max-running and --key-max-running: want 0 (no limit) or more")
+		}
+		for _, r := range []struct{ flag, v string }{{"--rate", *rate}, {"--key-rate", *keyRate}} {
+			if _, err := buckets.ParseRate(r.v); err != nil {
+				return a.usageError(cmd, "%s %s: want N/period, such as 10/1s", r.flag, safetext.Quote(r.v))
+			}
 		}
 		qc := engine.QueueConfig{Name: args[0], MaxRunning: *maxRunning, Rate: *rate, KeyMaxRunning: *keyMaxRunning, KeyRate: *keyRate}
 		s, err := a.connect(cmd, c)

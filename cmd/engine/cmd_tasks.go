@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/safetext"
 	"github.com/spf13/cobra"
@@ -74,6 +75,9 @@ when asked for. Without --in or --at the task is due now.`,
 			opts = append(opts, engine.TaskID(*taskID))
 		}
 		if given("key") {
+			if !buckets.ValidName(*key) {
+				return a.usageError(cmd, "--key %s: want 1-64 of A-Z a-z 0-9 _ . -", safetext.Quote(*key))
+			}
 			opts = append(opts, engine.Key(*key))
 		}
 		if given("timeout") {

@@ -85,6 +85,10 @@ func TestConfigErrors(t *testing.T) {
 		{"queue twice", "queues:\n  - name: a\n  - name: a\n", []string{"cfg.yaml:3", "queues[1]", "twice"}},
 		{"queue bad key", "queues:\n  - name: a\n    wieght: 3\n", []string{"cfg.yaml:3", "queues[0].wieght", "unknown"}},
 		{"max_running negative", "queues:\n  - name: a\n    max_running: -2\n", []string{"cfg.yaml:2", "queues[0].max_running", "-2: want 0 (no limit) or more"}},
+		{"rate malformed", "queues:\n  - name: a\n    rate: 10 per second\n", []string{"cfg.yaml:2", "queues[0].rate", "N/period"}},
+		{"key_max_running negative", "queues:\n  - name: a\n    key_max_running: -1\n", []string{"cfg.yaml:2", "queues[0].key_max_running", "want 0 (no limit) or more"}},
+		{"key_rate zero period", "queues:\n  - name: a\n    key_rate: 1/0s\n", []string{"cfg.yaml:2", "queues[0].key_rate", "period"}},
+		{"fair", "queues:\n  - name: a\n    fair: true\n", []string{"cfg.yaml:3", "queues[0].fair", "unknown"}},
 		{"no queues", "queues: []\n", []string{"cfg.yaml:1", "queues", "at least one"}},
 		{"resolution too big", "resolution: 2m\n", []string{"cfg.yaml:1", "resolution", "1ms to 60s"}},
 		{"resolution fraction", "resolution: 1500us\n", []string{"cfg.yaml:1", "resolution", "whole milliseconds"}},
@@ -220,6 +224,9 @@ queues:
   - {name: critical, weight: 6}
   - name: low
     max_running: 3
+    rate: 10/1s
+    key_max_running: 1
+    key_rate: 2/500ms
 strict_priority: true
 concurrency: 0
 done_retention: -1s
@@ -235,7 +242,7 @@ handlers:
 	if s.Redis.Addr != "redis.internal:6380" || s.Redis.User != "app" || s.Redis.Password != "123456" || s.Redis.DB != 2 || s.Redis.ReadTimeout != 0 {
 		t.Errorf("redis = %+v", s.Redis)
 	}
-	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low", MaxRunning: 3}}; !reflect.DeepEqual(s.Engine.Queues, want) {
+	if want := []engine.QueueConfig{{Name: "critical", Weight: 6}, {Name: "low", MaxRunning: 3, Rate: "10/1s", KeyMaxRunning: 1, KeyRate: "2/500ms"}}; !reflect.DeepEqual(s.Engine.Queues, want) {
 		t.Errorf("queues = %v, want %v", s.Engine.Queues, want)
 	}
 	if r := s.roles(); r != engine.RoleDispatcher|engine.RoleReaper {

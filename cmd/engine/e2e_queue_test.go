@@ -87,13 +87,21 @@ func TestE2EQueueLimit(t *testing.T) {
 	if out := h.ok("stats"); !strings.Contains(out, "LIMIT") || !strings.Contains(out, "0/3") {
 		t.Errorf("stats table %q, want a LIMIT column with 0/3", out)
 	}
-	if out := h.ok("queue", "limit", "mail", "--max-running", "0"); !strings.Contains(out, "queue mail: no concurrency limit") {
+	out := h.ok("queue", "limit", "mail", "--rate", "10/1s", "--key-max-running", "1", "--key-rate", "2/500ms")
+	if !strings.Contains(out, "queue mail: at most 10/1s started, at most 1 running per key, at most 2/500ms started per key") {
+		t.Errorf("limit printed %q", out)
+	}
+	if st := h.stats("mail"); st.MaxRunning != 0 || st.Rate != "10/1s" || st.KeyMaxRunning != 1 || st.KeyRate != "2/500ms" {
+		t.Errorf("stats = %+v, want the max_running left out removed, the others set", st)
+	}
+	if out := h.ok("queue", "limit", "mail", "--max-running", "0"); !strings.Contains(out, "queue mail: no limit") {
 		t.Errorf("limit 0 printed %q", out)
 	}
-	if st := h.stats("mail"); st.MaxRunning != 0 {
+	if st := h.stats("mail"); st.MaxRunning != 0 || st.Rate != "" || st.KeyMaxRunning != 0 {
 		t.Errorf("stats after removal = %+v, want no limit", st)
 	}
 	for _, args := range [][]string{{"queue", "limit", "mail"}, {"queue", "limit", "mail", "--max-running", "-1"},
+		{"queue", "limit", "mail", "--rate", "10"}, {"queue", "limit", "mail", "--key-rate", "1/0s"}, {"queue", "limit", "mail", "--key-max-running", "-2"},
 		{"queue", "limit", "--max-running", "2"}, {"queue", "limit", "mail", "--max-running", "many"},
 		{"queue", "limit", "a b", "--max-running", "2"}, {"queue", "limit", "a", "b", "--max-running", "2"}} {
 		if _, errOut, code := h.cli(args...); code != exitUsage || errOut == "" {
@@ -155,5 +163,31 @@ func TestE2EQueueLimitTwoDaemons(t *testing.T) {
 	}
 	if st := h.stats("mail"); st.SlotsInUse != 0 {
 		t.Errorf("stats = %+v, want no slot in use", st)
+	}
+}
+
+// TestE2EKeys: enqueue --key gives a task its flow-control key, which
+// lookup shows and tasks list --key walks; stats counts the keys waiting;
+// a bad key is a usage error.
+func TestE2EKeys(t *testing.T) {
+	h := newHarness(t)
+	a := h.enqueue("--type", "echo", "--queue", "mail", "--key", "tenant-a")
+	h.enqueue("--type", "echo", "--queue", "mail", "--key", "tenant-a")
+	h.enqueue("--type", "echo", "--queue", "mail", "--key", "tenant-b")
+	if l := h.lookup(a); l.Key != "tenant-a" || l.State != "ready" {
+		t.Errorf("lookup = %+v, want key tenant-a, ready", l)
+	}
+	if out := h.ok("lookup", a); !strings.Contains(out, "tenant-a") {
+		t.Errorf("lookup printed %q, want the key", out)
+	}
+	out := h.ok("tasks", "list", "--queue", "mail", "--state", "ready", "--key", "tenant-a")
+	if strings.Count(out, "echo") != 2 {
+		t.Errorf("tasks list --key tenant-a printed %q, want its 2 tasks", out)
+	}
+	if st := h.stats("mail"); st.KeysWaiting != 2 || st.Ready != 0 {
+		t.Errorf("stats = %+v, want 2 keys waiting (keyed tasks are not in ready)", st)
+	}
+	if _, errOut, code := h.cli("enqueue", "--type", "echo", "--key", "a:b"); code != exitUsage || errOut == "" {
+		t.Errorf("enqueue --key a:b: exit %d, stderr %q; want a usage error", code, errOut)
 	}
 }
