@@ -337,3 +337,18 @@ func TestDispatchScalingRatesOnly(t *testing.T) {
 		t.Fatalf("dispatchScaling = %+v, want one figure of 3 (300/100)", d)
 	}
 }
+
+// TestDispatchScalingFromJSON: the scaling figures come out the same from
+// results read back from a results.json, whose numbers are float64s (a
+// merge, -merge, recomputes them so).
+func TestDispatchScalingFromJSON(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(backlog, v float64) *Result {
+		return &Result{Scenario: "dispatch", Impl: "engine", Metric: "rate", Status: StatusOK, Median: f(v),
+			Params: map[string]any{"shape": "burst", "dispatchers": 1.0, "backlog": backlog}}
+	}
+	d := dispatchScaling([]*Result{res(1e4, 100), res(1e6, 400)}, []string{"engine"})
+	if len(d) != 1 || d[0].Value != 4 || !strings.Contains(d[0].What, "rate(backlog=1000000)/rate(backlog=10000)") {
+		t.Fatalf("dispatchScaling = %+v, want one figure of 4 (backlog 1000000 against 10000)", d)
+	}
+}

@@ -98,7 +98,7 @@ func generatedSpan(page string) (begin, end int, err error) {
 }
 
 // find returns the result of scenario for impl and metric whose params
-// include every pair of want (compared as text), or nil.
+// include every pair of want (sameParam), or nil.
 func (r *Report) find(scenario, impl, metric string, want map[string]any) *Result {
 	for _, res := range r.Results {
 		if res.Scenario != scenario || res.Impl != impl || res.Metric != metric {
@@ -106,7 +106,7 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 		}
 		ok := true
 		for k, v := range want {
-			if fmt.Sprint(res.Params[k]) != fmt.Sprint(v) {
+			if !sameParam(res.Params[k], v) {
 				ok = false
 				break
 			}
@@ -116,6 +116,29 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 		}
 	}
 	return nil
+}
+
+// sameParam reports whether two parameter values are equal: numbers by
+// value (a results.json gives every number back as a float64, which
+// prints a million as 1e+06), anything else as text.
+func sameParam(a, b any) bool {
+	x, ok1 := number(a)
+	y, ok2 := number(b)
+	if ok1 && ok2 {
+		return x == y
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+// number is v as a float64, if it is a number.
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
 }
 
 // memoryRow is the target row of bytes per task beyond the payload for

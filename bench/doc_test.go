@@ -198,6 +198,25 @@ func TestRenderLatenessTarget(t *testing.T) {
 	}
 }
 
+// TestRenderMillionParam: a parameter of a million (the full preset's
+// dispatch backlog), which JSON gives back as the float 1e+06, still
+// matches the integer the targets look for.
+func TestRenderMillionParam(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(impl string, v float64) *Result {
+		return &Result{Scenario: "dispatch", Case: "dispatch case", Impl: impl, Metric: "rate", Unit: "tasks/s", Status: StatusOK,
+			Params: map[string]any{"shape": "burst", "backlog": 1e6, "dispatchers": 1.0}, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
+	}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq"}, "runs": 1.0},
+		Results: []*Result{res("engine", 1e6), res("asynq", 1e5)}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	want := "| dispatch burst, backlog 1000000, 1 dispatcher(s), engine vs asynq | ≥ 5× | 10.00× (1M vs 100k) | met |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("the tables lack %q:\n%s", want, b.String())
+	}
+}
+
 // firstDiff shows where got and want part, with a little context.
 func firstDiff(got, want string) string {
 	i := 0

@@ -283,13 +283,13 @@ func dispatchScaling(results []*Result, impls []string) []Derived {
 			continue
 		}
 		shape, _ := r.Params["shape"].(string)
-		disp, _ := r.Params["dispatchers"].(int)
-		backlog, _ := r.Params["backlog"].(int)
-		k := key{r.Impl, shape, disp}
+		disp, _ := number(r.Params["dispatchers"])
+		backlog, _ := number(r.Params["backlog"])
+		k := key{r.Impl, shape, int(disp)}
 		if pts[k] == nil {
 			keys = append(keys, k)
 		}
-		pts[k] = append(pts[k], point{backlog, *r.Median})
+		pts[k] = append(pts[k], point{int(backlog), *r.Median})
 	}
 	rank := map[string]int{}
 	for i, n := range impls {
