@@ -121,8 +121,8 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if (r.Metric == "round_trips" || r.Metric == "round_trips_per_task") && r.Impl == "naive" {
 			return StatusNA // only the engine's connections count round trips
 		}
-		if r.Params["diagnostic"] != nil && r.Impl != "engine" {
-			return StatusNA // the engine's own diagnostic case
+		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit") && r.Impl != "engine" {
+			return StatusNA // the engine's own diagnostic case, the cost of its queue limit
 		}
 		return shortCPU(r)
 	})

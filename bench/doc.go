@@ -347,6 +347,7 @@ func writeGenerated(w io.Writer, r *Report, resultsPath string) {
 	}
 	writeMemoryBreakdown(p, r, names)
 	writeE2ECommands(p, r, names)
+	writeE2ELimit(p, r)
 	writeIdleCommands(p, r, names)
 	if len(r.Notes) > 0 {
 		p("\n## Notes of the run\n\n")
@@ -556,6 +557,54 @@ func writeE2ECommands(p func(string, ...any), r *Report, names []string) {
 				}
 			}
 			p("| %s | %s |\n", m.label, strings.Join(row, " | "))
+		}
+	}
+}
+
+// writeE2ELimit writes the engine's e2e-limit figures side by side: per
+// handler count and metric, the case without a queue limit, the one with
+// the (never reached) limit, and the ratio of their medians.
+func writeE2ELimit(p func(string, ...any), r *Report) {
+	limits := r.intParams("e2e-limit", "max_running")
+	if len(limits) == 0 {
+		return
+	}
+	limit := limits[len(limits)-1]
+	p("\n## End to end, queue limit against none\n\n")
+	p("| handlers | metric | no limit | limit %d | limit / no limit |\n| --- | --- | --- | --- | --- |\n", limit)
+	for _, hs := range r.intParams("e2e-limit", "handlers") {
+		var metrics []string
+		seen := map[string]bool{}
+		for _, res := range r.Results {
+			if res.Scenario == "e2e-limit" && res.Impl == "engine" && sameParam(res.Params["handlers"], hs) && !seen[res.Metric] {
+				seen[res.Metric] = true
+				metrics = append(metrics, res.Metric)
+			}
+		}
+		first := fmt.Sprint(hs)
+		for _, m := range metrics {
+			none := r.find("e2e-limit", "engine", m, map[string]any{"handlers": hs, "max_running": 0})
+			lim := r.find("e2e-limit", "engine", m, map[string]any{"handlers": hs, "max_running": limit})
+			cell := func(res *Result) string {
+				if res == nil {
+					return "-"
+				}
+				return cellText(res)
+			}
+			unit := ""
+			for _, res := range []*Result{none, lim} {
+				if res != nil {
+					unit = res.Unit
+				}
+			}
+			ratio := "n/a"
+			x, ok1 := median(lim)
+			y, ok2 := median(none)
+			if ok1 && ok2 && y != 0 {
+				ratio = fmt.Sprintf("%.2f×", x/y)
+			}
+			p("| %s | %s | %s | %s | %s |\n", first, metricLabel(m, unit), cell(none), cell(lim), ratio)
+			first = ""
 		}
 	}
 }

@@ -217,6 +217,41 @@ func TestRenderMillionParam(t *testing.T) {
 	}
 }
 
+// TestRenderE2ELimit: the e2e-limit scenario's figures come side by side,
+// without a limit and with one, per handler count, with the ratio
+// limit/no limit of their medians.
+func TestRenderE2ELimit(t *testing.T) {
+	res := func(hs, limit float64, metric, unit string, vs ...float64) *Result {
+		r := &Result{Scenario: "e2e-limit", Case: fmt.Sprintf("handlers=%v limit=%v", hs, limit), Impl: "engine",
+			Params: map[string]any{"handlers": hs, "max_running": limit}, Metric: metric, Unit: unit, Status: StatusOK}
+		r.setValues(vs)
+		return r
+	}
+	na := &Result{Scenario: "e2e-limit", Case: "handlers=8 limit=1000000", Impl: "engine", Metric: "cores_busy", Unit: "%",
+		Params: map[string]any{"handlers": 8.0, "max_running": 1e6}, Status: StatusNA, Note: cpuNA}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "naive"}, "runs": 3.0},
+		Results: []*Result{
+			res(8, 0, "rate", "tasks/s", 20000, 19000, 21000), res(8, 0, "commands_per_task", "cmds/task", 5),
+			res(8, 0, "cores_busy", "%", 90),
+			res(8, 1e6, "rate", "tasks/s", 15000, 16000, 17000), res(8, 1e6, "commands_per_task", "cmds/task", 6), na,
+			res(64, 0, "rate", "tasks/s", 10000),
+		}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	for _, want := range []string{
+		"\n## End to end, queue limit against none\n",
+		"| handlers | metric | no limit | limit 1000000 | limit / no limit |",
+		"| 8 | rate (tasks/s) | 20k (19k–21k) | 16k (15k–17k) | 0.80× |",
+		"|  | commands_per_task (cmds/task) | 5.00 | 6.00 | 1.20× |",
+		"|  | cores_busy (%) | 90.0 | n/a | n/a |",
+		"| 64 | rate (tasks/s) | 10k | - | n/a |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // firstDiff shows where got and want part, with a little context.
 func firstDiff(got, want string) string {
 	i := 0

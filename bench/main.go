@@ -30,16 +30,17 @@ import (
 )
 
 // allScenarios lists the scenarios in the order they run.
-var allScenarios = []string{"enqueue", "dispatch", "e2e", "lateness", "idle", "memory"}
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "lateness", "idle", "memory"}
 
 // scenarioCases maps a scenario name to its case builder.
 var scenarioCases = map[string]func(Sizes) []*Case{
-	"enqueue":  enqueueCases,
-	"dispatch": dispatchCases,
-	"e2e":      e2eCases,
-	"lateness": latenessCases,
-	"idle":     idleCases,
-	"memory":   memoryCases,
+	"enqueue":   enqueueCases,
+	"dispatch":  dispatchCases,
+	"e2e":       e2eCases,
+	"e2e-limit": e2eLimitCases,
+	"lateness":  latenessCases,
+	"idle":      idleCases,
+	"memory":    memoryCases,
 }
 
 func main() {
