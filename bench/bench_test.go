@@ -281,7 +281,8 @@ func TestFlags(t *testing.T) {
 	if fmt.Sprint(o.scenarios) != "[enqueue memory]" {
 		t.Errorf("scenarios %v", o.scenarios)
 	}
-	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"}} {
+	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"},
+		{"-merge", "results.json", "-out", ""}, {"-render", "results.json", "-merge", "results.json"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -350,5 +351,46 @@ func TestDispatchScalingFromJSON(t *testing.T) {
 	d := dispatchScaling([]*Result{res(1e4, 100), res(1e6, 400)}, []string{"engine"})
 	if len(d) != 1 || d[0].Value != 4 || !strings.Contains(d[0].What, "rate(backlog=1000000)/rate(backlog=10000)") {
 		t.Fatalf("dispatchScaling = %+v, want one figure of 4 (backlog 1000000 against 10000)", d)
+	}
+}
+
+// TestRunMerge: a run with -merge writes the base's results with those of
+// the scenarios it measured replaced by its own, and a failed run merges
+// nothing.
+func TestRunMerge(t *testing.T) {
+	dir := t.TempDir()
+	base := writeTestResults(t, dir)
+	out := filepath.Join(dir, "merged.json")
+	args := []string{"-redis", testRedis.Addr, "-impls", "engine", "-scenarios", "e2e-limit", "-e2e-n", "200", "-handlers", "2",
+		"-merge", base, "-out", out}
+	if code := run(args); code != 0 {
+		t.Fatalf("run %v: exit %d", args, code)
+	}
+	r, err := readReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, res := range r.Results {
+		count[res.Scenario]++
+	}
+	if want := len(testReport().Results); count["e2e"]+count["idle"]+count["memory"] != want || count["e2e-limit"] == 0 {
+		t.Errorf("merged results by scenario %v: want the base's %d and e2e-limit's", count, want)
+	}
+	if len(r.Parts) != 1 || fmt.Sprint(r.Parts[0].Scenarios) != "[e2e-limit]" {
+		t.Errorf("parts %+v, want the e2e-limit run", r.Parts)
+	}
+	// Nothing listens on this address: the run fails, and the base is
+	// left as it was.
+	before, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []string{"-redis", "127.0.0.1:1", "-impls", "engine", "-scenarios", "e2e-limit", "-merge", base, "-out", base}
+	if code := run(bad); code == 0 {
+		t.Errorf("run %v: exit 0", bad)
+	}
+	if after, _ := os.ReadFile(base); string(after) != string(before) {
+		t.Error("a failed run changed the base")
 	}
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -25,16 +25,12 @@ const (
 //
 //	cd bench && go run . -render results.json -doc ../docs/benchmarks.md
 func renderDoc(resultsPath, docPath string) error {
-	b, err := os.ReadFile(resultsPath)
+	r, err := readReport(resultsPath)
 	if err != nil {
 		return err
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", resultsPath, err)
-	}
 	var block strings.Builder
-	writeGenerated(&block, &r, resultsPath)
+	writeGenerated(&block, r, resultsPath)
 	if docPath == "" || docPath == "-" {
 		_, err := io.WriteString(os.Stdout, block.String())
 		return err
@@ -277,22 +273,18 @@ func (r *Report) intParams(scenario, key string) []int {
 // writeGenerated writes the generated part of the page, markers
 // included: a line saying what it was generated from, then the tables.
 func writeGenerated(w io.Writer, r *Report, resultsPath string) {
-	impls, _ := r.Meta["impls"].([]any)
-	var names []string
-	for _, i := range impls {
-		names = append(names, fmt.Sprint(i))
-	}
-	args, _ := r.Meta["args"].([]any)
-	var argv []string
-	for _, a := range args {
-		argv = append(argv, fmt.Sprint(a))
-	}
+	names := reportImpls(r)
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("%s: written by `cd bench && go run . -render %s -doc ../docs/benchmarks.md`; edit only outside the markers -->\n\n", beginMarker, resultsPath)
-	p("*Generated from `%s`: `go run . %s`, started %s UTC, %.0f s of wall time; %v run(s) per figure, size preset %v; Redis %v (%s); %v %v/%v, %v CPUs.*\n",
-		resultsPath, strings.Join(argv, " "), r.Started.UTC().Format(time.DateTime), r.WallSecs, r.Meta["runs"], r.Meta["size"], r.Meta["redis_version"],
-		map[bool]string{true: "started by the harness, persistence off", false: "an existing server"}[r.Meta["redis_started"] == true],
-		r.Meta["go"], r.Meta["goos"], r.Meta["goarch"], r.Meta["cpus"])
+	if len(r.Parts) == 0 {
+		writeRunLine(p, resultsPath, nil, r.Started, r.WallSecs, r.Meta)
+	} else {
+		writeRunLine(p, resultsPath, r.ownScenarios(), r.Started, r.WallSecs, r.Meta)
+		for _, part := range r.Parts {
+			p("\n")
+			writeRunLine(p, resultsPath, part.Scenarios, part.Started, part.WallSecs, part.Meta)
+		}
+	}
 
 	p("\n## Targets\n\n| figure | target | measured | verdict |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.targets() {
@@ -349,13 +341,32 @@ func writeGenerated(w io.Writer, r *Report, resultsPath string) {
 	writeE2ECommands(p, r, names)
 	writeE2ELimit(p, r)
 	writeIdleCommands(p, r, names)
-	if len(r.Notes) > 0 {
+	notes := slices.Clone(r.Notes)
+	for _, part := range r.Parts {
+		for _, n := range part.Notes {
+			notes = append(notes, "scenarios "+scenarioList(part.Scenarios)+": "+n)
+		}
+	}
+	if len(notes) > 0 {
 		p("\n## Notes of the run\n\n")
-		for _, n := range r.Notes {
+		for _, n := range notes {
 			p("- %s\n", n)
 		}
 	}
 	p("\n%s\n", endMarker)
+}
+
+// writeRunLine writes the line that says which run the figures (of
+// scenarios; nil: all of them) come from.
+func writeRunLine(p func(string, ...any), resultsPath string, scenarios []string, started time.Time, wall float64, meta map[string]any) {
+	from := "`" + resultsPath + "`"
+	if scenarios != nil {
+		from += ", scenarios " + scenarioList(scenarios)
+	}
+	p("*Generated from %s: `go run . %s`, started %s UTC, %.0f s of wall time; %v run(s) per figure, size preset %v; Redis %v (%s); %v %v/%v, %v CPUs.*\n",
+		from, strings.Join(strList(meta["args"]), " "), started.UTC().Format(time.DateTime), wall, meta["runs"], meta["size"], meta["redis_version"],
+		map[bool]string{true: "started by the harness, persistence off", false: "an existing server"}[meta["redis_started"] == true],
+		meta["go"], meta["goos"], meta["goarch"], meta["cpus"])
 }
 
 // writeIdleCommands writes, per implementation with an idle figure, the

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDocGeneratedUpToDate: the generated part of docs/benchmarks.md is
@@ -267,4 +268,82 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// TestMerge: a merged run's scenarios replace the base's results of those
+// scenarios and nothing else, in the scenarios' order; the page names the
+// run each scenario's figures come from, and a later merge of the same
+// scenario replaces the earlier one, its run and its notes.
+func TestMerge(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(scen, impl string, v float64) *Result {
+		return &Result{Scenario: scen, Case: scen + " case", Params: map[string]any{}, Impl: impl, Metric: "rate", Unit: "tasks/s",
+			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
+	}
+	base := &Report{Started: time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC), WallSecs: 1400,
+		Meta: map[string]any{"impls": []any{"engine", "asynq"}, "runs": 3.0, "args": []any{"-runs", "3"},
+			"scenarios": []any{"enqueue", "e2e", "idle"}},
+		Results: []*Result{res("enqueue", "engine", 1), res("enqueue", "asynq", 2), res("e2e", "engine", 3), res("idle", "engine", 4)},
+		Notes:   []string{"base note"}}
+	// Through JSON, as -merge reads the base from a file.
+	b, err := json.Marshal(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(started time.Time, v float64, note string, scens ...string) *Report {
+		r := &Report{Started: started, WallSecs: 40, Notes: []string{note},
+			Meta: map[string]any{"impls": []string{"engine"}, "runs": 1, "args": []string{"-scenarios", strings.Join(scens, ","), "-runs", "1"}, "scenarios": scens}}
+		for _, s := range scens {
+			r.Results = append(r.Results, res(s, "engine", v))
+		}
+		return r
+	}
+	merged, err := mergeInto(path, run(time.Date(2026, 11, 29, 5, 0, 0, 0, time.UTC), 10, "first note", "e2e-limit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err = mergeInto(writeReport(t, merged), run(time.Date(2026, 11, 29, 5, 30, 0, 0, time.UTC), 20, "second note", "e2e-limit", "e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range merged.Results {
+		got = append(got, fmt.Sprintf("%s/%s=%v", r.Scenario, r.Impl, *r.Median))
+	}
+	if want := "[enqueue/engine=1 enqueue/asynq=2 e2e/engine=20 e2e-limit/engine=20 idle/engine=4]"; fmt.Sprint(got) != want {
+		t.Errorf("merged results %v, want %s", got, want)
+	}
+	var page strings.Builder
+	writeGenerated(&page, merged, "results.json")
+	doc := page.String()
+	for _, want := range []string{
+		"*Generated from `results.json`, scenarios enqueue, idle: `go run . -runs 3`, started 2026-11-29 02:00:00 UTC, 1400 s of wall time; 3 run(s) per figure",
+		"*Generated from `results.json`, scenarios e2e, e2e-limit: `go run . -scenarios e2e-limit,e2e -runs 1`, started 2026-11-29 05:30:00 UTC, 40 s of wall time; 1 run(s) per figure",
+		"- base note\n",
+		"- scenarios e2e, e2e-limit: second note\n",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the page lacks %q:\n%s", want, doc)
+		}
+	}
+	for _, gone := range []string{"first note", "05:00:00"} {
+		if strings.Contains(doc, gone) {
+			t.Errorf("the page still has %q of the replaced merge:\n%s", gone, doc)
+		}
+	}
+}
+
+// writeReport writes r to a results.json in a temporary directory and
+// returns its path.
+func writeReport(t *testing.T, r *Report) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

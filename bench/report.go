@@ -64,6 +64,9 @@ type Report struct {
 	Results  []*Result      `json:"results"`
 	Derived  []Derived      `json:"derived,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
+	// Parts are the runs merged in (-merge), whose scenarios' results
+	// replaced those of this run.
+	Parts []Part `json:"parts,omitempty"`
 }
 
 // Derived is a figure computed from other results (dispatch scaling).
