@@ -43,7 +43,7 @@ var tinyArgs = []string{
 	"-e2e-n", "300", "-e2e-producers", "4", "-handlers", "2,8",
 	"-lateness-rate", "300", "-lateness-duration", "1s", "-lateness-max-delay", "300ms", "-lateness-workers", "4",
 	"-idle-duration", "1s", "-idle-workers", "4", "-idle-periods", "0",
-	"-memory-n", "500",
+	"-memory-n", "500", "-fair-n", "300", "-fair-handlers", "4",
 }
 
 // runTiny runs the harness in-process against the test server (as a shared
@@ -121,8 +121,11 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if (r.Metric == "round_trips" || r.Metric == "round_trips_per_task") && r.Impl == "naive" {
 			return StatusNA // only the engine's connections count round trips
 		}
-		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit") && r.Impl != "engine" {
-			return StatusNA // the engine's own diagnostic case, the cost of its queue limit
+		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit" || r.Scenario == "fair") && r.Impl != "engine" {
+			return StatusNA // the engine's own: a diagnostic case, the cost of its queue limit, its keys
+		}
+		if _, keys := Impl(&engineImpl{}).(keyedEnqueuer); r.Scenario == "fair" && r.Params["keys"] == true && !keys {
+			return StatusNA
 		}
 		return shortCPU(r)
 	})

@@ -340,6 +340,7 @@ func writeGenerated(w io.Writer, r *Report, resultsPath string) {
 	writeMemoryBreakdown(p, r, names)
 	writeE2ECommands(p, r, names)
 	writeE2ELimit(p, r)
+	writeFair(p, r)
 	writeIdleCommands(p, r, names)
 	notes := slices.Clone(r.Notes)
 	for _, part := range r.Parts {
@@ -582,39 +583,67 @@ func writeE2ELimit(p func(string, ...any), r *Report) {
 	}
 	limit := limits[len(limits)-1]
 	p("\n## End to end, queue limit against none\n\n")
-	p("| handlers | metric | no limit | limit %d | limit / no limit |\n| --- | --- | --- | --- | --- |\n", limit)
-	for _, hs := range r.intParams("e2e-limit", "handlers") {
+	writeSideBySide(p, r, "e2e-limit", "handlers", "max_running",
+		[2]any{0, limit}, [2]string{"no limit", fmt.Sprintf("limit %d", limit)}, "limit / no limit")
+}
+
+// writeFair writes the engine's fair figures side by side: per count of
+// tasks ahead, the small task behind them without keys and with keys.
+func writeFair(p func(string, ...any), r *Report) {
+	if len(r.intParams("fair", "n")) == 0 {
+		return
+	}
+	p("\n## One task behind a flood, keys against none\n\n")
+	writeSideBySide(p, r, "fair", "n", "keys", [2]any{false, true}, [2]string{"no keys", "keys flood and small"}, "")
+}
+
+// writeSideBySide writes a table of the engine's figures of scenario in
+// two variants, where param variant is values[0] and values[1] (headed
+// labels), and, under ratioLabel unless it is "", the ratio of their
+// medians (second / first): a group of rows per value of param group, a
+// row per metric.
+func writeSideBySide(p func(string, ...any), r *Report, scenario, group, variant string, values [2]any, labels [2]string, ratioLabel string) {
+	if ratioLabel == "" {
+		p("| %s | metric | %s | %s |\n| --- | --- | --- | --- |\n", group, labels[0], labels[1])
+	} else {
+		p("| %s | metric | %s | %s | %s |\n| --- | --- | --- | --- | --- |\n", group, labels[0], labels[1], ratioLabel)
+	}
+	for _, g := range r.intParams(scenario, group) {
 		var metrics []string
 		seen := map[string]bool{}
 		for _, res := range r.Results {
-			if res.Scenario == "e2e-limit" && res.Impl == "engine" && sameParam(res.Params["handlers"], hs) && !seen[res.Metric] {
+			if res.Scenario == scenario && res.Impl == "engine" && sameParam(res.Params[group], g) && !seen[res.Metric] {
 				seen[res.Metric] = true
 				metrics = append(metrics, res.Metric)
 			}
 		}
-		first := fmt.Sprint(hs)
+		first := fmt.Sprint(g)
 		for _, m := range metrics {
-			none := r.find("e2e-limit", "engine", m, map[string]any{"handlers": hs, "max_running": 0})
-			lim := r.find("e2e-limit", "engine", m, map[string]any{"handlers": hs, "max_running": limit})
+			var pair [2]*Result
+			unit := ""
+			for i, v := range values {
+				pair[i] = r.find(scenario, "engine", m, map[string]any{group: g, variant: v})
+				if pair[i] != nil {
+					unit = pair[i].Unit
+				}
+			}
 			cell := func(res *Result) string {
 				if res == nil {
 					return "-"
 				}
 				return cellText(res)
 			}
-			unit := ""
-			for _, res := range []*Result{none, lim} {
-				if res != nil {
-					unit = res.Unit
+			p("| %s | %s | %s | %s |", first, metricLabel(m, unit), cell(pair[0]), cell(pair[1]))
+			if ratioLabel != "" {
+				ratio := "n/a"
+				x, ok1 := median(pair[1])
+				y, ok2 := median(pair[0])
+				if ok1 && ok2 && y != 0 {
+					ratio = fmt.Sprintf("%.2f×", x/y)
 				}
+				p(" %s |", ratio)
 			}
-			ratio := "n/a"
-			x, ok1 := median(lim)
-			y, ok2 := median(none)
-			if ok1 && ok2 && y != 0 {
-				ratio = fmt.Sprintf("%.2f×", x/y)
-			}
-			p("| %s | %s | %s | %s | %s |\n", first, metricLabel(m, unit), cell(none), cell(lim), ratio)
+			p("\n")
 			first = ""
 		}
 	}

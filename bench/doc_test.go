@@ -253,6 +253,34 @@ func TestRenderE2ELimit(t *testing.T) {
 	}
 }
 
+// TestRenderFair: the fair scenario's figures come side by side, the
+// small task behind the flood without keys and with them.
+func TestRenderFair(t *testing.T) {
+	res := func(keys bool, metric, unit string, v float64) *Result {
+		r := &Result{Scenario: "fair", Case: fmt.Sprintf("keys=%v", keys), Impl: "engine",
+			Params: map[string]any{"n": 100000.0, "handlers": 8.0, "keys": keys}, Metric: metric, Unit: unit, Status: StatusOK}
+		r.setValues([]float64{v})
+		return r
+	}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine"}, "runs": 1.0},
+		Results: []*Result{
+			res(false, "wait", "ms", 5000), res(false, "ahead", "tasks", 100000),
+			res(true, "wait", "ms", 2.5), res(true, "ahead", "tasks", 9),
+		}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	for _, want := range []string{
+		"\n## One task behind a flood, keys against none\n",
+		"| n | metric | no keys | keys flood and small |\n",
+		"| 100000 | wait (ms) | 5000 | 2.50 |\n",
+		"|  | ahead (tasks) | 100000 | 9 |\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // firstDiff shows where got and want part, with a little context.
 func firstDiff(got, want string) string {
 	i := 0

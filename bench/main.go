@@ -32,7 +32,7 @@ import (
 )
 
 // allScenarios lists the scenarios in the order they run.
-var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "lateness", "idle", "memory"}
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "fair", "lateness", "idle", "memory"}
 
 // scenarioCases maps a scenario name to its case builder.
 var scenarioCases = map[string]func(Sizes) []*Case{
@@ -40,6 +40,7 @@ var scenarioCases = map[string]func(Sizes) []*Case{
 	"dispatch":  dispatchCases,
 	"e2e":       e2eCases,
 	"e2e-limit": e2eLimitCases,
+	"fair":      fairCases,
 	"lateness":  latenessCases,
 	"idle":      idleCases,
 	"memory":    memoryCases,
@@ -102,6 +103,8 @@ func parseFlags(args []string) (*options, error) {
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
+	fairN := fs.Int("fair-n", 0, "tasks ahead of the small one in fair")
+	fairHandlers := fs.Int("fair-handlers", 0, "handlers in fair")
 	render := fs.String("render", "", "render the tables of this results.json instead of measuring (see -doc)")
 	doc := fs.String("doc", "-", "with -render: the page whose generated part (between its BEGIN GENERATED and END GENERATED lines) the tables replace (\"-\": stdout)")
 	merge := fs.String("merge", "", "merge this run into this results.json: the results of the scenarios measured here replace its results of those scenarios, the rest stays; the whole goes to -out (a run with an error merges nothing)")
@@ -168,6 +171,8 @@ func parseFlags(args []string) (*options, error) {
 		s.IdlePeriods = *idlePeriods
 	}
 	setInt(&s.MemoryN, *memN)
+	setInt(&s.FairN, *fairN)
+	setInt(&s.FairHandlers, *fairHandlers)
 	setDur(&s.LatenessDuration, *latDur)
 	setDur(&s.LatenessMaxDelay, *latDelay)
 	setDur(&s.IdleDuration, *idleDur)
