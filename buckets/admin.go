@@ -51,7 +51,7 @@ func (s *Store) Cancel(ctx context.Context, conn redis.Conn, id string, now, ttl
 		if sp.scheduled() {
 			s.unschedule(tx, r, sp)
 		} else {
-			tx.Queue("LREM", s.Keys.Ready(r.place()), 1, id)
+			tx.Queue("LREM", s.Keys.Ready(r.Place()), 1, id)
 		}
 		if err := s.flowRead(tx, r, FlowViews{}); err != nil {
 			return err
@@ -87,10 +87,10 @@ func (s *Store) findSpot(tx *txn.Tx, r *Record) (spot, error) {
 		return spot{inline: in}, err
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	if err := tx.Watch(s.Keys.Bucket(r.place(), ts)); err != nil {
+	if err := tx.Watch(s.Keys.Bucket(r.Place(), ts)); err != nil {
 		return spot{}, err
 	}
-	found, only, err := s.inBucket(tx, r.place(), ts, r.ID)
+	found, only, err := s.inBucket(tx, r.Place(), ts, r.ID)
 	return spot{bucket: found, only: only}, err
 }
 
@@ -105,7 +105,7 @@ func (s *Store) inInlineEntry(tx *txn.Tx, r *Record) (bool, error) {
 	if err := tx.Watch(s.Keys.Guard(GuardOf(r.ID))); err != nil {
 		return false, err
 	}
-	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.place(), r.ID))
+	score, err := tx.Do("ZSCORE", s.Keys.Schedule(), InlineMember(r.Place(), r.ID))
 	return score != nil, err
 }
 
@@ -121,16 +121,16 @@ func mayBeInline(r *Record) bool { return r.State == StateWaiting && Inlineable(
 // empty bucket); and the gauge it leaves (unbucketed).
 func (s *Store) unschedule(tx queuer, r *Record, sp spot) {
 	if sp.inline {
-		tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.place(), r.ID))
+		tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.Place(), r.ID))
 		tx.Queue("INCR", s.Keys.Guard(GuardOf(r.ID)))
 		s.unbucketed(tx, r)
 		return
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	tx.Queue("LREM", s.Keys.Bucket(r.place(), ts), 1, r.ID)
+	tx.Queue("LREM", s.Keys.Bucket(r.Place(), ts), 1, r.ID)
 	s.unbucketed(tx, r)
 	if sp.only {
-		s.dropMember(tx, Member(r.place(), ts))
+		s.dropMember(tx, Member(r.Place(), ts))
 	}
 }
 

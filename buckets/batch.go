@@ -126,7 +126,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	watch = append(watch, s.Keys.Paused(), inflight)
 	limited := false
 	for i := range cs {
-		limited = limited || cs[i].Limited
+		limited = limited || cs[i].Limits.MaxRunning > 0
 	}
 	if limited {
 		watch = append(watch, s.Keys.Slots(QueueOf(q)))
@@ -166,7 +166,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if len(got) != want {
 			return fmt.Errorf("%d replies to %d reads", len(got), want)
 		}
-		var slots *slotBudget
+		var slots *flowBudget
 		if limited {
 			if slots, err = slotBudgetOf(got[3], got[4]); err != nil {
 				return err
@@ -202,7 +202,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 				return err
 			}
 		}
-		batch.flush(&writes, s.Keys.Ready(q))
+		batch.flush(&writes, s, q)
 		if atHead {
 			writes = trimInflight(writes, inflight, n)
 		}
@@ -513,27 +513,30 @@ func (b *batchState) claimedRun(entry, id string) {
 	}
 }
 
-// giveBack puts id back at the pop end of ready list key.
-func (b *batchState) giveBack(tx queuer, key, id string) {
+// giveBack puts id back at the pop end of place q's ready list (and a
+// key's place in turn: turnKey).
+func (b *batchState) giveBack(tx queuer, s *Store, q, id string) {
 	if b == nil {
-		tx.Queue("RPUSH", key, id)
+		tx.Queue("RPUSH", s.Keys.Ready(q), id)
+		s.turnKey(tx, q)
 		return
 	}
 	b.back = append(b.back, id)
 }
 
-// flush pushes the ids given back, the oldest last (RPOPLPUSH takes from
-// the tail).
-func (b *batchState) flush(tx queuer, key string) {
+// flush pushes the ids given back to place q's ready list, the oldest
+// last (RPOPLPUSH takes from the tail).
+func (b *batchState) flush(tx queuer, s *Store, q string) {
 	if len(b.back) == 0 {
 		return
 	}
 	args := make([]interface{}, 0, len(b.back)+1)
-	args = append(args, key)
+	args = append(args, s.Keys.Ready(q))
 	for i := len(b.back) - 1; i >= 0; i-- {
 		args = append(args, b.back[i])
 	}
 	tx.Queue("RPUSH", args...)
+	s.turnKey(tx, q)
 }
 
 // coalesce merges, in a transaction's writes, commands that the order of

@@ -686,7 +686,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 		var allowed func(key string) bool
 		switch r.State {
 		case StateWaiting, StateRetry:
-			bucketPrefix := k.Prefix() + "b:" + r.place() + ":"
+			bucketPrefix := k.Prefix() + "b:" + r.Place() + ":"
 			if r.State == StateRetry {
 				// Retrying while in a bucket; a due retry in a ready or
 				// in-flight list is just ready.
@@ -701,10 +701,10 @@ func (w *walk) judge(k Keys, resolution int64) {
 			}
 			entry := ""
 			if r.State == StateWaiting {
-				entry = k.InlinePlace(InlineMember(r.place(), id)) // never a retry's
+				entry = k.InlinePlace(InlineMember(r.Place(), id)) // never a retry's
 			}
 			allowed = func(key string) bool {
-				return key == k.Ready(r.place()) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix) || key == entry
+				return key == k.Ready(r.Place()) || strings.HasPrefix(key, inflight) || strings.HasPrefix(key, bucketPrefix) || key == entry
 			}
 		case StateRunning:
 			count(r.Queue, StatRunning, 1)
@@ -1087,11 +1087,11 @@ func (s *Store) repairHomeless(ctx context.Context, conn redis.Conn, o CheckOpti
 			if in, err := s.inInlineEntry(tx, r); err != nil || in {
 				return err // in its inline entry: that is its home
 			}
-			bucket := k.Bucket(r.place(), BucketTime(r.Due, s.Resolution))
+			bucket := k.Bucket(r.Place(), BucketTime(r.Due, s.Resolution))
 			if err := tx.Watch(bucket); err != nil {
 				return err
 			}
-			for _, key := range append([]string{bucket, k.Ready(r.place())}, inflights(k, workers)...) {
+			for _, key := range append([]string{bucket, k.Ready(r.Place())}, inflights(k, workers)...) {
 				if t, err := redis.String(tx.Do("TYPE", key)); err != nil || t != "list" {
 					if err != nil {
 						return err

@@ -104,6 +104,14 @@ type Record struct {
 	// ExpireAt is when the task stops being worth starting (Unix ms; 0:
 	// never): a claim after it buries the task as expired instead.
 	ExpireAt int64
+	// Key is the task's flow-control key within its queue (a tenant, say;
+	// a ValidName, "" for none): it waits in its key's list (KeyPlace),
+	// taken round-robin with the queue's other keys, and counts against
+	// the queue's per-key limits.
+	Key string
+	// HoldsKeySlot: the run holds a slot of its key's limit
+	// (Keys.KeySlots); every transition out of running gives it back.
+	HoldsKeySlot bool
 
 	// Result is not stored in the record: Finish's decide sets it on a
 	// Done outcome, and it is stored under [Keys.Result].
@@ -197,20 +205,22 @@ const (
 // rule). A tag from 'a' up is informational (the metadata): an older
 // decoder keeps its bytes and writes them back.
 const (
-	sectionPeriodic  = 1 // the periodic entry's name
-	sectionFlags     = 2 // one byte of flags: flagSkipIfRunning, flagHoldsSlot
-	sectionUnique    = 3 // Record.Unique
-	sectionUniqueTTL = 4 // Record.UniqueTTL, an unsigned varint
-	sectionReplyTo   = 5 // Record.ReplyTo
-	sectionFlow      = 6 // Record.Flow (workflow.go)
-	sectionSnoozes   = 7 // Record.Snoozes, an unsigned varint
-	sectionPriority  = 8 // Record.Priority above 1, an unsigned varint
-	sectionExpireAt  = 9 // Record.ExpireAt, an unsigned varint
+	sectionPeriodic  = 1  // the periodic entry's name
+	sectionFlags     = 2  // one byte of flags: flagSkipIfRunning, flagHoldsSlot
+	sectionUnique    = 3  // Record.Unique
+	sectionUniqueTTL = 4  // Record.UniqueTTL, an unsigned varint
+	sectionReplyTo   = 5  // Record.ReplyTo
+	sectionFlow      = 6  // Record.Flow (workflow.go)
+	sectionSnoozes   = 7  // Record.Snoozes, an unsigned varint
+	sectionPriority  = 8  // Record.Priority above 1, an unsigned varint
+	sectionExpireAt  = 9  // Record.ExpireAt, an unsigned varint
+	sectionKey       = 10 // Record.Key
 )
 
 const (
 	flagSkipIfRunning = 1
 	flagHoldsSlot     = 2
+	flagHoldsKeySlot  = 4
 )
 
 // Encode returns the stored form of r: the magic byte 'B', the version
@@ -320,8 +330,9 @@ func (r *Record) Encode() []byte {
 	return append(b, r.Payload...)
 }
 
-// place is where the task waits: its queue's list of its level (Place).
-func (r *Record) place() string { return Place(r.Queue, r.Priority) }
+// Place is where the task waits: its queue's list of its level and key
+// (Place, KeyPlace).
+func (r *Record) Place() string { return KeyPlace(Place(r.Queue, r.Priority), r.Key) }
 
 // Level is the task's priority level, 1 to MaxLevel.
 func (r *Record) Level() int { return max(r.Priority, 1) }
@@ -359,13 +370,16 @@ func (r *Record) sections() [][]byte {
 	if r.Periodic != "" {
 		section(sectionPeriodic, []byte(r.Periodic))
 	}
-	if r.SkipIfRunning || r.HoldsSlot {
+	if r.SkipIfRunning || r.HoldsSlot || r.HoldsKeySlot {
 		var f byte
 		if r.SkipIfRunning {
 			f |= flagSkipIfRunning
 		}
 		if r.HoldsSlot {
 			f |= flagHoldsSlot
+		}
+		if r.HoldsKeySlot {
+			f |= flagHoldsKeySlot
 		}
 		section(sectionFlags, []byte{f})
 	}
@@ -389,6 +403,9 @@ func (r *Record) sections() [][]byte {
 	}
 	if r.ExpireAt > 0 {
 		section(sectionExpireAt, binary.AppendUvarint(nil, uint64(r.ExpireAt)))
+	}
+	if r.Key != "" {
+		section(sectionKey, []byte(r.Key))
 	}
 	if m := r.encodeMetadata(); len(m) > 0 {
 		out = append(out, m)
@@ -582,12 +599,13 @@ func (d *decoder) sections(r *Record) error {
 			}
 			r.Periodic = string(body)
 		case sectionFlags:
-			if len(body) != 1 || body[0] == 0 || body[0]&^(flagSkipIfRunning|flagHoldsSlot) != 0 {
+			if len(body) != 1 || body[0] == 0 || body[0]&^(flagSkipIfRunning|flagHoldsSlot|flagHoldsKeySlot) != 0 {
 				d.err = true
 				break
 			}
 			r.SkipIfRunning = body[0]&flagSkipIfRunning != 0
 			r.HoldsSlot = body[0]&flagHoldsSlot != 0
+			r.HoldsKeySlot = body[0]&flagHoldsKeySlot != 0
 		case sectionUnique:
 			if len(body) == 0 {
 				d.err = true
@@ -626,6 +644,11 @@ func (d *decoder) sections(r *Record) error {
 				d.err = true
 			}
 			r.ExpireAt = int64(n)
+		case sectionKey:
+			if !ValidName(string(body)) {
+				d.err = true
+			}
+			r.Key = string(body)
 		case sectionMetadata:
 			r.Metadata = decodeMetadata(body)
 			if r.Metadata == nil {

@@ -148,7 +148,8 @@ func TestRecordSections(t *testing.T) {
 		"out of order":     {{sectionFlags, 1, flagSkipIfRunning}, {sectionPeriodic, 1, 'e'}},
 		"twice":            {{sectionUnique, 1, 'u'}, {sectionUnique, 1, 'v'}},
 		"empty periodic":   {{sectionPeriodic, 0}},
-		"bad flag":         {{sectionFlags, 1, 7}},
+		"bad flag":         {{sectionFlags, 1, 8}},
+		"bad key":          {{sectionKey, 2, 'a', ':'}},
 		"no flag":          {{sectionFlags, 1, 0}},
 		"truncated":        {{sectionPeriodic, 5, 'e'}},
 		"unknown required": {{'Z', 1, 'x'}},
@@ -217,8 +218,8 @@ func TestRecordPriority(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, &r) {
 			t.Errorf("level %d: decoded %+v, %v; want %+v", lvl, got, err, &r)
 		}
-		if got.Level() != lvl || got.place() != Place("q", lvl) {
-			t.Errorf("level %d: Level %d, place %q", lvl, got.Level(), got.place())
+		if got.Level() != lvl || got.Place() != Place("q", lvl) {
+			t.Errorf("level %d: Level %d, place %q", lvl, got.Level(), got.Place())
 		}
 	}
 	if r, err := DecodeRecord("x", withSections(plain, []byte{sectionPriority, 1, 3})); err != nil || r.Priority != 3 {

@@ -154,15 +154,15 @@ func (s *Store) enqueueOne(now int64, r *Record) (cmds cmdList, added []string) 
 	}
 	ids := []string{r.ID}
 	if r.Due <= now {
-		s.pushReady(&cmds, r.place(), ids, false)
+		s.pushReady(&cmds, r.Place(), ids, false)
 		return cmds, added
 	}
 	ts := BucketTime(r.Due, s.Resolution)
-	if s.inline(r.place(), ts, r.ID) {
-		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.place(), r.ID))
-		s.nameLevel(&cmds, r.place())
+	if s.inline(r.Place(), ts, r.ID) {
+		cmds.Queue("ZADD", s.Keys.Schedule(), ts, InlineMember(r.Place(), r.ID))
+		s.nameLevel(&cmds, r.Place())
 	} else {
-		s.scheduleBucket(&cmds, r.place(), ts, ids)
+		s.scheduleBucket(&cmds, r.Place(), ts, ids)
 	}
 	cmds.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	s.wakeFor(&cmds, now, ts)
@@ -189,7 +189,7 @@ func (s *Store) splitEnqueue(now int64, recs []*Record) enqueueSplit {
 	for _, r := range recs {
 		sp.mset = append(sp.mset, s.Keys.Task(r.ID), r.Encode())
 		sp.queues[r.Queue] = true
-		pl := r.place()
+		pl := r.Place()
 		if r.Due <= now {
 			if len(sp.ready[pl]) == 0 {
 				sp.readyQs = append(sp.readyQs, pl)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
@@ -64,12 +65,19 @@ func (s *Store) Levels(ctx context.Context, conn redis.Conn) (map[string][]strin
 }
 
 // LevelPlaces sorts the members of the levels set (places of levels above
-// 1) by queue, each queue's in level order; members that are not such a
-// place are left out.
+// 1, and "p#", the marker of level p's keyed tasks) by queue, each
+// queue's in level order, a level's marker after its place ("q#" before
+// "q@2", "q@2" before "q@2#"); members that are not such a place are left
+// out.
 func LevelPlaces(members []string) map[string][]string {
 	out := map[string][]string{}
 	for _, m := range members {
-		if q, lvl := SplitPlace(m); lvl > 1 && ValidName(q) {
+		if base, ok := strings.CutSuffix(m, "#"); ok {
+			// The marker of a level's keyed tasks (Keys.Rotation).
+			if q, lvl := SplitPlace(base); ValidName(q) && Place(q, lvl) == base {
+				out[q] = append(out[q], m)
+			}
+		} else if q, lvl := SplitPlace(m); lvl > 1 && ValidName(q) && Place(q, lvl) == m {
 			out[q] = append(out[q], m)
 		}
 	}

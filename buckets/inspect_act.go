@@ -152,7 +152,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				}
 			}
 			if r.State == StateWaiting || r.State == StateRetry {
-				k := bkey{r.place(), BucketTime(r.Due, s.Resolution)}
+				k := bkey{r.Place(), BucketTime(r.Due, s.Resolution)}
 				if !seen[k] {
 					seen[k] = true
 					bks = append(bks, k)
@@ -181,7 +181,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				}
 			}
 			for _, r := range inl {
-				if err := tx.Send("ZSCORE", s.Keys.Schedule(), InlineMember(r.place(), r.ID)); err != nil {
+				if err := tx.Send("ZSCORE", s.Keys.Schedule(), InlineMember(r.Place(), r.ID)); err != nil {
 					return err
 				}
 			}
@@ -216,12 +216,12 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 		var touched uint32 // bit g: an inline entry of guard g is removed
 		fromBucket := func(r *Record) {
 			if inline[r.ID] {
-				tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.place(), r.ID))
+				tx.Queue("ZREM", s.Keys.Schedule(), InlineMember(r.Place(), r.ID))
 				touched |= 1 << GuardOf(r.ID)
 				s.unbucketed(tx, r)
 				return
 			}
-			k := bkey{r.place(), BucketTime(r.Due, s.Resolution)}
+			k := bkey{r.Place(), BucketTime(r.Due, s.Resolution)}
 			tx.Queue("LREM", s.Keys.Bucket(k.q, k.ts), 1, r.ID)
 			s.unbucketed(tx, r)
 			removed[k]++
@@ -238,7 +238,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 			st := s.Keys.Stats(r.Queue)
 			inBucket := false
 			if r.State == StateWaiting || r.State == StateRetry {
-				k := bkey{r.place(), BucketTime(r.Due, s.Resolution)}
+				k := bkey{r.Place(), BucketTime(r.Due, s.Resolution)}
 				inBucket = inline[r.ID] || indexed[k] && content[k][r.ID]
 			}
 			ok := true
@@ -249,7 +249,7 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				fromBucket(r)
 				r.Due = now
 				tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
-				s.pushReady(tx, r.place(), []string{r.ID}, true)
+				s.pushReady(tx, r.Place(), []string{r.ID}, true)
 			case a == ActRetry && r.State == StateDead:
 				// As a revival: it takes its unique key back (skipped
 				// while another task holds it), and its completion list
@@ -272,12 +272,12 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 				r.Attempts, r.Recoveries = 0, 0
 				r.Due, r.Finished = now, 0
 				tx.Queue("SET", s.Keys.Task(r.ID), r.Encode())
-				s.pushReady(tx, r.place(), []string{r.ID}, true)
+				s.pushReady(tx, r.Place(), []string{r.ID}, true)
 			case a == ActCancel && (r.State == StateWaiting || r.State == StateRetry):
 				if inBucket {
 					fromBucket(r)
 				} else {
-					tx.Queue("LREM", s.Keys.Ready(r.place()), 1, r.ID)
+					tx.Queue("LREM", s.Keys.Ready(r.Place()), 1, r.ID)
 				}
 				if err := s.flowRead(tx, r, views); err != nil {
 					return err
@@ -304,14 +304,14 @@ func (s *Store) Act(ctx context.Context, conn redis.Conn, a Action, ids []string
 						fromBucket(r)
 						tx.Queue("DEL", s.Keys.Task(r.ID))
 					} else {
-						tx.Queue("LREM", s.Keys.Ready(r.place()), 1, r.ID)
+						tx.Queue("LREM", s.Keys.Ready(r.Place()), 1, r.ID)
 						r.State, r.Finished, r.LastError = StateCancelled, now, "deleted"
 						tx.Queue("SETEX", s.Keys.Task(r.ID), ttl, r.Encode())
 					}
 				case StateRunning:
 					tx.Queue("ZREM", s.Keys.Pending(r.Worker), r.ID)
 					tx.Queue("HINCRBY", st, StatRunning, -1)
-					s.releaseSlot(tx, r)
+					s.releaseSlot(tx, r, now)
 					tx.Queue("DEL", s.Keys.Task(r.ID))
 				case StateDead:
 					tx.Queue("ZREM", s.Keys.Dead(), r.ID)

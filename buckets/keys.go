@@ -99,7 +99,8 @@ var levelSuffix = [MaxLevel + 1]string{"", "", "@2", "@3", "@4"}
 // levels 2 to MaxLevel. A place stands for a queue name in the keys of
 // the lists a task waits in (Ready, Bucket, Member, InlineMember); '@' is
 // not allowed in queue names, so no queue is another's place. Keys.Stats
-// and Keys.Notify map a place to its queue.
+// and Keys.Notify map a place to its queue. A task with a key (a tenant,
+// say: Record.Key) waits in its key's place, KeyPlace.
 func Place(q string, lvl int) string {
 	if lvl < 2 || lvl > MaxLevel {
 		return q
@@ -107,8 +108,28 @@ func Place(q string, lvl int) string {
 	return q + levelSuffix[lvl]
 }
 
-// SplitPlace returns the queue and the level of a place (Place).
+// KeyPlace is the place of the tasks of key key at place p (a queue's
+// level): "p#key", a list of its own that the workers take round-robin
+// with the level's other keys (Keys.Rotation). An empty key is p itself.
+func KeyPlace(p, key string) string {
+	if key == "" {
+		return p
+	}
+	return p + "#" + key
+}
+
+// SplitKey returns the level's place and the key of a place: p and ""
+// for a place without a key.
+func SplitKey(place string) (p, key string) {
+	if i := strings.IndexByte(place, '#'); i >= 0 {
+		return place[:i], place[i+1:]
+	}
+	return place, ""
+}
+
+// SplitPlace returns the queue and the level of a place (Place, KeyPlace).
 func SplitPlace(place string) (q string, lvl int) {
+	place, _ = SplitKey(place)
 	if n := len(place); n > 2 && place[n-2] == '@' && place[n-1] >= '2' && place[n-1] <= '0'+MaxLevel {
 		return place[:n-2], int(place[n-1] - '0')
 	}
@@ -121,8 +142,12 @@ func QueueOf(place string) string {
 	return q
 }
 
-// validPlace reports whether s is a place of a valid queue name.
-func validPlace(s string) bool { return ValidName(QueueOf(s)) }
+// validPlace reports whether s is a place of a valid queue name, and of a
+// valid key if it names one.
+func validPlace(s string) bool {
+	p, key := SplitKey(s)
+	return ValidName(QueueOf(p)) && (key == "" && len(p) == len(s) || ValidName(key))
+}
 
 // Notify is queue q's wake-up list: LIST of tokens pushed together with
 // ready tasks, which idle workers wait on with BLPOP. Tokens carry no
@@ -137,6 +162,26 @@ func (k Keys) Notify(q string) string { return k.prefix + "n:" + QueueOf(q) }
 // level 1 empty, and after each wake) to learn which levels to pop. A
 // queue that never used a level above 1 is not in it.
 func (k Keys) Levels() string { return k.prefix + "levels" }
+
+// Rotation is the rotation of the keys of place p (a queue's level): ZSET,
+// member a key whose list (Ready(KeyPlace(p, key))) may hold tasks, score
+// the earliest time (Unix ms) a worker may take from it: when it was last
+// served, for a key in turn (least recently served first), or when its
+// rate window opens. Whatever pushes a task to a key's list adds the key
+// at 0 if absent (ZINCRBY 0: a key that arrives goes next, and one waiting
+// for its window keeps its time); the pop that empties the list removes
+// it. A place with keyed tasks is named in the levels set as "p#".
+func (k Keys) Rotation(p string) string { return k.prefix + "kr:" + p }
+
+// KeySlots is the set of the running tasks of queue q's key key that hold
+// one of its slots (QueueConfig.KeyMaxRunning): SET of task ids, gone
+// when empty. Its size is the key's slots in use.
+func (k Keys) KeySlots(q, key string) string { return k.prefix + "ks:" + q + "#" + key }
+
+// RateLog is the start log of a rate limit: LIST of the claim times (Unix
+// ms) of the last starts, newest first, trimmed to the limit's count. name
+// is a queue (its rate) or "q#key" (the key's rate, KeyPlace of the queue).
+func (k Keys) RateLog(name string) string { return k.prefix + "rl:" + name }
 
 // Wake is the dispatchers' wake-up list: LIST of due times (Unix ms),
 // pushed with every scheduled task so a sleeping dispatcher re-reads the

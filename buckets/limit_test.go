@@ -15,7 +15,7 @@ import (
 func TestClaimBatchLimited(t *testing.T) {
 	t.Parallel()
 	s, c, ctx := batchEnv(t)
-	if err := s.SetQueueLimit(ctx, c, "q", 2); err != nil {
+	if err := s.SetQueueLimits(ctx, c, "q", Limits{MaxRunning: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := enqueued("a", "b", "c", "d")(ctx, s, c); err != nil {
@@ -24,7 +24,7 @@ func TestClaimBatchLimited(t *testing.T) {
 	ids := popAll(t, s, c, 4)
 	cs := make([]ClaimState, len(ids))
 	for i := range cs {
-		cs[i].Limited = true
+		cs[i].Limits = Limits{MaxRunning: 2}
 	}
 	recs, res, err := s.ClaimBatch(ctx, c, w1, "q", ids, t0+10, lease, cs, false)
 	if err != nil {
@@ -56,15 +56,15 @@ func TestClaimBatchLimited(t *testing.T) {
 		t.Fatalf("done record %+v, %v: the flag must go with the slot", r, err)
 	}
 	// A limit of 0 claims without a slot; a negative one is refused.
-	if err := s.SetQueueLimit(ctx, c, "q", 0); err != nil {
+	if err := s.SetQueueLimits(ctx, c, "q", Limits{MaxRunning: 0}); err != nil {
 		t.Fatal(err)
 	}
-	cs = []ClaimState{{Limited: true}}
+	cs = []ClaimState{{Limits: Limits{MaxRunning: 2}}}
 	recs, res, err = s.ClaimBatch(ctx, c, w1, "q", []string{"c"}, t0+30, lease, cs, false)
 	if err != nil || res[0] != Claimed || recs[0].HoldsSlot {
 		t.Fatalf("claim without a limit: %v %v %v", recs, res, err)
 	}
-	if err := s.SetQueueLimit(ctx, c, "q", -1); !errors.Is(err, ErrInvalidLimit) {
+	if err := s.SetQueueLimits(ctx, c, "q", Limits{MaxRunning: -1}); !errors.Is(err, ErrInvalidLimit) {
 		t.Fatalf("a negative limit: %v", err)
 	}
 }

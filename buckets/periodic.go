@@ -225,7 +225,7 @@ func (s *Store) cancelFirings(tx *txn.Tx, ids []string, now, ttl int64) ([]strin
 			continue // a bad record is the claim's to bury
 		}
 		ts := BucketTime(r.Due, s.Resolution)
-		bucket := s.Keys.Bucket(r.place(), ts)
+		bucket := s.Keys.Bucket(r.Place(), ts)
 		members, seen := buckets[bucket]
 		if !seen {
 			if err := tx.Watch(bucket); err != nil {
@@ -249,10 +249,10 @@ func (s *Store) cancelFirings(tx *txn.Tx, ids []string, now, ttl int64) ([]strin
 			s.unbucketed(tx, r)
 			removed[bucket]++
 			if removed[bucket] == len(members) {
-				s.dropMember(tx, Member(r.place(), ts))
+				s.dropMember(tx, Member(r.Place(), ts))
 			}
 		} else {
-			tx.Queue("LREM", s.Keys.Ready(r.place()), 1, id)
+			tx.Queue("LREM", s.Keys.Ready(r.Place()), 1, id)
 		}
 		r.State = StateCancelled
 		r.Finished = now

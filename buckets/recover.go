@@ -133,7 +133,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			st := s.Keys.Stats(r.Queue)
 			tx.Queue("HINCRBY", st, StatRunning, -1)
-			s.releaseSlot(tx, r)
+			s.releaseSlot(tx, r, now)
 			r.Worker = ""
 			r.Deadline = 0
 			if why.counted() {
@@ -152,7 +152,7 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			}
 			r.State = StateWaiting
 			tx.Queue("SET", s.Keys.Task(id), r.Encode())
-			back.add(r.place(), id)
+			back.add(r.Place(), id)
 			res.Requeued++
 		}
 		back.pushFront(s, tx)
@@ -254,7 +254,7 @@ func (s *Store) requeueRead(tx *txn.Tx, ids []string, reps []interface{}, now in
 			res.Dropped++
 			continue
 		}
-		back.add(r.place(), id)
+		back.add(r.Place(), id)
 		res.Requeued++
 	}
 	back.pushFront(s, tx)

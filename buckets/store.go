@@ -136,16 +136,32 @@ func (s *Store) pushReadyArgs(tx queuer, q string, args []interface{}, n int, fr
 		tx.Queue("LPUSH", args...)
 	}
 	s.nameLevel(tx, q)
+	s.turnKey(tx, q)
 	s.queueTokens(tx, s.Keys.Notify(q), n, "1")
 }
 
 // nameLevel queues, for a place of a level above 1, its addition to the
-// levels set (SADD levels place): workers learn from the set that they
-// must pop the level's list when the queue's level 1 is empty, and the
-// inspector which levels a queue's listings walk. Level 1 sends nothing.
+// levels set (SADD levels place), and for a key's place the marker of its
+// level's rotation (SADD levels "p#"): workers learn from the set which
+// lists to pop besides a queue's level 1, and the inspector which ones a
+// queue's listings walk. A place of level 1 without a key sends nothing.
 func (s *Store) nameLevel(tx queuer, place string) {
-	if _, lvl := SplitPlace(place); lvl > 1 {
-		tx.Queue("SADD", s.Keys.Levels(), place)
+	p, key := SplitKey(place)
+	if key != "" {
+		tx.Queue("SADD", s.Keys.Levels(), p+"#")
+	} else if _, lvl := SplitPlace(p); lvl > 1 {
+		tx.Queue("SADD", s.Keys.Levels(), p)
+	}
+}
+
+// turnKey queues, for a key's place that a task is pushed to, the key's
+// entry in its level's rotation (ZINCRBY kr:<p> 0 key): added at 0, first
+// in turn, when absent; unchanged when present, so a key waiting for its
+// rate window keeps its time. Whatever pushes to a key's list sends it in
+// the same MULTI, so a key's list that holds tasks is always in turn.
+func (s *Store) turnKey(tx queuer, place string) {
+	if p, key := SplitKey(place); key != "" {
+		tx.Queue("ZINCRBY", s.Keys.Rotation(p), 0, key)
 	}
 }
 
@@ -304,7 +320,7 @@ func (s *Store) unbucketed(tx queuer, r *Record) {
 	st := s.Keys.Stats(r.Queue)
 	if r.State == StateRetry {
 		tx.Queue("HINCRBY", st, StatRetrying, -1)
-		tx.Queue("HINCRBY", s.Keys.RetryCounts(), Member(r.place(), BucketTime(r.Due, s.Resolution)), -1)
+		tx.Queue("HINCRBY", s.Keys.RetryCounts(), Member(r.Place(), BucketTime(r.Due, s.Resolution)), -1)
 		return
 	}
 	tx.Queue("HINCRBY", st, StatScheduled, -1)

@@ -43,10 +43,16 @@ type ClaimState struct {
 	// UnservedGrace ms (see Claim).
 	Serves        func(typ string) bool
 	UnservedGrace int64
-	// Limited: the worker knows the queue to have a concurrency limit.
-	// The claim then watches and reads its slots (Keys.Slots, Keys.Limit)
-	// and takes one for the task, or gives the task back (Full).
-	Limited bool
+	// Limits is the worker's view of the queue's flow control (its last
+	// read of Keys.Limit). When it limits anything, the claim watches and
+	// reads the queue's limits, slots and window, and its key's, and
+	// takes what the task needs or gives it back (Full, Throttled,
+	// KeyWait). Claim reads them all; ClaimBatch reads only the slots,
+	// and is for a queue whose Limits are not Single.
+	Limits Limits
+	// Until is, after a claim that gave the task back for its flow
+	// control, when to look again (Unix ms).
+	Until int64
 
 	runs   int
 	held   *txn.Held
@@ -74,6 +80,8 @@ const (
 	NotServed                    // a type the worker does not serve: the id is back at the pop end, for another worker
 	Expired                      // not started by its expiry: a dead letter now, reason ReasonExpired
 	Full                         // every slot of the queue's concurrency limit is in use: the id is back at the pop end
+	Throttled                    // the queue's rate window is full: the id is back at the pop end (until ClaimState.Until)
+	KeyWait                      // its key's slots or window are full: the id is back at the pop end, the key out of turn until ClaimState.Until
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -107,15 +115,19 @@ const (
 // at least cs.UnservedGrace ms ago: then it is claimed, and the handler's
 // ErrNoHandler meets the unknown-type policy.
 //
-// With cs.Limited the claim also watches sl:<q> and reads GET sl:<q>
-// and HGET lim:<q> max_running with the record: a limit read as 0 claims
-// without a slot; otherwise a claimable task with no slot free goes back,
+// When cs.Limits limits anything, the claim also watches the queue's
+// flow-control keys (lim:<q>, sl:<q>, rl:<q>, and for a key's place
+// ks:<q>#<key>, rl:<q>#<key>) and reads them with the record
+// (sendFlowReads). A claimable task that may not start goes back:
 //
-//	(full)     LREM f:<w> 1 id; RPUSH q:<q> id
+//	(full, throttled)  LREM f:<w> 1 id; RPUSH q:<place> id
+//	(key waits)        the same; ZINCRBY kr:<p> 0 key; ZADD kr:<p> until key
 //
-// and a claimed one takes a slot in the same MULTI: INCR sl:<q>, and its
-// record says so (Record.HoldsSlot). A crash before EXEC takes no slot;
-// after it, the slot is the record's, given back by whatever takes the
+// and a claimed one takes what its limits count in the same MULTI (take:
+// INCR sl:<q>; LPUSH/LTRIM rl:<q>; SADD ks:<q>#<key> id; LPUSH/LTRIM
+// rl:<q>#<key>), its record saying which slots it holds
+// (Record.HoldsSlot, HoldsKeySlot). A crash before EXEC takes nothing;
+// after it, the slots are the record's, given back by whatever takes the
 // record out of running (releaseSlot), the reaper's Requeue included.
 //
 // A firing of a skip-if-running periodic entry also goes through
@@ -163,9 +175,14 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	if hold {
 		watch = append(watch, waiter)
 	}
-	limited := cs != nil && cs.Limited
+	var view Limits
+	if cs != nil {
+		view = cs.Limits
+		cs.Until = 0
+	}
+	limited := view.Limited()
 	if limited {
-		watch = append(watch, s.Keys.Slots(QueueOf(q)))
+		watch = append(watch, s.flowWatch(q)...)
 	}
 	waited := false
 	reps, err := s.runner.Run(ctx, conn, watch, func(tx *txn.Tx) error {
@@ -184,10 +201,11 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		}
 		want := 2
 		if limited {
-			if err := s.sendSlotReads(tx, QueueOf(q)); err != nil {
+			n, err := s.sendFlowReads(tx, q, view)
+			if err != nil {
 				return err
 			}
-			want = 4
+			want += n
 		}
 		reps, err := tx.Flush()
 		if err != nil {
@@ -200,9 +218,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		if perr != nil {
 			return perr
 		}
-		var slots *slotBudget
+		var flow *flowBudget
 		if limited {
-			if slots, err = slotBudgetOf(reps[2], reps[3]); err != nil {
+			if flow, err = s.flowBudgetOf(tx, q, view, reps[2:]); err != nil {
 				return err
 			}
 		}
@@ -215,7 +233,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			rep, waited = recs[0], marked[0]
 		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, slots, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, flow, now, deadline, cs, nil)
 		if derr != nil {
 			return derr
 		}
@@ -224,7 +242,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		}
 		return nil
 	})
-	if err != nil && (result == Paused || result == NotServed || result == Full) {
+	if err != nil && (result == Paused || result == NotServed || result == Full || result == Throttled || result == KeyWait) {
 		// The id went back to a ready list of the wrong type: EXEC ran
 		// its LREM from the in-flight list all the same (no rollback).
 		// Set the list aside and push the id again, or it is in no list.
@@ -244,7 +262,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 
 // claimDecide decides, inside a claim's transaction that watches t:<id>
 // and the paused set, what becomes of popped id given rep, the reply to
-// GET t:<id>, whether queue q is paused and its free slots (nil: no
+// GET t:<id>, whether queue q is paused and its flow control (nil: no
 // limit, or the claim did not read it); it queues the writes that
 // say so (see Claim) and returns the claimed record, if any. cs may be
 // nil. batch is the state of a ClaimBatch (nil in Claim). Its own writes
@@ -252,7 +270,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 // read as they go (a wrong-type record, an unserved type, the overlap
 // rule) queue theirs on tx, on keys no other write of the batch orders
 // against, or counters.
-func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, slots *slotBudget, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, flow *flowBudget, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
 	w := a.w
 	idArg := interface{}(id) // boxed once for the writes below
 	rec, result := (*Record)(nil), Skipped
@@ -276,7 +294,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		rec, result = r, Claimed // our own claim, whose reply was lost
 	} else if (r.State == StateWaiting || r.State == StateRetry) && paused {
 		wq.Queue("LREM", a.Inflight(), 1, idArg)
-		batch.giveBack(wq, s.Keys.Ready(q), id)
+		batch.giveBack(wq, s, q, id)
 		return nil, Paused, nil
 	} else if (r.State == StateWaiting || r.State == StateRetry) && r.ExpireAt != 0 && now > r.ExpireAt && r.Flow == nil {
 		// Past its expiry: never started, a dead letter saying so.
@@ -291,19 +309,26 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 			}
 			if back {
 				wq.Queue("LREM", a.Inflight(), 1, idArg)
-				batch.giveBack(wq, s.Keys.Ready(q), id)
+				batch.giveBack(wq, s, q, id)
 				s.queueTokens(wq, s.Keys.Notify(queue), 1, "1")
 				return nil, NotServed, nil
 			}
 		}
-		slots := slots
+		flow := flow
 		if r.Queue != queue {
-			slots = nil // not a task of the queue whose slots were read
+			flow = nil // not a task of the queue whose limits were read
 		}
-		if slots != nil && slots.free <= 0 {
+		if res, until := flow.check(r.Key, now); res != Claimed {
 			wq.Queue("LREM", a.Inflight(), 1, idArg)
-			batch.giveBack(wq, s.Keys.Ready(q), id)
-			return nil, Full, nil
+			batch.giveBack(wq, s, q, id)
+			if res == KeyWait {
+				p, _ := SplitKey(q)
+				wq.Queue("ZADD", s.Keys.Rotation(p), until, r.Key)
+			}
+			if cs != nil {
+				cs.Until = until
+			}
+			return nil, res, nil
 		}
 		if r.SkipIfRunning && r.Periodic != "" {
 			// The overlap rule of a periodic entry (periodic.go).
@@ -320,11 +345,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 			}
 			batch.claimedRun(r.Periodic, r.ID)
 		}
-		if slots != nil {
-			slots.free--
-			wq.Queue("INCR", s.Keys.Slots(queue))
-			r.HoldsSlot = true
-		}
+		s.take(wq, flow, r, now)
 		r.State = StateRunning
 		r.Runs++
 		r.Worker = w
@@ -560,7 +581,7 @@ func (s *Store) finishWrites(tx queuer, a *workerArgs, key string, r *Record, no
 	st := a.Stats(r.Queue)
 	tx.Queue("ZREM", a.Pending(), r.ID)
 	tx.Queue("HINCRBY", st, StatRunning, -1)
-	s.releaseSlot(tx, r)
+	s.releaseSlot(tx, r, now)
 	out := decide(r)
 	r.Worker = ""
 	r.Deadline = 0
@@ -648,14 +669,14 @@ func (r *Record) clone() *Record {
 // says: its ready list when due (front: at the pop end), else its bucket.
 func (s *Store) place(tx queuer, r *Record, now int64, front bool) {
 	if r.Due <= now {
-		s.pushReady(tx, r.place(), []string{r.ID}, front)
+		s.pushReady(tx, r.Place(), []string{r.ID}, front)
 		return
 	}
 	ts := BucketTime(r.Due, s.Resolution)
 	if r.State == StateRetry {
-		s.scheduleRetry(tx, r.place(), ts, r.ID)
+		s.scheduleRetry(tx, r.Place(), ts, r.ID)
 	} else {
-		s.scheduleBucket(tx, r.place(), ts, []string{r.ID})
+		s.scheduleBucket(tx, r.Place(), ts, []string{r.ID})
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatScheduled, 1)
 	}
 	s.wakeDispatchers(tx, ts)
@@ -754,7 +775,7 @@ func (s *Store) Abandon(ctx context.Context, conn redis.Conn, w string, r *Recor
 		tx.Queue("ZREM", pending, r.ID)
 		tx.Queue("HINCRBY", s.Keys.Stats(r.Queue), StatRunning, -1)
 		if r.HoldsSlot {
-			s.releaseSlot(tx, r.clone()) // the slot the claim took
+			s.releaseSlot(tx, r.clone(), now) // the slot the claim took
 		}
 		var reason string
 		state := StateDead

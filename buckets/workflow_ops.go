@@ -59,7 +59,7 @@ func (s *Store) EnqueueFlow(ctx context.Context, conn redis.Conn, now int64, id 
 	for _, r := range recs {
 		mset = append(mset, s.Keys.Task(r.ID), r.Encode())
 		queues[r.Queue] = true
-		if pl := r.place(); r.Due <= now {
+		if pl := r.Place(); r.Due <= now {
 			if len(ready[pl]) == 0 {
 				readyQs = append(readyQs, pl)
 			}

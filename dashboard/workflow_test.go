@@ -122,7 +122,7 @@ func TestWorkflowAndResultPages(t *testing.T) {
 			t.Errorf("task page of the first step lacks %q", want)
 		}
 	}
-	if err := in.SetQueueLimit(context.Background(), "default", 5); err != nil {
+	if err := in.SetQueueLimits(context.Background(), engine.QueueConfig{Name: "default", MaxRunning: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if page := get("/"); !strings.Contains(page, "/5</td>") {

@@ -88,7 +88,7 @@ func (c *laneClient) settleEnqueue(ctx context.Context, cause error, recs []*buc
 	due := map[string][]string{}
 	var queues []string
 	for _, r := range recs {
-		if q := buckets.Place(r.Queue, r.Priority); r.Due <= now {
+		if q := r.Place(); r.Due <= now {
 			if len(due[q]) == 0 {
 				queues = append(queues, q)
 			}

@@ -170,11 +170,37 @@ type QueueConfig struct {
 	Name string
 	// Weight is the queue's share under weighted priority (at least 1).
 	Weight int
-	// MaxRunning, when above 0, is the queue's concurrency limit: at no
-	// instant do more than that many of its tasks run, across every
-	// worker process. A Server writes it to Redis when it starts;
-	// Inspector.SetQueueLimit changes it at run time (docs/flow-control.md).
-	MaxRunning int
+	// The queue's flow control (docs/flow-control.md), across every
+	// worker process; zero fields limit nothing. A Server writes them to
+	// Redis when it starts; Inspector.SetQueueLimits changes them at run
+	// time.
+	//
+	// MaxRunning: at no instant do more than that many of its tasks run.
+	// Rate, "N/period" ("10/1s", "600/1m"): at most N of its tasks start
+	// in any window of that length. KeyMaxRunning and KeyRate are the same
+	// for the tasks of each key (the Key option), keys being unbounded in
+	// number.
+	MaxRunning    int
+	Rate          string
+	KeyMaxRunning int
+	KeyRate       string
+}
+
+// limits returns qc's flow control as stored, or an error wrapping
+// ErrInvalid naming what is wrong.
+func (qc QueueConfig) limits() (buckets.Limits, error) {
+	if qc.MaxRunning < 0 || qc.KeyMaxRunning < 0 {
+		return buckets.Limits{}, fmt.Errorf("engine: queue %s: a concurrency limit must be 0 (none) or more: %w", qc.Name, ErrInvalid)
+	}
+	rate, err := buckets.ParseRate(qc.Rate)
+	if err != nil {
+		return buckets.Limits{}, fmt.Errorf("engine: queue %s: rate: %w: %w", qc.Name, err, ErrInvalid)
+	}
+	keyRate, err := buckets.ParseRate(qc.KeyRate)
+	if err != nil {
+		return buckets.Limits{}, fmt.Errorf("engine: queue %s: key rate: %w: %w", qc.Name, err, ErrInvalid)
+	}
+	return buckets.Limits{MaxRunning: int64(qc.MaxRunning), Rate: rate, KeyMaxRunning: int64(qc.KeyMaxRunning), KeyRate: keyRate}, nil
 }
 
 // DefaultRetryDelay waits about 2^(attempt-1) seconds before retry number
@@ -374,6 +400,15 @@ func (c Config) Validate() error {
 		}
 		if q.MaxRunning < 0 {
 			bad(fmt.Sprintf("Queues[%d].MaxRunning", i), "%d: want 0 (no limit) or more", q.MaxRunning)
+		}
+		if q.KeyMaxRunning < 0 {
+			bad(fmt.Sprintf("Queues[%d].KeyMaxRunning", i), "%d: want 0 (no limit) or more", q.KeyMaxRunning)
+		}
+		if _, err := buckets.ParseRate(q.Rate); err != nil {
+			bad(fmt.Sprintf("Queues[%d].Rate", i), "%v", err)
+		}
+		if _, err := buckets.ParseRate(q.KeyRate); err != nil {
+			bad(fmt.Sprintf("Queues[%d].KeyRate", i), "%v", err)
 		}
 	}
 	if c.Concurrency < 1 {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,6 +300,7 @@ func (f *fetcher) order() []string {
 // queue is popped only when every queue before it was empty, and a level
 // only when the levels before it were.
 func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
+	f.refreshLimits(ctx, conn) // popBound reads them
 	var bad error
 	for _, q := range f.order() {
 		ids, wrong, err := f.popPlace(ctx, conn, q, f.popBound(q, n))
@@ -313,7 +315,17 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []str
 			return nil, "", err
 		}
 		for _, p := range places {
-			ids, wrong, err := f.popPlace(ctx, conn, p, f.popBound(q, n))
+			var ids []string
+			var wrong, err error
+			if lvl, keyed := strings.CutSuffix(p, "#"); keyed {
+				var kp string
+				kp, ids, wrong, err = f.popKeyed(ctx, conn, lvl, f.popBound(q, n))
+				if err != nil || len(ids) > 0 {
+					return ids, kp, err
+				}
+			} else {
+				ids, wrong, err = f.popPlace(ctx, conn, p, f.popBound(q, n))
+			}
 			if wrong != nil {
 				bad = wrong
 			}
@@ -346,6 +358,29 @@ func (f *fetcher) popPlace(ctx context.Context, conn redis.Conn, p string, n int
 		return ids, err, nil
 	}
 	return ids, nil, err
+}
+
+// popKeyed pops up to n tasks of one key of level place p, the key taken
+// in turn (buckets.Store.PopKey); it returns the key's place. When no
+// key's time has come it notes when the next one's does, for the idle
+// wait. A rotation or a key's list of the wrong type is set aside and
+// reported as wrong, not as err.
+func (f *fetcher) popKeyed(ctx context.Context, conn redis.Conn, p string, n int) (kp string, ids []string, wrong, err error) {
+	w := f.w
+	kp, ids, next, err := w.store.PopKey(ctx, conn, p, w.id, n, ms(w.cfg.Advanced.Clock.Now()))
+	if err != nil && buckets.IsWrongType(err) {
+		setAside(ctx, w.pool, w.store, w.keys, w.log, "zset", w.keys.Rotation(p))
+		lists := []string{w.keys.Inflight(w.id)}
+		if kp != "" {
+			lists = append(lists, w.keys.Ready(kp))
+		}
+		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", lists...)
+		return kp, ids, err, nil
+	}
+	if next > 0 {
+		f.lim.wakeAt(p, time.UnixMilli(next))
+	}
+	return kp, ids, nil, err
 }
 
 // levels returns the places of queue q's levels above 1 to pop when its
@@ -443,11 +478,11 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 		conn, err := h.Get(ctx)
 		if err == nil {
 			f.refreshLimits(ctx, conn)
-			cs.Serves, cs.UnservedGrace, cs.Limited = w.serves, w.cfg.unservedGraceMs(), f.lim.limit(buckets.QueueOf(q)) > 0
+			cs.Serves, cs.UnservedGrace, cs.Limits = w.serves, w.cfg.unservedGraceMs(), f.lim.of(buckets.QueueOf(q))
 			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
 			if cerr == nil {
 				w.inflight.release(id, false)
-				f.claimed(q, id, res)
+				f.claimed(q, id, res, cs.Until)
 				if rec == nil {
 					return nil, nil, false
 				}
@@ -471,16 +506,26 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 	}
 }
 
-// claimed acts on what a claim of id found.
-func (f *fetcher) claimed(q, id string, res buckets.ClaimResult) {
+// claimed acts on what a claim of id, popped from place p, found; until
+// is when a task given back for its flow control may be looked at again
+// (Unix ms).
+func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, until int64) {
 	w := f.w
-	q = buckets.QueueOf(q) // the place's queue
+	q := buckets.QueueOf(p) // the place's queue
 	switch res {
 	case buckets.Claimed:
 		f.unskip(q)
 	case buckets.Full:
-		f.lim.setFull(buckets.QueueOf(q))
+		f.lim.setFull(q, time.Now().Add(limitRead))
 		w.log.Debug("every slot of the queue's concurrency limit in use; task given back", keyTaskID, id, keyQueue, q)
+	case buckets.Throttled:
+		f.lim.setFull(q, time.UnixMilli(until))
+		f.lim.wakeAt(q, time.UnixMilli(until))
+		w.log.Debug("the queue's rate window is full; task given back", keyTaskID, id, keyQueue, q)
+	case buckets.KeyWait:
+		lvl, _ := buckets.SplitKey(p)
+		f.lim.wakeAt(lvl, time.UnixMilli(until))
+		w.log.Debug("the task's key is at its limit; task given back and the key out of turn", keyTaskID, id, keyQueue, q)
 	case buckets.Paused:
 		w.control.set(q, true)
 		w.log.Debug("queue paused; task given back", keyTaskID, id, keyQueue, q)
@@ -570,15 +615,23 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
 			f.refreshLimits(ctx, conn)
-			limited := f.lim.limit(buckets.QueueOf(q)) > 0
+			lim := f.lim.of(buckets.QueueOf(q))
+			if lim.Single() {
+				// A rate or a per-key limit (learnt since the pop): each
+				// claim reads its windows and its key's slots.
+				for i, id := range ids {
+					recs[i], _, _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
+				}
+				return recs, cs
+			}
 			for i := range cs {
-				cs[i].Limited = limited
+				cs[i].Limits = lim
 			}
 			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, cs, hold)
 			if err == nil {
 				for i, id := range ids {
 					w.inflight.release(id, false)
-					f.claimed(q, id, res[i])
+					f.claimed(q, id, res[i], cs[i].Until)
 				}
 				return got, cs
 			}

@@ -195,7 +195,7 @@ func TestQueueLimitWorkerDies(t *testing.T) {
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		if err := c.SetQueueLimit(ctx, "mail", 3); err != nil {
+		if err := c.SetQueueLimits(ctx, QueueConfig{Name: "mail", MaxRunning: 3}); err != nil {
 			t.Fatal(err)
 		}
 		var batch []NewTask
@@ -216,7 +216,7 @@ func TestQueueLimitWorkerDies(t *testing.T) {
 			if err != nil || id == "" {
 				t.Fatal(id, err)
 			}
-			_, res, err := st.Claim(ctx, conn, "ghost", "mail", id, time.Now().UnixMilli(), lease, false, &buckets.ClaimState{Limited: true})
+			_, res, err := st.Claim(ctx, conn, "ghost", "mail", id, time.Now().UnixMilli(), lease, false, &buckets.ClaimState{Limits: buckets.Limits{MaxRunning: 3}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -272,10 +272,10 @@ func TestQueueLimitAtRunTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := in.SetQueueLimit(ctx, "mail", -1); err == nil {
+		if err := in.SetQueueLimits(ctx, QueueConfig{Name: "mail", MaxRunning: -1}); err == nil {
 			t.Fatal("a negative limit was accepted")
 		}
-		if err := in.SetQueueLimit(ctx, "mail", 2); err != nil {
+		if err := in.SetQueueLimits(ctx, QueueConfig{Name: "mail", MaxRunning: 2}); err != nil {
 			t.Fatal(err)
 		}
 		// Real time is what is tested: the limit applies within a second.
@@ -293,7 +293,7 @@ func TestQueueLimitAtRunTime(t *testing.T) {
 		if st := queueStats(t, c, "mail"); st.MaxRunning != 2 || st.SlotsInUse != 2 {
 			t.Fatalf("stats %+v, want limit 2 with 2 slots in use", st)
 		}
-		if err := in.SetQueueLimit(ctx, "mail", 0); err != nil {
+		if err := in.SetQueueLimits(ctx, QueueConfig{Name: "mail", MaxRunning: 0}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, outcomeWait, "every task to run once the limit is gone", func() bool { return g.inside.Load() == 6 })
@@ -313,7 +313,7 @@ func TestQueueLimitCheckRepair(t *testing.T) {
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		if err := c.SetQueueLimit(ctx, "mail", 3); err != nil {
+		if err := c.SetQueueLimits(ctx, QueueConfig{Name: "mail", MaxRunning: 3}); err != nil {
 			t.Fatal(err)
 		}
 		a := e.admin(t)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -32,13 +33,14 @@ type limits struct {
 	// other claims wait for: none decides on a view older than limitRead.
 	reading sync.Mutex
 	mu      sync.Mutex
-	read    time.Time            // when the limits were last read; guarded by mu
-	max     map[string]int64     // queue -> its limit (absent: none); guarded by mu
-	full    map[string]time.Time // queue -> set aside until; guarded by mu
+	read    time.Time                 // when the limits were last read; guarded by mu
+	max     map[string]buckets.Limits // queue -> its flow control (absent: none); guarded by mu
+	full    map[string]time.Time      // queue -> set aside until; guarded by mu
+	timed   map[string]time.Time      // what -> when to look again (a keyed place's next key, a throttled queue's window); guarded by mu
 }
 
-// limit is queue q's concurrency limit as last read; 0: none.
-func (l *limits) limit(q string) int64 {
+// of is queue q's flow control as last read; the zero Limits: none.
+func (l *limits) of(q string) buckets.Limits {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.max[q]
@@ -49,21 +51,55 @@ func (l *limits) anyLimited(qs []string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, q := range qs {
-		if l.max[q] > 0 {
+		if l.max[q].Limited() {
 			return true
 		}
 	}
 	return false
 }
 
-// setFull sets q aside after a claim found every slot in use.
-func (l *limits) setFull(q string) {
+// setFull sets q aside after a claim found every slot in use, or its
+// window full, until until (a slot given back ends it sooner).
+func (l *limits) setFull(q string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.full == nil {
 		l.full = map[string]time.Time{}
 	}
-	l.full[q] = time.Now().Add(limitRead)
+	l.full[q] = until
+}
+
+// wakeAt notes a time to look again at p, sooner than a blocking wait's
+// second: when the next key of keyed place p comes in turn (no key's time
+// had come at the last pop, or a claim put one out of turn), or when
+// queue p's rate window opens. The idle wait ends then.
+func (l *limits) wakeAt(p string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timed == nil {
+		l.timed = map[string]time.Time{}
+	}
+	if old, ok := l.timed[p]; !ok || at.Before(old) || !old.After(time.Now()) {
+		l.timed[p] = at
+	}
+}
+
+// nextKey is the earliest time a key of any keyed place comes in turn,
+// of those noted and still ahead; zero if none.
+func (l *limits) nextWake(now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var t time.Time
+	for p, at := range l.timed {
+		if !at.After(now) {
+			delete(l.timed, p)
+			continue
+		}
+		if t.IsZero() || at.Before(t) {
+			t = at
+		}
+	}
+	return t
 }
 
 // unfull ends q's set-aside: a slot was freed, or a task claimed.
@@ -114,19 +150,25 @@ func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.read = now
-	l.max = make(map[string]int64, len(got))
-	for i, n := range got {
-		if n > 0 {
-			l.max[f.queues[i]] = n
+	l.max = make(map[string]buckets.Limits, len(got))
+	for i, lim := range got {
+		if lim.Limited() {
+			l.max[f.queues[i]] = lim
 		} else {
 			delete(l.full, f.queues[i])
 		}
 	}
 }
 
-// popBound is how many tasks one pop of q may take: at most its limit.
+// popBound is how many tasks one pop of q may take: at most its limit,
+// and one for a queue with a rate or a per-key limit (Limits.Single),
+// whose claim reads its windows and its key's slots one task at a time.
 func (f *fetcher) popBound(q string, n int) int {
-	if m := f.lim.limit(q); m > 0 && int64(n) > m {
+	lim := f.lim.of(q)
+	if lim.Single() {
+		return 1
+	}
+	if m := lim.MaxRunning; m > 0 && int64(n) > m {
 		return int(m)
 	}
 	return n

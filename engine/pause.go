@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -83,21 +82,22 @@ func (c *laneClient) Unserved(ctx context.Context) ([]UnservedType, error) {
 	return out, nil
 }
 
-// SetQueueLimit is Inspector.SetQueueLimit for one lane.
-func (c *laneClient) SetQueueLimit(ctx context.Context, q string, maxRunning int) error {
-	if err := validateQueue(q); err != nil {
+// SetQueueLimits is Inspector.SetQueueLimits for one lane.
+func (c *laneClient) SetQueueLimits(ctx context.Context, qc QueueConfig) error {
+	if err := validateQueue(qc.Name); err != nil {
 		return err
 	}
-	if maxRunning < 0 {
-		return fmt.Errorf("engine: queue limit %d: want 0 (no limit) or more: %w", maxRunning, ErrInvalid)
+	lim, err := qc.limits()
+	if err != nil {
+		return err
 	}
 	conn, err := c.conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := c.store.SetQueueLimit(ctx, conn, q, int64(maxRunning)); err != nil {
-		return failed("set the limit of queue "+q, err)
+	if err := c.store.SetQueueLimits(ctx, conn, qc.Name, lim); err != nil {
+		return failed("set the limits of queue "+qc.Name, err)
 	}
 	return nil
 }

@@ -159,14 +159,15 @@ func (s *laneServer) checkMemory(ctx context.Context) error {
 	return checkMemoryPolicy(cctx, s.pool, s.cfg.AllowEviction, s.cfg.withDefaults().Logger)
 }
 
-// writeLimits writes the configured queues' concurrency limits
-// (QueueConfig.MaxRunning) to lim:<q>, one HSET each; a 0 writes
-// nothing (a limit set at run time stays).
+// writeLimits writes the configured queues' flow control
+// (QueueConfig.MaxRunning, Rate, KeyMaxRunning, KeyRate) to lim:<q>, one
+// MULTI each; a queue configured without any limit writes nothing (limits
+// set at run time stay).
 func (s *laneServer) writeLimits(ctx context.Context) error {
 	cfg := s.cfg.withDefaults()
 	var set []QueueConfig
 	for _, q := range cfg.Queues {
-		if q.MaxRunning > 0 {
+		if lim, err := q.limits(); err != nil || lim.Limited() {
 			set = append(set, q)
 		}
 	}
@@ -185,7 +186,11 @@ func (s *laneServer) writeLimits(ctx context.Context) error {
 	}
 	defer conn.Close()
 	for _, q := range set {
-		if err := st.SetQueueLimit(cctx, conn, q.Name, int64(q.MaxRunning)); err != nil {
+		lim, err := q.limits()
+		if err != nil {
+			return err
+		}
+		if err := st.SetQueueLimits(cctx, conn, q.Name, lim); err != nil {
 			return fmt.Errorf("engine: queue limits: %w", err)
 		}
 	}

@@ -421,14 +421,15 @@ func (in *Inspector) PauseQueue(ctx context.Context, q string) error {
 	return err
 }
 
-// SetQueueLimit sets queue q's concurrency limit: at most maxRunning of
-// its tasks run at once across every worker process; 0 removes the
-// limit. Workers apply a change within a second; tasks running over a
-// lowered limit finish. Over several lanes each lane has its own limit
-// and count of slots, and this sets them all.
-func (in *Inspector) SetQueueLimit(ctx context.Context, q string, maxRunning int) error {
+// SetQueueLimits sets the flow control of queue qc.Name to qc's
+// MaxRunning, Rate, KeyMaxRunning and KeyRate, all at once (a zero field
+// removes that limit; Weight is not stored). Workers apply a change
+// within a second; tasks running over a lowered limit finish. Over
+// several lanes each lane has its own limits, slots and windows, and
+// this sets them all.
+func (in *Inspector) SetQueueLimits(ctx context.Context, qc QueueConfig) error {
 	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) {
-		return struct{}{}, in.c.lanes[k].SetQueueLimit(ctx, q, maxRunning)
+		return struct{}{}, in.c.lanes[k].SetQueueLimits(ctx, qc)
 	})
 	return err
 }

@@ -16,9 +16,10 @@ type Task struct {
 	Payload     []byte
 	Attempt     int // 1 on the first run; failures so far plus one
 	MaxAttempts int
-	Recoveries  int // times a worker died or lost the lease while running it
-	Snoozes     int // times its handler snoozed it (Snooze): not failures
-	Priority    int // its level in its queue, 1 (first, the default) to 4 (Priority)
+	Recoveries  int    // times a worker died or lost the lease while running it
+	Snoozes     int    // times its handler snoozed it (Snooze): not failures
+	Priority    int    // its level in its queue, 1 (first, the default) to 4 (Priority)
+	Key         string // its flow-control key in its queue (Key); "" for none
 	// Expires is when the task stops being worth starting (ExpireIn);
 	// zero: never.
 	Expires time.Time
@@ -27,6 +28,7 @@ type Task struct {
 	// worker that died or was stopped, a lost lease): a handler sees a
 	// re-run as Run > 1.
 	Run       int
+	Started   time.Time // when this run was claimed (the start a rate limit counts)
 	Timeout   time.Duration
 	Created   time.Time
 	Due       time.Time
@@ -55,12 +57,12 @@ func taskOf(r *buckets.Record) Task {
 	return Task{
 		ID: r.ID, Queue: r.Queue, Type: r.Type, Payload: r.Payload,
 		Attempt: r.Attempts + 1, MaxAttempts: r.MaxAttempts, Recoveries: r.Recoveries, Snoozes: r.Snoozes,
-		Run: r.Runs, Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
+		Run: r.Runs, Started: fromMs(r.Started), Timeout: time.Duration(r.TimeoutMs) * time.Millisecond,
 		Created: fromMs(r.Created), Due: fromMs(r.Due), LastError: r.LastError,
 		Metadata: r.Metadata, Expires: fromMs(r.ExpireAt),
 
 		Periodic: r.Periodic, Workflow: workflowOf(r),
-		Priority: r.Level(),
+		Priority: r.Level(), Key: r.Key,
 	}
 }
 
@@ -153,6 +155,7 @@ type taskOptions struct {
 	maxAttempts int
 	timeout     time.Duration
 	expireIn    time.Duration
+	key         string
 	at          time.Time
 	in          time.Duration
 	hasIn       bool
@@ -267,6 +270,22 @@ func ExpireIn(d time.Duration) Option {
 	})
 }
 
+// Key gives the task a flow-control key within its queue (a tenant or a
+// customer, say: 1-64 of A-Z a-z 0-9 _ . -). A queue's keyed tasks of
+// one level wait in a list per key and are taken round-robin by key, so
+// one key's backlog does not hold up another's tasks; the queue's
+// KeyMaxRunning and KeyRate (QueueConfig) limit each key
+// (docs/flow-control.md). Not for a workflow's tasks.
+func Key(k string) Option {
+	return optionFunc(func(o *taskOptions) error {
+		if !buckets.ValidName(k) {
+			return fmt.Errorf("engine: Key(%s): want 1-64 of A-Z a-z 0-9 _ . -: %w", safetext.Quote(k), ErrInvalid)
+		}
+		o.key = k
+		return nil
+	})
+}
+
 // Due times a task can have: a record holds whole Unix milliseconds from
 // 1 to the end of year 9999 (a score Redis keeps exactly, and a time every
 // listing prints). At refuses others with ErrInvalid.
@@ -374,7 +393,7 @@ func (c *Config) record(now time.Time, typ string, payload []byte, opts []Option
 		State: buckets.StateWaiting, MaxAttempts: o.maxAttempts, TimeoutMs: o.timeout.Milliseconds(),
 		Created: ms(now), Due: max(dueMs, 1), Metadata: o.metadata,
 		Unique: o.unique, UniqueTTL: o.uniqueTTL, ReplyTo: o.replyTo,
-		Priority: levelOf(o.priority),
+		Priority: levelOf(o.priority), Key: o.key,
 	}
 	if o.expireIn > 0 {
 		r.ExpireAt = ms(now.Add(o.expireIn))

@@ -61,6 +61,19 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		}
 		keys = append(keys, w.keys.Notify(q))
 	}
+	if tw := f.lim.nextWake(now); !tw.IsZero() && time.Until(tw) < time.Second {
+		// A key comes in turn, or a rate window opens, sooner than
+		// BLPOP's one-second timeout: a timer, then look.
+		t := time.NewTimer(max(time.Until(tw), 0))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		case <-t.C:
+		}
+		return true
+	}
 	if len(keys) == 0 {
 		d := w.cfg.Advanced.IdleWait
 		if !wake.IsZero() {
@@ -78,6 +91,9 @@ func (wt *waiter) wait(ctx context.Context) bool {
 			}
 		}
 		return true
+	}
+	if tw := f.lim.nextWake(now); !tw.IsZero() && (wake.IsZero() || tw.Before(wake)) {
+		wake = tw
 	}
 	wait := w.cfg.Advanced.IdleWait
 	if !wake.IsZero() {

@@ -28,7 +28,7 @@ type Step struct {
 	Payload []byte
 	// Options may set Queue, MaxAttempts, Timeout and Metadata. TaskID
 	// (the ids are the workflow's), At and In (use Delay), Unique,
-	// ReplyTo and ExpireIn are refused with ErrInvalid.
+	// ReplyTo, ExpireIn and Key are refused with ErrInvalid.
 	Options []Option
 	// Delay: a chain step is due this long after its predecessor
 	// succeeded (the first step: after the chain is enqueued); a group's
@@ -146,8 +146,8 @@ func (c *laneClient) stepRecord(now time.Time, what string, s Step) (*buckets.Re
 	if err != nil {
 		return nil, &engineError{msg: fmt.Sprintf("engine: %s: %s", what, stripLayers(err.Error())), kind: kindOf(err), cause: err}
 	}
-	if chosen || r.Unique != "" || r.ReplyTo != "" || r.ExpireAt != 0 || r.Due != max(ms(now), 1) {
-		return nil, refused(ErrInvalid, nil, "%s: TaskID, At, In, Unique, ReplyTo and ExpireIn do not apply to a workflow's tasks (use Step.Delay)", what)
+	if chosen || r.Unique != "" || r.ReplyTo != "" || r.ExpireAt != 0 || r.Key != "" || r.Due != max(ms(now), 1) {
+		return nil, refused(ErrInvalid, nil, "%s: TaskID, At, In, Unique, ReplyTo, ExpireIn and Key do not apply to a workflow's tasks (use Step.Delay)", what)
 	}
 	return r, nil
 }

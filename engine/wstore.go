@@ -15,7 +15,8 @@ type workerStore interface {
 	Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error
 	Refresh(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error
 	PausedQueues(ctx context.Context, conn redis.Conn) ([]string, error)
-	QueueLimits(ctx context.Context, conn redis.Conn, qs []string) ([]int64, error)
+	QueueLimits(ctx context.Context, conn redis.Conn, qs []string) ([]buckets.Limits, error)
+	PopKey(ctx context.Context, conn redis.Conn, p, w string, n int, now int64) (place string, ids []string, next int64, err error)
 	Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error)
 	PopNext(q, w string) txn.Cmd
 	PopsNext(q, w string, n int) []txn.Cmd

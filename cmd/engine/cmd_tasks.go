@@ -43,6 +43,7 @@ when asked for. Without --in or --at the task is due now.`,
 	unique := f.Duration("unique", 0, "refuse a duplicate (same queue, type and payload) while one can still run; the key lasts at most this long (0 with --unique-key: until the task ends)")
 	uniqueKey := f.String("unique-key", "", "refuse a duplicate with this unique `key` while one can still run")
 	priority := f.Int("priority", 1, "the task's `level` in its queue: 1 (runs first) to 4")
+	key := f.String("key", "", "the task's flow-control `key` in its queue (a tenant, say): keys are taken round-robin, and the queue's key_max_running and key_rate limit each")
 	wait := f.Bool("wait", false, "wait until the task is done, dead or cancelled and print its result")
 	waitTimeout := f.Duration("wait-timeout", 0, "with --wait: give up after this long (default: no limit)")
 	cmd.MarkFlagsMutuallyExclusive("in", "at")
@@ -71,6 +72,9 @@ when asked for. Without --in or --at the task is due now.`,
 		}
 		if given("id") {
 			opts = append(opts, engine.TaskID(*taskID))
+		}
+		if given("key") {
+			opts = append(opts, engine.Key(*key))
 		}
 		if given("timeout") {
 			opts = append(opts, engine.Timeout(*timeout))
@@ -320,6 +324,7 @@ type taskJSON struct {
 	State         string        `json:"state"`
 	Queue         string        `json:"queue"`
 	Priority      int           `json:"priority"`
+	Key           string        `json:"key,omitempty"`
 	Type          string        `json:"type"`
 	Attempts      int           `json:"attempts"`
 	MaxAttempts   int           `json:"max_attempts"`
@@ -347,7 +352,7 @@ type progressJSON struct {
 }
 
 func taskToJSON(ti *engine.TaskInfo) taskJSON {
-	tj := taskJSON{ID: ti.ID, State: string(ti.State), Queue: ti.Queue, Priority: ti.Priority, Type: ti.Type,
+	tj := taskJSON{ID: ti.ID, State: string(ti.State), Queue: ti.Queue, Priority: ti.Priority, Key: ti.Key, Type: ti.Type,
 		Attempts: ti.Attempts, MaxAttempts: ti.MaxAttempts, Recoveries: ti.Recoveries, Snoozes: ti.Snoozes,
 		TimeoutMS: ti.Timeout.Milliseconds(), Created: ti.Created.UTC(), Due: ti.Due.UTC(),
 		Worker: ti.Worker, LastError: ti.LastError}
@@ -382,6 +387,9 @@ func printTask(w io.Writer, ti *engine.TaskInfo) {
 	row("state", "%s", ti.State)
 	row("queue", "%s", ti.Queue)
 	row("priority", "%d", ti.Priority)
+	if ti.Key != "" {
+		row("key", "%s", ti.Key)
+	}
 	row("type", "%s", ti.Type)
 	row("attempts", "%d failed of %d allowed", ti.Attempts, ti.MaxAttempts)
 	if ti.Recoveries > 0 {

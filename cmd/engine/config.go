@@ -232,7 +232,7 @@ func (s *Settings) validate() error {
 			}
 		}
 		if rest != "" {
-			key += "[" + strings.ReplaceAll(strings.ToLower(rest), "maxrunning", "max_running")
+			key += "[" + strings.NewReplacer("keymaxrunning", "key_max_running", "keyrate", "key_rate", "maxrunning", "max_running").Replace(strings.ToLower(rest))
 		}
 		msg := fe.Msg
 		for k, f := range engineFields {

@@ -376,8 +376,8 @@ func (s *Settings) setValue(key string, p any, v *yaml.Node, at, file string) er
 	return nil
 }
 
-// queueNode reads {name: N, weight: W, max_running: M} or, in text,
-// "name:weight".
+// queueNode reads {name: N, weight: W, max_running: M, rate: R,
+// key_max_running: K, key_rate: R} or, in text, "name:weight".
 func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 	scalar := func(v string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(v), Line: n.Line}
@@ -391,12 +391,13 @@ func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 	if n.Kind != yaml.MappingNode {
 		return q, &ConfigError{Origin: at, Key: key, Msg: "want {name: NAME, weight: N, max_running: M}"}
 	}
-	fields := map[string]any{"name": &q.Name, "weight": &q.Weight, "max_running": &q.MaxRunning}
+	fields := map[string]any{"name": &q.Name, "weight": &q.Weight, "max_running": &q.MaxRunning,
+		"rate": &q.Rate, "key_max_running": &q.KeyMaxRunning, "key_rate": &q.KeyRate}
 	err := mapping(n, key, file, func(k string, v *yaml.Node, kat string) error {
 		if p := fields[strings.TrimPrefix(k, key+".")]; p != nil {
 			return (&Settings{origin: map[string]string{}}).setValue(k, p, v, kat, file)
 		}
-		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name, weight or max_running)"}
+		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name, weight, max_running, rate, key_max_running or key_rate)"}
 	})
 	return q, err
 }

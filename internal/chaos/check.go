@@ -302,6 +302,9 @@ func (c *checker) runs() {
 		if len(runs) == 0 {
 			if reason, ok := dead[id]; ok {
 				rep.DeadLettered++
+				if strings.HasPrefix(reason, "expired: ") {
+					reason = "expired" // the rest is the task's own expiry
+				}
 				rep.DeadReasons[reason]++
 				continue
 			}
@@ -663,6 +666,18 @@ func (c *checker) scenarioChecks() {
 	if h.sc.MaxRunning > 0 {
 		noted(h.checkLimit(obs))
 	}
+	if h.sc.KeyMaxRunning > 0 {
+		noted(h.checkKeyLimit(obs))
+	}
+	if h.sc.Rate != "" {
+		noted(h.checkRate(obs, false))
+	}
+	if h.sc.KeyRate != "" {
+		noted(h.checkRate(obs, true))
+	}
+	if h.sc.Expire > 0 {
+		noted(c.checkExpiry())
+	}
 }
 
 // noopSleepMax is chaosproc's -sleep-max default: the longest a noop
@@ -671,15 +686,40 @@ const noopSleepMax = 20 * time.Millisecond
 
 // checkLimit proves from the handler ledgers that no more runs overlapped
 // at any instant than the queue limit allows (Scenario.MaxRunning, per
-// lane), and that the limit was reached. A run is from its S line to its
-// E line; one without an E line ends when its process was killed (the
-// first kill of its pid after its start), and never later than the noop
-// handler's longest sleep after its start (chaosproc -sleep-max, its
-// default: the scenario keeps it), which the handler never waits past:
-// a run with neither (its handler returned at its context's end) ends
-// then.
+// lane), and that the limit was reached (overlap).
 func (h *harness) checkLimit(obs *observed) (string, error) {
 	bound := h.sc.MaxRunning * max(len(h.lanes), 1)
+	var all []*ledger.Run
+	for _, rs := range obs.runs {
+		all = append(all, rs...)
+	}
+	o := h.overlap(all)
+	if o.most > bound {
+		return "", fmt.Errorf("queue limit %d (%d lanes): %d runs overlapped at %s", h.sc.MaxRunning, max(len(h.lanes), 1), o.most, fmtMs(o.at))
+	}
+	if o.most < h.sc.MaxRunning {
+		return "", fmt.Errorf("%w: at most %d runs overlapped, the limit is %d", errNotExercised, o.most, h.sc.MaxRunning)
+	}
+	return fmt.Sprintf("queue limit %d (%d lanes): at most %d runs overlapped (first at %s), over %d runs (%d ended by a kill, %d without an end)",
+		h.sc.MaxRunning, max(len(h.lanes), 1), o.most, fmtMs(o.at), len(all), o.killed, o.open), nil
+}
+
+// overlapped is what overlap found: the most runs at one instant, the
+// first instant with that many, and the runs whose end was a kill or is
+// not known.
+type overlapped struct {
+	most         int
+	at           int64
+	killed, open int
+}
+
+// overlap sweeps runs: each lasts from its S line to its E line; one
+// without an E line ends when its process was killed (the first kill of
+// its pid after its start), and never later than the noop handler's
+// longest sleep after its start (chaosproc -sleep-max, its default: the
+// scenario keeps it), which the handler never waits past: a run with
+// neither (its handler returned at its context's end) ends then.
+func (h *harness) overlap(runs []*ledger.Run) overlapped {
 	h.mu.Lock()
 	kills := map[int][]time.Time{}
 	for _, k := range h.kills {
@@ -691,26 +731,24 @@ func (h *harness) checkLimit(obs *observed) (string, error) {
 		delta int
 	}
 	var evs []ev
-	open, killed := 0, 0
-	for _, rs := range obs.runs {
-		for _, r := range rs {
-			end := r.End
-			if end == 0 {
-				for _, at := range kills[r.PID] {
-					if ms := at.UnixMilli(); ms >= r.Start && (end == 0 || ms < end) {
-						end = ms
-					}
-				}
-				longest := r.Start + noopSleepMax.Milliseconds() + 1
-				if end != 0 && end <= longest {
-					killed++
-				} else {
-					open++
-					end = longest
+	var o overlapped
+	for _, r := range runs {
+		end := r.End
+		if end == 0 {
+			for _, at := range kills[r.PID] {
+				if ms := at.UnixMilli(); ms >= r.Start && (end == 0 || ms < end) {
+					end = ms
 				}
 			}
-			evs = append(evs, ev{r.Start, 1}, ev{end, -1})
+			longest := r.Start + noopSleepMax.Milliseconds() + 1
+			if end != 0 && end <= longest {
+				o.killed++
+			} else {
+				o.open++
+				end = longest
+			}
 		}
+		evs = append(evs, ev{r.Start, 1}, ev{end, -1})
 	}
 	// An end and a start in the same millisecond: the end first (a slot
 	// is given back before the claim that takes it).
@@ -720,21 +758,14 @@ func (h *harness) checkLimit(obs *observed) (string, error) {
 		}
 		return evs[i].delta < evs[j].delta
 	})
-	n, most, at := 0, 0, int64(0)
+	n := 0
 	for _, e := range evs {
 		n += e.delta
-		if n > most {
-			most, at = n, e.t
+		if n > o.most {
+			o.most, o.at = n, e.t
 		}
 	}
-	if most > bound {
-		return "", fmt.Errorf("queue limit %d (%d lanes): %d runs overlapped at %s", h.sc.MaxRunning, max(len(h.lanes), 1), most, fmtMs(at))
-	}
-	if most < h.sc.MaxRunning {
-		return "", fmt.Errorf("%w: at most %d runs overlapped, the limit is %d", errNotExercised, most, h.sc.MaxRunning)
-	}
-	return fmt.Sprintf("queue limit %d (%d lanes): at most %d runs overlapped (first at %s), over %d runs (%d ended by a kill, %d without an end)",
-		h.sc.MaxRunning, max(len(h.lanes), 1), most, fmtMs(at), len(evs)/2, killed, open), nil
+	return o
 }
 
 // checkSnoozed tells whether handlers snoozed tasks: the queues' snoozed

@@ -211,6 +211,7 @@ func (h *harness) producerArgs(s *slot, inc, count int) []string {
 		"-queue", queue,
 		"-delay-max", DelayMax.String(),
 		"-self-kill", fmt.Sprint(h.sc.ProducerSelfKill), "-self-kill-max", "1500us",
+		"-keys", fmt.Sprint(h.sc.Keys), "-expire", fmt.Sprint(h.sc.Expire),
 	}
 }
 
@@ -299,6 +300,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if sc.MaxRunning > 0 {
 		h.workerArgs = append(h.workerArgs, "-max-running", fmt.Sprint(sc.MaxRunning))
+	}
+	if sc.KeyMaxRunning > 0 {
+		h.workerArgs = append(h.workerArgs, "-key-max-running", fmt.Sprint(sc.KeyMaxRunning))
+	}
+	if sc.Rate != "" {
+		h.workerArgs = append(h.workerArgs, "-queue-rate", sc.Rate)
+	}
+	if sc.KeyRate != "" {
+		h.workerArgs = append(h.workerArgs, "-key-rate", sc.KeyRate)
 	}
 
 	rep, err := h.run(ctx)

@@ -55,7 +55,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	}
 	hp := filepath.Join(dir, "h")
 	w, _ = ledger.Create(hp)
-	_ = w.Write(ledger.Start("a", 10, 7, "batch:p0.1.1:0", 1, 0, 5), ledger.Start("a", 20, 8, "batch:p0.1.1:0", 1, 1, 5),
+	_ = w.Write(ledger.Start("a", 10, 7, "batch:p0.1.1:0", 1, 0, 5, "", 9, 0), ledger.Start("a", 20, 8, "batch:p0.1.1:0", 1, 1, 5, "k1", 19, 40),
 		ledger.End("a", 30, 8))
 	w.Close()
 	runs, err := ledger.ReadHandler(hp)

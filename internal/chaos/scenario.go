@@ -75,6 +75,20 @@ type Scenario struct {
 	// instant with more runs than that (per lane: times the lanes with
 	// shards), and some instant with that many (harness.checkLimit).
 	MaxRunning int
+	// KeyMaxRunning, Rate and KeyRate are the rest of the workers'
+	// queues' flow control (chaosproc -key-max-running, -queue-rate,
+	// -key-rate): the handler ledgers must show no instant with more runs
+	// of one key than KeyMaxRunning, and no window of a rate's period
+	// with more claims (of the queue, of one key) than its N, and each
+	// reached (harness.checkKeyLimit, checkRate).
+	KeyMaxRunning int
+	Rate, KeyRate string
+	// Keys gives each task one of that many keys (chaosproc -keys).
+	Keys int
+	// Expire is the share of tasks that expire up to a second after
+	// their due time (chaosproc -expire): none may start after it, and
+	// every dead letter must be such a task, unstarted (checkExpiry).
+	Expire float64
 
 	// SlotArgs are extra chaosproc flags of single processes, by
 	// "role-index" (e.g. "worker-0").
@@ -160,12 +174,13 @@ var scenarios = []Scenario{
 		Ahead: true,
 	},
 	{
-		Name: "limit", Doc: "the queue limited to 3 running tasks across 4 workers of 8 slots: workers are killed (kill -9 holding slots, some SIGTERM) and a proxy cuts connections around EXEC and after RPOPLPUSH; at no instant may more than 3 runs overlap, and 3 must",
+		Name: "flow", Doc: "flow control under every fault: one queue limited to 3 running tasks and 60 starts in any 500 ms, each of 4 keys to 1 running task and 20 starts in any 500 ms, a fifth of the tasks expiring up to 1 s after their due time; 4 workers of 8 slots are killed (kill -9 holding slots, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, redis-server is restarted and runs out of memory; no limit may be exceeded at any instant or in any window, and each must be reached; no task may start after its expiry",
 		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
 		ProcArgs:    []string{"-immediate=0.7"},
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
-		Cuts:       &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
-		MaxRunning: 3,
+		Cuts:     &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
+		Restarts: 4 * time.Second, Full: time.Second,
+		MaxRunning: 3, Rate: "60/500ms", KeyMaxRunning: 1, KeyRate: "20/500ms", Keys: 4, Expire: 0.2,
 		// Three runs at a time of up to 20 ms, through the proxy: the
 		// tasks come slower than elsewhere, so that the drain keeps up.
 		MinDuration: 25 * time.Second,

@@ -104,9 +104,14 @@ func PayloadWord(p []byte) string {
 	return s
 }
 
-// Start formats a handler's S line.
-func Start(id string, startMs int64, pid int, payload string, attempt, recoveries int, dueMs int64) string {
-	return fmt.Sprintf("S %s %d %d %s %d %d %d", id, startMs, pid, payload, attempt, recoveries, dueMs)
+// Start formats a handler's S line: besides the run, the task's
+// flow-control key ("-" for none), when the run was claimed (Unix ms,
+// the worker's clock) and when the task expires (0: never).
+func Start(id string, startMs int64, pid int, payload string, attempt, recoveries int, dueMs int64, key string, claimedMs, expiresMs int64) string {
+	if key == "" {
+		key = "-"
+	}
+	return fmt.Sprintf("S %s %d %d %s %d %d %d %s %d %d", id, startMs, pid, payload, attempt, recoveries, dueMs, key, claimedMs, expiresMs)
 }
 
 // End formats a handler's E line.
@@ -132,6 +137,9 @@ type Run struct {
 	Attempt    int
 	Recoveries int
 	Due        int64 // the record's due time (producer's clock)
+	Key        string // the task's flow-control key ("" for none)
+	Claimed    int64  // when the run was claimed (Unix ms, the worker's clock)
+	Expires    int64  // when the task expires (Unix ms; 0: never)
 	File       string
 }
 
@@ -281,10 +289,15 @@ func ReadHandler(path string) ([]*Run, error) {
 		}
 		switch g[0] {
 		case "S":
-			if len(g) != 8 {
+			if len(g) != 11 {
 				return nil, bad()
 			}
 			r := &Run{ID: g[1], Payload: g[4], File: path}
+			if g[8] != "-" {
+				r.Key = g[8]
+			}
+			r.Claimed, _ = strconv.ParseInt(g[9], 10, 64)
+			r.Expires, _ = strconv.ParseInt(g[10], 10, 64)
 			r.Start, _ = strconv.ParseInt(g[2], 10, 64)
 			r.PID, _ = strconv.Atoi(g[3])
 			r.Attempt, _ = strconv.Atoi(g[5])

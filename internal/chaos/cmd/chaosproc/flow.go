@@ -127,7 +127,7 @@ func flowHandlers(mux *engine.Mux, led *ledger.Writer, sleep func() time.Duratio
 	wrap := func(check func(ctx context.Context, t *engine.Task) error) func(context.Context, *engine.Task) error {
 		return func(ctx context.Context, t *engine.Task) error {
 			if err := led.Write(ledger.Start(t.ID, time.Now().UnixMilli(), pid, fmt.Sprintf("r%d", t.Run),
-				t.Attempt, t.Recoveries, t.Due.UnixMilli())); err != nil {
+				t.Attempt, t.Recoveries, t.Due.UnixMilli(), t.Key, t.Started.UnixMilli(), 0)); err != nil {
 				return err
 			}
 			tm := time.NewTimer(sleep())

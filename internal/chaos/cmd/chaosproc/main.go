@@ -49,6 +49,8 @@ type options struct {
 	shutdown, backoff, reapInterval, doneRetention               time.Duration
 	dispatchBuckets, dispatchTasks, enqueueLanes, prefetch       int
 	maxPayload, maxRecoveries, concurrency, maxRunning           int
+	keyMaxRunning                                                int
+	queueRate, keyRate                                           string
 	queues, unknown                                              string
 	unknownGrace                                                 time.Duration
 
@@ -61,6 +63,8 @@ type options struct {
 	selfKill             float64
 	selfKillMax          time.Duration
 	goroutines           int
+	keys                 int
+	expire               float64
 	// census counts the commands of a producer's connections (its G
 	// lines: calls against EXECs).
 	census *redis24.Census
@@ -103,6 +107,11 @@ func main() {
 	flag.IntVar(&o.prefetch, "prefetch", 0, "Config.Advanced.Prefetch (0: default; negative: none)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Config.Concurrency")
 	flag.IntVar(&o.maxRunning, "max-running", 0, "worker: QueueConfig.MaxRunning of every queue (0: none)")
+	flag.IntVar(&o.keyMaxRunning, "key-max-running", 0, "worker: QueueConfig.KeyMaxRunning of every queue (0: none)")
+	flag.StringVar(&o.queueRate, "queue-rate", "", "worker: QueueConfig.Rate of every queue (N/period; empty: none)")
+	flag.StringVar(&o.keyRate, "key-rate", "", "worker: QueueConfig.KeyRate of every queue (N/period; empty: none)")
+	flag.IntVar(&o.keys, "keys", 0, "producer: give each task one of this many keys at random (engine.Key; 0: none)")
+	flag.Float64Var(&o.expire, "expire", 0, "producer: share of tasks that expire (engine.ExpireIn) up to 1 s after their due time")
 	flag.StringVar(&o.queues, "queues", "default", "comma-separated queues the worker takes from")
 	flag.StringVar(&o.unknown, "unknown", "retry", "Config.UnknownType: retry or dead")
 	flag.DurationVar(&o.unknownGrace, "unknown-grace", time.Second, "Config.Advanced.UnknownTypeGrace (negative: none)")
@@ -180,7 +189,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	var queues []engine.QueueConfig
 	for _, q := range strings.Split(o.queues, ",") {
 		if q = strings.TrimSpace(q); q != "" {
-			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1, MaxRunning: o.maxRunning})
+			queues = append(queues, engine.QueueConfig{Name: q, Weight: 1, MaxRunning: o.maxRunning,
+				Rate: o.queueRate, KeyMaxRunning: o.keyMaxRunning, KeyRate: o.keyRate})
 		}
 	}
 	unknown := "retry"
@@ -366,6 +376,16 @@ func produceWith(ctx context.Context, client enqueuer, o options, log *slog.Logg
 					delayed[i] = true
 					dues[i] = due.UnixMilli()
 				}
+				if o.keys > 0 {
+					tasks[i].Options = append(tasks[i].Options, engine.Key(fmt.Sprintf("k%d", rng.int64n(int64(o.keys)))))
+				}
+				if o.expire > 0 && rng.float() < o.expire {
+					// Expires up to a second after its due time: some
+					// start in time, some wait past it (a slot, a window,
+					// a kill) and must be buried, never started.
+					d := time.Duration(dues[i]-now.UnixMilli())*time.Millisecond + time.Millisecond + time.Duration(rng.int64n(int64(time.Second)))
+					tasks[i].Options = append(tasks[i].Options, engine.ExpireIn(d))
+				}
 			}
 			if err := led.Write(fmt.Sprintf("B %s %d %d", bid, n, now.UnixMilli())); err != nil {
 				return err
@@ -497,12 +517,12 @@ func writeLimits(ctx context.Context, pool *redis.Pool, cfg engine.Config, log *
 		return err
 	}
 	for _, q := range cfg.Queues {
-		if q.MaxRunning <= 0 {
+		if q.MaxRunning <= 0 && q.Rate == "" && q.KeyMaxRunning <= 0 && q.KeyRate == "" {
 			continue
 		}
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := in.SetQueueLimit(cctx, q.Name, q.MaxRunning)
+			err := in.SetQueueLimits(cctx, q)
 			cancel()
 			if err == nil {
 				break
@@ -596,8 +616,12 @@ func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 				}
 			}
 			start := time.Now().UnixMilli()
+			var expires int64
+			if !t.Expires.IsZero() {
+				expires = t.Expires.UnixMilli()
+			}
 			if err := led.Write(ledger.Start(t.ID, start, pid, ledger.PayloadWord(t.Payload),
-				t.Attempt, t.Recoveries, t.Due.UnixMilli())); err != nil {
+				t.Attempt, t.Recoveries, t.Due.UnixMilli(), t.Key, t.Started.UnixMilli(), expires)); err != nil {
 				return err
 			}
 			tm := time.NewTimer(sleep())
