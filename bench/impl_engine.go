@@ -107,6 +107,17 @@ func (e *engineImpl) EnqueueBatch(ctx context.Context, ts []Task) error {
 	return e.batch(ctx, e.client, ts, false)
 }
 
+// EnqueueKeyed implements keyedEnqueuer: one EnqueueBatch call, every
+// task with engine.Key(key).
+func (e *engineImpl) EnqueueKeyed(ctx context.Context, ts []Task, key string) error {
+	nt := make([]engine.NewTask, len(ts))
+	for i, t := range ts {
+		nt[i] = engine.NewTask{Type: "bench", Payload: encodeTask(t), Options: []engine.Option{engine.Key(key)}}
+	}
+	_, err := e.client.EnqueueBatch(ctx, nt)
+	return err
+}
+
 // ScheduleBatch implements BatchScheduler.
 func (e *engineImpl) ScheduleBatch(ctx context.Context, ts []Task) error {
 	return e.batch(ctx, e.client, ts, true)
