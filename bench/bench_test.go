@@ -43,7 +43,7 @@ var tinyArgs = []string{
 	"-e2e-n", "300", "-e2e-producers", "4", "-handlers", "2,8",
 	"-lateness-rate", "300", "-lateness-duration", "1s", "-lateness-max-delay", "300ms", "-lateness-workers", "4",
 	"-idle-duration", "1s", "-idle-workers", "4", "-idle-periods", "0",
-	"-memory-n", "500",
+	"-memory-n", "500", "-fair-n", "300", "-fair-handlers", "4",
 }
 
 // runTiny runs the harness in-process against the test server (as a shared
@@ -121,8 +121,8 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if (r.Metric == "round_trips" || r.Metric == "round_trips_per_task") && r.Impl == "naive" {
 			return StatusNA // only the engine's connections count round trips
 		}
-		if r.Params["diagnostic"] != nil && r.Impl != "engine" {
-			return StatusNA // the engine's own diagnostic case
+		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit" || r.Scenario == "fair") && r.Impl != "engine" {
+			return StatusNA // the engine's own: a diagnostic case, the cost of its queue limit, its keys
 		}
 		return shortCPU(r)
 	})
@@ -142,6 +142,14 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 			t.Errorf("%s %s: rate %v", r.Scenario, r.Case, v)
 		case r.Metric == "early" && v != 0:
 			t.Errorf("%s started %.2f%% of tasks early", r.Impl, v)
+		case r.Scenario == "fair" && r.Metric == "ahead" && r.Params["keys"] == true && v >= 150:
+			// Its key is in turn from the first pop: a claim batch or
+			// two of the 300 flood tasks at most start before it.
+			t.Errorf("fair: %v tasks of the flood started before the small task of another key", v)
+		case r.Scenario == "fair" && r.Metric == "ahead" && r.Params["keys"] == false && v < 300-4:
+			// First in, first out: only the tasks claimed with it, which
+			// other handlers start at the same time, may start after it.
+			t.Errorf("fair without keys: %v tasks started before the last one enqueued, want all 300 but a handler's worth", v)
 		case r.Metric == "lost" && v != 0:
 			t.Errorf("%s lost %v tasks", r.Impl, v)
 		case r.Metric == "min" && v < 0:
@@ -281,7 +289,8 @@ func TestFlags(t *testing.T) {
 	if fmt.Sprint(o.scenarios) != "[enqueue memory]" {
 		t.Errorf("scenarios %v", o.scenarios)
 	}
-	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"}} {
+	for _, bad := range [][]string{{"-size", "huge"}, {"-impls", "nope"}, {"-scenarios", "nope"}, {"-backlog", "x"},
+		{"-merge", "results.json", "-out", ""}, {"-render", "results.json", "-merge", "results.json"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -335,5 +344,61 @@ func TestDispatchScalingRatesOnly(t *testing.T) {
 	}, []string{"engine"})
 	if len(d) != 1 || d[0].Value != 3 {
 		t.Fatalf("dispatchScaling = %+v, want one figure of 3 (300/100)", d)
+	}
+}
+
+// TestDispatchScalingFromJSON: the scaling figures come out the same from
+// results read back from a results.json, whose numbers are float64s (a
+// merge, -merge, recomputes them so).
+func TestDispatchScalingFromJSON(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(backlog, v float64) *Result {
+		return &Result{Scenario: "dispatch", Impl: "engine", Metric: "rate", Status: StatusOK, Median: f(v),
+			Params: map[string]any{"shape": "burst", "dispatchers": 1.0, "backlog": backlog}}
+	}
+	d := dispatchScaling([]*Result{res(1e4, 100), res(1e6, 400)}, []string{"engine"})
+	if len(d) != 1 || d[0].Value != 4 || !strings.Contains(d[0].What, "rate(backlog=1000000)/rate(backlog=10000)") {
+		t.Fatalf("dispatchScaling = %+v, want one figure of 4 (backlog 1000000 against 10000)", d)
+	}
+}
+
+// TestRunMerge: a run with -merge writes the base's results with those of
+// the scenarios it measured replaced by its own, and a failed run merges
+// nothing.
+func TestRunMerge(t *testing.T) {
+	dir := t.TempDir()
+	base := writeTestResults(t, dir)
+	out := filepath.Join(dir, "merged.json")
+	args := []string{"-redis", testRedis.Addr, "-impls", "engine", "-scenarios", "e2e-limit", "-e2e-n", "200", "-handlers", "2",
+		"-merge", base, "-out", out}
+	if code := run(args); code != 0 {
+		t.Fatalf("run %v: exit %d", args, code)
+	}
+	r, err := readReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, res := range r.Results {
+		count[res.Scenario]++
+	}
+	if want := len(testReport().Results); count["e2e"]+count["idle"]+count["memory"] != want || count["e2e-limit"] == 0 {
+		t.Errorf("merged results by scenario %v: want the base's %d and e2e-limit's", count, want)
+	}
+	if len(r.Parts) != 1 || fmt.Sprint(r.Parts[0].Scenarios) != "[e2e-limit]" {
+		t.Errorf("parts %+v, want the e2e-limit run", r.Parts)
+	}
+	// Nothing listens on this address: the run fails, and the base is
+	// left as it was.
+	before, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []string{"-redis", "127.0.0.1:1", "-impls", "engine", "-scenarios", "e2e-limit", "-merge", base, "-out", base}
+	if code := run(bad); code == 0 {
+		t.Errorf("run %v: exit 0", bad)
+	}
+	if after, _ := os.ReadFile(base); string(after) != string(before) {
+		t.Error("a failed run changed the base")
 	}
 }

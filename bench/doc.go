@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -25,16 +25,12 @@ const (
 //
 //	cd bench && go run . -render results.json -doc ../docs/benchmarks.md
 func renderDoc(resultsPath, docPath string) error {
-	b, err := os.ReadFile(resultsPath)
+	r, err := readReport(resultsPath)
 	if err != nil {
 		return err
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", resultsPath, err)
-	}
 	var block strings.Builder
-	writeGenerated(&block, &r, resultsPath)
+	writeGenerated(&block, r, resultsPath)
 	if docPath == "" || docPath == "-" {
 		_, err := io.WriteString(os.Stdout, block.String())
 		return err
@@ -98,7 +94,7 @@ func generatedSpan(page string) (begin, end int, err error) {
 }
 
 // find returns the result of scenario for impl and metric whose params
-// include every pair of want (compared as text), or nil.
+// include every pair of want (sameParam), or nil.
 func (r *Report) find(scenario, impl, metric string, want map[string]any) *Result {
 	for _, res := range r.Results {
 		if res.Scenario != scenario || res.Impl != impl || res.Metric != metric {
@@ -106,7 +102,7 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 		}
 		ok := true
 		for k, v := range want {
-			if fmt.Sprint(res.Params[k]) != fmt.Sprint(v) {
+			if !sameParam(res.Params[k], v) {
 				ok = false
 				break
 			}
@@ -116,6 +112,29 @@ func (r *Report) find(scenario, impl, metric string, want map[string]any) *Resul
 		}
 	}
 	return nil
+}
+
+// sameParam reports whether two parameter values are equal: numbers by
+// value (a results.json gives every number back as a float64, which
+// prints a million as 1e+06), anything else as text.
+func sameParam(a, b any) bool {
+	x, ok1 := number(a)
+	y, ok2 := number(b)
+	if ok1 && ok2 {
+		return x == y
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+// number is v as a float64, if it is a number.
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
 }
 
 // memoryRow is the target row of bytes per task beyond the payload for
@@ -254,22 +273,18 @@ func (r *Report) intParams(scenario, key string) []int {
 // writeGenerated writes the generated part of the page, markers
 // included: a line saying what it was generated from, then the tables.
 func writeGenerated(w io.Writer, r *Report, resultsPath string) {
-	impls, _ := r.Meta["impls"].([]any)
-	var names []string
-	for _, i := range impls {
-		names = append(names, fmt.Sprint(i))
-	}
-	args, _ := r.Meta["args"].([]any)
-	var argv []string
-	for _, a := range args {
-		argv = append(argv, fmt.Sprint(a))
-	}
+	names := reportImpls(r)
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("%s: written by `cd bench && go run . -render %s -doc ../docs/benchmarks.md`; edit only outside the markers -->\n\n", beginMarker, resultsPath)
-	p("*Generated from `%s`: `go run . %s`, started %s UTC, %.0f s of wall time; %v run(s) per figure, size preset %v; Redis %v (%s); %v %v/%v, %v CPUs.*\n",
-		resultsPath, strings.Join(argv, " "), r.Started.UTC().Format(time.DateTime), r.WallSecs, r.Meta["runs"], r.Meta["size"], r.Meta["redis_version"],
-		map[bool]string{true: "started by the harness, persistence off", false: "an existing server"}[r.Meta["redis_started"] == true],
-		r.Meta["go"], r.Meta["goos"], r.Meta["goarch"], r.Meta["cpus"])
+	if len(r.Parts) == 0 {
+		writeRunLine(p, resultsPath, nil, r.Started, r.WallSecs, r.Meta)
+	} else {
+		writeRunLine(p, resultsPath, r.ownScenarios(), r.Started, r.WallSecs, r.Meta)
+		for _, part := range r.Parts {
+			p("\n")
+			writeRunLine(p, resultsPath, part.Scenarios, part.Started, part.WallSecs, part.Meta)
+		}
+	}
 
 	p("\n## Targets\n\n| figure | target | measured | verdict |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.targets() {
@@ -324,14 +339,35 @@ func writeGenerated(w io.Writer, r *Report, resultsPath string) {
 	}
 	writeMemoryBreakdown(p, r, names)
 	writeE2ECommands(p, r, names)
+	writeE2ELimit(p, r)
+	writeFair(p, r)
 	writeIdleCommands(p, r, names)
-	if len(r.Notes) > 0 {
+	notes := slices.Clone(r.Notes)
+	for _, part := range r.Parts {
+		for _, n := range part.Notes {
+			notes = append(notes, "scenarios "+scenarioList(part.Scenarios)+": "+n)
+		}
+	}
+	if len(notes) > 0 {
 		p("\n## Notes of the run\n\n")
-		for _, n := range r.Notes {
+		for _, n := range notes {
 			p("- %s\n", n)
 		}
 	}
 	p("\n%s\n", endMarker)
+}
+
+// writeRunLine writes the line that says which run the figures (of
+// scenarios; nil: all of them) come from.
+func writeRunLine(p func(string, ...any), resultsPath string, scenarios []string, started time.Time, wall float64, meta map[string]any) {
+	from := "`" + resultsPath + "`"
+	if scenarios != nil {
+		from += ", scenarios " + scenarioList(scenarios)
+	}
+	p("*Generated from %s: `go run . %s`, started %s UTC, %.0f s of wall time; %v run(s) per figure, size preset %v; Redis %v (%s); %v %v/%v, %v CPUs.*\n",
+		from, strings.Join(strList(meta["args"]), " "), started.UTC().Format(time.DateTime), wall, meta["runs"], meta["size"], meta["redis_version"],
+		map[bool]string{true: "started by the harness, persistence off", false: "an existing server"}[meta["redis_started"] == true],
+		meta["go"], meta["goos"], meta["goarch"], meta["cpus"])
 }
 
 // writeIdleCommands writes, per implementation with an idle figure, the
@@ -533,6 +569,82 @@ func writeE2ECommands(p func(string, ...any), r *Report, names []string) {
 				}
 			}
 			p("| %s | %s |\n", m.label, strings.Join(row, " | "))
+		}
+	}
+}
+
+// writeE2ELimit writes the engine's e2e-limit figures side by side: per
+// handler count and metric, the case without a queue limit, the one with
+// the (never reached) limit, and the ratio of their medians.
+func writeE2ELimit(p func(string, ...any), r *Report) {
+	limits := r.intParams("e2e-limit", "max_running")
+	if len(limits) == 0 {
+		return
+	}
+	limit := limits[len(limits)-1]
+	p("\n## End to end, queue limit against none\n\n")
+	writeSideBySide(p, r, "e2e-limit", "handlers", "max_running",
+		[2]any{0, limit}, [2]string{"no limit", fmt.Sprintf("limit %d", limit)}, "limit / no limit")
+}
+
+// writeFair writes the engine's fair figures side by side: per count of
+// tasks ahead, the small task behind them without keys and with keys.
+func writeFair(p func(string, ...any), r *Report) {
+	if len(r.intParams("fair", "n")) == 0 {
+		return
+	}
+	p("\n## One task behind a flood, keys against none\n\n")
+	writeSideBySide(p, r, "fair", "n", "keys", [2]any{false, true}, [2]string{"no keys", "keys flood and small"}, "")
+}
+
+// writeSideBySide writes a table of the engine's figures of scenario in
+// two variants, where param variant is values[0] and values[1] (headed
+// labels), and, under ratioLabel unless it is "", the ratio of their
+// medians (second / first): a group of rows per value of param group, a
+// row per metric.
+func writeSideBySide(p func(string, ...any), r *Report, scenario, group, variant string, values [2]any, labels [2]string, ratioLabel string) {
+	if ratioLabel == "" {
+		p("| %s | metric | %s | %s |\n| --- | --- | --- | --- |\n", group, labels[0], labels[1])
+	} else {
+		p("| %s | metric | %s | %s | %s |\n| --- | --- | --- | --- | --- |\n", group, labels[0], labels[1], ratioLabel)
+	}
+	for _, g := range r.intParams(scenario, group) {
+		var metrics []string
+		seen := map[string]bool{}
+		for _, res := range r.Results {
+			if res.Scenario == scenario && res.Impl == "engine" && sameParam(res.Params[group], g) && !seen[res.Metric] {
+				seen[res.Metric] = true
+				metrics = append(metrics, res.Metric)
+			}
+		}
+		first := fmt.Sprint(g)
+		for _, m := range metrics {
+			var pair [2]*Result
+			unit := ""
+			for i, v := range values {
+				pair[i] = r.find(scenario, "engine", m, map[string]any{group: g, variant: v})
+				if pair[i] != nil {
+					unit = pair[i].Unit
+				}
+			}
+			cell := func(res *Result) string {
+				if res == nil {
+					return "-"
+				}
+				return cellText(res)
+			}
+			p("| %s | %s | %s | %s |", first, metricLabel(m, unit), cell(pair[0]), cell(pair[1]))
+			if ratioLabel != "" {
+				ratio := "n/a"
+				x, ok1 := median(pair[1])
+				y, ok2 := median(pair[0])
+				if ok1 && ok2 && y != 0 {
+					ratio = fmt.Sprintf("%.2f×", x/y)
+				}
+				p(" %s |", ratio)
+			}
+			p("\n")
+			first = ""
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDocGeneratedUpToDate: the generated part of docs/benchmarks.md is
@@ -198,6 +199,88 @@ func TestRenderLatenessTarget(t *testing.T) {
 	}
 }
 
+// TestRenderMillionParam: a parameter of a million (the full preset's
+// dispatch backlog), which JSON gives back as the float 1e+06, still
+// matches the integer the targets look for.
+func TestRenderMillionParam(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(impl string, v float64) *Result {
+		return &Result{Scenario: "dispatch", Case: "dispatch case", Impl: impl, Metric: "rate", Unit: "tasks/s", Status: StatusOK,
+			Params: map[string]any{"shape": "burst", "backlog": 1e6, "dispatchers": 1.0}, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
+	}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "asynq"}, "runs": 1.0},
+		Results: []*Result{res("engine", 1e6), res("asynq", 1e5)}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	want := "| dispatch burst, backlog 1000000, 1 dispatcher(s), engine vs asynq | ≥ 5× | 10.00× (1M vs 100k) | met |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("the tables lack %q:\n%s", want, b.String())
+	}
+}
+
+// TestRenderE2ELimit: the e2e-limit scenario's figures come side by side,
+// without a limit and with one, per handler count, with the ratio
+// limit/no limit of their medians.
+func TestRenderE2ELimit(t *testing.T) {
+	res := func(hs, limit float64, metric, unit string, vs ...float64) *Result {
+		r := &Result{Scenario: "e2e-limit", Case: fmt.Sprintf("handlers=%v limit=%v", hs, limit), Impl: "engine",
+			Params: map[string]any{"handlers": hs, "max_running": limit}, Metric: metric, Unit: unit, Status: StatusOK}
+		r.setValues(vs)
+		return r
+	}
+	na := &Result{Scenario: "e2e-limit", Case: "handlers=8 limit=1000000", Impl: "engine", Metric: "cores_busy", Unit: "%",
+		Params: map[string]any{"handlers": 8.0, "max_running": 1e6}, Status: StatusNA, Note: cpuNA}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine", "naive"}, "runs": 3.0},
+		Results: []*Result{
+			res(8, 0, "rate", "tasks/s", 20000, 19000, 21000), res(8, 0, "commands_per_task", "cmds/task", 5),
+			res(8, 0, "cores_busy", "%", 90),
+			res(8, 1e6, "rate", "tasks/s", 15000, 16000, 17000), res(8, 1e6, "commands_per_task", "cmds/task", 6), na,
+			res(64, 0, "rate", "tasks/s", 10000),
+		}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	for _, want := range []string{
+		"\n## End to end, queue limit against none\n",
+		"| handlers | metric | no limit | limit 1000000 | limit / no limit |",
+		"| 8 | rate (tasks/s) | 20k (19k–21k) | 16k (15k–17k) | 0.80× |",
+		"|  | commands_per_task (cmds/task) | 5.00 | 6.00 | 1.20× |",
+		"|  | cores_busy (%) | 90.0 | n/a | n/a |",
+		"| 64 | rate (tasks/s) | 10k | - | n/a |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestRenderFair: the fair scenario's figures come side by side, the
+// small task behind the flood without keys and with them.
+func TestRenderFair(t *testing.T) {
+	res := func(keys bool, metric, unit string, v float64) *Result {
+		r := &Result{Scenario: "fair", Case: fmt.Sprintf("keys=%v", keys), Impl: "engine",
+			Params: map[string]any{"n": 100000.0, "handlers": 8.0, "keys": keys}, Metric: metric, Unit: unit, Status: StatusOK}
+		r.setValues([]float64{v})
+		return r
+	}
+	rep := &Report{Meta: map[string]any{"impls": []any{"engine"}, "runs": 1.0},
+		Results: []*Result{
+			res(false, "wait", "ms", 5000), res(false, "ahead", "tasks", 100000),
+			res(true, "wait", "ms", 2.5), res(true, "ahead", "tasks", 9),
+		}}
+	var b strings.Builder
+	writeGenerated(&b, rep, "results.json")
+	for _, want := range []string{
+		"\n## One task behind a flood, keys against none\n",
+		"| n | metric | no keys | keys flood and small |\n",
+		"| 100000 | wait (ms) | 5000 | 2.50 |\n",
+		"|  | ahead (tasks) | 100000 | 9 |\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // firstDiff shows where got and want part, with a little context.
 func firstDiff(got, want string) string {
 	i := 0
@@ -213,4 +296,82 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// TestMerge: a merged run's scenarios replace the base's results of those
+// scenarios and nothing else, in the scenarios' order; the page names the
+// run each scenario's figures come from, and a later merge of the same
+// scenario replaces the earlier one, its run and its notes.
+func TestMerge(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := func(scen, impl string, v float64) *Result {
+		return &Result{Scenario: scen, Case: scen + " case", Params: map[string]any{}, Impl: impl, Metric: "rate", Unit: "tasks/s",
+			Status: StatusOK, Runs: []float64{v}, Median: f(v), Min: f(v), Max: f(v)}
+	}
+	base := &Report{Started: time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC), WallSecs: 1400,
+		Meta: map[string]any{"impls": []any{"engine", "asynq"}, "runs": 3.0, "args": []any{"-runs", "3"},
+			"scenarios": []any{"enqueue", "e2e", "idle"}},
+		Results: []*Result{res("enqueue", "engine", 1), res("enqueue", "asynq", 2), res("e2e", "engine", 3), res("idle", "engine", 4)},
+		Notes:   []string{"base note"}}
+	// Through JSON, as -merge reads the base from a file.
+	b, err := json.Marshal(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(started time.Time, v float64, note string, scens ...string) *Report {
+		r := &Report{Started: started, WallSecs: 40, Notes: []string{note},
+			Meta: map[string]any{"impls": []string{"engine"}, "runs": 1, "args": []string{"-scenarios", strings.Join(scens, ","), "-runs", "1"}, "scenarios": scens}}
+		for _, s := range scens {
+			r.Results = append(r.Results, res(s, "engine", v))
+		}
+		return r
+	}
+	merged, err := mergeInto(path, run(time.Date(2026, 11, 29, 5, 0, 0, 0, time.UTC), 10, "first note", "e2e-limit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err = mergeInto(writeReport(t, merged), run(time.Date(2026, 11, 29, 5, 30, 0, 0, time.UTC), 20, "second note", "e2e-limit", "e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range merged.Results {
+		got = append(got, fmt.Sprintf("%s/%s=%v", r.Scenario, r.Impl, *r.Median))
+	}
+	if want := "[enqueue/engine=1 enqueue/asynq=2 e2e/engine=20 e2e-limit/engine=20 idle/engine=4]"; fmt.Sprint(got) != want {
+		t.Errorf("merged results %v, want %s", got, want)
+	}
+	var page strings.Builder
+	writeGenerated(&page, merged, "results.json")
+	doc := page.String()
+	for _, want := range []string{
+		"*Generated from `results.json`, scenarios enqueue, idle: `go run . -runs 3`, started 2026-11-29 02:00:00 UTC, 1400 s of wall time; 3 run(s) per figure",
+		"*Generated from `results.json`, scenarios e2e, e2e-limit: `go run . -scenarios e2e-limit,e2e -runs 1`, started 2026-11-29 05:30:00 UTC, 40 s of wall time; 1 run(s) per figure",
+		"- base note\n",
+		"- scenarios e2e, e2e-limit: second note\n",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the page lacks %q:\n%s", want, doc)
+		}
+	}
+	for _, gone := range []string{"first note", "05:00:00"} {
+		if strings.Contains(doc, gone) {
+			t.Errorf("the page still has %q of the replaced merge:\n%s", gone, doc)
+		}
+	}
+}
+
+// writeReport writes r to a results.json in a temporary directory and
+// returns its path.
+func writeReport(t *testing.T, r *Report) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -59,6 +59,10 @@ type ConsumeConfig struct {
 	// Dispatchers is the number of movers of due tasks (delayed → ready) to
 	// run beside the workers; implementations without delayed tasks ignore it.
 	Dispatchers int
+	// MaxRunning, when above 0, is the consumed queue's concurrency limit
+	// across every consumer. Only the engine has one (cases that set it
+	// apply to the engine alone); the other implementations ignore it.
+	MaxRunning int
 }
 
 // Impl is one task-queue implementation under test. Every method may be

@@ -107,6 +107,17 @@ func (e *engineImpl) EnqueueBatch(ctx context.Context, ts []Task) error {
 	return e.batch(ctx, e.client, ts, false)
 }
 
+// EnqueueKeyed implements keyedEnqueuer: one EnqueueBatch call, every
+// task with engine.Key(key).
+func (e *engineImpl) EnqueueKeyed(ctx context.Context, ts []Task, key string) error {
+	nt := make([]engine.NewTask, len(ts))
+	for i, t := range ts {
+		nt[i] = engine.NewTask{Type: "bench", Payload: encodeTask(t), Options: []engine.Option{engine.Key(key)}}
+	}
+	_, err := e.client.EnqueueBatch(ctx, nt)
+	return err
+}
+
 // ScheduleBatch implements BatchScheduler.
 func (e *engineImpl) ScheduleBatch(ctx context.Context, ts []Task) error {
 	return e.batch(ctx, e.client, ts, true)
@@ -125,10 +136,16 @@ func (e *engineImpl) batch(ctx context.Context, c *engine.Client, ts []Task, at 
 }
 
 // Consume implements Impl: one Server (dispatcher, reaper, worker with
-// cfg.Workers slots) plus cfg.Dispatchers-1 more dispatchers.
+// cc.Workers slots) plus cc.Dispatchers-1 more dispatchers; with
+// cc.MaxRunning the Server's queue has that concurrency limit.
 func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (func() error, error) {
 	cfg := e.cfg
 	cfg.Concurrency = max(cc.Workers, 1)
+	if cc.MaxRunning > 0 {
+		// The queue Enqueue uses; the Server writes its limit to Redis
+		// when it starts.
+		cfg.Queues = []engine.QueueConfig{{Name: engine.DefaultConfig().DefaultQueue, MaxRunning: cc.MaxRunning}}
+	}
 	mux := engine.NewMux()
 	mux.HandleFunc("bench", func(ctx context.Context, t *engine.Task) error {
 		d, err := decodeTask(t.Payload)

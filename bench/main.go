@@ -6,6 +6,7 @@
 //	go run . -impls naive,asynq -scenarios dispatch -size full -runs 3
 //	go run . -redis 127.0.0.1:6379             # an existing server (never flushed)
 //	go run . -render results.json -doc ../docs/benchmarks.md   # the page's tables, from the results
+//	go run . -scenarios e2e-limit -impls engine -merge results.json   # one scenario measured again, the rest kept
 //
 // It starts a fresh redis-server on a free loopback port (persistence off)
 // unless -redis is given, runs each scenario for each implementation, prints
@@ -23,6 +24,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,16 +32,18 @@ import (
 )
 
 // allScenarios lists the scenarios in the order they run.
-var allScenarios = []string{"enqueue", "dispatch", "e2e", "lateness", "idle", "memory"}
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "fair", "lateness", "idle", "memory"}
 
 // scenarioCases maps a scenario name to its case builder.
 var scenarioCases = map[string]func(Sizes) []*Case{
-	"enqueue":  enqueueCases,
-	"dispatch": dispatchCases,
-	"e2e":      e2eCases,
-	"lateness": latenessCases,
-	"idle":     idleCases,
-	"memory":   memoryCases,
+	"enqueue":   enqueueCases,
+	"dispatch":  dispatchCases,
+	"e2e":       e2eCases,
+	"e2e-limit": e2eLimitCases,
+	"fair":      fairCases,
+	"lateness":  latenessCases,
+	"idle":      idleCases,
+	"memory":    memoryCases,
 }
 
 func main() {
@@ -60,6 +64,9 @@ type options struct {
 	poll      time.Duration
 	// render, doc: render a results.json's tables into docs/benchmarks.md.
 	render, doc string
+	// merge: the results.json that this run's scenarios are merged into
+	// (written to out); "" for none.
+	merge string
 	// cpuProfile: where to write a CPU profile of the run ("" for none).
 	cpuProfile string
 	// memProfile: where to write a heap profile of the run ("" for none).
@@ -96,8 +103,11 @@ func parseFlags(args []string) (*options, error) {
 	idleWorkers := fs.Int("idle-workers", 0, "workers in idle")
 	idlePeriods := fs.Int("idle-periods", -1, "idle measures over at least this many of the design's longest idle period (default 3; 0: just -idle-duration)")
 	memN := fs.Int("memory-n", 0, "scheduled tasks in memory")
+	fairN := fs.Int("fair-n", 0, "tasks ahead of the small one in fair")
+	fairHandlers := fs.Int("fair-handlers", 0, "handlers in fair")
 	render := fs.String("render", "", "render the tables of this results.json instead of measuring (see -doc)")
 	doc := fs.String("doc", "-", "with -render: the page whose generated part (between its BEGIN GENERATED and END GENERATED lines) the tables replace (\"-\": stdout)")
+	merge := fs.String("merge", "", "merge this run into this results.json: the results of the scenarios measured here replace its results of those scenarios, the rest stays; the whole goes to -out (a run with an error merges nothing)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process (every implementation's client side) to this file; pick one scenario and one implementation to see one design's client")
 	memProfile := fs.String("memprofile", "", "write a heap profile of the harness process (allocations since start, every implementation's client side) to this file when the run ends; pick one scenario and one implementation")
 	if err := fs.Parse(args); err != nil {
@@ -107,9 +117,15 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	o := &options{sizeName: *size, runs: *runs, redisAddr: *redisAddr, redisBin: *redisBin, out: *out, poll: *poll,
-		render: *render, doc: *doc, cpuProfile: *cpuProfile, memProfile: *memProfile}
+		render: *render, doc: *doc, merge: *merge, cpuProfile: *cpuProfile, memProfile: *memProfile}
 	if o.render != "" {
+		if o.merge != "" {
+			return nil, errors.New("-merge measures: not with -render")
+		}
 		return o, nil
+	}
+	if o.merge != "" && o.out == "" {
+		return nil, errors.New("-merge needs -out, where the merged results go")
 	}
 	var err error
 	if o.sizes, err = sizePreset(*size); err != nil {
@@ -155,6 +171,8 @@ func parseFlags(args []string) (*options, error) {
 		s.IdlePeriods = *idlePeriods
 	}
 	setInt(&s.MemoryN, *memN)
+	setInt(&s.FairN, *fairN)
+	setInt(&s.FairHandlers, *fairHandlers)
 	setDur(&s.LatenessDuration, *latDur)
 	setDur(&s.LatenessMaxDelay, *latDelay)
 	setDur(&s.IdleDuration, *idleDur)
@@ -225,8 +243,22 @@ func run(args []string) int {
 	if rep != nil {
 		rep.WriteTable(os.Stdout, o.impls)
 		fmt.Printf("\nwall time %.1fs\n", rep.WallSecs)
+		out := rep
+		if o.merge != "" {
+			if err != nil || slices.ContainsFunc(rep.Results, func(r *Result) bool { return r.Status == StatusError }) {
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "bench:", err)
+				}
+				fmt.Fprintln(os.Stderr, "bench: the run failed: nothing merged into", o.merge)
+				return 1
+			}
+			if out, err = mergeInto(o.merge, rep); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -merge:", err)
+				return 1
+			}
+		}
 		if o.out != "" {
-			if err := rep.WriteJSON(o.out); err != nil {
+			if err := out.WriteJSON(o.out); err != nil {
 				fmt.Fprintln(os.Stderr, "bench: writing", o.out+":", err)
 				return 1
 			}

@@ -64,6 +64,9 @@ type Report struct {
 	Results  []*Result      `json:"results"`
 	Derived  []Derived      `json:"derived,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
+	// Parts are the runs merged in (-merge), whose scenarios' results
+	// replaced those of this run.
+	Parts []Part `json:"parts,omitempty"`
 }
 
 // Derived is a figure computed from other results (dispatch scaling).
@@ -283,13 +286,13 @@ func dispatchScaling(results []*Result, impls []string) []Derived {
 			continue
 		}
 		shape, _ := r.Params["shape"].(string)
-		disp, _ := r.Params["dispatchers"].(int)
-		backlog, _ := r.Params["backlog"].(int)
-		k := key{r.Impl, shape, disp}
+		disp, _ := number(r.Params["dispatchers"])
+		backlog, _ := number(r.Params["backlog"])
+		k := key{r.Impl, shape, int(disp)}
 		if pts[k] == nil {
 			keys = append(keys, k)
 		}
-		pts[k] = append(pts[k], point{backlog, *r.Median})
+		pts[k] = append(pts[k], point{int(backlog), *r.Median})
 	}
 	rank := map[string]int{}
 	for i, n := range impls {

@@ -36,6 +36,8 @@ type Sizes struct {
 	IdleWorkers       int           // handlers, idle scenario (1 dispatcher)
 	IdlePeriods       int           // idle window: at least this many of the design's longest idle period
 	MemoryN           int           // scheduled tasks, memory scenario
+	FairN             int           // tasks ahead of the small one, fair scenario
+	FairHandlers      int           // handlers, fair scenario
 }
 
 // sizePreset returns the "small" or "full" sizes.
@@ -59,6 +61,8 @@ func sizePreset(name string) (Sizes, error) {
 		IdleWorkers:       16,
 		IdlePeriods:       3,
 		MemoryN:           100000,
+		FairN:             100000,
+		FairHandlers:      8,
 	}
 	switch name {
 	case "small":

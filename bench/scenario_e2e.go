@@ -27,30 +27,74 @@ import (
 func e2eCases(s Sizes) []*Case {
 	var cs []*Case
 	for _, hs := range s.Handlers {
-		n, p := s.E2EN, s.E2EProducers
-		cs = append(cs, &Case{
-			Scenario: "e2e",
-			Title:    fmt.Sprintf("no-op, handlers=%d, producers=%d, n=%d", hs, p, n),
-			Params:   map[string]any{"handlers": hs, "producers": p, "n": n, "payload_bytes": s.Payload},
-			Metrics: append([]MetricDef{
-				{Key: "rate", Unit: "tasks/s"},
-				{Key: "commands_per_task", Unit: "cmds/task"},
-				{Key: "round_trips_per_task", Unit: "trips/task"},
-			}, cpuMetrics...),
-			Needs: needNothing,
-			Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
-				return runE2E(ctx, m, n, p, hs)
-			},
-		})
+		cs = append(cs, e2eCase(s, "e2e", hs, -1, needNothing))
 	}
 	return cs
 }
 
-// runE2E performs one e2e measurement.
-func runE2E(ctx context.Context, m *Measure, n, producers, handlers int) (map[string]float64, error) {
+// e2eLimitMaxRunning is the queue limit of the e2e-limit scenario: far
+// above any handler count, so that it never binds.
+const e2eLimitMaxRunning = 1_000_000
+
+// e2eLimitCases measure what the engine's queue concurrency limit costs
+// when it never binds: for each handler count, the e2e case without a
+// limit and then with MaxRunning e2eLimitMaxRunning on the consumed
+// queue (a claim of a limited queue takes a slot under WATCH, and the
+// worker does not claim ahead). Both are in the scenario, so that the
+// ratio is always of two figures of one run. The engine only.
+func e2eLimitCases(s Sizes) []*Case {
+	engineOnly := func(i Impl) string {
+		if i.Name() != "engine" {
+			return "the cost of the engine's queue limit"
+		}
+		return ""
+	}
+	var cs []*Case
+	for _, hs := range s.Handlers {
+		for _, lim := range []int{0, e2eLimitMaxRunning} {
+			cs = append(cs, e2eCase(s, "e2e-limit", hs, lim, engineOnly))
+		}
+	}
+	return cs
+}
+
+// e2eCase is one e2e case of scenario with hs handlers; limit is the
+// queue's MaxRunning (0: none, named in the title and params; -1: the
+// plain e2e case, which names no limit).
+func e2eCase(s Sizes, scenario string, hs, limit int, needs func(Impl) string) *Case {
+	n, p := s.E2EN, s.E2EProducers
+	title := fmt.Sprintf("no-op, handlers=%d, producers=%d, n=%d", hs, p, n)
+	params := map[string]any{"handlers": hs, "producers": p, "n": n, "payload_bytes": s.Payload}
+	switch {
+	case limit == 0:
+		title += ", no queue limit"
+		params["max_running"] = 0
+	case limit > 0:
+		title += fmt.Sprintf(", queue limit %d", limit)
+		params["max_running"] = limit
+	}
+	cc := ConsumeConfig{Workers: hs, Dispatchers: 1, MaxRunning: max(limit, 0)}
+	return &Case{
+		Scenario: scenario,
+		Title:    title,
+		Params:   params,
+		Metrics: append([]MetricDef{
+			{Key: "rate", Unit: "tasks/s"},
+			{Key: "commands_per_task", Unit: "cmds/task"},
+			{Key: "round_trips_per_task", Unit: "trips/task"},
+		}, cpuMetrics...),
+		Needs: needs,
+		Run: func(ctx context.Context, m *Measure) (map[string]float64, error) {
+			return runE2E(ctx, m, n, p, cc)
+		},
+	}
+}
+
+// runE2E performs one e2e measurement, consuming with cc.
+func runE2E(ctx context.Context, m *Measure, n, producers int, cc ConsumeConfig) (map[string]float64, error) {
 	ts := m.H.makeTasks(n, nil)
 	tr := newTracker(n)
-	stop, err := m.Impl.Consume(ctx, ConsumeConfig{Workers: handlers, Dispatchers: 1}, tr.handle)
+	stop, err := m.Impl.Consume(ctx, cc, tr.handle)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
