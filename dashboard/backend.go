@@ -18,6 +18,7 @@ type Backend interface {
 	Periodics(ctx context.Context) ([]engine.PeriodicStatus, error)
 	PauseQueue(ctx context.Context, q string) error
 	ResumeQueue(ctx context.Context, q string) error
+	SetQueueLimits(ctx context.Context, qc engine.QueueConfig) error
 	Workflow(ctx context.Context, id string) (*engine.WorkflowInfo, error)
 	MemoryPolicy(ctx context.Context) (engine.MemoryPolicy, error)
 }

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/safetext"
 )
 
 //go:embed templates/*.html
@@ -155,6 +156,7 @@ func New(b Backend, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("POST /actions", d.act)
 	d.mux.HandleFunc("POST /queues/{queue}/pause", d.pauseResume(true))
 	d.mux.HandleFunc("POST /queues/{queue}/resume", d.pauseResume(false))
+	d.mux.HandleFunc("POST /queues/{queue}/limits", d.setLimits)
 	return d, nil
 }
 
@@ -518,8 +520,9 @@ func (d *Dashboard) listing(w http.ResponseWriter, r *http.Request, name string,
 		ReadErr     string
 		Stopped     string
 		Paused      bool
+		Limits      engine.QueueInfo
 	}{d.base(w, r, title, nav), name, action, tabs, state, search, res.Tasks, res.Total,
-		page, first, next, verbsFor(state), errMsg, stopped, stats.Paused})
+		page, first, next, verbsFor(state), errMsg, stopped, stats.Paused, stats})
 }
 
 func validState(s engine.State) bool {
@@ -643,6 +646,50 @@ func (d *Dashboard) pauseResume(pause bool) http.HandlerFunc {
 		}
 		d.redirectFlash(w, r, "/queues/"+url.PathEscape(q), "ok", "queue "+q+" "+done)
 	}
+}
+
+// setLimits sets the flow control of the queue of the path from the
+// form's max_running, rate, key_max_running and key_rate, all at once (a
+// field left empty removes that limit): workers apply it within a second.
+func (d *Dashboard) setLimits(w http.ResponseWriter, r *http.Request) {
+	if !d.parseForm(w, r) {
+		return
+	}
+	q := r.PathValue("queue")
+	if !d.allowed(w, r, "set limits", "queue", q) {
+		return
+	}
+	num := func(field string) (int, error) {
+		v := strings.TrimSpace(r.PostForm.Get(field))
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%s %s: want 0 (no limit) or more", field, safetext.Quote(v))
+		}
+		return n, nil
+	}
+	qc := engine.QueueConfig{Name: q, Rate: strings.TrimSpace(r.PostForm.Get("rate")), KeyRate: strings.TrimSpace(r.PostForm.Get("key_rate"))}
+	var err error
+	if qc.MaxRunning, err = num("max_running"); err == nil {
+		qc.KeyMaxRunning, err = num("key_max_running")
+	}
+	ctx, cancel := ctxOf(r)
+	defer cancel()
+	if err == nil {
+		err = d.b.SetQueueLimits(ctx, qc)
+	}
+	if err != nil {
+		d.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if _, script := bearer(r); script {
+		replyJSON(w, http.StatusOK, map[string]any{"queue": q, "max_running": qc.MaxRunning, "rate": qc.Rate,
+			"key_max_running": qc.KeyMaxRunning, "key_rate": qc.KeyRate})
+		return
+	}
+	d.redirectFlash(w, r, "/queues/"+url.PathEscape(q), "ok", "queue "+q+": limits set; workers apply them within a second")
 }
 
 // tooMany answers a client refused for its wrong tokens.

@@ -26,6 +26,7 @@ type fakeBackend struct {
 	entered chan struct{}
 	gate    chan struct{}
 	acted   int
+	limits  []engine.QueueConfig
 }
 
 func (f *fakeBackend) Queues(context.Context) ([]engine.QueueInfo, error) {
@@ -92,6 +93,12 @@ func (f *fakeBackend) MemoryPolicy(context.Context) (engine.MemoryPolicy, error)
 }
 func (f *fakeBackend) PauseQueue(context.Context, string) error       { return nil }
 func (f *fakeBackend) ResumeQueue(context.Context, string) error      { return nil }
+func (f *fakeBackend) SetQueueLimits(_ context.Context, qc engine.QueueConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limits = append(f.limits, qc)
+	return nil
+}
 func (f *fakeBackend) Result(context.Context, string) ([]byte, error) { return nil, nil }
 func (f *fakeBackend) Workflow(_ context.Context, id string) (*engine.WorkflowInfo, error) {
 	return nil, fmt.Errorf("workflow %s: %w", id, engine.ErrNotFound)
@@ -338,6 +345,8 @@ func TestScriptsGetJSONErrors(t *testing.T) {
 		{"unknown verb", "/actions", map[string]string{"Authorization": "Bearer " + testToken}, url.Values{"verb": {"fly"}, "id": {"a"}}, 400},
 		{"no token, asks JSON", "/actions", map[string]string{"Accept": "application/json"}, url.Values{"verb": {"run"}, "id": {"a"}}, 403},
 		{"pause, wrong bearer", "/queues/default/pause", map[string]string{"Authorization": "Bearer nope"}, nil, 403},
+		{"limits, wrong bearer", "/queues/default/limits", map[string]string{"Authorization": "Bearer nope"}, url.Values{"max_running": {"3"}}, 403},
+		{"limits, bad number", "/queues/default/limits", map[string]string{"Authorization": "Bearer " + testToken}, url.Values{"max_running": {"-3"}}, 400},
 	}
 	for _, c := range cases {
 		resp := do(d, "POST", c.path, "192.0.2.1:1", strings.NewReader(c.form.Encode()), c.hdr)
@@ -470,5 +479,25 @@ func TestOverviewShowsMemoryPolicy(t *testing.T) {
 	page := readBody(t, do(d, "GET", "/", "", nil, nil))
 	if !strings.Contains(page, `Redis memory: <span class="bad">maxmemory 1073741824 bytes, policy allkeys-lru: tasks can be evicted and lost</span>`) {
 		t.Errorf("the overview does not show the evicting policy marked:\n%s", page)
+	}
+}
+
+// The limits form sets every limit of the queue at once, empty fields
+// removing theirs, only with the token.
+func TestSetLimits(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBackend{}
+	d := newTestDashboard(t, fb, Options{Token: testToken})
+	form := url.Values{"max_running": {"3"}, "rate": {"10/1s"}, "key_max_running": {""}, "key_rate": {"2/1s"}}
+	resp := do(d, "POST", "/queues/mail/limits", "192.0.2.1:1", strings.NewReader(form.Encode()),
+		map[string]string{"Authorization": "Bearer " + testToken})
+	if body := readBody(t, resp); resp.StatusCode != 200 || !strings.Contains(body, `"rate":"10/1s"`) {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	want := engine.QueueConfig{Name: "mail", MaxRunning: 3, Rate: "10/1s", KeyRate: "2/1s"}
+	if len(fb.limits) != 1 || fb.limits[0] != want {
+		t.Fatalf("limits set %+v, want %+v", fb.limits, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -240,6 +241,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	h := &harness{opts: o, sc: sc, seed: o.Seed, ns: "chaos", started: time.Now(), slots: map[string][]*slot{}}
 	h.rate = float64(o.Tasks) / o.Duration.Seconds()
+	if sc.RateShare > 0 {
+		// The windows scale with the run: the queue's rate a share of
+		// the pace tasks are produced at, each key's a share of that.
+		n := max(1, int(math.Ceil(h.rate*sc.RateShare)))
+		h.sc.Rate = fmt.Sprintf("%d/1s", n)
+		h.sc.KeyRate = fmt.Sprintf("%d/1s", max(1, (n+sc.Keys-1)/max(sc.Keys, 1)))
+	}
 	rbin, err := findRedisServer()
 	if err != nil {
 		return nil, err
@@ -304,11 +312,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if sc.KeyMaxRunning > 0 {
 		h.workerArgs = append(h.workerArgs, "-key-max-running", fmt.Sprint(sc.KeyMaxRunning))
 	}
-	if sc.Rate != "" {
-		h.workerArgs = append(h.workerArgs, "-queue-rate", sc.Rate)
+	if h.sc.Rate != "" {
+		h.workerArgs = append(h.workerArgs, "-queue-rate", h.sc.Rate)
 	}
-	if sc.KeyRate != "" {
-		h.workerArgs = append(h.workerArgs, "-key-rate", sc.KeyRate)
+	if h.sc.KeyRate != "" {
+		h.workerArgs = append(h.workerArgs, "-key-rate", h.sc.KeyRate)
 	}
 
 	rep, err := h.run(ctx)

@@ -83,6 +83,10 @@ type Scenario struct {
 	// reached (harness.checkKeyLimit, checkRate).
 	KeyMaxRunning int
 	Rate, KeyRate string
+	// RateShare, when above 0, sets Rate to that share of the pace the
+	// run produces tasks at (per second), and KeyRate to Rate over Keys,
+	// so that the windows bind in a run of any size.
+	RateShare float64
 	// Keys gives each task one of that many keys (chaosproc -keys).
 	Keys int
 	// Expire is the share of tasks that expire up to a second after
@@ -174,13 +178,13 @@ var scenarios = []Scenario{
 		Ahead: true,
 	},
 	{
-		Name: "flow", Doc: "flow control under every fault: one queue limited to 3 running tasks and 12 starts in any second, each of 3 keys (one with half the tasks) to 1 running task and 4 starts in any second, a fifth of the tasks expiring up to 1 s after their due time; 4 workers of 8 slots are killed (kill -9 holding slots, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, redis-server is restarted and runs out of memory; no limit may be exceeded at any instant or in any window, and each must be reached; no task may start after its expiry",
+		Name: "flow", Doc: "flow control under every fault: one queue limited to 3 running tasks and to starts in any second at 3/4 of the pace tasks are produced, each of 3 keys (one with half the tasks) to 1 running task and a third of the queue's starts, a fifth of the tasks expiring up to 1 s after their due time; 4 workers of 8 slots are killed (kill -9 holding slots, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, redis-server is restarted and runs out of memory; no limit may be exceeded at any instant or in any window, and each must be reached; no task may start after its expiry",
 		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
 		ProcArgs:    []string{"-immediate=0.7"},
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
 		Cuts:     &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
 		Restarts: 4 * time.Second, Full: time.Second,
-		MaxRunning: 3, Rate: "12/1s", KeyMaxRunning: 1, KeyRate: "4/1s", Keys: 3, Expire: 0.2,
+		MaxRunning: 3, RateShare: 0.75, KeyMaxRunning: 1, Keys: 3, Expire: 0.2,
 		// Tasks come a little faster than the rate lets them start, so
 		// that the windows fill and a backlog waits.
 		MinDuration: 25 * time.Second,
