@@ -225,6 +225,7 @@ type walk struct {
 	keySlots  map[string][]string // "q#key" -> the ids in ks:<q>#<key>
 	heldKeys  map[string][]string // "q#key" -> the running records' ids that hold one of its slots
 	listed    map[string]bool     // keyed ready lists found holding ids
+	unturned  []string            // keyed places holding ids whose key is not in its rotation
 	retries   map[string]int64    // the retry counts hash, by member
 	noRetries bool                // it could not be read (wrong type)
 	found     []Finding
@@ -825,6 +826,14 @@ func (w *walk) judge(k Keys, resolution int64) {
 	for name := range w.heldKeys {
 		names[name] = true
 	}
+	for _, kp := range w.unturned {
+		// A key out of turn while a running task holds one of its slots
+		// is full: the release of the slot puts it back.
+		p, key := SplitKey(kp)
+		if q := QueueOf(p); len(w.heldKeys[q+"#"+key]) == 0 {
+			w.found = append(w.found, Finding{Kind: FindUnturnedKey, Queue: q, Key: k.Ready(kp), Member: kp})
+		}
+	}
 	for _, name := range sortedKeys(names) {
 		q, key := SplitKey(name)
 		set, held := w.keySlots[name], w.heldKeys[name]
@@ -837,9 +846,9 @@ func (w *walk) judge(k Keys, resolution int64) {
 }
 
 // readKeys reads the keyed ready lists (KeyPlace), found by name (one
-// KEYS {ns}:q:*#*: keys are unbounded in number), reports each that holds
-// tasks while its key is not in its level's rotation, and reads the key
-// slot sets (one KEYS {ns}:ks:*).
+// KEYS {ns}:q:*#*: keys are unbounded in number), and the key slot sets,
+// and reports each list that holds tasks while its key, no slot of which
+// is in use, is not in its level's rotation.
 func (s *Store) readKeys(r reader, w *walk, n int) error {
 	k := s.Keys
 	lists, err := redis.Strings(r.do("KEYS", k.Prefix()+"q:*#*"))
@@ -863,6 +872,9 @@ func (s *Store) readKeys(r reader, w *walk, n int) error {
 		}
 	}
 	w.listed = held
+	if err := s.readKeySlots(r, w); err != nil {
+		return err
+	}
 	var zs cmdList
 	var asked []string
 	for _, kp := range kps {
@@ -882,10 +894,17 @@ func (s *Store) readKeys(r reader, w *walk, n int) error {
 			if e, ok := rep.(redis.Error); ok && IsWrongType(e) {
 				w.found = append(w.found, Finding{Kind: FindWrongType, Key: k.Rotation(p)})
 			} else if rep == nil {
-				w.found = append(w.found, Finding{Kind: FindUnturnedKey, Queue: QueueOf(p), Key: k.Ready(asked[i]), Member: asked[i]})
+				w.unturned = append(w.unturned, asked[i]) // judged with the running records
 			}
 		}
 	}
+	return nil
+}
+
+// readKeySlots reads the key slot sets, found by name (one KEYS
+// {ns}:ks:*).
+func (s *Store) readKeySlots(r reader, w *walk) error {
+	k := s.Keys
 	sets, err := redis.Strings(r.do("KEYS", k.Prefix()+"ks:*"))
 	if err != nil {
 		return fmt.Errorf("key slots: %w", err)

@@ -170,7 +170,9 @@ func (k Keys) Levels() string { return k.prefix + "levels" }
 // rate window opens. Whatever pushes a task to a key's list adds the key
 // at 0 if absent (ZINCRBY 0: a key that arrives goes next, and one waiting
 // for its window keeps its time); the pop that empties the list removes
-// it. A place with keyed tasks is named in the levels set as "p#".
+// it, and so does a claim that finds every slot of the key in use, until
+// the release of one puts it back (ZADD now). A place with keyed tasks is
+// named in the levels set as "p#".
 func (k Keys) Rotation(p string) string { return k.prefix + "kr:" + p }
 
 // KeySlots is the set of the running tasks of queue q's key key that hold

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -282,7 +283,7 @@ func (b *flowBudget) check(key string, now int64) (ClaimResult, int64) {
 		return Claimed, 0
 	}
 	if f.KeyMaxRunning > 0 && b.keyFree <= 0 {
-		return KeyFull, now + int64(limitLook/time.Millisecond)
+		return KeyFull, 0
 	}
 	if f.KeyRate.N > 0 && b.keyRateAt > 0 && b.keyRateAt+f.KeyRate.Per.Milliseconds() > now {
 		return KeyThrottled, b.keyRateAt + f.KeyRate.Per.Milliseconds()
@@ -495,4 +496,83 @@ func (s *Store) PopKey(ctx context.Context, conn redis.Conn, p, w string, n int,
 		}
 	}
 	return "", nil, 0, nil
+}
+
+// KeyFigures is one key of a queue with tasks waiting, as its level's
+// rotation and its lists say.
+type KeyFigures struct {
+	Key     string
+	Waiting int64 // tasks in its lists (LLEN), over the levels
+	Running int64 // its slots in use (SCARD ks:<q>#<key>)
+	Next    int64 // when it next comes in turn (Unix ms): the earliest of its levels' scores
+}
+
+// KeysWaiting reads up to n keys of queue q that have tasks waiting, in turn
+// order (each level's rotation, ZRANGE kr:<p> 0 n-1 WITHSCORES, the
+// levels named by the levels set), with each key's waiting tasks and its
+// slots in use (LLEN and SCARD, pipelined): three round trips.
+func (s *Store) KeysWaiting(ctx context.Context, conn redis.Conn, q string, n int) ([]KeyFigures, error) {
+	levels, err := s.Levels(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	rots := rotationsOf(q, levels)
+	if len(rots) == 0 {
+		return nil, nil
+	}
+	var cmds []txn.Cmd
+	for _, p := range rots {
+		cmds = append(cmds, txn.Cmd{Name: "ZRANGE", Args: []interface{}{s.Keys.Rotation(p), 0, n - 1, "WITHSCORES"}})
+	}
+	reps, err := pipeline(ctx, conn, cmds)
+	if err != nil {
+		return nil, fmt.Errorf("buckets: keys of %s: %w", q, err)
+	}
+	byKey := map[string]*KeyFigures{}
+	var order []*KeyFigures
+	for _, rep := range reps {
+		kv, err := redis.Strings(rep, asError(rep))
+		if err != nil {
+			return nil, fmt.Errorf("buckets: keys of %s: %w", q, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			at, _ := strconv.ParseInt(kv[i+1], 10, 64)
+			k := byKey[kv[i]]
+			if k == nil {
+				k = &KeyFigures{Key: kv[i], Next: at}
+				byKey[kv[i]] = k
+				order = append(order, k)
+			}
+			k.Next = min(k.Next, at)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].Next < order[j].Next })
+	if len(order) > n {
+		order = order[:n]
+	}
+	cmds = cmds[:0]
+	for _, k := range order {
+		for _, p := range rots {
+			cmds = append(cmds, txn.Cmd{Name: "LLEN", Args: []interface{}{s.Keys.Ready(KeyPlace(p, k.Key))}})
+		}
+		cmds = append(cmds, txn.Cmd{Name: "SCARD", Args: []interface{}{s.Keys.KeySlots(q, k.Key)}})
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	if reps, err = pipeline(ctx, conn, cmds); err != nil {
+		return nil, fmt.Errorf("buckets: keys of %s: %w", q, err)
+	}
+	out := make([]KeyFigures, 0, len(order))
+	for _, k := range order {
+		for range rots {
+			w, _ := redis.Int64(reps[0], asError(reps[0]))
+			k.Waiting += w
+			reps = reps[1:]
+		}
+		k.Running, _ = redis.Int64(reps[0], asError(reps[0]))
+		reps = reps[1:]
+		out = append(out, *k)
+	}
+	return out, nil
 }

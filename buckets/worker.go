@@ -73,16 +73,16 @@ type ClaimResult int
 
 // Claim outcomes.
 const (
-	Claimed   ClaimResult = iota // the task is now running under this worker
-	Skipped                      // cancelled, or an id whose task is not waiting; dropped
-	Buried                       // record missing or malformed; a dead letter now says so
-	Paused                       // the queue is paused: the id is back at the pop end of its ready list
-	NotServed                    // a type the worker does not serve: the id is back at the pop end, for another worker
-	Expired                      // not started by its expiry: a dead letter now, reason ReasonExpired
-	Full                         // every slot of the queue's concurrency limit is in use: the id is back at the pop end
-	Throttled                    // the queue's rate window is full: the id is back at the pop end (until ClaimState.Until)
-	KeyFull                      // every slot of its key is in use: the id is back at the pop end, the key out of turn until a slot is freed (or ClaimState.Until)
-	KeyThrottled                 // its key's rate window is full: the id is back at the pop end, the key out of turn until ClaimState.Until
+	Claimed      ClaimResult = iota // the task is now running under this worker
+	Skipped                         // cancelled, or an id whose task is not waiting; dropped
+	Buried                          // record missing or malformed; a dead letter now says so
+	Paused                          // the queue is paused: the id is back at the pop end of its ready list
+	NotServed                       // a type the worker does not serve: the id is back at the pop end, for another worker
+	Expired                         // not started by its expiry: a dead letter now, reason ReasonExpired
+	Full                            // every slot of the queue's concurrency limit is in use: the id is back at the pop end
+	Throttled                       // the queue's rate window is full: the id is back at the pop end (until ClaimState.Until)
+	KeyFull                         // every slot of its key is in use: the id is back at the pop end, the key out of turn until a slot of it is freed
+	KeyThrottled                    // its key's rate window is full: the id is back at the pop end, the key out of turn until ClaimState.Until
 )
 
 // Claim records a popped task as running under worker w, or drops it.
@@ -122,7 +122,8 @@ const (
 // (sendFlowReads). A claimable task that may not start goes back:
 //
 //	(full, throttled)  LREM f:<w> 1 id; RPUSH q:<place> id
-//	(key full, throttled)  the same; ZINCRBY kr:<p> 0 key; ZADD kr:<p> until key
+//	(key full)         the same; ZINCRBY kr:<p> 0 key; ZREM kr:<p> key
+//	(key throttled)    the same; ZINCRBY kr:<p> 0 key; ZADD kr:<p> until key
 //
 // and a claimed one takes what its limits count in the same MULTI (take:
 // INCR sl:<q>; LPUSH/LTRIM rl:<q>; SADD ks:<q>#<key> id; LPUSH/LTRIM
@@ -322,8 +323,13 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 		if res, until := flow.check(r.Key, now); res != Claimed {
 			wq.Queue("LREM", a.Inflight(), 1, idArg)
 			batch.giveBack(wq, s, q, id)
-			if res == KeyFull || res == KeyThrottled {
-				p, _ := SplitKey(q)
+			switch p, _ := SplitKey(q); res {
+			case KeyFull:
+				// Out of turn until a slot of it is freed: the release
+				// puts it back (ZADD now), and only a running task of
+				// the key holds one.
+				wq.Queue("ZREM", s.Keys.Rotation(p), r.Key)
+			case KeyThrottled:
 				wq.Queue("ZADD", s.Keys.Rotation(p), until, r.Key)
 			}
 			if cs != nil {

@@ -47,6 +47,7 @@ var scenarios = []scenario{
 	{name: "unique-results", run: scenarioUniqueResults},
 	{name: "pause", run: scenarioPause},
 	{name: "queue-limit", run: scenarioQueueLimit},
+	{name: "keys", run: scenarioKeys},
 	{name: "handler-sets", run: scenarioHandlerSets},
 	{name: "watch-expiry/redis7", run: func(e *env) { scenarioWatchExpiry(e, false) }},
 	{name: "watch-expiry/sim24", run: func(e *env) { scenarioWatchExpiry(e, true) }},

@@ -148,3 +148,56 @@ func scenarioQueueLimit(e *env) {
 	}
 	e.expectStats("lim", "no limit", func(st engine.QueueInfo) bool { return st.MaxRunning == 0 && st.SlotsInUse == 0 })
 }
+
+// scenarioKeys: keyed tasks of a queue with per-key and rate limits
+// across two Servers: no two tasks of one key run at once, each key's
+// starts keep its window, a key's single task is not held up behind
+// another key's backlog, delayed keyed tasks come into turn when moved,
+// and the figures show the keys waiting.
+func scenarioKeys(e *env) {
+	t, ctx := e.t, e.ctx
+	cfg := e.cfg
+	cfg.Queues = []engine.QueueConfig{{Name: "keyed", KeyMaxRunning: 1, Rate: "100/1s", KeyRate: "50/1s"}}
+	cfg.Concurrency = 4
+	c := e.client()
+	var mu sync.Mutex
+	inside := map[string]int{}
+	over := ""
+	var done atomic.Int64
+	mux := engine.NewMux()
+	mux.HandleFunc("t", func(_ context.Context, task *engine.Task) error {
+		mu.Lock()
+		if inside[task.Key]++; inside[task.Key] > 1 {
+			over = task.Key
+		}
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // overlapping runs of a key must have room to show
+		mu.Lock()
+		inside[task.Key]--
+		mu.Unlock()
+		done.Add(1)
+		return nil
+	})
+	var batch []engine.NewTask
+	for i := range 8 {
+		batch = append(batch, engine.NewTask{Type: "t", Options: []engine.Option{engine.Queue("keyed"), engine.Key("big")}})
+		if i%4 == 0 {
+			batch = append(batch, engine.NewTask{Type: "t", Options: []engine.Option{engine.Queue("keyed"), engine.Key("small"), engine.In(200 * time.Millisecond)}})
+		}
+	}
+	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	e.expectStats("keyed", "one key waiting before any worker", func(st engine.QueueInfo) bool { return st.KeysWaiting == 1 })
+	e.server(cfg, mux)
+	e.server(cfg, mux)
+	waitFor(t, outcomeWait, "the keyed tasks", func() bool { return done.Load() == int64(len(batch)) })
+	mu.Lock()
+	defer mu.Unlock()
+	if over != "" {
+		t.Fatalf("two tasks of key %s ran at once", over)
+	}
+	e.expectStats("keyed", "no key waiting, the limits shown", func(st engine.QueueInfo) bool {
+		return st.KeysWaiting == 0 && st.Rate == "100/1s" && st.KeyMaxRunning == 1 && st.KeyRate == "50/1s"
+	})
+}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -44,3 +46,35 @@ func (c *laneClient) Stats(ctx context.Context) ([]QueueInfo, error) {
 }
 
 type redisConn = redis.Conn
+
+// KeyInfo is one key of a queue with tasks waiting (the Key option).
+type KeyInfo struct {
+	Key     string    `json:"key"`
+	Waiting int64     `json:"waiting"`   // its tasks waiting in their key's lists
+	Running int64     `json:"running"`   // its slots in use (QueueConfig.KeyMaxRunning)
+	Next    time.Time `json:"next_turn"` // when it next comes in turn: when last served, or when its rate window opens
+}
+
+// Keys is Inspector.Keys for one lane.
+func (c *laneClient) Keys(ctx context.Context, q string, n int) ([]KeyInfo, error) {
+	if err := validateQueue(q); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > maxListLimit {
+		return nil, fmt.Errorf("engine: keys limit %d: want 1 to %d: %w", n, maxListLimit, ErrInvalid)
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	raw, err := c.store.KeysWaiting(ctx, conn, q, n)
+	if err != nil {
+		return nil, failed("read the keys of queue "+q, err)
+	}
+	out := make([]KeyInfo, len(raw))
+	for i, k := range raw {
+		out[i] = KeyInfo{Key: k.Key, Waiting: k.Waiting, Running: k.Running, Next: fromMs(k.Next)}
+	}
+	return out, nil
+}

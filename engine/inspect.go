@@ -108,7 +108,7 @@ type QueueInfo struct {
 	Paused bool `json:"paused"`
 	// MaxRunning is the queue's concurrency limit (0: none) and
 	// SlotsInUse how many of its slots running tasks hold
-	// (Inspector.SetQueueLimit); over several lanes, their sums.
+	// (Inspector.SetQueueLimits); over several lanes, their sums.
 	MaxRunning int64 `json:"max_running"`
 	SlotsInUse int64 `json:"slots_in_use"`
 	// Rate, KeyMaxRunning and KeyRate are the rest of its flow control

@@ -10,24 +10,26 @@ import (
 )
 
 // limitRead is how often, at most, the fetching loop reads its queues'
-// concurrency limits (lim:<q>), and how long a queue found full is set
-// aside when no slot wake-up token comes.
+// flow control (lim:<q>), and how long a queue found full is set aside
+// when no slot wake-up token comes.
 const limitRead = time.Second
 
-// limits is the worker's view of its queues' concurrency limits
-// (QueueConfig.MaxRunning, Inspector.SetQueueLimit). The fetching loop
-// reads them, one pipelined HGET per queue, at most once per limitRead
-// and only before a claim, on its connection (the fetching loop's pops,
-// and the pops sent behind results, all go through one): an idle worker
-// reads nothing.
-// The claim of a task of a queue known to be limited reads and takes a
-// slot under WATCH (buckets.Store.Claim): the view only says which claims
-// must, so a limit set meanwhile is applied from the next read on, within
-// a second while the worker fetches.
+// limits is the worker's view of its queues' flow control (QueueConfig,
+// Inspector.SetQueueLimits). The fetching loop reads it, one pipelined
+// HMGET per queue, at most once per limitRead, before a pop or a claim,
+// on its connection (the fetching loop's pops, and the pops sent behind
+// results, all go through one); until its first read succeeds the worker
+// claims nothing. The claim of a task of a queue known to be limited
+// reads and takes what it needs under WATCH (buckets.Store.Claim): the
+// view only says which claims must, so a limit set meanwhile is applied
+// from the next read on, within a second while the worker fetches.
 //
 // A queue whose claim came back Full is set aside until a token arrives
 // on its slot wake-up list (sw:<q>, pushed by every release of a slot),
-// which the waiter blocks on, or limitRead passes.
+// which the waiter blocks on, or limitRead passes; one that came back
+// Throttled, until its window opens (a timed wake, timed). A key that
+// came back KeyFull is out of turn in Redis until its slot is freed;
+// KeyThrottled adds a timed wake for its window.
 type limits struct {
 	// reading is held by the one claim that reads the limits, which the
 	// other claims wait for: none decides on a view older than limitRead.

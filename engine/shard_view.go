@@ -435,6 +435,27 @@ func (in *Inspector) SetQueueLimits(ctx context.Context, qc QueueConfig) error {
 	return err
 }
 
+// Keys lists up to n keys of queue q that have tasks waiting, the next
+// in turn first, with each key's waiting tasks and slots in use: one
+// row per key whatever its number of tasks, so that a tenant's backlog
+// is seen without a series per key. Over several lanes each lane's rows
+// come in turn, merged by key.
+func (in *Inspector) Keys(ctx context.Context, q string, n int) ([]KeyInfo, error) {
+	per, _, err := eachLane(len(in.c.lanes), func(k int) ([]KeyInfo, error) { return in.c.lanes[k].Keys(ctx, q, n) })
+	out := mergeQueues(per, func(k *KeyInfo) string { return k.Key }, func(m, k *KeyInfo) {
+		m.Waiting += k.Waiting
+		m.Running += k.Running
+		if k.Next.Before(m.Next) {
+			m.Next = k.Next
+		}
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Next.Before(out[j].Next) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, err
+}
+
 // ResumeQueue resumes queue q in every lane.
 func (in *Inspector) ResumeQueue(ctx context.Context, q string) error {
 	_, _, err := eachLane(len(in.c.lanes), func(k int) (struct{}, error) { return struct{}{}, in.c.lanes[k].ResumeQueue(ctx, q) })

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
@@ -12,7 +15,7 @@ import (
 
 func (a *app) newQueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "queue pause|resume|limit NAME",
+		Use:   "queue pause|resume|limit|keys NAME",
 		Short: "pause or resume a queue, or set its flow control",
 		Long: `Pauses or resumes a queue. While a queue is paused no worker starts a task
 of it (none after pause returns), running tasks finish, due tasks are still
@@ -52,8 +55,58 @@ limit. Workers apply a change within a second (docs/flow-control.md).`,
 		}
 		cmd.AddCommand(sub)
 	}
-	cmd.AddCommand(a.newQueueLimitCmd())
+	cmd.AddCommand(a.newQueueLimitCmd(), a.newQueueKeysCmd())
 	return cmd
+}
+
+func (a *app) newQueueKeysCmd() *cobra.Command {
+	sub := &cobra.Command{
+		Use:   "keys NAME [--limit N] [--json]",
+		Short: "list queue NAME's keys with tasks waiting, the next in turn first",
+		Args:  cobra.ArbitraryArgs,
+	}
+	c := addCommon(sub)
+	limit := sub.Flags().Int("limit", 50, "at most this many keys (1 to 1000)")
+	asJSON := sub.Flags().Bool("json", false, "print JSON")
+	sub.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return a.usageError(cmd, "want one queue name")
+		}
+		if *limit < 1 || *limit > 1000 {
+			return a.usageError(cmd, "--limit %d: want 1 to 1000", *limit)
+		}
+		s, err := a.connect(cmd, c)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		keys, err := s.in.Keys(cmd.Context(), args[0], *limit)
+		if err != nil {
+			return a.fail("queue keys", err)
+		}
+		if *asJSON {
+			if keys == nil {
+				keys = []engine.KeyInfo{}
+			}
+			return json.NewEncoder(a.stdout).Encode(keys)
+		}
+		if len(keys) == 0 {
+			fmt.Fprintf(a.stdout, "queue %s: no key has tasks waiting\n", args[0])
+			return nil
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tWAITING\tRUNNING\tNEXT TURN")
+		now := time.Now()
+		for _, k := range keys {
+			next := "now"
+			if k.Next.After(now) {
+				next = relative(k.Next, now)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", safetext.Line(k.Key), k.Waiting, k.Running, next)
+		}
+		return tw.Flush()
+	}
+	return sub
 }
 
 func (a *app) newQueueLimitCmd() *cobra.Command {

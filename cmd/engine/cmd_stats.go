@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,7 +31,9 @@ func (a *app) newStatsCmd() *cobra.Command {
 their next attempt) and dead; processed, failed, recovered and cancelled
 counts since the queue was first used; how long the oldest ready task has
 waited; when the next scheduled task is due; whether it is paused; its
-concurrency limit as slots in use/max_running ("-" without one). Below
+flow control (LIMIT: slots in use/max_running, the rate, the per-key
+limit and rate; "-" without any); and how many keys have tasks waiting in
+their own lists (KEYS: ready counts tasks without a key). Below
 the table: task types that workers gave back because they have no handler
 for them while no live worker serves them (after unknown_type_grace,
 unknown_type applies to their tasks), and queues with tasks waiting that
@@ -165,11 +168,25 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED\tLIMIT")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED\tLIMIT\tKEYS")
 	for _, q := range st {
-		oldest, next, paused, limit := "-", "-", "no", "-"
+		oldest, next, paused := "-", "-", "no"
+		var lims []string
 		if q.MaxRunning > 0 {
-			limit = fmt.Sprintf("%d/%d", q.SlotsInUse, q.MaxRunning)
+			lims = append(lims, fmt.Sprintf("%d/%d", q.SlotsInUse, q.MaxRunning))
+		}
+		if q.Rate != "" {
+			lims = append(lims, "rate "+q.Rate)
+		}
+		if q.KeyMaxRunning > 0 {
+			lims = append(lims, fmt.Sprintf("key %d", q.KeyMaxRunning))
+		}
+		if q.KeyRate != "" {
+			lims = append(lims, "key rate "+q.KeyRate)
+		}
+		limit := "-"
+		if len(lims) > 0 {
+			limit = strings.Join(lims, ", ")
 		}
 		if q.Paused {
 			paused = "yes"
@@ -180,8 +197,8 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Running,
-			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused, limit)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\n", q.Queue, q.Ready, q.Scheduled, q.Running,
+			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused, limit, q.KeysWaiting)
 	}
 	tw.Flush()
 	if len(un) > 0 {

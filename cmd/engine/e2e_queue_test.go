@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/engine"
 )
 
 // TestE2EQueuePauseResume: engine queue pause keeps the daemon from
@@ -186,6 +188,20 @@ func TestE2EKeys(t *testing.T) {
 	}
 	if st := h.stats("mail"); st.KeysWaiting != 2 || st.Ready != 0 {
 		t.Errorf("stats = %+v, want 2 keys waiting (keyed tasks are not in ready)", st)
+	}
+	var keys []engine.KeyInfo
+	if err := json.Unmarshal([]byte(h.ok("queue", "keys", "mail", "--json")), &keys); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, k := range keys {
+		got[k.Key] = k.Waiting
+	}
+	if len(keys) != 2 || got["tenant-a"] != 2 || got["tenant-b"] != 1 {
+		t.Errorf("queue keys = %+v, want tenant-a with 2 waiting, tenant-b with 1", keys)
+	}
+	if out := h.ok("queue", "keys", "mail"); !strings.Contains(out, "tenant-b") || !strings.Contains(out, "WAITING") {
+		t.Errorf("queue keys printed %q", out)
 	}
 	if _, errOut, code := h.cli("enqueue", "--type", "echo", "--key", "a:b"); code != exitUsage || errOut == "" {
 		t.Errorf("enqueue --key a:b: exit %d, stderr %q; want a usage error", code, errOut)
