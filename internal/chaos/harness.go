@@ -243,10 +243,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	h.rate = float64(o.Tasks) / o.Duration.Seconds()
 	if sc.RateShare > 0 {
 		// The windows scale with the run: the queue's rate a share of
-		// the pace tasks are produced at, each key's a share of that.
+		// the pace tasks are produced at, each key's half of that, so
+		// that the key with half the tasks is held by its own window
+		// and the queue's binds the others together.
 		n := max(1, int(math.Ceil(h.rate*sc.RateShare)))
 		h.sc.Rate = fmt.Sprintf("%d/1s", n)
-		h.sc.KeyRate = fmt.Sprintf("%d/1s", max(1, (n+sc.Keys-1)/max(sc.Keys, 1)))
+		h.sc.KeyRate = fmt.Sprintf("%d/1s", max(1, (n+1)/2))
 	}
 	rbin, err := findRedisServer()
 	if err != nil {

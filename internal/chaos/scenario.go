@@ -84,8 +84,8 @@ type Scenario struct {
 	KeyMaxRunning int
 	Rate, KeyRate string
 	// RateShare, when above 0, sets Rate to that share of the pace the
-	// run produces tasks at (per second), and KeyRate to Rate over Keys,
-	// so that the windows bind in a run of any size.
+	// run produces tasks at (per second), and KeyRate to half of Rate, so
+	// that the windows bind in a run of any size.
 	RateShare float64
 	// Keys gives each task one of that many keys (chaosproc -keys).
 	Keys int
@@ -178,7 +178,7 @@ var scenarios = []Scenario{
 		Ahead: true,
 	},
 	{
-		Name: "flow", Doc: "flow control under every fault: one queue limited to 3 running tasks and to starts in any second at 3/4 of the pace tasks are produced, each of 3 keys (one with half the tasks) to 1 running task and a third of the queue's starts, a fifth of the tasks expiring up to 1 s after their due time; 4 workers of 8 slots are killed (kill -9 holding slots, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, redis-server is restarted and runs out of memory; no limit may be exceeded at any instant or in any window, and each must be reached; no task may start after its expiry",
+		Name: "flow", Doc: "flow control under every fault: one queue limited to 3 running tasks and to starts in any second at 3/4 of the pace tasks are produced, each of 3 keys (one with half the tasks) to 1 running task and half the queue's starts, a fifth of the tasks expiring up to 1 s after their due time; 4 workers of 8 slots are killed (kill -9 holding slots, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, redis-server is restarted and runs out of memory; no limit may be exceeded at any instant or in any window, and each must be reached; no task may start after its expiry",
 		Producers: 3, Dispatchers: 2, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 20,
 		ProcArgs:    []string{"-immediate=0.7"},
 		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
