@@ -91,8 +91,8 @@ func (f *fakeBackend) Periodics(context.Context) ([]engine.PeriodicStatus, error
 func (f *fakeBackend) MemoryPolicy(context.Context) (engine.MemoryPolicy, error) {
 	return engine.MemoryPolicy{MaxMemory: 1 << 30, Policy: "allkeys-lru"}, nil
 }
-func (f *fakeBackend) PauseQueue(context.Context, string) error       { return nil }
-func (f *fakeBackend) ResumeQueue(context.Context, string) error      { return nil }
+func (f *fakeBackend) PauseQueue(context.Context, string) error  { return nil }
+func (f *fakeBackend) ResumeQueue(context.Context, string) error { return nil }
 func (f *fakeBackend) SetQueueLimits(_ context.Context, qc engine.QueueConfig) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
