@@ -100,6 +100,9 @@ func TestKeyMaxRunning(t *testing.T) {
 	if _, res, _ := claim("q#k", "b", t0+20); res != KeyFull {
 		t.Fatalf("second of key k: %v, want KeyFull", res)
 	}
+	if n, _ := redis.Int(c.Do("HGET", s.Keys.Stats("q"), StatHeld)); n != 1 {
+		t.Fatalf("held %d, want 1 (the task given back)", n)
+	}
 	if ids, _ := redis.Strings(c.Do("LRANGE", s.Keys.Ready("q#k"), 0, -1)); !slices.Equal(ids, []string{"b"}) {
 		t.Fatalf("q:q#k holds %v, want [b] back", ids)
 	}

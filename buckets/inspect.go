@@ -38,6 +38,7 @@ type QueueSnapshot struct {
 	Ready                                                     int64    // LLEN q:<q>, summed over its levels
 	Scheduled, Retrying, Running, Dead                        int64    // gauges
 	Processed, Failed, Recovered, Cancelled, Snoozed, Expired int64    // totals
+	Held                                                      int64    // claims that gave a task back for its flow control
 	OldestReady                                               []string // the id at the pop end of each level's list that has one
 	SlotsInUse                                                int64    // slots in use (sl:<q>)
 	Limits                                                    Limits   // the queue's flow control (lim:<q>)
@@ -167,6 +168,7 @@ func readQueueFigures(reps []interface{}, q string, levels map[string][]string) 
 		st.Scheduled, st.Retrying, st.Running = m[StatScheduled], m[StatRetrying], m[StatRunning]
 		st.Dead, st.Processed, st.Failed = m[StatDead], m[StatProcessed], m[StatFailed]
 		st.Recovered, st.Cancelled, st.Snoozed, st.Expired = m[StatRecovered], m[StatCancelled], m[StatSnoozed], m[StatExpired]
+		st.Held = m[StatHeld]
 	} else {
 		errs = append(errs, fmt.Errorf("buckets: queue %s: counters: %w", q, err))
 	}

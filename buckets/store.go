@@ -28,6 +28,7 @@ const (
 	StatCancelled = "cancelled" // counter: cancelled before running
 	StatSnoozed   = "snoozed"   // counter: runs whose handler snoozed the task
 	StatExpired   = "expired"   // counter: tasks buried because they were not started by their expiry
+	StatHeld      = "held"      // counter: claims that gave a task back for its flow control (a slot or a window in use)
 )
 
 // wakeTokens bounds how many wake-up tokens one transaction pushes to a

@@ -321,6 +321,7 @@ func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key str
 			flow = nil // not a task of the queue whose limits were read
 		}
 		if res, until := flow.check(r.Key, now); res != Claimed {
+			wq.Queue("HINCRBY", a.Stats(r.Queue), StatHeld, 1)
 			wq.Queue("LREM", a.Inflight(), 1, idArg)
 			batch.giveBack(wq, s, q, id)
 			switch p, _ := SplitKey(q); res {

@@ -99,6 +99,10 @@ type QueueInfo struct {
 	Cancelled int64 `json:"cancelled"`
 	Snoozed   int64 `json:"snoozed"` // runs whose handler snoozed its task
 	Expired   int64 `json:"expired"` // tasks buried as not started by their expiry (ExpireIn)
+	// Held counts the claims that gave a task back because a limit of
+	// its queue or key was reached (a slot in use, a window full): how
+	// often tasks waited for flow control.
+	Held int64 `json:"held"`
 	// Latency is the age of the oldest ready task: how long the task a
 	// worker takes next has been due. Zero when none is ready.
 	Latency time.Duration `json:"latency_ns"`
@@ -123,6 +127,7 @@ type QueueInfo struct {
 
 // setFlow sets q's flow-control figures from a queue's snapshot.
 func (q *QueueInfo) setFlow(s buckets.QueueSnapshot) {
+	q.Held = s.Held
 	q.MaxRunning, q.SlotsInUse = s.Limits.MaxRunning, s.SlotsInUse
 	q.Rate, q.KeyMaxRunning, q.KeyRate = s.Limits.Rate.String(), s.Limits.KeyMaxRunning, s.Limits.KeyRate.String()
 	q.KeysWaiting = s.KeysWaiting

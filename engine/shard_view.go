@@ -144,6 +144,7 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 		m.Cancelled += q.Cancelled
 		m.Snoozed += q.Snoozed
 		m.Expired += q.Expired
+		m.Held += q.Held
 		m.Latency = max(m.Latency, q.Latency)
 		if !q.NextDue.IsZero() && (m.NextDue.IsZero() || q.NextDue.Before(m.NextDue)) {
 			m.NextDue = q.NextDue

@@ -132,6 +132,7 @@ type queueStatsJSON struct {
 	Cancelled        int64      `json:"cancelled"`
 	Snoozed          int64      `json:"snoozed"`
 	Expired          int64      `json:"expired"`
+	Held             int64      `json:"held"`
 	OldestReadyAgeMS int64      `json:"oldest_ready_age_ms"`
 	NextDue          *time.Time `json:"next_due"`
 	Paused           bool       `json:"paused"`
@@ -150,7 +151,7 @@ func statsToJSON(st []engine.QueueInfo, un []engine.UnservedType, unq []string) 
 	for _, q := range st {
 		j := queueStatsJSON{Queue: q.Queue, Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running,
 			Retrying: q.Retrying, Dead: q.Dead, Processed: q.Processed, Failed: q.Failed,
-			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused,
+			Recovered: q.Recovered, Cancelled: q.Cancelled, Snoozed: q.Snoozed, Expired: q.Expired, Held: q.Held, OldestReadyAgeMS: q.Latency.Milliseconds(), Paused: q.Paused,
 			MaxRunning: q.MaxRunning, SlotsInUse: q.SlotsInUse,
 			Rate: q.Rate, KeyMaxRunning: q.KeyMaxRunning, KeyRate: q.KeyRate, KeysWaiting: q.KeysWaiting}
 		if !q.NextDue.IsZero() {
@@ -168,7 +169,7 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tOLDEST READY\tNEXT DUE\tPAUSED\tLIMIT\tKEYS")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tRETRYING\tDEAD\tPROCESSED\tFAILED\tRECOVERED\tCANCELLED\tSNOOZED\tEXPIRED\tHELD\tOLDEST READY\tNEXT DUE\tPAUSED\tLIMIT\tKEYS")
 	for _, q := range st {
 		oldest, next, paused := "-", "-", "no"
 		var lims []string
@@ -197,8 +198,8 @@ func printStats(w io.Writer, st []engine.QueueInfo, un []engine.UnservedType, un
 		if !q.NextDue.IsZero() {
 			next = fmt.Sprintf("%s (%s)", q.NextDue.Local().Format("2006-01-02 15:04:05"), relative(q.NextDue, time.Now()))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\n", q.Queue, q.Ready, q.Scheduled, q.Running,
-			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, oldest, next, paused, limit, q.KeysWaiting)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\n", q.Queue, q.Ready, q.Scheduled, q.Running,
+			q.Retrying, q.Dead, q.Processed, q.Failed, q.Recovered, q.Cancelled, q.Snoozed, q.Expired, q.Held, oldest, next, paused, limit, q.KeysWaiting)
 	}
 	tw.Flush()
 	if len(un) > 0 {
