@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
@@ -41,7 +44,9 @@ on stdout's last line "snooze 90s", without using an attempt), anything else is 
 SIGINT or SIGTERM stops taking tasks and lets running ones finish for
 shutdown_timeout, then returns the rest to their queues. A second signal
 returns them at once; a third exits without returning them (a reaper
-recovers them once this worker's heartbeat expires).`,
+recovers them once this worker's heartbeat expires). SIGHUP reads the
+configuration again and writes the flow control of the queues it lists
+(max_running, rate, key_max_running, key_rate).`,
 		Args: cobra.NoArgs,
 	}
 	c := addCommon(cmd,
@@ -65,12 +70,19 @@ recovers them once this worker's heartbeat expires).`,
 		if len(set.Roles) == 0 {
 			return a.usageError(cmd, "every role is off (roles %s minus the --no-* flags)", set.where("roles"))
 		}
-		return a.run(cmd.Context(), set, warnings)
+		reload := func() (*Settings, error) {
+			set, _, err := c.load(a, cmd)
+			return set, err
+		}
+		return a.run(cmd.Context(), set, warnings, reload)
 	}
 	return cmd
 }
 
-func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
+// run serves set until ctx ends. reload, when not nil, reads the
+// configuration again on SIGHUP: the queues' flow control it names is
+// written to Redis (reloadLimits); every other setting needs a restart.
+func (a *app) run(ctx context.Context, set *Settings, warnings []string, reload func() (*Settings, error)) error {
 	log := newLogger(a.stderr, set)
 	eng := set.engineConfig(log)
 	for _, w := range warnings {
@@ -169,6 +181,14 @@ func (a *app) run(ctx context.Context, set *Settings, warnings []string) error {
 	if err != nil {
 		return a.fail("run", err)
 	}
+	if reload != nil {
+		in, err := engine.NewInspector(eng, pools...)
+		if err != nil {
+			return a.fail("run", err)
+		}
+		stop := reloadLimits(reload, in, log)
+		defer stop()
+	}
 	if err := addPeriodics(srv, set); err != nil {
 		return a.fail("run", err)
 	}
@@ -260,4 +280,45 @@ func queueList(qs []engine.QueueConfig) string {
 		parts[i] = fmt.Sprintf("%s:%d", q.Name, q.Weight)
 	}
 	return strings.Join(parts, ",")
+}
+
+// reloadLimits writes, on every SIGHUP until stop is called, the flow
+// control of each queue the configuration (read again by reload) lists:
+// its max_running, rate, key_max_running and key_rate, a limit left out
+// removed (Inspector.SetQueueLimits). A configuration that does not load
+// changes nothing and is logged. Workers apply the limits within a
+// second.
+func reloadLimits(reload func() (*Settings, error), in *engine.Inspector, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+			}
+			set, err := reload()
+			if err != nil {
+				log.Error("SIGHUP: the configuration did not load; limits unchanged", "err", err)
+				continue
+			}
+			for _, q := range set.Engine.Queues {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := in.SetQueueLimits(ctx, q)
+				cancel()
+				if err != nil {
+					log.Error("SIGHUP: could not set the queue's limits", "queue", q.Name, "err", err)
+					continue
+				}
+				log.Info("SIGHUP: queue limits set", "queue", q.Name, "max_running", q.MaxRunning, "rate", q.Rate,
+					"key_max_running", q.KeyMaxRunning, "key_rate", q.KeyRate)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,5 +207,37 @@ func TestE2EKeys(t *testing.T) {
 	}
 	if _, errOut, code := h.cli("enqueue", "--type", "echo", "--key", "a:b"); code != exitUsage || errOut == "" {
 		t.Errorf("enqueue --key a:b: exit %d, stderr %q; want a usage error", code, errOut)
+	}
+}
+
+// TestE2EReloadLimits: SIGHUP makes engine run read its configuration
+// again and write the queues' limits it lists; a configuration that does
+// not load changes nothing; the process keeps running.
+func TestE2EReloadLimits(t *testing.T) {
+	h := newHarness(t)
+	path := filepath.Join(t.TempDir(), "engine.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("queues:\n  - {name: mail, max_running: 2}\n")
+	p := h.startRun(nil, "--config", path)
+	h.eventually(10*time.Second, "the configured limit", func() bool { return h.stats("mail").MaxRunning == 2 })
+	write("queues:\n  - {name: mail, rate: 10/1s, key_max_running: 1}\n")
+	_ = p.cmd.Process.Signal(syscall.SIGHUP)
+	h.eventually(10*time.Second, "the reloaded limits", func() bool {
+		st := h.stats("mail")
+		return st.MaxRunning == 0 && st.Rate == "10/1s" && st.KeyMaxRunning == 1
+	})
+	write("queues:\n  - {name: mail, rate: ten}\n")
+	_ = p.cmd.Process.Signal(syscall.SIGHUP)
+	h.eventually(10*time.Second, "the refusal logged", func() bool { return strings.Contains(p.log(), "configuration did not load") })
+	if st := h.stats("mail"); st.Rate != "10/1s" || st.KeyMaxRunning != 1 {
+		t.Errorf("stats after a bad reload = %+v, want the limits unchanged", st)
+	}
+	if code, _ := p.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
+		t.Errorf("SIGTERM: exit %d", code)
 	}
 }
