@@ -88,7 +88,7 @@ func TestConfigErrors(t *testing.T) {
 		{"rate malformed", "queues:\n  - name: a\n    rate: 10 per second\n", []string{"cfg.yaml:2", "queues[0].rate", "N/period"}},
 		{"key_max_running negative", "queues:\n  - name: a\n    key_max_running: -1\n", []string{"cfg.yaml:2", "queues[0].key_max_running", "want 0 (no limit) or more"}},
 		{"key_rate zero period", "queues:\n  - name: a\n    key_rate: 1/0s\n", []string{"cfg.yaml:2", "queues[0].key_rate", "period"}},
-		{"fair", "queues:\n  - name: a\n    fair: true\n", []string{"cfg.yaml:3", "queues[0].fair", "unknown"}},
+		{"fair", "queues:\n  - name: a\n    fair: true\n", []string{"cfg.yaml:3", "queues[0].fair", "always taken round-robin by key"}},
 		{"no queues", "queues: []\n", []string{"cfg.yaml:1", "queues", "at least one"}},
 		{"resolution too big", "resolution: 2m\n", []string{"cfg.yaml:1", "resolution", "1ms to 60s"}},
 		{"resolution fraction", "resolution: 1500us\n", []string{"cfg.yaml:1", "resolution", "whole milliseconds"}},

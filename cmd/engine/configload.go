@@ -397,6 +397,9 @@ func queueNode(n *yaml.Node, key, at, file string) (engine.QueueConfig, error) {
 		if p := fields[strings.TrimPrefix(k, key+".")]; p != nil {
 			return (&Settings{origin: map[string]string{}}).setValue(k, p, v, kat, file)
 		}
+		if strings.TrimPrefix(k, key+".") == "fair" {
+			return &ConfigError{Origin: kat, Key: k, Msg: "unknown key: a queue's keyed tasks are always taken round-robin by key, with no switch (docs/flow-control.md)"}
+		}
 		return &ConfigError{Origin: kat, Key: k, Msg: "unknown key (want name, weight, max_running, rate, key_max_running or key_rate)"}
 	})
 	return q, err
