@@ -279,3 +279,48 @@ func TestUnreadableLimits(t *testing.T) {
 		t.Fatalf("in-flight list %v, want [a]", ids)
 	}
 }
+
+// A key's rate: its N-th start in a window is the last, the next waits
+// out of turn until the window opens, and another key starts meanwhile;
+// the key's log expires a period after its last start.
+func TestKeyRate(t *testing.T) {
+	t.Parallel()
+	s, c, ctx := batchEnv(t)
+	lim := Limits{KeyRate: Rate{N: 1, Per: 2 * time.Second}}
+	if err := s.SetQueueLimits(ctx, c, "q", lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Enqueue(ctx, c, t0, keyedRecs([]string{"a", "b", "x"}, []string{"k", "k", "other"})); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(kp, id string, now int64) (ClaimResult, int64) {
+		t.Helper()
+		if _, err := c.Do("RPOPLPUSH", s.Keys.Ready(kp), s.Keys.Inflight(w1)); err != nil {
+			t.Fatal(err)
+		}
+		cs := &ClaimState{Limits: lim}
+		_, res, err := s.Claim(ctx, c, w1, kp, id, now, lease, false, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, cs.Until
+	}
+	if res, _ := claim("q#k", "a", t0+10); res != Claimed {
+		t.Fatalf("first of key k: %v", res)
+	}
+	if ttl, _ := redis.Int(c.Do("TTL", s.Keys.RateLog("q#k"))); ttl < 1 || ttl > 3 {
+		t.Fatalf("the key's log has TTL %d, want its period and a second", ttl)
+	}
+	if res, until := claim("q#k", "b", t0+20); res != KeyThrottled || until != t0+10+2000 {
+		t.Fatalf("second of key k: %v until %d, want KeyThrottled until %d", res, until, t0+2010)
+	}
+	if sc, _ := redis.Int64(c.Do("ZSCORE", s.Keys.Rotation("q"), "k")); sc != t0+2010 {
+		t.Fatalf("key k in turn at %d, want %d (its window's opening)", sc, t0+2010)
+	}
+	if res, _ := claim("q#other", "x", t0+30); res != Claimed {
+		t.Fatalf("key other: %v, want Claimed", res)
+	}
+	if res, _ := claim("q#k", "b", t0+2010); res != Claimed {
+		t.Fatalf("key k when its window opens: %v", res)
+	}
+}

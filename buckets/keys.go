@@ -182,7 +182,9 @@ func (k Keys) KeySlots(q, key string) string { return k.prefix + "ks:" + q + "#"
 
 // RateLog is the start log of a rate limit: LIST of the claim times (Unix
 // ms) of the last starts, newest first, trimmed to the limit's count. name
-// is a queue (its rate) or "q#key" (the key's rate, KeyPlace of the queue).
+// is a queue (its rate) or "q#key" (the key's rate, KeyPlace of the queue;
+// with a TTL of its period and a second, renewed by every start, so that
+// a key without starts costs nothing).
 func (k Keys) RateLog(name string) string { return k.prefix + "rl:" + name }
 
 // Wake is the dispatchers' wake-up list: LIST of due times (Unix ms),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -297,8 +298,8 @@ const limitLook = time.Second
 
 // take queues, for task r claimed at now after check said so, the slots
 // and window entries it takes: INCR sl:<q>; LPUSH rl:<q> now; LTRIM
-// rl:<q> 0 N-1; SADD ks:<q>#<key> id; LPUSH/LTRIM rl:<q>#<key>, those of
-// the limits set, and the record's flags.
+// rl:<q> 0 N-1; SADD ks:<q>#<key> id; LPUSH/LTRIM/EXPIRE rl:<q>#<key>,
+// those of the limits set, and the record's flags.
 func (s *Store) take(wq queuer, b *flowBudget, r *Record, now int64) {
 	if b == nil {
 		return
@@ -322,9 +323,12 @@ func (s *Store) take(wq queuer, b *flowBudget, r *Record, now int64) {
 		r.HoldsKeySlot = true
 	}
 	if f.KeyRate.N > 0 {
+		// A key's log expires a period after its last start, when no
+		// entry of it counts any more: a key without tasks costs nothing.
 		name := s.Keys.RateLog(p2name(r.Queue, r.Key))
 		wq.Queue("LPUSH", name, now)
 		wq.Queue("LTRIM", name, 0, f.KeyRate.N-1)
+		wq.Queue("EXPIRE", name, int64(math.Ceil(f.KeyRate.Per.Seconds()))+1)
 	}
 }
 

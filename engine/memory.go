@@ -58,8 +58,8 @@ const volatileCost = "the engine's keys with a TTL can be evicted when Redis is 
 	"a worker's heartbeat (its tasks are recovered and run again), " +
 	"done and dead task records and results (Lookup, Wait and dead-letter listings lose them early; " +
 	"a TaskID or unique key can then be reused), unique keys (a duplicate is accepted), " +
-	"finished workflows' records, waiter marks (Wait notices the end later), and the dispatch turn " +
-	"(harmless). Task records that wait or run carry no TTL and are never evicted. " +
+	"finished workflows' records, waiter marks (Wait notices the end later), a key's rate window " +
+	"(the key may start more than its key_rate once), and the dispatch turn (harmless). Task records that wait or run carry no TTL and are never evicted. " +
 	"Use maxmemory-policy noeviction to keep all of them: writes are then refused when full, and retried"
 
 // readMemoryPolicy reads the server's memory limit and policy. A refused

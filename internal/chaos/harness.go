@@ -239,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Drain <= 0 {
 		o.Drain = 30 * time.Second
 	}
+	o.Drain = max(o.Drain, sc.MinDrain)
 	h := &harness{opts: o, sc: sc, seed: o.Seed, ns: "chaos", started: time.Now(), slots: map[string][]*slot{}}
 	h.rate = float64(o.Tasks) / o.Duration.Seconds()
 	if sc.RateShare > 0 {

@@ -98,6 +98,11 @@ type Scenario struct {
 	// "role-index" (e.g. "worker-0").
 	SlotArgs map[string][]string
 
+	// MinDrain is the shortest wait for the last tasks after the faults
+	// stop (Options.Drain): a scenario whose rates hold a backlog back
+	// drains at their pace.
+	MinDrain time.Duration
+
 	// MinDuration is the shortest default production time (the bad-data
 	// windows need a steady load around them).
 	MinDuration time.Duration
@@ -186,8 +191,9 @@ var scenarios = []Scenario{
 		Restarts: 4 * time.Second, Full: time.Second,
 		MaxRunning: 3, RateShare: 0.75, KeyMaxRunning: 1, Keys: 3, Expire: 0.2,
 		// Tasks come a little faster than the rate lets them start, so
-		// that the windows fill and a backlog waits.
-		MinDuration: 25 * time.Second,
+		// that the windows fill and a backlog waits, drained at the
+		// rates' pace.
+		MinDuration: 25 * time.Second, MinDrain: time.Minute,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",
