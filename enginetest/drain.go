@@ -38,7 +38,12 @@ type DrainResult struct {
 // to the next due time instead of waiting. It takes from the queues of
 // Config.Queues in their order, then from the other queues by name; a
 // paused queue's ready tasks stay. The worker takes every type: one h
-// has no handler for fails, as a Mux says (engine.ErrNoHandler).
+// has no handler for fails, as a Mux says (engine.ErrNoHandler). Keyed
+// tasks (engine.Key) are taken round-robin by key, as a Server takes
+// them; the queues' flow-control limits (QueueConfig's MaxRunning, Rate,
+// KeyMaxRunning, KeyRate) are not written and not applied: one task runs
+// at a time, and the clock moves only to due times, so rates are tested
+// against a Server.
 //
 // It takes Env.MaxRuns tasks at most, then returns an error matching
 // ErrMaxRuns if more are waiting. ctx bounds every round trip and the
