@@ -79,7 +79,8 @@ func TestChaosShards(t *testing.T) {
 
 // TestChaosRedis24 is a short run, on a real Redis 2.4 (REDIS24_SERVER;
 // skipped, saying so, without it), of the full scenario and of the faults
-// that touch 2.4's own behaviour: connection cuts, server restarts, kills.
+// that touch 2.4's own behaviour: connection cuts, server restarts, kills;
+// and of flow control under all of them.
 func TestChaosRedis24(t *testing.T) {
 	if os.Getenv(redistest.EnvBinary24) == "" {
 		t.Skipf("%s is not set: the chaos scenarios did not run on a real Redis 2.4", redistest.EnvBinary24)
@@ -88,7 +89,7 @@ func TestChaosRedis24(t *testing.T) {
 	if testing.Short() {
 		tasks = 600
 	}
-	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts"}, os.Getenv(redistest.EnvBinary24))
+	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts", "flow"}, os.Getenv(redistest.EnvBinary24))
 }
 
 // runScenarios runs every scenario (or those CHAOS_SCENARIOS names) on

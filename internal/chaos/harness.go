@@ -770,7 +770,7 @@ func (h *harness) fullLoop(ctx context.Context) {
 			return
 		}
 		l := h.lanes[rng.IntN(len(h.lanes))]
-		evicted, err := fillFor(l.admin, FullFor)
+		evicted, err := fillFor(l.admin, FullFor, h.sc.Policy)
 		if err != nil {
 			h.logf("fill the server: %v", err)
 			continue
@@ -780,9 +780,10 @@ func (h *harness) fullLoop(ctx context.Context) {
 	}
 }
 
-// fillFor sets maxmemory just below used_memory, waits d, and lifts it.
-// It returns how many keys the server evicted meanwhile.
-func fillFor(admin *redis.Pool, d time.Duration) (int64, error) {
+// fillFor sets maxmemory just below used_memory (and, when policy is
+// set, maxmemory-policy to it), waits d, and lifts it. It returns how
+// many keys the server evicted meanwhile.
+func fillFor(admin *redis.Pool, d time.Duration, policy string) (int64, error) {
 	c := admin.Get()
 	defer func() { c.Close() }()
 	before, err := infoFields(c)
@@ -792,6 +793,11 @@ func fillFor(admin *redis.Pool, d time.Duration) (int64, error) {
 	used, _ := strconv.ParseInt(before["used_memory"], 10, 64)
 	if used < 2 {
 		return 0, fmt.Errorf("INFO gave no used_memory")
+	}
+	if policy != "" {
+		if _, err := c.Do("CONFIG", "SET", "maxmemory-policy", policy); err != nil {
+			return 0, err
+		}
 	}
 	if _, err := c.Do("CONFIG", "SET", "maxmemory", used-1); err != nil {
 		return 0, err
