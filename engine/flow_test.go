@@ -40,13 +40,9 @@ func TestKeyLimitAcrossServers(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		for range 2 {
-			srv, err := newLaneServer(e.pool, cfg, mux, AllRoles)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runBackground(t, srv.Run)
-		}
+		e.cfg = cfg
+		e.runServer(t, mux)
+		e.runServer(t, mux)
 		c := e.client(t)
 		var batch []NewTask
 		for _, k := range []string{"a", "b", "c"} {
@@ -114,11 +110,8 @@ func TestKeyFairness(t *testing.T) {
 	order := make(chan string, 300)
 	mux := NewMux()
 	mux.HandleFunc("t", func(_ context.Context, task *Task) error { order <- task.Key; return nil })
-	srv, err := newLaneServer(e.pool, cfg, mux, AllRoles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, srv.Run)
+	e.cfg = cfg
+	e.runServer(t, mux)
 	for i := 0; ; i++ {
 		select {
 		case k := <-order:
@@ -158,11 +151,8 @@ func TestQueueRateWindow(t *testing.T) {
 			done <- struct{}{}
 			return nil
 		})
-		srv, err := newLaneServer(e.pool, cfg, mux, AllRoles)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runBackground(t, srv.Run)
+		e.cfg = cfg
+		e.runServer(t, mux)
 		c := e.client(t)
 		var batch []NewTask
 		for range 9 {

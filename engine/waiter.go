@@ -23,7 +23,9 @@ import (
 // A queue set aside because a claim found every slot of its concurrency
 // limit in use (limits.go) is waited on by its slot wake-up list sw:<q>
 // instead of n:<q>: a slot given back anywhere wakes the worker at once,
-// and the set-aside ends, at the latest, within a second.
+// and the set-aside ends, at the latest, within a second. A rate window
+// that opens, or a key whose turn comes, sooner than that (limits.wakeAt)
+// is waited for with a timer instead.
 type waiter struct {
 	w       *worker
 	blocker rconn.Blocker
@@ -61,25 +63,18 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		}
 		keys = append(keys, w.keys.Notify(q))
 	}
-	if tw := f.lim.nextWake(now); !tw.IsZero() && time.Until(tw) < time.Second {
-		// A key comes in turn, or a rate window opens, sooner than
-		// BLPOP's one-second timeout: a timer, then look.
-		t := time.NewTimer(max(time.Until(tw), 0))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		case <-t.C:
-		}
-		return true
+	tw := f.lim.nextWake(now) // a key comes in turn, or a rate window opens
+	if !tw.IsZero() && (wake.IsZero() || tw.Before(wake)) {
+		wake = tw
 	}
-	if len(keys) == 0 {
+	if len(keys) == 0 || !tw.IsZero() && time.Until(tw) < time.Second {
+		// Nothing to block on, or something to look at sooner than
+		// BLPOP's one-second timeout: a timer, then look.
 		d := w.cfg.Advanced.IdleWait
 		if !wake.IsZero() {
 			d = min(d, time.Until(wake))
 		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(max(d, 0))
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
@@ -91,9 +86,6 @@ func (wt *waiter) wait(ctx context.Context) bool {
 			}
 		}
 		return true
-	}
-	if tw := f.lim.nextWake(now); !tw.IsZero() && (wake.IsZero() || tw.Before(wake)) {
-		wake = tw
 	}
 	wait := w.cfg.Advanced.IdleWait
 	if !wake.IsZero() {
