@@ -1346,8 +1346,7 @@ func (s *Store) repairSlots(ctx context.Context, conn redis.Conn, o CheckOptions
 				tx.Queue("SET", k.Slots(q), strconv.FormatInt(f.Count, 10))
 			}
 			if f.Count < f.Stored {
-				tx.Queue("LPUSH", k.SlotWake(q), "1")
-				tx.Queue("LTRIM", k.SlotWake(q), 0, slotWakeTokens-1)
+				s.queueTokens(tx, k.SlotWake(q), 1, "1")
 			}
 			wrote = true
 		}

@@ -408,6 +408,6 @@ func (k Keys) Limit(q string) string { return k.prefix + "lim:" + q }
 func (k Keys) Slots(q string) string { return k.prefix + "sl:" + q }
 
 // SlotWake is queue q's slot wake-up list: LIST of tokens, one pushed
-// each time a slot is given back, trimmed to 64; a worker that found
-// the queue full blocks on it.
+// each time a slot is given back, trimmed as the queues' wake-up lists
+// are (queueTokens); a worker that found the queue full blocks on it.
 func (k Keys) SlotWake(q string) string { return k.prefix + "sw:" + q }

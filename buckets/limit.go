@@ -332,20 +332,16 @@ func (s *Store) take(wq queuer, b *flowBudget, r *Record, now int64) {
 	}
 }
 
-// slotWakeTokens bounds a queue's slot wake-up list (Keys.SlotWake).
-const slotWakeTokens = 64
-
 // releaseSlot queues, for a record leaving the running state at now, the
 // return of the slots it holds, and clears its flags (before the caller
-// encodes it): for the queue's, DECR sl:<q>; LPUSH sw:<q> 1; LTRIM
-// sw:<q> 0 63; for its key's, SREM ks:<q>#<key> id; ZADD kr:<p> now key
+// encodes it): for the queue's, DECR sl:<q> and a token on sw:<q>
+// (queueTokens, as the queues' wake-up lists); for its key's, SREM ks:<q>#<key> id; ZADD kr:<p> now key
 // (the key in turn again, at once); LPUSH/LTRIM n:<q> (wake a worker).
 func (s *Store) releaseSlot(tx queuer, r *Record, now int64) {
 	if r.HoldsSlot {
 		r.HoldsSlot = false
 		tx.Queue("DECR", s.Keys.Slots(r.Queue))
-		tx.Queue("LPUSH", s.Keys.SlotWake(r.Queue), "1")
-		tx.Queue("LTRIM", s.Keys.SlotWake(r.Queue), 0, slotWakeTokens-1)
+		s.queueTokens(tx, s.Keys.SlotWake(r.Queue), 1, "1")
 	}
 	if r.HoldsKeySlot {
 		r.HoldsKeySlot = false

@@ -72,7 +72,7 @@ type RecoveredTask struct {
 //
 //	SET t:<id> waiting; RPUSH q:<q> (front) + tokens; or bury;
 //	HINCRBY running -1, recovered +1; a run that holds a slot gives
-//	it back (DECR sl:<q>; LPUSH sw:<q> 1; LTRIM sw:<q> 0 63)
+//	it back (releaseSlot: DECR sl:<q>, a token on sw:<q>)
 //	a missing or malformed record becomes a dead letter saying so
 //	(of no queue: burying never invents one; the raw bytes as payload);
 //	a record no longer

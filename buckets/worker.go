@@ -498,8 +498,8 @@ const (
 //	read    GET t:<id> (must be running under w, run number run); with
 //	        the mark MGET t:<id> cw:<id>, and GET t:<id> again when nil
 //	queue   ZREM p:<w> id; HINCRBY st running -1; for a run that holds a
-//	        slot (Record.HoldsSlot) DECR sl:<q>, LPUSH sw:<q> 1, LTRIM
-//	        sw:<q> 0 63, the flag cleared; and then
+//	        slot (Record.HoldsSlot) DECR sl:<q> and a token on sw:<q>
+//	        (releaseSlot), the flag cleared; and then
 //	Done:   SETEX t:<id> doneTTL record (or DEL); HINCRBY processed +1;
 //	        the final writes (unique key, result, completion, reply; the
 //	        completion list only with a mark, or when the done record is
@@ -728,7 +728,7 @@ const (
 // queue   (pending entry present, record not a run of w)
 //
 //	ZREM p:<w> id; HINCRBY st:<q> running -1; the slot the claim
-//	took, if any (DECR sl:<q>; LPUSH sw:<q> 1; LTRIM sw:<q> 0 63), and
+//	took, if any (releaseSlot: DECR sl:<q>, a token on sw:<q>), and
 //	wrong type: RENAME t:<id> bad:t:<id>; dead letter saying so
 //	malformed:  dead letter saying so, the bytes as its payload
 //	deleted:    nothing more
