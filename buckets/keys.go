@@ -178,7 +178,7 @@ func (k Keys) Rotation(p string) string { return k.prefix + "kr:" + p }
 // KeySlots is the set of the running tasks of queue q's key key that hold
 // one of its slots (QueueConfig.KeyMaxRunning): SET of task ids, gone
 // when empty. Its size is the key's slots in use.
-func (k Keys) KeySlots(q, key string) string { return k.prefix + "ks:" + q + "#" + key }
+func (k Keys) KeySlots(q, key string) string { return k.prefix + "ks:" + KeyPlace(q, key) }
 
 // RateLog is the start log of a rate limit: LIST of the claim times (Unix
 // ms) of the last starts, newest first, trimmed to the limit's count. name

@@ -148,7 +148,7 @@ func (s *Store) sendFlowReads(tx *txn.Tx, p string, view Limits) (int, error) {
 	if key != "" {
 		cmds = append(cmds,
 			txn.Cmd{Name: "SCARD", Args: []interface{}{s.Keys.KeySlots(q, key)}},
-			txn.Cmd{Name: "LINDEX", Args: []interface{}{s.Keys.RateLog(p2name(q, key)), max(view.KeyRate.N-1, 0)}})
+			txn.Cmd{Name: "LINDEX", Args: []interface{}{s.Keys.RateLog(KeyPlace(q, key)), max(view.KeyRate.N-1, 0)}})
 	}
 	for _, c := range cmds {
 		if err := tx.Send(c.Name, c.Args...); err != nil {
@@ -158,9 +158,6 @@ func (s *Store) sendFlowReads(tx *txn.Tx, p string, view Limits) (int, error) {
 	return len(cmds), nil
 }
 
-// p2name is the rate log name of key key of queue q.
-func p2name(q, key string) string { return q + "#" + key }
-
 // flowWatch returns the keys a claim of ids popped from place p watches
 // for its flow control: lim:<q>, sl:<q>, rl:<q> and, for a key's place,
 // ks:<q>#<key> and rl:<q>#<key>.
@@ -169,7 +166,7 @@ func (s *Store) flowWatch(p string) []string {
 	_, key := SplitKey(p)
 	w := []string{s.Keys.Limit(q), s.Keys.Slots(q), s.Keys.RateLog(q)}
 	if key != "" {
-		w = append(w, s.Keys.KeySlots(q, key), s.Keys.RateLog(p2name(q, key)))
+		w = append(w, s.Keys.KeySlots(q, key), s.Keys.RateLog(KeyPlace(q, key)))
 	}
 	return w
 }
@@ -228,7 +225,7 @@ func (s *Store) flowBudgetOf(tx *txn.Tx, p string, view Limits, reps []interface
 			}
 			b.keyFree = f.KeyMaxRunning - u
 		}
-		if b.keyRateAt, err = at(reps[4], p2name(q, key), f.KeyRate.N, view.KeyRate.N); err != nil {
+		if b.keyRateAt, err = at(reps[4], KeyPlace(q, key), f.KeyRate.N, view.KeyRate.N); err != nil {
 			return nil, err
 		}
 	}
@@ -325,7 +322,7 @@ func (s *Store) take(wq queuer, b *flowBudget, r *Record, now int64) {
 	if f.KeyRate.N > 0 {
 		// A key's log expires a period after its last start, when no
 		// entry of it counts any more: a key without tasks costs nothing.
-		name := s.Keys.RateLog(p2name(r.Queue, r.Key))
+		name := s.Keys.RateLog(KeyPlace(r.Queue, r.Key))
 		wq.Queue("LPUSH", name, now)
 		wq.Queue("LTRIM", name, 0, f.KeyRate.N-1)
 		wq.Queue("EXPIRE", name, int64(math.Ceil(f.KeyRate.Per.Seconds()))+1)
