@@ -734,7 +734,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 				heldSlots[r.Queue]++
 			}
 			if r.HoldsKeySlot {
-				name := r.Queue + "#" + r.Key
+				name := KeyPlace(r.Queue, r.Key)
 				w.heldKeys[name] = append(w.heldKeys[name], id)
 			}
 			allowed = func(key string) bool { return key == k.Pending(r.Worker) }
@@ -830,7 +830,7 @@ func (w *walk) judge(k Keys, resolution int64) {
 		// A key out of turn while a running task holds one of its slots
 		// is full: the release of the slot puts it back.
 		p, key := SplitKey(kp)
-		if q := QueueOf(p); len(w.heldKeys[q+"#"+key]) == 0 {
+		if q := QueueOf(p); len(w.heldKeys[KeyPlace(q, key)]) == 0 {
 			w.found = append(w.found, Finding{Kind: FindUnturnedKey, Queue: q, Key: k.Ready(kp), Member: kp})
 		}
 	}
@@ -1304,13 +1304,7 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 			watch = append(watch, k.Inflight(x))
 		}
 	}
-	wrote := false
-	_, err = s.checkRunner(o).Run(ctx, conn, watch, func(tx *txn.Tx) error {
-		wrote = false
-		w, err := s.walkNamespace(txReader{tx}, o)
-		if err != nil {
-			return err
-		}
+	return s.repairWalked(ctx, conn, o, watch, func(tx *txn.Tx, w *walk) bool {
 		args := []interface{}{k.Stats(q)}
 		for _, f := range w.found {
 			if f.Kind == FindGauge && f.Queue == q {
@@ -1318,10 +1312,27 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 			}
 		}
 		if len(args) == 1 {
-			return nil
+			return false
 		}
 		tx.Queue("HMSET", args...)
-		wrote = true
+		return true
+	})
+}
+
+// repairWalked runs a repair as one optimistic transaction: it watches
+// watch, walks the namespace again inside the transaction, so that what
+// it writes is judged on what EXEC changes, and queues fix's writes (fix
+// reports whether it queued any). A change to a watched key makes EXEC
+// fail and the walk run again.
+func (s *Store) repairWalked(ctx context.Context, conn redis.Conn, o CheckOptions, watch []string, fix func(tx *txn.Tx, w *walk) bool) (bool, error) {
+	wrote := false
+	_, err := s.checkRunner(o).Run(ctx, conn, watch, func(tx *txn.Tx) error {
+		wrote = false
+		w, err := s.walkNamespace(txReader{tx}, o)
+		if err != nil {
+			return err
+		}
+		wrote = fix(tx, w)
 		return nil
 	})
 	return wrote, err
@@ -1329,13 +1340,8 @@ func (s *Store) repairGauges(ctx context.Context, conn redis.Conn, o CheckOption
 
 func (s *Store) repairSlots(ctx context.Context, conn redis.Conn, o CheckOptions, q string) (bool, error) {
 	k := s.Keys
-	wrote := false
-	_, err := s.checkRunner(o).Run(ctx, conn, []string{k.Slots(q)}, func(tx *txn.Tx) error {
-		wrote = false
-		w, err := s.walkNamespace(txReader{tx}, o)
-		if err != nil {
-			return err
-		}
+	return s.repairWalked(ctx, conn, o, []string{k.Slots(q)}, func(tx *txn.Tx, w *walk) bool {
+		wrote := false
 		for _, f := range w.found {
 			if f.Kind != FindSlots || f.Queue != q {
 				continue
@@ -1350,29 +1356,23 @@ func (s *Store) repairSlots(ctx context.Context, conn redis.Conn, o CheckOptions
 			}
 			wrote = true
 		}
-		return nil
+		return wrote
 	})
-	return wrote, err
 }
 
 // repairKeySlots sets a key's slot set to the running records that hold
 // one, under WATCH of the set and a second walk inside the transaction
-// (as repairSlots), and puts the key in turn at once when slots were
+// (repairWalked), and puts the key in turn at once when slots were
 // freed.
 func (s *Store) repairKeySlots(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding, now int64) (bool, error) {
 	k := s.Keys
-	wrote := false
-	_, err := s.checkRunner(o).Run(ctx, conn, []string{f.Key}, func(tx *txn.Tx) error {
-		wrote = false
-		w, err := s.walkNamespace(txReader{tx}, o)
-		if err != nil {
-			return err
-		}
+	return s.repairWalked(ctx, conn, o, []string{f.Key}, func(tx *txn.Tx, w *walk) bool {
+		wrote := false
 		for _, g := range w.found {
 			if g.Kind != FindKeySlots || g.Key != f.Key {
 				continue
 			}
-			held := w.heldKeys[g.Queue+"#"+g.Member]
+			held := w.heldKeys[KeyPlace(g.Queue, g.Member)]
 			tx.Queue("DEL", f.Key)
 			if len(held) > 0 {
 				args := []interface{}{f.Key}
@@ -1393,9 +1393,8 @@ func (s *Store) repairKeySlots(ctx context.Context, conn redis.Conn, o CheckOpti
 			}
 			wrote = true
 		}
-		return nil
+		return wrote
 	})
-	return wrote, err
 }
 
 func (s *Store) repairRetryCount(ctx context.Context, conn redis.Conn, o CheckOptions, f Finding) (bool, error) {
