@@ -3,9 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 // Two worker processes of 10 slots each, on a queue that lets one task
@@ -205,4 +209,37 @@ func TestQueueLimitsInvalid(t *testing.T) {
 	if _, err := c.Enqueue(context.Background(), "t", nil, Key("a:b")); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Key(a:b): %v, want ErrInvalid", err)
 	}
+}
+
+// A Server that starts while Redis refuses writes (full) does not give
+// up: it writes its configured limits as soon as Redis takes them, and
+// runs.
+func TestServerWritesLimitsOnceRedisTakesThem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, redistest.Start(t, redistest.Private()))
+	admin := e.admin(t)
+	defer admin.Close()
+	if _, err := admin.Do("CONFIG", "SET", "maxmemory", 1); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	cfg := e.cfg
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Queues = []QueueConfig{{Name: "mail", MaxRunning: 3}}
+	srv, err := newLaneServer(e.pool, cfg, NewMux(), AllRoles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBackground(t, srv.Run)
+	waitFor(t, outcomeWait, "the refused write of the limits", func() bool {
+		return strings.Contains(logs.String(), "write the queue limits failed")
+	})
+	if _, err := admin.Do("CONFIG", "SET", "maxmemory", 0); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(t)
+	waitFor(t, outcomeWait, "the limits written", func() bool {
+		qs, err := c.Stats(context.Background())
+		return err == nil && len(qs) == 1 && qs[0].MaxRunning == 3
+	})
 }

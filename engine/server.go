@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -102,8 +103,15 @@ func (s *laneServer) Run(ctx context.Context) error {
 	defer close(s.done)
 	defer cancel()
 	err := s.checkMemory(ctx)
-	if err == nil {
+	// Redis may be restarting or full as the process starts: the limits
+	// are written as soon as it takes them, as every part waits for it.
+	var bo rconn.Backoff
+	for err == nil {
 		err = s.writeLimits(ctx)
+		if err == nil || errors.Is(err, ErrInvalid) || !bo.Wait(ctx, s.cfg.withDefaults().Logger, "write the queue limits", err) {
+			break
+		}
+		err = nil // waited: try again
 	}
 	if err != nil {
 		s.mu.Lock()
