@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -19,7 +17,7 @@ import (
 // of the batches popped, claimed and finished together, and the queue
 // of each pop that found tasks, in order.
 type batchStore struct {
-	workerStore
+	store
 	maxClaim, maxGroup atomic.Int64
 	// held: groups recorded with a batch claim's watch; heldLost: groups
 	// whose watch a change voided (recorded the checked way after).
@@ -39,49 +37,35 @@ func (b *batchStore) popped(q string, n int) {
 	}
 }
 
-func (b *batchStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
-	id, err := b.workerStore.Pop(ctx, conn, q, w)
-	if id != "" {
-		b.popped(q, 1)
-	}
-	return id, err
+func (b *batchStore) Pop(ctx context.Context, l *lane, p string, n int) (popRes, error) {
+	r, err := b.store.Pop(ctx, l, p, n)
+	b.popped(p, len(r.ids))
+	return r, err
 }
 
-func (b *batchStore) PopMany(ctx context.Context, conn redis.Conn, q, w string, n int) ([]string, error) {
-	ids, err := b.workerStore.PopMany(ctx, conn, q, w, n)
-	b.popped(q, len(ids))
-	return ids, err
-}
-
-func (b *batchStore) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, ids []string, now int64, deadline func(*buckets.Record) int64, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
+func (b *batchStore) Claim(ctx context.Context, l *lane, p string, ids []string, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
 	raise(&b.maxClaim, len(ids))
-	return b.workerStore.ClaimBatch(ctx, conn, w, q, ids, now, deadline, cs, hold)
+	return b.store.Claim(ctx, l, p, ids, cs, hold)
 }
 
-func (b *batchStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
-	raise(&b.maxGroup, len(items))
-	return b.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
-}
-
-func (b *batchStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error) {
-	raise(&b.maxGroup, len(items))
-	res, after, err := b.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL, next)
+// Finish counts groups: results of more than one run recorded together.
+func (b *batchStore) Finish(ctx context.Context, l *lane, req finishReq) (finishRes, error) {
+	res, err := b.store.Finish(ctx, l, req)
+	group := len(req.items) > 1
+	if group {
+		raise(&b.maxGroup, len(req.items))
+	}
 	switch {
-	case err == nil:
+	case err == nil && res.held && group:
 		b.held.Add(1)
-	case errors.Is(err, buckets.ErrWatchLost):
+	case err == nil && req.held && !res.held:
 		b.heldLost.Add(1)
 	}
-	if len(next) > 0 {
-		// The pops name the ready list: ...q:<queue>.
-		key := next[0].Args[0].(string)
-		q := key[strings.LastIndex(key, ":q:")+3:]
-		if ids, _ := buckets.Popped(q, after); len(ids) > 0 {
-			b.chained.Add(1)
-			b.popped(q, len(ids))
-		}
+	if group && len(res.popped) > 0 {
+		b.chained.Add(1)
+		b.popped(req.pop, len(res.popped))
 	}
-	return res, after, err
+	return res, err
 }
 
 func raise(v *atomic.Int64, n int) {
@@ -143,7 +127,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				bs := &batchStore{workerStore: w.store}
+				bs := &batchStore{store: w.store}
 				w.store = bs
 				stores = append(stores, bs)
 				runBackground(t, w.Run)
@@ -219,7 +203,7 @@ func TestBatchStrictPriority(t *testing.T) {
 	e.cfg.Concurrency = 16
 	rec := newRecorder(nil)
 	w, _ := newWorker(e.pool, e.cfg, rec)
-	bs := &batchStore{workerStore: w.store}
+	bs := &batchStore{store: w.store}
 	w.store = bs
 	stop := runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
@@ -242,7 +226,7 @@ func TestBatchStrictPriority(t *testing.T) {
 // stallStore holds back the first result group of full size until
 // released, recording how many runs had started when it arrived.
 type stallStore struct {
-	workerStore
+	store
 	full     int
 	once     sync.Once
 	arrived  chan struct{}
@@ -251,19 +235,11 @@ type stallStore struct {
 	runsThen atomic.Int64
 }
 
-func (s *stallStore) FinishGroup(ctx context.Context, conn redis.Conn, w string, items []buckets.FinishItem, doneTTL int64) ([]buckets.FinishResult, error) {
-	if err := s.stall(ctx, len(items)); err != nil {
-		return nil, err
+func (s *stallStore) Finish(ctx context.Context, l *lane, req finishReq) (finishRes, error) {
+	if err := s.stall(ctx, len(req.items)); err != nil {
+		return finishRes{}, err
 	}
-	return s.workerStore.FinishGroup(ctx, conn, w, items, doneTTL)
-}
-
-func (s *stallStore) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, items []buckets.HeldItem, doneTTL int64, next []txn.Cmd) ([]buckets.FinishResult, []interface{}, error) {
-	if err := s.stall(ctx, len(items)); err != nil {
-		_ = held.Release(ctx)
-		return nil, nil, err
-	}
-	return s.workerStore.FinishGroupHeld(ctx, held, w, items, doneTTL, next)
+	return s.store.Finish(ctx, l, req)
 }
 
 // stall holds back the first group of n == full results until released.
@@ -350,7 +326,7 @@ func runRecorded(t *testing.T, e *env, c *laneClient, rec *recorder, n int) (*wo
 	if err != nil {
 		t.Fatal(err)
 	}
-	bs := &batchStore{workerStore: w.store}
+	bs := &batchStore{store: w.store}
 	w.store = bs
 	runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
@@ -394,7 +370,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &stallStore{workerStore: w.store, full: slots, arrived: make(chan struct{}), release: make(chan struct{}), rec: rec}
+	ss := &stallStore{store: w.store, full: slots, arrived: make(chan struct{}), release: make(chan struct{}), rec: rec}
 	w.store = ss
 	// A group of every slot from a deep queue takes the next batch with
 	// its result (TestBatchTakesNextWithResult) and keeps its slots: here

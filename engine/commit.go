@@ -2,13 +2,9 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/engine/internal/rconn"
-	"github.com/bucketq/bucketq/txn"
-	"github.com/gomodule/redigo/redis"
 )
 
 // committer records the results of runs that end together in one
@@ -25,7 +21,7 @@ import (
 // Only results of tasks claimed in a batch whose watch was not kept come
 // here (a workflow member's, or every batch's when the claim fell back to
 // one task at a time); a task claimed on its own records its result with
-// the watch its claim left (FinishHeld), and a batch whose claim left its
+// the watch its claim left (store.Finish with held), and a batch whose claim left its
 // watch records its runs' results with it (heldGroup).
 type committer struct {
 	w    *worker
@@ -35,14 +31,11 @@ type committer struct {
 }
 
 type commitReq struct {
-	item  buckets.FinishItem
+	item  finishItem
 	tok   *slotToken // the run's slot token; nil: none
 	reply chan commitRes
-	// For a heldGroup: the record as claimed and the waiter mark the
-	// claim read; gone: the run was given back and no result comes.
-	rec    *buckets.Record
-	waited bool
-	gone   bool
+	// gone (a heldGroup's): the run was given back and no result comes.
+	gone bool
 }
 
 type commitRes struct {
@@ -78,7 +71,7 @@ func (f *finisher) startGroup(baseCtx context.Context) func() {
 // group's slots at once so that the fetching loop finds them free together
 // and takes as many tasks: before the group's round trip when no slot of
 // the worker is free (the loop waits for them), after it otherwise.
-func (c *committer) commit(item buckets.FinishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
+func (c *committer) commit(item finishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
 	c.reqs <- commitReq{item: item, tok: tok, reply: reply}
 	r := <-reply
@@ -88,8 +81,8 @@ func (c *committer) commit(item buckets.FinishItem, tok *slotToken) (res buckets
 func (c *committer) run(baseCtx context.Context) {
 	defer close(c.done)
 	w := c.w
-	h := w.holder()
-	defer h.Close()
+	l := w.lane()
+	defer l.close()
 	window, most := w.cfg.Advanced.GroupCommitWindow, w.cfg.Advanced.GroupCommitMax
 	var timer groupTimer
 	for {
@@ -124,13 +117,8 @@ func (c *committer) run(baseCtx context.Context) {
 			}
 		}
 		timer.stop(expire)
-		c.record(baseCtx, h, group)
+		recordGroup(baseCtx, w, l, false, group, nil)
 	}
-}
-
-// record runs one group's transaction and answers each of its slots.
-func (c *committer) record(baseCtx context.Context, h *rconn.Holder, group []commitReq) {
-	recordGroup(baseCtx, c.w, h, nil, group, nil)
 }
 
 // groupPop is the pop of the next batch that a batch's last group sends
@@ -144,17 +132,15 @@ type groupPop struct {
 	prev, mine chan struct{}
 }
 
-// recordGroup records a group's results in one transaction on h and
-// answers each of its slots: with held (the watch a batch claim left on
-// h's connection, covering every run of the group) without reading
-// (FinishGroupHeld), else, or when a held record changed meanwhile, with
-// FinishGroup. held is used up either way.
+// recordGroup records a group's results in one transaction on l and
+// answers each of its slots: with held, with the watch a batch claim left
+// on l (covering every run of the group) when it still holds (store.Finish).
 //
 // pop, when given with held, is sent behind the group's EXEC in the same
 // round trip; recordGroup returns the ids it took, which the in-flight
 // set holds for the caller's claim (none when the round trip failed: a
 // pop that ran is then the recoverer's).
-func recordGroup(baseCtx context.Context, w *worker, h *rconn.Holder, held *txn.Held, group []commitReq, pop *groupPop) (ids []string) {
+func recordGroup(baseCtx context.Context, w *worker, l *lane, held bool, group []commitReq, pop *groupPop) (ids []string) {
 	ctx, cancel := context.WithTimeout(baseCtx, groupCommitTimeout)
 	defer cancel()
 	// Every slot waiting on this group: the fetching loop has nothing to
@@ -166,76 +152,42 @@ func recordGroup(baseCtx context.Context, w *worker, h *rconn.Holder, held *txn.
 	if early {
 		freeAll(group)
 	}
-	var (
-		res  []buckets.FinishResult
-		err  error
-		sent bool
-	)
-	if held != nil {
-		if held.Conn() != h.Conn() || held.Conn().Err() != nil {
-			err = buckets.ErrWatchLost
-		} else {
-			items := make([]buckets.HeldItem, len(group))
-			for i, r := range group {
-				items[i] = buckets.HeldItem{Rec: r.rec, Waited: r.waited, Now: r.item.Now, Decide: r.item.Decide}
-			}
-			sent = true
-			if pop == nil {
-				res, _, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL(), nil)
-			} else {
-				cmds := w.store.PopsNext(pop.q, w.id, pop.n)
-				ids, _ = w.inflight.popMany(func() ([]string, bool, error) {
-					var after []interface{}
-					res, after, err = w.store.FinishGroupHeld(ctx, held, w.id, items, w.cfg.doneTTL(), cmds)
-					// An error reply of a pop (a ready list of the wrong
-					// type) is the fetching loop's to find and set aside.
-					got, _ := buckets.Popped(pop.q, after)
-					return got, len(after) != len(cmds), nil
-				})
-			}
-		}
-		if errors.Is(err, buckets.ErrWatchLost) {
-			// A record or mark changed since the claim: the checked way,
-			// which reads them.
-			res, err, sent = nil, nil, false
-		} else if err != nil {
-			h.Drop()
-		}
+	req := finishReq{items: make([]finishItem, len(group)), held: held}
+	for i, r := range group {
+		req.items[i] = r.item
 	}
-	if res == nil && err == nil {
-		items := make([]buckets.FinishItem, len(group))
-		for i, r := range group {
-			items[i] = r.item
-		}
-		var conn redis.Conn
-		conn, err = h.Get(ctx)
-		sent = err == nil
-		if err == nil {
-			res, err = w.store.FinishGroup(ctx, conn, w.id, items, w.cfg.doneTTL())
-			if err != nil {
-				h.Drop()
-			}
-		}
+	var (
+		res finishRes
+		err error
+	)
+	if held && pop != nil {
+		req.pop, req.popN = pop.q, pop.n
+		ids, _ = w.inflight.popMany(func() ([]string, bool, error) {
+			res, err = w.store.Finish(ctx, l, req)
+			return res.popped, res.popLost, nil
+		})
+	} else {
+		res, err = w.store.Finish(ctx, l, req)
 	}
 	if !early {
 		freeAll(group)
 	}
 	for i, r := range group {
 		if err != nil {
-			r.reply <- commitRes{err: err, sent: sent}
+			r.reply <- commitRes{err: err, sent: res.sent}
 			continue
 		}
-		r.reply <- commitRes{res: res[i]}
+		r.reply <- commitRes{res: res.results[i]}
 	}
 	return ids
 }
 
 // heldGroup records the results of the runs of one batch whose claim left
-// its watch on the batch's connection (ClaimBatch with hold): the first
-// group of them that ends together is recorded with that watch, in one
-// round trip and without reading the records again (FinishGroupHeld);
-// any later group of the batch, or every group when a record changed
-// since the claim, the checked way (FinishGroup). The first result waits
+// its watch on the batch's lane (Claim with hold): the first group of
+// them that ends together is recorded with that watch, in one round trip
+// and without reading the records again; any later group of the batch,
+// or every group when a record changed since the claim, the checked way
+// (store.Finish). The first result waits
 // for the batch's others at most Config.Advanced.GroupCommitWindow, as the
 // committer's. It runs on the batch's goroutine until each of its runs has
 // reported, with its result or as given back (gone). While the queues look
@@ -243,21 +195,21 @@ func recordGroup(baseCtx context.Context, w *worker, h *rconn.Holder, held *txn.
 // takes the next batch with its result (processor.nextPop).
 type heldGroup struct {
 	w    *worker
-	h    *rconn.Holder // the claim's connection, with the watch
-	held *txn.Held     // nil once used
-	left int           // runs not yet reported
+	l    *lane // the claim's lane, with the watch
+	held bool  // the watch is not used yet
+	left int   // runs not yet reported
 	reqs chan commitReq
 }
 
-func newHeldGroup(w *worker, h *rconn.Holder, held *txn.Held, runs int) *heldGroup {
-	return &heldGroup{w: w, h: h, held: held, left: runs, reqs: make(chan commitReq, runs)}
+func newHeldGroup(w *worker, l *lane, runs int) *heldGroup {
+	return &heldGroup{w: w, l: l, held: true, left: runs, reqs: make(chan commitReq, runs)}
 }
 
 // commit hands a run's result to the group and waits for its answer, as
 // committer.commit.
-func (g *heldGroup) commit(item buckets.FinishItem, rec *buckets.Record, waited bool, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
+func (g *heldGroup) commit(item finishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
 	reply := make(chan commitRes, 1)
-	g.reqs <- commitReq{item: item, tok: tok, reply: reply, rec: rec, waited: waited}
+	g.reqs <- commitReq{item: item, tok: tok, reply: reply}
 	r := <-reply
 	return r.res, r.sent, r.err
 }
@@ -271,7 +223,7 @@ func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 // which it holds a slot token each (none: nothing was taken), and its
 // place in the slot order (processor.reserveTurn).
 func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, chan struct{}, chan struct{}) {
-	defer g.h.Close()
+	defer g.l.close()
 	window := g.w.cfg.Advanced.GroupCommitWindow
 	var timer groupTimer
 	for g.left > 0 {
@@ -315,12 +267,12 @@ func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, ch
 			continue
 		}
 		held := g.held
-		g.held = nil
+		g.held = false
 		var pop *groupPop
-		if g.left == 0 && held != nil {
+		if g.left == 0 && held {
 			pop = g.w.proc.nextPop(fetchCtx, group)
 		}
-		ids := recordGroup(baseCtx, g.w, g.h, held, group, pop)
+		ids := recordGroup(baseCtx, g.w, g.l, held, group, pop)
 		if pop != nil {
 			if ids = g.w.proc.popped(pop, ids); len(ids) == 0 {
 				return "", nil, nil, nil

@@ -108,12 +108,7 @@ func (c *control) reread(ctx context.Context) error {
 	w := c.w
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	conn, err := w.pool.GetContext(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	qs, err := w.store.PausedQueues(ctx, conn)
+	qs, err := w.store.PausedQueues(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -37,11 +38,13 @@ func (c execLostConn) ReceiveContext(ctx context.Context) (interface{}, error) {
 	return redis.ReceiveContext(c.Conn, ctx)
 }
 
-// dupClaimStore loses the first claim's EXEC, and makes that claim's
-// error arrive only after the second claim of the id returned, or after a
+// dupClaimStore loses the first claim's EXEC (it runs on a lane of lossy,
+// whose connections are execLostConns), and makes that claim's error
+// arrive only after the second claim of the id returned, or after a
 // second when none does meanwhile (it waits for the first, as it should).
 type dupClaimStore struct {
-	workerStore
+	store
+	lossy  *redis.Pool
 	mu     sync.Mutex
 	claims int
 	other  chan struct{}
@@ -50,24 +53,26 @@ type dupClaimStore struct {
 
 func (d *dupClaimStore) otherDone() { d.once.Do(func() { close(d.other) }) }
 
-func (d *dupClaimStore) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now int64, deadline func(*buckets.Record) int64, hold bool, cs *buckets.ClaimState) (*buckets.Record, buckets.ClaimResult, error) {
+func (d *dupClaimStore) Claim(ctx context.Context, l *lane, p string, ids []string, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
 	d.mu.Lock()
 	d.claims++
 	n := d.claims
 	d.mu.Unlock()
 	if n == 1 {
-		rec, res, err := d.workerStore.Claim(ctx, execLostConn{conn}, w, q, id, now, deadline, hold, cs)
+		ll := &lane{h: rconn.Holder{Pool: d.lossy}}
+		defer ll.close()
+		recs, res, err := d.store.Claim(ctx, ll, p, ids, cs, hold)
 		select {
 		case <-d.other:
 		case <-time.After(time.Second):
 		}
-		return rec, res, err
+		return recs, res, err
 	}
-	rec, res, err := d.workerStore.Claim(ctx, conn, w, q, id, now, deadline, hold, cs)
+	recs, res, err := d.store.Claim(ctx, l, p, ids, cs, hold)
 	if n == 2 {
 		d.otherDone()
 	}
-	return rec, res, err
+	return recs, res, err
 }
 
 // An id pushed twice into a ready list (a settle or a recovery may do
@@ -96,7 +101,15 @@ func TestDuplicateCopyInOneProcessRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := &dupClaimStore{workerStore: w.store, other: make(chan struct{})}
+	lossy := &redis.Pool{Dial: func() (redis.Conn, error) {
+		c, err := e.pool.Dial()
+		if err != nil {
+			return nil, err
+		}
+		return execLostConn{c}, nil
+	}}
+	defer lossy.Close()
+	ds := &dupClaimStore{store: w.store, lossy: lossy, other: make(chan struct{})}
 	w.store = ds
 	stop := runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "both copies taken", func() bool {

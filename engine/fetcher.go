@@ -15,7 +15,6 @@ import (
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/bucketq/bucketq/txn"
-	"github.com/gomodule/redigo/redis"
 )
 
 // fetcher takes tasks: it picks the order of the queues, pops an id into
@@ -26,7 +25,7 @@ type fetcher struct {
 	queues  []string
 	weights []float64
 	waiter  *waiter
-	h       rconn.Holder // the fetching loop's connection
+	l       lane // the fetching loop's connection
 	bo      rconn.Backoff
 	k       atomic.Int64 // tasks the next pop asks for when slots are free (adapts)
 
@@ -117,7 +116,7 @@ func (f *fetcher) available(q string, now time.Time) bool {
 func newFetcher(w *worker) *fetcher {
 	f := &fetcher{w: w, waiter: &waiter{w: w}, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
 	f.waiter.blocker.Pool = w.pool
-	f.h.Pool = w.pool
+	f.l.h.Pool = w.pool
 	f.k.Store(1)
 	for _, q := range w.cfg.Queues {
 		f.queues = append(f.queues, q.Name)
@@ -126,18 +125,18 @@ func newFetcher(w *worker) *fetcher {
 	return f
 }
 
-// claimed is a task claimed by this worker, with the holder whose
-// connection keeps the claim's WATCH on the record (held is that watch,
-// or nil).
+// claimed is a task claimed by this worker, with the lane that may keep
+// the claim's WATCH on the record.
 type claimed struct {
-	rec  *buckets.Record
-	h    *rconn.Holder
-	held *txn.Held
+	rec *buckets.Record
+	l   *lane
+	// held: the claim left its watch on l for this run's result.
+	held bool
 	// batch: the claim of a batch left its watch for the batch's results,
 	// which this run's joins (heldGroup); nil otherwise.
 	batch *heldGroup
 	// waited: the claim found the task waited for (its waiter mark, which
-	// the held watch covers), for FinishHeld and FinishGroupHeld.
+	// the held watch covers), for the result recorded with that watch.
 	waited bool
 	// tok is a batch run's slot token (nil: the caller's business). Its
 	// group gives it back with all of the group's slots at once, so that
@@ -196,30 +195,20 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 			}
 			continue
 		}
-		conn, err := f.h.Get(ctx)
-		if err != nil {
-			if !f.bo.Wait(ctx, w.log, "fetch", err) {
-				break
-			}
-			continue
-		}
 		var q string
 		ids, err := w.inflight.popMany(func() ([]string, bool, error) {
 			var ids []string
 			var err error
-			ids, q, err = f.popAny(ctx, conn, n)
+			ids, q, err = f.popAny(ctx, n)
 			return ids, err != nil && !buckets.IsServerError(err), err
 		})
 		if err != nil && len(ids) == 0 {
-			f.h.Drop()
 			if !f.bo.Wait(ctx, w.log, "fetch", err) {
 				break
 			}
 			continue
 		}
-		if err != nil {
-			f.h.Drop()
-		} else {
+		if err == nil {
 			f.bo.Reset()
 		}
 		if len(ids) == 0 {
@@ -243,7 +232,7 @@ func (f *fetcher) next(ctx context.Context, n int, bound func(n int) int) (strin
 
 func (f *fetcher) close() {
 	f.waiter.close()
-	f.h.Close()
+	f.l.close()
 }
 
 // order is the order to try the available queues (neither paused nor
@@ -295,24 +284,24 @@ func (f *fetcher) order() []string {
 // failure is returned. It returns the place (buckets.Place) the ids were
 // taken from.
 //
-// It takes up to n tasks of that one place in one round trip (PopMany),
+// It takes up to n tasks of that one place in one round trip (store.Pop),
 // so a batch never mixes queues or levels: under strict priority a lower
 // queue is popped only when every queue before it was empty, and a level
 // only when the levels before it were.
-func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []string, q string, err error) {
-	if err := f.refreshLimits(ctx, conn); err != nil { // popBound reads them
+func (f *fetcher) popAny(ctx context.Context, n int) (ids []string, q string, err error) {
+	if err := f.refreshLimits(ctx, &f.l); err != nil { // popBound reads them
 		return nil, "", err
 	}
 	var bad error
 	for _, q := range f.order() {
-		ids, wrong, err := f.popPlace(ctx, conn, q, f.popBound(q, n))
+		ids, wrong, err := f.popPlace(ctx, q, f.popBound(q, n))
 		if wrong != nil {
 			bad = wrong
 		}
 		if err != nil || len(ids) > 0 {
 			return ids, q, err
 		}
-		places, err := f.levels(ctx, conn, q)
+		places, err := f.levels(ctx, q)
 		if err != nil {
 			return nil, "", err
 		}
@@ -321,12 +310,12 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []str
 			var wrong, err error
 			if lvl, keyed := strings.CutSuffix(p, "#"); keyed {
 				var kp string
-				kp, ids, wrong, err = f.popKeyed(ctx, conn, lvl, f.popBound(q, n))
+				kp, ids, wrong, err = f.popKeyed(ctx, lvl, f.popBound(q, n))
 				if err != nil || len(ids) > 0 {
 					return ids, kp, err
 				}
 			} else {
-				ids, wrong, err = f.popPlace(ctx, conn, p, f.popBound(q, n))
+				ids, wrong, err = f.popPlace(ctx, p, f.popBound(q, n))
 			}
 			if wrong != nil {
 				bad = wrong
@@ -344,19 +333,12 @@ func (f *fetcher) popAny(ctx context.Context, conn redis.Conn, n int) (ids []str
 
 // popPlace pops up to n ids of one place. A ready list (or in-flight list)
 // of the wrong type is set aside and reported as wrong, not as err.
-func (f *fetcher) popPlace(ctx context.Context, conn redis.Conn, p string, n int) (ids []string, wrong, err error) {
+func (f *fetcher) popPlace(ctx context.Context, p string, n int) (ids []string, wrong, err error) {
 	w := f.w
-	if n > 1 {
-		ids, err = w.store.PopMany(ctx, conn, p, w.id, n)
-	} else {
-		var id string
-		id, err = w.store.Pop(ctx, conn, p, w.id)
-		if id != "" {
-			ids = []string{id}
-		}
-	}
+	r, err := w.store.Pop(ctx, &f.l, p, n)
+	ids = r.ids
 	if err != nil && buckets.IsWrongType(err) {
-		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Ready(p), w.keys.Inflight(w.id))
+		w.setAside(ctx, "list", w.keys.Ready(p), w.keys.Inflight(w.id))
 		return ids, err, nil
 	}
 	return ids, nil, err
@@ -367,16 +349,17 @@ func (f *fetcher) popPlace(ctx context.Context, conn redis.Conn, p string, n int
 // key's time has come it notes when the next one's does, for the idle
 // wait. A rotation or a key's list of the wrong type is set aside and
 // reported as wrong, not as err.
-func (f *fetcher) popKeyed(ctx context.Context, conn redis.Conn, p string, n int) (kp string, ids []string, wrong, err error) {
+func (f *fetcher) popKeyed(ctx context.Context, p string, n int) (kp string, ids []string, wrong, err error) {
 	w := f.w
-	kp, ids, next, err := w.store.PopKey(ctx, conn, p, w.id, n, ms(w.cfg.Advanced.Clock.Now()))
+	r, err := w.store.Pop(ctx, &f.l, p+"#", n)
+	kp, ids, next := r.place, r.ids, r.next
 	if err != nil && buckets.IsWrongType(err) {
-		setAside(ctx, w.pool, w.store, w.keys, w.log, "zset", w.keys.Rotation(p))
+		w.setAside(ctx, "zset", w.keys.Rotation(p))
 		lists := []string{w.keys.Inflight(w.id)}
 		if kp != "" {
 			lists = append(lists, w.keys.Ready(kp))
 		}
-		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", lists...)
+		w.setAside(ctx, "list", lists...)
 		return kp, ids, err, nil
 	}
 	if next > 0 {
@@ -392,19 +375,19 @@ func (f *fetcher) popKeyed(ctx context.Context, conn redis.Conn, p string, n int
 // cannot be read for a reason of the server's (a key of the wrong type,
 // set aside) counts as empty until the next read; a connection failure
 // is returned.
-func (f *fetcher) levels(ctx context.Context, conn redis.Conn, q string) ([]string, error) {
+func (f *fetcher) levels(ctx context.Context, q string) ([]string, error) {
 	f.lvMu.Lock()
 	stale := f.lvRead.IsZero() || time.Since(f.lvRead) >= levelsRefresh
 	f.lvMu.Unlock()
 	if stale {
 		w := f.w
-		lv, err := w.store.Levels(ctx, conn)
+		lv, err := w.store.Levels(ctx, &f.l)
 		if err != nil && !buckets.IsServerError(err) {
 			return nil, err
 		}
 		if err != nil {
 			if buckets.IsWrongType(err) {
-				setAside(ctx, w.pool, w.store, w.keys, w.log, "set", w.keys.Levels())
+				w.setAside(ctx, "set", w.keys.Levels())
 			}
 			w.log.Warn("could not read the priority levels in use; popping level 1 only until the next read", keyErr, err)
 		}
@@ -453,49 +436,45 @@ const claimTries = 6
 // error reply of the server or a failure that persists gives the id back.
 //
 // cs, when given, is the id's claim state from an earlier attempt (a
-// batch's); hold leaves the claim's watch on h's connection for the
-// result (FinishHeld).
-func (f *fetcher) claim(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held, bool) {
+// batch's); hold leaves the claim's watch on l for the result (Finish
+// with held).
+func (f *fetcher) claim(ctx context.Context, l *lane, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, bool, bool) {
 	unlock, ok := f.w.inflight.lockClaim(ctx, id)
 	if !ok {
 		// Stopping: the id stays in the in-flight list, which the worker
 		// gives back when it unregisters.
 		f.w.inflight.release(id, true)
-		return nil, nil, false
+		return nil, false, false
 	}
 	defer unlock()
-	return f.claimLocked(ctx, h, q, id, cs, hold)
+	return f.claimLocked(ctx, l, q, id, cs, hold)
 }
 
 // claimLocked is claim for a caller that holds id's claim lock. Besides
-// the record and the held watch it returns whether the claim found the
-// task waited for (ClaimState.Waited), for FinishHeld.
-func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, *txn.Held, bool) {
+// the record it returns whether the claim left its watch on l, and
+// whether it found the task waited for (ClaimState.Waited).
+func (f *fetcher) claimLocked(ctx context.Context, l *lane, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, bool, bool) {
 	w := f.w
 	var bo rconn.Backoff
 	if cs == nil {
 		cs = &buckets.ClaimState{} // recognises our own claim if a reply is lost
 	}
 	for try := 1; ; try++ {
-		conn, err := h.Get(ctx)
-		if err == nil {
-			if err = f.refreshLimits(ctx, conn); err != nil {
-				h.Drop()
-			}
-		}
+		err := f.refreshLimits(ctx, l)
 		if err == nil {
 			cs.Serves, cs.UnservedGrace, cs.Limits = w.serves, w.cfg.unservedGraceMs(), f.lim.of(buckets.QueueOf(q))
-			rec, res, cerr := w.store.Claim(ctx, conn, w.id, q, id, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, hold, cs)
+			one := []buckets.ClaimState{*cs}
+			recs, res, cerr := w.store.Claim(ctx, l, q, []string{id}, one, hold)
+			*cs = one[0]
 			if cerr == nil {
 				w.inflight.release(id, false)
-				f.claimed(q, id, res, cs.Until)
-				if rec == nil {
-					return nil, nil, false
+				f.claimed(q, id, res[0], cs.Until)
+				if recs[0] == nil {
+					return nil, false, false
 				}
-				return rec, cs.Held(), cs.Waited()
+				return recs[0], cs.Held() != nil, cs.Waited()
 			}
 			err = cerr
-			h.Drop()
 			if buckets.IsWrongType(err) {
 				// A command failed on the server: a key the claim writes
 				// has the wrong type. Set such keys aside and try once more.
@@ -506,7 +485,7 @@ func (f *fetcher) claimLocked(ctx context.Context, h *rconn.Holder, q, id string
 		if try >= claimTries || ctx.Err() != nil {
 			w.log.Error("could not claim a task; giving it back to be returned to its queue", keyTaskID, id, keyQueue, q, keyErr, err, "tries", try)
 			w.inflight.release(id, true)
-			return nil, nil, false
+			return nil, false, false
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}
@@ -555,7 +534,7 @@ func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, until int64) {
 }
 
 // claimBatch claims ids popped together from queue q in one transaction
-// (ClaimBatch) and ends the hold on every id whatever happens. It returns
+// (store.Claim) and ends the hold on every id whatever happens. It returns
 // one record per id, nil for an id not claimed, each with its claim
 // state. A connection failure is retried a few times as claim's; an error
 // reply of the server (a key of the wrong type) or a conflict that
@@ -563,10 +542,10 @@ func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, until int64) {
 // keys aside. ctx ended before the claim: the ids stay in the in-flight
 // list, which the worker gives back when it unregisters.
 //
-// With hold, the batch transaction leaves its watch on h's connection
-// (ClaimState.Held of the runs it covers) for the batch's results: the
-// caller then runs nothing else on h until they are recorded.
-func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
+// With hold, the batch transaction leaves its watch on l (ClaimState.Held
+// of the runs it covers) for the batch's results: the caller then runs
+// nothing else on l until they are recorded.
+func (f *fetcher) claimBatch(ctx context.Context, l *lane, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
 	w := f.w
 	// An id another slot of the process is claiming (a second copy of
 	// it) is claimed on its own, after that claim (see lockClaim).
@@ -584,16 +563,16 @@ func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids
 			later = append(later, i)
 		}
 	}
-	recs, cs := f.claimBatchLocked(ctx, h, q, ids, hold)
+	recs, cs := f.claimBatchLocked(ctx, l, q, ids, hold)
 	for _, unlock := range unlocks {
 		unlock()
 	}
 	if len(later) > 0 {
-		// On a connection of their own: h may hold the batch's watch.
-		lh := w.holder()
-		defer lh.Close()
+		// On a connection of their own: l may hold the batch's watch.
+		ol := w.lane()
+		defer ol.close()
 		for _, i := range later {
-			r, _, _ := f.claim(ctx, lh, q, all[i], nil, false)
+			r, _, _ := f.claim(ctx, ol, q, all[i], nil, false)
 			recs = append(recs, r)
 			cs = append(cs, buckets.ClaimState{})
 		}
@@ -602,7 +581,7 @@ func (f *fetcher) claimBatch(ctx context.Context, h *rconn.Holder, q string, ids
 }
 
 // claimBatchLocked is claimBatch for ids whose claim locks the caller holds.
-func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
+func (f *fetcher) claimBatchLocked(ctx context.Context, l *lane, q string, ids []string, hold bool) ([]*buckets.Record, []buckets.ClaimState) {
 	w := f.w
 	if len(ids) == 0 {
 		return nil, nil
@@ -620,12 +599,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 		return recs, cs
 	}
 	for try := 1; ; try++ {
-		conn, err := h.Get(ctx)
-		if err == nil {
-			if err = f.refreshLimits(ctx, conn); err != nil {
-				h.Drop()
-			}
-		}
+		err := f.refreshLimits(ctx, l)
 		if err == nil {
 			var res []buckets.ClaimResult
 			var got []*buckets.Record
@@ -634,14 +608,14 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 				// A rate or a per-key limit (learnt since the pop): each
 				// claim reads its windows and its key's slots.
 				for i, id := range ids {
-					recs[i], _, _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
+					recs[i], _, _ = f.claimLocked(ctx, l, q, id, &cs[i], false)
 				}
 				return recs, cs
 			}
 			for i := range cs {
 				cs[i].Limits = lim
 			}
-			got, res, err = w.store.ClaimBatch(ctx, conn, w.id, q, ids, ms(w.cfg.Advanced.Clock.Now()), f.leaseDeadline, cs, hold)
+			got, res, err = w.store.Claim(ctx, l, q, ids, cs, hold)
 			if err == nil {
 				for i, id := range ids {
 					w.inflight.release(id, false)
@@ -649,7 +623,6 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 				}
 				return got, cs
 			}
-			h.Drop()
 			if buckets.IsServerError(err) || errors.Is(err, txn.ErrConflict) {
 				try = claimTries // claim each on its own
 			}
@@ -659,7 +632,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 				w.log.Warn("could not claim a batch of tasks; claiming each on its own", keyQueue, q, keyErr, err, "tasks", len(ids))
 			}
 			for i, id := range ids {
-				recs[i], _, _ = f.claimLocked(ctx, h, q, id, &cs[i], false)
+				recs[i], _, _ = f.claimLocked(ctx, l, q, id, &cs[i], false)
 			}
 			return recs, cs
 		}
@@ -667,16 +640,12 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, h *rconn.Holder, q strin
 	}
 }
 
-func (f *fetcher) leaseDeadline(r *buckets.Record) int64 {
-	return ms(f.w.cfg.Advanced.Clock.Now()) + r.TimeoutMs + f.w.cfg.Advanced.LeaseGrace.Milliseconds()
-}
-
 // setAsideRunKeys sets aside the keys a claim or a result writes besides
 // the record, if one has the wrong type: the in-flight list, the pending
 // set, the queue's counters.
 func (w *worker) setAsideRunKeys(ctx context.Context, q string) {
-	setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
-	setAside(ctx, w.pool, w.store, w.keys, w.log, "zset", w.keys.Pending(w.id))
-	setAside(ctx, w.pool, w.store, w.keys, w.log, "hash", w.keys.Stats(q))
-	setAside(ctx, w.pool, w.store, w.keys, w.log, "hash", w.keys.Limit(buckets.QueueOf(q)))
+	w.setAside(ctx, "list", w.keys.Inflight(w.id))
+	w.setAside(ctx, "zset", w.keys.Pending(w.id))
+	w.setAside(ctx, "hash", w.keys.Stats(q))
+	w.setAside(ctx, "hash", w.keys.Limit(buckets.QueueOf(q)))
 }

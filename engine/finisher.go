@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/engine/internal/rconn"
-	"github.com/bucketq/bucketq/txn"
-	"github.com/gomodule/redigo/redis"
 )
 
 // finisher records a run's outcome. With the claim's watch still held on
@@ -53,126 +50,106 @@ func (f *finisher) finish(fetchCtx, ctx context.Context, c claimed, herr error, 
 		}
 		return out
 	}
+	item := finishItem{FinishItem: buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}, rec: rec, waited: c.waited}
 	var next popped
-	cut := false // a connection failed after a result may have been sent
-	if c.batch != nil || (c.held == nil && f.group != nil) {
+	if c.batch != nil || (!c.held && f.group != nil) {
 		// The group gives the slot back with the group's (see
 		// committer.commit), even when the group fails and this result
 		// goes the checked way: a result whose slot went back holds one
 		// of the unrecorded tokens until it is recorded, so there are
 		// never more such results than the bound.
-		unrecorded := w.proc.unrecorded
-		unrecorded <- struct{}{}
-		defer func() { <-unrecorded }()
-		item := buckets.FinishItem{ID: rec.ID, Run: rec.Runs, Now: ms(now), Decide: decide}
+		w.proc.unrecorded.take(context.Background())
+		defer w.proc.unrecorded.give(1)
 		var (
 			res  buckets.FinishResult
 			sent bool
 			gerr error
 		)
 		if c.batch != nil {
-			res, sent, gerr = c.batch.commit(item, rec, c.waited, c.tok)
+			res, sent, gerr = c.batch.commit(item, c.tok)
 		} else {
 			res, sent, gerr = f.group.commit(item, c.tok)
 		}
-		switch {
-		case gerr == nil && res.Err == nil:
-			f.logOutcome(res.Rec, res.Out, herr)
+		if gerr == nil {
+			f.settle(ctx, c.l, rec, res, herr, false)
 			return next
-		case gerr == nil && errors.Is(res.Err, buckets.ErrLeaseLost):
-			f.notOurs(rec, res.Rec, false)
-			return next
-		case gerr != nil:
-			// The group's EXEC may have run: Finish tells.
-			cut = sent
 		}
-		// A record that could not be read: the checked way says why.
-		return f.checked(ctx, c.h, rec, now, decide, herr, cut, next)
+		// The group failed as a whole; its EXEC may have run (sent).
+		return f.checked(ctx, c.l, item, herr, sent, next)
 	}
-	if c.held != nil && c.h.Conn() == c.held.Conn() && c.held.Conn().Err() == nil {
-		var pop []txn.Cmd
-		if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 && w.fetcher.shallow() {
-			next.q = order[0]
-			next.prev, next.mine = w.proc.reserveTurn() // before the pop is sent
-			pop = []txn.Cmd{w.store.PopNext(next.q, w.id)}
-		}
-		var (
-			r   *buckets.Record
-			out buckets.Outcome
-			err error
-		)
-		held := func() (string, bool, error) {
-			var reps []interface{}
-			r, out, reps, err = w.store.FinishHeld(ctx, c.held, w.id, rec, c.waited, ms(now), w.cfg.doneTTL(), decide, pop)
-			if pop == nil {
-				return "", false, nil
-			}
-			if len(reps) != 1 {
-				return "", true, nil // the pop's reply is lost
-			}
-			id, _ := redis.String(reps[0], nil)
-			return id, false, nil
-		}
-		if pop != nil {
-			next.id, _ = w.inflight.pop(held)
-		} else {
-			_, _, _ = held()
-		}
-		if next.id == "" {
-			next.pass()
-			next = popped{}
-		} else {
-			w.fetcher.adapt(1, 1) // the queue had more: deep enough to take several
-		}
-		switch {
-		case err == nil:
-			f.logOutcome(r, out, herr)
-			return next
-		case errors.Is(err, buckets.ErrWatchLost):
-			// The record changed since the claim: the checked way says why.
-		default:
-			c.h.Drop()
-			cut = true
-		}
+	if !c.held {
+		return f.checked(ctx, c.l, item, herr, false, next)
 	}
-	return f.checked(ctx, c.h, rec, now, decide, herr, cut, next)
+	// Recorded with the claim's watch, in one round trip that also takes
+	// the next task while the queues look shallow.
+	req := finishReq{items: []finishItem{item}, held: true}
+	if order := w.fetcher.order(); fetchCtx.Err() == nil && w.hb.alive() && len(order) > 0 && w.fetcher.shallow() {
+		next.q = order[0]
+		next.prev, next.mine = w.proc.reserveTurn() // before the pop is sent
+		req.pop, req.popN = next.q, 1
+	}
+	var (
+		res finishRes
+		err error
+	)
+	if req.popN > 0 {
+		ids, _ := w.inflight.popMany(func() ([]string, bool, error) {
+			res, err = w.store.Finish(ctx, c.l, req)
+			return res.popped, res.popLost, nil
+		})
+		if len(ids) > 0 {
+			next.id = ids[0]
+		}
+	} else {
+		res, err = w.store.Finish(ctx, c.l, req)
+	}
+	if next.id == "" {
+		next.pass()
+		next = popped{}
+	} else {
+		w.fetcher.adapt(1, 1) // the queue had more: deep enough to take several
+	}
+	if err == nil {
+		f.settle(ctx, c.l, rec, res.results[0], herr, false)
+		return next
+	}
+	return f.checked(ctx, c.l, item, herr, res.sent, next)
 }
 
-// checked records the outcome with Finish, which reads the record first.
-// It retries a connection failure until the run's lease ends (a reaper may
-// return the task after that), and never an error reply of the server.
-func (f *finisher) checked(ctx context.Context, h *rconn.Holder, rec *buckets.Record, now time.Time,
-	decide func(*buckets.Record) buckets.Outcome, herr error, cut bool, next popped) popped {
+// settle acts on what recording rec's result found (r): its outcome; a
+// record no longer this run's (ErrLeaseLost); a done record not kept,
+// which after a lost reply (cut) is this very result; or a record lost,
+// corrupted or of the wrong type, cleared (abandon).
+func (f *finisher) settle(ctx context.Context, l *lane, rec *buckets.Record, r buckets.FinishResult, herr error, cut bool) {
 	w := f.w
+	switch {
+	case r.Err == nil:
+		f.logOutcome(r.Rec, r.Out, herr)
+	case errors.Is(r.Err, buckets.ErrLeaseLost):
+		f.notOurs(rec, r.Rec, cut)
+	case errors.Is(r.Err, buckets.ErrNotFound) && cut && w.cfg.DoneRetention < 0:
+		w.log.Debug("result already recorded before the connection dropped", keyTaskID, rec.ID)
+	default: // not found, malformed, of the wrong type
+		f.abandon(ctx, l, rec, r.Err)
+	}
+}
+
+// checked records the outcome the way that reads the record first
+// (store.Finish without held). It retries a connection failure until the
+// run's lease ends (a reaper may return the task after that), and never
+// an error reply of the server.
+func (f *finisher) checked(ctx context.Context, l *lane, it finishItem, herr error, cut bool, next popped) popped {
+	w := f.w
+	rec := it.rec
 	bo := w.backoff()
 	leaseEnd := time.UnixMilli(rec.Deadline)
 	for {
-		conn, err := h.Get(context.WithoutCancel(ctx))
+		res, err := w.store.Finish(context.WithoutCancel(ctx), l, finishReq{items: []finishItem{it}})
 		if err == nil {
-			var (
-				r   *buckets.Record
-				out buckets.Outcome
-			)
-			r, out, err = w.store.Finish(ctx, conn, w.id, rec.ID, rec.Runs, ms(now), w.cfg.doneTTL(), decide)
-			switch {
-			case err == nil:
-				f.logOutcome(r, out, herr)
-				return next
-			case errors.Is(err, buckets.ErrLeaseLost):
-				f.notOurs(rec, r, cut)
-				return next
-			case errors.Is(err, buckets.ErrNotFound) && cut && w.cfg.DoneRetention < 0:
-				// A done record not kept: this very result, recorded
-				// before the reply was lost.
-				w.log.Debug("result already recorded before the connection dropped", keyTaskID, rec.ID)
-				return next
-			case errors.Is(err, buckets.ErrNotFound), errors.Is(err, buckets.ErrMalformed), buckets.IsWrongType(err):
-				f.abandon(ctx, h, rec, err)
-				return next
-			}
-			h.Drop()
-			cut = true
+			f.settle(ctx, l, rec, res.results[0], herr, cut)
+			return next
 		}
+		cut = cut || res.sent
 		if ctx.Err() != nil {
 			w.log.Error("could not record a task's result before shutdown; it stays running and a reaper returns it when the lease ends",
 				keyTaskID, rec.ID, keyErr, err)
@@ -215,7 +192,7 @@ func (f *finisher) notOurs(rec, cur *buckets.Record, cut bool) {
 // gauge in one transaction, and a dead letter when there is something to
 // keep. A few tries; past them the lease backstop of the reaper clears
 // the entry.
-func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Record, cause error) {
+func (f *finisher) abandon(ctx context.Context, l *lane, rec *buckets.Record, cause error) {
 	w := f.w
 	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, cause}
 	if buckets.IsWrongType(cause) {
@@ -223,22 +200,17 @@ func (f *finisher) abandon(ctx context.Context, h *rconn.Holder, rec *buckets.Re
 	}
 	bo := w.backoff()
 	for {
-		conn, err := h.Get(context.WithoutCancel(ctx))
+		res, err := w.store.Abandon(context.WithoutCancel(ctx), l, rec)
 		if err == nil {
-			var res buckets.AbandonResult
-			res, err = w.store.Abandon(context.WithoutCancel(ctx), conn, w.id, rec, ms(w.cfg.Advanced.Clock.Now()))
-			if err == nil {
-				switch res {
-				case buckets.AbandonDropped:
-					w.log.Error("task record deleted while it ran; its result is dropped", attrs...)
-				case buckets.AbandonBuried:
-					w.log.Error("task record corrupted or replaced by a key of another type while it ran; sent to the dead letters", attrs...)
-				case buckets.AbandonStillOurs:
-					w.log.Warn("task record still shows the run; its result could not be recorded and it stays running until its lease ends", attrs...)
-				}
-				return
+			switch res {
+			case buckets.AbandonDropped:
+				w.log.Error("task record deleted while it ran; its result is dropped", attrs...)
+			case buckets.AbandonBuried:
+				w.log.Error("task record corrupted or replaced by a key of another type while it ran; sent to the dead letters", attrs...)
+			case buckets.AbandonStillOurs:
+				w.log.Warn("task record still shows the run; its result could not be recorded and it stays running until its lease ends", attrs...)
 			}
-			h.Drop()
+			return
 		}
 		if bo.Fails() >= cleanupTries-1 || !bo.Wait(context.WithoutCancel(ctx), w.log, "clear an unfinishable run", err) {
 			w.log.Error("could not clear a run whose record was lost; a reaper clears it when the lease ends", append(attrs, "clear_err", err)...)

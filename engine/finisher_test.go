@@ -7,28 +7,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/txn"
 )
 
 // replyLosingStore records a result for real and then reports the
 // connection lost, once, with every idle connection of the pool closed
 // by the server meanwhile (as a restart or a proxy cut would).
 type replyLosingStore struct {
-	workerStore
+	store
 	armed atomic.Bool
 	kill  func()
 }
 
-func (s *replyLosingStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
-	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, waited, now, doneTTL, decide, next)
-	if err == nil && s.armed.CompareAndSwap(true, false) {
-		held.Conn().Close()
+func (s *replyLosingStore) Finish(ctx context.Context, l *lane, req finishReq) (finishRes, error) {
+	res, err := s.store.Finish(ctx, l, req)
+	if err == nil && res.held && s.armed.CompareAndSwap(true, false) {
+		l.h.Conn().Close()
 		s.kill()
-		return nil, 0, nil, errInjected
+		return finishRes{sent: true}, errInjected
 	}
-	return rec, out, reps, err
+	return res, err
 }
 
 // logLines keeps the messages logged at Warn and above.
@@ -57,7 +54,7 @@ func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
 	rec := newRecorder(nil)
 	e.cfg.Concurrency = 1
 	w, _ := newWorker(e.pool, e.cfg, rec)
-	ls := &replyLosingStore{workerStore: w.store, kill: func() {
+	ls := &replyLosingStore{store: w.store, kill: func() {
 		admin := e.admin(t)
 		_, _ = admin.Do("CLIENT", "KILL", "TYPE", "normal")
 	}}

@@ -114,16 +114,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 		}
 	}
 	info, _ := json.Marshal(hb)
-	conn, err := w.pool.GetContext(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ttl := int64(w.cfg.Advanced.HeartbeatTTL / time.Second)
-	if full {
-		return w.store.Beat(ctx, conn, w.id, ttl, info, served...)
-	}
-	return w.store.Refresh(ctx, conn, w.id, ttl, info, served...)
+	return w.store.Beat(ctx, nil, beat{full: full, ttl: int64(w.cfg.Advanced.HeartbeatTTL / time.Second), info: info, served: served})
 }
 
 // alive reports whether the heartbeat key certainly still exists: the
@@ -162,6 +153,6 @@ func (h *heartbeater) run(ctx context.Context) {
 			continue
 		}
 		fails = 0
-		placeAgain(ctx, w.pool, w.store, w.log)
+		w.placeAgain(ctx)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -150,7 +149,7 @@ func TestRecovererLooksAfterPops(t *testing.T) {
 // beatLog records the heartbeat calls of a worker in order; the first
 // Refresh after arm is set sleeps for slow, or fails.
 type beatLog struct {
-	workerStore
+	store
 	mu    sync.Mutex
 	calls []string
 	slow  time.Duration
@@ -170,24 +169,23 @@ func (b *beatLog) seq() []string {
 	return slices.Clone(b.calls)
 }
 
-func (b *beatLog) Beat(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error {
-	b.log("beat")
-	return b.workerStore.Beat(ctx, conn, w, ttl, info, served...)
-}
-
-func (b *beatLog) Refresh(ctx context.Context, conn redis.Conn, w string, ttl int64, info []byte, served ...buckets.Served) error {
+func (b *beatLog) Beat(ctx context.Context, l *lane, bt beat) error {
+	if bt.full {
+		b.log("beat")
+		return b.store.Beat(ctx, l, bt)
+	}
 	if b.arm.CompareAndSwap(true, false) {
 		if b.fail {
 			b.log("refresh-failed")
 			return errInjected
 		}
-		err := b.workerStore.Refresh(ctx, conn, w, ttl, info, served...)
+		err := b.store.Beat(ctx, l, bt)
 		time.Sleep(b.slow) // the reply comes late
 		b.log("refresh-slow")
 		return err
 	}
 	b.log("refresh")
-	return b.workerStore.Refresh(ctx, conn, w, ttl, info, served...)
+	return b.store.Beat(ctx, l, bt)
 }
 
 // A worker's heartbeat renews its keys between full beats (which also
@@ -212,7 +210,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bl := &beatLog{workerStore: w.store, slow: e.cfg.Advanced.HeartbeatTTL, fail: tc.fail}
+			bl := &beatLog{store: w.store, slow: e.cfg.Advanced.HeartbeatTTL, fail: tc.fail}
 			w.store = bl
 			runBackground(t, w.Run)
 			waitFor(t, outcomeWait, "renewals", func() bool { return len(bl.seq()) >= 5 })

@@ -173,8 +173,8 @@ func (r *recoverer) run(ctx context.Context) {
 	w := r.w
 	t := time.NewTicker(w.cfg.Advanced.HeartbeatInterval)
 	defer t.Stop()
-	h := w.holder()
-	defer h.Close()
+	l := w.lane()
+	defer l.close()
 	looked := false // a look succeeded, after seen pops
 	var seen int64
 	for first := true; ; first = false {
@@ -190,10 +190,9 @@ func (r *recoverer) run(ctx context.Context) {
 		if looked && pops == seen && !w.inflight.dirty.Load() {
 			continue // nothing entered the list since the last look
 		}
-		if err := r.once(ctx, h); err != nil {
-			h.Drop()
+		if err := r.once(ctx, l); err != nil {
 			if buckets.IsWrongType(err) {
-				setAside(ctx, w.pool, w.store, w.keys, w.log, "list", w.keys.Inflight(w.id))
+				w.setAside(ctx, "list", w.keys.Inflight(w.id))
 			}
 			if ctx.Err() != nil {
 				return
@@ -209,18 +208,12 @@ func (r *recoverer) run(ctx context.Context) {
 
 // once returns every id no slot holds: three commands (WATCH, LRANGE,
 // UNWATCH) when there is none.
-func (r *recoverer) once(ctx context.Context, h interface {
-	Get(context.Context) (redisConn, error)
-}) error {
+func (r *recoverer) once(ctx context.Context, l *lane) error {
 	w := r.w
-	conn, err := h.Get(ctx)
-	if err != nil {
-		return err
-	}
 	w.inflight.dirty.Store(false)
 	var total buckets.RequeueResult
 	for {
-		res, err := w.store.RecoverLost(ctx, conn, w.id, ms(w.cfg.Advanced.Clock.Now()), 100, w.inflight.snapshot)
+		res, err := w.store.RecoverLost(ctx, l, 100, w.inflight.snapshot)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped

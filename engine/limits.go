@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/gomodule/redigo/redis"
 )
 
 // limitRead is how often, at most, the fetching loop reads its queues'
@@ -123,11 +122,11 @@ func (l *limits) isFull(q string, now time.Time) (time.Time, bool) {
 	return until, ok
 }
 
-// refreshLimits reads the limits of the worker's queues on conn when the
+// refreshLimits reads the limits of the worker's queues on ln when the
 // last read is limitRead old. A failed read keeps the old view; it is an
 // error only while there is none yet (the worker's first read): until
 // then no claim may decide that a queue has no limit.
-func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) error {
+func (f *fetcher) refreshLimits(ctx context.Context, ln *lane) error {
 	l := &f.lim
 	due := func() bool {
 		l.mu.Lock()
@@ -143,7 +142,7 @@ func (f *fetcher) refreshLimits(ctx context.Context, conn redis.Conn) error {
 		return nil // read by the claim waited for
 	}
 	now := time.Now()
-	got, err := f.w.store.QueueLimits(ctx, conn, f.queues)
+	got, err := f.w.store.QueueLimits(ctx, ln, f.queues)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.w.log.Debug("could not read the queues' limits", keyErr, err)

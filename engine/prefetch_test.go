@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/gomodule/redigo/redis"
 )
 
 // requeueStore counts the tasks a worker gave back unstarted, and keeps
@@ -22,8 +21,8 @@ type requeueStore struct {
 	calls     [][]string
 }
 
-func (s *requeueStore) Requeue(ctx context.Context, conn redis.Conn, w string, ids []string, now int64, why buckets.Reason, maxRecoveries int) (buckets.RequeueResult, error) {
-	res, err := s.batchStore.Requeue(ctx, conn, w, ids, now, why, maxRecoveries)
+func (s *requeueStore) Requeue(ctx context.Context, l *lane, ids []string, why buckets.Reason) (buckets.RequeueResult, error) {
+	res, err := s.batchStore.Requeue(ctx, l, ids, why)
 	if err == nil && why == buckets.Unstarted {
 		s.unstarted.Add(int64(len(ids)))
 		s.mu.Lock()
@@ -55,7 +54,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{workerStore: w.store}}
+	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
 	w.store = rs
 	return w, rs, runBackground(t, w.Run)
 }
@@ -370,7 +369,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{workerStore: w.store}}
+	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
 	w.store = rs
 	p := w.proc
 	grace := e.cfg.Advanced.LeaseGrace.Milliseconds()
@@ -407,7 +406,9 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	}
 
 	// A stop: every slot taken, the fetching loop stopped while the runs wait.
-	p.slots <- struct{}{}
+	if !p.slots.tryTake() {
+		t.Fatal("the slot is not free")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	ids, started := chain(ctx, 5)
@@ -417,7 +418,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	check("stop", rs.takeCalls(), ids)
 
 	// The first run has the free slot; the two after it go back together.
-	<-p.slots
+	p.slots.give(1)
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	ids, started = chain(ctx, 3)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
-	"github.com/bucketq/bucketq/txn"
 )
 
 // processor bounds the handlers running at once with one semaphore of
@@ -20,7 +19,7 @@ import (
 //     it, and records its result in one round trip that also takes the
 //     next task while the queues look shallow; only when that finds
 //     nothing, or the queues look deep, does the token go back.
-//   - several: one transaction claims them all (ClaimBatch), each runs in
+//   - several: one transaction claims them all (store.Claim), each runs in
 //     its own slot, and results that end together are recorded together
 //     (the committer, group commit). While the queues look deep, the
 //     batch's last group pops the next batch in the same round trip as its
@@ -41,10 +40,11 @@ import (
 // most Concurrency tasks are taken at a time, as without prefetch.
 type processor struct {
 	w     *worker
-	sem   chan struct{} // Concurrency + prefetch tokens: tasks taken, not yet recorded
-	slots chan struct{} // Concurrency tokens: handlers running
-	// reserved: tokens of sem the fetching loop holds back while it does
-	// not claim ahead (its goroutine only); usable is cap(sem) minus them.
+	taken tokens // Concurrency + prefetch: tasks taken, not yet recorded
+	slots tokens // Concurrency: handlers running
+	// reserved: tokens of taken the fetching loop holds back while it
+	// does not claim ahead (its goroutine only); usable is the size of
+	// taken minus them.
 	reserved int
 	usable   atomic.Int64
 	// meanRun is the handlers' recent mean run time in nanoseconds, plus
@@ -59,7 +59,7 @@ type processor struct {
 	// unrecorded holds a token for each result handed to the committer
 	// and not yet recorded: max(Concurrency + prefetch, GroupCommitMax) at
 	// most.
-	unrecorded chan struct{}
+	unrecorded tokens
 	// running counts the handlers running now whose results go to the
 	// committer (claimed without a watch kept for them); the committer
 	// records a group at once when none is left to join it.
@@ -107,14 +107,14 @@ func passTurn(turn, mine chan struct{}) {
 
 func newProcessor(w *worker) *processor {
 	c, pre := w.cfg.Concurrency, w.cfg.prefetch()
-	p := &processor{w: w, sem: make(chan struct{}, c+pre), slots: make(chan struct{}, c),
-		unrecorded: make(chan struct{}, max(c+pre, w.cfg.Advanced.GroupCommitMax))}
+	p := &processor{w: w, taken: newTokens(c + pre), slots: newTokens(c),
+		unrecorded: newTokens(max(c+pre, w.cfg.Advanced.GroupCommitMax))}
 	p.usable.Store(int64(c + pre))
 	return p
 }
 
 // extra is how many tasks the worker may claim beyond its slots.
-func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
+func (p *processor) extra() int { return p.taken.size() - p.slots.size() }
 
 // prefetching reports whether the worker claims ahead of its free slots
 // now: it takes tasks from one queue (a batch claimed ahead would bend
@@ -128,14 +128,14 @@ func (p *processor) extra() int { return cap(p.sem) - cap(p.slots) }
 // are all stuck in long runs would otherwise still look quick, and the
 // worker would sit on tasks that another worker could start.
 func (p *processor) prefetching() bool {
-	slots, extra := cap(p.slots), p.extra()
+	slots, extra := p.slots.size(), p.extra()
 	mean := p.meanRun.Load()
 	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots ||
 		p.w.fetcher.lim.anyLimited(p.w.fetcher.queues) { // a slot of the limit held by a task not running
 		return false
 	}
 	wait := p.w.cfg.Advanced.PrefetchWait
-	if len(p.slots) == slots && time.Duration(time.Now().UnixNano()-p.freed.Load()) > wait {
+	if p.slots.all() && time.Duration(time.Now().UnixNano()-p.freed.Load()) > wait {
 		return false
 	}
 	perSlot := (extra + slots - 1) / slots
@@ -150,12 +150,12 @@ func (p *processor) reserve() {
 		return
 	}
 	if p.prefetching() {
-		p.release(p.reserved)
+		p.taken.give(p.reserved)
 		p.reserved = 0
 	} else {
-		p.reserved = p.takeFree(p.reserved, extra)
+		p.reserved = p.taken.takeFree(p.reserved, extra)
 	}
-	p.usable.Store(int64(cap(p.sem) - p.reserved))
+	p.usable.Store(int64(p.taken.size() - p.reserved))
 }
 
 // observeRun adds a handler's run time to the moving mean.
@@ -185,26 +185,21 @@ func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
 		return false // given back with a run claimed before it
 	}
 	rec := c.rec
-	select {
-	case p.slots <- struct{}{}:
+	if p.slots.tryTake() {
 		return true
-	default:
 	}
 	w := p.w
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	grace := w.cfg.Advanced.LeaseGrace.Milliseconds()
-	claimedAt := rec.Deadline - rec.TimeoutMs - grace // fetcher.leaseDeadline
+	claimedAt := rec.Deadline - rec.TimeoutMs - grace // redisStore.deadline
 	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Advanced.Clock.Now())) * time.Millisecond)
 	defer t.Stop()
-	select {
-	case p.slots <- struct{}{}:
+	if p.slots.takeBefore(fetchCtx, t.C) {
 		if fetchCtx.Err() == nil {
 			return true
 		}
-		<-p.slots
-	case <-fetchCtx.Done():
-	case <-t.C:
+		p.slots.give(1)
 	}
 	ids := c.order.giveBack(c.idx, rec.ID)
 	w.log.Debug("tasks claimed ahead of a free slot given back unstarted", keyTaskID, rec.ID, keyQueue, rec.Queue, "tasks", len(ids), "stopping", fetchCtx.Err() != nil)
@@ -261,11 +256,15 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 	defer stopCommit()
 	defer tasks.Wait()
 	defer w.fetcher.close()
+	defer func() {
+		// The extra tokens held back go back too: every token taken is
+		// given back once.
+		p.taken.give(p.reserved)
+		p.reserved = 0
+	}()
 	for {
 		p.reserve()
-		select {
-		case p.sem <- struct{}{}:
-		case <-fetchCtx.Done():
+		if !p.taken.take(fetchCtx) {
 			return
 		}
 		if p.reserved < p.extra() && !p.prefetching() {
@@ -312,8 +311,8 @@ func (p *processor) run(fetchCtx, baseCtx context.Context) {
 // meanwhile (or were running, and block) keep theirs. The fetching loop's
 // goroutine only.
 func (p *processor) bound(n int) int {
-	others := len(p.sem) - p.reserved - n // tokens of tasks taken: they start first
-	return max(min(n, cap(p.slots)-others), 0)
+	others := p.taken.out() - p.reserved - n // tokens of tasks taken: they start first
+	return max(min(n, p.slots.size()-others), 0)
 }
 
 // gather takes more tokens, up to want in all, while the queues look
@@ -323,48 +322,16 @@ func (p *processor) bound(n int) int {
 // It does not wait when no other slot is taken. It returns the tokens it
 // holds, the one taken before included.
 func (p *processor) gather(want int) int {
-	n := p.takeFree(1, want)
-	window := p.w.cfg.Advanced.GroupCommitWindow
-	if n == want || window <= 0 || len(p.sem)-p.reserved == n {
-		return n
-	}
-	t := time.NewTimer(window)
-	defer t.Stop()
-	for n < want && len(p.sem)-p.reserved > n {
-		select {
-		case p.sem <- struct{}{}:
-			n++
-		case <-t.C:
-			return n
-		}
-	}
-	// The other slots went back faster than the loop took them (a group
-	// frees its slots together): take those still free.
-	return p.takeFree(n, want)
-}
-
-// takeFree takes, without waiting, free tokens up to want in all, n held
-// already, and returns how many it holds then.
-func (p *processor) takeFree(n, want int) int {
-	for n < want {
-		select {
-		case p.sem <- struct{}{}:
-			n++
-		default:
-			return n
-		}
-	}
-	return n
+	// Others may still give tokens back while they hold some.
+	others := func(n int) bool { return p.taken.out()-p.reserved > n }
+	return p.taken.takeWithin(1, want, p.w.cfg.Advanced.GroupCommitWindow, others)
 }
 
 // saturated reports whether every slot is taken.
-func (p *processor) saturated() bool { return len(p.sem) == cap(p.sem) }
+func (p *processor) saturated() bool { return p.taken.all() }
 
-func (p *processor) release(n int) {
-	for range n {
-		<-p.sem
-	}
-}
+// release gives back n tokens of tasks taken.
+func (p *processor) release(n int) { p.taken.give(n) }
 
 // work claims a popped task holding its watch, runs it, records its
 // result, and goes on with the task taken together with the result, as
@@ -372,15 +339,15 @@ func (p *processor) release(n int) {
 // order of pops (reserveTurn).
 func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 	w := p.w
-	h := w.holder()
-	defer h.Close()
+	l := w.lane()
+	defer l.close()
 	for next.id != "" {
-		rec, held, waited := w.fetcher.claim(fetchCtx, h, next.q, next.id, nil, true)
+		rec, held, waited := w.fetcher.claim(fetchCtx, l, next.q, next.id, nil, true)
 		if rec == nil {
 			next.pass()
 			return
 		}
-		c := claimed{rec: rec, h: h, held: held, waited: waited, turn: next.prev, next: next.mine}
+		c := claimed{rec: rec, l: l, held: held, waited: waited, turn: next.prev, next: next.mine}
 		var ok bool
 		next, ok = p.runTask(fetchCtx, baseCtx, c)
 		if !ok {
@@ -414,31 +381,29 @@ func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGro
 // last result (see nextPop), with a token held for each of its ids.
 func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string, prev, mine chan struct{}) (string, []string, chan struct{}, chan struct{}) {
 	w := p.w
-	h := w.holder()
-	recs, cs := w.fetcher.claimBatch(fetchCtx, h, q, ids, w.finisher.group != nil)
-	var held *txn.Held // the claim's watch, shared by the runs it covers
-	runs := 0
+	l := w.lane()
+	recs, cs := w.fetcher.claimBatch(fetchCtx, l, q, ids, w.finisher.group != nil)
+	runs := 0 // covered by the claim's watch, left on l
 	for i, rec := range recs {
 		switch {
 		case rec == nil:
 		case cs[i].Held() != nil:
-			held = cs[i].Held()
 			runs++
 		default:
 			// Counted from now: the committer waits for them to join.
 			p.running.Add(1)
 		}
 	}
-	if n, slots := len(ids), cap(p.slots); n > slots {
+	if n, slots := len(ids), p.slots.size(); n > slots {
 		w.ahead.Add(int64(n - slots))
 	}
 	var group *heldGroup
 	turn := prev // closed once the run before has its slot
 	order := newClaimOrder(recs)
-	if held != nil {
-		group = newHeldGroup(w, h, held, runs)
+	if runs > 0 {
+		group = newHeldGroup(w, l, runs)
 	} else {
-		h.Close()
+		l.close()
 	}
 	idx := 0 // rec's place in order
 	for i, rec := range recs {
@@ -459,9 +424,9 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		}
 		tasks.Go(func() {
 			defer tok.free()
-			h := w.holder()
-			defer h.Close()
-			c.h = h
+			l := w.lane()
+			defer l.close()
+			c.l = l
 			if _, ok := p.runTask(fetchCtx, baseCtx, c); !ok && c.batch != nil {
 				c.batch.gone()
 			}
@@ -557,7 +522,7 @@ func (p *processor) popped(pop *groupPop, ids []string) []string {
 // back while it ran.
 func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (popped, bool) {
 	w := p.w
-	joins := c.held == nil && c.batch == nil // its result goes to the committer
+	joins := !c.held && c.batch == nil // its result goes to the committer
 	if !p.startRun(fetchCtx, c) {
 		if joins && c.counted {
 			p.running.Add(-1)
@@ -571,7 +536,7 @@ func (p *processor) runTask(fetchCtx, baseCtx context.Context, c claimed) (poppe
 	}
 	start := time.Now()
 	herr, ok := w.runs.run(baseCtx, c.rec, &result)
-	<-p.slots
+	p.slots.give(1)
 	end := time.Now()
 	p.freed.Store(end.UnixNano())
 	p.observeRun(end.Sub(start))

@@ -32,6 +32,16 @@ func setAside(ctx context.Context, pool *redis.Pool, st interface {
 	}
 	defer conn.Close()
 	moved, err := st.SetAside(ctx, conn, want, names...)
+	logSetAside(log, keys, moved, err)
+}
+
+// setAside is setAside for the worker: through its store.
+func (w *worker) setAside(ctx context.Context, want string, names ...string) {
+	moved, err := w.store.SetAside(ctx, nil, want, names...)
+	logSetAside(w.log, w.keys, moved, err)
+}
+
+func logSetAside(log *slog.Logger, keys buckets.Keys, moved []string, err error) {
 	for _, k := range moved {
 		log.Error("key of the wrong type set aside", "key", k, "moved_to", keys.Quarantine(k))
 	}
@@ -65,6 +75,16 @@ func (r *rateLimit) Allow() bool {
 type placer interface {
 	Unplaced() int
 	PlaceAgain(ctx context.Context, conn redis.Conn) (int, error)
+}
+
+// placeAgain is placeAgain for the worker: through its store.
+func (w *worker) placeAgain(ctx context.Context) {
+	if w.store.Unplaced() == 0 {
+		return
+	}
+	if _, err := w.store.PlaceAgain(ctx, nil); err != nil {
+		w.log.Error("tasks in no list until their placement succeeds; trying again at the next step", keyErr, err, "kept", w.store.Unplaced())
+	}
 }
 
 // placeAgain applies, on a pooled connection, the repairs st keeps: tasks

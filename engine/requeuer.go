@@ -22,19 +22,14 @@ func (q *requeuer) requeue(ids []string, why buckets.Reason) error {
 	w := q.w
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := w.holder()
-	defer h.Close()
+	l := w.lane()
+	defer l.close()
 	bo := w.backoff()
 	for {
-		conn, err := h.Get(ctx)
+		res, err := w.store.Requeue(ctx, l, ids, why)
 		if err == nil {
-			var res buckets.RequeueResult
-			res, err = w.store.Requeue(ctx, conn, w.id, ids, ms(w.cfg.Advanced.Clock.Now()), why, w.cfg.maxRecoveries())
-			if err == nil {
-				w.cfg.observeRecovered(res, why)
-				return nil
-			}
-			h.Drop()
+			w.cfg.observeRecovered(res, why)
+			return nil
 		}
 		if bo.Fails() >= cleanupTries-1 || !bo.Wait(ctx, w.log, "return tasks", err) {
 			w.log.Error("could not return tasks; a reaper will recover them", "tasks", len(ids), keyErr, err)

@@ -42,7 +42,7 @@ type stepper struct {
 	d     *dispatcher
 	w     *worker
 	lanes []*rconn.Holder // the dispatcher's connections
-	h     rconn.Holder    // the worker's
+	l     *lane           // the worker's
 	// stop is an ended context: given to the finisher as the fetching
 	// context, so that a result takes no next task with it.
 	stop context.Context
@@ -76,7 +76,7 @@ func newStepper(ctx context.Context, pool *redis.Pool, cfg Config, h Handler) (*
 	for i := range s.lanes {
 		s.lanes[i] = &rconn.Holder{Pool: pool}
 	}
-	s.h.Pool = pool
+	s.l = w.lane()
 	return s, nil
 }
 
@@ -93,32 +93,24 @@ func (s *stepper) Step(ctx context.Context) (bool, time.Time, error) {
 	if w.inflight.dirty.Load() {
 		// A claim gave an id back: return it to its queue, as the
 		// worker's recoverer does.
-		if err := w.recoverer.once(ctx, &s.h); err != nil {
-			s.h.Drop()
+		if err := w.recoverer.once(ctx, s.l); err != nil {
 			return false, next, fmt.Errorf("engine: step: in-flight list: %w", err)
 		}
-	}
-	conn, err := s.h.Get(ctx)
-	if err != nil {
-		return false, next, fmt.Errorf("engine: step: %w", err)
 	}
 	var q string
 	ids, err := w.inflight.popMany(func() ([]string, bool, error) {
 		var ids []string
 		var err error
-		ids, q, err = w.fetcher.popAny(ctx, conn, 1)
+		ids, q, err = w.fetcher.popAny(ctx, 1)
 		return ids, err != nil && !buckets.IsServerError(err), err
 	})
-	if err != nil {
-		s.h.Drop()
-		if len(ids) == 0 {
-			return false, next, fmt.Errorf("engine: step: pop: %w", err)
-		}
+	if err != nil && len(ids) == 0 {
+		return false, next, fmt.Errorf("engine: step: pop: %w", err)
 	}
 	if len(ids) == 0 {
 		return false, next, nil
 	}
-	rec, held, waited := w.fetcher.claim(ctx, &s.h, q, ids[0], nil, true)
+	rec, held, waited := w.fetcher.claim(ctx, s.l, q, ids[0], nil, true)
 	if rec == nil {
 		return true, next, nil // not claimed; the claim put it where it belongs
 	}
@@ -128,10 +120,10 @@ func (s *stepper) Step(ctx context.Context) (bool, time.Time, error) {
 	if !ok {
 		// Given back (its lease ran out): the connection may still hold
 		// the claim's watch.
-		s.h.Close()
+		s.l.close()
 		return true, next, nil
 	}
-	w.finisher.finish(s.stop, ctx, claimed{rec: rec, h: &s.h, held: held, waited: waited}, herr, result)
+	w.finisher.finish(s.stop, ctx, claimed{rec: rec, l: s.l, held: held, waited: waited}, herr, result)
 	w.progress.flush(ctx) // no writer goroutine here: the run's last report now
 	return true, next, nil
 }
@@ -166,7 +158,8 @@ func (s *stepper) Close(ctx context.Context) error {
 	for _, h := range s.lanes {
 		h.Close()
 	}
-	s.h.Close()
+	s.l.close()
+	s.w.fetcher.l.close()
 	return s.w.unregister()
 }
 

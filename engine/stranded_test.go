@@ -2,13 +2,11 @@ package engine
 
 import (
 	"context"
-	"github.com/bucketq/bucketq/txn"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -84,7 +82,7 @@ func TestWrongTypeRecordThenLostPop(t *testing.T) {
 // loses the reply of one pop of another (alone or behind a result), so that one slot keeps failing
 // while the others work and the worker has a lost pop to recover.
 type stuckStore struct {
-	workerStore
+	store
 	stuck    atomic.Value // id whose result cannot be recorded
 	losePop  atomic.Bool  // lose the reply of the next pop that takes a task
 	lostID   atomic.Value // the id whose pop reply was lost
@@ -96,37 +94,29 @@ func (s *stuckStore) is(v *atomic.Value, id string) bool {
 	return x != "" && x == id
 }
 
-func (s *stuckStore) Pop(ctx context.Context, conn redis.Conn, q, w string) (string, error) {
-	id, err := s.workerStore.Pop(ctx, conn, q, w)
-	if id != "" && s.losePop.CompareAndSwap(true, false) {
-		s.lostID.Store(id)
-		return "", errInjected
+func (s *stuckStore) Pop(ctx context.Context, l *lane, p string, n int) (popRes, error) {
+	r, err := s.store.Pop(ctx, l, p, n)
+	if n == 1 && len(r.ids) == 1 && s.losePop.CompareAndSwap(true, false) {
+		s.lostID.Store(r.ids[0])
+		return popRes{}, errInjected
 	}
-	return id, err
+	return r, err
 }
 
-func (s *stuckStore) FinishHeld(ctx context.Context, held *txn.Held, w string, r *buckets.Record, waited bool, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome, next []txn.Cmd) (*buckets.Record, buckets.Outcome, []interface{}, error) {
-	if s.is(&s.stuck, r.ID) {
-		s.attempts.Add(1)
-		return nil, 0, nil, errInjected
-	}
-	rec, out, reps, err := s.workerStore.FinishHeld(ctx, held, w, r, waited, now, doneTTL, decide, next)
-	if len(reps) == 1 {
-		// The next task taken with the result: lose that reply instead.
-		if id, _ := redis.String(reps[0], nil); id != "" && s.losePop.CompareAndSwap(true, false) {
-			s.lostID.Store(id)
-			return rec, out, nil, err
+func (s *stuckStore) Finish(ctx context.Context, l *lane, req finishReq) (finishRes, error) {
+	for _, it := range req.items {
+		if s.is(&s.stuck, it.ID) {
+			s.attempts.Add(1)
+			return finishRes{sent: true}, errInjected
 		}
 	}
-	return rec, out, reps, err
-}
-
-func (s *stuckStore) Finish(ctx context.Context, conn redisConn, w, id string, run int, now, doneTTL int64, decide func(*buckets.Record) buckets.Outcome) (*buckets.Record, buckets.Outcome, error) {
-	if s.is(&s.stuck, id) {
-		s.attempts.Add(1)
-		return nil, 0, errInjected
+	res, err := s.store.Finish(ctx, l, req)
+	if len(res.popped) == 1 && req.popN == 1 && s.losePop.CompareAndSwap(true, false) {
+		// The next task taken with the result: lose that reply instead.
+		s.lostID.Store(res.popped[0])
+		res.popped, res.popLost = nil, true
 	}
-	return s.workerStore.Finish(ctx, conn, w, id, run, now, doneTTL, decide)
+	return res, err
 }
 
 // An error that persists in one slot leaves the other slots working and
@@ -139,7 +129,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		rec := newRecorder(nil)
 		e.cfg.Concurrency = 2
 		w, _ := newWorker(e.pool, e.cfg, rec)
-		ss := &stuckStore{workerStore: w.store}
+		ss := &stuckStore{store: w.store}
 		w.store = ss
 		stuck, _ := idOf(c.Enqueue(ctx, "t", nil, Timeout(2*time.Second)))
 		ss.stuck.Store(stuck)

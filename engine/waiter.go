@@ -121,7 +121,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		// A wake-up list of the wrong type: set it aside, and look at
 		// the queues meanwhile. Other error replies (a cluster that is
 		// down, a server still loading its data) are waited out.
-		setAside(ctx, w.pool, w.store, w.keys, w.log, "list", keys...)
+		w.setAside(ctx, "list", keys...)
 	}
 	// A failed wait must not become a poll: back off.
 	return wt.bo.Wait(ctx, w.log, "worker wake-up wait", err)

@@ -43,7 +43,7 @@ type worker struct {
 	cfg  Config
 	// progress writes what handlers report with SetProgress.
 	progress *progressWriter
-	store    workerStore
+	store    store
 	keys     buckets.Keys
 	log      *slog.Logger
 	handler  Handler
@@ -89,13 +89,20 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 		return nil, err
 	}
 	w := &worker{
-		pool: pool, cfg: cfg, store: st, keys: st.Keys, handler: h,
+		pool: pool, cfg: cfg, keys: st.Keys, handler: h,
 		id:      uuid.NewString(),
 		stopReq: make(chan struct{}),
 		abortCh: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	w.log = cfg.Logger.With(keyComponent, "worker", keyWorker, w.id)
+	w.store = &redisStore{
+		st: st, lanes: w.lane, id: w.id, doneTTL: cfg.doneTTL(), maxRecoveries: cfg.maxRecoveries(),
+		now: func() int64 { return ms(cfg.Advanced.Clock.Now()) },
+		deadline: func(r *buckets.Record) int64 {
+			return ms(cfg.Advanced.Clock.Now()) + r.TimeoutMs + cfg.Advanced.LeaseGrace.Milliseconds()
+		},
+	}
 	w.control = newControl(w)
 	w.hb = newHeartbeater(w)
 	w.inflight = newInflightSet()
@@ -325,7 +332,8 @@ func (w *worker) listTypes() {
 	w.serves = func(typ string) bool { return set[typ] }
 }
 
-func (w *worker) holder() *rconn.Holder   { return &rconn.Holder{Pool: w.pool} }
+// lane is a connection of the worker's pool for a loop's store calls.
+func (w *worker) lane() *lane             { return &lane{h: rconn.Holder{Pool: w.pool}} }
 func (w *worker) backoff() *rconn.Backoff { return &rconn.Backoff{} }
 
 // abort ends the grace period: running tasks are given back.
@@ -342,15 +350,14 @@ const cleanupTries = 8
 func (w *worker) unregister() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := w.holder()
-	defer h.Close()
+	l := w.lane()
+	defer l.close()
 	bo := w.backoff()
 	for {
-		err := w.unregisterOnce(ctx, h)
+		err := w.unregisterOnce(ctx, l)
 		if err == nil {
 			return nil
 		}
-		h.Drop()
 		if bo.Fails() >= cleanupTries-1 || !bo.Wait(ctx, w.log, "unregister", err) {
 			w.log.Error("could not unregister; a reaper will recover what is left once the heartbeat expires", keyErr, err)
 			return fmt.Errorf("engine: worker: unregister: %w", err)
@@ -358,17 +365,11 @@ func (w *worker) unregister() error {
 	}
 }
 
-func (w *worker) unregisterOnce(ctx context.Context, h interface {
-	Get(context.Context) (redis.Conn, error)
-}) error {
-	conn, err := h.Get(ctx)
-	if err != nil {
+func (w *worker) unregisterOnce(ctx context.Context, l *lane) error {
+	if _, err := w.store.RecoverAll(ctx, l); err != nil {
 		return err
 	}
-	if _, err := w.store.RecoverAllInflight(ctx, conn, w.id, ms(w.cfg.Advanced.Clock.Now())); err != nil {
-		return err
-	}
-	ok, err := w.store.Forget(ctx, conn, w.id, false)
+	ok, err := w.store.Forget(ctx, l, false)
 	if err != nil {
 		return err
 	}
