@@ -187,6 +187,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		// Four writes a claimed task, the registry's SADD and the ids
 		// given back: room for all, so that the list is not grown.
 		writes := make(cmdList, 0, 4*n+2)
+		ct := claimTx{tx: tx, wq: &writes, a: args, q: q, paused: paused == 1, flow: slots, now: now, deadline: deadline, batch: batch}
 		for i, id := range ids {
 			if seen[id] {
 				// The same id twice in the list (a push repeated after a
@@ -197,7 +198,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 				continue
 			}
 			seen[id] = true
-			recs[i], results[i], err = s.claimDecide(tx, &writes, args, q, id, watch[i], reps[i], paused == 1, slots, now, deadline, &cs[i], batch)
+			recs[i], results[i], err = s.claimDecide(ct, id, watch[i], reps[i], &cs[i])
 			if err != nil {
 				return err
 			}

@@ -186,7 +186,7 @@ func benchMoveSpread(b *testing.B, inline bool) {
 	b.ResetTimer()
 	moved := 0
 	for moved < b.N {
-		res, err := s.MoveDue(ctx, conns, t0, 128, 4096, 1024, 0, nil)
+		res, err := s.MoveDue(ctx, conns, MoveOpts{Now: t0, Chunk: 128, MaxTasks: 4096, Lookahead: 1024})
 		if err != nil {
 			b.Fatal(err)
 		}

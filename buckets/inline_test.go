@@ -126,7 +126,7 @@ func TestInlineEnqueueAndMove(t *testing.T) {
 	}
 	c2 := pool.Get()
 	defer c2.Close()
-	res, err := st.MoveDue(ctx, []redis.Conn{conn, c2}, t0+5000, 128, 100, 1024, 0, nil)
+	res, err := st.MoveDue(ctx, []redis.Conn{conn, c2}, MoveOpts{Now: t0 + 5000, Chunk: 128, MaxTasks: 100, Lookahead: 1024})
 	if err != nil || res.Tasks != 5 || res.Buckets != 4 || res.Conflicts != 0 || res.Stale != 0 {
 		t.Fatalf("MoveDue = %+v, %v; want 5 tasks of 4 members", res, err)
 	}
@@ -206,7 +206,7 @@ func TestInlineMoveRace(t *testing.T) {
 			defer cs[0].Close()
 			defer cs[1].Close()
 			for {
-				res, err := st.MoveDue(context.Background(), cs, now, 16, 100, 128, 0, nil)
+				res, err := st.MoveDue(context.Background(), cs, MoveOpts{Now: now, Chunk: 16, MaxTasks: 100, Lookahead: 128})
 				if err != nil {
 					t.Error(err)
 					return
@@ -262,7 +262,7 @@ func TestInlineSettleMove(t *testing.T) {
 			hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 			cc := &crashConn{inner: hc, at: "EXEC", after: ran}
 			defer cc.Close()
-			res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
+			res, err := st.MoveDue(ctx, []redis.Conn{cc}, MoveOpts{Now: t0, Chunk: 16, MaxTasks: 100, Lookahead: 128})
 			if !errors.Is(err, errCrash) || len(res.Uncertain) != 1 {
 				t.Fatalf("MoveDue = %+v, %v; want the injected crash and one uncertain move", res, err)
 			}

@@ -319,151 +319,204 @@ func retryCounts(rep interface{}, n int) ([]int, []bool) {
 //
 // moved, when not nil, is told what is taken from each bucket.
 func (s *Store) build(tx queuer, p *movePlan, reps []interface{}, moved *UncertainMove) MoveResult {
-	res := MoveResult{Stale: len(p.badMems)}
+	b := s.newMoveBuild(tx, p, reps, moved)
+	b.setAsideWrongTypeQueues()
+	c := 0 // the index in counts of each bucket list, in plan order
+	for i, bk := range p.buckets {
+		if bk.id != "" {
+			b.takeInline(i, bk)
+			continue
+		}
+		b.takeList(i, c, bk)
+		c++
+	}
+	b.pushReady()
+	b.dropTaken()
+	return b.res
+}
+
+// moveBuild is what build gathers from a move's replies, step by step,
+// before it queues the writes that depend on all of them.
+type moveBuild struct {
+	s     *Store
+	tx    queuer
+	p     *movePlan
+	reps  []interface{}
+	moved *UncertainMove
+	res   MoveResult
+
+	badQ map[string]bool // queues whose ready list has the wrong type
+	// ready holds per queue its ready list's push: the list, then the
+	// ids as the buckets' reads gave them; retries how many of them were
+	// retries.
+	ready   map[string][]interface{}
+	retries map[string]int
+	// counts and counted are each bucket list's retry count (rc).
+	counts  []int
+	counted []bool
+	// The arguments of the DEL, ZREM and HDEL that drop what is taken
+	// whole (the key or member first).
+	del, zrem, hdel []interface{}
+	touched         uint32 // bit g: an inline entry of guard g is removed
+}
+
+func (s *Store) newMoveBuild(tx queuer, p *movePlan, reps []interface{}, moved *UncertainMove) *moveBuild {
+	nb := len(p.buckets)
+	b := &moveBuild{s: s, tx: tx, p: p, reps: reps, moved: moved, res: MoveResult{Stale: len(p.badMems)},
+		badQ: map[string]bool{}, ready: map[string][]interface{}{}, retries: map[string]int{},
+		del:  make([]interface{}, 0, nb),
+		zrem: append(append(make([]interface{}, 0, 1+len(p.badMems)+nb), s.Keys.Schedule()), p.badMems...),
+		hdel: append(make([]interface{}, 0, 1+nb), s.Keys.RetryCounts()),
+	}
 	for _, m := range p.badMems {
 		ms, _ := m.(string)
-		res.Garbage = append(res.Garbage, ms)
+		b.res.Garbage = append(b.res.Garbage, ms)
 	}
-	nb := len(p.buckets)
-	badQ := map[string]bool{}
-	for i, q := range p.queues {
-		t, _ := redis.String(reps[nb+i], nil)
-		if t != "list" && t != "none" {
-			// The ready list is not watched, so it cannot be renamed
-			// here safely (it may be a new list with tasks by EXEC):
-			// its buckets stay, and the caller sets it aside (SetAside,
-			// which watches it) before the next round.
-			badQ[q] = true
-			res.WrongType = append(res.WrongType, s.Keys.Ready(q))
-			res.Partial = true
-		}
-	}
-	// ready holds per queue its ready list's push: the list, then the
-	// ids as the buckets' reads gave them.
-	ready := map[string][]interface{}{}
-	retries := map[string]int{}
-	var (
-		counts  []int
-		counted []bool
-	)
 	if p.lists > 0 {
-		counts, counted = retryCounts(reps[nb+len(p.queues)], p.lists)
+		b.counts, b.counted = retryCounts(reps[nb+len(p.queues)], p.lists)
 	}
-	// rc is the index in counts of each bucket list, in plan order.
-	rc := 0
-	del := make([]interface{}, 0, nb)
-	zrem := make([]interface{}, 0, 1+len(p.badMems)+nb)
-	zrem = append(append(zrem, s.Keys.Schedule()), p.badMems...)
-	hdel := make([]interface{}, 1, 1+nb)
-	hdel[0] = s.Keys.RetryCounts()
 	if moved != nil && moved.Buckets == nil {
 		moved.Buckets = make([]MovedBucket, 0, nb)
 	}
-	// dropMember removes bucket i's index member, and its retry count
-	// with it when it has one (c is its index in counts).
-	dropMember := func(i, c int) {
-		zrem = append(zrem, p.buckets[i].memberArg)
-		if counted[c] {
-			hdel = append(hdel, p.buckets[i].memberArg)
+	return b
+}
+
+// setAsideWrongTypeQueues leaves the buckets of a queue whose ready list
+// has the wrong type where they are. The ready list is not watched, so
+// it cannot be renamed here safely (it may be a new list with tasks by
+// EXEC): the caller sets it aside (SetAside, which watches it) before
+// the next round.
+func (b *moveBuild) setAsideWrongTypeQueues() {
+	nb := len(b.p.buckets)
+	for i, q := range b.p.queues {
+		if t, _ := redis.String(b.reps[nb+i], nil); t != "list" && t != "none" {
+			b.badQ[q] = true
+			b.res.WrongType = append(b.res.WrongType, b.s.Keys.Ready(q))
+			b.res.Partial = true
 		}
 	}
-	var touched uint32 // bit g: an inline entry of guard g is removed
-	for i, b := range p.buckets {
-		if b.id != "" {
-			// An inline entry: its task, if the entry is still there.
-			if badQ[b.q] {
-				continue
-			}
-			if _, ok := reps[i].([]byte); !ok {
-				// Gone (nil): another transaction took it since the
-				// index was read, and bumped its guard after our read.
-				res.Stale++
-				continue
-			}
-			zrem = append(zrem, b.memberArg)
-			touched |= 1 << b.guard
-			res.Buckets++
-			res.Tasks++
-			if ready[b.q] == nil {
-				ready[b.q] = append(make([]interface{}, 0, 1+nb-i), s.Keys.Ready(b.q))
-			}
-			ready[b.q] = append(ready[b.q], b.id)
-			if moved != nil {
-				moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, IDs: []string{b.id}, Inline: true})
-			}
+}
+
+// push adds ids of queue q to its ready list's push; room sizes a new one.
+func (b *moveBuild) push(q string, room int, ids ...interface{}) {
+	if b.ready[q] == nil {
+		b.ready[q] = append(make([]interface{}, 0, 1+room), b.s.Keys.Ready(q))
+	}
+	b.ready[q] = append(b.ready[q], ids...)
+}
+
+// dropMember removes bucket i's index member, and its retry count with
+// it when it has one (c is its index in counts).
+func (b *moveBuild) dropMember(i, c int) {
+	b.zrem = append(b.zrem, b.p.buckets[i].memberArg)
+	if b.counted[c] {
+		b.hdel = append(b.hdel, b.p.buckets[i].memberArg)
+	}
+}
+
+// takeInline takes inline entry i (a task in the index itself), if it is
+// still there: gone (nil), another transaction took it since the index
+// was read, and bumped its guard after our read.
+func (b *moveBuild) takeInline(i int, bk moveBucket) {
+	if b.badQ[bk.q] {
+		return
+	}
+	if _, ok := b.reps[i].([]byte); !ok {
+		b.res.Stale++
+		return
+	}
+	b.zrem = append(b.zrem, bk.memberArg)
+	b.touched |= 1 << bk.guard
+	b.res.Buckets++
+	b.res.Tasks++
+	b.push(bk.q, len(b.p.buckets)-i, bk.id)
+	if b.moved != nil {
+		b.moved.Buckets = append(b.moved.Buckets, MovedBucket{Queue: bk.q, Key: bk.key, Member: bk.member, IDs: []string{bk.id}, Inline: true})
+	}
+}
+
+// takeList takes bucket list i (c: its index in counts): whole, or its
+// share of the move (a bucket larger than its share is trimmed and stays
+// in the index). A bucket that is not a list is set aside, so that it
+// stops hiding the buckets behind it; an empty one is dropped.
+func (b *moveBuild) takeList(i, c int, bk moveBucket) {
+	if b.badQ[bk.q] {
+		return
+	}
+	tx, s := b.tx, b.s
+	ids, err := redis.Values(b.reps[i], nil)
+	if err == nil && !allBulk(ids) {
+		err = errNotBulk
+	}
+	switch {
+	case err != nil:
+		tx.Queue("RENAME", bk.key, s.Keys.Quarantine(bk.key))
+		b.dropMember(i, c)
+		b.res.Quarantined = append(b.res.Quarantined, bk.key)
+		return
+	case len(ids) == 0:
+		b.dropMember(i, c)
+		b.res.Stale++
+		return
+	case len(ids) > b.p.share:
+		ids = ids[:b.p.share]
+		tx.Queue("LTRIM", bk.key, b.p.share, -1)
+		if r := min(b.counts[c], len(ids)); r > 0 {
+			tx.Queue("HINCRBY", s.Keys.RetryCounts(), bk.member, -r)
+		}
+		b.res.Partial = true
+	default:
+		b.del = append(b.del, bk.keyArg)
+		b.dropMember(i, c)
+		b.res.Buckets++
+	}
+	b.retries[bk.q] += min(b.counts[c], len(ids))
+	b.push(bk.q, len(ids)*(len(b.p.buckets)-i), ids...)
+	b.res.Tasks += len(ids)
+	if b.moved != nil {
+		b.moved.Buckets = append(b.moved.Buckets, MovedBucket{Queue: bk.q, Key: bk.key, Member: bk.member, raw: ids})
+	}
+}
+
+// pushReady pushes each queue's ids to its ready list (with its wake-up)
+// and moves its gauges from scheduled and retrying to ready.
+func (b *moveBuild) pushReady() {
+	tx, s := b.tx, b.s
+	for _, q := range b.p.queues {
+		args := b.ready[q]
+		if len(args) <= 1 {
 			continue
 		}
-		c := rc
-		rc++
-		if badQ[b.q] {
-			continue
+		ids := args[1:]
+		s.pushReadyArgs(tx, q, args, len(ids), false)
+		if n := len(ids) - b.retries[q]; n > 0 {
+			tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, -n)
 		}
-		ids, err := redis.Values(reps[i], nil)
-		if err == nil && !allBulk(ids) {
-			err = errNotBulk
-		}
-		if err != nil {
-			// Not a list: set it aside so that it stops hiding the
-			// buckets behind it.
-			tx.Queue("RENAME", b.key, s.Keys.Quarantine(b.key))
-			dropMember(i, c)
-			res.Quarantined = append(res.Quarantined, b.key)
-			continue
-		}
-		if len(ids) == 0 {
-			dropMember(i, c)
-			res.Stale++
-			continue
-		}
-		if len(ids) > p.share {
-			ids = ids[:p.share]
-			tx.Queue("LTRIM", b.key, p.share, -1)
-			if r := min(counts[c], len(ids)); r > 0 {
-				tx.Queue("HINCRBY", s.Keys.RetryCounts(), b.member, -r)
-			}
-			res.Partial = true
-		} else {
-			del = append(del, b.keyArg)
-			dropMember(i, c)
-			res.Buckets++
-		}
-		retries[b.q] += min(counts[c], len(ids))
-		if ready[b.q] == nil {
-			ready[b.q] = append(make([]interface{}, 0, 1+len(ids)*(nb-i)), s.Keys.Ready(b.q))
-		}
-		ready[b.q] = append(ready[b.q], ids...)
-		res.Tasks += len(ids)
-		if moved != nil {
-			moved.Buckets = append(moved.Buckets, MovedBucket{Queue: b.q, Key: b.key, Member: b.member, raw: ids})
+		if r := b.retries[q]; r > 0 {
+			tx.Queue("HINCRBY", s.Keys.Stats(q), StatRetrying, -r)
 		}
 	}
-	for _, q := range p.queues {
-		if args := ready[q]; len(args) > 1 {
-			ids := args[1:]
-			s.pushReadyArgs(tx, q, args, len(ids), false)
-			if n := len(ids) - retries[q]; n > 0 {
-				tx.Queue("HINCRBY", s.Keys.Stats(q), StatScheduled, -n)
-			}
-			if r := retries[q]; r > 0 {
-				tx.Queue("HINCRBY", s.Keys.Stats(q), StatRetrying, -r)
-			}
+}
+
+// dropTaken deletes the buckets taken whole, their index members and
+// retry counts, and bumps the guard of every inline entry removed, so
+// that a concurrent remover that read it fails and reads again.
+func (b *moveBuild) dropTaken() {
+	tx := b.tx
+	if len(b.del) > 0 {
+		tx.Queue("DEL", b.del...)
+	}
+	if len(b.zrem) > 1 {
+		tx.Queue("ZREM", b.zrem...)
+	}
+	if len(b.hdel) > 1 {
+		tx.Queue("HDEL", b.hdel...)
+	}
+	for i, g := range b.p.guards {
+		if b.touched&(1<<g) != 0 {
+			tx.Queue("INCR", b.p.gkeys[i])
 		}
 	}
-	if len(del) > 0 {
-		tx.Queue("DEL", del...)
-	}
-	if len(zrem) > 1 {
-		tx.Queue("ZREM", zrem...)
-	}
-	if len(hdel) > 1 {
-		tx.Queue("HDEL", hdel...)
-	}
-	for i, g := range p.guards {
-		if touched&(1<<g) != 0 {
-			tx.Queue("INCR", p.gkeys[i])
-		}
-	}
-	return res
 }
 
 // Move moves the buckets named by members (as DueBuckets returns them) to
@@ -502,8 +555,22 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 	return res, nil
 }
 
-// MoveDue moves the buckets due at now, at most chunk buckets and maxTasks
-// ids per transaction, reading up to lookahead index members at a time;
+// MoveOpts is what one MoveDue moves.
+type MoveOpts struct {
+	Now       int64 // Unix ms: buckets due at or before it
+	Chunk     int   // buckets per transaction, at most
+	MaxTasks  int   // ids per transaction, at most
+	Lookahead int   // index members read at a time
+	// Window picks which Lookahead-sized window of the due buckets to
+	// read first (0 is the earliest).
+	Window int
+	// Gate, when not nil, is asked before a window read full moves.
+	Gate func() (bool, error)
+}
+
+// MoveDue moves the buckets due at o.Now, at most o.Chunk buckets and
+// o.MaxTasks ids per transaction, reading up to o.Lookahead index members
+// at a time;
 // when every bucket read would fit in one transaction they are dealt out
 // to several smaller ones (see planSize).
 // It is Move many times over, made faster in two ways. Each transaction's
@@ -519,17 +586,18 @@ func (s *Store) Move(ctx context.Context, conn redis.Conn, members []string, max
 // buckets again. MoveResult.Partial says that more may be due: a full
 // lookahead, or a bucket moved in part.
 //
-// window picks which lookahead-sized window of the due buckets to read
+// o.Window picks which lookahead-sized window of the due buckets to read
 // first (0 is the earliest): dispatchers that start in different windows
 // of a large backlog do not reach for the same buckets. If that window is
 // empty, the earliest is read instead. MoveResult.Window and WindowFull
 // say which was read and whether it was full.
 //
-// gate, when not nil, is asked before anything moves whether to move a
+// o.Gate, when not nil, is asked before anything moves whether to move a
 // window that was read full (a backlog): the dispatcher takes its turn
 // there (TakeTurn). It may use conns[0]. When it answers false, MoveDue
 // moves nothing and says so (MoveResult.Gated).
-func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (MoveResult, error) {
+func (s *Store) MoveDue(ctx context.Context, conns []redis.Conn, o MoveOpts) (MoveResult, error) {
+	now, chunk, maxTasks, lookahead, window, gate := o.Now, o.Chunk, o.MaxTasks, o.Lookahead, o.Window, o.Gate
 	members, boxed, err := s.dueMembers(ctx, conns[0], now, window*lookahead, lookahead)
 	if err == nil && len(members) == 0 && window > 0 {
 		window = 0

@@ -50,7 +50,7 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 	lanes := []*cmdCounter{{Conn: pool.Get(), n: map[string]int{}}, {Conn: pool.Get(), n: map[string]int{}}}
 	defer lanes[0].Close()
 	defer lanes[1].Close()
-	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, t0, 128, 100, 1024, 0, nil)
+	res, err := st.MoveDue(ctx, []redis.Conn{lanes[0], lanes[1]}, MoveOpts{Now: t0, Chunk: 128, MaxTasks: 100, Lookahead: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestMoveDueGate(t *testing.T) {
 	}
 	asked := 0
 	no := func() (bool, error) { asked++; return false, nil }
-	res, err := st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, no)
+	res, err := st.MoveDue(ctx, []redis.Conn{conn}, MoveOpts{Now: t0, Chunk: 4, MaxTasks: 100, Lookahead: 16, Gate: no})
 	if err != nil || !res.Gated || !res.WindowFull || res.Tasks != 0 || asked != 1 {
 		t.Fatalf("MoveDue over a full window, gate saying no = %+v, %v (asked %d); want gated, nothing moved, asked once", res, err, asked)
 	}
@@ -93,11 +93,11 @@ func TestMoveDueGate(t *testing.T) {
 		t.Fatalf("index holds %d members after a gated call; want %d", n, buckets)
 	}
 	yes := func() (bool, error) { asked++; return true, nil }
-	res, err = st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, yes)
+	res, err = st.MoveDue(ctx, []redis.Conn{conn}, MoveOpts{Now: t0, Chunk: 4, MaxTasks: 100, Lookahead: 16, Gate: yes})
 	if err != nil || res.Gated || res.Tasks != 16 || asked != 2 {
 		t.Fatalf("MoveDue over a full window, gate saying yes = %+v, %v (asked %d); want 16 moved", res, err, asked)
 	}
-	res, err = st.MoveDue(ctx, []redis.Conn{conn}, t0, 4, 100, 16, 0, no)
+	res, err = st.MoveDue(ctx, []redis.Conn{conn}, MoveOpts{Now: t0, Chunk: 4, MaxTasks: 100, Lookahead: 16, Gate: no})
 	if err != nil || res.Gated || res.Tasks != 4 || asked != 2 {
 		t.Fatalf("MoveDue over the last 4 buckets = %+v, %v (asked %d); want 4 moved without asking", res, err, asked)
 	}

@@ -73,7 +73,7 @@ func TestPriorityPlaces(t *testing.T) {
 		}
 
 		// The move takes each level's bucket to its level's list.
-		if _, err := s.MoveDue(ctx, []redis.Conn{c}, t0+5000, 16, 100, 128, 0, nil); err != nil {
+		if _, err := s.MoveDue(ctx, []redis.Conn{c}, MoveOpts{Now: t0 + 5000, Chunk: 16, MaxTasks: 100, Lookahead: 128}); err != nil {
 			t.Fatal(err)
 		}
 		if got := listOf(t, c, k.Ready(Place("q", 2))); !reflect.DeepEqual(got, []string{"d2"}) {

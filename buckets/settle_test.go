@@ -40,7 +40,7 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 	hc := &hookConn{Conn: pool.Get(), hook: stringTrap(admin, ready, "not a list")}
 	cc := &crashConn{inner: hc, at: "EXEC", after: true}
 	defer cc.Close()
-	res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
+	res, err := st.MoveDue(ctx, []redis.Conn{cc}, MoveOpts{Now: t0, Chunk: 16, MaxTasks: 100, Lookahead: 128})
 	if !errors.Is(err, errCrash) {
 		t.Fatalf("MoveDue error = %v; want the injected crash", err)
 	}
@@ -152,7 +152,7 @@ func TestSettleMoveNothingToDo(t *testing.T) {
 			t.Fatal(err)
 		}
 		cc := &crashConn{inner: pool.Get(), at: "EXEC", after: ran}
-		res, err := st.MoveDue(ctx, []redis.Conn{cc}, t0, 16, 100, 128, 0, nil)
+		res, err := st.MoveDue(ctx, []redis.Conn{cc}, MoveOpts{Now: t0, Chunk: 16, MaxTasks: 100, Lookahead: 128})
 		_ = cc.Close()
 		if !errors.Is(err, errCrash) || len(res.Uncertain) != 1 {
 			t.Fatalf("ran=%v: MoveDue = %+v, %v; want one uncertain move", ran, res, err)

@@ -235,7 +235,7 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 			rep, waited = recs[0], marked[0]
 		}
 		var derr error
-		rec, result, derr = s.claimDecide(tx, tx, s.workerArgs(w), q, id, key, rep, paused == 1, flow, now, deadline, cs, nil)
+		rec, result, derr = s.claimDecide(claimTx{tx: tx, wq: tx, a: s.workerArgs(w), q: q, paused: paused == 1, flow: flow, now: now, deadline: deadline}, id, key, rep, cs)
 		if derr != nil {
 			return derr
 		}
@@ -262,6 +262,24 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 	return rec, result, nil
 }
 
+// claimTx is what the decisions of one claim transaction share: the
+// transaction, where its writes go (tx itself, or a list the batch
+// coalesces), the worker, the place the ids were popped from, whether its
+// queue is paused, its flow control (nil: no limit, or not read), the
+// time, the lease deadline of a record, and a ClaimBatch's state (nil
+// in Claim).
+type claimTx struct {
+	tx       *txn.Tx
+	wq       queuer
+	a        *workerArgs
+	q        string
+	paused   bool
+	flow     *flowBudget
+	now      int64
+	deadline func(*Record) int64
+	batch    *batchState
+}
+
 // claimDecide decides, inside a claim's transaction that watches t:<id>
 // and the paused set, what becomes of popped id given rep, the reply to
 // GET t:<id>, whether queue q is paused and its flow control (nil: no
@@ -272,7 +290,8 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 // read as they go (a wrong-type record, an unserved type, the overlap
 // rule) queue theirs on tx, on keys no other write of the batch orders
 // against, or counters.
-func (s *Store) claimDecide(tx *txn.Tx, wq queuer, a *workerArgs, q, id, key string, rep interface{}, paused bool, flow *flowBudget, now int64, deadline func(*Record) int64, cs *ClaimState, batch *batchState) (*Record, ClaimResult, error) {
+func (s *Store) claimDecide(c claimTx, id, key string, rep interface{}, cs *ClaimState) (*Record, ClaimResult, error) {
+	tx, wq, a, q, paused, flow, now, deadline, batch := c.tx, c.wq, c.a, c.q, c.paused, c.flow, c.now, c.deadline, c.batch
 	w := a.w
 	idArg := interface{}(id) // boxed once for the writes below
 	rec, result := (*Record)(nil), Skipped

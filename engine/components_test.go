@@ -21,7 +21,7 @@ type conflictMover struct {
 	done   chan struct{}
 }
 
-func (m *conflictMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (buckets.MoveResult, error) {
+func (m *conflictMover) MoveDue(ctx context.Context, conns []redis.Conn, o buckets.MoveOpts) (buckets.MoveResult, error) {
 	m.rounds = append(m.rounds, time.Now())
 	if len(m.rounds) <= m.n {
 		return buckets.MoveResult{Conflicts: 1}, nil
@@ -229,11 +229,11 @@ func TestHeartbeaterAlive(t *testing.T) {
 
 // failingRequeue fails every Requeue, counting them.
 type failingRequeue struct {
-	workerStore
+	store
 	n atomic.Int32
 }
 
-func (f *failingRequeue) Requeue(context.Context, redis.Conn, string, []string, int64, buckets.Reason, int) (buckets.RequeueResult, error) {
+func (f *failingRequeue) Requeue(context.Context, *lane, []string, buckets.Reason) (buckets.RequeueResult, error) {
 	f.n.Add(1)
 	return buckets.RequeueResult{}, errInjected
 }
@@ -243,7 +243,7 @@ func (f *failingRequeue) Requeue(context.Context, redis.Conn, string, []string, 
 func TestRequeuerGivesUp(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
-	fs := &failingRequeue{workerStore: w.store}
+	fs := &failingRequeue{store: w.store}
 	w.store = fs
 	err := w.requeuer.requeue([]string{"a"}, buckets.Shutdown)
 	if !errors.Is(err, errInjected) {

@@ -291,7 +291,7 @@ func TestMoveDueKilledBetweenCommands(t *testing.T) {
 				c1, c2 := e.pool.Get(), e.pool.Get()
 				f1 := &faultConn{Conn: c1, limit: limit, loseReply: lose}
 				f2 := &faultConn{Conn: c2, limit: limit + 2, loseReply: !lose}
-				_, err := st.MoveDue(ctx, []redisConn{f1, f2}, time.Now().UnixMilli(), 4, 100, 16, limit%3, nil)
+				_, err := st.MoveDue(ctx, []redisConn{f1, f2}, buckets.MoveOpts{Now: time.Now().UnixMilli(), Chunk: 4, MaxTasks: 100, Lookahead: 16, Window: limit % 3})
 				c1.Close()
 				c2.Close()
 				if err != nil && !f1.tripped() && !f2.tripped() {
@@ -299,7 +299,7 @@ func TestMoveDueKilledBetweenCommands(t *testing.T) {
 				}
 				conn := e.pool.Get()
 				for i := 0; ; i++ {
-					res, err := st.MoveDue(ctx, []redisConn{conn}, time.Now().UnixMilli(), 4, 100, 16, i%2, nil)
+					res, err := st.MoveDue(ctx, []redisConn{conn}, buckets.MoveOpts{Now: time.Now().UnixMilli(), Chunk: 4, MaxTasks: 100, Lookahead: 16, Window: i % 2})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -74,7 +74,7 @@ const maxWindows = 16
 // mover is the dispatcher's transactions: *buckets.Store in production,
 // wrapped by tests.
 type mover interface {
-	MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (buckets.MoveResult, error)
+	MoveDue(ctx context.Context, conns []redis.Conn, o buckets.MoveOpts) (buckets.MoveResult, error)
 	NextDue(ctx context.Context, conn redis.Conn) (int64, bool, error)
 	SettleMove(ctx context.Context, conn redis.Conn, u buckets.UncertainMove) (buckets.SettleResult, error)
 }
@@ -305,7 +305,8 @@ func (d *dispatcher) round(ctx context.Context, lanes []*rconn.Holder) (int64, e
 	if d.windows > 1 {
 		window = rand.IntN(d.windows)
 	}
-	res, err := d.moves.MoveDue(ctx, conns, now, d.cfg.Advanced.DispatchBuckets, d.cfg.Advanced.DispatchTasks, 8*d.cfg.Advanced.DispatchBuckets, window, gate)
+	res, err := d.moves.MoveDue(ctx, conns, buckets.MoveOpts{Now: now, Chunk: d.cfg.Advanced.DispatchBuckets,
+		MaxTasks: d.cfg.Advanced.DispatchTasks, Lookahead: 8 * d.cfg.Advanced.DispatchBuckets, Window: window, Gate: gate})
 	if len(res.Uncertain) > 0 {
 		// Settle at once, on a fresh connection: the sooner it looks,
 		// the likelier a ready list that refused the push is still of

@@ -69,7 +69,7 @@ type lostExecMover struct {
 	hook  func()
 }
 
-func (m *lostExecMover) MoveDue(ctx context.Context, conns []redis.Conn, now int64, chunk, maxTasks, lookahead, window int, gate func() (bool, error)) (buckets.MoveResult, error) {
+func (m *lostExecMover) MoveDue(ctx context.Context, conns []redis.Conn, o buckets.MoveOpts) (buckets.MoveResult, error) {
 	first := false
 	m.once.Do(func() { first = true })
 	if first {
@@ -81,7 +81,7 @@ func (m *lostExecMover) MoveDue(ctx context.Context, conns []redis.Conn, now int
 			}
 		}()
 	}
-	return m.Store.MoveDue(ctx, conns, now, chunk, maxTasks, lookahead, window, gate)
+	return m.Store.MoveDue(ctx, conns, o)
 }
 
 // A move whose push failed on a ready list made a string between its read
