@@ -332,34 +332,25 @@ func (f *fetcher) popAny(ctx context.Context, n int) (ids []string, q string, er
 }
 
 // popPlace pops up to n ids of one place. A ready list (or in-flight list)
-// of the wrong type is set aside and reported as wrong, not as err.
+// of the wrong type (the store set it aside) is reported as wrong, not as
+// err.
 func (f *fetcher) popPlace(ctx context.Context, p string, n int) (ids []string, wrong, err error) {
-	w := f.w
-	r, err := w.store.Pop(ctx, &f.l, p, n)
-	ids = r.ids
+	r, err := f.w.store.Pop(ctx, &f.l, p, n)
 	if err != nil && buckets.IsWrongType(err) {
-		w.setAside(ctx, "list", w.keys.Ready(p), w.keys.Inflight(w.id))
-		return ids, err, nil
+		return r.ids, err, nil
 	}
-	return ids, nil, err
+	return r.ids, nil, err
 }
 
 // popKeyed pops up to n tasks of one key of level place p, the key taken
 // in turn (buckets.Store.PopKey); it returns the key's place. When no
 // key's time has come it notes when the next one's does, for the idle
-// wait. A rotation or a key's list of the wrong type is set aside and
-// reported as wrong, not as err.
+// wait. A rotation or a key's list of the wrong type (the store set it
+// aside) is reported as wrong, not as err.
 func (f *fetcher) popKeyed(ctx context.Context, p string, n int) (kp string, ids []string, wrong, err error) {
-	w := f.w
-	r, err := w.store.Pop(ctx, &f.l, p+"#", n)
+	r, err := f.w.store.Pop(ctx, &f.l, p+"#", n)
 	kp, ids, next := r.place, r.ids, r.next
 	if err != nil && buckets.IsWrongType(err) {
-		w.setAside(ctx, "zset", w.keys.Rotation(p))
-		lists := []string{w.keys.Inflight(w.id)}
-		if kp != "" {
-			lists = append(lists, w.keys.Ready(kp))
-		}
-		w.setAside(ctx, "list", lists...)
 		return kp, ids, err, nil
 	}
 	if next > 0 {
@@ -386,9 +377,6 @@ func (f *fetcher) levels(ctx context.Context, q string) ([]string, error) {
 			return nil, err
 		}
 		if err != nil {
-			if buckets.IsWrongType(err) {
-				w.setAside(ctx, "set", w.keys.Levels())
-			}
 			w.log.Warn("could not read the priority levels in use; popping level 1 only until the next read", keyErr, err)
 		}
 		f.lvMu.Lock()
@@ -477,8 +465,7 @@ func (f *fetcher) claimLocked(ctx context.Context, l *lane, q, id string, cs *bu
 			err = cerr
 			if buckets.IsWrongType(err) {
 				// A command failed on the server: a key the claim writes
-				// has the wrong type. Set such keys aside and try once more.
-				w.setAsideRunKeys(ctx, q)
+				// has the wrong type, which the store set aside. Once more.
 				try = max(try, claimTries-1)
 			}
 		}
@@ -638,14 +625,4 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, l *lane, q string, ids [
 		}
 		_ = bo.Wait(ctx, w.log, "claim", err)
 	}
-}
-
-// setAsideRunKeys sets aside the keys a claim or a result writes besides
-// the record, if one has the wrong type: the in-flight list, the pending
-// set, the queue's counters.
-func (w *worker) setAsideRunKeys(ctx context.Context, q string) {
-	w.setAside(ctx, "list", w.keys.Inflight(w.id))
-	w.setAside(ctx, "zset", w.keys.Pending(w.id))
-	w.setAside(ctx, "hash", w.keys.Stats(q))
-	w.setAside(ctx, "hash", w.keys.Limit(buckets.QueueOf(q)))
 }

@@ -195,9 +195,6 @@ func (f *finisher) notOurs(rec, cur *buckets.Record, cut bool) {
 func (f *finisher) abandon(ctx context.Context, l *lane, rec *buckets.Record, cause error) {
 	w := f.w
 	attrs := []any{keyTaskID, rec.ID, keyType, rec.Type, keyErr, cause}
-	if buckets.IsWrongType(cause) {
-		w.setAsideRunKeys(context.WithoutCancel(ctx), rec.Queue)
-	}
 	bo := w.backoff()
 	for {
 		res, err := w.store.Abandon(context.WithoutCancel(ctx), l, rec)

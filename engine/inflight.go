@@ -191,9 +191,6 @@ func (r *recoverer) run(ctx context.Context) {
 			continue // nothing entered the list since the last look
 		}
 		if err := r.once(ctx, l); err != nil {
-			if buckets.IsWrongType(err) {
-				w.setAside(ctx, "list", w.keys.Inflight(w.id))
-			}
 			if ctx.Err() != nil {
 				return
 			}

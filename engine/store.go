@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
@@ -15,7 +17,9 @@ import (
 // each other on one connection (a claim, and the results recorded with
 // the watch it left) name the same lane; a nil lane is a pooled
 // connection for that one call. There is one way to pop, one to claim and
-// one to record results; the store picks the transaction.
+// one to record results; the store picks the transaction. A key of the
+// wrong type that a call meets is set aside by the store (its error
+// says so, buckets.IsWrongType); engine check repairs the rest.
 type store interface {
 	// Beat writes the worker's heartbeat: all of it when full, otherwise
 	// only its TTLs (and its info).
@@ -127,6 +131,7 @@ func (l *lane) close() {
 // redisStore is the worker's store over a *buckets.Store.
 type redisStore struct {
 	st      *buckets.Store
+	log     *slog.Logger
 	lanes   func() *lane // a lane on the worker's pool
 	id      string       // the worker process
 	now     func() int64 // Unix ms
@@ -195,6 +200,9 @@ func (s *redisStore) Levels(ctx context.Context, l *lane) (lv map[string][]strin
 		lv, err = s.st.Levels(ctx, c.Conn())
 		return err
 	})
+	if buckets.IsWrongType(err) {
+		s.setAside(ctx, "set", s.st.Keys.Levels())
+	}
 	return lv, err
 }
 
@@ -208,6 +216,19 @@ func (s *redisStore) Pop(ctx context.Context, l *lane, p string, n int) (r popRe
 		r.ids, err = s.st.PopMany(ctx, c.Conn(), p, s.id, n)
 		return err
 	})
+	if buckets.IsWrongType(err) {
+		k := s.st.Keys
+		if lvl, keyed := strings.CutSuffix(p, "#"); keyed {
+			s.setAside(ctx, "zset", k.Rotation(lvl))
+			lists := []string{k.Inflight(s.id)}
+			if r.place != "" {
+				lists = append(lists, k.Ready(r.place))
+			}
+			s.setAside(ctx, "list", lists...)
+		} else {
+			s.setAside(ctx, "list", k.Ready(p), k.Inflight(s.id))
+		}
+	}
 	return r, err
 }
 
@@ -223,6 +244,9 @@ func (s *redisStore) Claim(ctx context.Context, l *lane, p string, ids []string,
 		recs, res, err = s.st.ClaimBatch(ctx, c.Conn(), s.id, p, ids, s.now(), s.deadline, cs, hold)
 		return err
 	})
+	if buckets.IsWrongType(err) {
+		s.setAsideRunKeys(ctx, p)
+	}
 	if err == nil && hold {
 		l.held = nil
 		for i := range cs {
@@ -267,6 +291,12 @@ func (s *redisStore) Finish(ctx context.Context, l *lane, req finishReq) (out fi
 		out.results, err = s.st.FinishGroup(ctx, c.Conn(), s.id, items, s.doneTTL)
 		return err
 	})
+	for i, r := range out.results {
+		if buckets.IsWrongType(r.Err) {
+			s.setAsideRunKeys(ctx, req.items[i].rec.Queue)
+			break
+		}
+	}
 	return out, err
 }
 
@@ -332,6 +362,9 @@ func (s *redisStore) RecoverLost(ctx context.Context, l *lane, limit int, held f
 		res, err = s.st.RecoverLost(ctx, c.Conn(), s.id, s.now(), limit, held)
 		return err
 	})
+	if buckets.IsWrongType(err) {
+		s.setAside(ctx, "list", s.st.Keys.Inflight(s.id))
+	}
 	return res, err
 }
 
@@ -368,3 +401,28 @@ func (s *redisStore) PlaceAgain(ctx context.Context, l *lane) (n int, err error)
 }
 
 func (s *redisStore) Unplaced() int { return s.st.Unplaced() }
+
+// setAside renames keys that are not of type want out of the way, on a
+// pooled connection, and logs each: where the worker's calls repair a key
+// of the wrong type they meet, in one way. It runs after the call's
+// context may have ended: the repair is bounded on its own.
+func (s *redisStore) setAside(ctx context.Context, want string, keys ...string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setAsideTimeout)
+	defer cancel()
+	moved, err := s.SetAside(ctx, nil, want, keys...)
+	logSetAside(s.log, s.st.Keys, moved, err)
+}
+
+// setAsideTimeout bounds one setting aside.
+const setAsideTimeout = 5 * time.Second
+
+// setAsideRunKeys sets aside the keys a claim or a result of place p
+// writes besides the record, if one has the wrong type: the in-flight
+// list, the pending set, the queue's counters and limits.
+func (s *redisStore) setAsideRunKeys(ctx context.Context, p string) {
+	k := s.st.Keys
+	s.setAside(ctx, "list", k.Inflight(s.id))
+	s.setAside(ctx, "zset", k.Pending(s.id))
+	s.setAside(ctx, "hash", k.Stats(p))
+	s.setAside(ctx, "hash", k.Limit(buckets.QueueOf(p)))
+}

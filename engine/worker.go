@@ -97,7 +97,7 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	}
 	w.log = cfg.Logger.With(keyComponent, "worker", keyWorker, w.id)
 	w.store = &redisStore{
-		st: st, lanes: w.lane, id: w.id, doneTTL: cfg.doneTTL(), maxRecoveries: cfg.maxRecoveries(),
+		st: st, log: w.log, lanes: w.lane, id: w.id, doneTTL: cfg.doneTTL(), maxRecoveries: cfg.maxRecoveries(),
 		now: func() int64 { return ms(cfg.Advanced.Clock.Now()) },
 		deadline: func(r *buckets.Record) int64 {
 			return ms(cfg.Advanced.Clock.Now()) + r.TimeoutMs + cfg.Advanced.LeaseGrace.Milliseconds()
