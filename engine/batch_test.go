@@ -128,7 +128,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				bs := &batchStore{store: w.store}
-				w.store = bs
+				w.setStore(bs)
 				stores = append(stores, bs)
 				runBackground(t, w.Run)
 			}
@@ -204,7 +204,7 @@ func TestBatchStrictPriority(t *testing.T) {
 	rec := newRecorder(nil)
 	w, _ := newWorker(e.pool, e.cfg, rec)
 	bs := &batchStore{store: w.store}
-	w.store = bs
+	w.setStore(bs)
 	stop := runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
 	stop()
@@ -327,7 +327,7 @@ func runRecorded(t *testing.T, e *env, c *laneClient, rec *recorder, n int) (*wo
 		t.Fatal(err)
 	}
 	bs := &batchStore{store: w.store}
-	w.store = bs
+	w.setStore(bs)
 	runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.inspector().Queue(context.Background(), "default")
@@ -371,7 +371,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss := &stallStore{store: w.store, full: slots, arrived: make(chan struct{}), release: make(chan struct{}), rec: rec}
-	w.store = ss
+	w.setStore(ss)
 	// A group of every slot from a deep queue takes the next batch with
 	// its result (TestBatchTakesNextWithResult) and keeps its slots: here
 	// it gives them back.

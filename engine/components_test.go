@@ -244,7 +244,7 @@ func TestRequeuerGivesUp(t *testing.T) {
 	e := newEnv(t, miniServer(t))
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	fs := &failingRequeue{store: w.store}
-	w.store = fs
+	w.setStore(fs)
 	err := w.requeuer.requeue([]string{"a"}, buckets.Shutdown)
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("requeue: %v, want the store's error", err)

@@ -110,7 +110,7 @@ func TestDuplicateCopyInOneProcessRunsOnce(t *testing.T) {
 	}}
 	defer lossy.Close()
 	ds := &dupClaimStore{store: w.store, lossy: lossy, other: make(chan struct{})}
-	w.store = ds
+	w.setStore(ds)
 	stop := runBackground(t, w.Run)
 	waitFor(t, outcomeWait, "both copies taken", func() bool {
 		n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))

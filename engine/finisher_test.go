@@ -58,7 +58,7 @@ func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
 		admin := e.admin(t)
 		_, _ = admin.Do("CLIENT", "KILL", "TYPE", "normal")
 	}}
-	w.store = ls
+	w.setStore(ls)
 	ls.armed.Store(true)
 	stop := runBackground(t, w.Run)
 	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))

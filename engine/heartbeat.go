@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 )
 
 // heartbeater keeps the worker's heartbeat key alive, and tells the other
@@ -21,7 +23,10 @@ import (
 // never expired means no reaper can have forgotten the worker (Forget
 // requires it gone), so the registry still holds it.
 type heartbeater struct {
-	w *worker
+	heartbeatParams
+	// types the worker serves (sorted; nil: every type), set once at
+	// start (serve), before the first beat.
+	types []string
 	// born and lastBeat (nanoseconds since born, monotonic) tell whether
 	// the heartbeat key may have expired: then a reaper may have forgotten
 	// this worker, and it must not take tasks it could die with unseen.
@@ -35,21 +40,35 @@ type heartbeater struct {
 	full     bool
 }
 
-func newHeartbeater(w *worker) *heartbeater {
-	return &heartbeater{w: w, born: time.Now(), started: w.cfg.Advanced.Clock.Now(), full: true}
+// heartbeatParams is what a heartbeater needs.
+type heartbeatParams struct {
+	store         store
+	ttl, interval time.Duration // Config.Advanced.HeartbeatTTL, HeartbeatInterval
+	clock         Clock
+	queues        []string // the worker's, for the heartbeat info
+	concurrency   int
+	log           *slog.Logger
 }
+
+func newHeartbeater(p heartbeatParams) *heartbeater {
+	return &heartbeater{heartbeatParams: p, born: time.Now(), started: p.clock.Now(), full: true}
+}
+
+// serve says which task types the worker serves (nil: every type), for
+// its heartbeat.
+func (h *heartbeater) serve(types []string) { h.types = types }
 
 // register writes the first heartbeat, retrying with backoff while Redis
 // cannot be reached, so that a worker started before its Redis waits. It
 // returns ctx's error if ctx ends first.
 func (h *heartbeater) register(ctx context.Context) error {
-	bo := h.w.backoff()
+	var bo rconn.Backoff
 	for {
 		err := h.beat(ctx)
 		if err == nil {
 			return nil
 		}
-		if !bo.Wait(ctx, h.w.log, "worker registration", err) {
+		if !bo.Wait(ctx, h.log, "worker registration", err) {
 			return ctx.Err()
 		}
 	}
@@ -70,7 +89,7 @@ func (h *heartbeater) beat(ctx context.Context) error {
 			h.full = true
 			return err
 		}
-		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.w.cfg.Advanced.HeartbeatTTL-expirySlack {
+		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.ttl-expirySlack {
 			h.full = true // it may have run after the key expired: register again
 			continue
 		}
@@ -89,32 +108,31 @@ func (h *heartbeater) beat(ctx context.Context) error {
 // HeartbeatTTL (within half an interval), so that a registry or an
 // unserved hash changed by hand is put right within that.
 func (h *heartbeater) needFull(sent time.Duration) bool {
-	ttl := h.w.cfg.Advanced.HeartbeatTTL
-	return h.full || sent-time.Duration(h.lastBeat.Load()) >= ttl-expirySlack ||
-		sent-h.lastFull >= ttl-h.w.cfg.Advanced.HeartbeatInterval/2
+	return h.full || sent-time.Duration(h.lastBeat.Load()) >= h.ttl-expirySlack ||
+		sent-h.lastFull >= h.ttl-h.interval/2
 }
 
 // send writes the heartbeat: full (Beat) or a renewal (Refresh).
 func (h *heartbeater) send(ctx context.Context, full bool) error {
-	w := h.w
 	host, _ := os.Hostname()
 	hb := map[string]any{
-		"host": host, "pid": os.Getpid(), "queues": w.fetcher.queues,
-		"concurrency": w.cfg.Concurrency, "at": w.cfg.Advanced.Clock.Now().UTC().Format(time.RFC3339Nano),
+		"host": host, "pid": os.Getpid(), "queues": h.queues,
+		"concurrency": h.concurrency, "at": h.clock.Now().UTC().Format(time.RFC3339Nano),
 		"started": h.started.UTC().Format(time.RFC3339Nano),
 	}
 	// The task types it serves, when its handler lists them; then its
 	// heartbeat also says so for each of its queues (ty:<q>:<type>, same
 	// TTL), which other workers read before giving a task back for it.
+	ttl := int64(h.ttl / time.Second)
 	var served []buckets.Served
-	if w.types != nil {
-		hb["types"] = w.types
-		for _, q := range w.fetcher.queues {
-			served = append(served, buckets.Served{Queue: q, Types: w.types, TTL: int64(w.cfg.Advanced.HeartbeatTTL / time.Second)})
+	if h.types != nil {
+		hb["types"] = h.types
+		for _, q := range h.queues {
+			served = append(served, buckets.Served{Queue: q, Types: h.types, TTL: ttl})
 		}
 	}
 	info, _ := json.Marshal(hb)
-	return w.store.Beat(ctx, nil, beat{full: full, ttl: int64(w.cfg.Advanced.HeartbeatTTL / time.Second), info: info, served: served})
+	return h.store.Beat(ctx, nil, beat{full: full, ttl: ttl, info: info, served: served})
 }
 
 // alive reports whether the heartbeat key certainly still exists: the
@@ -124,15 +142,14 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 // died would leave it where no reaper looks.
 func (h *heartbeater) alive() bool {
 	since := time.Since(h.born) - time.Duration(h.lastBeat.Load())
-	return since < h.w.cfg.Advanced.HeartbeatTTL-h.w.cfg.Advanced.HeartbeatInterval
+	return since < h.ttl-h.interval
 }
 
 // run beats every HeartbeatInterval until ctx ends. A beat that fails is
 // not retried: the next tick tries again, and alive() stops the worker
 // from taking tasks once the TTL is near.
 func (h *heartbeater) run(ctx context.Context) {
-	w := h.w
-	t := time.NewTicker(w.cfg.Advanced.HeartbeatInterval)
+	t := time.NewTicker(h.interval)
 	defer t.Stop()
 	fails := 0
 	for {
@@ -147,12 +164,12 @@ func (h *heartbeater) run(ctx context.Context) {
 			}
 			fails++
 			if fails == 1 || fails%10 == 0 {
-				w.log.Warn("heartbeat failed; taking no tasks once the TTL is near, and running ones may be recovered elsewhere",
-					keyErr, err, "ttl", w.cfg.Advanced.HeartbeatTTL, "failures", fails)
+				h.log.Warn("heartbeat failed; taking no tasks once the TTL is near, and running ones may be recovered elsewhere",
+					keyErr, err, "ttl", h.ttl, "failures", fails)
 			}
 			continue
 		}
 		fails = 0
-		w.placeAgain(ctx)
+		storePlaceAgain(ctx, h.store, h.log)
 	}
 }

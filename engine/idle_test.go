@@ -211,7 +211,7 @@ func TestHeartbeatFullBeats(t *testing.T) {
 				t.Fatal(err)
 			}
 			bl := &beatLog{store: w.store, slow: e.cfg.Advanced.HeartbeatTTL, fail: tc.fail}
-			w.store = bl
+			w.setStore(bl)
 			runBackground(t, w.Run)
 			waitFor(t, outcomeWait, "renewals", func() bool { return len(bl.seq()) >= 5 })
 			if s := bl.seq(); s[0] != "beat" || !slices.Contains(s, "refresh") {

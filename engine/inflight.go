@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,14 +167,17 @@ func (s *inflightSet) snapshot() map[string]int {
 // put ids in its list, and an idle worker pops none. It never waits for
 // a slot.
 type recoverer struct {
-	w *worker
+	store    store
+	inflight *inflightSet
+	lane     func() *lane
+	interval time.Duration // Config.Advanced.HeartbeatInterval
+	log      *slog.Logger
 }
 
 func (r *recoverer) run(ctx context.Context) {
-	w := r.w
-	t := time.NewTicker(w.cfg.Advanced.HeartbeatInterval)
+	t := time.NewTicker(r.interval)
 	defer t.Stop()
-	l := w.lane()
+	l := r.lane()
 	defer l.close()
 	looked := false // a look succeeded, after seen pops
 	var seen int64
@@ -183,11 +187,11 @@ func (r *recoverer) run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-			case <-w.inflight.wake:
+			case <-r.inflight.wake:
 			}
 		}
-		pops := w.inflight.pops.Load()
-		if looked && pops == seen && !w.inflight.dirty.Load() {
+		pops := r.inflight.pops.Load()
+		if looked && pops == seen && !r.inflight.dirty.Load() {
 			continue // nothing entered the list since the last look
 		}
 		if err := r.once(ctx, l); err != nil {
@@ -195,8 +199,8 @@ func (r *recoverer) run(ctx context.Context) {
 				return
 			}
 			// Not retried here: the next tick tries again.
-			w.log.Warn("could not look at the in-flight list; trying again within a heartbeat interval", keyErr, err)
-			w.inflight.dirty.Store(true)
+			r.log.Warn("could not look at the in-flight list; trying again within a heartbeat interval", keyErr, err)
+			r.inflight.dirty.Store(true)
 			continue
 		}
 		looked, seen = true, pops
@@ -206,11 +210,10 @@ func (r *recoverer) run(ctx context.Context) {
 // once returns every id no slot holds: three commands (WATCH, LRANGE,
 // UNWATCH) when there is none.
 func (r *recoverer) once(ctx context.Context, l *lane) error {
-	w := r.w
-	w.inflight.dirty.Store(false)
+	r.inflight.dirty.Store(false)
 	var total buckets.RequeueResult
 	for {
-		res, err := w.store.RecoverLost(ctx, l, 100, w.inflight.snapshot)
+		res, err := r.store.RecoverLost(ctx, l, 100, r.inflight.snapshot)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped
@@ -222,7 +225,7 @@ func (r *recoverer) once(ctx context.Context, l *lane) error {
 		}
 	}
 	if total.Requeued+total.Buried+total.Dropped > 0 {
-		w.log.Warn("returned tasks left in the in-flight list (a pop reply lost or a claim given back)",
+		r.log.Warn("returned tasks left in the in-flight list (a pop reply lost or a claim given back)",
 			"requeued", total.Requeued, "buried", total.Buried, "dropped", total.Dropped)
 	}
 	return nil

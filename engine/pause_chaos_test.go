@@ -59,7 +59,7 @@ func TestPauseChaos(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.store = &dyingStore{store: w.store, stage: stages[rand.IntN(len(stages))]}
+		w.setStore(&dyingStore{store: w.store, stage: stages[rand.IntN(len(stages))]})
 		w.cfg.ShutdownTimeout = -1
 		stops = append(stops, runBackground(t, func(ctx context.Context) error { _ = w.Run(ctx); return nil }))
 	}

@@ -55,7 +55,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 		t.Fatal(err)
 	}
 	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
-	w.store = rs
+	w.setStore(rs)
 	return w, rs, runBackground(t, w.Run)
 }
 
@@ -370,7 +370,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
-	w.store = rs
+	w.setStore(rs)
 	p := w.proc
 	grace := e.cfg.Advanced.LeaseGrace.Milliseconds()
 	// chain starts n runs of one batch, claimed now, as batchOnce orders

@@ -149,7 +149,7 @@ func TestProcessorOnFakeStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.store = fs
+			w.setStore(fs)
 			fs.grace = w.cfg.Advanced.LeaseGrace
 			ctx := context.Background()
 			if err := w.hb.register(ctx); err != nil {

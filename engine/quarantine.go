@@ -77,13 +77,13 @@ type placer interface {
 	PlaceAgain(ctx context.Context, conn redis.Conn) (int, error)
 }
 
-// placeAgain is placeAgain for the worker: through its store.
-func (w *worker) placeAgain(ctx context.Context) {
-	if w.store.Unplaced() == 0 {
+// storePlaceAgain is placeAgain for the worker: through its store.
+func storePlaceAgain(ctx context.Context, st store, log *slog.Logger) {
+	if st.Unplaced() == 0 {
 		return
 	}
-	if _, err := w.store.PlaceAgain(ctx, nil); err != nil {
-		w.log.Error("tasks in no list until their placement succeeds; trying again at the next step", keyErr, err, "kept", w.store.Unplaced())
+	if _, err := st.PlaceAgain(ctx, nil); err != nil {
+		log.Error("tasks in no list until their placement succeeds; trying again at the next step", keyErr, err, "kept", st.Unplaced())
 	}
 }
 

@@ -130,7 +130,7 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		e.cfg.Concurrency = 2
 		w, _ := newWorker(e.pool, e.cfg, rec)
 		ss := &stuckStore{store: w.store}
-		w.store = ss
+		w.setStore(ss)
 		stuck, _ := idOf(c.Enqueue(ctx, "t", nil, Timeout(2*time.Second)))
 		ss.stuck.Store(stuck)
 		runBackground(t, w.Run)

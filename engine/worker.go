@@ -104,15 +104,16 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 		},
 	}
 	w.control = newControl(w)
-	w.hb = newHeartbeater(w)
+	w.hb = newHeartbeater(heartbeatParams{store: w.store, ttl: cfg.Advanced.HeartbeatTTL, interval: cfg.Advanced.HeartbeatInterval,
+		clock: cfg.Advanced.Clock, queues: queueNames(cfg.Queues), concurrency: cfg.Concurrency, log: w.log})
 	w.inflight = newInflightSet()
-	w.recoverer = &recoverer{w: w}
+	w.recoverer = &recoverer{store: w.store, inflight: w.inflight, lane: w.lane, interval: cfg.Advanced.HeartbeatInterval, log: w.log}
 	w.fetcher = newFetcher(w)
 	w.proc = newProcessor(w)
 	w.runs = &runner{w: w, running: map[string]*activeRun{}}
 	w.progress = newProgressWriter(pool, st, cfg, w.log)
 	w.finisher = &finisher{w: w, policy: retryPolicy{cfg: cfg}}
-	w.requeuer = &requeuer{w: w}
+	w.requeuer = &requeuer{store: w.store, lane: w.lane, observe: cfg.observeRecovered, log: w.log}
 	return w, nil
 }
 
@@ -330,6 +331,22 @@ func (w *worker) listTypes() {
 	}
 	w.types = types
 	w.serves = func(typ string) bool { return set[typ] }
+	w.hb.serve(types)
+}
+
+// queueNames lists the names of qs.
+func queueNames(qs []QueueConfig) []string {
+	names := make([]string, len(qs))
+	for i, q := range qs {
+		names[i] = q.Name
+	}
+	return names
+}
+
+// setStore replaces the store of the worker and of its parts (tests wrap
+// the real one).
+func (w *worker) setStore(st store) {
+	w.store, w.hb.store, w.recoverer.store, w.requeuer.store = st, st, st, st
 }
 
 // lane is a connection of the worker's pool for a loop's store calls.

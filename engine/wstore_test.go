@@ -168,7 +168,7 @@ func (e *env) dieAndTakeOver(t *testing.T, h Handler, stage string) *dyingStore 
 		t.Fatal(err)
 	}
 	ds := &dyingStore{store: w1.store, stage: stage}
-	w1.store = ds
+	w1.setStore(ds)
 	w1.cfg.ShutdownTimeout = 100 * time.Millisecond
 	runBackground(t, func(ctx context.Context) error { _ = w1.Run(ctx); return nil })
 	waitFor(t, outcomeWait, "the fault", ds.fired.Load)
