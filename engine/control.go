@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -25,14 +26,23 @@ import (
 // cannot be tested: the subscriber subscribes afresh (and re-reads) after
 // any error and after a few idle waits without a message.
 type control struct {
-	w       *worker
+	controlParams
 	mu      sync.Mutex
 	paused  map[string]bool // guarded by mu
 	changed chan struct{}   // closed and replaced on every change; guarded by mu
 }
 
-func newControl(w *worker) *control {
-	return &control{w: w, paused: map[string]bool{}, changed: make(chan struct{})}
+// controlParams is what the control part needs.
+type controlParams struct {
+	store    store
+	pool     *redis.Pool // for the subscription's own connection
+	channel  string      // Keys.Control
+	idleWait time.Duration
+	log      *slog.Logger
+}
+
+func newControl(p controlParams) *control {
+	return &control{controlParams: p, paused: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // isPaused reports whether queue q is paused, as far as the worker knows.
@@ -105,10 +115,9 @@ const controlTimeout = 5 * time.Second
 
 // reread reads the paused set (one SMEMBERS on a pooled connection).
 func (c *control) reread(ctx context.Context) error {
-	w := c.w
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	qs, err := w.store.PausedQueues(ctx, nil)
+	qs, err := c.store.PausedQueues(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -122,8 +131,7 @@ var errRecycle = errors.New("subscription recycled")
 
 // run keeps the subscription until ctx ends.
 func (c *control) run(ctx context.Context) {
-	w := c.w
-	bo := w.backoff()
+	var bo rconn.Backoff
 	for ctx.Err() == nil {
 		err := c.session(ctx)
 		if ctx.Err() != nil {
@@ -133,7 +141,7 @@ func (c *control) run(ctx context.Context) {
 			bo.Reset()
 			continue
 		}
-		if !bo.Wait(ctx, w.log, "control channel subscription", err) {
+		if !bo.Wait(ctx, c.log, "control channel subscription", err) {
 			return
 		}
 	}
@@ -142,15 +150,14 @@ func (c *control) run(ctx context.Context) {
 // recycleAfter is how long a subscription may see no message before it is
 // made afresh.
 func (c *control) recycleAfter() time.Duration {
-	return max(3*c.w.cfg.Advanced.IdleWait, 30*time.Second)
+	return max(3*c.idleWait, 30*time.Second)
 }
 
 // session subscribes once, re-reads the paused set, and applies messages
 // until an error, ctx's end, or recycleAfter without a message.
 func (c *control) session(ctx context.Context) error {
-	w := c.w
 	dctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	conn, err := rconn.DialFresh(dctx, w.pool)
+	conn, err := rconn.DialFresh(dctx, c.pool)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
@@ -160,7 +167,7 @@ func (c *control) session(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	psc := redis.PubSubConn{Conn: conn}
-	if err := psc.Subscribe(w.keys.Control()); err != nil {
+	if err := psc.Subscribe(c.channel); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
 	switch v := psc.ReceiveWithTimeout(controlTimeout).(type) {
@@ -179,7 +186,7 @@ func (c *control) session(ctx context.Context) error {
 		case redis.Message:
 			if verb, q, ok := buckets.ParseControl(string(v.Data)); ok {
 				c.set(q, verb == buckets.CtlPause)
-				w.log.Info("queue "+verb+"d", keyQueue, q)
+				c.log.Info("queue "+verb+"d", keyQueue, q)
 			}
 		case redis.Subscription, redis.Pong:
 		case error:

@@ -103,7 +103,7 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 			return ms(cfg.Advanced.Clock.Now()) + r.TimeoutMs + cfg.Advanced.LeaseGrace.Milliseconds()
 		},
 	}
-	w.control = newControl(w)
+	w.control = newControl(controlParams{store: w.store, pool: pool, channel: st.Keys.Control(), idleWait: cfg.Advanced.IdleWait, log: w.log})
 	w.hb = newHeartbeater(heartbeatParams{store: w.store, ttl: cfg.Advanced.HeartbeatTTL, interval: cfg.Advanced.HeartbeatInterval,
 		clock: cfg.Advanced.Clock, queues: queueNames(cfg.Queues), concurrency: cfg.Concurrency, log: w.log})
 	w.inflight = newInflightSet()
@@ -346,7 +346,7 @@ func queueNames(qs []QueueConfig) []string {
 // setStore replaces the store of the worker and of its parts (tests wrap
 // the real one).
 func (w *worker) setStore(st store) {
-	w.store, w.hb.store, w.recoverer.store, w.requeuer.store = st, st, st, st
+	w.store, w.hb.store, w.recoverer.store, w.requeuer.store, w.control.store = st, st, st, st, st
 }
 
 // lane is a connection of the worker's pool for a loop's store calls.
