@@ -198,7 +198,7 @@ func (m interruptions) add(id string, in interruption) {
 // Redis: each phase below adds its figures to the report, and verdict
 // turns them into failures.
 func (h *harness) check(ctx context.Context) *Report {
-	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir,
+	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir, replayArgs: h.replayArgs,
 		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
 		DeadReasons: map[string]int{}}
 	c := &checker{h: h, rep: rep, inter: interruptions{}}
