@@ -113,6 +113,7 @@ type killEvent struct {
 	Self        bool // a producer's own SIGKILL, armed before a call
 	At          time.Time
 	WorkerID    string
+	WorkerIDs   []string // a worker's ids, one per lane
 	Pending     []string // the worker's pending set right after it died
 	Inflight    []string // and its in-flight list
 	SnapshotErr error
@@ -774,7 +775,7 @@ func (h *harness) liveSlots(roles ...string) []*slot {
 func (h *harness) kill(s *slot, sig syscall.Signal) {
 	p := s.current()
 	ev := &killEvent{Role: p.Role, Name: p.Name, PID: p.PID, Signal: sig}
-	ev.WorkerID = p.workerID()
+	ev.WorkerID, ev.WorkerIDs = p.workerID(), p.workerIDs()
 	h.signal(p, sig)
 	ev.At = time.Now()
 	if p.Role == roleWorker && sig == syscall.SIGKILL && ev.WorkerID != "" {
