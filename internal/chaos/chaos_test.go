@@ -109,25 +109,26 @@ func runPeriodic(t *testing.T, o PeriodicOptions) {
 	}
 }
 
-// TestChaosWorkflow is the short run of the workflow scenario: 150 chains
-// of 5 steps and 12 groups of 50 members under worker (and producer)
+// TestChaosWorkflow is the short run of the workflow scenario: 60 chains
+// of 5 steps and 6 groups of 30 members under worker (and producer)
 // kills, connection cuts and redis-server restarts, all at once: every
 // chain completes with each step written once, every group's callback
 // runs once (extra runs only after a recovery, counted) with the members'
 // outcomes. The full form is
 // `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50`.
 func TestChaosWorkflow(t *testing.T) {
-	runWorkflow(t, WorkflowOptions{Chains: 150, Steps: 5, Groups: 12, Members: 50})
+	runWorkflow(t, WorkflowOptions{Chains: 60, Steps: 5, Groups: 6, Members: 30})
 }
 
 // TestChaosWorkflowShards is the workflow scenario on three lanes, each
 // on a redis-server of its own behind its own cutting proxy: a sharded
 // producer puts each workflow in the lane its id hashes to, sharded
 // workers run them, restarts hit one server at a time, and the checks
-// read every lane. The full form is
+// read every lane. The short form is 45 chains of 5 steps and 6 groups
+// of 20 members; the full form is
 // `go run ./internal/chaos/cmd/chaos -workflow 2000x5,200x50 -shards 3`.
 func TestChaosWorkflowShards(t *testing.T) {
-	runWorkflow(t, WorkflowOptions{Chains: 90, Steps: 5, Groups: 9, Members: 30, Shards: 3})
+	runWorkflow(t, WorkflowOptions{Chains: 45, Steps: 5, Groups: 6, Members: 20, Shards: 3})
 }
 
 // runWorkflow runs the workflow scenario of o's sizes and layout under
@@ -200,16 +201,15 @@ func shortOptions(name string) (Options, error) {
 	return Options{Scenario: name, Duration: max(shortDuration, min(sc.MinDuration, shortMinDuration)), DelayMax: shortDelayMax}, nil
 }
 
-// TestChaos is the short run of every scenario on one redis-server: 600
-// tasks each (300 with -short; 400 in the flow scenario, which holds
-// them back at its rates) over 2 s (10 s in the bad-data and flow
+// TestChaos is the short run of every scenario on one redis-server: 400
+// tasks each (200 with -short; at most flowTasks in the flow scenario) over 2 s (10 s in the bad-data and flow
 // scenarios), run in the package's pool (inPool). It needs redis-server
 // and fails, not skips, without it. The long run is
 // `go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
 func TestChaos(t *testing.T) {
-	tasks := 600
+	tasks := 400
 	if testing.Short() {
-		tasks = 300
+		tasks = 200
 	}
 	runScenarios(t, 1, tasks)
 }
@@ -220,13 +220,13 @@ func TestChaos(t *testing.T) {
 // dispatchers and reapers are ShardedServers serving every lane; restarts
 // hit one server at a time; each server has its own cutting proxy; bad
 // data goes into one lane's keys; the ledger and the namespace check
-// (engine check) span the lanes. The short form (CI) is 450 tasks per
-// scenario (300 with -short), timed as TestChaos's; the full form is
+// (engine check) span the lanes. The short form (CI) is 300 tasks per
+// scenario (200 with -short), timed as TestChaos's; the full form is
 // `go run ./internal/chaos/cmd/chaos -scenario all -shards 3 -tasks 50000`.
 func TestChaosShards(t *testing.T) {
-	tasks := 450
+	tasks := 300
 	if testing.Short() {
-		tasks = 300
+		tasks = 200
 	}
 	runScenarios(t, 3, tasks)
 }
@@ -234,21 +234,24 @@ func TestChaosShards(t *testing.T) {
 // TestChaosRedis24 is a short run, on a real Redis 2.4 (REDIS24_SERVER;
 // skipped, saying so, without it), of the full scenario and of the faults
 // that touch 2.4's own behaviour: connection cuts, server restarts, kills;
-// and of flow control under all of them.
+// and of flow control under all of them: 300 tasks each (200 with
+// -short), timed as TestChaos's.
 func TestChaosRedis24(t *testing.T) {
 	if os.Getenv(redistest.EnvBinary24) == "" {
 		t.Skipf("%s is not set: the chaos scenarios did not run on a real Redis 2.4", redistest.EnvBinary24)
 	}
-	tasks := 450
+	tasks := 300
 	if testing.Short() {
-		tasks = 300
+		tasks = 200
 	}
 	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts", "flow"}, os.Getenv(redistest.EnvBinary24))
 }
 
 // flowTasks is the most tasks of the flow scenario's short form: its
-// rates hold a backlog back, which drains at their pace.
-const flowTasks = 400
+// rates scale with the pace tasks are produced at, and a slower pace
+// lets a loaded machine still start tasks as fast as the rates allow
+// (which the scenario must see).
+const flowTasks = 300
 
 // runScenarios runs every scenario (or those CHAOS_SCENARIOS names) on
 // shards lanes (1: one server), tasks tasks each unless CHAOS_TASKS says
