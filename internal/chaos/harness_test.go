@@ -56,7 +56,8 @@ func TestLedgerRoundTrip(t *testing.T) {
 	}
 	hp := filepath.Join(dir, "h")
 	w, _ = ledger.Create(hp)
-	_ = w.Write(ledger.Start("a", 10, 7, "batch:p0.1.1:0", 1, 0, 5, "", 9, 0), ledger.Start("a", 20, 8, "batch:p0.1.1:0", 1, 1, 5, "k1", 19, 40),
+	_ = w.Write(ledger.Start(ledger.Run{ID: "a", Start: 10, PID: 7, Payload: "batch:p0.1.1:0", Attempt: 1, Due: 5, Claimed: 9}),
+		ledger.Start(ledger.Run{ID: "a", Start: 20, PID: 8, Payload: "batch:p0.1.1:0", Attempt: 1, Recoveries: 1, Due: 5, Key: "k1", Claimed: 19, Expires: 40}),
 		ledger.End("a", 30, 8))
 	w.Close()
 	runs, err := ledger.ReadHandler(hp)

@@ -93,7 +93,11 @@ func main() {
 		progress = os.Stderr
 	}
 	if *workflow != "" {
-		os.Exit(runWorkflow(ctx, bin, *workflow, *seed, *shards, *drain, *dir, *markdown, progress))
+		o := chaos.WorkflowOptions{Bin: bin, Seed: uint64(*seed), Drain: *drain, Dir: *dir, Shards: *shards}
+		if progress != nil {
+			o.Log = progress
+		}
+		os.Exit(runWorkflow(ctx, o, *workflow, *markdown))
 	}
 	if *periodic > 0 {
 		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir, Shards: *shards}
