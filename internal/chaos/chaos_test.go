@@ -202,7 +202,8 @@ func shortOptions(name string) (Options, error) {
 }
 
 // TestChaos is the short run of every scenario on one redis-server: 400
-// tasks each (200 with -short; at most flowTasks in the flow scenario) over 2 s (10 s in the bad-data and flow
+// tasks each (200 with -short; at most flowTasks in the flow scenario, at
+// least badDataTasks in those with wrong-type lists) over 2 s (10 s in the bad-data and flow
 // scenarios), run in the package's pool (inPool). It needs redis-server
 // and fails, not skips, without it. The long run is
 // `go run ./internal/chaos/cmd/chaos -scenario all -tasks 50000 -seed N`.
@@ -246,6 +247,13 @@ func TestChaosRedis24(t *testing.T) {
 	}
 	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts", "flow"}, os.Getenv(redistest.EnvBinary24))
 }
+
+// badDataTasks is the fewest tasks of the short form of a scenario with
+// the wrong-type ready and wake-up lists (Scenario.BadData 2): each is
+// judged by the runs started while it is wrong against those of as long
+// before, and a slower pace leaves the workers idle, blocked on the
+// wake-up list, when it turns; the former short form's pace.
+const badDataTasks = 600
 
 // flowTasks is the most tasks of the flow scenario's short form: its
 // rates scale with the pace tasks are produced at, and a slower pace
@@ -311,8 +319,13 @@ func runOn(t *testing.T, shards, tasks int, names []string, bin24 string) {
 			t.Fatal(err)
 		}
 		o.Tasks, o.Shards, o.Redis24, o.Bin, o.Drain = tasks, shards, bin24, procBin, 20*time.Second
-		if name == "flow" && !fixedTasks {
+		sc, _ := LookupScenario(name)
+		switch {
+		case fixedTasks:
+		case name == "flow":
 			o.Tasks = min(tasks, flowTasks)
+		case sc.BadData >= 2:
+			o.Tasks = max(tasks, badDataTasks)
 		}
 		runs = append(runs, o)
 	}
