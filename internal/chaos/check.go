@@ -198,10 +198,10 @@ func (m interruptions) add(id string, in interruption) {
 // Redis: each phase below adds its figures to the report, and verdict
 // turns them into failures.
 func (h *harness) check(ctx context.Context) *Report {
-	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir,
+	rep := &Report{Scenario: h.sc.Name, Doc: h.sc.Doc, Seed: h.seed, Tasks: h.opts.Tasks, Shards: len(h.lanes), Dir: h.dir, replayArgs: h.replayArgs,
 		Duration: time.Since(h.started), Faults: map[string]int{}, LogErrors: map[string]int{},
 		DeadReasons: map[string]int{}}
-	c := &checker{h: h, rep: rep, inter: interruptions{}}
+	c := &checker{h: h, rep: rep, inter: interruptions{}, reaped: map[string]bool{}}
 	obs, err := h.collect()
 	if err != nil {
 		c.fail("reading the ledgers: %v", err)
@@ -233,6 +233,8 @@ type checker struct {
 	dead   map[string]string // dead letters: id → reason
 	inter  interruptions
 	bound  time.Duration // how early a run may start (earlyBound)
+	// reaped are the worker ids a reaper found dead and returned tasks of.
+	reaped map[string]bool
 
 	lost, unexplained, wedged []string
 }
@@ -443,6 +445,9 @@ func (c *checker) logs() {
 				add(id, interruption{pid: p.PID, reason: "its result was not yet recorded when the worker was killed"})
 			}
 		}
+		for _, w := range ls.Reaped {
+			c.reaped[w] = true
+		}
 		if ls.Errors > 0 {
 			rep.LogErrors[p.Role] += ls.Errors
 		}
@@ -478,6 +483,7 @@ func (c *checker) weakEvidence() {
 			}
 		}
 	}
+	c.reapedAfterKill()
 	// A server that evicted keys with a TTL while full (a volatile
 	// policy: Scenario.Full on 2.4) may have evicted a live worker's
 	// heartbeat: a reaper then recovers its tasks while they run, a lost
@@ -506,6 +512,31 @@ func (c *checker) weakEvidence() {
 		}
 		if strong > 0 {
 			rep.InterruptedTasks++
+		}
+	}
+}
+
+// reapedAfterKill adds weak evidence for a run that ended in a worker
+// killed later, and ran again after a recovery, when a reaper found that
+// worker dead and returned tasks of it: the run's result was not yet
+// recorded at the kill (the task was still claimed), though the kill's
+// snapshot of what the worker held missed it (read after the reaper, on
+// a loaded machine, or not read).
+func (c *checker) reapedAfterKill() {
+	for id, runs := range c.obs.runs {
+		for i := 1; i < len(runs); i++ {
+			prev := runs[i-1]
+			k := c.killed[prev.PID]
+			if k == nil || k.Signal != syscall.SIGKILL || prev.End == 0 || runs[i].Recoveries <= prev.Recoveries {
+				continue
+			}
+			for _, w := range k.WorkerIDs {
+				if c.reaped[w] {
+					c.inter[id] = append(c.inter[id], interruption{pid: prev.PID, weak: true,
+						reason: "ended in a worker killed later, which a reaper found dead and recovered tasks of"})
+					break
+				}
+			}
 		}
 	}
 }

@@ -37,6 +37,9 @@ type Options struct {
 	// Duration is how long the producers take to enqueue Tasks. Default
 	// Tasks/1500 s, at least 5 s.
 	Duration time.Duration
+	// DelayMax is the longest delay of a delayed task: the faults go on
+	// until the last one is due. Default DelayMax.
+	DelayMax time.Duration
 	// Drain bounds the wait, after faults stop, for the last tasks to run.
 	// Default 30 s.
 	Drain time.Duration
@@ -110,6 +113,7 @@ type killEvent struct {
 	Self        bool // a producer's own SIGKILL, armed before a call
 	At          time.Time
 	WorkerID    string
+	WorkerIDs   []string // a worker's ids, one per lane
 	Pending     []string // the worker's pending set right after it died
 	Inflight    []string // and its in-flight list
 	SnapshotErr error
@@ -171,6 +175,11 @@ type harness struct {
 	// evicted the keys the servers evicted meanwhile (INFO evicted_keys).
 	fills, evicted atomic.Int64
 	partialWhere   map[string]*partialWhere
+	// notFired names the fault loops untilFaultsFired gave up waiting for.
+	notFired []string
+	// replayArgs are the chaos command's flags that replay the options
+	// (Report.replayArgs).
+	replayArgs string
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -210,7 +219,7 @@ func (h *harness) producerArgs(s *slot, inc, count int) []string {
 		"-pad", fmt.Sprint(h.sc.Pad),
 		"-prefix", fmt.Sprintf("p%d.%d", s.Index, inc),
 		"-queue", queue,
-		"-delay-max", DelayMax.String(),
+		"-delay-max", h.opts.DelayMax.String(),
 		"-self-kill", fmt.Sprint(h.sc.ProducerSelfKill), "-self-kill-max", "1500us",
 		"-keys", fmt.Sprint(h.sc.Keys), "-expire", fmt.Sprint(h.sc.Expire),
 	}
@@ -233,6 +242,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Seed == 0 {
 		o.Seed = time.Now().UnixNano()%1_000_000_000 + 1
 	}
+	var replay strings.Builder
+	if o.Duration > 0 {
+		fmt.Fprintf(&replay, " -duration %v", o.Duration)
+	}
+	if o.DelayMax > 0 {
+		fmt.Fprintf(&replay, " -delay-max %v", o.DelayMax)
+	}
+	if o.Redis24 != "" {
+		replay.WriteString(" -on24")
+	}
 	if o.Duration <= 0 {
 		o.Duration = max(5*time.Second, sc.MinDuration, time.Duration(float64(o.Tasks)/1500*float64(time.Second)))
 	}
@@ -240,7 +259,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.Drain = 30 * time.Second
 	}
 	o.Drain = max(o.Drain, sc.MinDrain)
-	h := &harness{opts: o, sc: sc, seed: o.Seed, ns: "chaos", started: time.Now(), slots: map[string][]*slot{}}
+	if o.DelayMax <= 0 {
+		o.DelayMax = DelayMax
+	}
+	h := &harness{opts: o, sc: sc, seed: o.Seed, ns: "chaos", started: time.Now(), slots: map[string][]*slot{},
+		replayArgs: replay.String()}
 	h.rate = float64(o.Tasks) / o.Duration.Seconds()
 	if sc.RateShare > 0 {
 		// The windows scale with the run: the queue's rate a share of
@@ -454,14 +477,76 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if obs != nil {
 		last := obs.maxDue()
 		if d := time.Until(time.UnixMilli(last)) + 500*time.Millisecond; d > 0 {
-			sleep(ctx, min(d, DelayMax+Skew+time.Second))
+			sleep(ctx, min(d, h.opts.DelayMax+Skew+time.Second))
 		}
 	}
+	h.untilFaultsFired(ctx)
 	stopFaults()
 	loops.Wait()
 	h.enableCuts(false)
 	h.logf("faults stopped; draining")
 	return h.finish(ctx, "")
+}
+
+// faultsFiredWait bounds untilFaultsFired.
+const faultsFiredWait = 30 * time.Second
+
+// untilFaultsFired keeps the faults on until every fault loop of the
+// scenario that can still fire once production is over fired at least
+// once (a worker, dispatcher or reaper killed, a server restarted or
+// filled, a connection cut), or faultsFiredWait: a short run then
+// injects every fault it is for, whatever its draws of the gaps. A fault
+// still not injected then is kept in notFired: the run did not exercise
+// it. Producer kills are left out: they can only fire while producers
+// run.
+func (h *harness) untilFaultsFired(ctx context.Context) {
+	deadline := time.Now().Add(faultsFiredWait)
+	for {
+		missing := h.faultsNotFired()
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.logf("after %v, still not injected: %s", faultsFiredWait, strings.Join(missing, ", "))
+			h.notFired = missing
+			return
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// faultsNotFired names the scenario's fault loops, of those
+// untilFaultsFired waits for, that did not fire yet.
+func (h *harness) faultsNotFired() []string {
+	sc := h.sc
+	h.mu.Lock()
+	killed := map[string]bool{}
+	for _, k := range h.kills {
+		killed[k.Role] = true
+	}
+	restarted := len(h.restarts) > 0
+	h.mu.Unlock()
+	var missing []string
+	if sc.KillWorkers > 0 && !killed[roleWorker] {
+		missing = append(missing, "worker kill")
+	}
+	if sc.KillInfra > 0 && !killed[roleDispatcher] && !killed[roleReaper] {
+		missing = append(missing, "dispatcher or reaper kill")
+	}
+	if sc.Restarts > 0 && !restarted {
+		missing = append(missing, "redis-server restart")
+	}
+	if sc.Full > 0 && h.fills.Load() == 0 {
+		missing = append(missing, "server full")
+	}
+	if len(h.proxies) > 0 {
+		if _, n := h.cuts(); n == 0 {
+			missing = append(missing, "connection cut")
+		}
+	}
+	return missing
 }
 
 // finish drains, stops every process and checks.
@@ -492,6 +577,9 @@ func (h *harness) finish(ctx context.Context, failure string) (*Report, error) {
 	}
 	if !drained {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("drain timed out after %v", h.opts.Drain))
+	}
+	if len(h.notFired) > 0 {
+		rep.Unexercised = append(rep.Unexercised, "faults never injected: "+strings.Join(h.notFired, ", "))
 	}
 	if h.sc.Full > 0 {
 		refused := h.logCount("maxmemory")
@@ -687,7 +775,7 @@ func (h *harness) liveSlots(roles ...string) []*slot {
 func (h *harness) kill(s *slot, sig syscall.Signal) {
 	p := s.current()
 	ev := &killEvent{Role: p.Role, Name: p.Name, PID: p.PID, Signal: sig}
-	ev.WorkerID = p.workerID()
+	ev.WorkerID, ev.WorkerIDs = p.workerID(), p.workerIDs()
 	h.signal(p, sig)
 	ev.At = time.Now()
 	if p.Role == roleWorker && sig == syscall.SIGKILL && ev.WorkerID != "" {

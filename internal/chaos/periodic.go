@@ -99,158 +99,256 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 		}
 		o.Dir = d
 	}
-	logf := func(format string, args ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
-		}
-	}
-	bin, err := findRedisServer()
-	if err != nil {
+	p := &periodicRun{o: o, rep: &PeriodicReport{Dir: o.Dir}, led: filepath.Join(o.Dir, "worker.ledger"),
+		offsets: []time.Duration{-Skew, 0, Skew}}
+	defer p.close()
+	if err := p.startServers(); err != nil {
 		return nil, err
 	}
-	srv, err := startRedis(bin, filepath.Join(o.Dir, "redis"), redisOptions{})
-	if err != nil {
+	if err := p.startProcesses(); err != nil {
 		return nil, err
 	}
-	defer srv.Stop(syscall.SIGTERM)
-	rep := &PeriodicReport{Dir: o.Dir}
-	const ns = "chaosp"
-	common := []string{"-addr", srv.Addr, "-ns", ns}
-	lanes := []string{srv.Addr}
-	if o.Shards > 1 {
-		for k := 1; k < o.Shards; k++ {
-			other, err := startRedis(bin, filepath.Join(o.Dir, fmt.Sprintf("redis-%d", k)), redisOptions{})
-			if err != nil {
-				return nil, err
-			}
-			defer other.Stop(syscall.SIGTERM)
-			lanes = append(lanes, other.Addr)
-		}
-		common = append(common, "-addrs", strings.Join(lanes, ","))
-	}
-	var mu sync.Mutex
-	var procs []*exec.Cmd
-	var exited []chan struct{} // closed when procs[i] has exited
-	start := func(name string, args ...string) (*exec.Cmd, error) {
-		lf, err := os.OpenFile(filepath.Join(o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(o.Bin, append(append([]string{}, common...), args...)...)
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			lf.Close()
-			return nil, err
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
-		mu.Lock()
-		procs = append(procs, cmd)
-		exited = append(exited, done)
-		mu.Unlock()
-		return cmd, nil
-	}
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range procs {
-			_ = c.Process.Signal(syscall.SIGKILL)
-		}
-	}()
-	led := filepath.Join(o.Dir, "worker.ledger")
-	for _, a := range [][]string{{"-mode", "dispatcher"}, {"-mode", "reaper"},
-		{"-mode", "worker", "-ledger", led, "-sleep-max", "50ms"}} {
-		if _, err := start(a[1], a...); err != nil {
-			return nil, err
-		}
-	}
-	offsets := []time.Duration{-Skew, 0, Skew}
-	scheds := make([]*exec.Cmd, len(offsets))
-	startSched := func(i, inc int) error {
-		c, err := start(fmt.Sprintf("scheduler-%d", i), "-mode", "scheduler", "-entry", periodicEntry,
-			"-every", "1s", "-offset", offsets[i].String(), "-seed", fmt.Sprint(o.Seed+uint64(inc)))
-		scheds[i] = c
-		return err
-	}
-	for i := range offsets {
-		if err := startSched(i, i); err != nil {
-			return nil, err
-		}
-	}
-	// The window starts once the entry exists (the first pass ran).
-	admin, err := srv.Admin()
-	if err != nil {
+	if err := p.waitForEntry(); err != nil {
 		return nil, err
 	}
-	defer admin.Close()
-	key := func(s string) string { return "{" + ns + "}:" + s }
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		n, err := redis.Int(admin.Do("EXISTS", key("pe:"+periodicEntry)))
-		if err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("chaos: the periodic entry was not created within 15 s (logs in %s)", o.Dir)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := p.killWindow(ctx); err != nil {
+		return nil, err
 	}
-	rep.Window[0] = time.Now()
-	logf("periodic window starts; killing schedulers for %v", o.Duration)
-	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
-	inc := len(offsets)
-	end := rep.Window[0].Add(o.Duration)
-	for time.Now().Before(end) {
-		gap := time.Duration(rng.Int64N(int64(1400 * time.Millisecond)))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(gap):
-		}
-		i := rng.IntN(len(offsets))
-		_ = scheds[i].Process.Signal(syscall.SIGKILL)
-		rep.Kills++
-		down := time.Duration(rng.Int64N(int64(time.Second)))
-		time.Sleep(down)
-		inc++
-		if err := startSched(i, inc); err != nil {
-			return nil, err
-		}
-	}
-	rep.Window[1] = time.Now()
-	logf("window ends after %d kills; draining", rep.Kills)
-	var restartSettled time.Time
 	if o.Outage > 0 {
-		for _, c := range scheds {
-			_ = c.Process.Signal(syscall.SIGKILL)
-		}
-		time.Sleep(200 * time.Millisecond)
-		w, err := redis.Int64(admin.Do("HGET", key("pe:"+periodicEntry), "last"))
-		if err != nil {
-			return nil, fmt.Errorf("chaos: reading the watermark: %w", err)
-		}
-		rep.OutageFrom = time.UnixMilli(w)
-		logf("every scheduler down (watermark %s) for %v", rep.OutageFrom.Format("15:04:05.000"), o.Outage)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(o.Outage):
-		}
-		rep.Restart = time.Now()
-		if err := startSched(1, inc+1); err != nil {
+		if err := p.outage(ctx); err != nil {
 			return nil, err
 		}
-		// Its first pass runs within a second or so; firings after
-		// restartSettled are upcoming for it and all run.
-		restartSettled = rep.Restart.Add(3 * time.Second)
-		time.Sleep(4 * time.Second)
 	}
-	// Every firing of the window is due by now; wait for the worker to
-	// have run each (the dispatcher makes them ready at their time).
 	s, err := schedule.Parse(schedule.Spec{Every: time.Second})
 	if err != nil {
 		return nil, err
 	}
+	firings, byID, err := p.waitForRuns(s)
+	if err != nil {
+		return nil, err
+	}
+	p.judgeWindow(firings, byID)
+	if !p.rep.Restart.IsZero() {
+		p.judgeOutage(s, byID)
+	}
+	p.stopProcesses()
+	p.verdict(ctx)
+	return p.rep, nil
+}
+
+// periodicNamespace is the periodic scenario's namespace.
+const periodicNamespace = "chaosp"
+
+// periodicRun is one run of the periodic scenario: its servers, its
+// processes and what it found.
+type periodicRun struct {
+	o   PeriodicOptions
+	rep *PeriodicReport
+	led string // the worker's ledger
+
+	srvs   []*redisServer // lane 0's first
+	lanes  []string       // their addresses
+	common []string       // every process's flags
+	admin  redis.Conn     // lane 0's server
+
+	mu     sync.Mutex
+	procs  []*exec.Cmd
+	exited []chan struct{} // closed when procs[i] has exited
+
+	offsets []time.Duration // the schedulers' clock offsets
+	scheds  []*exec.Cmd     // the schedulers' current processes
+	inc     int             // the schedulers' incarnations: each restart takes the next (its seed)
+	// restartSettled is when the scheduler restarted after the outage
+	// has run its first pass: firings from then on all run.
+	restartSettled time.Time
+}
+
+func (p *periodicRun) logf(format string, args ...any) {
+	if p.o.Log != nil {
+		fmt.Fprintf(p.o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+}
+
+// close kills what is still running and stops the servers.
+func (p *periodicRun) close() {
+	if p.admin != nil {
+		p.admin.Close()
+	}
+	p.mu.Lock()
+	for _, c := range p.procs {
+		_ = c.Process.Signal(syscall.SIGKILL)
+	}
+	p.mu.Unlock()
+	for i := len(p.srvs) - 1; i >= 0; i-- {
+		p.srvs[i].Stop(syscall.SIGTERM)
+	}
+}
+
+// key is the namespace's Redis key of s.
+func (p *periodicRun) key(s string) string { return "{" + periodicNamespace + "}:" + s }
+
+// startServers starts a redis-server per lane, and names them in every
+// process's flags.
+func (p *periodicRun) startServers() error {
+	bin, err := findRedisServer()
+	if err != nil {
+		return err
+	}
+	for k := range max(p.o.Shards, 1) {
+		dir := filepath.Join(p.o.Dir, "redis")
+		if k > 0 {
+			dir = filepath.Join(p.o.Dir, fmt.Sprintf("redis-%d", k))
+		}
+		srv, err := startRedis(bin, dir, redisOptions{})
+		if err != nil {
+			return err
+		}
+		p.srvs = append(p.srvs, srv)
+		p.lanes = append(p.lanes, srv.Addr)
+	}
+	p.common = []string{"-addr", p.lanes[0], "-ns", periodicNamespace}
+	if p.o.Shards > 1 {
+		p.common = append(p.common, "-addrs", strings.Join(p.lanes, ","))
+	}
+	return nil
+}
+
+// start starts a chaosproc process of args, logging to name.log.
+func (p *periodicRun) start(name string, args ...string) (*exec.Cmd, error) {
+	lf, err := os.OpenFile(filepath.Join(p.o.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(p.o.Bin, append(append([]string{}, p.common...), args...)...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
+	p.mu.Lock()
+	p.procs = append(p.procs, cmd)
+	p.exited = append(p.exited, done)
+	p.mu.Unlock()
+	return cmd, nil
+}
+
+// startSched starts incarnation inc of scheduler i.
+func (p *periodicRun) startSched(i, inc int) error {
+	c, err := p.start(fmt.Sprintf("scheduler-%d", i), "-mode", "scheduler", "-entry", periodicEntry,
+		"-every", "1s", "-offset", p.offsets[i].String(), "-seed", fmt.Sprint(p.o.Seed+uint64(inc)))
+	p.scheds[i] = c
+	return err
+}
+
+// startProcesses starts the dispatcher, the reaper, the worker and the
+// three schedulers.
+func (p *periodicRun) startProcesses() error {
+	for _, a := range [][]string{{"-mode", "dispatcher"}, {"-mode", "reaper"},
+		{"-mode", "worker", "-ledger", p.led, "-sleep-max", "50ms"}} {
+		if _, err := p.start(a[1], a...); err != nil {
+			return err
+		}
+	}
+	p.scheds = make([]*exec.Cmd, len(p.offsets))
+	for i := range p.offsets {
+		if err := p.startSched(i, i); err != nil {
+			return err
+		}
+	}
+	p.inc = len(p.offsets)
+	return nil
+}
+
+// waitForEntry waits (up to 15 s) for the schedulers' first pass to
+// create the entry: the window starts then.
+func (p *periodicRun) waitForEntry() error {
+	admin, err := p.srvs[0].Admin()
+	if err != nil {
+		return err
+	}
+	p.admin = admin
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := redis.Int(p.admin.Do("EXISTS", p.key("pe:"+periodicEntry)))
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: the periodic entry was not created within 15 s (logs in %s)", p.o.Dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.rep.Window[0] = time.Now()
+	return nil
+}
+
+// killWindow SIGKILLs a random scheduler every 0-1.4 s for the window
+// (Duration), restarting it after 0-1 s.
+func (p *periodicRun) killWindow(ctx context.Context) error {
+	rep := p.rep
+	p.logf("periodic window starts; killing schedulers for %v", p.o.Duration)
+	rng := rand.New(rand.NewPCG(p.o.Seed, 0x5eed))
+	end := rep.Window[0].Add(p.o.Duration)
+	for time.Now().Before(end) {
+		gap := time.Duration(rng.Int64N(int64(1400 * time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(gap):
+		}
+		i := rng.IntN(len(p.offsets))
+		_ = p.scheds[i].Process.Signal(syscall.SIGKILL)
+		rep.Kills++
+		down := time.Duration(rng.Int64N(int64(time.Second)))
+		time.Sleep(down)
+		p.inc++
+		if err := p.startSched(i, p.inc); err != nil {
+			return err
+		}
+	}
+	rep.Window[1] = time.Now()
+	p.logf("window ends after %d kills; draining", rep.Kills)
+	return nil
+}
+
+// outage stops every scheduler for Outage, reading the watermark they
+// left, and restarts one (the real clock's).
+func (p *periodicRun) outage(ctx context.Context) error {
+	rep := p.rep
+	for _, c := range p.scheds {
+		_ = c.Process.Signal(syscall.SIGKILL)
+	}
+	time.Sleep(200 * time.Millisecond)
+	w, err := redis.Int64(p.admin.Do("HGET", p.key("pe:"+periodicEntry), "last"))
+	if err != nil {
+		return fmt.Errorf("chaos: reading the watermark: %w", err)
+	}
+	rep.OutageFrom = time.UnixMilli(w)
+	p.logf("every scheduler down (watermark %s) for %v", rep.OutageFrom.Format("15:04:05.000"), p.o.Outage)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(p.o.Outage):
+	}
+	rep.Restart = time.Now()
+	if err := p.startSched(1, p.inc+1); err != nil {
+		return err
+	}
+	// Its first pass runs within a second or so; firings after
+	// restartSettled are upcoming for it and all run.
+	p.restartSettled = rep.Restart.Add(3 * time.Second)
+	time.Sleep(4 * time.Second)
+	return nil
+}
+
+// waitForRuns waits (up to 15 s) for the worker to have run every firing
+// of the window (and, after an outage, those from restartSettled on),
+// and returns the window's judged firings and the worker's runs by task
+// id.
+func (p *periodicRun) waitForRuns(s *schedule.Schedule) ([]time.Time, map[string][]*ledger.Run, error) {
+	rep := p.rep
 	// The firings of the first MaxSkew (2 s) after the entry was created
 	// are not judged: a creator whose clock runs ahead puts the firings
 	// between the real time and its own below the watermark (see "Periodic
@@ -259,16 +357,17 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	rep.Firings = len(firings)
 	// After an outage, every firing from restartSettled on must run too.
 	var after []time.Time
-	if !restartSettled.IsZero() {
-		after = s.Between(restartSettled, restartSettled.Add(time.Second), 10)
+	if !p.restartSettled.IsZero() {
+		after = s.Between(p.restartSettled, p.restartSettled.Add(time.Second), 10)
 	}
 	waitFor := append(append([]time.Time{}, firings...), after...)
 	var runs []*ledger.Run
+	var err error
 	drainBy := time.Now().Add(15 * time.Second)
 	for {
-		runs, err = ledger.ReadHandler(led)
+		runs, err = ledger.ReadHandler(p.led)
 		if err != nil && !os.IsNotExist(err) {
-			return nil, err
+			return nil, nil, err
 		}
 		ran := map[string]bool{}
 		for _, r := range runs {
@@ -289,6 +388,13 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 	for _, r := range runs {
 		byID[r.ID] = append(byID[r.ID], r)
 	}
+	return firings, byID, nil
+}
+
+// judgeWindow checks that every firing of the window ran once, none
+// before its time, with the firing time as its Due.
+func (p *periodicRun) judgeWindow(firings []time.Time, byID map[string][]*ledger.Run) {
+	rep := p.rep
 	for _, f := range firings {
 		id := schedule.FiringID(periodicEntry, f)
 		rs := byID[id]
@@ -306,47 +412,53 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			}
 		}
 	}
-	if !rep.Restart.IsZero() {
-		// Firings in (watermark, restart - 1s] were all missed: "once"
-		// runs none of them; the latest missed firing (at most 1 s
-		// before the restarted process's first pass) runs, and every
-		// firing after it.
-		outage := s.Between(rep.OutageFrom, restartSettled.Add(time.Second), 1<<20)
-		first := -1
-		for i, f := range outage {
-			ran := len(byID[schedule.FiringID(periodicEntry, f)]) > 0
-			if f.Before(rep.Restart.Add(-time.Second)) {
-				rep.OutageSkipped++
-				if ran {
-					rep.Failures = append(rep.Failures, fmt.Sprintf("missed firing %s ran (policy once runs only the latest)", f.Format("15:04:05")))
-				}
-			}
-			if ran && first < 0 {
-				first = i
-				rep.FirstRun = f
-			}
-			if first >= 0 && !ran {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("firing %s after the restart did not run", f.Format("15:04:05")))
+}
+
+// judgeOutage checks the missed policy "once" after the outage: the
+// firings in (watermark, restart - 1s] were all missed and none of them
+// runs but the latest (at most 1 s before the restarted process's first
+// pass), and every firing after it runs.
+func (p *periodicRun) judgeOutage(s *schedule.Schedule, byID map[string][]*ledger.Run) {
+	rep := p.rep
+	outage := s.Between(rep.OutageFrom, p.restartSettled.Add(time.Second), 1<<20)
+	first := -1
+	for i, f := range outage {
+		ran := len(byID[schedule.FiringID(periodicEntry, f)]) > 0
+		if f.Before(rep.Restart.Add(-time.Second)) {
+			rep.OutageSkipped++
+			if ran {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("missed firing %s ran (policy once runs only the latest)", f.Format("15:04:05")))
 			}
 		}
-		switch {
-		case first < 0:
-			rep.Failures = append(rep.Failures, "no firing ran after the outage")
-		case rep.FirstRun.After(rep.Restart.Add(2 * time.Second)):
-			rep.Failures = append(rep.Failures, fmt.Sprintf("the latest missed firing did not run: the first run after the outage is the firing at %s, restart at %s",
-				rep.FirstRun.Format("15:04:05.000"), rep.Restart.Format("15:04:05.000")))
+		if ran && first < 0 {
+			first = i
+			rep.FirstRun = f
 		}
-		if rep.OutageSkipped == 0 {
-			rep.Failures = append(rep.Failures, "the outage missed no firing")
+		if first >= 0 && !ran {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("firing %s after the restart did not run", f.Format("15:04:05")))
 		}
 	}
-	// Every gauge matches the structures, read once every process has
-	// stopped: schedulers enqueue and the dispatcher moves up to the end,
-	// so a count taken while they run can see a bucket and a gauge of two
-	// different moments.
-	mu.Lock()
-	running, waits := append([]*exec.Cmd(nil), procs...), append([]chan struct{}(nil), exited...)
-	mu.Unlock()
+	switch {
+	case first < 0:
+		rep.Failures = append(rep.Failures, "no firing ran after the outage")
+	case rep.FirstRun.After(rep.Restart.Add(2 * time.Second)):
+		rep.Failures = append(rep.Failures, fmt.Sprintf("the latest missed firing did not run: the first run after the outage is the firing at %s, restart at %s",
+			rep.FirstRun.Format("15:04:05.000"), rep.Restart.Format("15:04:05.000")))
+	}
+	if rep.OutageSkipped == 0 {
+		rep.Failures = append(rep.Failures, "the outage missed no firing")
+	}
+}
+
+// stopProcesses stops every process (SIGTERM; SIGKILL after 15 s) and
+// waits for each: the namespace check reads the gauges once they have
+// stopped, as schedulers enqueue and the dispatcher moves up to the end,
+// so a count taken while they run can see a bucket and a gauge of two
+// different moments.
+func (p *periodicRun) stopProcesses() {
+	p.mu.Lock()
+	running, waits := append([]*exec.Cmd(nil), p.procs...), append([]chan struct{}(nil), p.exited...)
+	p.mu.Unlock()
 	for _, c := range running {
 		_ = c.Process.Signal(syscall.SIGTERM)
 	}
@@ -358,7 +470,15 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			<-done
 		}
 	}
-	rep.Check = checkPeriodicNamespace(ctx, ns, lanes)
+}
+
+// verdict runs the namespace check (every gauge matches the structures)
+// and turns what the run found into failures: too few firings judged,
+// missing, duplicate and early firings, the check's findings and an
+// error logged by any process.
+func (p *periodicRun) verdict(ctx context.Context) {
+	o, rep := p.o, p.rep
+	rep.Check = checkPeriodicNamespace(ctx, periodicNamespace, p.lanes)
 	if judged := o.Duration - creationSkew; rep.Firings < int(judged/time.Second)-1 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("only %d firings judged in a window of %v (%v after creation)", rep.Firings, o.Duration, judged))
 	}
@@ -378,7 +498,6 @@ func RunPeriodic(ctx context.Context, o PeriodicOptions) (*PeriodicReport, error
 			}
 		}
 	}
-	return rep, nil
 }
 
 // checkPeriodicNamespace runs the engine's consistency check over the

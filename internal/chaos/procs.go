@@ -143,6 +143,9 @@ type logScan struct {
 	Panics     int
 	Violations int
 	Messages   map[string]int // error-level messages by text
+	// Reaped lists the worker ids a reaper found dead and returned tasks
+	// of (its "worker died; its tasks were returned" lines).
+	Reaped []string
 }
 
 func scanLog(path string) logScan {
@@ -168,6 +171,9 @@ func scanLog(path string) logScan {
 			Msg   string `json:"msg"`
 			Task  string `json:"task_id"`
 			Err   any    `json:"err"`
+			// A reaper's recovery of a dead worker's tasks.
+			Worker    string `json:"worker"`
+			Recovered int    `json:"recovered"`
 		}
 		if json.Unmarshal(line, &m) != nil {
 			continue
@@ -192,6 +198,8 @@ func scanLog(path string) logScan {
 			ls.Expired = append(ls.Expired, m.Task)
 		case m.Msg == "redis24 violation":
 			ls.Violations++
+		case m.Msg == "worker died; its tasks were returned" && m.Recovered > 0:
+			ls.Reaped = append(ls.Reaped, m.Worker)
 		case strings.HasPrefix(m.Msg, "record result failed"):
 			e := fmt.Sprint(m.Err)
 			if m.Task != "" {

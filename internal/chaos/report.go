@@ -16,6 +16,9 @@ type Report struct {
 	Shards        int // lanes, each on a redis-server of its own; 0 or 1: one server
 	Dir           string
 	Duration      time.Duration
+	// replayArgs are the chaos command's flags, besides the scenario,
+	// tasks, shards and seed, that replay the run.
+	replayArgs string
 
 	Enqueued        int // acknowledged: Enqueue/EnqueueBatch returned nil
 	Executed        int // acknowledged tasks that ran at least once
@@ -103,7 +106,7 @@ func (r *Report) String() string {
 	}
 	p("=== chaos scenario %q: %s (seed %d, %d tasks%s, %v)", r.Scenario, verdict, r.Seed, r.Tasks, layout, r.Duration.Round(time.Second))
 	p("    %s", r.Doc)
-	p("    replay: go run ./internal/chaos/cmd/chaos -scenario %s -tasks %d%s -seed %d", r.Scenario, r.Tasks, flag, r.Seed)
+	p("    replay: go run ./internal/chaos/cmd/chaos -scenario %s -tasks %d%s%s -seed %d", r.Scenario, r.Tasks, flag, r.replayArgs, r.Seed)
 	p("  enqueued (acknowledged)  %d", r.Enqueued)
 	p("  executed                 %d", r.Executed)
 	p("  lost                     %d", r.Lost)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -122,7 +123,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 	})
 	// The race is between producers and running tasks: wait until every
 	// worker serves every lane.
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	testwait.Until(t, 15*time.Second, fmt.Sprintf("%d live workers", 3*lanes), func() bool {
 		ws, err := in.Workers(context.Background())
 		alive := 0
 		for _, w := range ws {
@@ -130,14 +131,8 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 				alive++
 			}
 		}
-		if err == nil && alive >= 3*lanes {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d live workers of %d after 15 s (%v)", alive, 3*lanes, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && alive >= 3*lanes
+	})
 	killCtx, stopKills := context.WithCancel(context.Background())
 	defer stopKills()
 	killsDone := make(chan int, 1)
@@ -148,6 +143,8 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 			select {
 			case <-killCtx.Done():
 				return
+			// Real time is what is tested: the kills come at random
+			// moments of the producers' race.
 			case <-time.After(time.Duration(100+rng.IntN(300)) * time.Millisecond):
 			}
 			name := fmt.Sprintf("worker-%d", rng.IntN(3))
@@ -175,6 +172,7 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 		go func() {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
+				first := "" // the round's first task this producer got enqueued
 				for k := 0; k < keys; k++ {
 					key := fmt.Sprintf("key-%d", (k+p*3)%keys)
 					info, err := client.Enqueue(ctx, "noop", []byte(key), engine.UniqueKey(key, 0), engine.ReplyTo("replies"))
@@ -183,6 +181,9 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 					switch {
 					case err == nil:
 						accepted[info.ID] = key
+						if first == "" {
+							first = info.ID
+						}
 					case errors.As(err, &dup):
 						refusals[key] = append(refusals[key], dup.IDs[0])
 					default:
@@ -190,7 +191,14 @@ func runUniqueWaitReplies(t *testing.T, lanes int) {
 					}
 					pmu.Unlock()
 				}
-				time.Sleep(20 * time.Millisecond)
+				// The next round races against tasks ending and freeing
+				// their keys: one of this round's has ended.
+				if first != "" {
+					if _, err := client.Wait(ctx, first); err != nil {
+						t.Errorf("wait for %s: %v", first, err)
+						return
+					}
+				}
 			}
 		}()
 	}

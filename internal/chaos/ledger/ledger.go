@@ -104,14 +104,16 @@ func PayloadWord(p []byte) string {
 	return s
 }
 
-// Start formats a handler's S line: besides the run, the task's
-// flow-control key ("-" for none), when the run was claimed (Unix ms,
-// the worker's clock) and when the task expires (0: never).
-func Start(id string, startMs int64, pid int, payload string, attempt, recoveries int, dueMs int64, key string, claimedMs, expiresMs int64) string {
+// Start formats a handler's S line of r (End and File unused): besides
+// the run, the task's flow-control key ("-" for none), when the run was
+// claimed (Unix ms, the worker's clock) and when the task expires (0:
+// never).
+func Start(r Run) string {
+	key := r.Key
 	if key == "" {
 		key = "-"
 	}
-	return fmt.Sprintf("S %s %d %d %s %d %d %d %s %d %d", id, startMs, pid, payload, attempt, recoveries, dueMs, key, claimedMs, expiresMs)
+	return fmt.Sprintf("S %s %d %d %s %d %d %d %s %d %d", r.ID, r.Start, r.PID, r.Payload, r.Attempt, r.Recoveries, r.Due, key, r.Claimed, r.Expires)
 }
 
 // End formats a handler's E line.

@@ -33,6 +33,7 @@ func main() {
 		tasks    = flag.Int("tasks", 50000, "acknowledged tasks per scenario")
 		seed     = flag.Int64("seed", 0, "random seed (0: pick one and print it)")
 		duration = flag.Duration("duration", 0, "production time per scenario (default tasks/1500 s, at least 5 s)")
+		delayMax = flag.Duration("delay-max", 0, "longest delay of a delayed task (0: 5s)")
 		drain    = flag.Duration("drain", 60*time.Second, "longest wait for the last tasks after the faults stop")
 		dir      = flag.String("dir", "", "work directory (default: a temporary one per scenario)")
 		keep     = flag.Bool("keep", false, "keep the work directory of passing runs")
@@ -92,7 +93,11 @@ func main() {
 		progress = os.Stderr
 	}
 	if *workflow != "" {
-		os.Exit(runWorkflow(ctx, bin, *workflow, *seed, *shards, *drain, *dir, *markdown, progress))
+		o := chaos.WorkflowOptions{Bin: bin, Seed: uint64(*seed), Drain: *drain, Dir: *dir, Shards: *shards}
+		if progress != nil {
+			o.Log = progress
+		}
+		os.Exit(runWorkflow(ctx, o, *workflow, *markdown))
 	}
 	if *periodic > 0 {
 		o := chaos.PeriodicOptions{Bin: bin, Duration: *periodic, Outage: *outage, Seed: uint64(*seed), Dir: *dir, Shards: *shards}
@@ -115,7 +120,7 @@ func main() {
 	var summary []string
 	var reports []*chaos.Report
 	for _, n := range names {
-		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, Drain: *drain,
+		o := chaos.Options{Scenario: n, Tasks: *tasks, Seed: *seed, Duration: *duration, DelayMax: *delayMax, Drain: *drain,
 			Keep: *keep, Bin: bin, Race: *race, ProcArgs: strings.Fields(*procArgs), Shards: *shards, Redis24: bin24}
 		if progress != nil {
 			o.Log = progress

@@ -11,17 +11,15 @@ import (
 	"github.com/bucketq/bucketq/internal/chaos"
 )
 
-// runWorkflow runs the workflow scenario sized by spec
-// ("CHAINSxSTEPS,GROUPSxMEMBERS") and returns the exit code.
-func runWorkflow(ctx context.Context, bin, spec string, seed int64, shards int, drain time.Duration, dir, markdown string, progress *os.File) int {
-	o := chaos.WorkflowOptions{Bin: bin, Seed: uint64(seed), Drain: drain, Dir: dir, Shards: shards,
-		KillEvery: 700 * time.Millisecond, RestartEvery: 2500 * time.Millisecond, Cuts: true}
+// runWorkflow runs the workflow scenario of o (its binary, seed, drain,
+// directory, layout and progress) sized by spec
+// ("CHAINSxSTEPS,GROUPSxMEMBERS") under every fault, writes its Markdown
+// table to markdown when set, and returns the exit code.
+func runWorkflow(ctx context.Context, o chaos.WorkflowOptions, spec, markdown string) int {
+	o.KillEvery, o.RestartEvery, o.Cuts = 700*time.Millisecond, 2500*time.Millisecond, true
 	if _, err := fmt.Sscanf(strings.ReplaceAll(spec, ",", " "), "%dx%d %dx%d", &o.Chains, &o.Steps, &o.Groups, &o.Members); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: -workflow %q: want CHAINSxSTEPS,GROUPSxMEMBERS, e.g. 2000x5,200x50\n", spec)
 		return 2
-	}
-	if progress != nil {
-		o.Log = progress
 	}
 	rep, err := chaos.RunWorkflow(ctx, o)
 	if err != nil {
@@ -36,7 +34,7 @@ func runWorkflow(ctx context.Context, bin, spec string, seed int64, shards int, 
 				cmd += fmt.Sprintf(" -%s %s", f.Name, f.Value)
 			}
 		})
-		cmd += fmt.Sprintf(" -seed %d", seed)
+		cmd += fmt.Sprintf(" -seed %d", o.Seed)
 		if err := os.WriteFile(markdown, []byte(chaos.WorkflowMarkdown(cmd, []*chaos.WorkflowReport{rep})), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

@@ -126,8 +126,8 @@ func flowHandlers(mux *engine.Mux, led *ledger.Writer, sleep func() time.Duratio
 	pid := os.Getpid()
 	wrap := func(check func(ctx context.Context, t *engine.Task) error) func(context.Context, *engine.Task) error {
 		return func(ctx context.Context, t *engine.Task) error {
-			if err := led.Write(ledger.Start(t.ID, time.Now().UnixMilli(), pid, fmt.Sprintf("r%d", t.Run),
-				t.Attempt, t.Recoveries, t.Due.UnixMilli(), t.Key, t.Started.UnixMilli(), 0)); err != nil {
+			if err := led.Write(ledger.Start(ledger.Run{ID: t.ID, Start: time.Now().UnixMilli(), PID: pid, Payload: fmt.Sprintf("r%d", t.Run),
+				Attempt: t.Attempt, Recoveries: t.Recoveries, Due: t.Due.UnixMilli(), Key: t.Key, Claimed: t.Started.UnixMilli()})); err != nil {
 				return err
 			}
 			tm := time.NewTimer(sleep())

@@ -626,8 +626,9 @@ func workMux(led *ledger.Writer, o options, log *slog.Logger) *engine.Mux {
 			if !t.Expires.IsZero() {
 				expires = t.Expires.UnixMilli()
 			}
-			if err := led.Write(ledger.Start(t.ID, start, pid, ledger.PayloadWord(t.Payload),
-				t.Attempt, t.Recoveries, t.Due.UnixMilli(), t.Key, t.Started.UnixMilli(), expires)); err != nil {
+			if err := led.Write(ledger.Start(ledger.Run{ID: t.ID, Start: start, PID: pid, Payload: ledger.PayloadWord(t.Payload),
+				Attempt: t.Attempt, Recoveries: t.Recoveries, Due: t.Due.UnixMilli(), Key: t.Key, Claimed: t.Started.UnixMilli(),
+				Expires: expires})); err != nil {
 				return err
 			}
 			tm := time.NewTimer(sleep())
