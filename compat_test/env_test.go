@@ -536,3 +536,43 @@ func idsOf(infos []*engine.TaskInfo, err error) ([]string, error) {
 	}
 	return ids, nil
 }
+
+// pulse lets goroutines wait for the next of a series of events: wait
+// returns a channel that the next beat closes.
+type pulse struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (p *pulse) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil {
+		p.ch = make(chan struct{})
+	}
+	return p.ch
+}
+
+func (p *pulse) beat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		close(p.ch)
+		p.ch = nil
+	}
+}
+
+// heldClaims beats p each time a transaction counts a claim given back
+// for flow control (a slot or a window in use): proof that a worker tried
+// to take a task while the limit held it.
+func (e *env) heldClaims(p *pulse) {
+	e.faults.set(func(f *faults) {
+		f.beforeExec = func(v txnView) {
+			for _, c := range v.Queued {
+				if c.is("HINCRBY") && len(c.Args) > 1 && argString(c.Args[1]) == "held" {
+					p.beat()
+				}
+			}
+		}
+	})
+}

@@ -122,21 +122,35 @@ func scenarioQueueLimit(e *env) {
 	c := e.client()
 	var inside, most atomic.Int64
 	var done atomic.Int64
+	left := atomic.Int64{}
+	left.Store(6)
+	// A run holds its slot until another worker tried to take a task and
+	// gave it back for the limit (or another run started: the overlap
+	// the test looks for), unless no task is left to take.
+	var tried pulse
+	e.heldClaims(&tried)
 	mux := engine.NewMux()
-	mux.HandleFunc("t", func(context.Context, *engine.Task) error {
+	mux.HandleFunc("t", func(hctx context.Context, _ *engine.Task) error {
+		next := tried.wait()
+		tried.beat()
 		n := inside.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(20 * time.Millisecond) // overlapping runs must have room to show
+		if left.Add(-1) > 0 {
+			select {
+			case <-next:
+			case <-hctx.Done():
+			}
+		}
 		inside.Add(-1)
 		done.Add(1)
 		return nil
 	})
-	e.server(cfg, mux)
-	e.server(cfg, mux)
 	for range 6 {
 		must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("lim")))
 	}
+	e.server(cfg, mux)
+	e.server(cfg, mux)
 	waitFor(t, outcomeWait, "the limited queue's tasks", func() bool { return done.Load() == 6 })
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d runs of a queue limited to 1 at once", m)
@@ -163,15 +177,27 @@ func scenarioKeys(e *env) {
 	var mu sync.Mutex
 	inside := map[string]int{}
 	over := ""
-	var done atomic.Int64
+	var done, left atomic.Int64
+	// A run holds its key until a worker tried to take a task and gave it
+	// back for a limit (or another run started: an overlap the test looks
+	// for), unless no task is left to take.
+	var tried pulse
+	e.heldClaims(&tried)
 	mux := engine.NewMux()
-	mux.HandleFunc("t", func(_ context.Context, task *engine.Task) error {
+	mux.HandleFunc("t", func(hctx context.Context, task *engine.Task) error {
+		next := tried.wait()
+		tried.beat()
 		mu.Lock()
 		if inside[task.Key]++; inside[task.Key] > 1 {
 			over = task.Key
 		}
 		mu.Unlock()
-		time.Sleep(5 * time.Millisecond) // overlapping runs of a key must have room to show
+		if left.Add(-1) > 0 {
+			select {
+			case <-next:
+			case <-hctx.Done():
+			}
+		}
 		mu.Lock()
 		inside[task.Key]--
 		mu.Unlock()
@@ -185,6 +211,7 @@ func scenarioKeys(e *env) {
 			batch = append(batch, engine.NewTask{Type: "t", Options: []engine.Option{engine.Queue("keyed"), engine.Key("small"), engine.In(200 * time.Millisecond)}})
 		}
 	}
+	left.Store(int64(len(batch)))
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
