@@ -204,6 +204,8 @@ func (l *ledger) run(ctx context.Context) {
 		}
 		l.mu.Unlock()
 		if err != nil {
+			// real time: a producer that failed backs off a little, as a
+			// real one would, instead of spinning.
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):

@@ -160,6 +160,8 @@ func TestSentinelFollowsFailover(t *testing.T) {
 			}
 			mu.Unlock()
 			if err != nil {
+				// real time: a producer that failed backs off a little,
+				// as a real one would, instead of spinning.
 				select {
 				case <-runCtx.Done():
 				case <-time.After(50 * time.Millisecond):
