@@ -30,6 +30,7 @@ import (
 //	WORKER <worker id>                  before the worker starts
 //	POPPED <task id>                    when it took a task (with a claim gate)
 //	RUNNING <task id> <attempt> <recoveries>   when a "block" handler starts
+//	BEATS OVER                          when the first heartbeat past the allowed ones fails
 //
 // "block" handlers never return; the parent SIGKILLs the process.
 const (
@@ -87,7 +88,10 @@ func TestHelperProcess(t *testing.T) {
 		var beats atomic.Int64
 		f.failExec = func(v txnView) error {
 			if len(v.Queued) > 0 && v.Queued[0].is("SETEX") && strings.Contains(argString(v.Queued[0].Args[0]), "}:hb:") {
-				if beats.Add(1) > int64(limit) {
+				if n := beats.Add(1); n > int64(limit) {
+					if n == int64(limit)+1 {
+						say("BEATS OVER")
+					}
 					return errLostConnection
 				}
 			}
