@@ -30,6 +30,7 @@ import (
 //	WORKER <worker id>                  before the worker starts
 //	POPPED <task id>                    when it took a task (with a claim gate)
 //	RUNNING <task id> <attempt> <recoveries>   when a "block" handler starts
+//	BEATS OVER                          when the first heartbeat past the allowed ones fails
 //
 // "block" handlers never return; the parent SIGKILLs the process.
 const (
@@ -87,26 +88,26 @@ func TestHelperProcess(t *testing.T) {
 		var beats atomic.Int64
 		f.failExec = func(v txnView) error {
 			if len(v.Queued) > 0 && v.Queued[0].is("SETEX") && strings.Contains(argString(v.Queued[0].Args[0]), "}:hb:") {
-				if beats.Add(1) > int64(limit) {
+				if n := beats.Add(1); n > int64(limit) {
+					if n == int64(limit)+1 {
+						say("BEATS OVER")
+					}
 					return errLostConnection
 				}
 			}
 			return nil
 		}
 	}
-	if gate := os.Getenv(envChildClaimGate); gate != "" {
+	if os.Getenv(envChildClaimGate) == "true" {
+		// The gate opens when the test closes the child's stdin.
+		var gate sync.Once
 		f.afterDo = func(c cmd, reply interface{}) {
 			if !c.is("RPOPLPUSH") || reply == nil {
 				return
 			}
 			id, _ := redis.String(reply, nil)
 			say("POPPED %s", id)
-			for {
-				if _, err := os.Stat(gate); err == nil {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			gate.Do(func() { _, _ = io.Copy(io.Discard, os.Stdin) })
 		}
 	}
 	addr, password := os.Getenv(envChildAddr), os.Getenv(envChildPassword)
@@ -151,8 +152,8 @@ func TestHelperProcess(t *testing.T) {
 // childOpts configures a child worker process.
 type childOpts struct {
 	concurrency int
-	beats       int    // successful heartbeats allowed, 0: all
-	claimGate   string // file to wait for between taking and claiming a task
+	beats       int  // successful heartbeats allowed, 0: all
+	claimGate   bool // wait between taking and claiming a task until openGate
 }
 
 // child is a running child worker process.
@@ -163,11 +164,22 @@ type child struct {
 	violations string
 	stderr     bytes.Buffer
 
-	mu     sync.Mutex
-	lines  []string
-	used   []bool
-	eof    bool
-	killed bool
+	gate io.WriteCloser // the child's stdin, with a claim gate
+
+	mu      sync.Mutex
+	lines   []string
+	used    []bool
+	eof     bool
+	killed  bool
+	changed pulse // a line came, or the end
+}
+
+// openGate lets the child claim what it takes (childOpts.claimGate).
+func (ch *child) openGate() {
+	ch.e.t.Helper()
+	if err := ch.gate.Close(); err != nil {
+		ch.e.t.Fatal(err)
+	}
 }
 
 // startChild starts a child worker process on the scenario's server and
@@ -186,10 +198,16 @@ func (e *env) startChild(o childOpts) *child {
 		envChildNamespace+"="+e.ns,
 		envChildConcurrency+"="+strconv.Itoa(max(1, o.concurrency)),
 		envChildBeats+"="+strconv.Itoa(o.beats),
-		envChildClaimGate+"="+o.claimGate,
+		envChildClaimGate+"="+strconv.FormatBool(o.claimGate),
 		envChildViolations+"="+ch.violations,
 	)
 	cmd.Stderr = &lockedWriter{w: &ch.stderr}
+	if o.claimGate {
+		var err error
+		if ch.gate, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -205,10 +223,12 @@ func (e *env) startChild(o childOpts) *child {
 			ch.lines = append(ch.lines, sc.Text())
 			ch.used = append(ch.used, false)
 			ch.mu.Unlock()
+			ch.changed.beat()
 		}
 		ch.mu.Lock()
 		ch.eof = true
 		ch.mu.Unlock()
+		ch.changed.beat()
 	}()
 	t.Cleanup(ch.kill)
 	ch.id = strings.TrimPrefix(ch.waitLine("WORKER ", 30*time.Second), "WORKER ")
@@ -220,8 +240,9 @@ func (e *env) startChild(o childOpts) *child {
 func (ch *child) waitLine(prefix string, timeout time.Duration) string {
 	t := ch.e.t
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
 	for {
+		next := ch.changed.wait()
 		ch.mu.Lock()
 		for i, l := range ch.lines {
 			if !ch.used[i] && strings.HasPrefix(l, prefix) {
@@ -232,10 +253,14 @@ func (ch *child) waitLine(prefix string, timeout time.Duration) string {
 		}
 		eof := ch.eof
 		ch.mu.Unlock()
-		if eof || time.Now().After(deadline) {
-			t.Fatalf("child worker: no %q line after %v (exited: %v); stderr:\n%s", prefix, timeout, eof, ch.stderrText())
+		if eof {
+			t.Fatalf("child worker: exited without a %q line; stderr:\n%s", prefix, ch.stderrText())
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("child worker: no %q line after %v; stderr:\n%s", prefix, timeout, ch.stderrText())
+		}
 	}
 }
 

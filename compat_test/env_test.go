@@ -8,12 +8,14 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -256,7 +258,7 @@ func (e *env) passTime(d time.Duration) {
 func (e *env) waitKeyGone(key string, timeout time.Duration) {
 	e.t.Helper()
 	c := e.admin()
-	waitFor(e.t, timeout, "key "+key+" to expire", func() bool {
+	testwait.Until(e.t, timeout, "key "+key+" to expire", func() bool {
 		if !e.exists(c, key) {
 			return true
 		}
@@ -372,18 +374,18 @@ func (e *env) stats(q string) engine.QueueInfo {
 // the last figures read if they never do.
 func (e *env) expectStats(q string, want string, ok func(engine.QueueInfo) bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(outcomeWait)
-	for {
-		st := e.stats(q)
-		if ok(st) {
-			return
+	var st engine.QueueInfo
+	held := false
+	defer func() {
+		if !held {
+			e.t.Logf("queue %s stats %+v: want %s", q, st, want)
 		}
-		if time.Now().After(deadline) {
-			e.t.Errorf("queue %s stats %+v: want %s", q, st, want)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	testwait.Until(e.t, outcomeWait, fmt.Sprintf("queue %s stats: %s", q, want), func() bool {
+		st = e.stats(q)
+		return ok(st)
+	})
+	held = true
 }
 
 // lookup returns a task's info, failing the test on error.
@@ -394,20 +396,6 @@ func (e *env) lookup(c *engine.Client, id string) *engine.TaskInfo {
 		e.t.Fatalf("Lookup %s: %v", id, err)
 	}
 	return info
-}
-
-// waitFor polls cond until it holds, failing t after timeout. Timeouts are
-// generous: the machine is shared and slow, and only bounds that matter
-// are asserted.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // run is one handler run as the handler saw it.
@@ -489,7 +477,9 @@ const outcomeWait = 3 * time.Minute
 // quiet period in which no more may come (a duplicate would show up there).
 func (r *recorder) waitRuns(t testing.TB, n int) {
 	t.Helper()
-	waitFor(t, outcomeWait, fmt.Sprintf("%d handler runs", n), func() bool { return r.len() >= n })
+	testwait.Until(t, outcomeWait, fmt.Sprintf("%d handler runs", n), func() bool { return r.len() >= n })
+	// real time: a duplicate (a second move, a recovery after a lost
+	// reply) has no event of its own; it would show in this quiet period.
 	time.Sleep(300 * time.Millisecond)
 	if got := r.len(); got != n {
 		t.Errorf("%d handler runs, want exactly %d", got, n)
@@ -535,4 +525,104 @@ func idsOf(infos []*engine.TaskInfo, err error) ([]string, error) {
 		ids[i] = info.ID
 	}
 	return ids, nil
+}
+
+// pulse lets goroutines wait for the next of a series of events: wait
+// returns a channel that the next beat closes.
+type pulse struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (p *pulse) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil {
+		p.ch = make(chan struct{})
+	}
+	return p.ch
+}
+
+func (p *pulse) beat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		close(p.ch)
+		p.ch = nil
+	}
+}
+
+// heldClaims beats p each time a transaction counts a claim given back
+// for flow control (a slot or a window in use): proof that a worker tried
+// to take a task while the limit held it.
+func (e *env) heldClaims(p *pulse) {
+	e.faults.set(func(f *faults) {
+		f.beforeExec = func(v txnView) {
+			for _, c := range v.Queued {
+				if c.is("HINCRBY") && len(c.Args) > 1 && argString(c.Args[1]) == "held" {
+					p.beat()
+				}
+			}
+		}
+	})
+}
+
+// until waits, up to timeout, for cond to hold, checking it again at each
+// beat of p.
+func (p *pulse) until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		next := p.wait()
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+	}
+}
+
+// blocking counts the blocking pops in flight (sent, not answered yet) on
+// the pool's connections: the dispatchers' on the wake list, the workers'
+// on the queues' wake-up lists. changed beats at each change.
+type blocking struct {
+	dispatchers, workers atomic.Int64
+	changed              pulse
+}
+
+// trackBlocking sets the seam's Do hooks to count e's blocking pops.
+func (e *env) trackBlocking() *blocking {
+	b := &blocking{}
+	count := func(c cmd) *atomic.Int64 {
+		if !c.is("BLPOP") {
+			return nil
+		}
+		for _, a := range c.Args {
+			switch s := argString(a); {
+			case strings.HasSuffix(s, "}:wake"):
+				return &b.dispatchers
+			case strings.Contains(s, "}:n:"):
+				return &b.workers
+			}
+		}
+		return nil
+	}
+	e.faults.set(func(f *faults) {
+		f.beforeDo = func(c cmd) {
+			if n := count(c); n != nil {
+				n.Add(1)
+				b.changed.beat()
+			}
+		}
+		f.afterDo = func(c cmd, _ interface{}) {
+			if n := count(c); n != nil {
+				n.Add(-1)
+				b.changed.beat()
+			}
+		}
+	})
+	return b
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -259,7 +260,7 @@ func scenarioCancel(e *env) {
 	})
 	_, stop := e.server(e.cfg, mux)
 	// The 4 ready and the 4 due soon run; the 4 far ones wait.
-	waitFor(t, outcomeWait, "the kept tasks that are due", func() bool { return rec.len() >= 8 })
+	testwait.Until(t, outcomeWait, "the kept tasks that are due", func() bool { return rec.len() >= 8 })
 	// Everything due has been handed out once nothing but the 4 far tasks
 	// waits and nothing runs: a cancelled task that could run would be
 	// ready, scheduled or running then.
@@ -279,7 +280,7 @@ func scenarioCancel(e *env) {
 		t.Errorf("Cancel of a running task: %v, want ErrAlreadyRunning", err)
 	}
 	close(release)
-	waitFor(t, outcomeWait, "the blocking task to finish", func() bool {
+	testwait.Until(t, outcomeWait, "the blocking task to finish", func() bool {
 		return e.lookup(c, blocked).State == engine.StateDone
 	})
 	if err := c.Cancel(ctx, blocked); !errors.Is(err, engine.ErrAlreadyDone) {
@@ -312,9 +313,18 @@ func scenarioCancelRace(e *env) {
 	cfg := e.cfg
 	cfg.Concurrency = 4
 	var rec recorder
+	// A run lasts until the next cancel is answered, so that tasks stay
+	// ready while the cancels run and the two meet.
+	var cancelAnswered pulse
+	cancelsDone := make(chan struct{})
 	h := engine.HandlerFunc(func(ctx context.Context, task *engine.Task) error {
+		next := cancelAnswered.wait()
 		rec.add(task)
-		time.Sleep(3 * time.Millisecond) // keep some tasks ready while the cancels run
+		select {
+		case <-next:
+		case <-cancelsDone:
+		case <-ctx.Done():
+		}
 		return nil
 	})
 	e.worker(cfg, h)
@@ -338,10 +348,12 @@ func scenarioCancelRace(e *env) {
 			// From the newest: the workers take the oldest first.
 			for i := n - 1 - g; i >= 0; i -= 3 {
 				results[i] = c.Cancel(ctx, ids[i])
+				cancelAnswered.beat()
 			}
 		}()
 	}
 	wg.Wait()
+	close(cancelsDone)
 	var cancelled, ran []string
 	for i, err := range results {
 		switch {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
 )
@@ -113,7 +114,7 @@ func scenarioRetries(e *env) {
 	// inspector makes it ready.
 	slowBackoff.Store(true)
 	once := must(t)(c.Enqueue(ctx, "once", nil))
-	waitFor(t, outcomeWait, "the first run to fail", func() bool {
+	testwait.Until(t, outcomeWait, "the first run to fail", func() bool {
 		return e.lookup(c, once).State == engine.StateRetrying
 	})
 	retryDue := e.lookup(c, once).Due // the retry's due time, as stored
@@ -131,7 +132,7 @@ func scenarioRetries(e *env) {
 	if res, err := e.inspector().Act(ctx, engine.ActionRun, once); err != nil || res.Done != 1 {
 		t.Fatalf("run the retrying task now: %+v, %v", res, err)
 	}
-	waitFor(t, outcomeWait, "the retry to succeed", func() bool {
+	testwait.Until(t, outcomeWait, "the retry to succeed", func() bool {
 		return e.lookup(c, once).State == engine.StateDone
 	})
 	stop()
@@ -180,7 +181,7 @@ func scenarioDeadLetters(e *env) {
 	panics := must(t)(c.Enqueue(ctx, "panics", nil, engine.MaxAttempts(1)))
 	nobody := must(t)(c.Enqueue(ctx, "nobody", nil, engine.MaxAttempts(5)))
 	in := e.inspector()
-	waitFor(t, outcomeWait, "four dead letters", func() bool { return e.stats("default").Dead == 4 })
+	testwait.Until(t, outcomeWait, "four dead letters", func() bool { return e.stats("default").Dead == 4 })
 	rec.waitRuns(t, 5) // doomed 3, fatal 1, panics 1
 
 	wantErr := map[string]func(string) bool{
@@ -239,7 +240,7 @@ func scenarioDeadLetters(e *env) {
 	if res := act(engine.ActionRetry, doomed); res.Done != 1 {
 		t.Fatalf("retry the dead letter: %+v, want done 1", res)
 	}
-	waitFor(t, outcomeWait, "the revived task to succeed", func() bool {
+	testwait.Until(t, outcomeWait, "the revived task to succeed", func() bool {
 		return e.lookup(c, doomed).State == engine.StateDone
 	})
 	if runs := rec.of(doomed); len(runs) != 4 || runs[3].Attempt != 1 {
@@ -273,7 +274,7 @@ func scenarioDeadLetters(e *env) {
 		t.Errorf("after retrying every dead letter: %d dead, %d ready; want 0, 2", st.Dead, st.Ready)
 	}
 	_, stop = e.server(cfg, mux)
-	waitFor(t, outcomeWait, "the revived tasks to die again", func() bool {
+	testwait.Until(t, outcomeWait, "the revived tasks to die again", func() bool {
 		return e.stats("default").Dead == 2 && len(rec.of(panics)) == 2
 	})
 	if runs := rec.of(panics); runs[1].Attempt != 1 {
@@ -325,15 +326,15 @@ func scenarioLeaseExpiry(e *env) {
 	})
 	_, stop := e.worker(cfg, mux)
 	id := must(t)(c.Enqueue(ctx, "hang", nil, engine.Timeout(200*time.Millisecond)))
-	waitFor(t, outcomeWait, "the first run", func() bool { return len(rec.of(id)) >= 1 })
+	testwait.Until(t, outcomeWait, "the first run", func() bool { return len(rec.of(id)) >= 1 })
 	// Running, or (on a slow machine the lookup may come after timeout +
 	// grace) already given up and returned: never anything else.
 	first := e.lookup(c, id)
 	if len(rec.of(id)) == 1 && first.State != engine.StateRunning && first.Recoveries == 0 {
 		t.Errorf("hung task is %s with no recovery, want running (or returned after its lease)", first.State)
 	}
-	waitFor(t, outcomeWait, "the second run", func() bool { return len(rec.of(id)) >= 2 })
-	waitFor(t, outcomeWait, "the second run to finish", func() bool {
+	testwait.Until(t, outcomeWait, "the second run", func() bool { return len(rec.of(id)) >= 2 })
+	testwait.Until(t, outcomeWait, "the second run to finish", func() bool {
 		return e.lookup(c, id).State == engine.StateDone
 	})
 	once.Do(func() { close(release) }) // the hung run returns now; its result must be dropped
@@ -379,6 +380,8 @@ func scenarioShutdown(e *env) {
 	var ctxErrs sync.Map
 	slowH := engine.HandlerFunc(func(hctx context.Context, task *engine.Task) error {
 		rec.add(task)
+		// real time: the run outlasts the call to Shutdown below, which
+		// gives no sign of having started to wait.
 		time.Sleep(400 * time.Millisecond)
 		ctxErrs.Store(task.ID, hctx.Err())
 		finished.Add(1)
@@ -389,7 +392,7 @@ func scenarioShutdown(e *env) {
 	for i := 0; i < 3; i++ {
 		ids = append(ids, must(t)(c.Enqueue(ctx, "slow", nil)))
 	}
-	waitFor(t, outcomeWait, "three handlers to start", func() bool { return rec.len() == 3 })
+	testwait.Until(t, outcomeWait, "three handlers to start", func() bool { return rec.len() == 3 })
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	if err := w.Shutdown(sctx); err != nil {
 		t.Errorf("Shutdown: %v", err)
@@ -425,7 +428,7 @@ func scenarioShutdown(e *env) {
 	w2, _ := e.worker(cfg, stuckH)
 	a := must(t)(c.Enqueue(ctx, "stuck", nil))
 	b := must(t)(c.Enqueue(ctx, "stuck", nil))
-	waitFor(t, outcomeWait, "two stuck handlers to start", func() bool { return stuck.len() == 2 })
+	testwait.Until(t, outcomeWait, "two stuck handlers to start", func() bool { return stuck.len() == 2 })
 	sctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	start := time.Now()
 	// The deadline passed with handlers still running: Shutdown returns
@@ -484,9 +487,8 @@ func scenarioShutdown(e *env) {
 	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.Run(context.Background()) }()
-	time.Sleep(200 * time.Millisecond)
 	last := must(t)(c.Enqueue(ctx, "last", nil))
-	waitFor(t, outcomeWait, "the server to run a task", func() bool { return len(again.of(last)) == 1 })
+	testwait.Until(t, outcomeWait, "the server to run a task", func() bool { return len(again.of(last)) == 1 })
 	sctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 	if err := s.Shutdown(sctx); err != nil {
 		t.Errorf("Server.Shutdown: %v", err)
@@ -545,11 +547,13 @@ func scenarioIdleWake(e *env) {
 		}
 	})
 	mux.HandleFunc("scheduled", rec.handler())
+	blocked := e.trackBlocking()
+	idle := func() bool { return blocked.workers.Load() == int64(n) && blocked.dispatchers.Load() == 1 }
 	for i := 0; i < n; i++ {
 		e.worker(cfg, mux)
 	}
 	e.dispatcher(cfg)
-	time.Sleep(700 * time.Millisecond) // everyone is blocked in BLPOP by now
+	blocked.changed.until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP", idle)
 
 	batch := make([]engine.NewTask, n)
 	for i := range batch {
@@ -566,10 +570,10 @@ func scenarioIdleWake(e *env) {
 		t.Fatalf("only %d of %d idle workers woke within %v (IdleWait %v)", running.Load(), n, outcomeWait, cfg.Advanced.IdleWait)
 	}
 
-	time.Sleep(700 * time.Millisecond) // idle again; the dispatcher sleeps on its wake list
+	blocked.changed.until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP again", idle)
 	start = time.Now()
 	id := must(t)(c.Enqueue(ctx, "scheduled", nil, engine.In(300*time.Millisecond)))
-	waitFor(t, outcomeWait, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
+	testwait.Until(t, outcomeWait, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
 	d := time.Since(start)
 	t.Logf("task scheduled 300ms ahead ran after %v", d.Round(time.Millisecond))
 	if d < 300*time.Millisecond {
@@ -625,13 +629,24 @@ func scenarioLostMoveReply(e *env, opts ...engine.Option) {
 			return nil
 		}
 	})
+	blocked := e.trackBlocking()
 	_, stopW := e.worker(e.cfg, rec.handler())
 	_, stopD := e.dispatcher(e.cfg)
 	start := time.Now()
 	id := must(t)(c.Enqueue(ctx, "x", nil, append([]engine.Option{engine.In(300 * time.Millisecond)}, opts...)...))
 	rec.waitRuns(t, 1)
 	d := time.Since(start)
-	time.Sleep(300 * time.Millisecond) // a second copy, if any, would run now
+	// A second copy would be in the ready list, or taken from it: once
+	// the list is empty with the worker and the dispatcher both idle in
+	// BLPOP, none can run any more.
+	admin := e.admin()
+	blocked.changed.until(t, outcomeWait, "the worker and the dispatcher idle, nothing ready", func() bool {
+		if blocked.workers.Load() == 0 || blocked.dispatchers.Load() == 0 {
+			return false
+		}
+		n, err := redis.Int(admin.Do("LLEN", e.key("q:default")))
+		return err == nil && n == 0
+	})
 	stopD()
 	stopW()
 	e.faults.set(nil)
@@ -674,6 +689,7 @@ func scenarioDispatchTurn(e *env) {
 	}
 	// Every bucket is due before a dispatcher first looks: the backlog
 	// is n/16 rounds deep.
+	// real time: the tasks' due times must have passed.
 	time.Sleep(time.Until(at.Add(n*time.Millisecond + 100*time.Millisecond)))
 	var rec recorder
 	_, stopW := e.worker(cfg, rec.handler())
@@ -681,20 +697,13 @@ func scenarioDispatchTurn(e *env) {
 	_, stopD2 := e.dispatcher(cfg)
 	rec.waitRuns(t, n)
 	admin := e.admin()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, 10*time.Second, "the dispatch turn to be let go after the backlog moved", func() bool {
 		held, err := redis.Int(admin.Do("EXISTS", e.key("turn")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if held == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the dispatch turn is still held 10 s after the backlog moved")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return held == 0
+	})
 	stopD1()
 	stopD2()
 	stopW()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // scenarioPause: a paused queue's tasks do not start while the other
@@ -27,7 +28,7 @@ func scenarioPause(e *env) {
 	held := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("held")))
 	_, stop := e.worker(cfg, mux)
 	free := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
-	waitFor(t, outcomeWait, "the free queue's task", func() bool { return len(rec.of(free)) == 1 })
+	testwait.Until(t, outcomeWait, "the free queue's task", func() bool { return len(rec.of(free)) == 1 })
 	stop()
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times", n)
@@ -38,14 +39,14 @@ func scenarioPause(e *env) {
 	// A new worker: the pause holds (it is in Redis), until the resume.
 	e.worker(cfg, mux)
 	free2 := must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("free")))
-	waitFor(t, outcomeWait, "the second free task", func() bool { return len(rec.of(free2)) == 1 })
+	testwait.Until(t, outcomeWait, "the second free task", func() bool { return len(rec.of(free2)) == 1 })
 	if n := len(rec.of(held)); n != 0 {
 		t.Fatalf("a task of the paused queue ran %d times after a restart", n)
 	}
 	if err := in.ResumeQueue(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, outcomeWait, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
+	testwait.Until(t, outcomeWait, "the resumed task", func() bool { return len(rec.of(held)) == 1 })
 	if st := e.stats("held"); st.Paused {
 		t.Errorf("stats after the resume %+v, want not paused", st)
 	}
@@ -85,7 +86,7 @@ func scenarioHandlerSets(e *env) {
 	nobody := must(t)(c.Enqueue(ctx, "nobody", nil))
 	enqueued := time.Now()
 	for _, id := range ids {
-		waitFor(t, outcomeWait, "every task done", func() bool { return e.lookup(c, id).State == engine.StateDone })
+		testwait.Until(t, outcomeWait, "every task done", func() bool { return e.lookup(c, id).State == engine.StateDone })
 	}
 	mu.Lock()
 	for i, id := range ids {
@@ -95,14 +96,14 @@ func scenarioHandlerSets(e *env) {
 		}
 	}
 	mu.Unlock()
-	waitFor(t, outcomeWait, "the unserved type listed", func() bool {
+	testwait.Until(t, outcomeWait, "the unserved type listed", func() bool {
 		un, err := e.inspector().Unserved(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(un) == 1 && un[0].Type == "nobody"
 	})
-	waitFor(t, outcomeWait, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
+	testwait.Until(t, outcomeWait, "the unserved task dead", func() bool { return e.lookup(c, nobody).State == engine.StateDead })
 	if info := e.lookup(c, nobody); info.Finished.Sub(enqueued) < cfg.Advanced.UnknownTypeGrace {
 		t.Errorf("the unserved task died %v after its enqueue, within the grace of %v", info.Finished.Sub(enqueued), cfg.Advanced.UnknownTypeGrace)
 	}
@@ -122,22 +123,36 @@ func scenarioQueueLimit(e *env) {
 	c := e.client()
 	var inside, most atomic.Int64
 	var done atomic.Int64
+	left := atomic.Int64{}
+	left.Store(6)
+	// A run holds its slot until another worker tried to take a task and
+	// gave it back for the limit (or another run started: the overlap
+	// the test looks for), unless no task is left to take.
+	var tried pulse
+	e.heldClaims(&tried)
 	mux := engine.NewMux()
-	mux.HandleFunc("t", func(context.Context, *engine.Task) error {
+	mux.HandleFunc("t", func(hctx context.Context, _ *engine.Task) error {
+		next := tried.wait()
+		tried.beat()
 		n := inside.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(20 * time.Millisecond) // overlapping runs must have room to show
+		if left.Add(-1) > 0 {
+			select {
+			case <-next:
+			case <-hctx.Done():
+			}
+		}
 		inside.Add(-1)
 		done.Add(1)
 		return nil
 	})
-	e.server(cfg, mux)
-	e.server(cfg, mux)
 	for range 6 {
 		must(t)(c.Enqueue(ctx, "t", nil, engine.Queue("lim")))
 	}
-	waitFor(t, outcomeWait, "the limited queue's tasks", func() bool { return done.Load() == 6 })
+	e.server(cfg, mux)
+	e.server(cfg, mux)
+	testwait.Until(t, outcomeWait, "the limited queue's tasks", func() bool { return done.Load() == 6 })
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d runs of a queue limited to 1 at once", m)
 	}
@@ -163,15 +178,27 @@ func scenarioKeys(e *env) {
 	var mu sync.Mutex
 	inside := map[string]int{}
 	over := ""
-	var done atomic.Int64
+	var done, left atomic.Int64
+	// A run holds its key until a worker tried to take a task and gave it
+	// back for a limit (or another run started: an overlap the test looks
+	// for), unless no task is left to take.
+	var tried pulse
+	e.heldClaims(&tried)
 	mux := engine.NewMux()
-	mux.HandleFunc("t", func(_ context.Context, task *engine.Task) error {
+	mux.HandleFunc("t", func(hctx context.Context, task *engine.Task) error {
+		next := tried.wait()
+		tried.beat()
 		mu.Lock()
 		if inside[task.Key]++; inside[task.Key] > 1 {
 			over = task.Key
 		}
 		mu.Unlock()
-		time.Sleep(5 * time.Millisecond) // overlapping runs of a key must have room to show
+		if left.Add(-1) > 0 {
+			select {
+			case <-next:
+			case <-hctx.Done():
+			}
+		}
 		mu.Lock()
 		inside[task.Key]--
 		mu.Unlock()
@@ -185,13 +212,14 @@ func scenarioKeys(e *env) {
 			batch = append(batch, engine.NewTask{Type: "t", Options: []engine.Option{engine.Queue("keyed"), engine.Key("small"), engine.In(200 * time.Millisecond)}})
 		}
 	}
+	left.Store(int64(len(batch)))
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	e.expectStats("keyed", "one key waiting before any worker", func(st engine.QueueInfo) bool { return st.KeysWaiting == 1 })
 	e.server(cfg, mux)
 	e.server(cfg, mux)
-	waitFor(t, outcomeWait, "the keyed tasks", func() bool { return done.Load() == int64(len(batch)) })
+	testwait.Until(t, outcomeWait, "the keyed tasks", func() bool { return done.Load() == int64(len(batch)) })
 	mu.Lock()
 	defer mu.Unlock()
 	if over != "" {

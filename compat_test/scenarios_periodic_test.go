@@ -11,6 +11,7 @@ import (
 	"github.com/bucketq/bucketq/internal/clocktest"
 	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/internal/schedule"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // scenarioPeriodic: a periodic entry redefined by a later scheduler
@@ -73,7 +74,7 @@ func scenarioPeriodic(e *env) {
 	defer free()
 	// Any of the recent firings, not only the latest: on a busy machine
 	// the latest may not be claimed yet each time it is looked at.
-	waitFor(t, outcomeWait, "a skipped firing", func() bool {
+	testwait.Until(t, outcomeWait, "a skipped firing", func() bool {
 		ls, err := in.Periodics(ctx)
 		if err != nil {
 			return false

@@ -1,14 +1,13 @@
 package compat_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -50,7 +49,7 @@ func scenarioRecovery(e *env) {
 
 	// The reaper returns both once the dead worker's heartbeat is gone.
 	e.reaper(e.cfg)
-	waitFor(t, outcomeWait, "the reaper to return both tasks", func() bool {
+	testwait.Until(t, outcomeWait, "the reaper to return both tasks", func() bool {
 		if e.stats("default").Recovered == 2 {
 			return true
 		}
@@ -76,7 +75,7 @@ func scenarioRecovery(e *env) {
 			t.Errorf("recovered run %+v: want recoveries 1, attempt 1, its payload", r)
 		}
 	}
-	waitFor(t, outcomeWait, "both tasks done", func() bool {
+	testwait.Until(t, outcomeWait, "both tasks done", func() bool {
 		return e.lookup(c, a).State == engine.StateDone && e.lookup(c, b).State == engine.StateDone
 	})
 	e.expectStats("default", "2 recovered, 2 processed, none running or failed", func(st engine.QueueInfo) bool {
@@ -92,7 +91,7 @@ func scenarioRecoveryInflight(e *env) {
 	e.cfg = e.childConfig()
 	c := e.client()
 	id := must(t)(c.Enqueue(ctx, "block", nil))
-	ch := e.startChild(childOpts{concurrency: 1, claimGate: filepath.Join(t.TempDir(), "never")})
+	ch := e.startChild(childOpts{concurrency: 1, claimGate: true}) // never opened
 	if got := strings.TrimPrefix(ch.waitLine("POPPED ", 30*time.Second), "POPPED "); got != id {
 		t.Fatalf("child took %s, want %s", got, id)
 	}
@@ -101,7 +100,7 @@ func scenarioRecoveryInflight(e *env) {
 	}
 	ch.kill()
 	e.reaper(e.cfg)
-	waitFor(t, outcomeWait, "the reaper to return the taken task", func() bool {
+	testwait.Until(t, outcomeWait, "the reaper to return the taken task", func() bool {
 		if e.stats("default").Ready == 1 {
 			return true
 		}
@@ -157,6 +156,8 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 					return
 				}
 				e.passTime(500 * time.Millisecond)
+				// real time: Redis expires the heartbeat on its own
+				// clock (a DEL would touch the WATCH, an expiry does not).
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
@@ -243,17 +244,20 @@ func scenarioForgetRace(e *env, mode int) {
 	t, ctx := e.t, e.ctx
 	e.cfg = e.childConfig()
 	c := e.client()
-	gate := filepath.Join(t.TempDir(), "claim")
-	ch := e.startChild(childOpts{concurrency: 1, beats: 1, claimGate: gate})
+	ch := e.startChild(childOpts{concurrency: 1, beats: 1, claimGate: true})
 	hb := e.key("hb:" + ch.id)
 	admin := e.admin()
-	waitFor(t, outcomeWait, "the child to register", func() bool { return e.exists(admin, hb) })
+	// The child registered with its one heartbeat; the next one fails
+	// (the key, with a TTL of 1 s, may be gone already on a slow machine).
+	ch.waitLine("BEATS OVER", outcomeWait)
 	e.waitKeyGone(hb, 15*time.Second) // its later heartbeats fail
 
 	var task string
 	offer := func() {
 		task = must(t)(c.Enqueue(ctx, "block", nil))
-		time.Sleep(1500 * time.Millisecond) // the child's idle wait is 1 s
+		// real time: the child would take the task within its idle
+		// wait (1 s); a worker that takes nothing leaves no sign.
+		time.Sleep(1500 * time.Millisecond)
 		if l, ok := ch.hasLine("POPPED "); ok {
 			t.Errorf("ENGINE BUG: a worker whose heartbeat had expired took a task (%s): a reaper may have forgotten it", l)
 		}
@@ -292,16 +296,14 @@ func scenarioForgetRace(e *env, mode int) {
 	if mode == popAfterForget {
 		offer()
 	}
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ch.openGate()
 	ch.kill()
 
 	// The task was left in its queue: a live worker runs it, as a first run.
 	var rec recorder
 	e.reaper(e.cfg)
 	e.worker(e.cfg, rec.handler())
-	waitFor(t, outcomeWait, "the task to be done", func() bool { return e.lookup(c, task).State == engine.StateDone })
+	testwait.Until(t, outcomeWait, "the task to be done", func() bool { return e.lookup(c, task).State == engine.StateDone })
 	if runs := rec.of(task); len(runs) != 1 || runs[0].Recoveries != 0 {
 		t.Errorf("task ran %d times here (%+v), want once with recoveries 0", len(runs), runs)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/httpserver"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/chromedp/chromedp"
 )
 
@@ -172,13 +173,7 @@ func (e *env) state(id string) engine.State {
 // await polls cond (state in Redis) for up to 10 s.
 func (e *env) await(cond func() bool, what string) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(e.t, 10*time.Second, what, cond)
 }
 
 // browser starts a headless Chromium with a fresh profile, at laptop size.
@@ -282,6 +277,7 @@ func signIn(t *testing.T, ctx context.Context, e *env) {
 // TestBrowserPages loads every page with tasks in every state and checks
 // what each shows.
 func TestBrowserPages(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token, SampleEvery: time.Second})
 	ctx := browser(t)
 	signIn(t, ctx, e)
@@ -348,6 +344,7 @@ func TestBrowserPages(t *testing.T) {
 
 // TestBrowserRetryDead clicks Retry on a dead task's page and sees it run.
 func TestBrowserRetryDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token})
 	ctx := browser(t)
 	signIn(t, ctx, e)
@@ -374,6 +371,7 @@ func TestBrowserRetryDead(t *testing.T) {
 // TestBrowserBulkCancelFiltered searches the scheduled tasks, chooses
 // "every task matching", confirms, and only the matches are cancelled.
 func TestBrowserBulkCancelFiltered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token})
 	ctx := browser(t)
 	signIn(t, ctx, e)
@@ -470,6 +468,7 @@ func postBody(t *testing.T, base string, form url.Values, hdr map[string]string,
 // from another origin is refused with 403 and changes nothing; with the
 // bearer token it is done.
 func TestActionsNeedToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token})
 	id := e.ids["dead"][0]
 	form := url.Values{"verb": {"retry"}, "id": {id}, "state": {"dead"}, "queue": {"emails"}}
@@ -560,6 +559,7 @@ func withCSRFOf(form url.Values, cookies []*http.Cookie) url.Values {
 // TestBrowserReadOnly: no action is offered, and even the token cannot
 // change anything.
 func TestBrowserReadOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token, ReadOnly: true})
 	ctx := browser(t)
 	for _, p := range []string{"/", "/queues/default?state=scheduled", "/dead", "/tasks/" + url.PathEscape(e.ids["dead"][0])} {
@@ -587,6 +587,7 @@ func TestBrowserReadOnly(t *testing.T) {
 // cannot be guessed quickly. Other addresses are not refused: see
 // TestWrongTokensLockOutOneClient.
 func TestWrongTokensLimited(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token})
 	form := url.Values{"verb": {"retry"}, "id": {e.ids["dead"][0]}}
 	for i := range 20 {
@@ -605,6 +606,7 @@ func TestWrongTokensLimited(t *testing.T) {
 // TestBrowserPauseResume pauses a queue with its button, sees it marked
 // paused with a task waiting in it, and resumes it: the task runs.
 func TestBrowserPauseResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, dashboard.Options{Token: token})
 	ctx := browser(t)
 	signIn(t, ctx, e)

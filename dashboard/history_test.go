@@ -7,6 +7,7 @@ import (
 )
 
 func TestHistoryRing(t *testing.T) {
+	t.Parallel()
 	h := newHistory(3)
 	t0 := time.Unix(1000, 0)
 	for i := range 5 {
@@ -25,6 +26,7 @@ func TestHistoryRing(t *testing.T) {
 // total that went down adds nothing; an increase after a gap in the
 // samples, or older than the window, is left out.
 func TestChartMinutes(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
 	ss := []sample{
 		{at: now.Add(-2 * time.Hour), processed: 0},

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,12 +15,14 @@ import (
 	"github.com/bucketq/bucketq/dashboard"
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // The workflow page lists a chain's steps with their states, and a step's
 // task page links to its workflow and shows the result and the progress
 // it recorded; the running listing shows a running task's progress.
 func TestWorkflowAndResultPages(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
 	cfg := engine.DefaultConfig()
@@ -67,18 +70,14 @@ func TestWorkflowAndResultPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(t, 20*time.Second, "the chain to finish", func() bool {
 		info, err := client.Workflow(context.Background(), wf.ID)
 		if err == nil && info.State == "done" {
 			wf = info
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the chain did not finish: %+v, %v", info, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	in, err := engine.NewInspector(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -110,12 +109,9 @@ func TestWorkflowAndResultPages(t *testing.T) {
 	}
 	// A run's report is written by the worker's progress writer, apart
 	// from its result: wait for it to land.
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if strings.Contains(get("/tasks/"+url.PathEscape(wf.Steps[0].ID)), "42 lines read so far") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // written on the worker's own connection
-	}
+	testwait.Until(t, 20*time.Second, "the first step's report", func() bool {
+		return strings.Contains(get("/tasks/"+url.PathEscape(wf.Steps[0].ID)), "42 lines read so far")
+	})
 	step := get("/tasks/" + url.PathEscape(wf.Steps[0].ID))
 	for _, want := range []string{"/workflows/" + url.PathEscape(wf.ID), "step 0 of 2", "42 lines fetched", "42 lines read so far", "<dt>Priority</dt><dd>1 "} {
 		if !strings.Contains(step, want) {
@@ -133,16 +129,10 @@ func TestWorkflowAndResultPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-holding
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		running := get("/queues/default?state=running")
-		if strings.Contains(running, "7 rows &amp; &lt;b&gt;counted&lt;/b&gt;") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running listing does not show task %s's progress:\n%s", held.ID, running)
-		}
-		time.Sleep(50 * time.Millisecond) // the progress is written on a connection of its own
-	}
+	// The progress is written on a connection of its own.
+	testwait.Until(t, 20*time.Second, fmt.Sprintf("the running listing to show task %s's progress", held.ID), func() bool {
+		return strings.Contains(get("/queues/default?state=running"), "7 rows &amp; &lt;b&gt;counted&lt;/b&gt;")
+	})
 	resp, err := http.Get(hs.URL + "/workflows/no-such-workflow")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package httpserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bucketq/bucketq/httpserver"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // start serves s on a free loopback port until the test ends and returns
@@ -51,23 +53,25 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// await polls url until it answers code, for at most within.
+// await polls url until it answers code, for at most within; it logs
+// each other answer it gets on the way.
 func await(t *testing.T, url string, code int, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got, body := get(t, url)
-		if got == code {
-			return body
+	var body, seen string
+	testwait.Until(t, within, fmt.Sprintf("%s to answer %d", url, code), func() bool {
+		var got int
+		got, body = get(t, url)
+		if a := fmt.Sprintf("%d %q", got, body); got != code && a != seen {
+			seen = a
+			t.Logf("%s: %s, want %d", url, a, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %d %q after %v, want %d", url, got, body, within, code)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return got == code
+	})
+	return body
 }
 
 func TestHealthzAndMount(t *testing.T) {
+	t.Parallel()
 	base := start(t, httpserver.Options{})
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
@@ -83,6 +87,7 @@ func TestHealthzAndMount(t *testing.T) {
 // TestReadyzFollowsRedis stops the test's own Redis: /readyz turns 503
 // within a few seconds, and 200 again once the server is back.
 func TestReadyzFollowsRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.Private()) // it stops and restarts the server
 	base := start(t, httpserver.Options{Pool: srv.Pool(t), PingTimeout: 500 * time.Millisecond})
 	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\n" {
@@ -102,6 +107,7 @@ func TestReadyzFollowsRedis(t *testing.T) {
 }
 
 func TestReadyzComponents(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var up atomic.Bool
 	ready := func(context.Context) error {
@@ -122,6 +128,7 @@ func TestReadyzComponents(t *testing.T) {
 }
 
 func TestResolveAddr(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{":9090": "127.0.0.1:9090", "0.0.0.0:80": "0.0.0.0:80",
 		"localhost:1": "localhost:1", "[::1]:9": "[::1]:9"} {
 		if got, err := httpserver.ResolveAddr(in); err != nil || got != want {

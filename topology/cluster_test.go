@@ -104,7 +104,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		ns := namespaceInSlot(t, fmt.Sprintf("reshard%d_", time.Now().UnixNano()%1e6), slot)
 		l := startLoad(t, tc.Pool("{"+ns+"}"), ns, 4)
 		l.waitAcked(50, 20*time.Second)
-		time.Sleep(loadFor(t))
+		l.keep(loadAcks, 1)
 		keys, err := redis.Int(src.TryDo("CLUSTER", "COUNTKEYSINSLOT", slot))
 		if err != nil {
 			t.Fatal(err)
@@ -117,7 +117,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		if got := c.MasterOf(t, slot); got != dst {
 			t.Fatalf("slot %d is on %s after the reshard, want %s", slot, got.Addr, dst.Addr)
 		}
-		time.Sleep(loadFor(t) / 2)
+		l.keep(loadAcks/2, 0.5)
 		lost, dups := l.settle(30 * time.Second)
 		l.report("reshard", lost, dups, time.Time{})
 		st := tc.Stats()
@@ -140,7 +140,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		slot := topology.Slot(key)
 		l := startLoad(t, tc.Pool(key), ns, 4)
 		l.waitAcked(50, 20*time.Second)
-		time.Sleep(loadFor(t))
+		l.keep(loadAcks, 1)
 		master := c.MasterOf(t, slot)
 		replica := c.ReplicaOf(t, master)
 		atKill := l.ackedCount()
@@ -153,7 +153,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		if got := c.MasterOf(t, slot); got != replica {
 			t.Fatalf("slot %d is served by %s, want the promoted replica %s", slot, got.Addr, replica.Addr)
 		}
-		time.Sleep(loadFor(t) / 2)
+		l.keep(loadAcks/2, 0.5)
 		// What the promoted replica holds runs within seconds; a task
 		// still missing after that was lost with the old master.
 		lost, dups := l.settle(8 * time.Second)

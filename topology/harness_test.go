@@ -27,16 +27,59 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // docs/scaling.md): the value is a duration, such as "30s".
 const envLong = "TOPOLOGY_TEST_LONG"
 
-// loadFor is how long producers run around each disruption.
-func loadFor(t *testing.T) time.Duration {
-	if v := os.Getenv(envLong); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", envLong, v, err)
-		}
-		return d
+// loadAcks is how many more enqueues the producers get acknowledged
+// around each disruption: enough writes in flight to lose some if the
+// engine could.
+const loadAcks = 100
+
+// longFor is how long TOPOLOGY_TEST_LONG asks the producers to run
+// around each disruption; 0 when unset.
+func longFor(t *testing.T) time.Duration {
+	v := os.Getenv(envLong)
+	if v == "" {
+		return 0
 	}
-	return time.Second
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", envLong, v, err)
+	}
+	return d
+}
+
+// keep lets the producers run on until n more enqueues were acknowledged
+// and, with TOPOLOGY_TEST_LONG, for part (1: all) of that duration too.
+func (l *load) keep(n int, part float64) {
+	l.t.Helper()
+	l.waitAcked(n, outcomeWait)
+	if d := time.Duration(float64(longFor(l.t)) * part); d > 0 {
+		// real time: TOPOLOGY_TEST_LONG asks for load of that duration.
+		time.Sleep(d)
+	}
+}
+
+// pulse lets goroutines wait for the next of a series of events: wait
+// returns a channel that the next beat closes.
+type pulse struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (p *pulse) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil {
+		p.ch = make(chan struct{})
+	}
+	return p.ch
+}
+
+func (p *pulse) beat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		close(p.ch)
+		p.ch = nil
+	}
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -79,6 +122,7 @@ type load struct {
 	failures map[string]int       // Enqueue errors, by kind
 	samples  map[string]string
 	failed   atomic.Int64
+	changed  pulse // an enqueue acknowledged, a task run
 
 	stopServer func()
 	stopProd   func()
@@ -99,6 +143,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 		l.mu.Lock()
 		l.ran[task.ID]++
 		l.mu.Unlock()
+		l.changed.beat()
 		return nil
 	})
 	srv, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
@@ -143,6 +188,8 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 						l.samples[errorKind(err)] = err.Error()
 					}
 					l.mu.Unlock()
+					// real time: a producer that failed backs off a
+					// little, as a real one would, instead of spinning.
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
@@ -150,6 +197,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 				l.acked[info.ID] = true
 				l.ackedAt[info.ID] = time.Now()
 				l.mu.Unlock()
+				l.changed.beat()
 			}
 		}()
 	}
@@ -181,12 +229,17 @@ func (l *load) ackedCount() int {
 func (l *load) waitAcked(n int, timeout time.Duration) {
 	l.t.Helper()
 	want := l.ackedCount() + n
-	deadline := time.Now().Add(timeout)
-	for l.ackedCount() < want {
-		if time.Now().After(deadline) {
+	deadline := time.After(timeout)
+	for {
+		next := l.changed.wait()
+		if l.ackedCount() >= want {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline:
 			l.t.Fatalf("fewer than %d enqueues acknowledged within %v (failures so far: %v)", n, timeout, l.failureKinds())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -206,8 +259,9 @@ func (l *load) failureKinds() map[string]int {
 func (l *load) settle(timeout time.Duration) (lost []string, dups int) {
 	l.t.Helper()
 	l.stopProd()
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
 	for {
+		next := l.changed.wait()
 		l.mu.Lock()
 		lost = lost[:0]
 		for id := range l.acked {
@@ -222,10 +276,14 @@ func (l *load) settle(timeout time.Duration) (lost []string, dups int) {
 			}
 		}
 		l.mu.Unlock()
-		if len(lost) == 0 || time.Now().After(deadline) {
+		if len(lost) == 0 {
 			return lost, dups
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-next:
+		case <-deadline:
+			return lost, dups
+		}
 	}
 }
 

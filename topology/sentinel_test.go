@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/bucketq/bucketq/topology"
 	"github.com/gomodule/redigo/redis"
@@ -63,7 +64,7 @@ func TestSentinelFailover(t *testing.T) {
 	ns := fmt.Sprintf("sentinel%d", time.Now().UnixNano()%1e6)
 	l := startLoad(t, ts.Pool(), ns, 4)
 	l.waitAcked(50, 20*time.Second)
-	time.Sleep(loadFor(t))
+	l.keep(loadAcks, 1)
 	atKill := l.ackedCount()
 	killed := time.Now()
 	s.Master.Kill(t)
@@ -73,7 +74,7 @@ func TestSentinelFailover(t *testing.T) {
 	if addr, err := ts.Master(ctx); err != nil || addr != s.Replica.Addr {
 		t.Errorf("after the failover Master = %q, %v; want the promoted replica %s", addr, err, s.Replica.Addr)
 	}
-	time.Sleep(loadFor(t) / 2)
+	l.keep(loadAcks/2, 0.5)
 	lost, dups := l.settle(8 * time.Second)
 	l.report("sentinel failover", lost, dups, killed)
 	t.Logf("master switches followed: %d", ts.Switches())
@@ -172,9 +173,14 @@ func TestSentinelReplicatedRefusesTwoMasters(t *testing.T) {
 	if _, err := b.Admin(t).Do("SLAVEOF", host, port); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // RoleMaxAge: the roles read before are stale now
-	if addr, err := tr.Master(ctx); err != nil || addr != a.Addr {
-		t.Fatalf("Master after SLAVEOF on %s = %q, %v; want %s", b.Addr, addr, err, a.Addr)
+	// Once RoleMaxAge passed, the roles read before are stale: read again.
+	var addr string
+	testwait.Until(t, 10*time.Second, "Master to read the roles again", func() bool {
+		addr, err = tr.Master(ctx)
+		return err == nil
+	})
+	if addr != a.Addr {
+		t.Fatalf("Master after SLAVEOF on %s = %q; want %s", b.Addr, addr, a.Addr)
 	}
 }
 
@@ -193,7 +199,7 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 	if _, err := admin.Do("SLAVEOF", host, port); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, outcomeWait, "the replica to sync", func() bool {
+	testwait.Until(t, outcomeWait, "the replica to sync", func() bool {
 		info, err := redis.String(admin.Do("INFO"))
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})
@@ -211,12 +217,12 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 	ns := fmt.Sprintf("fail24%d", time.Now().UnixNano()%1e6)
 	l := startLoad(t, tr.Pool(), ns, 4)
 	l.waitAcked(50, 20*time.Second)
-	time.Sleep(loadFor(t))
+	l.keep(loadAcks, 1)
 	killed := time.Now()
 	primary.Kill(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	waitFor(t, outcomeWait, "the pool to refuse the replica", func() bool {
+	testwait.Until(t, outcomeWait, "the pool to refuse the replica", func() bool {
 		_, err := tr.Master(ctx)
 		return errors.Is(err, topology.ErrNotMaster)
 	})
@@ -235,7 +241,7 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 		t.Error(err)
 	}
 	l.waitAcked(50, 20*time.Second)
-	time.Sleep(loadFor(t) / 2)
+	l.keep(loadAcks/2, 0.5)
 	lost, dups := l.settle(8 * time.Second)
 	l.report("2.4 failover", lost, dups, killed)
 	if len(lost) > atPromotion {
@@ -254,14 +260,3 @@ func TestSentinelReplicatedFailover24(t *testing.T) {
 // bound the test asserts (a wake-up before IdleWait) is checked on its
 // own.
 const outcomeWait = 3 * time.Minute
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

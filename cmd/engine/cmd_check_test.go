@@ -16,6 +16,7 @@ import (
 // runCheck prints the findings, counts what remains, and after --repair
 // reports none left; --json prints the same as JSON.
 func TestRunCheck(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })

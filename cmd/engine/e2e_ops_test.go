@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/redistest"
 )
 
@@ -74,8 +76,10 @@ func TestE2ESecondSignalForces(t *testing.T) {
 	select {
 	case <-run.done:
 		t.Fatalf("exited on the first signal, before shutdown_timeout")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
+	// Had it exited on the first signal, it would not log the second one
+	// (checked below), and it would not have returned the task.
 	code, took := run.stop(syscall.SIGINT, 10*time.Second)
 	if code != 0 || took > 2*time.Second {
 		t.Errorf("second signal: exit %d after %v, want 0 at once", code, took)
@@ -106,10 +110,11 @@ func TestE2EWaitsForRedis(t *testing.T) {
 	h := newHarness(t, redistest.Private())
 	h.srv.Stop(t)
 	run := h.start(nil, "run")
-	h.eventually(5*time.Second, "the waiting log line", func() bool {
-		return strings.Contains(run.log(), "waiting for Redis at "+h.srv.Addr)
+	// It waits, backing off, and tries again: by its fourth try it has
+	// outlived three failed PINGs.
+	h.eventually(10*time.Second, "the fourth waiting log line", func() bool {
+		return strings.Contains(run.log(), "waiting for Redis at "+h.srv.Addr) && strings.Contains(run.log(), "tries=4")
 	})
-	time.Sleep(time.Second)
 	select {
 	case <-run.done:
 		t.Fatalf("run exited (code %d) while Redis was down", run.code)
@@ -134,12 +139,18 @@ func TestE2ERoles(t *testing.T) {
 	}
 	id := h.enqueue("--type", "append", "--payload", "split", "--in", "300ms")
 	h.eventually(5*time.Second, "the dispatcher to make it ready", func() bool { return h.lookup(id).State == "ready" })
-	time.Sleep(300 * time.Millisecond)
+	// No worker registered: nothing of that process can take the task.
+	if ws := h.workers(); len(ws) != 0 {
+		t.Fatalf("--no-worker registered workers %+v", ws)
+	}
 	if h.lookup(id).State != "ready" {
 		t.Fatalf("a process without workers ran the task")
 	}
 	worker := h.startRun(nil, "--roles", "worker")
 	h.eventually(10*time.Second, "the worker-only process to run it", func() bool { return h.lookup(id).State == "done" })
+	if ws := h.workers(); len(ws) != 1 || ws[0].PID != worker.cmd.Process.Pid {
+		t.Errorf("workers %+v, want only the worker-only process's (pid %d)", ws, worker.cmd.Process.Pid)
+	}
 	if strings.Contains(worker.log(), "dispatcher started") {
 		t.Errorf("--roles worker started a dispatcher")
 	}
@@ -232,4 +243,14 @@ func TestE2EHelp(t *testing.T) {
 	if out := h.ok("completion", "bash"); !strings.Contains(out, "__start_engine") {
 		t.Errorf("completion bash printed no completion script")
 	}
+}
+
+// workers returns the registered workers.
+func (h *harness) workers() []engine.WorkerInfo {
+	h.t.Helper()
+	var ws []engine.WorkerInfo
+	if err := json.Unmarshal([]byte(h.ok("workers", "--json")), &ws); err != nil {
+		h.t.Fatal(err)
+	}
+	return ws
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"go.uber.org/goleak"
 )
 
@@ -29,7 +30,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	engineBin = filepath.Join(dir, "engine")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-e2e", "-o", engineBin, ".")
+	// -trimpath: the packages compiled here are the ones
+	// TestReadmeQuickStart's build, from another directory, finds in the
+	// build cache.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=v0.0.0-e2e", "-o", engineBin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build engine: %v\n%s", err, out)
 		os.Exit(1)
@@ -180,13 +184,7 @@ func (h *harness) file(name string) string {
 // eventually polls cond until it holds or timeout passes.
 func (h *harness) eventually(timeout time.Duration, what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(h.t, timeout, what, cond)
 }
 
 // proc is a running `engine run`.
@@ -363,7 +361,13 @@ func TestE2ECancel(t *testing.T) {
 		t.Errorf("cancel printed %q", out)
 	}
 	h.eventually(10*time.Second, "the other task", func() bool { return strings.Contains(h.file("out"), "kept "+keep) })
-	time.Sleep(500 * time.Millisecond)
+	// Once nothing is scheduled, ready or running, the cancelled task can
+	// no longer run: had it been due with the other, it would be one of
+	// them or done by now.
+	h.eventually(10*time.Second, "the queue to be empty", func() bool {
+		st := h.stats("default")
+		return st.Scheduled == 0 && st.Ready == 0 && st.Running == 0
+	})
 	if strings.Contains(h.file("out"), "cancelled") {
 		t.Errorf("the cancelled task ran: %q", h.file("out"))
 	}

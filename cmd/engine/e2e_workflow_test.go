@@ -15,6 +15,7 @@ import (
 // TestWorkflowShowAndCancel: `engine workflow show` prints a chain's steps
 // and states; `cancel` cancels it; a missing one exits 3.
 func TestWorkflowShowAndCancel(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a, out, errOut := inproc(t, srv)
 	var ns string

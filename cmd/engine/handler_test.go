@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 func testTask() *engine.Task {
@@ -35,6 +37,7 @@ func newTestHandler(t *testing.T, argv []string, mod func(*HandlerSettings)) (*c
 }
 
 func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	h, logs := newTestHandler(t, []string{"sh", "-c", `{ cat; echo; echo "$ENGINE_TASK_ID $ENGINE_TASK_TYPE $ENGINE_TASK_QUEUE $ENGINE_TASK_ATTEMPT $ENGINE_TASK_MAX_ATTEMPTS $EXTRA"; } > "$OUT"; echo to-stdout`},
 		func(s *HandlerSettings) { s.Env["OUT"] = out })
@@ -56,6 +59,7 @@ func TestHandlerSuccessGetsPayloadAndEnv(t *testing.T) {
 }
 
 func TestHandlerExitCodes(t *testing.T) {
+	t.Parallel()
 	h, _ := newTestHandler(t, []string{"sh", "-c", "exit 75"}, func(s *HandlerSettings) { s.Snooze = 42 * time.Second })
 	err := h.ProcessTask(context.Background(), testTask())
 	if err == nil || err.Error() != engine.Snooze(42*time.Second).Error() {
@@ -89,23 +93,30 @@ func TestHandlerExitCodes(t *testing.T) {
 // readPIDs waits for file to hold n pids.
 func readPIDs(t *testing.T, file string, n int) []int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var pids []int
+	testwait.Until(t, 5*time.Second, fmt.Sprintf("%d pids in %s", n, file), func() bool {
 		b, _ := os.ReadFile(file)
-		var pids []int
+		pids = pids[:0]
 		for _, f := range strings.Fields(string(b)) {
 			if p, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, p)
 			}
 		}
-		if len(pids) >= n {
-			return pids
+		return len(pids) >= n
+	})
+	return pids
+}
+
+// awaitGone waits for pid, a process of a handler's group, to be gone; it
+// kills one that is still there when the test ends.
+func awaitGone(t *testing.T, pid int) {
+	t.Helper()
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %q, want %d pids", file, b, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testwait.Until(t, 2*time.Second, fmt.Sprintf("process %d of the group to die", pid), func() bool { return !alive(pid) })
 }
 
 // alive reports whether pid runs: exists and is not a zombie waiting for
@@ -125,6 +136,7 @@ func alive(pid int) bool {
 // TestHandlerTimeoutKillsGroup: the context ending kills the command and
 // the children it started in the background.
 func TestHandlerTimeoutKillsGroup(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	h, _ := newTestHandler(t, []string{"sh", "-c", `sleep 30 & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; wait`},
 		func(s *HandlerSettings) { s.Env["PIDS"] = pidFile })
@@ -142,20 +154,14 @@ func TestHandlerTimeoutKillsGroup(t *testing.T) {
 		t.Errorf("err = %v, want \"timed out after 300ms (stopped by SIGTERM)\" matching context.DeadlineExceeded", err)
 	}
 	for _, pid := range readPIDs(t, pidFile, 2) {
-		deadline := time.Now().Add(2 * time.Second)
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(pid) {
-			t.Errorf("process %d of the group survived", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		awaitGone(t, pid)
 	}
 }
 
 // TestHandlerKillGrace: a command that ignores SIGTERM gets SIGKILL after
 // kill_grace; the handler's own timeout applies too.
 func TestHandlerKillGrace(t *testing.T) {
+	t.Parallel()
 	h, _ := newTestHandler(t, []string{"sh", "-c", `trap '' TERM; sleep 30 & wait; sleep 30`}, func(s *HandlerSettings) {
 		s.Timeout = 200 * time.Millisecond
 		s.KillGrace = 300 * time.Millisecond
@@ -231,6 +237,7 @@ func TestHandlerEnvHasNoConfigPath(t *testing.T) {
 }
 
 func TestHandlerOutputCap(t *testing.T) {
+	t.Parallel()
 	h, logs := newTestHandler(t, []string{"sh", "-c", `i=0; while [ $i -lt 500 ]; do echo 0123456789abcdefghij; i=$((i+1)); done; echo err >&2`},
 		func(s *HandlerSettings) { s.OutputCap = 100 })
 	if err := h.ProcessTask(context.Background(), testTask()); err != nil {
@@ -250,6 +257,7 @@ func TestHandlerOutputCap(t *testing.T) {
 // TestHandlerKillsLeftovers: processes a command leaves in its group are
 // killed when it exits, whether or not they hold its output open.
 func TestHandlerKillsLeftovers(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	h, logs := newTestHandler(t, []string{"sh", "-c", `sleep 30 >/dev/null 2>&1 & echo $! >> "$PIDS"; sleep 30 & echo $! >> "$PIDS"`},
 		func(s *HandlerSettings) { s.Env["PIDS"] = pidFile })
@@ -261,14 +269,7 @@ func TestHandlerKillsLeftovers(t *testing.T) {
 		t.Errorf("took %v", took)
 	}
 	for _, pid := range readPIDs(t, pidFile, 2) {
-		deadline := time.Now().Add(2 * time.Second)
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(pid) {
-			t.Errorf("leftover process %d survived", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		awaitGone(t, pid)
 	}
 	if !strings.Contains(logs.String(), "holding its output open") {
 		t.Errorf("no warning about the process holding the output: %s", logs.String())

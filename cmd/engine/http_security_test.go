@@ -30,20 +30,19 @@ func serveInProc(t *testing.T, a *app, logs *syncBuffer, args ...string) string 
 			t.Errorf("engine %s did not stop", args[0])
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for {
-		if m := listeningRe.FindStringSubmatch(logs.String()); m != nil {
+		log, wrote := logs.next()
+		if m := listeningRe.FindStringSubmatch(log); m != nil {
 			return "http://127.0.0.1:" + m[1]
 		}
 		select {
 		case code := <-done:
 			t.Fatalf("engine %s exited (%d):\n%s", args[0], code, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-wrote:
+		case <-timeout:
 			t.Fatalf("the HTTP server did not start:\n%s", logs.String())
 		}
-		time.Sleep(20 * time.Millisecond) // polls the log for the line
 	}
 }
 

@@ -13,18 +13,35 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // syncBuffer is a bytes.Buffer safe for the goroutines of an in-process run.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // closed by the next Write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.wrote != nil {
+		close(s.wrote)
+		s.wrote = nil
+	}
 	return s.b.Write(p)
+}
+
+// next returns the buffer's contents and a channel closed by the next
+// Write.
+func (s *syncBuffer) next() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wrote == nil {
+		s.wrote = make(chan struct{})
+	}
+	return s.b.String(), s.wrote
 }
 
 func (s *syncBuffer) Reset() {
@@ -116,21 +133,21 @@ func TestRunSignalsInProcess(t *testing.T) {
 	defer forceNow()
 	done := make(chan int)
 	go func() { done <- a.main(withForce(ctx, force), []string{"run"}) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the task did not start:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the task to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "started"))
+		return err == nil
+	})
 	stop()
-	select {
-	case code := <-done:
-		t.Fatalf("run exited (%d) on the first signal despite a 1m shutdown_timeout", code)
-	case <-time.After(300 * time.Millisecond):
+	// The first signal is seen; had run exited on it, it would not log
+	// the second (checked below).
+	for log, wrote := logs.next(); !strings.Contains(log, "shutting down"); log, wrote = logs.next() {
+		select {
+		case code := <-done:
+			t.Fatalf("run exited (%d) on the first signal despite a 1m shutdown_timeout", code)
+		case <-wrote:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the first signal was not logged:\n%s", log)
+		}
 	}
 	forceNow()
 	select {
@@ -140,6 +157,9 @@ func TestRunSignalsInProcess(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("run did not exit after the second signal")
+	}
+	if !strings.Contains(logs.String(), "second signal") {
+		t.Errorf("run did not wait for the second signal:\n%s", logs.String())
 	}
 	out2 := &syncBuffer{}
 	b.stdout = out2
@@ -160,17 +180,36 @@ func TestStatsWatch(t *testing.T) {
 	if code := a.main(context.Background(), []string{"enqueue", "--type", "x", "--payload", "p", "--queue", "q1"}); code != 0 {
 		t.Fatalf("enqueue: exit %d: %s", code, errOut.String())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- a.main(ctx, []string{"stats", "--watch=200ms"}) }()
+	// It refreshes again and again, every 200ms: the third table comes
+	// 400ms or more after the first.
+	var first time.Time
+	timeout := time.After(time.Minute)
+	for s, wrote := out.next(); strings.Count(s, "every 200ms") < 3; s, wrote = out.next() {
+		if first.IsZero() && strings.Contains(s, "every 200ms") {
+			first = time.Now()
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("stats --watch: exit %d before the interrupt: %s", code, errOut.String())
+		case <-wrote:
+		case <-timeout:
+			t.Fatalf("stats --watch refreshed %d times in a minute", strings.Count(s, "every 200ms"))
+		}
+	}
+	if between := time.Since(first); between < 400*time.Millisecond {
+		t.Errorf("three refreshes within %v at --watch=200ms", between)
+	}
+	cancel()
 	start := time.Now()
-	if code := a.main(ctx, []string{"stats", "--watch=200ms"}); code != 0 {
+	if code := <-done; code != 0 {
 		t.Fatalf("stats --watch: exit %d: %s", code, errOut.String())
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("--watch ran %v after the interrupt", took)
-	}
-	if n := strings.Count(out.String(), "every 200ms"); n < 3 {
-		t.Errorf("%d refreshes in 700ms at 200ms, want at least 3", n)
 	}
 	if strings.Contains(out.String(), "\x1b") {
 		t.Errorf("--watch wrote terminal control codes into a pipe:\n%q", out.String())

@@ -15,6 +15,7 @@ import (
 // what the parts built with the config it returns do, and reads the
 // queue gauges from Redis.
 func TestMetricsHandler(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
 	ns := redistest.Namespace(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bucketq/bucketq/internal/cluster"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
@@ -203,6 +204,8 @@ func (l *ledger) run(ctx context.Context) {
 		}
 		l.mu.Unlock()
 		if err != nil {
+			// real time: a producer that failed backs off a little, as a
+			// real one would, instead of spinning.
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -243,16 +246,18 @@ func (l *ledger) check(t *testing.T, ctx context.Context) (lost []int) {
 	return lost
 }
 
-// await polls cond (a cheap in-memory check) until it holds or timeout.
+// await polls cond (a cheap in-memory check) until it holds or timeout;
+// on timeout it logs state.
 func await(t *testing.T, timeout time.Duration, what string, cond func() bool, state func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; %s", timeout, what, state())
+	held := false
+	defer func() {
+		if !held {
+			t.Logf("waiting for %s: %s", what, state())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}()
+	testwait.Until(t, timeout, what, cond)
+	held = true
 }
 
 func TestClusterTxnFollowsSlotMigration(t *testing.T) {

@@ -285,15 +285,11 @@ func (c *Cluster) Node(addr string) *Node {
 // after timeout.
 func (c *Cluster) WaitHealthy(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var why string
-	for time.Now().Before(deadline) {
-		if why = c.unhealthy(); why == "" {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("redistest: cluster not healthy after %v: %s", timeout, why)
+	until(t, timeout, "the cluster to be healthy", func() bool {
+		why = c.unhealthy()
+		return why == ""
+	}, func() string { return why })
 }
 
 func (c *Cluster) unhealthy() string {

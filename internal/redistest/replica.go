@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -28,20 +29,15 @@ func (s *Server) ReplicateFrom(t testing.TB, master *Server, timeout time.Durati
 	if _, err := c.Do("SLAVEOF", host, port); err != nil {
 		t.Fatalf("redistest: SLAVEOF %s: %v", master.Addr, err)
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		info, err := redis.String(c.Do("INFO", "replication"))
+	var info string
+	until(t, timeout, "the replica of "+master.Addr+" to be in sync", func() bool {
+		var err error
+		info, err = redis.String(c.Do("INFO", "replication"))
 		if err != nil {
 			t.Fatalf("redistest: INFO: %v", err)
 		}
-		if containsLine(info, "master_link_status:up") && containsLine(info, "master_sync_in_progress:0") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica of %s not in sync after %v:\n%s", master.Addr, timeout, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return containsLine(info, "master_link_status:up") && containsLine(info, "master_sync_in_progress:0")
+	}, func() string { return info })
 }
 
 // Promote makes s a master again (SLAVEOF NO ONE). Real servers only.
@@ -53,4 +49,18 @@ func (s *Server) Promote(t testing.TB) {
 	if _, err := c.Do("SLAVEOF", "NO", "ONE"); err != nil {
 		t.Fatalf("redistest: SLAVEOF NO ONE: %v", err)
 	}
+}
+
+// until waits through testwait.Until and, if it times out, logs state()
+// first: what the last check saw.
+func until(t testing.TB, timeout time.Duration, what string, cond func() bool, state func() string) {
+	t.Helper()
+	held := false
+	defer func() {
+		if !held {
+			t.Logf("redistest: waiting for %s: %s", what, state())
+		}
+	}()
+	testwait.Until(t, timeout, what, cond)
+	held = true
 }

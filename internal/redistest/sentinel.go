@@ -69,34 +69,27 @@ func (s *SentinelSet) SentinelAddrs() []string {
 
 func (s *SentinelSet) waitInSync(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		m, err := s.Replica.info("replication")
-		if err == nil && m["master_link_status"] == "up" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica %s not in sync with %s after %v: %v %v", s.Replica.Addr, s.Master.Addr, timeout, m, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var m map[string]string
+	var err error
+	until(t, timeout, fmt.Sprintf("replica %s in sync with %s", s.Replica.Addr, s.Master.Addr), func() bool {
+		m, err = s.Replica.info("replication")
+		return err == nil && m["master_link_status"] == "up"
+	}, func() string { return fmt.Sprint(m, err) })
 }
 
 func (s *SentinelSet) waitAware(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for _, n := range s.Sentinels {
-		for {
+	var last string
+	until(t, timeout, "every sentinel to see the replica and 2 other sentinels", func() bool {
+		for _, n := range s.Sentinels {
 			f, err := sentinelMaster(n, s.Name)
-			if err == nil && f["num-slaves"] == "1" && f["num-other-sentinels"] == "2" {
-				break
+			if err != nil || f["num-slaves"] != "1" || f["num-other-sentinels"] != "2" {
+				last = fmt.Sprintf("sentinel %s: %v %v", n.Addr, f, err)
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: sentinel %s does not see the replica and 2 other sentinels after %v: %v %v", n.Addr, timeout, f, err)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
-	}
+		return true
+	}, func() string { return last })
 }
 
 func sentinelMaster(n *Node, name string) (map[string]string, error) {
@@ -115,17 +108,15 @@ func sentinelMaster(n *Node, name string) (map[string]string, error) {
 // and fails t after timeout.
 func (s *SentinelSet) WaitMaster(t testing.TB, addr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for _, n := range s.Sentinels {
-		for {
+	var last string
+	until(t, timeout, "every running sentinel to name "+addr+" as the master", func() bool {
+		for _, n := range s.Sentinels {
 			got, err := redis.Strings(n.TryDo("SENTINEL", "get-master-addr-by-name", s.Name))
-			if err == nil && len(got) == 2 && "127.0.0.1:"+got[1] == addr {
-				break
+			if err != nil || len(got) != 2 || "127.0.0.1:"+got[1] != addr {
+				last = fmt.Sprintf("sentinel %s names %v (%v)", n.Addr, got, err)
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: sentinel %s names %v (%v), not %s, after %v", n.Addr, got, err, addr, timeout)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
-	}
+		return true
+	}, func() string { return last })
 }

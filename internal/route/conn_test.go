@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/bucketq/bucketq/internal/route"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
@@ -352,12 +353,14 @@ func TestCloseEndsABlockedCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sent := m.CommandCount()
 	done := make(chan error, 1)
 	go func() {
 		_, err := redis.DoWithTimeout(c, 10*time.Second, "BLPOP", "q", 5)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let the BLPOP block; the test holds either way
+	// Close once the server has the BLPOP (the test holds either way).
+	testwait.Until(t, 5*time.Second, "the BLPOP to reach the server", func() bool { return m.CommandCount() > sent })
 	c.Close()
 	select {
 	case err := <-done:

@@ -13,24 +13,12 @@ import (
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/internal/sentinel"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// await polls cond (an in-memory check or one cheap command) until it holds
-// or timeout.
-func await(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestSentinelRoleCheckerFollows24Promotion(t *testing.T) {
 	// Servers of the test's own: it turns one into a replica (SLAVEOF).
@@ -50,7 +38,7 @@ func TestSentinelRoleCheckerFollows24Promotion(t *testing.T) {
 	if _, err := admin.Do("SLAVEOF", "127.0.0.1", port); err != nil {
 		t.Fatal(err)
 	}
-	await(t, 5*time.Second, "writes refused on the replica", func() bool {
+	testwait.Until(t, 5*time.Second, "writes refused on the replica", func() bool {
 		return errors.Is(rc.CheckWritable(ctx), sentinel.ErrNotMaster)
 	})
 	if role, err := rc.Role(ctx); err != nil || role != sentinel.RoleSlave {
@@ -67,7 +55,7 @@ func TestSentinelRoleCheckerFollows24Promotion(t *testing.T) {
 	if _, err := admin.Do("SLAVEOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
-	await(t, 5*time.Second, "writes allowed after SLAVEOF NO ONE", func() bool { return rc.CheckWritable(ctx) == nil })
+	testwait.Until(t, 5*time.Second, "writes allowed after SLAVEOF NO ONE", func() bool { return rc.CheckWritable(ctx) == nil })
 	t.Logf("writes allowed %v after SLAVEOF NO ONE (MaxAge 200ms)", time.Since(promoted).Round(time.Millisecond))
 	redistest.RequireNoViolations(t, configured)
 }
@@ -172,6 +160,8 @@ func TestSentinelFollowsFailover(t *testing.T) {
 			}
 			mu.Unlock()
 			if err != nil {
+				// real time: a producer that failed backs off a little,
+				// as a real one would, instead of spinning.
 				select {
 				case <-runCtx.Done():
 				case <-time.After(50 * time.Millisecond):
@@ -179,17 +169,17 @@ func TestSentinelFollowsFailover(t *testing.T) {
 			}
 		}
 	}()
-	await(t, 10*time.Second, "writes to the first master", func() bool { return okCount.Load() >= 100 })
+	testwait.Until(t, 10*time.Second, "writes to the first master", func() bool { return okCount.Load() >= 100 })
 
 	killed := time.Now()
 	set.Master.Kill(t)
-	await(t, 30*time.Second, "the client on the promoted replica", func() bool {
+	testwait.Until(t, 30*time.Second, "the client on the promoted replica", func() bool {
 		got, err := c.Master(ctx)
 		return err == nil && got == set.Replica.Addr
 	})
 	switched := time.Since(killed)
 	before := okCount.Load()
-	await(t, 10*time.Second, "writes to the new master", func() bool { return okCount.Load() > before+100 })
+	testwait.Until(t, 10*time.Second, "writes to the new master", func() bool { return okCount.Load() > before+100 })
 	stopRun()
 	wg.Wait()
 	if err := <-runErr; err != nil {

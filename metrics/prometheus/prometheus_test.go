@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/metrics/prometheus"
 	"github.com/gomodule/redigo/redis"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -112,13 +114,27 @@ func (l *ledger) add(typ string, failed, final bool) {
 // observer, scrapes /metrics while they run and after, and checks the
 // counters against the handlers' ledger and the gauges against Redis.
 func TestScrapeDuringRun(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
 	cfg := baseConfig(t, srv)
 	const nOK, nFlaky, nBad, nLater = 30, 10, 5, 7
 	led := &ledger{ok: map[string]int{}, fail: map[string]int{}, done: make(chan struct{}), want: nOK + nFlaky + nBad}
 	col := prometheus.New(prometheus.Options{Inspector: inspector(t, cfg, pool), CacheTTL: time.Nanosecond})
-	cfg.Observer = col
+	// Each run's result is counted by its EventFinished (and a bad task's
+	// burial by its EventDead) after its handler returned: recorded
+	// closes once the collector has seen every one of them.
+	var seen atomic.Int64
+	recorded := make(chan struct{})
+	const wantEvents = nOK + 2*nFlaky + nBad + nBad
+	cfg.Observer = engine.ObserverFunc(func(e engine.Event) {
+		col.Observe(e)
+		if e.Kind == engine.EventFinished || e.Kind == engine.EventDead {
+			if seen.Add(1) == wantEvents {
+				close(recorded)
+			}
+		}
+	})
 	client, err := engine.NewClient(cfg, pool) // the producer reports enqueues too
 	if err != nil {
 		t.Fatal(err)
@@ -204,10 +220,11 @@ func TestScrapeDuringRun(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("tasks did not all settle")
 	}
-	// A result is counted after its handler returned, and the run
-	// duration, the processed and the failed counters are each recorded
-	// at their own step of the finish: poll until every one of them
-	// agrees with the ledger, then report whatever still differs.
+	select {
+	case <-recorded:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the collector saw %d finish and dead events, want %d", seen.Load(), wantEvents)
+	}
 	led.mu.Lock()
 	want := map[string][3]float64{}
 	for _, typ := range []string{"ok", "flaky", "bad"} {
@@ -224,18 +241,7 @@ func TestScrapeDuringRun(t *testing.T) {
 			max(0, value(fams, "bucketq_task_run_duration_seconds", "queue", "default", "type", typ)),
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fams = scrape(t, hs.URL)
-		agree := true
-		for typ, w := range want {
-			agree = agree && read(typ) == w
-		}
-		if agree || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fams = scrape(t, hs.URL)
 	for _, typ := range []string{"ok", "flaky", "bad"} {
 		got, w := read(typ), want[typ]
 		for i, name := range []string{"processed", "failed", "run duration count"} {
@@ -287,6 +293,7 @@ func censusTotal(srv *redistest.Server) int {
 // TestScrapeCostBounded: a scrape sends as many commands with ten times
 // as many tasks, and none while its reading is cached.
 func TestScrapeCostBounded(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.Private())
 	pool := srv.Pool(t)
 	cfg := baseConfig(t, srv)
@@ -335,6 +342,7 @@ func TestScrapeCostBounded(t *testing.T) {
 // collector as observer and compares the commands sent: the observer may
 // not add one per task.
 func TestHotPathNoCommandPerTask(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	run := func(withObserver bool) int {
 		srv := redistest.Start(t, redistest.Private())
@@ -371,9 +379,9 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 		runDone := make(chan error, 1)
 		go func() { runDone <- w.Run(context.Background()) }()
 		done.Wait()
-		for w.Processed() < n {
-			time.Sleep(5 * time.Millisecond) // the last results are recorded after their handlers return
-		}
+		// The last results are recorded after their handlers return; an
+		// observer would tell, but the run without one must have none.
+		testwait.Until(t, time.Minute, "every result recorded", func() bool { return w.Processed() >= n })
 		if err := w.Shutdown(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -393,6 +401,7 @@ func TestHotPathNoCommandPerTask(t *testing.T) {
 // TestLint checks the metric names and help against the client library's
 // linter, with every family present.
 func TestLint(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cfg := baseConfig(t, srv)
 	client, err := engine.NewClient(cfg, srv.Pool(t))
