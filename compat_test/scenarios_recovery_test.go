@@ -131,7 +131,11 @@ func scenarioRecoveryInflight(e *env) {
 func scenarioWatchExpiry(e *env, sim24 bool) {
 	t, ctx := e.t, e.ctx
 	cfg := e.cfg
-	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = 500*time.Millisecond, 2*time.Second
+	// A TTL of 5 s: on a loaded machine the stopping worker may take
+	// seconds from its last heartbeat to Forget's read, which must find
+	// the key alive.
+	cfg.Advanced.HeartbeatInterval, cfg.Advanced.HeartbeatTTL = 500*time.Millisecond, 5*time.Second
+	cfg.ShutdownTimeout = time.Minute // Forget is held until the key expired
 	c := e.client()
 	var rec recorder
 	w, err := enginehook.NewWorker(e.pool, cfg, rec.handler())
@@ -149,7 +153,7 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 				return
 			}
 			aliveAtHook.Store(e.exists(hookAdmin, hb))
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {
 				if !e.exists(hookAdmin, hb) {
 					expired.Store(true)
@@ -177,7 +181,7 @@ func scenarioWatchExpiry(e *env, sim24 bool) {
 	if !e.exists(admin, hb) {
 		t.Fatalf("running worker has no heartbeat key %s", hb)
 	}
-	sctx, cancel := e.ctxTimeout(20 * time.Second)
+	sctx, cancel := e.ctxTimeout(time.Minute)
 	if err := w.Shutdown(sctx); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}

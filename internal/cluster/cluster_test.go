@@ -39,6 +39,7 @@ func newRouter(t *testing.T, c *redistest.Cluster, dials *atomic.Int64) *cluster
 }
 
 func TestClusterRoutesBySlot(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	r := newRouter(t, c, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -110,6 +111,7 @@ func TestClusterRoutesBySlot(t *testing.T) {
 }
 
 func TestClusterTxnAcrossSlotsRefused(t *testing.T) {
+	t.Parallel()
 	var dials atomic.Int64
 	// No server is needed: nothing may be sent. The seed is unreachable on
 	// purpose; a dial would be counted.
@@ -261,6 +263,7 @@ func await(t *testing.T, timeout time.Duration, what string, cond func() bool, s
 }
 
 func TestClusterTxnFollowsSlotMigration(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	r := newRouter(t, c, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -338,6 +341,7 @@ func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 }
 
 func TestClusterFollowsFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	r := newRouter(t, c, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)

@@ -21,6 +21,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSentinelRoleCheckerFollows24Promotion(t *testing.T) {
+	t.Parallel()
 	// Servers of the test's own: it turns one into a replica (SLAVEOF).
 	primary := redistest.Start(t, redistest.Private())
 	configured := redistest.Start(t, redistest.Private()) // the server the engine is configured to write to
@@ -76,6 +77,7 @@ func fakeSentinel(t *testing.T, addr *atomic.Value) string {
 }
 
 func TestSentinelDiscoverRefusesReplica(t *testing.T) {
+	t.Parallel()
 	// Servers of the test's own: one becomes a replica (SLAVEOF), and both
 	// refuse ROLE (the 2.4 ACL), which a shared server may not.
 	master := redistest.Start(t, redistest.Private())
@@ -111,6 +113,7 @@ func TestSentinelDiscoverRefusesReplica(t *testing.T) {
 }
 
 func TestSentinelFollowsFailover(t *testing.T) {
+	t.Parallel()
 	set := redistest.StartSentinel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
