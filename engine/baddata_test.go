@@ -14,6 +14,7 @@ import (
 // recognises its own committed claim instead of dropping the task (which
 // would then wait for a reaper's lease backstop). Cut after every command.
 func TestClaimReplyLost(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -86,6 +87,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 // Keys of the wrong type in the namespace (written by hand) are set aside
 // and the engine carries on: a wake-up list, a ready list, the index.
 func TestWrongTypeKeys(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)
@@ -134,6 +136,7 @@ func TestWrongTypeKeys(t *testing.T) {
 // closed by the server (its timeout setting): unregister retries on a
 // fresh connection instead of leaving the worker to a reaper.
 func TestUnregisterAfterStaleConnections(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t) // it sets the server's timeout
 	if _, err := e.admin(t).Do("CONFIG", "SET", "timeout", "1"); err != nil {
 		t.Fatal(err)

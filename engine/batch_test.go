@@ -98,6 +98,7 @@ func raise(v *atomic.Int64, n int) {
 // deep queue: batches are claimed, results recorded in groups, and the
 // gauges end where they started.
 func TestBatchExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		k      int
 		window time.Duration
@@ -201,6 +202,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 // Under strict priority a worker taking batches never pops a lower queue
 // while a higher one has tasks.
 func TestBatchStrictPriority(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)
@@ -291,6 +293,7 @@ func (s *stallStore) stall(ctx context.Context, n int) error {
 // are kept longer than the lists, so an unwaited success writes none).
 // Every task runs once.
 func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -384,6 +387,7 @@ func deepQueue(t *testing.T, n, slots int) (*env, *laneClient, []*TaskInfo) {
 // over and not yet recorded stay bounded: with the group stalled, no more
 // than one more batch of slots runs. Every task still runs exactly once.
 func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
 	ctx := context.Background()
@@ -431,6 +435,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 // runs exactly once, the counters add up, and no id is left in the
 // worker's in-flight list.
 func TestBatchTakesNextWithResult(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
@@ -462,6 +467,7 @@ func TestBatchTakesNextWithResult(t *testing.T) {
 // not count them among those that may join its group: with only such runs
 // running, a result handed to it is recorded without waiting the window.
 func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)

@@ -16,6 +16,7 @@ import (
 // of a key run at a time: at no instant do two tasks of one key run, and
 // while each key has a backlog, one of every key does run.
 func TestKeyLimitAcrossServers(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -137,6 +138,7 @@ func TestKeyFairness(t *testing.T) {
 // window, the rest wait their turn, and no window of the period holds
 // more than N starts.
 func TestQueueRateWindow(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -184,13 +185,7 @@ const outcomeWait = 3 * time.Minute
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, d, what, cond)
 }
 
 type redistestServer = redistest.Server
@@ -200,12 +195,15 @@ func miniServer(t testing.TB) *redistest.Server { return redistest.Mini(t) }
 type bucketsRecord = buckets.Record
 
 // tick lets time pass for key expiry on miniredis, whose TTLs move only
-// when told to; a real server keeps its own time. It runs miniredis's TTLs
-// at twice the real time since the last tick (10 ms at the first): fast
-// enough to expire a dead worker's heartbeat soon, slow enough that live
-// workers, beating on the real clock, keep theirs. Measured in real time,
-// not in calls, so a loaded machine that polls less often does not slow
-// the expiry a test waits for.
+// when told to; a real server keeps its own time. It moves miniredis's
+// TTLs by the real time since the last tick (10 ms at the first), so that
+// a key lives there as long as on a real server: a dead worker's
+// heartbeat expires after its TTL, and a live worker on a loaded machine
+// keeps its own as long as it would on a real server (running the TTLs
+// faster made a live worker whose beat came a few hundred milliseconds
+// late look dead). Measured in real time, not in calls, so a loaded
+// machine that polls less often does not slow the expiry a test waits
+// for.
 func (e *env) tick() {
 	if e.srv.Mini == nil {
 		return
@@ -215,7 +213,7 @@ func (e *env) tick() {
 	now := time.Now()
 	d := 10 * time.Millisecond
 	if !e.lastTick.IsZero() {
-		d = 2 * now.Sub(e.lastTick)
+		d = now.Sub(e.lastTick)
 	}
 	e.lastTick = now
 	e.srv.Mini.FastForward(d)

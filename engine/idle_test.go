@@ -96,6 +96,7 @@ func TestIdleCost(t *testing.T) {
 // there by hand, as a lost pop reply would leave it) waits for the next
 // pop, and the first heartbeat tick after that pop returns it.
 func TestRecovererLooksAfterPops(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)

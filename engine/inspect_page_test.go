@@ -50,6 +50,7 @@ func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remainin
 
 // Paging the ready list while workers consume it.
 func TestInspectPagingReadyWhileConsumed(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency = 4
 	c := e.client(t)
@@ -88,6 +89,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 
 // Paging the scheduled tasks while the dispatcher moves their buckets.
 func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Advanced.Resolution = time.Millisecond
 	c := e.client(t)
@@ -139,6 +141,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 // was consumed between two pages, and after the page's last ids were
 // removed (cancelled, deleted): no id twice, none skipped that stayed.
 func TestInspectPagingAnchorsMoved(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	in := c.inspector()
@@ -215,6 +218,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 // are retried: newest first by the time they died, so new ones land
 // before the walk and are not listed, and every one that stayed dead is.
 func TestInspectPagingDeadWhileBurying(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.UnknownType = "dead"
 	e.cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
@@ -267,6 +271,7 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 
 // Paging the running tasks while they finish and others start.
 func TestInspectPagingRunningWhileFinishing(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency = 40
 	c := e.client(t)

@@ -15,6 +15,7 @@ import (
 // returned until ResumeQueue is called), and in the end every task is
 // done, none dead.
 func TestPauseChaos(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	cfg := e.cfg

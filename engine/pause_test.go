@@ -166,6 +166,7 @@ func queueStats(t testing.TB, c *laneClient, q string) QueueInfo {
 // A pause is kept in Redis: a worker started after it (a restart) takes
 // nothing from the queue; the pause holds until a resume.
 func TestPauseSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	cfg := e.cfg
@@ -214,6 +215,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 
 // Bad queue names are refused before anything is sent.
 func TestPauseBadName(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	for _, q := range []string{"", "a b", "x:y"} {
@@ -232,6 +234,7 @@ func TestPauseBadName(t *testing.T) {
 
 // The inspector shows a paused queue as paused.
 func TestInspectorPaused(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)

@@ -64,6 +64,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 // batch takes more tasks than Concurrency, yet no more handlers run at
 // once than Concurrency, and every task runs exactly once.
 func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
+	t.Parallel()
 	const n, slots = 600, 4
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16 // Prefetch: 12 by default
@@ -105,6 +106,7 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 // Handlers slower than PrefetchWait allows turn claiming ahead off: no
 // claim takes more tasks than there are slots.
 func TestPrefetchOffForSlowHandlers(t *testing.T) {
+	t.Parallel()
 	const n, slots = 60, 2
 	e, c, _ := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16
@@ -181,6 +183,7 @@ func (st *stuckSetup) queue() (*QueueInfo, error) {
 // their queue at once, unstarted and not counted as recovered, while the
 // handlers that started finish; no task is lost or runs twice.
 func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 2
 	su := newStuckSetup(t, n, slots, 16, 0)
 	e, c, infos, w, rs, rec := su.e, su.c, su.infos, su.w, su.rs, su.rec
@@ -251,6 +254,7 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 // back to its queue unstarted before its lease could run out under its
 // run; it runs later, once, and is not counted as recovered.
 func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
+	t.Parallel()
 	const n, slots = 200, 1
 	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
@@ -280,6 +284,7 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 // claimed ahead go back past half of LeaseGrace, and are not claimed
 // again while the slots stay stuck (another worker can start them).
 func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
+	t.Parallel()
 	const n, slots = 200, 2
 	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond)
 	e, w, rs := su.e, su.w, su.rs
@@ -312,6 +317,7 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 // have filled since): none, and it returns no task for the loop to decide
 // again; some, and it pops that many.
 func TestFetcherBoundAfterWaiting(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 2, 16
@@ -363,6 +369,7 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 // LeaseGrace, one round trip a batch, and the batch keeps its order at the
 // front of its queue. A run that had its slot is not given back.
 func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 1, 8
 	e.cfg.Advanced.LeaseGrace = 400 * time.Millisecond

@@ -57,6 +57,7 @@ func idInLane(prefix string, k, n int) string {
 // the old map stops serving the lane, and processes with the new map use
 // it.
 func TestShardMapVersion(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	const n = 3
@@ -152,6 +153,7 @@ func TestShardMapVersion(t *testing.T) {
 // processes with the new map. Every acknowledged task runs; a task runs
 // twice only when its run was cut off (the lease of an old process ended).
 func TestShardMoveLane(t *testing.T) {
+	t.Parallel()
 	s0 := redistest.Start(t, redistest.Private())
 	srcA := redistest.Start(t, redistest.Private())
 	dstB := redistest.Start(t, redistest.Private())

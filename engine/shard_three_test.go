@@ -40,6 +40,7 @@ func shardTestTasks(t testing.TB) int {
 // but whose reply the kill cut off waits for its lease to end: the tasks
 // have a 2 s timeout so that this stays short.)
 func TestShardThreeServersKill(t *testing.T) {
+	t.Parallel()
 	total := shardTestTasks(t)
 	began := time.Now()
 	var servers []*redistest.Server

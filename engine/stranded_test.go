@@ -18,6 +18,7 @@ import (
 // next pop is lost, the good task it took is recovered and runs within a
 // few seconds, and no queue is invented for the bad id.
 func TestWrongTypeRecordThenLostPop(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	admin := e.admin(t)
 	var armed atomic.Bool
@@ -133,6 +134,7 @@ func (s *stuckStore) Finish(ctx context.Context, conn redisConn, w, id string, r
 // the worker's recovery of lost pops running, and it is not retried past
 // the run's lease.
 func TestPersistentErrorInOneSlot(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)

@@ -232,6 +232,7 @@ func (c *popReplyLoser) Err() error {
 // in-flight list; the worker gives it back by itself, without waiting for
 // shutdown or a reaper, and it runs once.
 func TestLostPopReplyRecovered(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	var armed atomic.Bool
 	base := e.pool

@@ -74,6 +74,7 @@ func (e *env) state(t testing.TB, id string) State {
 // result loses nothing: once its heartbeat expires, a reaper returns the
 // task and another worker runs it to completion.
 func TestWorkerKilledAtEachStep(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, e *env) {
@@ -123,6 +124,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 // once, except those whose results died unsent (twice). Every other task
 // ran once or, if it was running in the dead worker, twice.
 func TestWorkerKilledAtEachBatchStep(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"after-popmany", "after-claimbatch", "before-group", "after-group"} {
 		t.Run(stage, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, e *env) {
@@ -189,6 +191,7 @@ func TestWorkerKilledAtEachBatchStep(t *testing.T) {
 // TestHelperWorkerProcess is the body of the child process that
 // TestWorkerSIGKILL kills; it does nothing in a normal run.
 func TestHelperWorkerProcess(t *testing.T) {
+	t.Parallel()
 	addr, ns := os.Getenv("ENGINE_HELPER_ADDR"), os.Getenv("ENGINE_HELPER_NS")
 	if addr == "" {
 		return
@@ -209,6 +212,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 // A real worker process killed with SIGKILL while running a task: the
 // task is recovered and run to completion elsewhere.
 func TestWorkerSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	id, err := idOf(c.Enqueue(context.Background(), "t", nil))
@@ -245,6 +249,7 @@ func TestWorkerSIGKILL(t *testing.T) {
 // Failures retry with the configured backoff, then land in the dead
 // letters with the error; dead letters can be retried and purged.
 func TestRetriesThenDeadLetters(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -319,6 +324,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 }
 
 func TestPermanentSnoozeAndPanic(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var later atomic.Int32
@@ -370,6 +376,7 @@ func TestPermanentSnoozeAndPanic(t *testing.T) {
 
 // A task whose type has no handler is never dropped.
 func TestUnknownType(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, pol := range []string{"retry", "dead"} {
@@ -399,6 +406,7 @@ func TestUnknownType(t *testing.T) {
 // the higher one is empty. Weighted: shares follow the weights over 10k
 // tasks, and no queue starves.
 func TestPriorities(t *testing.T) {
+	t.Parallel()
 	for _, strict := range []bool{true, false} {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			e := realEnv(t)
