@@ -109,6 +109,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 			name += ",no-group-commit"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)

@@ -130,10 +130,10 @@ func realEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t)) }
 // count what the server sees.
 func privateEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t, redistest.Private())) }
 
-// eachServer runs f against miniredis and a real server.
+// eachServer runs f against miniredis and a real server, in parallel.
 func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Run("miniredis", func(t *testing.T) { f(t, newEnv(t, redistest.Mini(t))) })
-	t.Run("redis", func(t *testing.T) { f(t, realEnv(t)) })
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); f(t, newEnv(t, redistest.Mini(t))) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); f(t, realEnv(t)) })
 }
 
 func (e *env) client(t testing.TB) *laneClient {

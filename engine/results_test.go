@@ -127,6 +127,7 @@ func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
 			e := realEnv(t)
 			c := e.client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)

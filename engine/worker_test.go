@@ -77,6 +77,7 @@ func TestWorkerKilledAtEachStep(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
 			eachServer(t, func(t *testing.T, e *env) {
 				// It has stalled, seldom (a task not done in 20 s):
 				// keep the logs and the keys for the next time.
@@ -127,6 +128,7 @@ func TestWorkerKilledAtEachBatchStep(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []string{"after-popmany", "after-claimbatch", "before-group", "after-group"} {
 		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
 			eachServer(t, func(t *testing.T, e *env) {
 				e.logOnFailure(t)
 				c := e.client(t)
@@ -409,6 +411,7 @@ func TestPriorities(t *testing.T) {
 	t.Parallel()
 	for _, strict := range []bool{true, false} {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			t.Parallel()
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
