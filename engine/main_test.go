@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(8, 4*runtime.GOMAXPROCS(0)))); err != nil {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(6, 3*runtime.GOMAXPROCS(0)))); err != nil {
 			panic(err)
 		}
 	}

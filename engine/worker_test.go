@@ -415,7 +415,12 @@ func TestPriorities(t *testing.T) {
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
+			// Weighted shares are measured over 4000 runs; the strict
+			// order holds at every run, and fewer prove it as well.
 			n := 5000
+			if strict {
+				n = 1000
+			}
 			for _, q := range []string{"low", "high"} {
 				var batch []NewTask
 				for i := 0; i < n; i++ {
@@ -431,8 +436,11 @@ func TestPriorities(t *testing.T) {
 			rec := newRecorder(nil)
 			w, _ := newWorker(e.pool, e.cfg, rec)
 			stop := runBackground(t, w.Run)
-			waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() == 2*n })
+			waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() >= 2*n })
 			stop()
+			if got := rec.total(); got != 2*n {
+				t.Fatalf("%d runs of %d tasks", got, 2*n)
+			}
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if strict {
