@@ -264,19 +264,11 @@ func TestEnqueueGroupLanes(t *testing.T) {
 	}
 	exactlyOnce(t, e.readyIDs(t, q), ready)
 	// The last lane frees itself just after answering its callers.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	waitFor(t, 2*time.Second, "no enqueue counted in flight 2 s after all were answered", func() bool {
 		c.group.mu.Lock()
-		inflight := c.group.inflight
-		c.group.mu.Unlock()
-		if inflight == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d enqueues still counted in flight 2 s after all were answered", inflight)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.group.mu.Unlock()
+		return c.group.inflight == 0
+	})
 }
 
 // answers waits for every enqueue of chs and fails the test on an error

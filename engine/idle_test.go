@@ -42,9 +42,11 @@ func TestIdleCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopIdle := runBackground(t, srv.Run)
-	time.Sleep(1500 * time.Millisecond) // start-up
+	// Started up once the worker's waiter and the dispatcher block.
+	waitFor(t, outcomeWait, "the idle BLPOPs", func() bool { return e.srv.Census.Count("BLPOP") >= 2 })
 	before := commandTotal(e)
 	const window = 5 * time.Second
+	// real time: the budget is commands per second of idleness.
 	time.Sleep(window)
 	perSec := float64(commandTotal(e)-before) / window.Seconds()
 	t.Logf("idle: %.1f commands/s with 1 s IdleWait, heartbeat and reap interval", perSec)
@@ -370,13 +372,7 @@ func TestDispatcherIdleLook(t *testing.T) {
 	waitFor(t, outcomeWait, "two more idle waits", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+5 })
 	// The waker blocks again as soon as a wait ends, while the main loop
 	// looks: the look of the last wait may come just after the next BLPOP.
-	deadline := time.Now().Add(2 * time.Second)
-	for e.srv.Census.Count("ZRANGE")-looks < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.srv.Census.Count("ZRANGE") - looks; n < 2 {
-		t.Fatalf("%d looks in two idle waits", n)
-	}
+	waitFor(t, 2*time.Second, "two looks in two idle waits", func() bool { return e.srv.Census.Count("ZRANGE")-looks >= 2 })
 	if n := e.srv.Census.Count("ZRANGEBYSCORE") - reads; n != 0 {
 		t.Fatalf("idle looks with nothing due read the due buckets %d times", n)
 	}

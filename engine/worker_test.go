@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // recorder is a handler that records each run.
@@ -55,19 +56,18 @@ func (e *env) state(t testing.TB, id string) State {
 	t.Helper()
 	// A test that kills every client connection (CLIENT KILL) may kill
 	// this lookup's too: try again on a fresh one.
+	var info *TaskInfo
 	var err error
-	for try := 0; try < 5; try++ {
-		var info *TaskInfo
-		if info, err = e.client(t).Lookup(context.Background(), id); err == nil {
-			return info.State
-		}
-		if errors.Is(err, ErrNotFound) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	tries := 0
+	testwait.Until(t, outcomeWait, "a lookup of "+id, func() bool {
+		tries++
+		info, err = e.client(t).Lookup(context.Background(), id)
+		return err == nil || errors.Is(err, ErrNotFound) || tries == 5
+	})
+	if err != nil {
+		t.Fatalf("lookup %s: %v", id, err)
 	}
-	t.Fatalf("lookup %s: %v", id, err)
-	return ""
+	return info.State
 }
 
 // A worker that dies at any step between taking a task and recording its
