@@ -145,7 +145,9 @@ func TestUnregisterAfterStaleConnections(t *testing.T) {
 	e.cfg.Advanced.HeartbeatTTL = 10 * time.Second
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	stop := runBackground(t, w.Run)
-	time.Sleep(2500 * time.Millisecond) // pooled connections idle past the server's timeout
+	// real time: the server closes connections idle past its timeout (1 s),
+	// which it measures on its own clock.
+	time.Sleep(2500 * time.Millisecond)
 	stop()
 	admin := e.admin(t)
 	if n, _ := redis.Int(admin.Do("EXISTS", e.key("hb:"+w.ID()))); n != 0 {

@@ -413,7 +413,9 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	}
 	then := int(ss.runsThen.Load())
 	waitFor(t, outcomeWait, "a run while the group is stalled", func() bool { return rec.total() > then })
-	// Give the worker time to run more than it may.
+	// real time: what is tested is that nothing more runs while the group
+	// is stalled, an absence of events; the worker gets time to run more
+	// than it may.
 	time.Sleep(300 * time.Millisecond)
 	if got := rec.total() - then; got > slots {
 		t.Errorf("%d runs while a group of every slot was stalled, want at most %d (the bound of unrecorded results)", got, slots)

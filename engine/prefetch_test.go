@@ -111,7 +111,9 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 	e, c, _ := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16
 	rec := newRecorder(func(context.Context, *Task) error {
-		time.Sleep(10 * time.Millisecond) // 7 tasks ahead a slot: 70 ms > 5 ms
+		// real time: the handlers' duration against PrefetchWait is what
+		// turns claiming ahead off (7 tasks ahead a slot: 70 ms > 5 ms).
+		time.Sleep(10 * time.Millisecond)
 		return nil
 	})
 	_, rs, _ := prefetchWorker(t, e, rec)
@@ -297,7 +299,9 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 		return err == nil && q.Running == slots && rs.unstarted.Load() > 0
 	})
 	back := rs.unstarted.Load()
-	time.Sleep(3 * e.cfg.Advanced.LeaseGrace / 2) // three more halves of the grace
+	// real time: nothing more is given back over three more halves of the
+	// grace, a duration on the worker's clock (an absence of events).
+	time.Sleep(3 * e.cfg.Advanced.LeaseGrace / 2)
 	q, err := su.queue()
 	if err != nil {
 		t.Fatal(err)

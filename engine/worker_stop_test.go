@@ -246,8 +246,10 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	rec := newRecorder(nil)
 	e.cfg.Concurrency = 1
 	w, _ := newWorker(e.pool, e.cfg, rec)
+	blpops := e.srv.Census.Count("BLPOP")
 	runBackground(t, w.Run)
-	time.Sleep(300 * time.Millisecond)
+	// Armed once the worker is idle: its waiter blocks.
+	waitFor(t, outcomeWait, "the idle worker's BLPOP", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
 	armed.Store(true)
 	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
 	if err != nil {
