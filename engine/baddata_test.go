@@ -96,8 +96,11 @@ func TestWrongTypeKeys(t *testing.T) {
 		e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}}
 		e.cfg.StrictPriority = true
 		srv, _ := newLaneServer(e.pool, e.cfg, rec, AllRoles)
+		blpops := e.srv.Census.Count("BLPOP")
 		runBackground(t, srv.Run)
-		time.Sleep(200 * time.Millisecond) // idle, blocked on n:a n:b
+		// Idle: the worker's waiter blocked on n:a n:b, the dispatcher on
+		// its own list.
+		waitFor(t, outcomeWait, "the idle BLPOPs", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+2 })
 
 		// A wake-up list the waiter blocks on.
 		admin.Do("SET", e.key("n:b"), "junk")

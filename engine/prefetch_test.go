@@ -333,20 +333,34 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	defer f.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	enqueueLater := func(k int) {
-		time.Sleep(100 * time.Millisecond)
-		batch := make([]NewTask, k)
+	// nextAfterWait calls f.next, and enqueues five tasks once its pop
+	// waits (its BLPOP sent).
+	nextAfterWait := func(n int, bound func(int) int) (string, []string, bool) {
+		type popped struct {
+			q   string
+			ids []string
+			ok  bool
+		}
+		blpops := e.srv.Census.Count("BLPOP")
+		got := make(chan popped, 1)
+		go func() {
+			q, ids, ok := f.next(ctx, n, bound)
+			got <- popped{q, ids, ok}
+		}()
+		waitFor(t, outcomeWait, "the pop to wait", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
+		batch := make([]NewTask, 5)
 		for i := range batch {
 			batch[i] = NewTask{Type: "t"}
 		}
 		if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-			t.Errorf("enqueue: %v", err)
+			t.Fatalf("enqueue: %v", err)
 		}
+		p := <-got
+		return p.q, p.ids, p.ok
 	}
 	var asked []int
 	none := func(n int) int { asked = append(asked, n); return 0 }
-	go enqueueLater(5)
-	q, ids, ok := f.next(ctx, 16, none)
+	q, ids, ok := nextAfterWait(16, none)
 	if !ok || len(ids) != 0 || q != "" || len(asked) != 1 || asked[0] != 16 {
 		t.Fatalf("bound 0 after a wait: next = %q, %v, %v (bound asked %v); want no task", q, ids, ok, asked)
 	}
@@ -360,8 +374,7 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	}
 	f.next(ctx, 2, none) // empties the queue
 	two := func(n int) int { return min(n, 2) }
-	go enqueueLater(5)
-	q, ids, ok = f.next(ctx, 16, two)
+	q, ids, ok = nextAfterWait(16, two)
 	if !ok || len(ids) != 2 || q != "default" {
 		t.Fatalf("bound 2 after a wait: %q, %v, %v; want two tasks of default", q, ids, ok)
 	}

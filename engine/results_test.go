@@ -72,12 +72,21 @@ func TestResultAndWait(t *testing.T) {
 			}
 		}
 		later, _ := c.Enqueue(ctx, "ok", nil, In(time.Hour))
+		// Cancelled while Wait blocks (its BRPOPLPUSH sent).
+		type waited struct {
+			o   *Outcome
+			err error
+		}
+		brpops := e.srv.Census.Count("BRPOPLPUSH")
+		cancelled := make(chan waited, 1)
 		go func() {
-			time.Sleep(50 * time.Millisecond)
-			_ = c.Cancel(ctx, later.ID)
+			o, err := c.Wait(ctx, later.ID)
+			cancelled <- waited{o, err}
 		}()
-		if o, err := c.Wait(ctx, later.ID); err != nil || o.State != StateCancelled {
-			t.Fatalf("cancelled: %+v %v", o, err)
+		waitFor(t, outcomeWait, "the Wait to block", func() bool { return e.srv.Census.Count("BRPOPLPUSH") > brpops })
+		_ = c.Cancel(ctx, later.ID)
+		if w := <-cancelled; w.err != nil || w.o.State != StateCancelled {
+			t.Fatalf("cancelled: %+v %v", w.o, w.err)
 		}
 		if _, err := c.Wait(ctx, "no-such-task"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("wait for nothing: %v", err)
