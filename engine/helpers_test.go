@@ -338,3 +338,42 @@ func retryDead(t testing.TB, c *laneClient, id string) {
 		t.Fatalf("retry dead letter %s: %+v, want it revived", id, res)
 	}
 }
+
+// logSignal is a logger, passing records on to next, whose returned
+// channel is closed at the first record whose message contains msg: for
+// tests that wait for what the engine says it did.
+func logSignal(next *slog.Logger, msg string) (*slog.Logger, <-chan struct{}) {
+	h := &signalHandler{next: next.Handler(), msg: msg, once: &sync.Once{}, seen: make(chan struct{})}
+	return slog.New(h), h.seen
+}
+
+type signalHandler struct {
+	next slog.Handler
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.once.Do(func() { close(h.seen) })
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.next = h.next.WithAttrs(as)
+	return &c
+}
+
+func (h *signalHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.next = h.next.WithGroup(name)
+	return &c
+}

@@ -140,6 +140,8 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		c := e.client(t)
 		rec := newRecorder(nil)
 		e.cfg.Concurrency = 2
+		var gaveUp <-chan struct{}
+		e.cfg.Logger, gaveUp = logSignal(e.cfg.Logger, "could not record a task's result before its lease ended")
 		w, _ := newWorker(e.pool, e.cfg, rec)
 		ss := &stuckStore{workerStore: w.store}
 		w.store = ss
@@ -171,20 +173,19 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		}
 		// Past its lease (2 s timeout + 0.5 s grace) the stuck slot gives
 		// up: its task is left to a reaper, and the slot takes tasks again.
+		select {
+		case <-gaveUp:
+		case <-time.After(outcomeWait):
+			t.Fatal("the stuck slot did not give up")
+		}
 		n := ss.attempts.Load()
-		waitFor(t, outcomeWait, "the stuck slot to give up", func() bool {
-			m := ss.attempts.Load()
-			if m == n {
-				return true
-			}
-			n = m
-			time.Sleep(time.Second)
-			return false
-		})
 		more, _ := idOf(c.Enqueue(ctx, "t", nil))
 		more2, _ := idOf(c.Enqueue(ctx, "t", nil))
 		for _, id := range []string{more, more2} {
 			waitFor(t, outcomeWait, "task after the stuck slot gave up", func() bool { return e.state(t, id) == StateDone })
+		}
+		if m := ss.attempts.Load(); m != n {
+			t.Fatalf("the stuck slot tried %d more times after giving up", m-n)
 		}
 	})
 }
