@@ -22,6 +22,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 		c := e.client(t)
 		started := make(chan string, 4)
 		var quick atomic.Int32
+		var stopReq <-chan struct{} // closed when Shutdown begins
 		mux := NewMux()
 		mux.HandleFunc("hang", func(ctx context.Context, t *Task) error {
 			started <- t.ID
@@ -30,11 +31,12 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 		})
 		mux.HandleFunc("quick", func(ctx context.Context, t *Task) error {
 			started <- t.ID
-			time.Sleep(100 * time.Millisecond)
+			<-stopReq // still running when Shutdown begins
 			quick.Add(1)
 			return nil
 		})
 		srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
+		stopReq = srv.Worker.stopReq
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
 		hang, _ := idOf(c.Enqueue(ctx, "hang", nil))
@@ -101,7 +103,7 @@ func TestSecondShutdownAborts(t *testing.T) {
 	<-started
 	first := make(chan struct{})
 	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
-	time.Sleep(100 * time.Millisecond)
+	<-srv.Worker.stopReq // the first Shutdown has begun
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	t0 := time.Now()
