@@ -166,8 +166,16 @@ func TestShardMoveLane(t *testing.T) {
 
 	var mu sync.Mutex
 	ran := map[string]int{}
+	// The producers keep at most 50 tasks enqueued and not started yet:
+	// each start frees a place.
+	ahead := make(chan struct{}, 50)
 	mux := NewMux()
 	mux.HandleFunc("job", func(_ context.Context, tk *Task) error {
+		select {
+		case <-ahead:
+		default: // a second run
+		}
+		// real time: runs last a little, so that the move cuts some off.
 		time.Sleep(2 * time.Millisecond)
 		mu.Lock()
 		ran[tk.ID]++
@@ -189,6 +197,7 @@ func TestShardMoveLane(t *testing.T) {
 	}
 	var current atomic.Pointer[Client]
 	current.Store(c1)
+	moved := make(chan struct{}) // closed once current is c2
 
 	var ackMu sync.Mutex
 	var acked []string
@@ -202,6 +211,11 @@ func TestShardMoveLane(t *testing.T) {
 				case <-stopProd:
 					return
 				default:
+				}
+				select {
+				case ahead <- struct{}{}:
+				case <-stopProd:
+					return
 				}
 				c := current.Load()
 				opts := []Option{In(time.Duration(i%5) * 50 * time.Millisecond), Timeout(2 * time.Second)}
@@ -225,10 +239,15 @@ func TestShardMoveLane(t *testing.T) {
 						return
 					}
 					refused.Add(1)
-					time.Sleep(5 * time.Millisecond)
+					// Refused by the old server's new version: the next
+					// try waits for the processes with the new map.
+					select {
+					case <-moved:
+					case <-stopProd:
+						return
+					}
 					c = current.Load()
 				}
-				time.Sleep(time.Millisecond)
 			}
 		})
 	}
@@ -264,6 +283,7 @@ func TestShardMoveLane(t *testing.T) {
 	}
 	runLogged(t, newSrv.Run)
 	current.Store(c2)
+	close(moved)
 	stopOld()
 	ackMu.Lock()
 	switched := len(acked)
