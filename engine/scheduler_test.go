@@ -85,26 +85,35 @@ func TestPeriodicRacingSchedulers(t *testing.T) {
 	t.Parallel()
 	e := realEnv(t)
 	p := Periodic{Name: "race", Every: time.Second, Type: "tick"}
+	// Each scheduler's clock, skewed, moves 100 ms after each of its
+	// passes: 25 passes span 2.4 s of it. The start is half a second past
+	// a whole one, so that no firing (on whole seconds) falls on an end
+	// of the window.
+	const passes, step = 25, 100 * time.Millisecond
+	start := time.Now().Truncate(time.Second).Add(500 * time.Millisecond)
 	var ss []*scheduler
+	var clocks []*settableClock
 	for _, off := range []time.Duration{0, 2 * time.Second, -2 * time.Second} {
-		ss = append(ss, e.scheduler(t, off, 8*time.Second, p))
+		s := e.scheduler(t, off, 8*time.Second, p)
+		clock := &settableClock{now: start.Add(off)}
+		s.cfg.Advanced.Clock = clock
+		ss, clocks = append(ss, s), append(clocks, clock)
 	}
-	start := time.Now()
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	for _, s := range ss {
+	for i, s := range ss {
 		wg.Go(func() {
-			for range 25 {
+			for range passes {
 				if err := s.RunPass(ctx); err != nil {
 					t.Error(err)
 					return
 				}
-				time.Sleep(100 * time.Millisecond)
+				clocks[i].Set(clocks[i].Now().Add(step))
 			}
 		})
 	}
 	wg.Wait()
-	end := time.Now()
+	end := start.Add((passes - 1) * step) // the last pass, unskewed
 	conn := e.admin(t)
 	placed := e.firingPlacements(t, conn, "race")
 	for id, n := range placed {

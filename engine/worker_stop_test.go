@@ -103,7 +103,8 @@ func TestSecondShutdownAborts(t *testing.T) {
 	<-started
 	first := make(chan struct{})
 	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
-	<-srv.Worker.stopReq                                                 // the first Shutdown has begun
+	// The first Shutdown has begun.
+	<-srv.Worker.stopReq
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	t0 := time.Now()
