@@ -24,6 +24,8 @@ func (l *startLog) handler(d time.Duration) func(context.Context, *Task) error {
 		}
 		l.starts[t.ID] = time.Now()
 		l.mu.Unlock()
+		// real time: a run of d, so that a backlog is running when the
+		// pause comes.
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -88,7 +90,8 @@ func TestPauseResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The worker is alive and takes other queues' tasks: a mark task
-		// enqueued past the second after the pause runs.
+		// enqueued past the second after the pause runs. real time: the
+		// second is the pause's documented grace.
 		waitFor(t, 5*time.Second, "a second past the pause", func() bool { return time.Since(paused) > time.Second })
 		mark, err := idOf(c.Enqueue(ctx, "mark", nil, Queue("other")))
 		if err != nil {
