@@ -46,6 +46,8 @@ func TestClaimReplyLost(t *testing.T) {
 // A task whose record is deleted while it runs does not wedge the slot:
 // the result is dropped with an error log and the next task runs.
 func TestRecordDeletedWhileRunning(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)

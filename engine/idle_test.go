@@ -30,6 +30,8 @@ func commandTotal(e *env) int {
 // an idle process sends"). docs/benchmarks.md has the figures measured
 // with defaults.
 func TestIdleCost(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	e.cfg.Advanced.IdleWait = time.Second
 	e.cfg.Advanced.HeartbeatInterval = time.Second
@@ -199,12 +201,17 @@ func (b *beatLog) Refresh(ctx context.Context, conn redis.Conn, w string, ttl in
 // once after a renewal whose reply came so late that the key may have
 // expired before it ran, before the worker counts itself alive again.
 func TestHeartbeatFullBeats(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	for _, tc := range []struct {
 		name string
 		fail bool
 		want string
 	}{{"late renewal", false, "refresh-slow"}, {"failed renewal", true, "refresh-failed"}} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The two cases run together, and with no other test: each
+			// bounds a real time.
+			t.Parallel()
 			e := realEnv(t)
 			admin := e.admin(t)
 			e.cfg.Advanced.HeartbeatInterval = 100 * time.Millisecond
@@ -267,6 +274,8 @@ func TestHeartbeatFullBeats(t *testing.T) {
 // message was lost takes effect at the first claim, which reads the
 // paused set under WATCH and tells the worker.
 func TestLostPauseAndResume(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)
@@ -309,6 +318,8 @@ func TestLostPauseAndResume(t *testing.T) {
 // A running reaper trims dead letters past DeadRetention, though not on
 // every pass: within trimEvery of their retention.
 func TestReaperTrimsDeadLetters(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	e.cfg.DeadRetention = time.Second
@@ -349,6 +360,8 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 // dispatcher's clock, which sets no timer) is moved by the look that
 // follows the next idle wait.
 func TestDispatcherIdleLook(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	ctx := context.Background()
 	base := time.Now()

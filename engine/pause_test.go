@@ -53,6 +53,8 @@ func (l *startLog) count() int {
 // queues run on. Resume: idle workers start the queue's tasks at once,
 // well within IdleWait.
 func TestPauseResume(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

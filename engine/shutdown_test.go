@@ -57,6 +57,8 @@ func (s *silentServer) close() {
 // matching context.DeadlineExceeded, even against a server that accepts
 // connections and never replies.
 func TestShutdownAgainstSilentServer(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	for _, which := range []string{"worker", "server"} {
 		t.Run(which, func(t *testing.T) {
 			s := newSilentServer(t)

@@ -194,6 +194,8 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 // lost pop the worker did not notice) is returned within one
 // HeartbeatInterval and runs.
 func TestStrandedInflightRecovered(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)

@@ -14,6 +14,8 @@ import (
 // Shutdown lets handlers finish until its deadline, then returns the
 // unfinished tasks to their queues at once, and leaves no goroutine.
 func TestShutdownReturnsUnfinished(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
@@ -88,6 +90,8 @@ func containsPrefix(ss []string, p string) bool {
 // A second Shutdown with an earlier deadline cuts the first one's grace
 // short; Shutdown before Run closes the server.
 func TestSecondShutdownAborts(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	started := make(chan struct{}, 1)
@@ -132,6 +136,8 @@ func TestSecondShutdownAborts(t *testing.T) {
 // timeout shorter than IdleWait, idle workers still wake for new tasks and
 // log no failed waits.
 func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	var blpops atomic.Int32
 	e.pool = &redisPool{MaxIdle: 8, Dial: func() (redisConn, error) {
