@@ -13,6 +13,7 @@ import (
 // result in one round trip without reading, pushing the completion list
 // only for the task a waiter marked, and leaves nothing running.
 func TestFinishGroupHeld(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	st.ResultTTL = 600
 	ctx := testCtx(t)
@@ -83,6 +84,7 @@ func TestFinishGroupHeld(t *testing.T) {
 // changed run's with its completion list. A group of some of the batch's
 // runs uses the watch up: the rest are recorded with FinishGroup.
 func TestFinishGroupHeldWatchLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		change bool // mark b while the runs go on

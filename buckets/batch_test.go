@@ -46,6 +46,7 @@ func popAll(t *testing.T, s *Store, c redis.Conn, n int) []string {
 // PopMany takes the oldest tasks first, into the in-flight list, and
 // returns fewer when the queue runs out.
 func TestPopMany(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	if err := enqueued("a", "b", "c")(ctx, s, c); err != nil {
 		t.Fatal(err)
@@ -67,6 +68,7 @@ func TestPopMany(t *testing.T) {
 // ClaimBatch claims every waiting task, buries a missing record, drops a
 // cancelled one, and leaves the in-flight list empty, in one transaction.
 func TestClaimBatch(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	if err := enqueued("a", "b", "c", "d")(ctx, s, c); err != nil {
 		t.Fatal(err)
@@ -112,6 +114,7 @@ func TestClaimBatch(t *testing.T) {
 // A batch of a paused queue goes back in its order: the oldest is again
 // the next to pop.
 func TestClaimBatchPaused(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	if err := enqueued("a", "b", "c")(ctx, s, c); err != nil {
 		t.Fatal(err)
@@ -135,6 +138,7 @@ func TestClaimBatchPaused(t *testing.T) {
 // A batch whose EXEC reply was lost, tried again with the same claim
 // states, recognises its own claims instead of taking them for another's.
 func TestClaimBatchLostReply(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
@@ -170,6 +174,7 @@ func TestClaimBatchLostReply(t *testing.T) {
 // FinishGroup records each run's own outcome, and writes nothing for a
 // run that is no longer the record's or whose record is gone.
 func TestFinishGroup(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	if err := claimed("a", "b", "c", "d")(ctx, s, c); err != nil {
 		t.Fatal(err)
@@ -220,6 +225,7 @@ func TestFinishGroup(t *testing.T) {
 // An id that is twice in the ready list, popped twice into one batch, is
 // claimed once: one run, and the running gauge counts it once.
 func TestClaimBatchDuplicateID(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	if err := enqueued("a")(ctx, s, c); err != nil {
 		t.Fatal(err)
@@ -259,6 +265,7 @@ func TestClaimBatchDuplicateID(t *testing.T) {
 // coalesce sums increments and joins sorted-set members only where no
 // other command on the key stands between.
 func TestCoalesce(t *testing.T) {
+	t.Parallel()
 	var in cmdList
 	in.Queue("ZREM", "p", "a")
 	in.Queue("HINCRBY", "st", "running", -1)
@@ -298,6 +305,7 @@ func TestCoalesce(t *testing.T) {
 // as tracking every string argument did (its earlier form, trackAll),
 // over random lists of writes that share keys, fields and members.
 func TestCoalesceTracksOnlyMergeKeys(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"p", "st", "t:a", "t:b", "z", "f", "a", "running", "processed"}
 	pick := func() string { return strs[rng.IntN(len(strs))] }
@@ -349,6 +357,7 @@ func TestCoalesceTracksOnlyMergeKeys(t *testing.T) {
 // claim registers it again in the same EXEC: otherwise, had it died
 // then, its pending set would be where no reaper looks.
 func TestClaimRegistersForgottenWorker(t *testing.T) {
+	t.Parallel()
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
 			s, c, ctx := batchEnv(t)

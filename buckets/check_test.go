@@ -72,6 +72,7 @@ func orphan(t *testing.T, st *Store, conn, admin redis.Conn) Finding {
 // A dispatcher-like write to the bucket between the repair's read and its
 // EXEC voids the watch; the repair reads again and finds nothing to do.
 func TestRepairOrphanRacingAMove(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -92,6 +93,7 @@ func TestRepairOrphanRacingAMove(t *testing.T) {
 // A crash (here: the connection failing) before MULTI leaves nothing
 // written; a later repair completes the job.
 func TestRepairCrashBeforeExec(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -116,6 +118,7 @@ func TestRepairCrashBeforeExec(t *testing.T) {
 // bucket, which moves the scheduled gauge) recounts after it, and leaves
 // gauges that match the structures.
 func TestRepairGaugeRacingEnqueue(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -154,6 +157,7 @@ func TestRepairGaugeRacingEnqueue(t *testing.T) {
 // reaper that misread its lists, say) is found, and registered again so
 // that a reaper returns its task if it is dead.
 func TestCheckFindsUnregisteredWorker(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -181,6 +185,7 @@ func TestCheckFindsUnregisteredWorker(t *testing.T) {
 // A dead letter of no queue (an id found with no record where only the id
 // is known) is counted in no queue's gauge: the checker finds nothing.
 func TestCheckDeadLetterOfNoQueue(t *testing.T) {
+	t.Parallel()
 	st, pool, _ := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -229,6 +234,7 @@ func (r *headEater) do(name string, args ...interface{}) (interface{}, error) {
 // from its head between two pages (already read) make it skip none of the
 // rest, and a time holding more members than a page is read whole.
 func TestWalkIndexUnderMoves(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()

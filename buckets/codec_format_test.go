@@ -14,6 +14,7 @@ import (
 // back, with or without a lane suffix, and refuses what is not an id of
 // that shape.
 func TestIDTime(t *testing.T) {
+	t.Parallel()
 	for _, ms := range []int64{1, 1700000000000, 1<<48 - 1} {
 		id := NewID(ms)
 		if len(id) != IDLen {
@@ -53,6 +54,7 @@ func TestIDTime(t *testing.T) {
 // header (all but its type and payload) is the magic, the version, one
 // byte of state and mask and the due delta; its creation time is its id's.
 func TestRecordSize(t *testing.T) {
+	t.Parallel()
 	created := int64(1700000000000)
 	r := &Record{ID: idAt(created), Queue: "default", Type: "bench", Payload: bytes.Repeat([]byte("p"), 106),
 		State: StateWaiting, MaxAttempts: 25, TimeoutMs: 1800000, Created: created, Due: created + 3600000}
@@ -80,6 +82,7 @@ func TestRecordSize(t *testing.T) {
 // Encode in the test, so that a change to the encoder and the decoder
 // together cannot hide a break).
 func TestRecordGolden(t *testing.T) {
+	t.Parallel()
 	id := idAt(1700000000000)
 	waiting := &Record{ID: id, Queue: "default", Type: "noop", Payload: []byte("abc"), State: StateWaiting,
 		MaxAttempts: 25, TimeoutMs: 1800000, Created: 1700000000000, Due: 1700000005000}
@@ -115,6 +118,7 @@ func TestRecordGolden(t *testing.T) {
 // stored anyway, an unknown mask bit or state, and an empty sections block
 // are refused; so is a required section this release does not know.
 func TestRecordRejects(t *testing.T) {
+	t.Parallel()
 	id := idAt(1700000000000)
 	created := binary.AppendUvarint(nil, 1700000000000)
 	h := func(mask uint64, state byte) []byte { return binary.AppendUvarint(nil, mask<<3|uint64(state)) }
@@ -165,6 +169,7 @@ func TestRecordRejects(t *testing.T) {
 // Rewriting a record whose id carries a time it does not match, or that
 // was made before ids carried one, keeps its own creation time.
 func TestRecordKeepsCreated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ id string }{{idAt(1700000000000)}, {idAt(1700000000000) + "~2"}, {"0f8fad5b-d9cb-469f-a165-70867728950e"}} {
 		for _, created := range []int64{0, 1, 1699999999999, 1700000000000} {
 			r := &Record{ID: tc.id, Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting, MaxAttempts: 1,

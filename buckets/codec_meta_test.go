@@ -10,6 +10,7 @@ import (
 // TestRecordMetadata: metadata is stored in a trailing section, pairs
 // sorted by key, and decodes back to the same record.
 func TestRecordMetadata(t *testing.T) {
+	t.Parallel()
 	r := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
 	plain := r.Encode()
 	r.Metadata = map[string]string{"b": "2", "a": "1"}
@@ -31,6 +32,7 @@ func TestRecordMetadata(t *testing.T) {
 // added is kept through decode and encode, so rewriting the record does
 // not lose it.
 func TestRecordUnknownSectionKept(t *testing.T) {
+	t.Parallel()
 	base := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting}
 	b := withSections(base, []byte{'m', 4, 1, 1, 'k', 0}, []byte{'z', 3, 'a', 'b', 'c'})
 	got, err := DecodeRecord("x", b)
@@ -48,6 +50,7 @@ func TestRecordUnknownSectionKept(t *testing.T) {
 }
 
 func TestRecordMetadataMalformed(t *testing.T) {
+	t.Parallel()
 	base := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte{}, State: StateWaiting}
 	for name, secs := range map[string][][]byte{
 		"duplicate section": {{'m', 4, 1, 1, 'k', 0}, {'m', 4, 1, 1, 'j', 0}},
@@ -64,6 +67,7 @@ func TestRecordMetadataMalformed(t *testing.T) {
 }
 
 func TestValidateMetadata(t *testing.T) {
+	t.Parallel()
 	big := map[string]string{}
 	for i := range MaxMetadata + 1 {
 		big[string(rune('a'+i%26))+string(rune('a'+i/26))] = ""

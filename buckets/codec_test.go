@@ -18,6 +18,7 @@ func sample() *Record {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := sample()
 	got, err := DecodeRecord("id", r.Encode())
 	if err != nil {
@@ -35,6 +36,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // Encode allocates exactly the record's length, whatever the widths of its
 // numbers and strings: a record is written per task.
 func TestEncodeExactSize(t *testing.T) {
+	t.Parallel()
 	long := &Record{ID: "x", Queue: strings.Repeat("q", 200), Type: "t", Payload: bytes.Repeat([]byte{1}, 300),
 		State: StateRunning, Attempts: 1 << 20, Runs: 127, MaxAttempts: 128, TimeoutMs: 1 << 35,
 		Created: 1 << 45, Worker: "w", LastError: strings.Repeat("e", 16384)}
@@ -54,6 +56,7 @@ func TestEncodeExactSize(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
 	r := sample()
 	good := r.Encode()
 	for name, b := range map[string][]byte{
@@ -72,6 +75,7 @@ func TestDecodeRejects(t *testing.T) {
 // the version byte, with an error that names its version: such a record is
 // buried as undecodable, never read as this format.
 func TestDecodeOtherVersion(t *testing.T) {
+	t.Parallel()
 	good := sample().Encode()
 	for _, v := range []byte{0, 1, 2, 3, 5, 255} {
 		b := append([]byte{'B', v}, good[2:]...)
@@ -83,6 +87,7 @@ func TestDecodeOtherVersion(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	ok := sample()
 	if err := ok.Validate(1 << 10); err != nil {
 		t.Fatal(err)
@@ -127,6 +132,7 @@ func withSections(r *Record, sections ...[]byte) []byte {
 // empty, with a bad flag, truncated or of a required tag this release
 // does not know (saying to upgrade) are malformed.
 func TestRecordSections(t *testing.T) {
+	t.Parallel()
 	plain := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
 	if h, _ := binary.Uvarint(plain.Encode()[2:]); h>>3&fSections != 0 {
 		t.Fatalf("a record without optional fields has sections")
@@ -169,6 +175,7 @@ func TestRecordSections(t *testing.T) {
 // later writes to b do not change, and, for a name seen just before, the
 // same string without allocating.
 func TestIntern(t *testing.T) {
+	// Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
 	var names []string
 	for i := 0; i < 2000; i++ {
 		names = append(names, fmt.Sprintf("queue-%d", i))
@@ -201,6 +208,7 @@ func TestIntern(t *testing.T) {
 // level 1 is the record of a queue that never used levels, byte for byte.
 // A section 8 at 1, 0, above MaxLevel or of trailing bytes is malformed.
 func TestRecordPriority(t *testing.T) {
+	t.Parallel()
 	plain := &Record{ID: "x", Queue: "q", Type: "t", Payload: []byte("p"), State: StateWaiting, MaxAttempts: 1, TimeoutMs: 1}
 	one := *plain
 	one.Priority = 1
@@ -243,6 +251,7 @@ func TestRecordPriority(t *testing.T) {
 // TestPlace: a level's place names its queue and level, and parses back;
 // index members and bucket keys of a level carry its place.
 func TestPlace(t *testing.T) {
+	t.Parallel()
 	for lvl := 0; lvl <= MaxLevel+1; lvl++ {
 		p := Place("mail.x-1", lvl)
 		q, got := SplitPlace(p)

@@ -615,6 +615,7 @@ var crashCases = []crashCase{
 // and crashing just after EXEC ran (everything must be written, exactly
 // as undisturbed, although the caller got an error).
 func TestCrashPoints(t *testing.T) {
+	t.Parallel()
 	servers := map[string]func(t *testing.T) *redistest.Server{
 		"miniredis": func(t *testing.T) *redistest.Server { return redistest.Mini(t) },
 		"redis":     func(t *testing.T) *redistest.Server { return redistest.Start(t) },

@@ -15,6 +15,7 @@ func wakeRec(id string, due, now int64) *Record {
 // ahead is indexed and counted all the same, without a token (the
 // dispatchers' periodic reads of the index find it).
 func TestEnqueueWakesOnlyWithinHorizon(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
@@ -57,6 +58,7 @@ func TestEnqueueWakesOnlyWithinHorizon(t *testing.T) {
 // pops never holds more than wakeTokens + trimEvery - 1 tokens from one
 // Store.
 func TestNotifyListBoundedWithSparseTrims(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()

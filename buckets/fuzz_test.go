@@ -110,6 +110,7 @@ func fuzzRecord(t *testing.T, id string, b []byte) {
 
 // TestRecordRoundTrip runs the round trip on the sample records directly.
 func TestRecordRoundTripSamples(t *testing.T) {
+	t.Parallel()
 	for i, r := range sampleRecords() {
 		got, err := DecodeRecord(r.ID, r.Encode())
 		if err != nil {

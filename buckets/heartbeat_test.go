@@ -9,6 +9,7 @@ import (
 // Refresh renews the heartbeat and the served-type keys and nothing else:
 // the registry and the unserved hash are Beat's.
 func TestRefreshRenewsOnly(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()

@@ -41,6 +41,7 @@ func (c *cmdCounter) ReceiveContext(ctx context.Context) (interface{}, error) {
 // with another id pushed in front (popped since, not in the batch) takes
 // each id out with LREM and leaves the other where it is.
 func TestClaimBatchTrimsInflightHead(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		extra bool

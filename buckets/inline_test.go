@@ -25,6 +25,7 @@ func fixedID(n uint32) string {
 }
 
 func TestParseIndexMember(t *testing.T) {
+	t.Parallel()
 	id := fixedID(7)
 	for _, c := range []struct {
 		m      string
@@ -72,6 +73,7 @@ func TestParseIndexMember(t *testing.T) {
 // GuardOf is part of the data format: every process must pick the same
 // guard for an id, whatever its release.
 func TestGuardOfIsFixed(t *testing.T) {
+	t.Parallel()
 	for id, want := range map[string]int{"": 5, "a": 12, "0D5RrEVvtJMhKIrvTU2JzN": 11, fixedID(1): GuardOf(fixedID(1))} {
 		if got := GuardOf(id); got != want {
 			t.Errorf("GuardOf(%q) = %d; want %d", id, got, want)
@@ -95,6 +97,7 @@ func TestGuardOfIsFixed(t *testing.T) {
 // ids that are not of the generated shape, keep a list. MoveDue moves both
 // kinds, in due order, and the gauges end at zero.
 func TestInlineEnqueueAndMove(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
@@ -157,6 +160,7 @@ func TestInlineEnqueueAndMove(t *testing.T) {
 // An inline entry named to Move but no longer in the index (another
 // transaction took it) is stale: nothing is pushed and no guard bumped.
 func TestInlineMoveOfAGoneEntry(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
@@ -176,6 +180,7 @@ func TestInlineMoveOfAGoneEntry(t *testing.T) {
 // Dispatchers racing over the same inline entries move each exactly once:
 // every id reaches the ready list once, and the scheduled gauge ends at 0.
 func TestInlineMoveRace(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
@@ -246,6 +251,7 @@ func TestInlineMoveRace(t *testing.T) {
 // SettleMove places their tasks; had the EXEC not run, the entries would
 // still be there and it would push nothing.
 func TestInlineSettleMove(t *testing.T) {
+	t.Parallel()
 	for _, ran := range []bool{true, false} {
 		t.Run(fmt.Sprintf("exec ran %v", ran), func(t *testing.T) {
 			st, pool, admin := realStore(t)
@@ -320,6 +326,7 @@ func checkClean(t *testing.T, st *Store, conn redis.Conn, when string) *CheckRep
 // check, which counts inline entries in the scheduled gauge and tells a
 // task in no place.
 func TestInlineReaders(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()

@@ -6,6 +6,7 @@ import (
 )
 
 func TestBucketTimeRoundsUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ due, res, want int64 }{
 		{1000, 10, 1000}, {1001, 10, 1010}, {1009, 10, 1010}, {1010, 10, 1010},
 		{5, 1, 5}, {1, 1000, 1000}, {59999, 60000, 60000}, {60001, 60000, 120000}, {0, 10, 0},
@@ -17,6 +18,7 @@ func TestBucketTimeRoundsUp(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	k, err := NewKeys("app")
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +42,7 @@ func TestKeys(t *testing.T) {
 }
 
 func TestParseMember(t *testing.T) {
+	t.Parallel()
 	q, ts, err := ParseMember(Member("mail.v2", 1700000000123))
 	if err != nil || q != "mail.v2" || ts != 1700000000123 {
 		t.Fatalf("round trip: %q %d %v", q, ts, err)
@@ -70,6 +73,7 @@ func FuzzParseMember(f *testing.F) {
 // one Bucket gives for the member's queue and time, however the member
 // spells the time.
 func TestBucketOf(t *testing.T) {
+	t.Parallel()
 	k, err := NewKeys("ns")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 )
 
 func TestPlanSize(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ n, chunk, want int }{
 		{1, 128, 4},      // one transaction
 		{7, 128, 4},      // two, of 4 and 3
@@ -32,6 +33,7 @@ func TestPlanSize(t *testing.T) {
 // all of them would give each bucket a share of 100/40 = 2 ids and leave
 // them to later rounds.
 func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()
@@ -72,6 +74,7 @@ func TestMoveDueSpreadsFewLargeBuckets(t *testing.T) {
 // MoveDue asks its gate before moving a full window, and moves nothing
 // when the gate says no; a window that is not full moves without asking.
 func TestMoveDueGate(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()

@@ -100,6 +100,7 @@ func init() {
 // TestSchedulePassRace: passes of one entry by several declarers at the
 // same moment write each firing once and move the watermark once.
 func TestSchedulePassRace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })
@@ -148,6 +149,7 @@ func TestSchedulePassRace(t *testing.T) {
 // TestSchedulePassSuperseded: a declarer with an older definition writes
 // nothing.
 func TestSchedulePassSuperseded(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ns := redistest.Namespace(t)
 	t.Cleanup(func() { srv.Cleanup(t, ns) })

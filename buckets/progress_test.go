@@ -7,6 +7,7 @@ import (
 )
 
 func TestProgressRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, p := range []Progress{{}, {Value: 42.5, Note: "page 4 of 10", At: 1795914934194}, {Value: -1, Note: "ü"}} {
 		got, err := DecodeProgress(p.Encode())
 		if err != nil || got != p {

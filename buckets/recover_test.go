@@ -34,6 +34,7 @@ func testCtx(t *testing.T) context.Context {
 // A worker whose in-flight list or pending set is of the wrong type may
 // still hold tasks: Forget must keep it registered and say why.
 func TestForgetKeepsWorkerWhoseListsCannotBeRead(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"inflight", "pending"} {
 		t.Run(bad, func(t *testing.T) {
 			st, pool, admin := realStore(t)
@@ -66,6 +67,7 @@ func TestForgetKeepsWorkerWhoseListsCannotBeRead(t *testing.T) {
 // A worker with a readable, empty in-flight list and pending set and no
 // heartbeat is forgotten: the fix does not keep every worker forever.
 func TestForgetRemovesIdleDeadWorker(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	conn := pool.Get()
 	defer conn.Close()
@@ -81,6 +83,7 @@ func TestForgetRemovesIdleDeadWorker(t *testing.T) {
 // One queue's damaged counters must not hide the error, nor the other
 // queues' figures.
 func TestStatsReportsPerQueueErrors(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	conn := pool.Get()

@@ -15,6 +15,7 @@ import (
 // rollback). The repair sets the string aside and places the task again,
 // so the task is in its ready list, never in no list at all.
 func TestRepairPlacementAfterWrongTypedReadyList(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		op   func(s *Store, c redis.Conn) error
@@ -137,6 +138,7 @@ func (c *cutConn) DoContext(ctx context.Context, name string, args ...interface{
 // transaction, or PlaceAgain, applies it. Either way the task ends in its
 // ready list, never in no list.
 func TestRepairPlacementSurvivesACutConnection(t *testing.T) {
+	t.Parallel()
 	// Commands that go through after the first EXEC: SetAside is WATCH,
 	// TYPE, MULTI, RENAME, EXEC; then the placing MULTI, RPUSH...
 	for _, cut := range []struct {
@@ -226,6 +228,7 @@ func readyIDs(t *testing.T, admin redis.Conn, ready string) []string {
 // by the Store's next enqueue: the written task ends in its ready list,
 // never in no list.
 func TestRepairEnqueueSurvivesACutConnection(t *testing.T) {
+	t.Parallel()
 	for _, cut := range []struct {
 		name string
 		at   int
@@ -280,6 +283,7 @@ func TestRepairEnqueueSurvivesACutConnection(t *testing.T) {
 
 // PlaceAgain keeps what it cannot apply, and applies it on the next call.
 func TestPlaceAgainKeepsWhatFails(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ready := st.Keys.Ready("q")
 	if _, err := admin.Do("SET", ready, "not a list"); err != nil {
@@ -315,6 +319,7 @@ func TestPlaceAgainKeepsWhatFails(t *testing.T) {
 // place tasks too: a push that fails inside their EXEC on a key of the
 // wrong type is repaired, not left with its task in no list.
 func TestRepairPlacementOfActAndSchedulePass(t *testing.T) {
+	t.Parallel()
 	t.Run("Act/run", func(t *testing.T) {
 		st, pool, admin := realStore(t)
 		conn := pool.Get()

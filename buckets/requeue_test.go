@@ -12,6 +12,7 @@ import (
 // A running task whose record was destroyed (garbage, or deleted) is
 // buried by Requeue with the reason, never dropped: nothing vanishes.
 func TestRequeueBuriesBadRecords(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	pool := srv.Pool(t)
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 // part, moves it out of the retrying gauge (the bucket's retry count says
 // how many of its first entries are retries). Cancel keeps them exact too.
 func TestRetryGaugesDisjoint(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -84,6 +85,7 @@ func TestRetryGaugesDisjoint(t *testing.T) {
 // the claim's LREM from the in-flight list all the same, so the list is
 // set aside and the id pushed again.
 func TestClaimGiveBackToWrongTypedReadyList(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()

@@ -13,6 +13,7 @@ import (
 // push failed, so its tasks are in no list. MoveDue reports the move as
 // uncertain, and SettleMove on a fresh connection places them again.
 func TestSettleMoveAfterLostExecReply(t *testing.T) {
+	t.Parallel()
 	for _, asideFirst := range []bool{false, true} {
 		name := "string"
 		if asideFirst {
@@ -143,6 +144,7 @@ func settleAfterLostExecReply(t *testing.T, asideFirst bool) {
 // A move that committed with its push intact, or that never reached EXEC,
 // needs nothing.
 func TestSettleMoveNothingToDo(t *testing.T) {
+	t.Parallel()
 	for _, ran := range []bool{true, false} {
 		st, pool, admin := realStore(t)
 		ctx := testCtx(t)
@@ -173,6 +175,7 @@ func TestSettleMoveNothingToDo(t *testing.T) {
 // string, and whose EXEC reply is lost: the records are written but in no
 // list; SettleEnqueue sets the string aside and pushes them.
 func TestSettleEnqueueAfterLostExecReply(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	ready := st.Keys.Ready("q")

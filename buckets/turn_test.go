@@ -11,6 +11,7 @@ import (
 // clears the mark; an end by a dispatcher that no longer holds the turn
 // changes nothing.
 func TestDispatchTurn(t *testing.T) {
+	t.Parallel()
 	s, c, ctx := batchEnv(t)
 	take := func(id string, want bool) {
 		t.Helper()

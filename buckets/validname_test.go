@@ -10,6 +10,7 @@ import (
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
 
 func TestValidNameMatchesPattern(t *testing.T) {
+	t.Parallel()
 	cases := []string{"", "a", "default", "a.b-c_d", "A9", strings.Repeat("x", 64), strings.Repeat("x", 65),
 		"a b", "a:b", "{a}", "é", "a\x00", "a\n", "-", "..", "ü"}
 	for _, c := range cases {

@@ -22,6 +22,7 @@ func hasCompletion(t *testing.T, st *Store, admin redis.Conn, id string) bool {
 // waiter marked; one kept shorter writes it always; and Completed finds
 // the outcome of an unmarked success in its record.
 func TestCompletionOnlyWhenWaited(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	st.ResultTTL = 600
 	ctx := testCtx(t)
@@ -70,6 +71,7 @@ func TestCompletionOnlyWhenWaited(t *testing.T) {
 // after the finish read the mark, before its EXEC, voids the transaction
 // (the mark is watched); the retry reads the mark and pushes the list.
 func TestCompletionWaiterMarksMidTransaction(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		run  func(ctx context.Context, st *Store, c redis.Conn) error
@@ -117,6 +119,7 @@ func TestCompletionWaiterMarksMidTransaction(t *testing.T) {
 // runs voids the claim's held watch, so the result is recorded the
 // checked way, which reads the mark and pushes the list.
 func TestFinishHeldWaiterMarksDuringRun(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	st.ResultTTL = 600
 	ctx := testCtx(t)
@@ -149,6 +152,7 @@ func TestFinishHeldWaiterMarksDuringRun(t *testing.T) {
 // answers nil for as for a missing key, is set aside by the batch claim
 // as a GET would find it, not overwritten as a missing record.
 func TestClaimBatchWrongTypeRecord(t *testing.T) {
+	t.Parallel()
 	st, pool, admin := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()

@@ -64,6 +64,7 @@ func FuzzDecodeFlow(f *testing.F) {
 
 // TestFlowSamplesRoundTrip runs the round trip on the samples directly.
 func TestFlowSamplesRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, r := range flowSamples() {
 		got, err := DecodeRecord(r.ID, r.Encode())
 		if err != nil {
@@ -78,6 +79,7 @@ func TestFlowSamplesRoundTrip(t *testing.T) {
 // A flow section (the record's last: its body is short here, so its
 // length is one byte) holding nonsense makes the record malformed.
 func TestFlowSectionRequired(t *testing.T) {
+	t.Parallel()
 	r := chainHead("c", 2)
 	enc := r.Encode()
 	bad := append([]byte{}, enc[:len(enc)-len(r.Flow.encode())-2]...)

@@ -89,6 +89,7 @@ func mustRecord(t *testing.T, ctx context.Context, s *Store, c redis.Conn, id st
 // A chain runs step after step, each result handed to the next step, and
 // its hash is given the done retention when the last one succeeds.
 func TestChainRunsInOrderPassingResults(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	s.FlowTTL = 600
@@ -131,6 +132,7 @@ func TestChainRunsInOrderPassingResults(t *testing.T) {
 // worker) writes its successor once: the late finish of the first run
 // finds the record no longer its own and writes nothing.
 func TestChainSuccessorOnceUnderDoubleRun(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -168,6 +170,7 @@ func TestChainSuccessorOnceUnderDoubleRun(t *testing.T) {
 // A dead step stops its chain; revived from the dead letters and
 // successful, it writes its successor, and the chain completes.
 func TestChainDeadStepRevivedResumes(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -206,6 +209,7 @@ func TestChainDeadStepRevivedResumes(t *testing.T) {
 // Cancelling a chain cancels its waiting step; a running step is marked,
 // and its success writes no successor.
 func TestCancelFlowChain(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -251,6 +255,7 @@ func callbackInput(t *testing.T, ctx context.Context, s *Store, c redis.Conn, id
 // Members finishing at once on different connections (workers) enqueue
 // the group's callback exactly once, with every outcome.
 func TestGroupCallbackOnceUnderConcurrentFinishes(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -320,6 +325,7 @@ func TestGroupCallbackOnceUnderConcurrentFinishes(t *testing.T) {
 // dead letters and successful, it completes the group. PolicyContinue is
 // covered above (dead members listed).
 func TestGroupFailPolicy(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -360,6 +366,7 @@ func TestGroupFailPolicy(t *testing.T) {
 // Two members of one group buried by one Requeue (recoveries used up)
 // complete the group in that transaction.
 func TestGroupMembersBuriedTogether(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -382,6 +389,7 @@ func TestGroupMembersBuriedTogether(t *testing.T) {
 
 // A cancelled group never fires; its waiting members are cancelled.
 func TestCancelFlowGroup(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	s.FlowTTL = 600
@@ -412,6 +420,7 @@ func TestCancelFlowGroup(t *testing.T) {
 
 // A workflow id is taken while its hash exists.
 func TestEnqueueFlowRefusesTakenID(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -429,6 +438,7 @@ func TestEnqueueFlowRefusesTakenID(t *testing.T) {
 // The inspector's cancel of a group's members completes the group as
 // Cancel does.
 func TestActCancelCompletesGroup(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()
@@ -450,6 +460,7 @@ func TestActCancelCompletesGroup(t *testing.T) {
 // is destroyed while it runs (Abandon), still count for their group: its
 // callback runs, listing them, instead of the group waiting for ever.
 func TestDeletedAndAbandonedMembersCompleteGroup(t *testing.T) {
+	t.Parallel()
 	s, pool, _ := realStore(t)
 	ctx := testCtx(t)
 	c := pool.Get()

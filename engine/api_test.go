@@ -13,6 +13,7 @@ import (
 )
 
 func TestMuxHandleTwicePanics(t *testing.T) {
+	t.Parallel()
 	m := NewMux()
 	m.HandleFunc("t", func(context.Context, *Task) error { return nil })
 	for name, f := range map[string]func(){
@@ -35,6 +36,7 @@ func TestMuxHandleTwicePanics(t *testing.T) {
 }
 
 func TestRoles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	for _, r := range []Roles{0, AllRoles + 1, 1 << 7} {
 		if _, err := newLaneServer(e.pool, e.cfg, NewMux(), r); !errors.Is(err, ErrInvalid) {
@@ -57,6 +59,7 @@ func TestRoles(t *testing.T) {
 // The engine's sentinels are its own, and what a caller reads is one
 // sentence in the engine's words, without the inner packages' names.
 func TestErrorsInTheEnginesWords(t *testing.T) {
+	t.Parallel()
 	for _, pair := range [][2]error{{ErrNotFound, buckets.ErrNotFound}, {ErrAlreadyDone, buckets.ErrAlreadyDone},
 		{ErrAlreadyRunning, buckets.ErrAlreadyRunning},
 		{ErrTooLarge, buckets.ErrTooLarge}, {ErrInvalid, buckets.ErrInvalid}} {
@@ -104,6 +107,7 @@ func TestErrorsInTheEnginesWords(t *testing.T) {
 
 // A cancelled context is still recognised through the engine's errors.
 func TestErrorsKeepContext(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,6 +119,7 @@ func TestErrorsKeepContext(t *testing.T) {
 
 // The retry policy is given the task as its handler saw it and the error.
 func TestRetryDelaySeesTaskAndError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	var mu sync.Mutex
 	var calls []string
@@ -148,6 +153,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 // Enqueue and its kin return what was written: the id, the queue, the due
 // time the producer asked for (on its own clock) and the state.
 func TestEnqueueReturnsInfo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	clock := &settableClock{now: time.UnixMilli(1_700_000_000_000).Add(300 * time.Microsecond)}
 	e.cfg.Advanced.Clock = clock

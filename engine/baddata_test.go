@@ -14,6 +14,7 @@ import (
 // recognises its own committed claim instead of dropping the task (which
 // would then wait for a reaper's lease backstop). Cut after every command.
 func TestClaimReplyLost(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -45,6 +46,8 @@ func TestClaimReplyLost(t *testing.T) {
 // A task whose record is deleted while it runs does not wedge the slot:
 // the result is dropped with an error log and the next task runs.
 func TestRecordDeletedWhileRunning(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)
@@ -86,6 +89,7 @@ func TestRecordDeletedWhileRunning(t *testing.T) {
 // Keys of the wrong type in the namespace (written by hand) are set aside
 // and the engine carries on: a wake-up list, a ready list, the index.
 func TestWrongTypeKeys(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)
@@ -94,8 +98,11 @@ func TestWrongTypeKeys(t *testing.T) {
 		e.cfg.Queues = []QueueConfig{{Name: "a"}, {Name: "b"}}
 		e.cfg.StrictPriority = true
 		srv, _ := newLaneServer(e.pool, e.cfg, rec, AllRoles)
+		blpops := e.srv.Census.Count("BLPOP")
 		runBackground(t, srv.Run)
-		time.Sleep(200 * time.Millisecond) // idle, blocked on n:a n:b
+		// Idle: the worker's waiter blocked on n:a n:b, the dispatcher on
+		// its own list.
+		waitFor(t, outcomeWait, "the idle BLPOPs", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+2 })
 
 		// A wake-up list the waiter blocks on.
 		admin.Do("SET", e.key("n:b"), "junk")
@@ -134,6 +141,7 @@ func TestWrongTypeKeys(t *testing.T) {
 // closed by the server (its timeout setting): unregister retries on a
 // fresh connection instead of leaving the worker to a reaper.
 func TestUnregisterAfterStaleConnections(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t) // it sets the server's timeout
 	if _, err := e.admin(t).Do("CONFIG", "SET", "timeout", "1"); err != nil {
 		t.Fatal(err)
@@ -142,7 +150,9 @@ func TestUnregisterAfterStaleConnections(t *testing.T) {
 	e.cfg.Advanced.HeartbeatTTL = 10 * time.Second
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	stop := runBackground(t, w.Run)
-	time.Sleep(2500 * time.Millisecond) // pooled connections idle past the server's timeout
+	// real time: the server closes connections idle past its timeout (1 s),
+	// which it measures on its own clock.
+	time.Sleep(2500 * time.Millisecond)
 	stop()
 	admin := e.admin(t)
 	if n, _ := redis.Int(admin.Do("EXISTS", e.key("hb:"+w.ID()))); n != 0 {

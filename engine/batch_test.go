@@ -82,6 +82,7 @@ func raise(v *atomic.Int64, n int) {
 // deep queue: batches are claimed, results recorded in groups, and the
 // gauges end where they started.
 func TestBatchExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		k      int
 		window time.Duration
@@ -92,6 +93,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 			name += ",no-group-commit"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
@@ -185,6 +187,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 // Under strict priority a worker taking batches never pops a lower queue
 // while a higher one has tasks.
 func TestBatchStrictPriority(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)
@@ -267,6 +270,7 @@ func (s *stallStore) stall(ctx context.Context, n int) error {
 // are kept longer than the lists, so an unwaited success writes none).
 // Every task runs once.
 func TestBatchHeldWatchVoidedByWaiter(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -360,6 +364,7 @@ func deepQueue(t *testing.T, n, slots int) (*env, *laneClient, []*TaskInfo) {
 // over and not yet recorded stay bounded: with the group stalled, no more
 // than one more batch of slots runs. Every task still runs exactly once.
 func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
 	ctx := context.Background()
@@ -384,7 +389,9 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 	}
 	then := int(ss.runsThen.Load())
 	waitFor(t, outcomeWait, "a run while the group is stalled", func() bool { return rec.total() > then })
-	// Give the worker time to run more than it may.
+	// real time: what is tested is that nothing more runs while the group
+	// is stalled, an absence of events; the worker gets time to run more
+	// than it may.
 	time.Sleep(300 * time.Millisecond)
 	if got := rec.total() - then; got > slots {
 		t.Errorf("%d runs while a group of every slot was stalled, want at most %d (the bound of unrecorded results)", got, slots)
@@ -407,6 +414,7 @@ func TestGroupFreesSlotsWhenSaturated(t *testing.T) {
 // runs exactly once, the counters add up, and no id is left in the
 // worker's in-flight list.
 func TestBatchTakesNextWithResult(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 4
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.Advanced.GroupCommitWindow = 50 * time.Millisecond
@@ -438,6 +446,7 @@ func TestBatchTakesNextWithResult(t *testing.T) {
 // not count them among those that may join its group: with only such runs
 // running, a result handed to it is recorded without waiting the window.
 func TestCommitterCountsOnlyRunsThatJoinIt(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -33,6 +34,15 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 		e.cfg.Advanced.Clock = clocktest.Offset(2 * time.Hour)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
+		// The dispatchers say what they moved; the last move closes allMoved.
+		var moved atomic.Int64
+		var once sync.Once
+		allMoved := make(chan struct{})
+		e.cfg.Observer = ObserverFunc(func(ev Event) {
+			if ev.Kind == EventDispatched && moved.Add(int64(ev.Moved)) >= int64(n) {
+				once.Do(func() { close(allMoved) })
+			}
+		})
 		e.admin(b).Do("CONFIG", "RESETSTAT")
 		cpu0 := cpuNow(b, e)
 		b.StartTimer()
@@ -40,9 +50,7 @@ func benchDispatch(b *testing.B, n int, spread time.Duration, dispatchers int) {
 			d, _ := newDispatcher(e.pool, e.cfg)
 			go func() { _ = d.Run(ctx); done <- struct{}{} }()
 		}
-		for e.zcard(b, "sched") > 0 {
-			time.Sleep(time.Millisecond)
-		}
+		<-allMoved
 		b.StopTimer()
 		cpu.add(cpuNow(b, e).sub(cpu0))
 		if os.Getenv("BENCH_STATS") != "" {

@@ -40,6 +40,7 @@ func describe(fs []CheckFinding) string {
 // member: the check names both, the repair fixes both, and a second check
 // finds nothing.
 func TestCheckFindsAndRepairsDamage(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)
@@ -110,6 +111,7 @@ func TestCheckFindsAndRepairsDamage(t *testing.T) {
 // Tasks that lost their place (a record whose id was removed from its
 // list) are found by the key listing and put back.
 func TestCheckRehomesHomelessTask(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)
@@ -137,6 +139,7 @@ func TestCheckRehomesHomelessTask(t *testing.T) {
 
 // A healthy namespace with tasks in every state reports nothing.
 func TestCheckHealthyEveryState(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return time.Hour }
 	c := e.client(t)
@@ -207,6 +210,7 @@ func TestCheckHealthyEveryState(t *testing.T) {
 // A check racing producers, dispatchers and workers reports no false
 // finding: tasks in motion are never taken for damage.
 func TestCheckRacingWorkload(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.DoneRetention = -1 // a namespace of bounded size: only the live tasks
 	c := e.client(t)
@@ -288,6 +292,7 @@ func TestCheckRacingWorkload(t *testing.T) {
 // with it, so the index never names an empty bucket (which the checker
 // would report as stale); cancelling one of two keeps it.
 func TestCancelLastOfBucketUnindexes(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := checkCtx(t, 10*time.Second)

@@ -43,6 +43,7 @@ func (m *conflictMover) SettleMove(context.Context, redis.Conn, buckets.Uncertai
 // A dispatcher round that met only conflicts backs off before the next:
 // the pauses grow as the conflicts go on, instead of reading again at once.
 func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
@@ -71,6 +72,7 @@ func TestDispatcherBacksOffAfterConflicts(t *testing.T) {
 // and is counted apart up to MaxSnoozes, failures retry until MaxAttempts, permanent errors and unknown
 // types (under "dead") go to the dead letters.
 func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
 	p := retryPolicy{cfg: Config{RetryDelay: func(*Task, int, error) time.Duration { return time.Second }, UnknownType: "dead",
 		Advanced: AdvancedConfig{MaxSnoozes: 2}}}
 	now := time.UnixMilli(1_000_000)
@@ -111,6 +113,7 @@ func TestRetryPolicy(t *testing.T) {
 // popped twice, and marks the list for recovery when a pop reply is lost
 // or a claim gives its id back.
 func TestInflightSet(t *testing.T) {
+	t.Parallel()
 	s := newInflightSet()
 	for i := 0; i < 2; i++ {
 		if id, _ := s.pop(func() (string, bool, error) { return "a", false, nil }); id != "a" {
@@ -142,6 +145,7 @@ func TestInflightSet(t *testing.T) {
 
 // Task.Run numbers the starts of a task: a handler can tell a re-run.
 func TestTaskRunNumber(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	runs := make(chan int, 4)
 	mux := NewMux()
@@ -174,6 +178,7 @@ func TestTaskRunNumber(t *testing.T) {
 // Garbage members of the bucket index are removed with a log line, and
 // the line is rate-limited.
 func TestGarbageIndexMembersLogged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	logs := &logLines{}
 	e.cfg.Logger = slog.New(logs)
@@ -215,6 +220,7 @@ func TestGarbageIndexMembersLogged(t *testing.T) {
 // The heartbeater lets the worker take tasks only while the last beat that
 // succeeded is recent enough for the key to exist.
 func TestHeartbeaterAlive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	if err := w.hb.beat(context.Background()); err != nil || !w.hb.alive() {
@@ -241,6 +247,7 @@ func (f *failingRequeue) Requeue(context.Context, *lane, []string, buckets.Reaso
 // The requeuer retries a failing return a bounded number of times, then
 // reports the error and leaves the tasks to a reaper.
 func TestRequeuerGivesUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	w, _ := newWorker(e.pool, e.cfg, NewMux())
 	fs := &failingRequeue{store: w.store}

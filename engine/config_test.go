@@ -10,6 +10,7 @@ import (
 // TestConfigValidateNamesField: Validate's error is a *ConfigError naming
 // the field as written in Go, and matches ErrInvalid.
 func TestConfigValidateNamesField(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		cfg   Config
 		field string

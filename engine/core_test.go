@@ -80,6 +80,7 @@ func (e *env) store(t testing.TB) *buckets.Store {
 }
 
 func TestEnqueueValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, redistestMini(t))
 	c := e.client(t)
 	ctx := context.Background()
@@ -121,6 +122,7 @@ func TestEnqueueValidation(t *testing.T) {
 // Atomic enqueue: a connection that dies after any number of commands
 // leaves the whole batch or nothing (record, bucket, index, ready list).
 func TestEnqueueAtomicUnderConnectionLoss(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -217,6 +219,7 @@ func (c *settableClock) Set(t time.Time) {
 // no task is in a ready list before its due time on that clock, and each is
 // there once its bucket time has come.
 func TestNeverEarly(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		base := time.UnixMilli(time.Now().UnixMilli()/1000*1000 + 10_000)
@@ -273,6 +276,7 @@ func redistestMini(t testing.TB) *redistestServer { return miniServer(t) }
 // Due times are kept in milliseconds rounded up: a task due a fraction of a
 // millisecond from now waits for its bucket, a task due by now is ready.
 func TestDueRounding(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	now := time.UnixMilli(1_800_000_000_000).Add(300 * time.Microsecond)
 	e.cfg.Advanced.Clock = &settableClock{now: now}

@@ -23,6 +23,7 @@ import (
 // used is discarded rather than put back in the pool's idle list (a reply
 // may still be on its way).
 func TestCallsBoundedByDeadline(t *testing.T) {
+	t.Parallel()
 	addr := silentAddr(t)
 	pool := &redisPool{MaxIdle: 4, Dial: func() (redisConn, error) { return redisDial("tcp", addr) }}
 	t.Cleanup(func() { pool.Close() })

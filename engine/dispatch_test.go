@@ -60,6 +60,7 @@ func scheduleMany(t testing.TB, e *env, n int, base time.Time, spread time.Durat
 // A bucket that producers keep pushing into while dispatchers move it
 // loses nothing and duplicates nothing.
 func TestMoveWhileEnqueueing(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -135,6 +136,7 @@ func TestMoveWhileEnqueueing(t *testing.T) {
 // Eight dispatchers over 100k tasks (bursts and one-task buckets) put each
 // task in a ready list exactly once.
 func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
+	t.Parallel()
 	n := 100_000
 	if testing.Short() {
 		n = 20_000
@@ -184,6 +186,7 @@ func TestConcurrentDispatchersExactlyOnce(t *testing.T) {
 // Cancel racing the dispatchers: a task whose Cancel returned nil is in no
 // ready list; every other task is in one exactly once.
 func TestCancelRacesDispatch(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		e.cfg.Advanced.Resolution = time.Millisecond
 		base := time.Now().Add(300 * time.Millisecond)
@@ -240,6 +243,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 // A dispatcher that dies between any two of its commands (or whose EXEC
 // reply is lost) loses nothing: the next dispatcher moves everything once.
 func TestDispatcherKilledBetweenCommands(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -281,6 +285,7 @@ func TestDispatcherKilledBetweenCommands(t *testing.T) {
 // The pipelined two-lane mover cut after any number of commands on either
 // lane (EXEC reply lost or not) loses and duplicates nothing.
 func TestMoveDueKilledBetweenCommands(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -322,6 +327,7 @@ func TestMoveDueKilledBetweenCommands(t *testing.T) {
 // more windows (up to maxWindows), and shrinks them again where the
 // backlog ends.
 func TestDispatchWindows(t *testing.T) {
+	t.Parallel()
 	d := &dispatcher{}
 	step := func(asked int, res buckets.MoveResult, want int) {
 		t.Helper()

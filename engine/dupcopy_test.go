@@ -82,6 +82,7 @@ func (d *dupClaimStore) Claim(ctx context.Context, l *lane, p string, ids []stri
 // by one process at once could each take the other's committed claim for
 // its own.
 func TestDuplicateCopyInOneProcessRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	admin := e.admin(t)
 	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))

@@ -148,6 +148,7 @@ func enqueueAsync(ctx context.Context, c *laneClient, q string, later bool) <-ch
 // two EXECs for six enqueues, each caller answered with its own task,
 // every task placed.
 func TestEnqueueGroupShares(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-share"
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -188,6 +189,7 @@ func TestEnqueueGroupShares(t *testing.T) {
 // once more: three EXECs, where ending the busy spell between groups
 // would send the first caller back alone and the other three after it.
 func TestEnqueueGroupRegroups(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q, k = "group-regroup", 4
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -228,6 +230,7 @@ func TestEnqueueGroupRegroups(t *testing.T) {
 // queues, and the next lot goes when either ends. Every caller is
 // answered, every task placed once, and the lanes are free again after.
 func TestEnqueueGroupLanes(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-lanes"
 	reached := make(chan int32, 2)
@@ -261,19 +264,11 @@ func TestEnqueueGroupLanes(t *testing.T) {
 	}
 	exactlyOnce(t, e.readyIDs(t, q), ready)
 	// The last lane frees itself just after answering its callers.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	waitFor(t, 2*time.Second, "no enqueue counted in flight 2 s after all were answered", func() bool {
 		c.group.mu.Lock()
-		inflight := c.group.inflight
-		c.group.mu.Unlock()
-		if inflight == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d enqueues still counted in flight 2 s after all were answered", inflight)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.group.mu.Unlock()
+		return c.group.inflight == 0
+	})
 }
 
 // answers waits for every enqueue of chs and fails the test on an error
@@ -302,6 +297,7 @@ func answers(t *testing.T, chs []<-chan enqueued1) (infos []*TaskInfo, ready map
 // Many producers on one Client: every enqueue is answered, every task is
 // written and placed once, and the counters match (run with -race).
 func TestEnqueueGroupConcurrent(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q, producers, each = "group-many", 8, 60
 	c := e.client(t)
@@ -356,6 +352,7 @@ func TestEnqueueGroupConcurrent(t *testing.T) {
 // with its context's error (not ErrUncertain), and its task is never
 // written; the others of its group are.
 func TestEnqueueGroupWithdrawn(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-withdrawn"
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -393,6 +390,7 @@ func TestEnqueueGroupWithdrawn(t *testing.T) {
 // transaction returns at once with ErrUncertain (and its context's
 // error); the transaction goes on and writes its task.
 func TestEnqueueGroupCancelledInFlight(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-inflight"
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -431,6 +429,7 @@ func TestEnqueueGroupCancelledInFlight(t *testing.T) {
 // the callers of that group; the transaction ran, so their tasks are
 // placed (the lost-reply settle finds nothing to redo).
 func TestEnqueueGroupLostReply(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-lost"
 	reached, release := make(chan struct{}), make(chan struct{})
@@ -466,6 +465,7 @@ func TestEnqueueGroupLostReply(t *testing.T) {
 // of commands (its reply lost or not). The group is written whole or not
 // at all, every task of it placed, and a caller told nil has its task.
 func TestEnqueueGroupCrashPoints(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	for limit := 1; limit <= 14; limit++ {
 		for _, lose := range []bool{false, true} {
@@ -579,6 +579,7 @@ func (c *refusingConn) ReceiveContext(ctx context.Context) (interface{}, error) 
 // context's error. Its task is never written; the one in flight is, once
 // a master answers.
 func TestEnqueueGroupWithdrawnSaysWhy(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-why"
 	var refuse atomic.Bool
@@ -616,6 +617,7 @@ func TestEnqueueGroupWithdrawnSaysWhy(t *testing.T) {
 // here no attempt was run by any server (no master), so nothing was
 // written and the error says why.
 func TestEnqueueGroupTakenAtItsDeadlineGetsTheAnswer(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "group-taken-deadline"
 	refused := make(chan struct{}, 1)

@@ -47,21 +47,21 @@ func ExampleClient_EnqueueChain() {
 		panic(err)
 	}
 	fmt.Println(<-finished)
-	for {
-		wf, _ := client.Workflow(ctx, "import-7")
-		if wf.State == "done" {
-			for _, s := range wf.Steps {
-				fmt.Println(s.ID, s.Type, s.State)
-			}
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The last step's outcome is recorded with the chain's.
+	if _, err := client.Wait(ctx, "import-7~2"); err != nil {
+		panic(err)
+	}
+	wf, _ := client.Workflow(ctx, "import-7")
+	fmt.Println(wf.State)
+	for _, s := range wf.Steps {
+		fmt.Println(s.ID, s.Type, s.State)
 	}
 	_, err = client.EnqueueChain(ctx, "import-7", engine.Step{Type: "fetch"})
 	fmt.Println(errors.Is(err, engine.ErrTaskExists))
 	// Output:
 	// step 1 of 3 got "42 lines"
 	// report of import-7: 42 LINES
+	// done
 	// import-7~0 fetch done
 	// import-7~1 count done
 	// import-7~2 report done

@@ -48,6 +48,7 @@ func (l *logLines) WithGroup(string) slog.Handler      { return l }
 // recognised as recorded: no warning says the task was recovered
 // elsewhere, and it ran once.
 func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t) // it kills every client connection of the server
 	logs := &logLines{}
 	e.cfg.Logger = slog.New(logs)

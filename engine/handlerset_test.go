@@ -12,6 +12,7 @@ import (
 // task runs on the worker that serves its type, none is dead, no attempt
 // is consumed by the other worker; each advertises its types.
 func TestDisjointHandlerSets(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -76,6 +77,7 @@ func TestDisjointHandlerSets(t *testing.T) {
 // UnknownTypeGrace; Unserved lists it meanwhile; after the grace the
 // unknown-type policy applies (retry: 3 attempts, then dead).
 func TestUnservedTypeGrace(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

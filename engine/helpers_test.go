@@ -17,6 +17,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -129,10 +130,10 @@ func realEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t)) }
 // count what the server sees.
 func privateEnv(t testing.TB) *env { return newEnv(t, redistest.Start(t, redistest.Private())) }
 
-// eachServer runs f against miniredis and a real server.
+// eachServer runs f against miniredis and a real server, in parallel.
 func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Run("miniredis", func(t *testing.T) { f(t, newEnv(t, redistest.Mini(t))) })
-	t.Run("redis", func(t *testing.T) { f(t, realEnv(t)) })
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); f(t, newEnv(t, redistest.Mini(t))) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); f(t, realEnv(t)) })
 }
 
 func (e *env) client(t testing.TB) *laneClient {
@@ -184,13 +185,7 @@ const outcomeWait = 3 * time.Minute
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, d, what, cond)
 }
 
 type redistestServer = redistest.Server
@@ -200,12 +195,15 @@ func miniServer(t testing.TB) *redistest.Server { return redistest.Mini(t) }
 type bucketsRecord = buckets.Record
 
 // tick lets time pass for key expiry on miniredis, whose TTLs move only
-// when told to; a real server keeps its own time. It runs miniredis's TTLs
-// at twice the real time since the last tick (10 ms at the first): fast
-// enough to expire a dead worker's heartbeat soon, slow enough that live
-// workers, beating on the real clock, keep theirs. Measured in real time,
-// not in calls, so a loaded machine that polls less often does not slow
-// the expiry a test waits for.
+// when told to; a real server keeps its own time. It moves miniredis's
+// TTLs by the real time since the last tick (10 ms at the first), so that
+// a key lives there as long as on a real server: a dead worker's
+// heartbeat expires after its TTL, and a live worker on a loaded machine
+// keeps its own as long as it would on a real server (running the TTLs
+// faster made a live worker whose beat came a few hundred milliseconds
+// late look dead). Measured in real time, not in calls, so a loaded
+// machine that polls less often does not slow the expiry a test waits
+// for.
 func (e *env) tick() {
 	if e.srv.Mini == nil {
 		return
@@ -215,7 +213,7 @@ func (e *env) tick() {
 	now := time.Now()
 	d := 10 * time.Millisecond
 	if !e.lastTick.IsZero() {
-		d = 2 * now.Sub(e.lastTick)
+		d = now.Sub(e.lastTick)
 	}
 	e.lastTick = now
 	e.srv.Mini.FastForward(d)
@@ -339,4 +337,43 @@ func retryDead(t testing.TB, c *laneClient, id string) {
 	if res := act(t, c, ActionRetry, id); res.Done != 1 {
 		t.Fatalf("retry dead letter %s: %+v, want it revived", id, res)
 	}
+}
+
+// logSignal is a logger, passing records on to next, whose returned
+// channel is closed at the first record whose message contains msg: for
+// tests that wait for what the engine says it did.
+func logSignal(next *slog.Logger, msg string) (*slog.Logger, <-chan struct{}) {
+	h := &signalHandler{next: next.Handler(), msg: msg, once: &sync.Once{}, seen: make(chan struct{})}
+	return slog.New(h), h.seen
+}
+
+type signalHandler struct {
+	next slog.Handler
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.once.Do(func() { close(h.seen) })
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.next = h.next.WithAttrs(as)
+	return &c
+}
+
+func (h *signalHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.next = h.next.WithGroup(name)
+	return &c
 }

@@ -29,6 +29,8 @@ func commandTotal(e *env) int {
 // an idle process sends"). docs/benchmarks.md has the figures measured
 // with defaults.
 func TestIdleCost(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	e.cfg.Advanced.IdleWait = time.Second
 	e.cfg.Advanced.HeartbeatInterval = time.Second
@@ -41,9 +43,11 @@ func TestIdleCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopIdle := runBackground(t, srv.Run)
-	time.Sleep(1500 * time.Millisecond) // start-up
+	// Started up once the worker's waiter and the dispatcher block.
+	waitFor(t, outcomeWait, "the idle BLPOPs", func() bool { return e.srv.Census.Count("BLPOP") >= 2 })
 	before := commandTotal(e)
 	const window = 5 * time.Second
+	// real time: the budget is commands per second of idleness.
 	time.Sleep(window)
 	perSec := float64(commandTotal(e)-before) / window.Seconds()
 	t.Logf("idle: %.1f commands/s with 1 s IdleWait, heartbeat and reap interval", perSec)
@@ -95,6 +99,7 @@ func TestIdleCost(t *testing.T) {
 // there by hand, as a lost pop reply would leave it) waits for the next
 // pop, and the first heartbeat tick after that pop returns it.
 func TestRecovererLooksAfterPops(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)
@@ -194,12 +199,17 @@ func (b *beatLog) Beat(ctx context.Context, l *lane, bt beat) error {
 // once after a renewal whose reply came so late that the key may have
 // expired before it ran, before the worker counts itself alive again.
 func TestHeartbeatFullBeats(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	for _, tc := range []struct {
 		name string
 		fail bool
 		want string
 	}{{"late renewal", false, "refresh-slow"}, {"failed renewal", true, "refresh-failed"}} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The two cases run together, and with no other test: each
+			// bounds a real time.
+			t.Parallel()
 			e := realEnv(t)
 			admin := e.admin(t)
 			e.cfg.Advanced.HeartbeatInterval = 100 * time.Millisecond
@@ -262,6 +272,8 @@ func TestHeartbeatFullBeats(t *testing.T) {
 // message was lost takes effect at the first claim, which reads the
 // paused set under WATCH and tells the worker.
 func TestLostPauseAndResume(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	admin := e.admin(t)
@@ -304,6 +316,8 @@ func TestLostPauseAndResume(t *testing.T) {
 // A running reaper trims dead letters past DeadRetention, though not on
 // every pass: within trimEvery of their retention.
 func TestReaperTrimsDeadLetters(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	e.cfg.DeadRetention = time.Second
@@ -344,6 +358,8 @@ func TestReaperTrimsDeadLetters(t *testing.T) {
 // dispatcher's clock, which sets no timer) is moved by the look that
 // follows the next idle wait.
 func TestDispatcherIdleLook(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	ctx := context.Background()
 	base := time.Now()
@@ -367,13 +383,7 @@ func TestDispatcherIdleLook(t *testing.T) {
 	waitFor(t, outcomeWait, "two more idle waits", func() bool { return e.srv.Census.Count("BLPOP") >= blpops+5 })
 	// The waker blocks again as soon as a wait ends, while the main loop
 	// looks: the look of the last wait may come just after the next BLPOP.
-	deadline := time.Now().Add(2 * time.Second)
-	for e.srv.Census.Count("ZRANGE")-looks < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.srv.Census.Count("ZRANGE") - looks; n < 2 {
-		t.Fatalf("%d looks in two idle waits", n)
-	}
+	waitFor(t, 2*time.Second, "two looks in two idle waits", func() bool { return e.srv.Census.Count("ZRANGE")-looks >= 2 })
 	if n := e.srv.Census.Count("ZRANGEBYSCORE") - reads; n != 0 {
 		t.Fatalf("idle looks with nothing due read the due buckets %d times", n)
 	}

@@ -16,6 +16,7 @@ import (
 // A generated id is 22 base62 digits, of the shape generatedID knows, and
 // 10,000 of them are distinct.
 func TestNewIDFormat(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for range 10000 {
 		id := newID()
@@ -42,6 +43,7 @@ func TestNewIDFormat(t *testing.T) {
 
 // EncodeID is the base62 spelling of the 128-bit number, as math/big has it.
 func TestEncodeID(t *testing.T) {
+	t.Parallel()
 	var cases [][16]byte
 	cases = append(cases, [16]byte{}, [16]byte{15: 61}, [16]byte{15: 62})
 	var ones [16]byte
@@ -76,6 +78,7 @@ func TestEncodeID(t *testing.T) {
 // The digits of the largest and smallest 128-bit values bound the first
 // digit that generatedID accepts.
 func TestGeneratedIDShapes(t *testing.T) {
+	t.Parallel()
 	for id, want := range map[string]bool{
 		"0000000000000000000000":               true,
 		"7n42DGM5Tflk9n8mt7Fhc7":               true, // 2^128 − 1
@@ -96,6 +99,7 @@ func TestGeneratedIDShapes(t *testing.T) {
 // form (this release's or an earlier release's UUID); with "~k" in lane k;
 // a reply task in its parent's lane.
 func TestLaneOfGeneratedIDs(t *testing.T) {
+	t.Parallel()
 	for range 100 {
 		id := newID()
 		if got := laneOf(id, 8); got != 0 {
@@ -119,6 +123,7 @@ func TestLaneOfGeneratedIDs(t *testing.T) {
 // Enqueue gives a task a short id; a task with an earlier release's id (a
 // UUID, given here with TaskID) is found, cancelled and reported like any.
 func TestEnqueueIDs(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)
@@ -149,6 +154,7 @@ func TestEnqueueIDs(t *testing.T) {
 // version, state and mask, the due delta and the type. It is looked up and
 // cancelled, and the cancelled record is the same version.
 func TestTaskRecord(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	conn := e.admin(t)

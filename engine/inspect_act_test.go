@@ -23,6 +23,7 @@ func mustAct(t *testing.T, what string, res ActionResult, err error, want Action
 // Each action, for one task, a selection and a filter, does what it says,
 // counts what it did, and leaves nothing for the checker to find.
 func TestInspectActions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	in, c := f.in, f.c
 	ctx := checkCtx(t, 2*time.Minute)
@@ -110,6 +111,7 @@ func TestInspectActions(t *testing.T) {
 
 // Deleting ready tasks and dead letters, one by one and by filter.
 func TestInspectDeleteReadyAndDead(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	in, c := f.in, f.c
 	ctx := checkCtx(t, time.Minute)
@@ -137,6 +139,7 @@ func TestInspectDeleteReadyAndDead(t *testing.T) {
 // it with the reply lost) has done all of its batch or none of it, and
 // leaves nothing for the checker to find.
 func TestInspectActCrashPoints(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	in := c.inspector()

@@ -39,6 +39,7 @@ func commandsPerPage(t *testing.T, srv *redistest.Server, in *laneInspector, opt
 // listings of a few hundred and of several thousand tasks, in every
 // listable state, send at most as many commands per page.
 func TestInspectBoundedWorkPerPage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	fill := func(e *env, n int) {
 		c := e.client(t)

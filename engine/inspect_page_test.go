@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 
 // pageWhileMoving pages through a listing while tasks leave it, and
 // checks that no id comes twice and that every id still in the listed
-// structure at the end (so in it the whole time) was listed.
-func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remaining func() []string, moved func() bool) {
+// structure at the end (so in it the whole time) was listed. Between two
+// pages it calls between, which lets tasks move (or waits until some
+// did).
+func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remaining func() []string, moved func() bool, between func()) {
 	t.Helper()
 	ctx := checkCtx(t, time.Minute)
 	seen := map[string]bool{}
@@ -34,7 +37,7 @@ func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remainin
 			break
 		}
 		opts.Cursor = p.Next
-		time.Sleep(time.Millisecond) // pace the pages so that tasks move between them
+		between()
 	}
 	if !moved() {
 		t.Fatalf("nothing moved while %d pages were read: the test proves nothing", pages)
@@ -48,8 +51,52 @@ func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remainin
 	t.Logf("%s: %d listed in %d pages while tasks moved; %d still there at the end", opts.State, len(seen), pages, len(rest))
 }
 
+// eventPacer is an Observer that lets a listing wait, between two pages,
+// for an event of its kind (one more task moved), until n tasks moved.
+type eventPacer struct {
+	kind  EventKind
+	n     int64
+	moved atomic.Int64
+	next  chan struct{} // holds a token when an event came since the last wait
+	all   chan struct{} // closed once n tasks moved
+	once  sync.Once
+}
+
+func newEventPacer(kind EventKind, n int) *eventPacer {
+	return &eventPacer{kind: kind, n: int64(n), next: make(chan struct{}, 1), all: make(chan struct{})}
+}
+
+func (p *eventPacer) Observe(ev Event) {
+	if ev.Kind != p.kind {
+		return
+	}
+	moved := int64(1)
+	if ev.Kind == EventDispatched {
+		moved = int64(ev.Moved)
+	}
+	if p.moved.Add(moved) >= p.n {
+		p.once.Do(func() { close(p.all) })
+	}
+	select {
+	case p.next <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns once a task moved since the last wait, or all n did.
+func (p *eventPacer) wait(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.next:
+	case <-p.all:
+	case <-time.After(outcomeWait):
+		t.Fatalf("no %v event in %v (%d of %d moved)", p.kind, outcomeWait, p.moved.Load(), p.n)
+	}
+}
+
 // Paging the ready list while workers consume it.
 func TestInspectPagingReadyWhileConsumed(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency = 4
 	c := e.client(t)
@@ -63,10 +110,16 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	// The handlers run in step with the listing: each page lets a few
+	// more tasks through.
 	var ran atomic.Int64
+	turns, over := make(chan struct{}, n), make(chan struct{})
 	w, err := newWorker(e.pool, e.cfg, HandlerFunc(func(context.Context, *Task) error {
 		ran.Add(1)
-		time.Sleep(time.Millisecond)
+		select {
+		case <-turns:
+		case <-over:
+		}
 		return nil
 	}))
 	if err != nil {
@@ -77,17 +130,27 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 	admin := e.admin(t)
 	pageWhileMoving(t, in, ListOptions{Filter: Filter{Queue: "default", State: StateReady}, Limit: 25},
 		func() []string {
+			close(over)
 			stop()
 			ids, err := redis.Strings(admin.Do("LRANGE", e.key("q:default"), 0, -1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return ids
-		}, func() bool { return ran.Load() > 100 })
+		}, func() bool { return ran.Load() > 100 },
+		func() {
+			// Two tasks end, and the next page waits for the slots they
+			// free to take two more from the list.
+			before := ran.Load()
+			turns <- struct{}{}
+			turns <- struct{}{}
+			waitFor(t, outcomeWait, "two more tasks taken", func() bool { return ran.Load() >= before+2 || ran.Load() == n })
+		})
 }
 
 // Paging the scheduled tasks while the dispatcher moves their buckets.
 func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Advanced.Resolution = time.Millisecond
 	c := e.client(t)
@@ -103,6 +166,8 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	pacer := newEventPacer(EventDispatched, n)
+	e.cfg.Observer = pacer
 	d, err := newDispatcher(e.pool, e.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -132,13 +197,14 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 		}, func() bool {
 			n, _ := redis.Int(admin.Do("LLEN", e.key("q:default")))
 			return n > 100
-		})
+		}, func() { pacer.wait(t) })
 }
 
 // The cursor finds its place again after more than a window of the list
 // was consumed between two pages, and after the page's last ids were
 // removed (cancelled, deleted): no id twice, none skipped that stayed.
 func TestInspectPagingAnchorsMoved(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	in := c.inspector()
@@ -215,6 +281,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 // are retried: newest first by the time they died, so new ones land
 // before the walk and are not listed, and every one that stayed dead is.
 func TestInspectPagingDeadWhileBurying(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.UnknownType = "dead"
 	e.cfg.Advanced.UnknownTypeGrace = -1 // no worker serves "nobody": dead at once
@@ -229,6 +296,8 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	pacer := newEventPacer(EventDead, len(batch))
+	e.cfg.Observer = pacer
 	w, err := newWorker(e.pool, e.cfg, NewMux())
 	if err != nil {
 		t.Fatal(err)
@@ -262,11 +331,13 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 				}
 			}
 			return stayed
-		}, func() bool { return len(dead()) > len(atStart) })
+		}, func() bool { return len(dead()) > len(atStart) },
+		func() { pacer.wait(t) })
 }
 
 // Paging the running tasks while they finish and others start.
 func TestInspectPagingRunningWhileFinishing(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency = 40
 	c := e.client(t)
@@ -279,16 +350,22 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	var ran atomic.Int64
-	release := make(chan struct{})
+	var ran, held atomic.Int64
+	release := make(chan struct{}) // closed after the listing: ends every task
+	turns := make(chan struct{}, len(batch))
 	h := HandlerFunc(func(ctx context.Context, t *Task) error {
 		ran.Add(1)
-		// One in ten runs until the listing is over, the rest a few
-		// milliseconds.
+		// One in ten runs until the listing is over, the rest until a
+		// page of the listing lets them end.
 		if t.Payload[0] == 0 {
+			held.Add(1)
 			<-release
+			return nil
 		}
-		time.Sleep(time.Duration(t.Payload[0]) * time.Millisecond)
+		select {
+		case <-turns:
+		case <-release:
+		}
 		return nil
 	})
 	var stops []func()
@@ -333,5 +410,16 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 				stop()
 			}
 			return stayed
-		}, func() bool { return ran.Load() > ranAtStart })
+		}, func() bool { return ran.Load() > ranAtStart },
+		func() {
+			// Two tasks end, and the next page waits for two more to
+			// start in their slots, unless the tasks held to the end
+			// fill every slot.
+			before := ran.Load()
+			turns <- struct{}{}
+			turns <- struct{}{}
+			waitFor(t, outcomeWait, "two more tasks started", func() bool {
+				return ran.Load() >= before+2 || held.Load() == int64(len(workers)*e.cfg.Concurrency) || ran.Load() == int64(len(batch))
+			})
+		})
 }

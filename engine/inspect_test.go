@@ -145,6 +145,7 @@ func requireClean(t *testing.T, c *laneClient) {
 // the tasks of that state, in order, with the state's exact count, at
 // every page size.
 func TestInspectListsEveryState(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := checkCtx(t, time.Minute)
 	q, err := f.in.Queue(ctx, "work")
@@ -261,6 +262,7 @@ func TestInspectListsEveryState(t *testing.T) {
 // A queue whose bucket shares its time with the buckets of more queues
 // than a page reads of the index is still listed, and the listing ends.
 func TestInspectScheduledAmongManyQueues(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	in := c.inspector()

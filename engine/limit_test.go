@@ -114,6 +114,7 @@ func (e *env) slotsInUse(t testing.TB, q string) int64 {
 // handler that ends lets the next task start at once, a waiting worker
 // woken by the slot's token; another queue keeps flowing meanwhile.
 func TestQueueLimitAcrossServers(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		woke := make(chan string, 64)
@@ -192,6 +193,7 @@ func TestQueueLimitAcrossServers(t *testing.T) {
 // A worker that dies holding slots: the reaper returns its tasks and
 // their slots, and the count ends at 0.
 func TestQueueLimitWorkerDies(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
@@ -255,6 +257,7 @@ func TestQueueLimitWorkerDies(t *testing.T) {
 // A limit set at run time with the Inspector applies within a second,
 // and removing it lets the waiting tasks run.
 func TestQueueLimitAtRunTime(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -310,6 +313,7 @@ func TestQueueLimitAtRunTime(t *testing.T) {
 // The checker finds a count of slots that no running task holds, and the
 // repair sets it right.
 func TestQueueLimitCheckRepair(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
@@ -338,6 +342,7 @@ func TestQueueLimitCheckRepair(t *testing.T) {
 // The limit is the queue's, whatever the level: tasks of levels 1 and 3
 // share the queue's slots.
 func TestQueueLimitAcrossLevels(t *testing.T) {
+	t.Parallel()
 	eachRealServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

@@ -9,6 +9,7 @@ import (
 // TestMetadataOption: metadata reaches Lookup and merges across options;
 // metadata past the limits is refused before anything is written.
 func TestMetadataOption(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	info, err := c.Enqueue(t.Context(), "t", nil, Metadata(map[string]string{"a": "1", "b": "x"}), Metadata(map[string]string{"b": "2"}))

@@ -57,6 +57,7 @@ func kinds(evs []Event) []EventKind {
 // TestObserverEvents follows a task that fails once through the events
 // it causes, and checks that a refused enqueue causes none.
 func TestObserverEvents(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	log := &eventLog{}
 	e.cfg.Observer = log
@@ -117,6 +118,7 @@ func TestObserverEvents(t *testing.T) {
 // TestObserverLeaseExpiry: a run that outlives its lease is reported
 // recovered, with its reason, and then runs again.
 func TestObserverLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	log := &eventLog{}
 	e.cfg.Observer = log

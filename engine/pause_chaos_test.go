@@ -15,6 +15,7 @@ import (
 // returned until ResumeQueue is called), and in the end every task is
 // done, none dead.
 func TestPauseChaos(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	cfg := e.cfg
@@ -26,6 +27,7 @@ func TestPauseChaos(t *testing.T) {
 		mu.Lock()
 		starts = append(starts, time.Now())
 		mu.Unlock()
+		// real time: runs of 5 ms, so that some are running at each pause.
 		select {
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
@@ -88,7 +90,8 @@ func TestPauseChaos(t *testing.T) {
 		dying() // starts, and may die, while the queue is paused
 		// Paused, the dispatcher still moves the delayed tasks, and the
 		// reaper returns what dead workers held: wait for both, and for
-		// a second past the pause.
+		// a second past the pause (real time: the pause's documented
+		// grace).
 		waitFor(t, outcomeWait, "due tasks moved and dead workers' tasks returned", func() bool {
 			st := queueStats(t, c, "q")
 			return st.Scheduled == 0 && st.Running == 0 && time.Since(paused) > 1500*time.Millisecond

@@ -24,6 +24,8 @@ func (l *startLog) handler(d time.Duration) func(context.Context, *Task) error {
 		}
 		l.starts[t.ID] = time.Now()
 		l.mu.Unlock()
+		// real time: a run of d, so that a backlog is running when the
+		// pause comes.
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -51,6 +53,8 @@ func (l *startLog) count() int {
 // queues run on. Resume: idle workers start the queue's tasks at once,
 // well within IdleWait.
 func TestPauseResume(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -88,7 +92,8 @@ func TestPauseResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The worker is alive and takes other queues' tasks: a mark task
-		// enqueued past the second after the pause runs.
+		// enqueued past the second after the pause runs. real time: the
+		// second is the pause's documented grace.
 		waitFor(t, 5*time.Second, "a second past the pause", func() bool { return time.Since(paused) > time.Second })
 		mark, err := idOf(c.Enqueue(ctx, "mark", nil, Queue("other")))
 		if err != nil {
@@ -166,6 +171,7 @@ func queueStats(t testing.TB, c *laneClient, q string) QueueInfo {
 // A pause is kept in Redis: a worker started after it (a restart) takes
 // nothing from the queue; the pause holds until a resume.
 func TestPauseSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	cfg := e.cfg
@@ -214,6 +220,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 
 // Bad queue names are refused before anything is sent.
 func TestPauseBadName(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	for _, q := range []string{"", "a b", "x:y"} {
@@ -232,6 +239,7 @@ func TestPauseBadName(t *testing.T) {
 
 // The inspector shows a paused queue as paused.
 func TestInspectorPaused(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	c := e.client(t)

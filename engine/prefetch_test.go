@@ -63,6 +63,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 // batch takes more tasks than Concurrency, yet no more handlers run at
 // once than Concurrency, and every task runs exactly once.
 func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
+	t.Parallel()
 	const n, slots = 600, 4
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16 // Prefetch: 12 by default
@@ -104,11 +105,14 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 // Handlers slower than PrefetchWait allows turn claiming ahead off: no
 // claim takes more tasks than there are slots.
 func TestPrefetchOffForSlowHandlers(t *testing.T) {
+	t.Parallel()
 	const n, slots = 60, 2
 	e, c, _ := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16
 	rec := newRecorder(func(context.Context, *Task) error {
-		time.Sleep(10 * time.Millisecond) // 7 tasks ahead a slot: 70 ms > 5 ms
+		// real time: the handlers' duration against PrefetchWait is what
+		// turns claiming ahead off (7 tasks ahead a slot: 70 ms > 5 ms).
+		time.Sleep(10 * time.Millisecond)
 		return nil
 	})
 	_, rs, _ := prefetchWorker(t, e, rec)
@@ -180,6 +184,7 @@ func (st *stuckSetup) queue() (*QueueInfo, error) {
 // their queue at once, unstarted and not counted as recovered, while the
 // handlers that started finish; no task is lost or runs twice.
 func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
+	t.Parallel()
 	const n, slots = 400, 2
 	su := newStuckSetup(t, n, slots, 16, 0)
 	e, c, infos, w, rs, rec := su.e, su.c, su.infos, su.w, su.rs, su.rec
@@ -250,6 +255,7 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 // back to its queue unstarted before its lease could run out under its
 // run; it runs later, once, and is not counted as recovered.
 func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
+	t.Parallel()
 	const n, slots = 200, 1
 	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
@@ -279,6 +285,7 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 // claimed ahead go back past half of LeaseGrace, and are not claimed
 // again while the slots stay stuck (another worker can start them).
 func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
+	t.Parallel()
 	const n, slots = 200, 2
 	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond)
 	e, w, rs := su.e, su.w, su.rs
@@ -291,7 +298,9 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 		return err == nil && q.Running == slots && rs.unstarted.Load() > 0
 	})
 	back := rs.unstarted.Load()
-	time.Sleep(3 * e.cfg.Advanced.LeaseGrace / 2) // three more halves of the grace
+	// real time: nothing more is given back over three more halves of the
+	// grace, a duration on the worker's clock (an absence of events).
+	time.Sleep(3 * e.cfg.Advanced.LeaseGrace / 2)
 	q, err := su.queue()
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +320,7 @@ func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 // have filled since): none, and it returns no task for the loop to decide
 // again; some, and it pops that many.
 func TestFetcherBoundAfterWaiting(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 2, 16
@@ -322,20 +332,34 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	defer f.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	enqueueLater := func(k int) {
-		time.Sleep(100 * time.Millisecond)
-		batch := make([]NewTask, k)
+	// nextAfterWait calls f.next, and enqueues five tasks once its pop
+	// waits (its BLPOP sent).
+	nextAfterWait := func(n int, bound func(int) int) (string, []string, bool) {
+		type popped struct {
+			q   string
+			ids []string
+			ok  bool
+		}
+		blpops := e.srv.Census.Count("BLPOP")
+		got := make(chan popped, 1)
+		go func() {
+			q, ids, ok := f.next(ctx, n, bound)
+			got <- popped{q, ids, ok}
+		}()
+		waitFor(t, outcomeWait, "the pop to wait", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
+		batch := make([]NewTask, 5)
 		for i := range batch {
 			batch[i] = NewTask{Type: "t"}
 		}
 		if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-			t.Errorf("enqueue: %v", err)
+			t.Fatalf("enqueue: %v", err)
 		}
+		p := <-got
+		return p.q, p.ids, p.ok
 	}
 	var asked []int
 	none := func(n int) int { asked = append(asked, n); return 0 }
-	go enqueueLater(5)
-	q, ids, ok := f.next(ctx, 16, none)
+	q, ids, ok := nextAfterWait(16, none)
 	if !ok || len(ids) != 0 || q != "" || len(asked) != 1 || asked[0] != 16 {
 		t.Fatalf("bound 0 after a wait: next = %q, %v, %v (bound asked %v); want no task", q, ids, ok, asked)
 	}
@@ -349,8 +373,7 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	}
 	f.next(ctx, 2, none) // empties the queue
 	two := func(n int) int { return min(n, 2) }
-	go enqueueLater(5)
-	q, ids, ok = f.next(ctx, 16, two)
+	q, ids, ok = nextAfterWait(16, two)
 	if !ok || len(ids) != 2 || q != "default" {
 		t.Fatalf("bound 2 after a wait: %q, %v, %v; want two tasks of default", q, ids, ok)
 	}
@@ -362,6 +385,7 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 // LeaseGrace, one round trip a batch, and the batch keeps its order at the
 // front of its queue. A run that had its slot is not given back.
 func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 1, 8
 	e.cfg.Advanced.LeaseGrace = 400 * time.Millisecond

@@ -10,6 +10,7 @@ import (
 
 // Several reapers at once return each task of a dead worker exactly once.
 func TestConcurrentReapers(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)

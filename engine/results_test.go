@@ -15,6 +15,7 @@ import (
 // it, a task that ended earlier is found at once, one still to run is
 // waited for without polling, and dead and cancelled tasks report so.
 func TestResultAndWait(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		e.cfg.MaxResult = 16
 		c := e.client(t)
@@ -71,12 +72,21 @@ func TestResultAndWait(t *testing.T) {
 			}
 		}
 		later, _ := c.Enqueue(ctx, "ok", nil, In(time.Hour))
+		// Cancelled while Wait blocks (its BRPOPLPUSH sent).
+		type waited struct {
+			o   *Outcome
+			err error
+		}
+		brpops := e.srv.Census.Count("BRPOPLPUSH")
+		cancelled := make(chan waited, 1)
 		go func() {
-			time.Sleep(50 * time.Millisecond)
-			_ = c.Cancel(ctx, later.ID)
+			o, err := c.Wait(ctx, later.ID)
+			cancelled <- waited{o, err}
 		}()
-		if o, err := c.Wait(ctx, later.ID); err != nil || o.State != StateCancelled {
-			t.Fatalf("cancelled: %+v %v", o, err)
+		waitFor(t, outcomeWait, "the Wait to block", func() bool { return e.srv.Census.Count("BRPOPLPUSH") > brpops })
+		_ = c.Cancel(ctx, later.ID)
+		if w := <-cancelled; w.err != nil || w.o.State != StateCancelled {
+			t.Fatalf("cancelled: %+v %v", w.o, w.err)
 		}
 		if _, err := c.Wait(ctx, "no-such-task"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("wait for nothing: %v", err)
@@ -96,6 +106,7 @@ func TestResultAndWait(t *testing.T) {
 // With DoneRetention negative the record goes with the success; the
 // completion list still tells Wait the outcome.
 func TestWaitWithoutDoneRecord(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.DoneRetention = -1
 	e.cfg.ResultRetention = time.Minute
@@ -122,8 +133,10 @@ func TestWaitWithoutDoneRecord(t *testing.T) {
 // the worker that runs it next), and exactly one reply task is enqueued
 // for the task, whatever the step.
 func TestWaitAndReplyAcrossWorkerDeath(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"after-pop", "after-claim", "before-finish", "after-finish"} {
 		t.Run(stage, func(t *testing.T) {
+			t.Parallel()
 			e := realEnv(t)
 			c := e.client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -180,6 +193,7 @@ func replyTasks(t testing.TB, c *laneClient, q string) []*Outcome {
 // its error, cancelled; a revived dead letter that then succeeds sends a
 // second reply, for its second outcome. Retries send none.
 func TestReplyPerOutcome(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -258,6 +272,7 @@ func TestReplyPerOutcome(t *testing.T) {
 // queue, in the same transaction; a worker of that queue handles it like
 // any task, and DecodeReply reads its payload.
 func TestReplyTo(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.Queues = []QueueConfig{{Name: "default"}, {Name: "answers"}}
 	c := e.client(t)
@@ -313,6 +328,7 @@ func TestReplyTo(t *testing.T) {
 // Several waiters on one task all get its outcome from the one completion
 // element: each BRPOPLPUSH hands it back onto the same list.
 func TestManyWaiters(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -353,6 +369,7 @@ func TestManyWaiters(t *testing.T) {
 // a later Wait reads the outcome and the result from the record. With the
 // record kept shorter, the list is pushed all the same.
 func TestWaitAfterUnwaitedSuccess(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		done     time.Duration

@@ -82,28 +82,38 @@ func (e *env) record(t *testing.T, conn redis.Conn, id string) *buckets.Record {
 // passes of one entry at once, over and over: every firing of the window
 // is enqueued, each exactly once.
 func TestPeriodicRacingSchedulers(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	p := Periodic{Name: "race", Every: time.Second, Type: "tick"}
+	// Each scheduler's clock, skewed, moves 100 ms after each of its
+	// passes: 25 passes span 2.4 s of it. The start is half a second past
+	// a whole one, so that no firing (on whole seconds) falls on an end
+	// of the window.
+	const passes, step = 25, 100 * time.Millisecond
+	start := time.Now().Truncate(time.Second).Add(500 * time.Millisecond)
 	var ss []*scheduler
+	var clocks []*settableClock
 	for _, off := range []time.Duration{0, 2 * time.Second, -2 * time.Second} {
-		ss = append(ss, e.scheduler(t, off, 8*time.Second, p))
+		s := e.scheduler(t, off, 8*time.Second, p)
+		clock := &settableClock{now: start.Add(off)}
+		s.cfg.Advanced.Clock = clock
+		ss, clocks = append(ss, s), append(clocks, clock)
 	}
-	start := time.Now()
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	for _, s := range ss {
+	for i, s := range ss {
 		wg.Go(func() {
-			for range 25 {
+			for range passes {
 				if err := s.RunPass(ctx); err != nil {
 					t.Error(err)
 					return
 				}
-				time.Sleep(100 * time.Millisecond)
+				clocks[i].Set(clocks[i].Now().Add(step))
 			}
 		})
 	}
 	wg.Wait()
-	end := time.Now()
+	end := start.Add((passes - 1) * step) // the last pass, unskewed
 	conn := e.admin(t)
 	placed := e.firingPlacements(t, conn, "race")
 	for id, n := range placed {
@@ -146,6 +156,7 @@ func TestPeriodicRacingSchedulers(t *testing.T) {
 // TestPeriodicRestartContinues: a new scheduler (a restarted process)
 // continues from the watermark in Redis, enqueueing nothing twice.
 func TestPeriodicRestartContinues(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	p := Periodic{Name: "restart", Every: time.Second, Type: "tick"}
 	ctx := context.Background()
@@ -192,6 +203,7 @@ func TestPeriodicRestartContinues(t *testing.T) {
 // far longer than the horizon, the first pass applies the policy: skip
 // runs none of the missed firings, once the latest, all:N the latest N.
 func TestPeriodicMissedPolicies(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -240,6 +252,7 @@ func TestPeriodicMissedPolicies(t *testing.T) {
 // enqueued firings its schedule does not have, keeps the common ones, and
 // the process with the older definition stands down.
 func TestPeriodicRedefine(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	a := e.scheduler(t, 0, 30*time.Second, Periodic{Name: "redef", Every: 2 * time.Second, Type: "tick"})
@@ -305,6 +318,7 @@ func TestPeriodicRedefine(t *testing.T) {
 // and last firing with its state, and an entry whose declarers are all
 // gone as orphaned.
 func TestPeriodicListOrphan(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	s := e.scheduler(t, 0, 8*time.Second, Periodic{Name: "listed", Every: time.Second, Type: "tick", Missed: "all:2"})
@@ -352,6 +366,7 @@ func TestPeriodicListOrphan(t *testing.T) {
 // run by a whole Server on a clock set just before; the handler sees the
 // firing time and the entry.
 func TestPeriodicEndToEndDST(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	firing := time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)
 	e.cfg.Advanced.Clock = clocktest.Offset(time.Until(firing.Add(-2 * time.Second)))
@@ -385,6 +400,7 @@ func TestPeriodicEndToEndDST(t *testing.T) {
 // TestPeriodicSkipIfRunning: while a firing's run is still running, the
 // next firing is skipped, as a cancelled task that says why.
 func TestPeriodicSkipIfRunning(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	release := make(chan struct{})
 	var running, overlaps, runs atomic.Int32

@@ -89,6 +89,7 @@ func (m *lostExecMover) MoveDue(ctx context.Context, conns []redis.Conn, o bucke
 // dispatcher settles it on a fresh connection, setting the string aside
 // and placing the tasks again.
 func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "settle"
 	want := scheduleMany(t, e, 20, time.Now().Add(-time.Minute), 0, q)
@@ -127,6 +128,7 @@ func TestDispatcherSettlesMoveWithLostExecReply(t *testing.T) {
 // within the caller's deadline, sets the string aside and places the
 // written tasks, so the batch runs whole.
 func TestEnqueueSettlesLostExecReply(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const q = "settle-enqueue"
 	admin := e.admin(t)

@@ -57,6 +57,7 @@ func idInLane(prefix string, k, n int) string {
 // the old map stops serving the lane, and processes with the new map use
 // it.
 func TestShardMapVersion(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	const n = 3
@@ -152,6 +153,7 @@ func TestShardMapVersion(t *testing.T) {
 // processes with the new map. Every acknowledged task runs; a task runs
 // twice only when its run was cut off (the lease of an old process ended).
 func TestShardMoveLane(t *testing.T) {
+	t.Parallel()
 	s0 := redistest.Start(t, redistest.Private())
 	srcA := redistest.Start(t, redistest.Private())
 	dstB := redistest.Start(t, redistest.Private())
@@ -164,8 +166,16 @@ func TestShardMoveLane(t *testing.T) {
 
 	var mu sync.Mutex
 	ran := map[string]int{}
+	// The producers keep at most 50 tasks enqueued and not started yet:
+	// each start frees a place.
+	ahead := make(chan struct{}, 50)
 	mux := NewMux()
 	mux.HandleFunc("job", func(_ context.Context, tk *Task) error {
+		select {
+		case <-ahead:
+		default: // a second run
+		}
+		// real time: runs last a little, so that the move cuts some off.
 		time.Sleep(2 * time.Millisecond)
 		mu.Lock()
 		ran[tk.ID]++
@@ -187,6 +197,7 @@ func TestShardMoveLane(t *testing.T) {
 	}
 	var current atomic.Pointer[Client]
 	current.Store(c1)
+	moved := make(chan struct{}) // closed once current is c2
 
 	var ackMu sync.Mutex
 	var acked []string
@@ -200,6 +211,11 @@ func TestShardMoveLane(t *testing.T) {
 				case <-stopProd:
 					return
 				default:
+				}
+				select {
+				case ahead <- struct{}{}:
+				case <-stopProd:
+					return
 				}
 				c := current.Load()
 				opts := []Option{In(time.Duration(i%5) * 50 * time.Millisecond), Timeout(2 * time.Second)}
@@ -223,10 +239,15 @@ func TestShardMoveLane(t *testing.T) {
 						return
 					}
 					refused.Add(1)
-					time.Sleep(5 * time.Millisecond)
+					// Refused by the old server's new version: the next
+					// try waits for the processes with the new map.
+					select {
+					case <-moved:
+					case <-stopProd:
+						return
+					}
 					c = current.Load()
 				}
-				time.Sleep(time.Millisecond)
 			}
 		})
 	}
@@ -262,6 +283,7 @@ func TestShardMoveLane(t *testing.T) {
 	}
 	runLogged(t, newSrv.Run)
 	current.Store(c2)
+	close(moved)
 	stopOld()
 	ackMu.Lock()
 	switched := len(acked)

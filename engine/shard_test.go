@@ -49,6 +49,7 @@ func exists(t testing.TB, c redis.Conn, key string) bool {
 }
 
 func TestShardLaneOf(t *testing.T) {
+	t.Parallel()
 	if got := laneOf("anything", 1); got != 0 {
 		t.Errorf("one lane: %d", got)
 	}
@@ -82,6 +83,7 @@ func TestShardLaneOf(t *testing.T) {
 // a namespace written before it had lanes keeps working as lane 0 of a
 // sharded deployment: its tasks are found by id and run.
 func TestShardOneLaneKeepsLayout(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	old, err := e.client(t).Enqueue(ctx, "job", []byte("before"))
@@ -138,6 +140,7 @@ func TestShardOneLaneKeepsLayout(t *testing.T) {
 // ShardKey keeps a key's tasks together, the rest are spread, and a
 // batch says where each task went.
 func TestShardRouting(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	const n = 4

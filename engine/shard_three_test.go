@@ -14,6 +14,7 @@ import (
 
 	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/bucketq/bucketq/internal/redistest"
+	"github.com/bucketq/bucketq/internal/testwait"
 )
 
 // shardTestTasks is how many tasks TestShardThreeServersKill enqueues:
@@ -40,6 +41,7 @@ func shardTestTasks(t testing.TB) int {
 // but whose reply the kill cut off waits for its lease to end: the tasks
 // have a 2 s timeout so that this stays short.)
 func TestShardThreeServersKill(t *testing.T) {
+	t.Parallel()
 	total := shardTestTasks(t)
 	began := time.Now()
 	var servers []*redistest.Server
@@ -94,6 +96,10 @@ func TestShardThreeServersKill(t *testing.T) {
 	killAt := int64(total / 3)
 	killed := make(chan struct{})
 	var killOnce sync.Once
+	// The lane comes back once a sixth of the tasks were enqueued with it
+	// down.
+	downLong := make(chan struct{})
+	var downOnce sync.Once
 	restarted := make(chan struct{})
 	var producers sync.WaitGroup
 	var next atomic.Int64
@@ -141,18 +147,20 @@ func TestShardThreeServersKill(t *testing.T) {
 						}
 					}
 				}
-				if enqueued.Add(int64(n)) >= killAt {
+				if sum := enqueued.Add(int64(n)); sum >= killAt {
 					killOnce.Do(func() {
 						servers[1].Kill(t)
 						close(killed)
 					})
+					if sum >= killAt+int64(total/6) {
+						downOnce.Do(func() { close(downLong) })
+					}
 				}
 			}
 		})
 	}
 	go func() {
-		<-killed
-		time.Sleep(time.Second)
+		<-downLong
 		servers[1].Restart(t)
 		close(restarted)
 	}()
@@ -179,7 +187,7 @@ func TestShardThreeServersKill(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(spread + 60*time.Second)
-	for {
+	testwait.Until(t, spread+90*time.Second, "every acknowledged task to run", func() bool {
 		mu.Lock()
 		var missing []string
 		for _, id := range acked {
@@ -190,7 +198,7 @@ func TestShardThreeServersKill(t *testing.T) {
 		acked = missing
 		mu.Unlock()
 		if len(missing) == 0 {
-			break
+			return true
 		}
 		if time.Now().After(deadline) {
 			byLane := map[int]int{}
@@ -208,8 +216,8 @@ func TestShardThreeServersKill(t *testing.T) {
 			mu.Unlock()
 			t.Fatalf("%d acknowledged tasks did not run (by lane %v)", len(missing), byLane)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	stopSrv()
 	mu.Lock()
 	dups := 0

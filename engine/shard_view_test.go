@@ -15,6 +15,7 @@ import (
 // fan out over every lane and merge; a lane whose server is down is named
 // while the others are still reported.
 func TestShardOneView(t *testing.T) {
+	t.Parallel()
 	sa := redistest.Start(t, redistest.Private())
 	sb := redistest.Start(t, redistest.Private())
 	e := newEnv(t, sa)
@@ -105,6 +106,7 @@ func TestShardOneView(t *testing.T) {
 // of a batch meant for it go to one other lane together (one transaction),
 // the pinned ones fail with the lane's error, and the result says so.
 func TestShardBatchFallback(t *testing.T) {
+	t.Parallel()
 	sa := redistest.Start(t, redistest.Private())
 	sb := redistest.Start(t, redistest.Private())
 	e := newEnv(t, sa)

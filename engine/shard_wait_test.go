@@ -44,6 +44,7 @@ func blockingKeys(h *waitHub) map[string]bool {
 // pool) block in one BLPOP, not four, and a task enqueued to any lane
 // still wakes its worker, long before the idle wait would.
 func TestShardSharedWait(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	e.cfg.Advanced.IdleWait = 60 * time.Second // a lost wake-up would show as a minute's wait
 	const n = 4
@@ -140,6 +141,7 @@ func (l *lookCounter) NextDue(ctx context.Context, conn redis.Conn) (int64, bool
 // idle wait, not one per lane and part, and no LPUSH (a waiting part that
 // waits again finds its lists in the BLPOP under way).
 func TestShardSharedWaitIdle(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	e.cfg.Advanced.HeartbeatInterval = time.Second
 	e.cfg.Advanced.HeartbeatTTL = 3 * time.Second
@@ -235,6 +237,7 @@ func TestShardSharedWaitIdle(t *testing.T) {
 // lane's dispatcher and runs on time: not before it is due, and long
 // before the idle wait (a minute) would have made the dispatcher look.
 func TestShardSharedWaitDelayed(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	e.cfg.Advanced.IdleWait = 60 * time.Second
 	const n = 6
@@ -272,6 +275,7 @@ func TestShardSharedWaitDelayed(t *testing.T) {
 // server's lanes back off, and their tasks, written before it went down
 // (appendfsync always), run once it is back.
 func TestShardSharedWaitServerDown(t *testing.T) {
+	t.Parallel()
 	sa := redistest.Start(t, redistest.WithAppendOnly())
 	sb := redistest.Start(t, redistest.WithAppendOnly())
 	e := newEnv(t, sa)
@@ -383,6 +387,7 @@ func (r *runRecorder) requireOnTime(t testing.TB, due map[string]time.Time, with
 // and worker (not one per part), and a delayed task in every lane runs on
 // time: not early, and long before the idle wait (a minute).
 func TestShardClusterWait(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	tc, err := topology.NewCluster(topology.ClusterOptions{Seeds: c.Addrs()[:1]})
 	if err != nil {
@@ -440,6 +445,7 @@ func TestShardClusterWait(t *testing.T) {
 // other lanes' dispatchers of their idle looks: each still looks at its
 // lane every IdleWait, as its own BLPOP's timeout would make it.
 func TestShardSharedWaitBusyLane(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	const n = 3
 	sh := e.sameServer(n)
@@ -489,6 +495,7 @@ func TestShardSharedWaitBusyLane(t *testing.T) {
 // fails the shared BLPOP of every lane of its server; the wait sets it
 // aside, blocks again, and the lane's delayed task runs on time.
 func TestShardSharedWaitWrongType(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	e.cfg.Advanced.IdleWait = 60 * time.Second
 	const n = 3
@@ -526,6 +533,7 @@ func TestShardSharedWaitWrongType(t *testing.T) {
 // when the worker waits on them again it finds them in the BLPOP under
 // way and sends nothing. Past IdleWait they are left out.
 func TestWaitHubKeepsTimedOutListsForIdleWait(t *testing.T) {
+	t.Parallel()
 	e := privateEnv(t)
 	a := e.admin(t)
 	const idle = 2 * time.Second

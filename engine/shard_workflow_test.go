@@ -11,6 +11,7 @@ import (
 // steps' ids ("<workflow>~<i>") do not name that lane; the workflows run
 // to the end under a ShardedServer.
 func TestShardWorkflows(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	ctx := context.Background()
 	const n = 3

@@ -57,6 +57,8 @@ func (s *silentServer) close() {
 // matching context.DeadlineExceeded, even against a server that accepts
 // connections and never replies.
 func TestShutdownAgainstSilentServer(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	for _, which := range []string{"worker", "server"} {
 		t.Run(which, func(t *testing.T) {
 			s := newSilentServer(t)
@@ -80,7 +82,12 @@ func TestShutdownAgainstSilentServer(t *testing.T) {
 			}
 			ran := make(chan error, 1)
 			go func() { ran <- run(context.Background()) }()
-			time.Sleep(200 * time.Millisecond) // let it reach Redis and hang there
+			// Let it reach the server and hang there.
+			waitFor(t, outcomeWait, "a connection to the silent server", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return len(s.conns) > 0
+			})
 			const deadline = 300 * time.Millisecond
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()

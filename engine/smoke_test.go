@@ -8,6 +8,7 @@ import (
 )
 
 func TestSmokeEndToEnd(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)

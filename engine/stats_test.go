@@ -9,6 +9,7 @@ import (
 // Stats with one queue's counters damaged returns the other queues'
 // figures and an error naming the damaged one, instead of zeros and nil.
 func TestStatsReportsDamagedQueue(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := checkCtx(t, 30*time.Second)

@@ -16,6 +16,7 @@ import (
 // next pop is lost, the good task it took is recovered and runs within a
 // few seconds, and no queue is invented for the bad id.
 func TestWrongTypeRecordThenLostPop(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	admin := e.admin(t)
 	var armed atomic.Bool
@@ -123,11 +124,14 @@ func (s *stuckStore) Finish(ctx context.Context, l *lane, req finishReq) (finish
 // the worker's recovery of lost pops running, and it is not retried past
 // the run's lease.
 func TestPersistentErrorInOneSlot(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
 		rec := newRecorder(nil)
 		e.cfg.Concurrency = 2
+		var gaveUp <-chan struct{}
+		e.cfg.Logger, gaveUp = logSignal(e.cfg.Logger, "could not record a task's result before its lease ended")
 		w, _ := newWorker(e.pool, e.cfg, rec)
 		ss := &stuckStore{store: w.store}
 		w.setStore(ss)
@@ -159,20 +163,19 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 		}
 		// Past its lease (2 s timeout + 0.5 s grace) the stuck slot gives
 		// up: its task is left to a reaper, and the slot takes tasks again.
+		select {
+		case <-gaveUp:
+		case <-time.After(outcomeWait):
+			t.Fatal("the stuck slot did not give up")
+		}
 		n := ss.attempts.Load()
-		waitFor(t, outcomeWait, "the stuck slot to give up", func() bool {
-			m := ss.attempts.Load()
-			if m == n {
-				return true
-			}
-			n = m
-			time.Sleep(time.Second)
-			return false
-		})
 		more, _ := idOf(c.Enqueue(ctx, "t", nil))
 		more2, _ := idOf(c.Enqueue(ctx, "t", nil))
 		for _, id := range []string{more, more2} {
 			waitFor(t, outcomeWait, "task after the stuck slot gave up", func() bool { return e.state(t, id) == StateDone })
+		}
+		if m := ss.attempts.Load(); m != n {
+			t.Fatalf("the stuck slot tried %d more times after giving up", m-n)
 		}
 	})
 }
@@ -181,6 +184,8 @@ func TestPersistentErrorInOneSlot(t *testing.T) {
 // lost pop the worker did not notice) is returned within one
 // HeartbeatInterval and runs.
 func TestStrandedInflightRecovered(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		admin := e.admin(t)

@@ -115,6 +115,7 @@ func (e *env) count(t testing.TB, q, id string) int {
 // there); the error is recognisably uncertain; a retry with the same id
 // leaves exactly one task either way.
 func TestTaskIDRetryAfterLostExec(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		retry := e.client(t)
@@ -156,6 +157,7 @@ func TestTaskIDRetryAfterLostExec(t *testing.T) {
 // of the batch or nothing, and a retry with the same ids on a good
 // connection then leaves each task exactly once.
 func TestTaskIDAtEachCrashPoint(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		st := e.store(t)
 		ctx := context.Background()
@@ -220,6 +222,7 @@ func TestTaskIDAtEachCrashPoint(t *testing.T) {
 // its task is in; a batch with one existing id writes none of its tasks
 // and names the ids that exist.
 func TestTaskIDExists(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
@@ -270,6 +273,7 @@ func TestTaskIDExists(t *testing.T) {
 // Producers racing with one id get one task: the check and the write are
 // one transaction.
 func TestTaskIDRace(t *testing.T) {
+	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
@@ -302,6 +306,7 @@ func TestTaskIDRace(t *testing.T) {
 }
 
 func TestTaskIDValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	ctx := context.Background()
 	c := e.client(t)

@@ -53,6 +53,7 @@ func turnEnv(t *testing.T, n int) (*env, map[string]bool, *msgTally) {
 // Dispatchers over one backlog take the dispatch turn and move every task
 // exactly once; the turn is given up when the backlog is done.
 func TestDispatchTurn(t *testing.T) {
+	t.Parallel()
 	e, want, logs := turnEnv(t, 3000)
 	var stops []func()
 	for i := 0; i < 4; i++ {
@@ -80,6 +81,7 @@ func TestDispatchTurn(t *testing.T) {
 // its TTL; then a dispatcher that was turned away takes it and moves the
 // rest.
 func TestDispatchTurnTakenOver(t *testing.T) {
+	t.Parallel()
 	e, want, logs := turnEnv(t, 500)
 	admin := e.admin(t)
 	if _, err := admin.Do("SETEX", e.key("turn"), 2, "dead"); err != nil {
@@ -115,6 +117,7 @@ func TestDispatchTurnTakenOver(t *testing.T) {
 // A turn key of the wrong type never keeps a task from moving: it is set
 // aside, and the dispatcher moves without the turn meanwhile.
 func TestDispatchTurnWrongType(t *testing.T) {
+	t.Parallel()
 	e, want, logs := turnEnv(t, 500)
 	admin := e.admin(t)
 	if _, err := admin.Do("RPUSH", e.key("turn"), "x"); err != nil {

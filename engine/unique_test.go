@@ -18,6 +18,7 @@ import (
 // Eight producers race to enqueue one unique key 1,000 times in all:
 // exactly one task is written, and every refusal names it.
 func TestUniqueRace(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	const producers, total = 8, 1000
@@ -71,6 +72,7 @@ func TestUniqueRace(t *testing.T) {
 // or queue is another key. A batch is all or nothing, and refuses two of
 // its own tasks with one key before writing anything.
 func TestUniqueDigestAndBatch(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := context.Background()
@@ -151,6 +153,7 @@ var uniqueRows = []struct {
 }
 
 func TestUniqueStateTable(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	e.cfg.RetryDelay = func(*Task, int, error) time.Duration { return time.Hour }
 	c := e.client(t)
@@ -281,6 +284,7 @@ func TestUniqueStateTable(t *testing.T) {
 // A dead letter whose key another task took meanwhile is not revived: a
 // retry skips it and it stays dead.
 func TestUniqueReviveRefused(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	ctx := context.Background()
@@ -315,6 +319,7 @@ func TestUniqueReviveRefused(t *testing.T) {
 // TestUniqueDocTable checks that docs/unique.md's state table says what
 // TestUniqueStateTable checks: the same rows, held or free alike.
 func TestUniqueDocTable(t *testing.T) {
+	t.Parallel()
 	f, err := os.Open("../docs/unique.md")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 // Shutdown lets handlers finish until its deadline, then returns the
 // unfinished tasks to their queues at once, and leaves no goroutine.
 func TestShutdownReturnsUnfinished(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	eachServer(t, func(t *testing.T, e *env) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
@@ -22,6 +24,7 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 		c := e.client(t)
 		started := make(chan string, 4)
 		var quick atomic.Int32
+		var stopReq <-chan struct{} // closed when Shutdown begins
 		mux := NewMux()
 		mux.HandleFunc("hang", func(ctx context.Context, t *Task) error {
 			started <- t.ID
@@ -30,11 +33,12 @@ func TestShutdownReturnsUnfinished(t *testing.T) {
 		})
 		mux.HandleFunc("quick", func(ctx context.Context, t *Task) error {
 			started <- t.ID
-			time.Sleep(100 * time.Millisecond)
+			<-stopReq // still running when Shutdown begins
 			quick.Add(1)
 			return nil
 		})
 		srv, _ := newLaneServer(e.pool, e.cfg, mux, AllRoles)
+		stopReq = srv.Worker.stopReq
 		done := make(chan struct{})
 		go func() { _ = srv.Run(ctx); close(done) }()
 		hang, _ := idOf(c.Enqueue(ctx, "hang", nil))
@@ -86,6 +90,8 @@ func containsPrefix(ss []string, p string) bool {
 // A second Shutdown with an earlier deadline cuts the first one's grace
 // short; Shutdown before Run closes the server.
 func TestSecondShutdownAborts(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := realEnv(t)
 	ctx := context.Background()
 	started := make(chan struct{}, 1)
@@ -101,7 +107,8 @@ func TestSecondShutdownAborts(t *testing.T) {
 	<-started
 	first := make(chan struct{})
 	go func() { _ = srv.Shutdown(context.Background()); close(first) }() // no deadline
-	time.Sleep(100 * time.Millisecond)
+	// The first Shutdown has begun.
+	<-srv.Worker.stopReq
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	t0 := time.Now()
@@ -129,6 +136,8 @@ func TestSecondShutdownAborts(t *testing.T) {
 // timeout shorter than IdleWait, idle workers still wake for new tasks and
 // log no failed waits.
 func TestBlockingWaitOutlivesReadTimeout(t *testing.T) {
+	// Not parallel: it bounds a time in real time, which the load of
+	// the package's parallel tests would stretch.
 	e := privateEnv(t)
 	var blpops atomic.Int32
 	e.pool = &redisPool{MaxIdle: 8, Dial: func() (redisConn, error) {
@@ -232,6 +241,7 @@ func (c *popReplyLoser) Err() error {
 // in-flight list; the worker gives it back by itself, without waiting for
 // shutdown or a reaper, and it runs once.
 func TestLostPopReplyRecovered(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	var armed atomic.Bool
 	base := e.pool
@@ -245,8 +255,10 @@ func TestLostPopReplyRecovered(t *testing.T) {
 	rec := newRecorder(nil)
 	e.cfg.Concurrency = 1
 	w, _ := newWorker(e.pool, e.cfg, rec)
+	blpops := e.srv.Census.Count("BLPOP")
 	runBackground(t, w.Run)
-	time.Sleep(300 * time.Millisecond)
+	// Armed once the worker is idle: its waiter blocks.
+	waitFor(t, outcomeWait, "the idle worker's BLPOP", func() bool { return e.srv.Census.Count("BLPOP") > blpops })
 	armed.Store(true)
 	id, err := idOf(e.client(t).Enqueue(context.Background(), "t", nil))
 	if err != nil {

@@ -45,6 +45,7 @@ func workflowState(t *testing.T, c *laneClient, id, want string) func() bool {
 // A chain whose middle step dies stops there; retried from the dead
 // letters, the step succeeds and the chain completes, every step once.
 func TestChainMiddleStepDiesRetriedCompletes(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	var runs [3]atomic.Int32
@@ -95,6 +96,7 @@ func TestChainMiddleStepDiesRetriedCompletes(t *testing.T) {
 // guard, a finish that finds the record no longer its run's, is tested
 // in buckets: TestChainSuccessorOnceUnderDoubleRun.)
 func TestChainSuccessorOnceUnderLeaseLoss(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	var late atomic.Int32
 	e.cfg.Logger = slog.New(msgCounter{"handler returned after its task was given back", &late})
@@ -143,6 +145,7 @@ func TestChainSuccessorOnceUnderLeaseLoss(t *testing.T) {
 // Members finishing together on several workers enqueue the callback
 // once, with every outcome.
 func TestGroupCallbackOnceAcrossWorkers(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	const n = 40
 	var callbacks atomic.Int32
@@ -200,6 +203,7 @@ func TestGroupCallbackOnceAcrossWorkers(t *testing.T) {
 // retried from the dead letters and successful, it completes the group.
 // With ContinueOnFailure the callback runs with the dead member listed.
 func TestGroupDeadMemberPolicies(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	var fail atomic.Bool
 	fail.Store(true)
@@ -240,6 +244,7 @@ func TestGroupDeadMemberPolicies(t *testing.T) {
 
 // Cancelling a chain cancels its waiting step; the workflow shows it.
 func TestCancelWorkflow(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	c := e.client(t)
 	if _, err := c.EnqueueChain(t.Context(), "later", Step{Type: "x", Delay: time.Hour}, Step{Type: "y"}); err != nil {
@@ -263,6 +268,7 @@ func TestCancelWorkflow(t *testing.T) {
 
 // Limits and options are checked before anything is written.
 func TestWorkflowLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	ctx := t.Context()
@@ -320,6 +326,7 @@ func (h msgCounter) WithGroup(string) slog.Handler      { return h }
 // A chain whose waiting step is cancelled by itself (Cancel of the step's
 // id) is cancelled, not done.
 func TestChainStepCancelledAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	c := e.client(t)
 	if _, err := c.EnqueueChain(t.Context(), "solo", Step{Type: "x", Delay: time.Hour}, Step{Type: "y"}); err != nil {
@@ -337,6 +344,7 @@ func TestChainStepCancelledAlone(t *testing.T) {
 // A group is running until its callback has ended, and then takes the
 // callback's outcome: done when it succeeded, failed when it is dead.
 func TestGroupStateFollowsCallback(t *testing.T) {
+	t.Parallel()
 	e := realEnv(t)
 	release := make(chan struct{})
 	running := make(chan struct{}, 1)
