@@ -64,7 +64,7 @@ func (d *dupClaimStore) Claim(ctx context.Context, l *lane, p string, ids []stri
 		recs, res, err := d.store.Claim(ctx, ll, p, ids, cs, hold)
 		select {
 		case <-d.other:
-		case <-time.After(time.Second):
+		case <-time.After(time.Second): // real time: a bound, when no second claim comes (it should wait for this one)
 		}
 		return recs, res, err
 	}

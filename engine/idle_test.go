@@ -185,7 +185,9 @@ func (b *beatLog) Beat(ctx context.Context, l *lane, bt beat) error {
 			return errInjected
 		}
 		err := b.store.Beat(ctx, l, bt)
-		time.Sleep(b.slow) // the reply comes late
+		// real time: the reply comes late, past the heartbeat's TTL, which
+		// the worker measures on its own clock.
+		time.Sleep(b.slow)
 		b.log("refresh-slow")
 		return err
 	}
