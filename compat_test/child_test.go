@@ -19,6 +19,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -171,7 +172,7 @@ type child struct {
 	used    []bool
 	eof     bool
 	killed  bool
-	changed pulse // a line came, or the end
+	changed testwait.Pulse // a line came, or the end
 }
 
 // openGate lets the child claim what it takes (childOpts.claimGate).
@@ -223,12 +224,12 @@ func (e *env) startChild(o childOpts) *child {
 			ch.lines = append(ch.lines, sc.Text())
 			ch.used = append(ch.used, false)
 			ch.mu.Unlock()
-			ch.changed.beat()
+			ch.changed.Beat()
 		}
 		ch.mu.Lock()
 		ch.eof = true
 		ch.mu.Unlock()
-		ch.changed.beat()
+		ch.changed.Beat()
 	}()
 	t.Cleanup(ch.kill)
 	ch.id = strings.TrimPrefix(ch.waitLine("WORKER ", 30*time.Second), "WORKER ")
@@ -242,7 +243,7 @@ func (ch *child) waitLine(prefix string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
-		next := ch.changed.wait()
+		next := ch.changed.Wait()
 		ch.mu.Lock()
 		for i, l := range ch.lines {
 			if !ch.used[i] && strings.HasPrefix(l, prefix) {

@@ -527,62 +527,19 @@ func idsOf(infos []*engine.TaskInfo, err error) ([]string, error) {
 	return ids, nil
 }
 
-// pulse lets goroutines wait for the next of a series of events: wait
-// returns a channel that the next beat closes.
-type pulse struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (p *pulse) wait() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch == nil {
-		p.ch = make(chan struct{})
-	}
-	return p.ch
-}
-
-func (p *pulse) beat() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch != nil {
-		close(p.ch)
-		p.ch = nil
-	}
-}
-
 // heldClaims beats p each time a transaction counts a claim given back
 // for flow control (a slot or a window in use): proof that a worker tried
 // to take a task while the limit held it.
-func (e *env) heldClaims(p *pulse) {
+func (e *env) heldClaims(p *testwait.Pulse) {
 	e.faults.set(func(f *faults) {
 		f.beforeExec = func(v txnView) {
 			for _, c := range v.Queued {
 				if c.is("HINCRBY") && len(c.Args) > 1 && argString(c.Args[1]) == "held" {
-					p.beat()
+					p.Beat()
 				}
 			}
 		}
 	})
-}
-
-// until waits, up to timeout, for cond to hold, checking it again at each
-// beat of p.
-func (p *pulse) until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		next := p.wait()
-		if cond() {
-			return
-		}
-		select {
-		case <-next:
-		case <-deadline:
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-	}
 }
 
 // blocking counts the blocking pops in flight (sent, not answered yet) on
@@ -590,7 +547,7 @@ func (p *pulse) until(t testing.TB, timeout time.Duration, what string, cond fun
 // on the queues' wake-up lists. changed beats at each change.
 type blocking struct {
 	dispatchers, workers atomic.Int64
-	changed              pulse
+	changed              testwait.Pulse
 }
 
 // trackBlocking sets the seam's Do hooks to count e's blocking pops.
@@ -614,13 +571,13 @@ func (e *env) trackBlocking() *blocking {
 		f.beforeDo = func(c cmd) {
 			if n := count(c); n != nil {
 				n.Add(1)
-				b.changed.beat()
+				b.changed.Beat()
 			}
 		}
 		f.afterDo = func(c cmd, _ interface{}) {
 			if n := count(c); n != nil {
 				n.Add(-1)
-				b.changed.beat()
+				b.changed.Beat()
 			}
 		}
 	})

@@ -315,10 +315,10 @@ func scenarioCancelRace(e *env) {
 	var rec recorder
 	// A run lasts until the next cancel is answered, so that tasks stay
 	// ready while the cancels run and the two meet.
-	var cancelAnswered pulse
+	var cancelAnswered testwait.Pulse
 	cancelsDone := make(chan struct{})
 	h := engine.HandlerFunc(func(ctx context.Context, task *engine.Task) error {
-		next := cancelAnswered.wait()
+		next := cancelAnswered.Wait()
 		rec.add(task)
 		select {
 		case <-next:
@@ -348,7 +348,7 @@ func scenarioCancelRace(e *env) {
 			// From the newest: the workers take the oldest first.
 			for i := n - 1 - g; i >= 0; i -= 3 {
 				results[i] = c.Cancel(ctx, ids[i])
-				cancelAnswered.beat()
+				cancelAnswered.Beat()
 			}
 		}()
 	}

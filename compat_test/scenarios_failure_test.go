@@ -553,7 +553,7 @@ func scenarioIdleWake(e *env) {
 		e.worker(cfg, mux)
 	}
 	e.dispatcher(cfg)
-	blocked.changed.until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP", idle)
+	blocked.changed.Until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP", idle)
 
 	batch := make([]engine.NewTask, n)
 	for i := range batch {
@@ -570,7 +570,7 @@ func scenarioIdleWake(e *env) {
 		t.Fatalf("only %d of %d idle workers woke within %v (IdleWait %v)", running.Load(), n, outcomeWait, cfg.Advanced.IdleWait)
 	}
 
-	blocked.changed.until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP again", idle)
+	blocked.changed.Until(t, outcomeWait, "every worker and the dispatcher blocked in BLPOP again", idle)
 	start = time.Now()
 	id := must(t)(c.Enqueue(ctx, "scheduled", nil, engine.In(300*time.Millisecond)))
 	testwait.Until(t, outcomeWait, "the scheduled task to run before IdleWait", func() bool { return len(rec.of(id)) == 1 })
@@ -640,7 +640,7 @@ func scenarioLostMoveReply(e *env, opts ...engine.Option) {
 	// the list is empty with the worker and the dispatcher both idle in
 	// BLPOP, none can run any more.
 	admin := e.admin()
-	blocked.changed.until(t, outcomeWait, "the worker and the dispatcher idle, nothing ready", func() bool {
+	blocked.changed.Until(t, outcomeWait, "the worker and the dispatcher idle, nothing ready", func() bool {
 		if blocked.workers.Load() == 0 || blocked.dispatchers.Load() == 0 {
 			return false
 		}

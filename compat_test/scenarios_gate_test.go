@@ -128,12 +128,12 @@ func scenarioQueueLimit(e *env) {
 	// A run holds its slot until another worker tried to take a task and
 	// gave it back for the limit (or another run started: the overlap
 	// the test looks for), unless no task is left to take.
-	var tried pulse
+	var tried testwait.Pulse
 	e.heldClaims(&tried)
 	mux := engine.NewMux()
 	mux.HandleFunc("t", func(hctx context.Context, _ *engine.Task) error {
-		next := tried.wait()
-		tried.beat()
+		next := tried.Wait()
+		tried.Beat()
 		n := inside.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -182,12 +182,12 @@ func scenarioKeys(e *env) {
 	// A run holds its key until a worker tried to take a task and gave it
 	// back for a limit (or another run started: an overlap the test looks
 	// for), unless no task is left to take.
-	var tried pulse
+	var tried testwait.Pulse
 	e.heldClaims(&tried)
 	mux := engine.NewMux()
 	mux.HandleFunc("t", func(hctx context.Context, task *engine.Task) error {
-		next := tried.wait()
-		tried.beat()
+		next := tried.Wait()
+		tried.Beat()
 		mu.Lock()
 		if inside[task.Key]++; inside[task.Key] > 1 {
 			over = task.Key

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/measured"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/goleak"
@@ -54,31 +55,6 @@ func (l *load) keep(n int, part float64) {
 	if d := time.Duration(float64(longFor(l.t)) * part); d > 0 {
 		// real time: TOPOLOGY_TEST_LONG asks for load of that duration.
 		time.Sleep(d)
-	}
-}
-
-// pulse lets goroutines wait for the next of a series of events: wait
-// returns a channel that the next beat closes.
-type pulse struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (p *pulse) wait() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch == nil {
-		p.ch = make(chan struct{})
-	}
-	return p.ch
-}
-
-func (p *pulse) beat() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch != nil {
-		close(p.ch)
-		p.ch = nil
 	}
 }
 
@@ -122,7 +98,7 @@ type load struct {
 	failures map[string]int       // Enqueue errors, by kind
 	samples  map[string]string
 	failed   atomic.Int64
-	changed  pulse // an enqueue acknowledged, a task run
+	changed  testwait.Pulse // an enqueue acknowledged, a task run
 
 	stopServer func()
 	stopProd   func()
@@ -143,7 +119,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 		l.mu.Lock()
 		l.ran[task.ID]++
 		l.mu.Unlock()
-		l.changed.beat()
+		l.changed.Beat()
 		return nil
 	})
 	srv, err := engine.NewServer(cfg, mux, engine.AllRoles, pool)
@@ -197,7 +173,7 @@ func startLoad(t *testing.T, pool *redis.Pool, ns string, producers int) *load {
 				l.acked[info.ID] = true
 				l.ackedAt[info.ID] = time.Now()
 				l.mu.Unlock()
-				l.changed.beat()
+				l.changed.Beat()
 			}
 		}()
 	}
@@ -231,7 +207,7 @@ func (l *load) waitAcked(n int, timeout time.Duration) {
 	want := l.ackedCount() + n
 	deadline := time.After(timeout)
 	for {
-		next := l.changed.wait()
+		next := l.changed.Wait()
 		if l.ackedCount() >= want {
 			return
 		}
@@ -261,7 +237,7 @@ func (l *load) settle(timeout time.Duration) (lost []string, dups int) {
 	l.stopProd()
 	deadline := time.After(timeout)
 	for {
-		next := l.changed.wait()
+		next := l.changed.Wait()
 		l.mu.Lock()
 		lost = lost[:0]
 		for id := range l.acked {

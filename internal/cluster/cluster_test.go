@@ -248,20 +248,6 @@ func (l *ledger) check(t *testing.T, ctx context.Context) (lost []int) {
 	return lost
 }
 
-// await polls cond (a cheap in-memory check) until it holds or timeout;
-// on timeout it logs state.
-func await(t *testing.T, timeout time.Duration, what string, cond func() bool, state func() string) {
-	t.Helper()
-	held := false
-	defer func() {
-		if !held {
-			t.Logf("waiting for %s: %s", what, state())
-		}
-	}()
-	testwait.Until(t, timeout, what, cond)
-	held = true
-}
-
 func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t)
@@ -291,7 +277,7 @@ func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); l.run(loopCtx) }()
-	await(t, 10*time.Second, "first transactions", func() bool { return l.okRuns.Load() >= 20 }, l.state)
+	testwait.UntilShowing(t, 10*time.Second, "first transactions", func() bool { return l.okRuns.Load() >= 20 }, l.state)
 
 	// Until the slot is handed over (CLUSTER SETSLOT NODE) the router's
 	// requests go to src, which answers ASK, never MOVED.
@@ -301,7 +287,7 @@ func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 		switch moved {
 		case 1:
 			// One key has moved, one not: transactions must wait.
-			await(t, 10*time.Second, "a TRYAGAIN while the slot is half moved",
+			testwait.UntilShowing(t, 10*time.Second, "a TRYAGAIN while the slot is half moved",
 				func() bool { return r.Stats().TryAgain > st.TryAgain }, l.state)
 		case 2:
 			// Both keys are on dst, the slot still on src: ASK, then commit on dst.
@@ -314,12 +300,12 @@ func TestClusterTxnFollowsSlotMigration(t *testing.T) {
 				t.Errorf("GET of a migrated key saw no ASK")
 			}
 			ok := l.okRuns.Load()
-			await(t, 10*time.Second, "a transaction committed after ASK",
+			testwait.UntilShowing(t, 10*time.Second, "a transaction committed after ASK",
 				func() bool { return r.Stats().Ask > st.Ask && l.okRuns.Load() > ok+5 }, l.state)
 		}
 	})
 	ok := l.okRuns.Load()
-	await(t, 10*time.Second, "transactions after MOVED", func() bool {
+	testwait.UntilShowing(t, 10*time.Second, "transactions after MOVED", func() bool {
 		return r.Stats().Moved > movedBefore && l.okRuns.Load() > ok+20
 	}, l.state)
 	stop()
@@ -356,12 +342,12 @@ func TestClusterFollowsFailover(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); l.run(loopCtx) }()
-	await(t, 10*time.Second, "first transactions", func() bool { return l.okRuns.Load() >= 50 }, l.state)
+	testwait.UntilShowing(t, 10*time.Second, "first transactions", func() bool { return l.okRuns.Load() >= 50 }, l.state)
 
 	killed := time.Now()
 	master.Kill(t)
 	before := l.okRuns.Load()
-	await(t, 30*time.Second, "transactions on the promoted replica", func() bool { return l.okRuns.Load() > before+50 }, l.state)
+	testwait.UntilShowing(t, 30*time.Second, "transactions on the promoted replica", func() bool { return l.okRuns.Load() > before+50 }, l.state)
 	resumed := time.Since(killed)
 	stop()
 	wg.Wait()

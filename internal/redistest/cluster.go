@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -286,7 +287,7 @@ func (c *Cluster) Node(addr string) *Node {
 func (c *Cluster) WaitHealthy(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	var why string
-	until(t, timeout, "the cluster to be healthy", func() bool {
+	testwait.UntilShowing(t, timeout, "the cluster to be healthy", func() bool {
 		why = c.unhealthy()
 		return why == ""
 	}, func() string { return why })

@@ -30,7 +30,7 @@ func (s *Server) ReplicateFrom(t testing.TB, master *Server, timeout time.Durati
 		t.Fatalf("redistest: SLAVEOF %s: %v", master.Addr, err)
 	}
 	var info string
-	until(t, timeout, "the replica of "+master.Addr+" to be in sync", func() bool {
+	testwait.UntilShowing(t, timeout, "the replica of "+master.Addr+" to be in sync", func() bool {
 		var err error
 		info, err = redis.String(c.Do("INFO", "replication"))
 		if err != nil {
@@ -49,18 +49,4 @@ func (s *Server) Promote(t testing.TB) {
 	if _, err := c.Do("SLAVEOF", "NO", "ONE"); err != nil {
 		t.Fatalf("redistest: SLAVEOF NO ONE: %v", err)
 	}
-}
-
-// until waits through testwait.Until and, if it times out, logs state()
-// first: what the last check saw.
-func until(t testing.TB, timeout time.Duration, what string, cond func() bool, state func() string) {
-	t.Helper()
-	held := false
-	defer func() {
-		if !held {
-			t.Logf("redistest: waiting for %s: %s", what, state())
-		}
-	}()
-	testwait.Until(t, timeout, what, cond)
-	held = true
 }

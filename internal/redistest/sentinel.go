@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -71,7 +72,7 @@ func (s *SentinelSet) waitInSync(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	var m map[string]string
 	var err error
-	until(t, timeout, fmt.Sprintf("replica %s in sync with %s", s.Replica.Addr, s.Master.Addr), func() bool {
+	testwait.UntilShowing(t, timeout, fmt.Sprintf("replica %s in sync with %s", s.Replica.Addr, s.Master.Addr), func() bool {
 		m, err = s.Replica.info("replication")
 		return err == nil && m["master_link_status"] == "up"
 	}, func() string { return fmt.Sprint(m, err) })
@@ -80,7 +81,7 @@ func (s *SentinelSet) waitInSync(t testing.TB, timeout time.Duration) {
 func (s *SentinelSet) waitAware(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	var last string
-	until(t, timeout, "every sentinel to see the replica and 2 other sentinels", func() bool {
+	testwait.UntilShowing(t, timeout, "every sentinel to see the replica and 2 other sentinels", func() bool {
 		for _, n := range s.Sentinels {
 			f, err := sentinelMaster(n, s.Name)
 			if err != nil || f["num-slaves"] != "1" || f["num-other-sentinels"] != "2" {
@@ -109,7 +110,7 @@ func sentinelMaster(n *Node, name string) (map[string]string, error) {
 func (s *SentinelSet) WaitMaster(t testing.TB, addr string, timeout time.Duration) {
 	t.Helper()
 	var last string
-	until(t, timeout, "every running sentinel to name "+addr+" as the master", func() bool {
+	testwait.UntilShowing(t, timeout, "every running sentinel to name "+addr+" as the master", func() bool {
 		for _, n := range s.Sentinels {
 			got, err := redis.Strings(n.TryDo("SENTINEL", "get-master-addr-by-name", s.Name))
 			if err != nil || len(got) != 2 || "127.0.0.1:"+got[1] != addr {

@@ -1,6 +1,7 @@
 package testwait
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,4 +42,26 @@ func TestUntilFailsAfterTimeout(t *testing.T) {
 	if f.msg != "timed out after %v waiting for %s" {
 		t.Fatalf("Fatalf format %q", f.msg)
 	}
+}
+
+// Pulse.Until checks its condition again at each Beat, not by polling,
+// and misses none: a change beaten before it waits is seen by its check.
+func TestPulseUntil(t *testing.T) {
+	t.Parallel()
+	var p Pulse
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for range 3 {
+			mu.Lock()
+			n++
+			mu.Unlock()
+			p.Beat()
+		}
+	}()
+	p.Until(t, time.Minute, "three changes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return n == 3
+	})
 }
