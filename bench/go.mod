@@ -11,6 +11,8 @@ require (
 	github.com/redis/go-redis/v9 v9.14.1
 )
 
+require github.com/jonboulle/clockwork v0.5.0 // indirect
+
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/bucketq/bucketq v0.0.0

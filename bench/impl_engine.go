@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"io"
 	"log/slog"
 	"strings"
@@ -190,7 +191,7 @@ func (e *engineImpl) Consume(ctx context.Context, cc ConsumeConfig, h Handler) (
 // out of the dispatchers' sight (seedIndex) until Release.
 func (e *engineImpl) SeedDue(ctx context.Context, ts []Task) error {
 	cfg := e.cfg
-	cfg.Advanced.Clock = offsetClock(-2 * time.Hour)
+	cfg.Advanced.Clock = clocktest.Offset(-2 * time.Hour)
 	c, err := engine.NewClient(cfg, e.pool)
 	if err != nil {
 		return err
@@ -308,11 +309,6 @@ func (e *engineImpl) Release(ctx context.Context) error {
 func (e *engineImpl) ReadyCount(ctx context.Context) (int64, error) {
 	return redis.Int64(e.do(ctx, "LLEN", e.keys.Ready("default")))
 }
-
-// offsetClock is a clock a fixed offset away from the real one.
-type offsetClock time.Duration
-
-func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 
 // IdleIntervals implements Idler: the periods of what Consume starts (a
 // Server with every role), at the engine's defaults.

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"io"
 	"log/slog"
 	"os"
@@ -294,7 +295,7 @@ func shardMeasure(ctx context.Context, o shardOptions, sc string, n int) (shardR
 			return res, err
 		}
 		dcfg := e.cfg
-		dcfg.Advanced.Clock = shardAheadClock(time.Hour + time.Second)
+		dcfg.Advanced.Clock = clocktest.Offset(time.Hour + time.Second)
 		srv, err := engine.NewServer(dcfg, nil, engine.RoleDispatcher, e.pools...)
 		if err != nil {
 			return res, err
@@ -374,8 +375,3 @@ func shardProduce(ctx context.Context, c *engine.Client, total, p int, opts func
 	wg.Wait()
 	return errors.Join(errs...)
 }
-
-// shardAheadClock is a clock running ahead by its value.
-type shardAheadClock time.Duration
-
-func (c shardAheadClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"strings"
 	"sync"
 	"testing"
@@ -155,7 +156,7 @@ func TestRetryDelaySeesTaskAndError(t *testing.T) {
 func TestEnqueueReturnsInfo(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, miniServer(t))
-	clock := &settableClock{now: time.UnixMilli(1_700_000_000_000).Add(300 * time.Microsecond)}
+	clock := clocktest.NewSettable(time.UnixMilli(1_700_000_000_000).Add(300 * time.Microsecond))
 	e.cfg.Advanced.Clock = clock
 	c := e.client(t)
 	ctx := context.Background()

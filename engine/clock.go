@@ -1,19 +1,21 @@
 package engine
 
-import "time"
+import (
+	"time"
 
-// Clock tells the time. The engine reads time only through a Clock, so
-// tests and fault injection can run a process fast, slow or offset.
-// Redis 2.4 has no TIME command: every due time and lease is on the clock
-// of the process that computes it.
-type Clock interface {
-	Now() time.Time
-}
+	"github.com/jonboulle/clockwork"
+)
 
-// systemClock is the real clock, what a nil Config.Advanced.Clock means.
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// Clock tells the time and sets timers. The engine reads due times, leases
+// and periodic firings only through it, so a test can drive them with
+// clockwork.NewFakeClock (advance an hour; see a delayed task run) and
+// fault injection can run a process offset. Redis 2.4 has no TIME command:
+// every due time and lease is on the clock of the process that computes
+// it. What Redis times itself (key TTLs such as the heartbeat's, BLPOP
+// timeouts) runs on real time, and so do the engine's waits that answer
+// to it. It is clockwork's interface, a well-kept one with a fake that
+// counts its sleepers.
+type Clock = clockwork.Clock
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 

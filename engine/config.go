@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -330,7 +331,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.Advanced.Clock == nil {
-		c.Advanced.Clock = systemClock{}
+		c.Advanced.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

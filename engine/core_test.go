@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -197,24 +197,6 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// settableClock is a clock tests move by hand.
-type settableClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *settableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *settableClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
 // Never early: stepping the dispatcher's clock one millisecond at a time,
 // no task is in a ready list before its due time on that clock, and each is
 // there once its bucket time has come.
@@ -223,7 +205,7 @@ func TestNeverEarly(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		base := time.UnixMilli(time.Now().UnixMilli()/1000*1000 + 10_000)
-		pclock := &settableClock{now: base.Add(-5 * time.Second)}
+		pclock := clocktest.NewSettable(base.Add(-5 * time.Second))
 		e.cfg.Advanced.Clock = pclock
 		c := e.client(t)
 		due := map[string]time.Time{}
@@ -235,7 +217,7 @@ func TestNeverEarly(t *testing.T) {
 			}
 			due[id] = at
 		}
-		dclock := &settableClock{}
+		dclock := clocktest.NewSettable(time.Time{})
 		e.cfg.Advanced.Clock = dclock
 		d, err := newDispatcher(e.pool, e.cfg)
 		if err != nil {
@@ -279,7 +261,7 @@ func TestDueRounding(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, miniServer(t))
 	now := time.UnixMilli(1_800_000_000_000).Add(300 * time.Microsecond)
-	e.cfg.Advanced.Clock = &settableClock{now: now}
+	e.cfg.Advanced.Clock = clocktest.NewSettable(now)
 	c := e.client(t)
 	ctx := context.Background()
 	soon, _ := idOf(c.Enqueue(ctx, "t", nil, At(now.Add(400*time.Microsecond))))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -119,9 +120,29 @@ func (d *dispatcher) Run(ctx context.Context) error {
 		defer lanes[i].Close()
 	}
 	var bo, conflictBo rconn.Backoff
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	// Two timers: recheck on real time (how long Redis-side state such as
+	// another dispatcher's turn or an unwoken far bucket may go unread),
+	// due on the engine's Clock (the next bucket's time), so a test that
+	// drives the Clock drives the moves.
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer recheck.Stop()
+	clock := d.cfg.Advanced.Clock
+	var due clockwork.Timer // set while a bucket's time is awaited
+	stopDue := func() {
+		if due != nil {
+			due.Stop()
+			due = nil
+		}
+	}
+	defer stopDue()
+	// dueAt is due's channel, nil (never ready) while due is unset.
+	dueAt := func() <-chan time.Time {
+		if due == nil {
+			return nil
+		}
+		return due.Chan()
+	}
 	d.log.Info("dispatcher started", "namespace", d.cfg.Namespace, "resolution", d.cfg.Advanced.Resolution)
 	for {
 		next, err := d.round(ctx, lanes)
@@ -159,12 +180,10 @@ func (d *dispatcher) Run(ctx context.Context) error {
 		if next == turnedAway {
 			limit, next = turnWait, -1
 		}
-		sleep := limit
+		recheck.Reset(limit)
 		if next > 0 {
-			sleep = min(sleep, time.Until(time.UnixMilli(next))+d.clockOffset())
+			due = clock.NewTimer(time.UnixMilli(next).Sub(clock.Now()))
 		}
-		timer.Reset(sleep)
-		tc := timer.C
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
@@ -172,7 +191,9 @@ func (d *dispatcher) Run(ctx context.Context) error {
 				return nil
 			case <-wake:
 				waiting = false
-			case <-tc:
+			case <-recheck.C:
+				waiting = false
+			case <-dueAt():
 				waiting = false
 			case <-look:
 				// The idle wait ran out with no token: one may have been
@@ -182,23 +203,13 @@ func (d *dispatcher) Run(ctx context.Context) error {
 				waiting = ok
 				if ok && at > 0 && (next < 0 || at < next) {
 					next = at
-					stopTimer(timer)
-					timer.Reset(min(limit, time.Until(time.UnixMilli(next))+d.clockOffset()))
-					tc = timer.C
+					stopDue()
+					due = clock.NewTimer(time.UnixMilli(next).Sub(clock.Now()))
 				}
 			}
 		}
-		stopTimer(timer)
-	}
-}
-
-// stopTimer stops t and drains its channel.
-func stopTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
+		recheck.Stop()
+		stopDue()
 	}
 }
 
@@ -225,13 +236,6 @@ func (d *dispatcher) idleLook(ctx context.Context, h *rconn.Holder) (at int64, o
 		return 0, false
 	}
 	return next, true
-}
-
-// clockOffset is how far the engine's clock runs behind the real one, so
-// that a timer set on real time fires when the engine's clock reaches the
-// due time.
-func (d *dispatcher) clockOffset() time.Duration {
-	return time.Since(d.cfg.Advanced.Clock.Now())
 }
 
 // conflicted is round's answer when every transaction of the round found

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,7 @@ func TestExpireIn(t *testing.T) {
 	t.Parallel()
 	eachServer(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		clock := &settableClock{now: time.Now()}
+		clock := clocktest.NewSettable(time.Now())
 		e.cfg.Advanced.Clock = clock
 		e.cfg.Queues = []QueueConfig{{Name: "exp"}}
 		c := e.client(t)

@@ -44,14 +44,18 @@ type heartbeater struct {
 type heartbeatParams struct {
 	store         store
 	ttl, interval time.Duration // Config.Advanced.HeartbeatTTL, HeartbeatInterval
-	clock         Clock
-	queues        []string // the worker's, for the heartbeat info
-	concurrency   int
-	log           *slog.Logger
+	clock         Clock         // the engine's, for the heartbeat info
+	// beats is what beats and the TTL reckoning run on: real time in a
+	// worker, since Redis times the key's TTL on its own clock; a unit
+	// test drives a fake one.
+	beats       Clock
+	queues      []string // the worker's, for the heartbeat info
+	concurrency int
+	log         *slog.Logger
 }
 
 func newHeartbeater(p heartbeatParams) *heartbeater {
-	return &heartbeater{heartbeatParams: p, born: time.Now(), started: p.clock.Now(), full: true}
+	return &heartbeater{heartbeatParams: p, born: p.beats.Now(), started: p.clock.Now(), full: true}
 }
 
 // serve says which task types the worker serves (nil: every type), for
@@ -83,13 +87,13 @@ const expirySlack = time.Second
 // expired before it ran is followed at once by a full beat.
 func (h *heartbeater) beat(ctx context.Context) error {
 	for {
-		sent := time.Since(h.born)
+		sent := h.beats.Since(h.born)
 		full := h.needFull(sent)
 		if err := h.send(ctx, full); err != nil {
 			h.full = true
 			return err
 		}
-		if !full && time.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.ttl-expirySlack {
+		if !full && h.beats.Since(h.born)-time.Duration(h.lastBeat.Load()) >= h.ttl-expirySlack {
 			h.full = true // it may have run after the key expired: register again
 			continue
 		}
@@ -141,7 +145,7 @@ func (h *heartbeater) send(ctx context.Context, full bool) error {
 // its tasks and forget it; a forgotten worker that then took a task and
 // died would leave it where no reaper looks.
 func (h *heartbeater) alive() bool {
-	since := time.Since(h.born) - time.Duration(h.lastBeat.Load())
+	since := h.beats.Since(h.born) - time.Duration(h.lastBeat.Load())
 	return since < h.ttl-h.interval
 }
 
@@ -149,14 +153,14 @@ func (h *heartbeater) alive() bool {
 // not retried: the next tick tries again, and alive() stops the worker
 // from taking tasks once the TTL is near.
 func (h *heartbeater) run(ctx context.Context) {
-	t := time.NewTicker(h.interval)
+	t := h.beats.NewTicker(h.interval)
 	defer t.Stop()
 	fails := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if err := h.beat(ctx); err != nil {
 			if ctx.Err() != nil {

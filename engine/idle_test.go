@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -365,7 +366,7 @@ func TestDispatcherIdleLook(t *testing.T) {
 	e := privateEnv(t)
 	ctx := context.Background()
 	base := time.Now()
-	clock := &settableClock{now: base}
+	clock := clocktest.NewSettable(base)
 	e.cfg.Advanced.Clock = clock
 	e.cfg.Advanced.IdleWait = time.Second
 	c := e.client(t)

@@ -193,9 +193,10 @@ func (p *processor) startRun(fetchCtx context.Context, c claimed) bool {
 	defer p.waiting.Add(-1)
 	grace := w.cfg.Advanced.LeaseGrace.Milliseconds()
 	claimedAt := rec.Deadline - rec.TimeoutMs - grace // redisStore.deadline
-	t := time.NewTimer(time.Duration(claimedAt+grace/2-ms(w.cfg.Advanced.Clock.Now())) * time.Millisecond)
+	clock := w.cfg.Advanced.Clock
+	t := clock.NewTimer(time.UnixMilli(claimedAt + grace/2).Sub(clock.Now()))
 	defer t.Stop()
-	if p.slots.takeBefore(fetchCtx, t.C) {
+	if p.slots.takeBefore(fetchCtx, t.Chan()) {
 		if fetchCtx.Err() == nil {
 			return true
 		}

@@ -55,7 +55,8 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	r.running[rec.ID] = run
 	r.mu.Unlock()
 	r.timers.Add(1)
-	timer := time.AfterFunc(time.Until(time.UnixMilli(rec.Deadline))+time.Since(w.cfg.Advanced.Clock.Now()), func() {
+	clock := w.cfg.Advanced.Clock
+	timer := clock.AfterFunc(time.UnixMilli(rec.Deadline).Sub(clock.Now()), func() {
 		defer r.timers.Done()
 		r.expire(run)
 	})

@@ -92,10 +92,10 @@ func TestPeriodicRacingSchedulers(t *testing.T) {
 	const passes, step = 25, 100 * time.Millisecond
 	start := time.Now().Truncate(time.Second).Add(500 * time.Millisecond)
 	var ss []*scheduler
-	var clocks []*settableClock
+	var clocks []*clocktest.Settable
 	for _, off := range []time.Duration{0, 2 * time.Second, -2 * time.Second} {
 		s := e.scheduler(t, off, 8*time.Second, p)
-		clock := &settableClock{now: start.Add(off)}
+		clock := clocktest.NewSettable(start.Add(off))
 		s.cfg.Advanced.Clock = clock
 		ss, clocks = append(ss, s), append(clocks, clock)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"slices"
 	"sort"
@@ -105,7 +106,7 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	}
 	w.control = newControl(controlParams{store: w.store, pool: pool, channel: st.Keys.Control(), idleWait: cfg.Advanced.IdleWait, log: w.log})
 	w.hb = newHeartbeater(heartbeatParams{store: w.store, ttl: cfg.Advanced.HeartbeatTTL, interval: cfg.Advanced.HeartbeatInterval,
-		clock: cfg.Advanced.Clock, queues: queueNames(cfg.Queues), concurrency: cfg.Concurrency, log: w.log})
+		clock: cfg.Advanced.Clock, beats: clockwork.NewRealClock(), queues: queueNames(cfg.Queues), concurrency: cfg.Concurrency, log: w.log})
 	w.inflight = newInflightSet()
 	w.recoverer = &recoverer{store: w.store, inflight: w.inflight, lane: w.lane, interval: cfg.Advanced.HeartbeatInterval, log: w.log}
 	w.fetcher = newFetcher(w)

@@ -12,6 +12,7 @@ package enginetest
 
 import (
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ type Env struct {
 	pool   *redis.Pool
 	client *engine.Client
 	in     *engine.Inspector
-	clock  *clock
+	clock  *clockwork.FakeClock
 }
 
 // Connection timeouts of the Env's pool.
@@ -69,7 +70,7 @@ func New(t testing.TB, cfg engine.Config) *Env {
 	}
 	t.Cleanup(func() { _ = pool.Close() })
 
-	e := &Env{pool: pool, clock: &clock{now: time.Now().Truncate(time.Millisecond)}}
+	e := &Env{pool: pool, clock: clockwork.NewFakeClockAt(time.Now().Truncate(time.Millisecond))}
 	cfg.Advanced.Clock = e.clock
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logWriter{rep}, &slog.HandlerOptions{Level: slog.LevelWarn,
@@ -104,27 +105,6 @@ func (e *Env) Config() engine.Config { return e.cfg }
 // Now is the time on the Env's clock: the time New was called, to the
 // millisecond, until Drain moves it forward to a due time.
 func (e *Env) Now() time.Time { return e.clock.Now() }
-
-// clock is the Env's engine.Clock: it stands still, and Drain moves it.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// advance moves the clock to t, never back.
-func (c *clock) advance(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.After(c.now) {
-		c.now = t
-	}
-}
 
 // reporter reports to t, but never after t has finished: the miniredis
 // goroutines may outlive it.
