@@ -39,8 +39,11 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# Each phase says when it ends, in seconds since the start.
+phase() { echo "== ${1}: done at ${SECONDS}s" >&2; }
 go vet ./...
 "$STATICCHECK" ./...
+phase "vet and staticcheck"
 # internal/chaos is the longest package (its scenarios run in real time,
 # mostly waiting): it starts first, beside the others (two at a time, as
 # go test's default on two cores), instead of running last on its own;
@@ -51,9 +54,11 @@ go test -race -count=1 -timeout 20m ./internal/chaos/... >"$chaos_log" 2>&1 &
 chaos_pid=$!
 rest_rc=0
 go test -race -count=1 -p 2 -timeout 20m $(go list ./... | grep -v '/internal/chaos') || rest_rc=$?
+phase "tests beside internal/chaos"
 chaos_rc=0
 wait "$chaos_pid" || chaos_rc=$?
 cat "$chaos_log"
+phase "internal/chaos"
 if [ "$rest_rc" -ne 0 ] || [ "$chaos_rc" -ne 0 ]; then
   exit 1
 fi
@@ -71,6 +76,8 @@ fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime 50000x -fuzzminimizetime 5s "
 fuzz FuzzDecodeRecord ./buckets
 fuzz FuzzDecodeFlow ./buckets
 fuzz FuzzParseConfig ./cmd/engine
+phase "fuzz"
 if [ -f bench/go.mod ]; then
   (cd bench && go vet ./... && "$STATICCHECK" ./... && go test -count=1 -timeout 10m ./...)
+  phase "bench"
 fi
