@@ -114,7 +114,9 @@ func (f *fetcher) available(q string, now time.Time) bool {
 }
 
 func newFetcher(w *worker) *fetcher {
-	f := &fetcher{w: w, waiter: &waiter{w: w}, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
+	f := &fetcher{w: w, skipUntil: map[string]time.Time{}, skipStep: map[string]time.Duration{}}
+	f.waiter = &waiter{waiterParams: waiterParams{f: f, control: w.control, store: w.store, keys: w.keys,
+		idleWait: w.cfg.Advanced.IdleWait, hub: w.cfg.lane.hub, log: w.log}}
 	f.waiter.blocker.Pool = w.pool
 	f.l.h.Pool = w.pool
 	f.k.Store(1)

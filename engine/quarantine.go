@@ -35,12 +35,6 @@ func setAside(ctx context.Context, pool *redis.Pool, st interface {
 	logSetAside(log, keys, moved, err)
 }
 
-// setAside is setAside for the worker: through its store.
-func (w *worker) setAside(ctx context.Context, want string, names ...string) {
-	moved, err := w.store.SetAside(ctx, nil, want, names...)
-	logSetAside(w.log, w.keys, moved, err)
-}
-
 func logSetAside(log *slog.Logger, keys buckets.Keys, moved []string, err error) {
 	for _, k := range moved {
 		log.Error("key of the wrong type set aside", "key", k, "moved_to", keys.Quarantine(k))

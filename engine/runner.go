@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +17,24 @@ import (
 // another worker. At the shutdown deadline it gives every running task
 // back at once.
 type runner struct {
-	w       *worker
+	runnerParams
 	mu      sync.Mutex
 	running map[string]*activeRun // guarded by mu
 	timers  sync.WaitGroup
+}
+
+// runnerParams is what a runner needs.
+type runnerParams struct {
+	handler   Handler
+	clock     Clock // the lease timers'
+	maxResult int   // Config.MaxResult
+	progress  *progressWriter
+	requeuer  *requeuer // gives expired and unfinished runs back
+	log       *slog.Logger
+}
+
+func newRunner(p runnerParams) *runner {
+	return &runner{runnerParams: p, running: map[string]*activeRun{}}
 }
 
 // Run states: a run ends either with its handler's return (the result is
@@ -43,10 +58,9 @@ type activeRun struct {
 // must not be recorded. A result that arrives before the task is given
 // back is kept, even past the shutdown deadline.
 func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byte) (herr error, ok bool) {
-	w := r.w
 	task := taskFromRecord(rec)
-	box := &resultBox{max: w.cfg.MaxResult}
-	pbox := w.progress.box(rec.ID, task.Timeout)
+	box := &resultBox{max: r.maxResult}
+	pbox := r.progress.box(rec.ID, task.Timeout)
 	hctx := context.WithValue(context.WithValue(baseCtx, resultKey{}, box), progressKey{}, pbox)
 	hctx, cancel := context.WithTimeout(hctx, task.Timeout)
 	defer cancel()
@@ -55,13 +69,12 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	r.running[rec.ID] = run
 	r.mu.Unlock()
 	r.timers.Add(1)
-	clock := w.cfg.Advanced.Clock
-	timer := clock.AfterFunc(time.UnixMilli(rec.Deadline).Sub(clock.Now()), func() {
+	timer := r.clock.AfterFunc(time.UnixMilli(rec.Deadline).Sub(r.clock.Now()), func() {
 		defer r.timers.Done()
 		r.expire(run)
 	})
 
-	err := callHandler(hctx, w.handler, task)
+	err := callHandler(hctx, r.handler, task)
 	pbox.close()
 	returned := run.state.CompareAndSwap(runRunning, runReturned)
 	if timer.Stop() {
@@ -71,7 +84,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	delete(r.running, rec.ID)
 	r.mu.Unlock()
 	if !returned {
-		w.log.Info("handler returned after its task was given back; the task runs again",
+		r.log.Info("handler returned after its task was given back; the task runs again",
 			keyTaskID, rec.ID, keyType, rec.Type, keyErr, err)
 		return nil, false
 	}
@@ -89,9 +102,9 @@ func (r *runner) expire(run *activeRun) {
 		return
 	}
 	run.cancel()
-	r.w.log.Warn("task ran past its timeout and lease; giving it to another worker",
+	r.log.Warn("task ran past its timeout and lease; giving it to another worker",
 		keyTaskID, run.rec.ID, keyType, run.rec.Type, "timeout", time.Duration(run.rec.TimeoutMs)*time.Millisecond)
-	_ = r.w.requeuer.requeue([]string{run.rec.ID}, buckets.LeaseExpired)
+	_ = r.requeuer.requeue([]string{run.rec.ID}, buckets.LeaseExpired)
 }
 
 // giveBack returns every running task whose handler has not returned to
@@ -109,8 +122,8 @@ func (r *runner) giveBack() error {
 	if len(ids) == 0 {
 		return nil
 	}
-	r.w.log.Warn("shutdown deadline passed; returning unfinished tasks", "tasks", len(ids))
-	return r.w.requeuer.requeue(ids, buckets.Shutdown)
+	r.log.Warn("shutdown deadline passed; returning unfinished tasks", "tasks", len(ids))
+	return r.requeuer.requeue(ids, buckets.Shutdown)
 }
 
 // wait waits for the lease timers that fired.

@@ -334,7 +334,7 @@ func (h *waitHub) close() {
 // popWait is the worker's blocking wait: on its lane's shared hub when it
 // has one, else on its own connection.
 func (wt *waiter) popWait(ctx context.Context, keys []string, wait time.Duration) (string, error) {
-	if h := wt.w.cfg.lane.hub; h != nil {
+	if h := wt.hub; h != nil {
 		return h.pop(ctx, keys, wait)
 	}
 	return wt.blocker.Pop(ctx, keys, wait)

@@ -56,9 +56,10 @@ type store interface {
 	// Forget deletes the worker's keys (when its heartbeat is gone, with
 	// requireDead).
 	Forget(ctx context.Context, l *lane, requireDead bool) (bool, error)
-	// SetAside renames keys that are not of type want out of the way and
-	// returns their names.
-	SetAside(ctx context.Context, l *lane, want string, keys ...string) ([]string, error)
+	// SetAside renames keys that are not of type want out of the way,
+	// logging each, on a pooled connection and under a deadline of its own
+	// (it runs on the way out of a failed call, whose ctx may have ended).
+	SetAside(ctx context.Context, want string, keys ...string)
 	// PlaceAgain applies the placement repairs the store keeps.
 	PlaceAgain(ctx context.Context, l *lane) (int, error)
 	// Unplaced counts the placement repairs the store keeps.
@@ -201,7 +202,7 @@ func (s *redisStore) Levels(ctx context.Context, l *lane) (lv map[string][]strin
 		return err
 	})
 	if buckets.IsWrongType(err) {
-		s.setAside(ctx, "set", s.st.Keys.Levels())
+		s.SetAside(ctx, "set", s.st.Keys.Levels())
 	}
 	return lv, err
 }
@@ -219,14 +220,14 @@ func (s *redisStore) Pop(ctx context.Context, l *lane, p string, n int) (r popRe
 	if buckets.IsWrongType(err) {
 		k := s.st.Keys
 		if lvl, keyed := strings.CutSuffix(p, "#"); keyed {
-			s.setAside(ctx, "zset", k.Rotation(lvl))
+			s.SetAside(ctx, "zset", k.Rotation(lvl))
 			lists := []string{k.Inflight(s.id)}
 			if r.place != "" {
 				lists = append(lists, k.Ready(r.place))
 			}
-			s.setAside(ctx, "list", lists...)
+			s.SetAside(ctx, "list", lists...)
 		} else {
-			s.setAside(ctx, "list", k.Ready(p), k.Inflight(s.id))
+			s.SetAside(ctx, "list", k.Ready(p), k.Inflight(s.id))
 		}
 	}
 	return r, err
@@ -363,7 +364,7 @@ func (s *redisStore) RecoverLost(ctx context.Context, l *lane, limit int, held f
 		return err
 	})
 	if buckets.IsWrongType(err) {
-		s.setAside(ctx, "list", s.st.Keys.Inflight(s.id))
+		s.SetAside(ctx, "list", s.st.Keys.Inflight(s.id))
 	}
 	return res, err
 }
@@ -384,14 +385,6 @@ func (s *redisStore) Forget(ctx context.Context, l *lane, requireDead bool) (ok 
 	return ok, err
 }
 
-func (s *redisStore) SetAside(ctx context.Context, l *lane, want string, keys ...string) (moved []string, err error) {
-	err = s.do(ctx, l, func(c *rconn.Holder) error {
-		moved, err = s.st.SetAside(ctx, c.Conn(), want, keys...)
-		return err
-	})
-	return moved, err
-}
-
 func (s *redisStore) PlaceAgain(ctx context.Context, l *lane) (n int, err error) {
 	err = s.do(ctx, l, func(c *rconn.Holder) error {
 		n, err = s.st.PlaceAgain(ctx, c.Conn())
@@ -406,10 +399,15 @@ func (s *redisStore) Unplaced() int { return s.st.Unplaced() }
 // pooled connection, and logs each: where the worker's calls repair a key
 // of the wrong type they meet, in one way. It runs after the call's
 // context may have ended: the repair is bounded on its own.
-func (s *redisStore) setAside(ctx context.Context, want string, keys ...string) {
+func (s *redisStore) SetAside(ctx context.Context, want string, keys ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setAsideTimeout)
 	defer cancel()
-	moved, err := s.SetAside(ctx, nil, want, keys...)
+	var moved []string
+	err := s.do(ctx, nil, func(c *rconn.Holder) error {
+		var err error
+		moved, err = s.st.SetAside(ctx, c.Conn(), want, keys...)
+		return err
+	})
 	logSetAside(s.log, s.st.Keys, moved, err)
 }
 
@@ -421,8 +419,8 @@ const setAsideTimeout = 5 * time.Second
 // list, the pending set, the queue's counters and limits.
 func (s *redisStore) setAsideRunKeys(ctx context.Context, p string) {
 	k := s.st.Keys
-	s.setAside(ctx, "list", k.Inflight(s.id))
-	s.setAside(ctx, "zset", k.Pending(s.id))
-	s.setAside(ctx, "hash", k.Stats(p))
-	s.setAside(ctx, "hash", k.Limit(buckets.QueueOf(p)))
+	s.SetAside(ctx, "list", k.Inflight(s.id))
+	s.SetAside(ctx, "zset", k.Pending(s.id))
+	s.SetAside(ctx, "hash", k.Stats(p))
+	s.SetAside(ctx, "hash", k.Limit(buckets.QueueOf(p)))
 }

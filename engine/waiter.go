@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -27,30 +28,41 @@ import (
 // that opens, or a key whose turn comes, sooner than that (limits.wakeAt)
 // is waited for with a timer instead.
 type waiter struct {
-	w       *worker
+	waiterParams
 	blocker rconn.Blocker
 	bo      rconn.Backoff
+}
+
+// waiterParams is what a waiter needs besides the fetcher it waits for
+// (its queues, skips and limits).
+type waiterParams struct {
+	f        *fetcher
+	control  *control
+	store    store // sets aside a wake-up list of the wrong type
+	keys     buckets.Keys
+	idleWait time.Duration // Config.Advanced.IdleWait
+	hub      *waitHub      // the sharded client's shared wait, if any
+	log      *slog.Logger
 }
 
 // wait returns when a token arrived, IdleWait passed, the paused queues
 // changed, or after a failure (with backoff); false when ctx ended.
 func (wt *waiter) wait(ctx context.Context) bool {
-	w := wt.w
-	f := w.fetcher
-	changed := w.control.watch()
+	f := wt.f
+	changed := wt.control.watch()
 	now := time.Now()
 	var keys []string
 	var wake time.Time // the earliest end of a skip
 	slotKeys := map[string]string{}
 	for _, q := range f.queues {
-		if w.control.isPaused(q) {
+		if wt.control.isPaused(q) {
 			continue
 		}
 		if until, full := f.lim.isFull(q, now); full {
 			if wake.IsZero() || until.Before(wake) {
 				wake = until
 			}
-			k := w.keys.SlotWake(q)
+			k := wt.keys.SlotWake(q)
 			keys = append(keys, k)
 			slotKeys[k] = q
 			continue
@@ -61,7 +73,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 			}
 			continue
 		}
-		keys = append(keys, w.keys.Notify(q))
+		keys = append(keys, wt.keys.Notify(q))
 	}
 	tw := f.lim.nextWake(now) // a key comes in turn, or a rate window opens
 	if !tw.IsZero() && (wake.IsZero() || tw.Before(wake)) {
@@ -70,7 +82,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 	if len(keys) == 0 || !tw.IsZero() && time.Until(tw) < time.Second {
 		// Nothing to block on, or something to look at sooner than
 		// BLPOP's one-second timeout: a timer, then look.
-		d := w.cfg.Advanced.IdleWait
+		d := wt.idleWait
 		if !wake.IsZero() {
 			d = min(d, time.Until(wake))
 		}
@@ -87,7 +99,7 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		}
 		return true
 	}
-	wait := w.cfg.Advanced.IdleWait
+	wait := wt.idleWait
 	if !wake.IsZero() {
 		wait = time.Second // a skip ends within the second: look again then
 	}
@@ -121,21 +133,21 @@ func (wt *waiter) wait(ctx context.Context) bool {
 		// A wake-up list of the wrong type: set it aside, and look at
 		// the queues meanwhile. Other error replies (a cluster that is
 		// down, a server still loading its data) are waited out.
-		w.setAside(ctx, "list", keys...)
+		wt.store.SetAside(ctx, "list", keys...)
 	}
 	// A failed wait must not become a poll: back off.
-	return wt.bo.Wait(ctx, w.log, "worker wake-up wait", err)
+	return wt.bo.Wait(ctx, wt.log, "worker wake-up wait", err)
 }
 
 // reread re-reads the paused set after an idle wait timed out, when one
 // of the worker's queues is paused: only a resume can have been missed
 // to any effect.
 func (wt *waiter) reread(ctx context.Context) {
-	if !wt.w.control.anyPaused(wt.w.fetcher.queues) {
+	if !wt.control.anyPaused(wt.f.queues) {
 		return
 	}
-	if err := wt.w.control.reread(ctx); err != nil && ctx.Err() == nil {
-		wt.w.log.Warn("could not re-read the paused queues; the control channel still tells", keyErr, err)
+	if err := wt.control.reread(ctx); err != nil && ctx.Err() == nil {
+		wt.log.Warn("could not re-read the paused queues; the control channel still tells", keyErr, err)
 	}
 }
 

@@ -111,10 +111,11 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	w.recoverer = &recoverer{store: w.store, inflight: w.inflight, lane: w.lane, interval: cfg.Advanced.HeartbeatInterval, log: w.log}
 	w.fetcher = newFetcher(w)
 	w.proc = newProcessor(w)
-	w.runs = &runner{w: w, running: map[string]*activeRun{}}
 	w.progress = newProgressWriter(pool, st, cfg, w.log)
 	w.finisher = &finisher{w: w, policy: retryPolicy{cfg: cfg}}
 	w.requeuer = &requeuer{store: w.store, lane: w.lane, observe: cfg.observeRecovered, log: w.log}
+	w.runs = newRunner(runnerParams{handler: h, clock: cfg.Advanced.Clock, maxResult: cfg.MaxResult,
+		progress: w.progress, requeuer: w.requeuer, log: w.log})
 	return w, nil
 }
 
@@ -347,7 +348,7 @@ func queueNames(qs []QueueConfig) []string {
 // setStore replaces the store of the worker and of its parts (tests wrap
 // the real one).
 func (w *worker) setStore(st store) {
-	w.store, w.hb.store, w.recoverer.store, w.requeuer.store, w.control.store = st, st, st, st, st
+	w.store, w.hb.store, w.recoverer.store, w.requeuer.store, w.control.store, w.fetcher.waiter.store = st, st, st, st, st, st
 }
 
 // lane is a connection of the worker's pool for a loop's store calls.

@@ -151,11 +151,10 @@ func (d *dyingStore) PausedQueues(ctx context.Context, l *lane) ([]string, error
 	return d.store.PausedQueues(ctx, l)
 }
 
-func (d *dyingStore) SetAside(ctx context.Context, l *lane, want string, keys ...string) ([]string, error) {
-	if d.dead() {
-		return nil, errInjected
+func (d *dyingStore) SetAside(ctx context.Context, want string, keys ...string) {
+	if !d.dead() {
+		d.store.SetAside(ctx, want, keys...)
 	}
-	return d.store.SetAside(ctx, l, want, keys...)
 }
 
 // dieAndTakeOver runs a worker with h that dies at stage (a dyingStore),

@@ -752,6 +752,14 @@ func (c *checker) scenarioChecks() {
 // handler waits.
 const noopSleepMax = 20 * time.Millisecond
 
+// sleepMax is the longest a noop handler of the scenario sleeps.
+func (h *harness) sleepMax() time.Duration {
+	if h.sc.SleepMax > 0 {
+		return h.sc.SleepMax
+	}
+	return noopSleepMax
+}
+
 // checkLimit proves from the handler ledgers that no more runs overlapped
 // at any instant than the queue limit allows (Scenario.MaxRunning, per
 // lane), and that the limit was reached (overlap).
@@ -784,8 +792,8 @@ type overlapped struct {
 // overlap sweeps runs: each lasts from its S line to its E line; one
 // without an E line ends when its process was killed (the first kill of
 // its pid after its start), and never later than the noop handler's
-// longest sleep after its start (chaosproc -sleep-max, its default: the
-// scenario keeps it), which the handler never waits past: a run with
+// longest sleep after its start (chaosproc -sleep-max, the scenario's
+// SleepMax), which the handler never waits past: a run with
 // neither (its handler returned at its context's end) ends then.
 func (h *harness) overlap(runs []*ledger.Run) overlapped {
 	h.mu.Lock()
@@ -808,7 +816,7 @@ func (h *harness) overlap(runs []*ledger.Run) overlapped {
 					end = ms
 				}
 			}
-			longest := r.Start + noopSleepMax.Milliseconds() + 1
+			longest := r.Start + h.sleepMax().Milliseconds() + 1
 			if end != 0 && end <= longest {
 				o.killed++
 			} else {

@@ -329,6 +329,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer h.stopLanes()
 	h.procArgs = append(engineArgs(), sc.ProcArgs...)
+	if sc.SleepMax > 0 {
+		h.procArgs = append(h.procArgs, "-sleep-max", sc.SleepMax.String())
+	}
 	if sc.BadData >= 2 {
 		h.workerArgs = append(h.workerArgs, "-queues", "default,side")
 	}

@@ -52,6 +52,9 @@ type Scenario struct {
 
 	// ProcArgs are extra chaosproc flags of every process.
 	ProcArgs []string
+	// SleepMax is the longest a noop handler sleeps (chaosproc
+	// -sleep-max); 0 is chaosproc's default, noopSleepMax.
+	SleepMax time.Duration
 
 	// Turn: dispatchers must be seen holding the dispatch turn (the
 	// harness samples it), or the scenario did not exercise it; seeing
@@ -197,6 +200,11 @@ var scenarios = []Scenario{
 		// tasks early (docs/flow-control.md).
 		Policy:     "noeviction",
 		MaxRunning: 3, RateShare: 0.75, KeyMaxRunning: 1, Keys: 3, Expire: 0.2,
+		// Runs long enough that the three keys' runs meet at the queue's
+		// limit however the machine paces claims (with 20 ms runs a
+		// loaded machine spread them out so none met); the rates, not
+		// the runs, still bound the pace.
+		SleepMax: 150 * time.Millisecond,
 		// Tasks come a little faster than the rate lets them start, so
 		// that the windows fill and a backlog waits, drained at the
 		// rates' pace.
