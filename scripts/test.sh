@@ -50,54 +50,58 @@ phase() { echo "== ${1}: done at ${SECONDS}s" >&2; }
 go vet ./...
 "$STATICCHECK" ./...
 phase "vet and staticcheck"
-# The benchmark module's checks and smoke tests run beside the rest.
-bench_log="$(mktemp)"
-bench_pid=
-if [ -f bench/go.mod ]; then
-  (cd bench && go vet ./... && "$STATICCHECK" ./... && go test -count=1 -timeout 10m ./...) >"$bench_log" 2>&1 &
-  bench_pid=$!
-fi
+# The jobs below run beside the package tests, each into a log that is
+# printed once the tests are done: on two cores the suite is CPU-bound,
+# and a job that waits (chaos) or runs alone (fuzz) would leave a core idle.
+# Each job has a process group of its own (set -m), so that a stop of the
+# script stops the whole job, go test's test binaries with it.
+set -m
+tmp="$(mktemp -d)"
+declare -A pids=()
+trap 'for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
+beside() { local name=$1; shift; "$@" >"$tmp/$name.log" 2>&1 & pids[$name]=$!; }
+collect() {
+  local rc=0
+  wait "${pids[$1]}" || rc=$?
+  unset "pids[$1]"
+  cat "$tmp/$1.log"
+  phase "$1"
+  return "$rc"
+}
 # internal/chaos is the longest package (its scenarios run in real time,
-# mostly waiting): it starts first, beside the others (two at a time, as
-# go test's default on two cores), instead of running last on its own;
-# its output follows theirs. It runs without the race detector: the
-# engine it tests runs in chaosproc processes, built without it, so the
-# detector would watch only the harness, at a sixth of the package's CPU.
-chaos_log="$(mktemp)"
-trap 'rm -f "$chaos_log" "$bench_log"; [ -z "${bench_pid:-}" ] || kill "$bench_pid" 2>/dev/null || true' EXIT
-go test -count=1 -timeout 20m ./internal/chaos/... >"$chaos_log" 2>&1 &
-chaos_pid=$!
-rest_rc=0
-go test -race -count=1 -p 2 -timeout 20m $(go list ./... | grep -v '/internal/chaos') || rest_rc=$?
-phase "tests beside internal/chaos"
-chaos_rc=0
-wait "$chaos_pid" || chaos_rc=$?
-cat "$chaos_log"
-phase "internal/chaos"
-if [ "$rest_rc" -ne 0 ] || [ "$chaos_rc" -ne 0 ]; then
-  exit 1
-fi
-# A short fuzz of each decoder beyond its seed corpus (the seeds run above).
-# Counted in executions, not seconds: with a time budget Go's fuzzing
-# coordinator can fail a target with "context deadline exceeded" and no
-# failing input when the deadline falls while its workers are busy (say,
-# minimizing a new input, which does not count as executions). Minimizing
-# is bounded too, so a run stays short. The inputs earlier runs found
-# interesting are dropped first (Go keeps them in its build cache, and each
-# run would replay them all before fuzzing: minutes after a few hundred
-# runs); a crasher is kept in testdata/fuzz, which stays.
-rm -rf "$(go env GOCACHE)/fuzz/github.com/bucketq/bucketq"
-# The config parser (YAML, then every check) runs about ten times slower
-# per input than the record decoders, so it gets fewer.
+# mostly waiting). It runs without the race detector: the engine it
+# tests runs in chaosproc processes, built without it, so the detector
+# would watch only the harness, at a sixth of the package's CPU.
+beside chaos go test -count=1 -timeout 20m ./internal/chaos/...
+# A short fuzz of each decoder beyond its seed corpus (the seeds run with
+# the tests). Counted in executions, not seconds: with a time budget Go's
+# fuzzing coordinator can fail a target with "context deadline exceeded"
+# and no failing input when the deadline falls while its workers are busy
+# (say, minimizing a new input, which does not count as executions).
+# Minimizing is bounded too, so a run stays short. The inputs earlier runs
+# found interesting are dropped first (Go keeps them in its build cache,
+# and each run would replay them all before fuzzing: minutes after a few
+# hundred runs); a crasher is kept in testdata/fuzz, which stays. The
+# config parser (YAML, then every check) runs about ten times slower per
+# input than the record decoders, so it gets fewer.
 fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$3" -fuzzminimizetime 2s "$2"; }
-fuzz FuzzDecodeRecord ./buckets 50000x
-fuzz FuzzDecodeFlow ./buckets 50000x
-fuzz FuzzParseConfig ./cmd/engine 10000x
-phase "fuzz"
-if [ -n "$bench_pid" ]; then
-  bench_rc=0
-  wait "$bench_pid" || bench_rc=$?
-  cat "$bench_log"
-  [ "$bench_rc" -eq 0 ] || exit 1
-  phase "bench"
+fuzz_all() {
+  rm -rf "$(go env GOCACHE)/fuzz/github.com/bucketq/bucketq"
+  fuzz FuzzDecodeRecord ./buckets 50000x &&
+    fuzz FuzzDecodeFlow ./buckets 50000x &&
+    fuzz FuzzParseConfig ./cmd/engine 10000x
+}
+beside fuzz fuzz_all
+# The benchmark module's checks and smoke tests.
+if [ -f bench/go.mod ]; then
+  beside bench sh -c 'cd bench && go vet ./... && "$0" ./... && go test -count=1 -timeout 10m ./...' "$STATICCHECK"
 fi
+rc=0
+go test -race -count=1 -p 2 -timeout 20m $(go list ./... | grep -v '/internal/chaos') || rc=1
+phase "tests"
+for job in chaos fuzz bench; do
+  if [ -n "${pids[$job]:-}" ]; then
+    collect "$job" || rc=1
+  fi
+done
+exit "$rc"
