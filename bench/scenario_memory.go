@@ -12,10 +12,14 @@ import (
 // with Sizes.Payload-byte payloads are scheduled (8 producers, Schedule one
 // by one, no consumer running) an hour ahead, either all within one second
 // (burst) or spread evenly over an hour (spread). Reported:
-// (used_memory after − used_memory before) / N, and that minus the payload
-// size ("overhead"). "Before" is read after FLUSHALL (own server) and after
-// 64 warm-up tasks were scheduled through the same producers, so connection
-// buffers are already counted. The harness's task ID (≤7 digits) travels
+// (data memory after − data memory before) / N, and that minus the payload
+// size ("overhead"). Data memory is used_memory less what the clients'
+// buffers hold (mem_clients_normal, where INFO reports it): Redis frees a
+// buffer lazily, so a reply buffer of the breakdown's scan, or of a
+// producer, may be counted in one reading and not the next, which at a
+// small N outweighed the tasks. "Before" is read after FLUSHALL (own
+// server) and after 64 warm-up tasks were scheduled through the same
+// producers. The harness's task ID (≤7 digits) travels
 // with each task and is part of the overhead.
 //
 // An implementation that can name its keys ([MemoryParter]) is also asked,
@@ -58,7 +62,7 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 	if err := parallel(ctx, len(warm), 8, func(i int) error { return sch.Schedule(ctx, warm[i]) }); err != nil {
 		return nil, err
 	}
-	before, err := m.H.Admin.InfoInt("memory", "used_memory")
+	before, err := dataMemory(m.H.Admin)
 	if err != nil {
 		return nil, err
 	}
@@ -71,20 +75,20 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 		} else if err != nil {
 			return nil, fmt.Errorf("memory parts before: %w", err)
 		}
-		// The scan reads used_memory's client buffers too: read it again.
-		if before, err = m.H.Admin.InfoInt("memory", "used_memory"); err != nil {
+		// The scan grows the admin connection's buffers: read it again.
+		if before, err = dataMemory(m.H.Admin); err != nil {
 			return nil, err
 		}
 	}
 	if err := parallel(ctx, n, 8, func(i int) error { return sch.Schedule(ctx, ts[i]) }); err != nil {
 		return nil, err
 	}
-	after, err := m.H.Admin.InfoInt("memory", "used_memory")
+	after, err := dataMemory(m.H.Admin)
 	if err != nil {
 		return nil, err
 	}
-	m.Detail("used_memory_before", before)
-	m.Detail("used_memory_after", after)
+	m.Detail("data_memory_before", before)
+	m.Detail("data_memory_after", after)
 	per := float64(after-before) / float64(n)
 	if parts {
 		partsAfter, err := mp.MemoryParts(ctx)
@@ -94,6 +98,27 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 		m.Detail("breakdown", breakdown(partsBefore, partsAfter, n, per))
 	}
 	return map[string]float64{"total": per, "overhead": per - float64(m.H.Sizes.Payload)}, nil
+}
+
+// dataMemory is used_memory less the clients' buffers (mem_clients_normal,
+// reported by Redis 4 and later; 0 where it is not).
+func dataMemory(a *Admin) (int64, error) {
+	m, err := a.Info("memory")
+	if err != nil {
+		return 0, err
+	}
+	used, err := strconv.ParseInt(m["used_memory"], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO memory used_memory %q: %w", m["used_memory"], err)
+	}
+	if v, ok := m["mem_clients_normal"]; ok {
+		clients, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO memory mem_clients_normal %q: %w", v, err)
+		}
+		used -= clients
+	}
+	return used, nil
 }
 
 // MemoryParter is an implementation that can say what its keys hold, by
