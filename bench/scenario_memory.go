@@ -12,15 +12,16 @@ import (
 // with Sizes.Payload-byte payloads are scheduled (8 producers, Schedule one
 // by one, no consumer running) an hour ahead, either all within one second
 // (burst) or spread evenly over an hour (spread). Reported:
-// (data memory after − data memory before) / N, and that minus the payload
-// size ("overhead"). Data memory is used_memory less what the clients'
-// buffers hold (mem_clients_normal, where INFO reports it): Redis frees a
-// buffer lazily, so a reply buffer of the breakdown's scan, or of a
-// producer, may be counted in one reading and not the next, which at a
-// small N outweighed the tasks. "Before" is read after FLUSHALL (own
-// server) and after 64 warm-up tasks were scheduled through the same
-// producers. The harness's task ID (≤7 digits) travels
-// with each task and is part of the overhead.
+// (used_memory after − used_memory before) / N, and that minus the payload
+// size ("overhead"). "Before" is read after FLUSHALL (own server) and after
+// 64 warm-up tasks were scheduled through the same producers, so connection
+// buffers are already counted. Each reading waits for used_memory to
+// settle (settledMemory): Redis frees client buffers lazily, in its cron,
+// and on a busy machine a buffer still held at one reading outweighed a
+// small N's tasks. (mem_clients_normal cannot be subtracted instead: from
+// Redis 7.4 it counts the shared query buffer against the client using
+// it, memory that used_memory holds all along.) The harness's task ID
+// (≤7 digits) travels with each task and is part of the overhead.
 //
 // An implementation that can name its keys ([MemoryParter]) is also asked,
 // before and after, what its keys hold by part (MEMORY USAGE, Redis ≥ 4),
@@ -62,7 +63,7 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 	if err := parallel(ctx, len(warm), 8, func(i int) error { return sch.Schedule(ctx, warm[i]) }); err != nil {
 		return nil, err
 	}
-	before, err := dataMemory(m.H.Admin)
+	before, err := settledMemory(ctx, m.H.Admin)
 	if err != nil {
 		return nil, err
 	}
@@ -76,19 +77,19 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 			return nil, fmt.Errorf("memory parts before: %w", err)
 		}
 		// The scan grows the admin connection's buffers: read it again.
-		if before, err = dataMemory(m.H.Admin); err != nil {
+		if before, err = settledMemory(ctx, m.H.Admin); err != nil {
 			return nil, err
 		}
 	}
 	if err := parallel(ctx, n, 8, func(i int) error { return sch.Schedule(ctx, ts[i]) }); err != nil {
 		return nil, err
 	}
-	after, err := dataMemory(m.H.Admin)
+	after, err := settledMemory(ctx, m.H.Admin)
 	if err != nil {
 		return nil, err
 	}
-	m.Detail("data_memory_before", before)
-	m.Detail("data_memory_after", after)
+	m.Detail("used_memory_before", before)
+	m.Detail("used_memory_after", after)
 	per := float64(after-before) / float64(n)
 	if parts {
 		partsAfter, err := mp.MemoryParts(ctx)
@@ -100,26 +101,38 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 	return map[string]float64{"total": per, "overhead": per - float64(m.H.Sizes.Payload)}, nil
 }
 
-// dataMemory is used_memory less the clients' buffers (mem_clients_normal,
-// reported by Redis 4 and later; 0 where it is not).
-func dataMemory(a *Admin) (int64, error) {
-	m, err := a.Info("memory")
+// settledMemory reads used_memory until two readings settleGap apart agree
+// within settleSlack, for at most settleMax, and returns the last.
+func settledMemory(ctx context.Context, a *Admin) (int64, error) {
+	prev, err := a.InfoInt("memory", "used_memory")
 	if err != nil {
 		return 0, err
 	}
-	used, err := strconv.ParseInt(m["used_memory"], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("INFO memory used_memory %q: %w", m["used_memory"], err)
-	}
-	if v, ok := m["mem_clients_normal"]; ok {
-		clients, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO memory mem_clients_normal %q: %w", v, err)
+	for end := time.Now().Add(settleMax); time.Now().Before(end); {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(settleGap):
 		}
-		used -= clients
+		cur, err := a.InfoInt("memory", "used_memory")
+		if err != nil {
+			return 0, err
+		}
+		if d := cur - prev; d >= -settleSlack && d <= settleSlack {
+			return cur, nil
+		}
+		prev = cur
 	}
-	return used, nil
+	return prev, nil
 }
+
+// Settling of a used_memory reading: Redis's cron (hz 10) visits each
+// client about once a second.
+const (
+	settleGap   = 300 * time.Millisecond
+	settleSlack = 256 // bytes
+	settleMax   = 10 * time.Second
+)
 
 // MemoryParter is an implementation that can say what its keys hold, by
 // part, for the memory scenario's breakdown.
