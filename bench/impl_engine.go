@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"github.com/gomodule/redigo/redis"
 )
 

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"io"
 	"log/slog"
 	"os"
@@ -39,6 +38,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"github.com/bucketq/bucketq/internal/measured"
 	"github.com/gomodule/redigo/redis"
 )

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/internal/clocktest"
 )
 
 func TestMuxHandleTwicePanics(t *testing.T) {

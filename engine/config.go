@@ -3,13 +3,13 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/gomodule/redigo/redis"
+	"github.com/jonboulle/clockwork"
 )
 
 // Config holds every setting of the engine's parts. The zero value of each

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"github.com/gomodule/redigo/redis"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/bucketq/bucketq/txn"
 	"github.com/gomodule/redigo/redis"
+	"github.com/jonboulle/clockwork"
 )
 
 // Dispatcher moves due buckets to their queues' ready lists. Any number of

@@ -3,11 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/internal/clocktest"
 )
 
 // A task not started by its expiry never starts: waiting in a paused

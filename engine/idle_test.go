@@ -2,13 +2,13 @@ package engine
 
 import (
 	"context"
-	"github.com/bucketq/bucketq/internal/clocktest"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/clocktest"
 	"github.com/gomodule/redigo/redis"
 )
 

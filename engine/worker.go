@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"slices"
 	"sort"
@@ -16,6 +15,7 @@ import (
 	"github.com/bucketq/bucketq/engine/internal/rconn"
 	"github.com/gomodule/redigo/redis"
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 )
 
 // Worker runs tasks from a set of queues with Config.Concurrency handlers

@@ -12,7 +12,6 @@ package enginetest
 
 import (
 	"fmt"
-	"github.com/jonboulle/clockwork"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/bucketq/bucketq/internal/minihook"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
+	"github.com/jonboulle/clockwork"
 )
 
 // Env is an engine on an in-process Redis, for one test.
