@@ -637,6 +637,7 @@ func TestCrashPoints(t *testing.T) {
 							t.Fatal(err)
 						}
 						s.ResultTTL = 600
+						s.FlowTTL = 600 // not 0, whose 1 s could run out between a snapshot's reads
 						c := pool.Get()
 						defer c.Close()
 						if err := tc.setup(ctx, s, c); err != nil {
@@ -669,6 +670,7 @@ func TestCrashPoints(t *testing.T) {
 							t.Fatal(err)
 						}
 						s.ResultTTL = 600
+						s.FlowTTL = 600 // not 0, whose 1 s could run out between a snapshot's reads
 						c := pool.Get()
 						if err := pre.mid(ctx, s, c); err != nil {
 							t.Fatalf("mid: %v", err)
