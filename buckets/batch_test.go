@@ -373,7 +373,7 @@ func TestClaimRegistersForgottenWorker(t *testing.T) {
 			if _, err := c.Do("DEL", s.Keys.Heartbeat(w1)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.RecoverAllInflight(ctx, c, w1, t0+5); err != nil {
+			if _, err := s.RecoverAllInflight(ctx, c, w1, t0+5, true); err != nil {
 				t.Fatal(err)
 			}
 			if ok, err := s.Forget(ctx, c, w1, true); err != nil || !ok {

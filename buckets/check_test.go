@@ -193,7 +193,7 @@ func TestCheckDeadLetterOfNoQueue(t *testing.T) {
 	if _, err := redis.DoContext(conn, testCtx(t), "RPUSH", st.Keys.Inflight("w1"), "ghost"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.RecoverAllInflight(testCtx(t), conn, "w1", now)
+	res, err := st.RecoverAllInflight(testCtx(t), conn, "w1", now, true)
 	if err != nil || res.Buried != 1 {
 		t.Fatalf("RecoverAllInflight = %+v, %v; want the ghost buried", res, err)
 	}

@@ -460,11 +460,11 @@ var crashCases = []crashCase{
 		_, err := c.Do("SET", s.Keys.Task("a"), "garbage")
 		return err
 	}, func(ctx context.Context, s *Store, c redis.Conn) error {
-		_, err := s.Requeue(ctx, c, w1, []string{"a"}, t0+30, LeaseExpired, 3)
+		_, err := s.Requeue(ctx, c, w1, []string{"a"}, t0+6000, LeaseExpired, 3)
 		return err
 	}},
 	{"RecoverInflight", popped("a", "b"), func(ctx context.Context, s *Store, c redis.Conn) error {
-		_, err := s.RecoverAllInflight(ctx, c, w1, t0+30)
+		_, err := s.RecoverAllInflight(ctx, c, w1, t0+30, true)
 		return err
 	}},
 	{"Cancel", func(ctx context.Context, s *Store, c redis.Conn) error {

@@ -107,7 +107,7 @@ func TestPriorityPlaces(t *testing.T) {
 		if id, err := s.Pop(ctx, c, Place("q", 3), w1); err != nil || id != "a3" {
 			t.Fatalf("Pop = %q, %v", id, err)
 		}
-		if _, err := s.RecoverAllInflight(ctx, c, w1, t0+30); err != nil {
+		if _, err := s.RecoverAllInflight(ctx, c, w1, t0+30, true); err != nil {
 			t.Fatal(err)
 		}
 		if got := listOf(t, c, k.Ready(Place("q", 3))); !reflect.DeepEqual(got, []string{"b3", "a3"}) {

@@ -49,7 +49,11 @@ func (r Reason) String() string {
 type RequeueResult struct {
 	Requeued int // back in a ready list
 	Buried   int // to the dead letters (too many recoveries, or a missing or bad record)
-	Dropped  int // ids no longer this worker's (already handled elsewhere)
+	Dropped  int // ids no longer this worker's (already handled elsewhere), or whose lease was renewed
+	// Alive is set when the worker was taken for dead (WorkerDied, or
+	// RecoverAllInflight with requireDead) but its heartbeat was back by
+	// the transaction: nothing was returned.
+	Alive bool
 	// Recovered names the tasks Requeue counted as recovered (WorkerDied,
 	// LeaseExpired), Buried set for those sent to the dead letters for it.
 	Recovered []RecoveredTask
@@ -78,6 +82,14 @@ type RecoveredTask struct {
 //	a record no longer
 //	running under w is someone else's and is left alone.
 //
+// The judgement that made the caller return the tasks is made again
+// inside the transaction, since a reaper reads it earlier, outside:
+// for WorkerDied the transaction also watches and reads hb:<w> (EXISTS),
+// and a worker whose heartbeat is back (it beat again after a server
+// restart that had expired its key, say) keeps everything (Alive); for
+// LeaseExpired an id whose lease deadline (its score) is past now was
+// renewed since, and stays (Dropped).
+//
 // Two reapers at once: the second one's EXEC fails because the first
 // changed p:<w> and the records, and its next read finds the ids gone from
 // p:<w>: each task is returned once. A crash before EXEC changes nothing.
@@ -85,8 +97,11 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 	if len(ids) == 0 {
 		return RequeueResult{}, nil
 	}
-	pending := s.Keys.Pending(w)
+	pending, hb := s.Keys.Pending(w), s.Keys.Heartbeat(w)
 	watch := []string{pending}
+	if why == WorkerDied {
+		watch = append(watch, hb)
+	}
 	for _, id := range ids {
 		watch = append(watch, s.Keys.Task(id))
 	}
@@ -102,9 +117,20 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 				return err
 			}
 		}
+		if why == WorkerDied {
+			if err := tx.Send("EXISTS", hb); err != nil {
+				return err
+			}
+		}
 		reps, err := tx.Flush()
 		if err != nil {
 			return err
+		}
+		if why == WorkerDied {
+			if alive, err := redis.Int(reps[2*len(ids)], nil); err != nil || alive == 1 {
+				res.Alive, res.Dropped = err == nil, len(ids)
+				return err
+			}
 		}
 		zrem := []interface{}{pending}
 		var back byQueue
@@ -113,6 +139,12 @@ func (s *Store) Requeue(ctx context.Context, conn redis.Conn, w string, ids []st
 			if score == nil {
 				res.Dropped++
 				continue
+			}
+			if why == LeaseExpired {
+				if deadline, err := redis.Float64(score, nil); err != nil || deadline > float64(now) {
+					res.Dropped++ // renewed since it was listed (or unreadable: left to check)
+					continue
+				}
 			}
 			zrem = append(zrem, id)
 			b, _ := raw.([]byte)
@@ -179,12 +211,15 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 	return ids, nil
 }
 
-// recoverInflight returns up to limit ids from dead worker w's in-flight
+// recoverInflight returns up to limit ids from worker w's in-flight
 // list (taken, never claimed) to the front of their ready lists. These
-// tasks never started, so no recovery is counted.
+// tasks never started, so no recovery is counted. With requireDead (a
+// reaper), w must still be dead: hb:<w> is watched and read too, and a
+// worker whose heartbeat is back keeps its list (Alive).
 //
-// WATCH   f:<w>, then t:<id> ... for the ids read
-// read    LRANGE f:<w> -limit -1 (the oldest), GET t:<id> ...
+// WATCH   f:<w> (requireDead: hb:<w>), then t:<id> ... for the ids read
+// read    (requireDead: EXISTS hb:<w>), LRANGE f:<w> -limit -1 (the
+//         oldest), GET t:<id> ...
 // queue   LTRIM f:<w> 0 -(n+1); RPUSH q:<q> ids (front) + tokens;
 //
 //	a missing or malformed record becomes a dead letter saying so;
@@ -192,11 +227,22 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 //
 // Only reapers touch a dead worker's list, and watching it and the records
 // makes a second reaper, or a Cancel, start over.
-func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int) (RequeueResult, error) {
-	inflight := s.Keys.Inflight(w)
+func (s *Store) recoverInflight(ctx context.Context, conn redis.Conn, w string, now int64, limit int, requireDead bool) (RequeueResult, error) {
+	inflight, hb := s.Keys.Inflight(w), s.Keys.Heartbeat(w)
+	watch := []string{inflight}
+	if requireDead {
+		watch = append(watch, hb)
+	}
 	var res RequeueResult
-	_, err := s.run(ctx, conn, []string{inflight}, func(tx *txn.Tx) error {
+	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		res = RequeueResult{}
+		if requireDead {
+			alive, err := redis.Int(tx.Do("EXISTS", hb))
+			if err != nil || alive == 1 {
+				res.Alive = err == nil
+				return err
+			}
+		}
 		ids, err := redis.Strings(tx.Do("LRANGE", inflight, -limit, -1))
 		if err != nil || len(ids) == 0 {
 			return err
@@ -311,15 +357,17 @@ func asError(rep interface{}) error {
 }
 
 // RecoverAllInflight runs recoverInflight until worker w's in-flight list
-// is empty, and adds up what it did.
-func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64) (RequeueResult, error) {
+// is empty (or, with requireDead, w is found alive), and adds up what it
+// did. A reaper sets requireDead; a worker emptying its own list does not.
+func (s *Store) RecoverAllInflight(ctx context.Context, conn redis.Conn, w string, now int64, requireDead bool) (RequeueResult, error) {
 	var total RequeueResult
 	for {
-		res, err := s.recoverInflight(ctx, conn, w, now, 100)
+		res, err := s.recoverInflight(ctx, conn, w, now, 100, requireDead)
 		total.Requeued += res.Requeued
 		total.Buried += res.Buried
 		total.Dropped += res.Dropped
-		if err != nil || res.Requeued+res.Buried+res.Dropped == 0 {
+		total.Alive = res.Alive
+		if err != nil || res.Alive || res.Requeued+res.Buried+res.Dropped == 0 {
 			return total, err
 		}
 	}

@@ -72,8 +72,17 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		}
 		stop := runBackground(t, w.Run)
 		in := c.inspector()
+		var last *QueueInfo
+		t.Cleanup(func() {
+			if t.Failed() && last != nil {
+				t.Logf("queue doomed as last read: %+v", *last)
+			}
+		})
 		waitFor(t, outcomeWait, "the dead letters", func() bool {
 			q, err := in.Queue(ctx, "doomed")
+			if err == nil {
+				last = q
+			}
 			return err == nil && q.Dead == int64(n)
 		})
 		stop()

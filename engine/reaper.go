@@ -118,7 +118,7 @@ func (r *reaper) reap(ctx context.Context, trim bool) (reapResult, error) {
 	for i, w := range workers {
 		if alive[i] {
 			cutoff := ms(now.Add(-r.cfg.Advanced.HeartbeatTTL))
-			n, b, err := r.requeueAll(ctx, conn, w, cutoff, buckets.LeaseExpired)
+			n, b, _, err := r.requeueAll(ctx, conn, w, cutoff, buckets.LeaseExpired)
 			res.Recovered += n
 			res.ExpiredLeases += n
 			res.Buried += b
@@ -127,13 +127,15 @@ func (r *reaper) reap(ctx context.Context, trim bool) (reapResult, error) {
 			}
 			continue
 		}
-		n, b, err := r.reapDead(ctx, conn, w)
+		n, b, back, err := r.reapDead(ctx, conn, w)
 		res.Recovered += n
 		res.Buried += b
 		if err != nil {
 			return res, err
 		}
-		res.DeadWorkers++
+		if !back {
+			res.DeadWorkers++
+		}
 	}
 	for trim {
 		ids, err := r.store.DeadBefore(ctx, conn, ms(now.Add(-r.cfg.DeadRetention)), 200)
@@ -156,46 +158,50 @@ func wrapReap(err error) error {
 	return fmt.Errorf("engine: reap: %w", err)
 }
 
-// reapDead returns everything a dead worker held and forgets it.
-func (r *reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, err error) {
+// reapDead returns everything a dead worker held and forgets it. The
+// worker was found dead by an earlier read: each transaction checks it
+// again, and a worker whose heartbeat is back (it beat again once a
+// restarted server had expired its key) keeps everything.
+func (r *reaper) reapDead(ctx context.Context, conn redis.Conn, w string) (recovered, buried int, alive bool, err error) {
 	log := r.log.With(keyWorker, w)
-	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Advanced.Clock.Now()))
-	recovered, buried = res.Requeued, res.Buried
-	if err != nil {
-		return recovered, buried, wrapReap(err)
+	res, err := r.store.RecoverAllInflight(ctx, conn, w, ms(r.cfg.Advanced.Clock.Now()), true)
+	recovered, buried, alive = res.Requeued, res.Buried, res.Alive
+	if err != nil || alive {
+		return recovered, buried, alive, wrapReap(err)
 	}
-	n, b, err := r.requeueAll(ctx, conn, w, math.MaxInt64, buckets.WorkerDied)
+	n, b, alive, err := r.requeueAll(ctx, conn, w, math.MaxInt64, buckets.WorkerDied)
 	recovered += n
 	buried += b
-	if err != nil {
-		return recovered, buried, err
+	if err != nil || alive {
+		return recovered, buried, alive, err
 	}
 	if _, err := r.store.Forget(ctx, conn, w, true); err != nil {
-		return recovered, buried, wrapReap(err)
+		return recovered, buried, false, wrapReap(err)
 	}
 	if recovered+buried > 0 {
 		log.Warn("worker died; its tasks were returned", "recovered", recovered, "buried", buried)
 	}
-	return recovered, buried, nil
+	return recovered, buried, false, nil
 }
 
 // requeueAll returns worker w's pending tasks whose lease deadline is at
-// or before cutoff.
-func (r *reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, err error) {
+// or before cutoff; alive: w was taken for dead (WorkerDied) but its
+// heartbeat was back.
+func (r *reaper) requeueAll(ctx context.Context, conn redis.Conn, w string, cutoff int64, why buckets.Reason) (recovered, buried int, alive bool, err error) {
 	for {
 		ids, err := r.store.PendingIDs(ctx, conn, w, cutoff, 100)
 		if err != nil || len(ids) == 0 {
-			return recovered, buried, wrapReap(err)
+			return recovered, buried, false, wrapReap(err)
 		}
 		res, err := r.store.Requeue(ctx, conn, w, ids, ms(r.cfg.Advanced.Clock.Now()), why, r.cfg.maxRecoveries())
 		if err != nil {
-			return recovered, buried, wrapReap(err)
+			return recovered, buried, false, wrapReap(err)
 		}
 		r.cfg.observeRecovered(res, why)
 		recovered += res.Requeued
 		buried += res.Buried
-		if res.Requeued+res.Buried == 0 {
-			return recovered, buried, nil
+		if res.Alive || res.Requeued+res.Buried == 0 {
+			return recovered, buried, res.Alive, nil
 		}
 	}
 }

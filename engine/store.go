@@ -371,7 +371,7 @@ func (s *redisStore) RecoverLost(ctx context.Context, l *lane, limit int, held f
 
 func (s *redisStore) RecoverAll(ctx context.Context, l *lane) (res buckets.RequeueResult, err error) {
 	err = s.do(ctx, l, func(c *rconn.Holder) error {
-		res, err = s.st.RecoverAllInflight(ctx, c.Conn(), s.id, s.now())
+		res, err = s.st.RecoverAllInflight(ctx, c.Conn(), s.id, s.now(), false)
 		return err
 	})
 	return res, err

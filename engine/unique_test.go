@@ -219,7 +219,7 @@ func TestUniqueStateTable(t *testing.T) {
 				if _, err := conn.Do("RPOPLPUSH", e.key("q:nobody"), e.key("f:ghost")); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := w.store.(*redisStore).st.RecoverAllInflight(ctx, conn, "ghost", ms(time.Now())); err != nil {
+				if _, err := w.store.(*redisStore).st.RecoverAllInflight(ctx, conn, "ghost", ms(time.Now()), true); err != nil {
 					t.Fatal(err)
 				}
 			case "done":

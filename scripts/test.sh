@@ -59,13 +59,16 @@ set -m
 tmp="$(mktemp -d)"
 declare -A pids=()
 trap 'for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
-beside() { local name=$1; shift; "$@" >"$tmp/$name.log" 2>&1 & pids[$name]=$!; }
+beside() {
+  local name=$1; shift
+  { rc=0; "$@" || rc=$?; phase "$name"; exit "$rc"; } >"$tmp/$name.log" 2>&1 &
+  pids[$name]=$!
+}
 collect() {
   local rc=0
   wait "${pids[$1]}" || rc=$?
   unset "pids[$1]"
   cat "$tmp/$1.log"
-  phase "$1"
   return "$rc"
 }
 # internal/chaos is the longest package (its scenarios run in real time,
@@ -97,7 +100,10 @@ if [ -f bench/go.mod ]; then
   beside bench sh -c 'cd bench && go vet ./... && "$0" ./... && go test -count=1 -timeout 10m ./...' "$STATICCHECK"
 fi
 rc=0
-go test -race -count=1 -p 2 -timeout 20m $(go list ./... | grep -v '/internal/chaos') || rc=1
+# The longest packages go first, so that none starts late and runs alone.
+first=(./engine ./compat_test ./cmd/engine ./dashboard)
+rest=$(go list ./... | grep -v -e '/internal/chaos' -e '/engine$' -e '/compat_test$' -e '/cmd/engine$' -e '/dashboard$')
+go test -race -count=1 -p 2 -timeout 20m "${first[@]}" $rest || rc=1
 phase "tests"
 for job in chaos fuzz bench; do
   if [ -n "${pids[$job]:-}" ]; then
