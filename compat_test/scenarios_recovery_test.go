@@ -7,6 +7,7 @@ import (
 
 	"github.com/bucketq/bucketq/engine"
 	"github.com/bucketq/bucketq/internal/enginehook"
+	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
@@ -287,6 +288,7 @@ func scenarioForgetRace(e *env, mode int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	redistest.WaitUp(t, e.pool, e.cfg.Advanced.HeartbeatTTL)
 	res, err := r.Reap(ctx)
 	e.faults.set(nil)
 	if err != nil {

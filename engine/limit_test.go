@@ -237,6 +237,7 @@ func TestQueueLimitWorkerDies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		redistest.WaitUp(t, e.pool, e.cfg.Advanced.HeartbeatTTL)
 		res, err := rp.Reap(ctx)
 		if err != nil || res.Recovered != 3 {
 			t.Fatalf("reap: %+v, %v; want 3 recovered", res, err)

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -19,7 +22,9 @@ import (
 // and the task records, so each task is returned once.
 //
 // A worker is dead when its heartbeat key is gone; the server expires it,
-// so no clocks are compared. Leases are compared on the reaper's clock
+// so no clocks are compared. A server restarted less than HeartbeatTTL
+// ago is not believed: its heartbeat keys may have expired while it was
+// down, and a live worker beats again within the TTL. Leases are compared on the reaper's clock
 // with HeartbeatTTL of slack, a backstop for a worker that is alive but
 // no longer looks after its own leases.
 type reaper struct {
@@ -115,7 +120,14 @@ func (r *reaper) reap(ctx context.Context, trim bool) (reapResult, error) {
 		return res, fmt.Errorf("engine: reap: %w", err)
 	}
 	now := r.cfg.Advanced.Clock.Now()
+	restarted := false
+	if slices.Contains(alive, false) {
+		restarted = r.restartedWithinTTL(ctx, conn)
+	}
 	for i, w := range workers {
+		if !alive[i] && restarted {
+			continue // judged once the server has been up a TTL
+		}
 		if alive[i] {
 			cutoff := ms(now.Add(-r.cfg.Advanced.HeartbeatTTL))
 			n, b, _, err := r.requeueAll(ctx, conn, w, cutoff, buckets.LeaseExpired)
@@ -149,6 +161,23 @@ func (r *reaper) reap(ctx context.Context, trim bool) (reapResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// restartedWithinTTL reports whether the server has been up for less than
+// a heartbeat TTL (INFO's uptime_in_seconds, whole seconds). A server
+// that does not say (INFO refused or renamed) is taken as up long since.
+func (r *reaper) restartedWithinTTL(ctx context.Context, conn redis.Conn) bool {
+	info, err := redis.String(redis.DoContext(conn, ctx, "INFO"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+			up, err := strconv.ParseInt(v, 10, 64)
+			return err == nil && time.Duration(up)*time.Second < r.cfg.Advanced.HeartbeatTTL
+		}
+	}
+	return false
 }
 
 func wrapReap(err error) error {

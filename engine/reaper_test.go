@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bucketq/bucketq/internal/redistest"
 )
 
 // Several reapers at once return each task of a dead worker exactly once.
@@ -42,6 +44,7 @@ func TestConcurrentReapers(t *testing.T) {
 		}
 		conn.Do("SADD", st.Keys.Workers(), "ghost")
 		conn.Close()
+		redistest.WaitUp(t, e.pool, e.cfg.Advanced.HeartbeatTTL)
 		var wg sync.WaitGroup
 		var recovered atomic.Int64
 		for i := 0; i < 4; i++ {
@@ -69,4 +72,47 @@ func TestConcurrentReapers(t *testing.T) {
 			t.Fatalf("stats %+v; want running 0, recovered %d (claimed ones)", stats[0], len(ids)*2/3)
 		}
 	})
+}
+
+// A server restarted less than a heartbeat TTL ago may have expired the
+// heartbeats of live workers while it was down: its reaper judges no one
+// dead until the server has been up a TTL, and then returns a dead
+// worker's task as usual.
+func TestReaperTrustsNoHeartbeatRightAfterRestart(t *testing.T) {
+	t.Parallel()
+	e := privateEnv(t) // its uptime is what the reaper reads
+	ctx := context.Background()
+	c := e.client(t)
+	id, err := idOf(c.Enqueue(ctx, "t", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.store(t)
+	conn := e.pool.Get()
+	defer conn.Close()
+	if got, err := st.Pop(ctx, conn, "default", "ghost"); err != nil || got != id {
+		t.Fatal(got, err)
+	}
+	if _, _, err := st.Claim(ctx, conn, "ghost", "default", id, time.Now().UnixMilli(),
+		func(r *bucketsRecord) int64 { return time.Now().Add(time.Hour).UnixMilli() }, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A TTL far longer than the server has been up: nothing is judged.
+	cfg := e.cfg
+	cfg.Advanced.HeartbeatTTL = time.Hour
+	young, _ := newReaper(e.pool, cfg)
+	res, err := young.Reap(ctx)
+	if err != nil || res.DeadWorkers != 0 || res.Recovered != 0 {
+		t.Fatalf("Reap on a server up less than a TTL = %+v, %v; want nothing judged", res, err)
+	}
+	if len(e.readyIDs(t, "default")) != 0 {
+		t.Fatal("the running task was returned")
+	}
+	// Once the server has been up a TTL (1 s), the same worker is dead.
+	rp, _ := newReaper(e.pool, e.cfg)
+	waitFor(t, outcomeWait, "the reaper to find the worker dead", func() bool {
+		res, err := rp.Reap(ctx)
+		return err == nil && res.DeadWorkers == 1 && res.Recovered == 1
+	})
+	exactlyOnce(t, e.readyIDs(t, "default"), map[string]bool{id: true})
 }

@@ -235,3 +235,38 @@ func RequireNoViolations(t testing.TB, s *Server) {
 func CensusCommands(s *Server) []string {
 	return s.Census.Commands()
 }
+
+// WaitUp waits until the server behind pool has been up at least d
+// (INFO's uptime_in_seconds; a server that does not say, miniredis, is
+// up): a reaper judges no worker dead on a server up less than a
+// heartbeat TTL, so a test that reaps once on a server it just started
+// waits for this first.
+func WaitUp(t testing.TB, pool *redis.Pool, d time.Duration) {
+	t.Helper()
+	c := pool.Get()
+	defer c.Close()
+	deadline := time.Now().Add(d + 30*time.Second)
+	for {
+		info, err := redis.String(c.Do("INFO"))
+		if err != nil {
+			t.Fatalf("INFO: %v", err)
+		}
+		up := time.Duration(-1)
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+				var s int64
+				if _, err := fmt.Sscan(v, &s); err == nil {
+					up = time.Duration(s) * time.Second
+				}
+			}
+		}
+		if up < 0 || up >= d {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server has been up %v, not yet %v", up, d)
+		}
+		// real time: the server's uptime is what is awaited.
+		time.Sleep(50 * time.Millisecond)
+	}
+}
