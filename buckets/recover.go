@@ -218,8 +218,7 @@ func (s *Store) PendingIDs(ctx context.Context, conn redis.Conn, w string, cutof
 // worker whose heartbeat is back keeps its list (Alive).
 //
 // WATCH   f:<w> (requireDead: hb:<w>), then t:<id> ... for the ids read
-// read    (requireDead: EXISTS hb:<w>), LRANGE f:<w> -limit -1 (the
-//         oldest), GET t:<id> ...
+// read    (requireDead: EXISTS hb:<w>), LRANGE f:<w> -limit -1, GET t:<id> ...
 // queue   LTRIM f:<w> 0 -(n+1); RPUSH q:<q> ids (front) + tokens;
 //
 //	a missing or malformed record becomes a dead letter saying so;
