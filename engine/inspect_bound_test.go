@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,9 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		t.Cleanup(func() {
 			if t.Failed() && last != nil {
 				t.Logf("queue doomed as last read: %+v", *last)
+				var b strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+				t.Logf("goroutines at the failure:\n%s", b.String())
 			}
 		})
 		waitFor(t, outcomeWait, "the dead letters", func() bool {
