@@ -75,12 +75,21 @@ func TestInspectBoundedWorkPerPage(t *testing.T) {
 		stop := runBackground(t, w.Run)
 		in := c.inspector()
 		var last *QueueInfo
+		// Registered after runBackground's, so run before it: the
+		// worker is still as the wait found it.
 		t.Cleanup(func() {
 			if t.Failed() && last != nil {
+				p := w.proc
 				t.Logf("queue doomed as last read: %+v", *last)
+				t.Logf("worker: taken %d of %d, slots %d of %d, usable %d, running %d, waiting %d",
+					p.taken.out(), p.taken.size(), p.slots.out(), p.slots.size(), p.usable.Load(), p.running.Load(), p.waiting.Load())
 				var b strings.Builder
-				_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-				t.Logf("goroutines at the failure:\n%s", b.String())
+				_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+				dump := b.String()
+				if len(dump) > 1<<20 {
+					dump = dump[:1<<20] + "\n... (cut at 1 MiB)"
+				}
+				t.Logf("goroutines at the failure:\n%s", dump)
 			}
 		})
 		waitFor(t, outcomeWait, "the dead letters", func() bool {
