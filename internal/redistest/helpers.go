@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/bucketq/bucketq/internal/minihook"
+	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -245,13 +246,13 @@ func WaitUp(t testing.TB, pool *redis.Pool, d time.Duration) {
 	t.Helper()
 	c := pool.Get()
 	defer c.Close()
-	deadline := time.Now().Add(d + 30*time.Second)
-	for {
+	up := time.Duration(-1)
+	testwait.UntilShowing(t, d+30*time.Second, fmt.Sprintf("the server to be up %v", d), func() bool {
 		info, err := redis.String(c.Do("INFO"))
 		if err != nil {
 			t.Fatalf("INFO: %v", err)
 		}
-		up := time.Duration(-1)
+		up = -1
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
 				var s int64
@@ -260,13 +261,6 @@ func WaitUp(t testing.TB, pool *redis.Pool, d time.Duration) {
 				}
 			}
 		}
-		if up < 0 || up >= d {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server has been up %v, not yet %v", up, d)
-		}
-		// real time: the server's uptime is what is awaited.
-		time.Sleep(50 * time.Millisecond)
-	}
+		return up < 0 || up >= d
+	}, func() string { return fmt.Sprintf("up %v", up) })
 }
