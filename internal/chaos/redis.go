@@ -100,21 +100,66 @@ func startRedis(bin, dir string, o redisOptions) (*redisServer, error) {
 	return s, nil
 }
 
-// startOnFreePort starts the server on a free loopback port, trying
-// another when the chosen one was taken meanwhile.
+// The harness's servers listen on ports below the kernel's ephemeral
+// range (ip_local_port_range: 32768 and up by default). A server's port
+// is free while a restart has it down, and a port from that range, where
+// every outgoing connection and every server started on port 0 (another
+// test's, or another scenario's) takes its own, could be taken meanwhile:
+// the restarted server would then fail to bind, and the harness's
+// processes would talk to whatever took the port. Below the range only
+// servers that choose their port do; portsHeld keeps this process's
+// from choosing one twice, for the process's life.
+const (
+	portLow  = 20000
+	portHigh = 32000
+)
+
+var (
+	portsMu   sync.Mutex
+	portsHeld = map[int]bool{}
+)
+
+// holdPort reserves port for this process's servers; false if held.
+func holdPort(port int) bool {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if portsHeld[port] {
+		return false
+	}
+	portsHeld[port] = true
+	return true
+}
+
+func releasePort(port int) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	delete(portsHeld, port)
+}
+
+// startOnFreePort starts the server on a free loopback port below the
+// ephemeral range, trying another when the chosen one was taken.
 func (s *redisServer) startOnFreePort() error {
-	var last error
-	for try := 0; try < 5; try++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
+	last := errors.New("no free port")
+	for try := 0; try < 20; try++ {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		port := portLow + (int(b[0])<<8|int(b[1]))%(portHigh-portLow)
+		if !holdPort(port) {
+			continue
 		}
-		s.port = l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			releasePort(port)
+			last = err
+			continue
+		}
 		l.Close()
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		s.port = port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if last = s.Start(); last == nil {
 			return nil
 		}
+		releasePort(port)
 	}
 	return last
 }
@@ -153,9 +198,17 @@ func (s *redisServer) Start() error {
 		c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second))
 		if err == nil {
 			_, err = c.Do("PING")
+			if err == nil {
+				err = s.ours(c, cmd.Process.Pid)
+			}
 			c.Close()
 			if err == nil {
 				break
+			}
+			if errors.Is(err, errNotOurs) {
+				_ = cmd.Process.Kill()
+				<-done
+				return err
 			}
 		}
 		if time.Now().After(deadline) {
@@ -166,6 +219,26 @@ func (s *redisServer) Start() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.cmd, s.done = cmd, done
+	return nil
+}
+
+// errNotOurs: the port answered, but not from the server just started.
+var errNotOurs = errors.New("another process answers on the server's port")
+
+// ours checks, when INFO says (process_id), that the server answering
+// on c is the process pid: never a stranger that took the port.
+func (s *redisServer) ours(c redis.Conn, pid int) error {
+	info, err := redis.String(c.Do("INFO"))
+	if err != nil {
+		return nil // INFO not allowed to this user: PING is all there is
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if got, err := strconv.Atoi(v); err == nil && got != pid {
+				return fmt.Errorf("%w: %s answers as process %d, not %d", errNotOurs, s.Addr, got, pid)
+			}
+		}
+	}
 	return nil
 }
 
