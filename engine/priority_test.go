@@ -112,7 +112,9 @@ func TestPriorityDelayedSameTime(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), outcomeWait)
 		defer cancel()
 		c := e.client(t)
-		due := time.Now().Add(200 * time.Millisecond)
+		// Far enough ahead that both enqueues, on a busy machine too,
+		// come before it: each must be scheduled, not ready.
+		due := time.Now().Add(2 * time.Second)
 		second, err := c.Enqueue(ctx, "t", []byte("2"), At(due), Priority(2))
 		if err != nil {
 			t.Fatal(err)
