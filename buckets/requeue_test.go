@@ -83,6 +83,18 @@ func TestRequeueJudgesAgain(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return s, c
 	}
+	// back is setup with task a in the state seed leaves, under worker
+	// w1 whose heartbeat is back.
+	back := func(t *testing.T, seed func(context.Context, *Store, redis.Conn) error) (*Store, redis.Conn) {
+		s, c := setup(t)
+		if err := seed(ctx, s, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Beat(ctx, c, w1, 10, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		return s, c
+	}
 	state := func(t *testing.T, s *Store, c redis.Conn, id string) string {
 		recs, errs, err := s.Records(ctx, c, []string{id})
 		if err != nil || errs[0] != nil {
@@ -92,13 +104,7 @@ func TestRequeueJudgesAgain(t *testing.T) {
 	}
 	t.Run("worker back", func(t *testing.T) {
 		t.Parallel()
-		s, c := setup(t)
-		if err := claimed("a")(ctx, s, c); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Beat(ctx, c, w1, 10, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
+		s, c := back(t, claimed("a"))
 		res, err := s.Requeue(ctx, c, w1, []string{"a"}, t0+30, WorkerDied, 3)
 		if err != nil || !res.Alive || res.Requeued+res.Buried != 0 {
 			t.Fatalf("Requeue = %+v, %v; want the worker alive, nothing returned", res, err)
@@ -119,13 +125,7 @@ func TestRequeueJudgesAgain(t *testing.T) {
 	})
 	t.Run("in-flight of a worker back", func(t *testing.T) {
 		t.Parallel()
-		s, c := setup(t)
-		if err := popped("a")(ctx, s, c); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Beat(ctx, c, w1, 10, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
+		s, c := back(t, popped("a"))
 		res, err := s.RecoverAllInflight(ctx, c, w1, t0+30, true)
 		if err != nil || !res.Alive || res.Requeued != 0 {
 			t.Fatalf("RecoverAllInflight (reaper) = %+v, %v; want the worker alive, nothing returned", res, err)
