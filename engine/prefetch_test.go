@@ -13,12 +13,38 @@ import (
 )
 
 // requeueStore counts the tasks a worker gave back unstarted, and keeps
-// the ids of each Requeue that did.
+// the ids of each Requeue that did, and of each claimed run that had
+// another claimed after it in its batch.
 type requeueStore struct {
 	*batchStore
 	unstarted atomic.Int64
 	mu        sync.Mutex
 	calls     [][]string
+	followed  map[string]bool
+}
+
+func (s *requeueStore) Claim(ctx context.Context, l *lane, p string, ids []string, cs []buckets.ClaimState, hold bool) ([]*buckets.Record, []buckets.ClaimResult, error) {
+	recs, res, err := s.batchStore.Claim(ctx, l, p, ids, cs, hold)
+	var prev string
+	s.mu.Lock()
+	for _, r := range recs {
+		if r == nil {
+			continue
+		}
+		if prev != "" {
+			s.followed[prev] = true
+		}
+		prev = r.ID
+	}
+	s.mu.Unlock()
+	return recs, res, err
+}
+
+// hasFollower reports whether a run of its batch was claimed after id's.
+func (s *requeueStore) hasFollower(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.followed[id]
 }
 
 func (s *requeueStore) Requeue(ctx context.Context, l *lane, ids []string, why buckets.Reason) (buckets.RequeueResult, error) {
@@ -54,7 +80,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
+	rs := &requeueStore{batchStore: &batchStore{store: w.store}, followed: map[string]bool{}}
 	w.setStore(rs)
 	return w, rs, runBackground(t, w.Run)
 }
@@ -129,8 +155,14 @@ func TestPrefetchOffForSlowHandlers(t *testing.T) {
 }
 
 // stuckSetup is a worker of a deep queue whose handler returns at once
-// for its first 100 runs (so that the worker claims ahead) and then
-// blocks until open is called, counting the blocked runs.
+// for its first 100 runs (so that the worker claims ahead), and after
+// those blocks until open is called, counting the blocked runs. The run
+// that would take the last free slot blocks only when a run of its batch
+// was claimed after it, which then waits for a slot; otherwise it returns
+// at once too. The worker stops claiming ahead once every slot stays
+// taken past PrefetchWait, so a last block with nothing claimed ahead
+// would leave nothing to give back, however long the test waited (a busy
+// machine's pause between the claims did that).
 type stuckSetup struct {
 	e       *env
 	c       *laneClient
@@ -157,15 +189,19 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 	}
 	release := make(chan struct{})
 	var runs atomic.Int64
-	st.rec = newRecorder(func(context.Context, *Task) error {
+	var started atomic.Pointer[requeueStore] // the handlers run before prefetchWorker returns
+	st.rec = newRecorder(func(_ context.Context, task *Task) error {
 		if runs.Add(1) <= 100 {
 			return nil
 		}
-		st.blocked.Add(1)
+		if rs := started.Load(); rs == nil || !st.blockOne(slots, rs.hasFollower(task.ID)) {
+			return nil
+		}
 		<-release
 		return nil
 	})
 	st.w, st.rs, _ = prefetchWorker(t, st.e, st.rec)
+	started.Store(st.rs)
 	// Registered after the worker's: cleanups run last registered
 	// first, so a test that fails before it opens still unblocks the
 	// handlers before the worker is stopped.
@@ -173,6 +209,21 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 	st.open = func() { once.Do(func() { close(release) }) }
 	t.Cleanup(st.open)
 	return st
+}
+
+// blockOne counts a run that blocks: one of the first slots-1, or the
+// last one when a run of its batch claimed after it waits (followed). It
+// reports whether it did.
+func (st *stuckSetup) blockOne(slots int, followed bool) bool {
+	for {
+		b := st.blocked.Load()
+		if b >= int64(slots) || (b == int64(slots)-1 && !followed) {
+			return false
+		}
+		if st.blocked.CompareAndSwap(b, b+1) {
+			return true
+		}
+	}
 }
 
 // queue reads the default queue's figures.
@@ -393,7 +444,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{store: w.store}}
+	rs := &requeueStore{batchStore: &batchStore{store: w.store}, followed: map[string]bool{}}
 	w.setStore(rs)
 	p := w.proc
 	grace := e.cfg.Advanced.LeaseGrace.Milliseconds()
