@@ -7,12 +7,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
 	"github.com/bucketq/bucketq/engine/internal/rconn"
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -171,13 +170,8 @@ func (r *reaper) restartedWithinTTL(ctx context.Context, conn redis.Conn) bool {
 	if err != nil {
 		return false
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
-			up, err := strconv.ParseInt(v, 10, 64)
-			return err == nil && time.Duration(up)*time.Second < r.cfg.Advanced.HeartbeatTTL
-		}
-	}
-	return false
+	up, ok := redisinfo.Int(info, "uptime_in_seconds")
+	return ok && time.Duration(up)*time.Second < r.cfg.Advanced.HeartbeatTTL
 }
 
 func wrapReap(err error) error {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -98,11 +99,7 @@ func (c *Client) laneStatus(ctx context.Context, k int) LaneStatus {
 	}
 	var errs []string
 	if info, err := redis.String(redis.DoContext(conn, ctx, "INFO")); err == nil {
-		for _, line := range strings.Split(info, "\n") {
-			if r, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
-				st.Role = r
-			}
-		}
+		st.Role, _ = redisinfo.Field(info, "role")
 	} else {
 		errs = append(errs, "INFO: "+err.Error())
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -79,18 +80,15 @@ func (r *Runner) checkQueued(ctx context.Context, conn redis.Conn) (bool, error)
 // abortsOnQueueError reports whether the redis_version that INFO gave is
 // 2.6.5 or later.
 func abortsOnQueueError(info string) bool {
-	for _, line := range strings.Split(info, "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
-		if !ok {
-			continue
-		}
-		var n [3]int
-		for i, part := range strings.SplitN(v, ".", 3) {
-			n[i], _ = strconv.Atoi(part)
-		}
-		return n[0] > 2 || n[0] == 2 && (n[1] > 6 || n[1] == 6 && n[2] >= 5)
+	v, ok := redisinfo.Field(info, "redis_version")
+	if !ok {
+		return false
 	}
-	return false
+	var n [3]int
+	for i, part := range strings.SplitN(v, ".", 3) {
+		n[i], _ = strconv.Atoi(part)
+	}
+	return n[0] > 2 || n[0] == 2 && (n[1] > 6 || n[1] == 6 && n[2] >= 5)
 }
 
 // openMulti is the first half of a transaction on a server that runs the

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/engine"
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -921,13 +921,7 @@ func infoFields(c redis.Conn) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]string{}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			m[k] = v
-		}
-	}
-	return m, nil
+	return redisinfo.Fields(info), nil
 }
 
 // logCount counts the lines of every process's log that contain s.

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/bucketq/bucketq/internal/redistest"
 	"github.com/gomodule/redigo/redis"
 )
@@ -232,12 +233,8 @@ func (s *redisServer) ours(c redis.Conn, pid int) error {
 	if err != nil {
 		return nil // INFO not allowed to this user: PING is all there is
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			if got, err := strconv.Atoi(v); err == nil && got != pid {
-				return fmt.Errorf("%w: %s answers as process %d, not %d", errNotOurs, s.Addr, got, pid)
-			}
-		}
+	if got, ok := redisinfo.Int(info, "process_id"); ok && got != int64(pid) {
+		return fmt.Errorf("%w: %s answers as process %d, not %d", errNotOurs, s.Addr, got, pid)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
@@ -113,7 +114,7 @@ func (n *Node) start() error {
 			// The server that answers must be this one: when the port was
 			// taken meanwhile, another process's server answers while
 			// ours exits on "Address already in use".
-			if err == nil && !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+			if pid, _ := redisinfo.Int(info, "process_id"); err == nil && pid != int64(cmd.Process.Pid) {
 				_ = cmd.Process.Kill()
 				<-done
 				return fmt.Errorf("%s answered from another process: the port was taken", n.Addr)
@@ -203,13 +204,7 @@ func (n *Node) info(section string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]string)
-	for _, line := range strings.Split(s, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			m[k] = v
-		}
-	}
-	return m, nil
+	return redisinfo.Fields(s), nil
 }
 
 // Cluster is a Redis Cluster of three masters, each with one replica, on

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/bucketq/bucketq/internal/minihook"
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
@@ -253,13 +254,8 @@ func WaitUp(t testing.TB, pool *redis.Pool, d time.Duration) {
 			t.Fatalf("INFO: %v", err)
 		}
 		up = -1
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
-				var s int64
-				if _, err := fmt.Sscan(v, &s); err == nil {
-					up = time.Duration(s) * time.Second
-				}
-			}
+		if s, ok := redisinfo.Int(info, "uptime_in_seconds"); ok {
+			up = time.Duration(s) * time.Second
 		}
 		return up < 0 || up >= d
 	}, func() string { return fmt.Sprintf("up %v", up) })

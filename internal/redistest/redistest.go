@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/bucketq/bucketq/redis24"
 	"github.com/gomodule/redigo/redis"
 )
@@ -344,7 +345,7 @@ func (s *Server) launch() error {
 // that server for p.
 func waitReady(addr string, p *process) error {
 	deadline := time.Now().Add(startTimeout)
-	want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid)
+	pid := int64(p.cmd.Process.Pid)
 	var lastErr error
 	for time.Now().Before(deadline) {
 		select {
@@ -359,10 +360,12 @@ func waitReady(addr string, p *process) error {
 			info, err = redis.String(c.Do("INFO"))
 			c.Close()
 			if err == nil {
+				got, _ := redisinfo.Int(info, "process_id")
+				loading, _ := redisinfo.Field(info, "loading")
 				switch {
-				case containsLine(info, want) && containsLine(info, "loading:0"):
+				case got == pid && loading == "0":
 					return nil
-				case containsLine(info, want):
+				case got == pid:
 					err = fmt.Errorf("%s is still loading its data set", addr)
 				default:
 					err = fmt.Errorf("another server answers on %s", addr)
@@ -373,15 +376,6 @@ func waitReady(addr string, p *process) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("no answer from the new server within %v: %v", startTimeout, lastErr)
-}
-
-func containsLine(text, line string) bool {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.TrimSpace(l) == line {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Server) logSince(off int64) string {

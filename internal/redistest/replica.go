@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/bucketq/bucketq/internal/testwait"
 	"github.com/gomodule/redigo/redis"
 )
@@ -36,7 +37,8 @@ func (s *Server) ReplicateFrom(t testing.TB, master *Server, timeout time.Durati
 		if err != nil {
 			t.Fatalf("redistest: INFO: %v", err)
 		}
-		return containsLine(info, "master_link_status:up") && containsLine(info, "master_sync_in_progress:0")
+		f := redisinfo.Fields(info)
+		return f["master_link_status"] == "up" && f["master_sync_in_progress"] == "0"
 	}, func() string { return info })
 }
 

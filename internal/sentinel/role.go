@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/bucketq/bucketq/internal/redisinfo"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -37,17 +37,16 @@ func InfoRole(ctx context.Context, conn redis.Conn) (Role, error) {
 }
 
 func parseInfoRole(info string) (Role, error) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
-			switch r := Role(v); r {
-			case RoleMaster, RoleSlave:
-				return r, nil
-			default:
-				return "", fmt.Errorf("sentinel: INFO: unknown role %q", v)
-			}
-		}
+	v, ok := redisinfo.Field(info, "role")
+	if !ok {
+		return "", errors.New("sentinel: INFO has no role field")
 	}
-	return "", errors.New("sentinel: INFO has no role field")
+	switch r := Role(v); r {
+	case RoleMaster, RoleSlave:
+		return r, nil
+	default:
+		return "", fmt.Errorf("sentinel: INFO: unknown role %q", v)
+	}
 }
 
 // QueryRole asks a modern server its role with ROLE (2.8.12 and later) and
