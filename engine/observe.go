@@ -107,7 +107,7 @@ type Event struct {
 }
 
 // observeEnqueued reports records written at now.
-func (c Config) observeEnqueued(recs []*buckets.Record, now time.Time) {
+func (c *Config) observeEnqueued(recs []*buckets.Record, now time.Time) {
 	if c.Observer == nil {
 		return
 	}
@@ -127,10 +127,17 @@ func (w *worker) observeStart(r *buckets.Record) {
 }
 
 // observeOutcome reports a recorded result; r is the record as written.
+// It runs once per task on the run's goroutine: without an Observer it
+// never enters reportOutcome, whose frame (two Events) would grow that
+// goroutine's stack.
 func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
-	if w.cfg.Observer == nil {
-		return
+	if w.cfg.Observer != nil {
+		w.reportOutcome(r, out, herr)
 	}
+}
+
+// reportOutcome is observeOutcome with an Observer.
+func (w *worker) reportOutcome(r *buckets.Record, out buckets.Outcome, herr error) {
 	now := w.cfg.Advanced.Clock.Now()
 	e := Event{Kind: EventFinished, Queue: r.Queue, Type: r.Type, TaskID: r.ID, Attempt: r.Attempts,
 		Time: now, Duration: max(0, now.Sub(fromMs(r.Started))), Err: herr}
@@ -161,7 +168,7 @@ func (w *worker) observeOutcome(r *buckets.Record, out buckets.Outcome, herr err
 }
 
 // observeRecovered reports what a Requeue for why recovered.
-func (c Config) observeRecovered(res buckets.RequeueResult, why buckets.Reason) {
+func (c *Config) observeRecovered(res buckets.RequeueResult, why buckets.Reason) {
 	if c.Observer == nil {
 		return
 	}
@@ -176,7 +183,7 @@ func (c Config) observeRecovered(res buckets.RequeueResult, why buckets.Reason) 
 }
 
 // observeDispatch reports a dispatcher round.
-func (c Config) observeDispatch(res buckets.MoveResult) {
+func (c *Config) observeDispatch(res buckets.MoveResult) {
 	if c.Observer == nil || res.Tasks+res.Conflicts == 0 {
 		return
 	}

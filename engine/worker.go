@@ -113,7 +113,7 @@ func newWorker(pool *redis.Pool, cfg Config, h Handler) (*worker, error) {
 	w.proc = newProcessor(w)
 	w.progress = newProgressWriter(pool, st, cfg, w.log)
 	w.finisher = &finisher{w: w, policy: retryPolicy{cfg: cfg}}
-	w.requeuer = &requeuer{store: w.store, lane: w.lane, observe: cfg.observeRecovered, log: w.log}
+	w.requeuer = &requeuer{store: w.store, lane: w.lane, observe: w.cfg.observeRecovered, log: w.log}
 	w.runs = newRunner(runnerParams{handler: h, clock: cfg.Advanced.Clock, maxResult: cfg.MaxResult,
 		progress: w.progress, requeuer: w.requeuer, log: w.log})
 	return w, nil
