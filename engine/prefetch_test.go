@@ -40,6 +40,13 @@ func (s *requeueStore) Claim(ctx context.Context, l *lane, p string, ids []strin
 	return recs, res, err
 }
 
+// countRequeues puts a requeueStore in front of w's store, and returns it.
+func countRequeues(w *worker) *requeueStore {
+	rs := &requeueStore{batchStore: &batchStore{store: w.store}, followed: map[string]bool{}}
+	w.setStore(rs)
+	return rs
+}
+
 // hasFollower reports whether a run of its batch was claimed after id's.
 func (s *requeueStore) hasFollower(id string) bool {
 	s.mu.Lock()
@@ -80,8 +87,7 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{store: w.store}, followed: map[string]bool{}}
-	w.setStore(rs)
+	rs := countRequeues(w)
 	return w, rs, runBackground(t, w.Run)
 }
 
@@ -444,8 +450,7 @@ func TestStartRunGivesBackTheRestOfItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &requeueStore{batchStore: &batchStore{store: w.store}, followed: map[string]bool{}}
-	w.setStore(rs)
+	rs := countRequeues(w)
 	p := w.proc
 	grace := e.cfg.Advanced.LeaseGrace.Milliseconds()
 	// chain starts n runs of one batch, claimed now, as batchOnce orders
