@@ -415,9 +415,11 @@ func TestPriorities(t *testing.T) {
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
-			// Weighted shares are measured over 4000 runs; the strict
-			// order holds at every run, and fewer prove it as well.
-			n := 5000
+			// Weighted shares are measured over the first 2000 runs; the
+			// strict order holds at every run, and fewer prove it as well.
+			// One slot runs the tasks one at a time: the count bounds the
+			// test's time on a loaded machine.
+			n := 2500
 			if strict {
 				n = 1000
 			}
@@ -451,17 +453,18 @@ func TestPriorities(t *testing.T) {
 				}
 				return
 			}
-			// While both queues had tasks (the first 4000 runs at 3:1,
-			// in expectation), high's share is 3/4 within 3 points.
+			// While both queues had tasks (the first 2000 runs at 3:1,
+			// in expectation), high's share is 3/4 within 4 points
+			// (about four standard deviations of a 3:1 draw per run).
 			high := 0
-			for _, task := range rec.seq[:4000] {
+			for _, task := range rec.seq[:2000] {
 				if task.Queue == "high" {
 					high++
 				}
 			}
-			share := float64(high) / 4000
-			if share < 0.72 || share > 0.78 {
-				t.Fatalf("high's share %.3f, want 0.75 ± 0.03", share)
+			share := float64(high) / 2000
+			if share < 0.71 || share > 0.79 {
+				t.Fatalf("high's share %.3f, want 0.75 ± 0.04", share)
 			}
 		})
 	}
