@@ -240,6 +240,17 @@ var aclSubcommands = map[string][]string{
 	"slowlog": {"get", "len", "reset"},
 }
 
+// AOFReplayRule is the rule a server that replays an append-only file
+// adds to ACLRules for its default user. Redis 7.0 writes EXPIRE into the
+// file as PEXPIREAT (a 2.6 command) and replays a transaction's commands
+// at start as the default user: without the rule, every restart drops the
+// EXPIREs of the transactions it replays (each refused with NOPERM, the
+// rest of the transaction run), and keys written with a TTL before the
+// restart keep theirs no more. The clients' own 2.4 guard (redis24.Wrap)
+// still refuses PEXPIREAT, and servers that do not persist keep the
+// table exact.
+const AOFReplayRule = "+pexpireat"
+
 // ACLRules returns the ACL rules that limit a Redis 6+ user to the Redis 2.4
 // command table: "-@all" then "+cmd" (or "+cmd|sub") for each allowed name.
 func ACLRules() []string {
@@ -265,6 +276,9 @@ func serverArgs(dir, adminPassword string, cfg config) []string {
 	}
 	args = append(args, "--user", "default", "on", "nopass", "~*", "&*")
 	args = append(args, ACLRules()...)
+	if cfg.appendOnly {
+		args = append(args, AOFReplayRule)
+	}
 	args = append(args, "--user", "admin", "on", ">"+adminPassword, "~*", "&*", "+@all")
 	return append(args, cfg.extra...)
 }
