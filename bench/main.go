@@ -289,7 +289,7 @@ func execute(ctx context.Context, o *options) (*Report, error) {
 		}
 		defer srv.Stop()
 		addr = srv.Addr
-		fmt.Fprintf(os.Stderr, "redis-server on %s (save \"\", appendonly no)\n", addr)
+		fmt.Fprintf(os.Stderr, "redis-server on %s (snapshots off, appendonly no)\n", addr)
 	}
 	h := NewHarness(addr, own, o.sizes, o.runs, o.impls, o.poll, os.Stderr)
 	defer h.Admin.Close()
