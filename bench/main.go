@@ -32,13 +32,14 @@ import (
 )
 
 // allScenarios lists the scenarios in the order they run.
-var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "fair", "lateness", "idle", "memory"}
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e24", "e2e-limit", "fair", "lateness", "idle", "memory"}
 
 // scenarioCases maps a scenario name to its case builder.
 var scenarioCases = map[string]func(Sizes) []*Case{
 	"enqueue":   enqueueCases,
 	"dispatch":  dispatchCases,
 	"e2e":       e2eCases,
+	"e2e24":     e2e24Cases,
 	"e2e-limit": e2eLimitCases,
 	"fair":      fairCases,
 	"lateness":  latenessCases,

@@ -10,10 +10,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// redis24Env names the real Redis 2.4 redis-server binary, as for the main
-// module's tests (internal/redistest.EnvBinary24).
-const redis24Env = "REDIS24_SERVER"
-
 // snapshotsOff checks that the server at addr runs version prefix (when
 // not "") with no snapshot configured.
 func snapshotsOff(t *testing.T, addr, prefix string) {
