@@ -432,6 +432,9 @@ func TestE2E24(t *testing.T) {
 		if r.Impl == "engine" && r.Metric == "rate" {
 			hs, _ := number(r.Params["handlers"])
 			handlers[hs] = true
+			if v, _ := r.Detail["redis_version"].(string); !strings.HasPrefix(v, "2.4.") {
+				t.Errorf("%s: measured on Redis %q", r.Case, v)
+			}
 			if len(r.Runs) != 2 {
 				t.Errorf("%s: %d runs, want 2", r.Case, len(r.Runs))
 			}
@@ -461,6 +464,22 @@ func TestE2E24Unset(t *testing.T) {
 		}
 		if why := c.Needs(&engineImpl{name: "engine"}); !strings.Contains(why, redis24Env+" is not set") {
 			t.Errorf("%s: the engine's reason %q, want one naming %s", c.Title, why, redis24Env)
+		}
+	}
+}
+
+// TestE2E24NotRedis24: a REDIS24_SERVER that starts another version is an
+// error, not a figure for 2.4.
+func TestE2E24NotRedis24(t *testing.T) {
+	bin := os.Getenv("BQBENCH_REDIS_SERVER")
+	if bin == "" {
+		bin = "redis-server"
+	}
+	t.Setenv(redis24Env, bin)
+	rep := runTiny(t, false, "-impls", "engine", "-scenarios", "e2e24", "-handlers", "2")
+	for _, r := range rep.Results {
+		if r.Status != StatusError || !strings.Contains(r.Note, "not 2.4") {
+			t.Errorf("%s %s: status %s (%s), want an error saying the server is not 2.4", r.Case, r.Metric, r.Status, r.Note)
 		}
 	}
 }

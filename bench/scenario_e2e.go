@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -69,7 +70,8 @@ const redis24Env = "REDIS24_SERVER"
 // like the harness's own server), so that the page sets the engine's rate
 // on 2.4 against its e2e rate of the same run. The engine only: the
 // figure compares it with itself. On 2.4 there is no INFO commandstats,
-// so commands_per_task is n/a. Without REDIS24_SERVER the cases do not
+// so commands_per_task is n/a. A server of another version is an error;
+// the detail names the version. Without REDIS24_SERVER the cases do not
 // apply, and say why.
 func e2e24Cases(s Sizes) []*Case {
 	bin := os.Getenv(redis24Env)
@@ -86,6 +88,19 @@ func e2e24Cases(s Sizes) []*Case {
 	for _, hs := range s.Handlers {
 		c := e2eCase(s, "e2e24", hs, -1, needs)
 		c.RedisBin = bin
+		run := c.Run
+		c.Run = func(ctx context.Context, m *Measure) (map[string]float64, error) {
+			info, err := m.Admin.Info("server")
+			if err != nil {
+				return nil, err
+			}
+			v := info["redis_version"]
+			if !strings.HasPrefix(v, "2.4.") {
+				return nil, fmt.Errorf("%s=%s is Redis %s, not 2.4", redis24Env, bin, v)
+			}
+			m.Detail("redis_version", v)
+			return run(ctx, m)
+		}
 		cs = append(cs, c)
 	}
 	return cs
