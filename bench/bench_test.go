@@ -121,8 +121,11 @@ func TestSmokeNaiveAndEngine(t *testing.T) {
 		if (r.Metric == "round_trips" || r.Metric == "round_trips_per_task") && r.Impl == "naive" {
 			return StatusNA // only the engine's connections count round trips
 		}
-		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit" || r.Scenario == "fair") && r.Impl != "engine" {
-			return StatusNA // the engine's own: a diagnostic case, the cost of its queue limit, its keys
+		if (r.Params["diagnostic"] != nil || r.Scenario == "e2e-limit" || r.Scenario == "fair" || r.Scenario == "e2e24") && r.Impl != "engine" {
+			return StatusNA // the engine's own: a diagnostic case, the cost of its queue limit, its keys, on Redis 2.4
+		}
+		if r.Scenario == "e2e24" && (os.Getenv(redis24Env) == "" || r.Metric == "commands_per_task") {
+			return StatusNA // no Redis 2.4 to start; 2.4 has no INFO commandstats
 		}
 		return shortCPU(r)
 	})
@@ -400,5 +403,83 @@ func TestRunMerge(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(base); string(after) != string(before) {
 		t.Error("a failed run changed the base")
+	}
+}
+
+// TestE2E24: the e2e24 scenario measures the engine only, each
+// measurement on a Redis 2.4 of its own started from REDIS24_SERVER (the
+// harness's server sees none of its commands), with e2e's handler counts;
+// 2.4 has no INFO commandstats, so commands per task is n/a there.
+func TestE2E24(t *testing.T) {
+	if os.Getenv(redis24Env) == "" {
+		t.Skipf("%s is not set: e2e24 was not run on a real Redis 2.4 (set it to the path of a Redis 2.4 redis-server)", redis24Env)
+	}
+	admin := NewAdmin(testRedis.Addr)
+	defer admin.Close()
+	before, err := admin.CommandCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := runTiny(t, true, "-impls", "engine,naive", "-scenarios", "e2e24", "-runs", "2")
+	want(t, rep, func(r *Result) string {
+		if r.Impl != "engine" || r.Metric == "commands_per_task" {
+			return StatusNA
+		}
+		return shortCPU(r)
+	})
+	handlers := map[float64]bool{}
+	for _, r := range rep.Results {
+		if r.Impl == "engine" && r.Metric == "rate" {
+			hs, _ := number(r.Params["handlers"])
+			handlers[hs] = true
+			if v, _ := r.Detail["redis_version"].(string); !strings.HasPrefix(v, "2.4.") {
+				t.Errorf("%s: measured on Redis %q", r.Case, v)
+			}
+			if len(r.Runs) != 2 {
+				t.Errorf("%s: %d runs, want 2", r.Case, len(r.Runs))
+			}
+		}
+	}
+	if fmt.Sprint(handlers) != "map[2:true 8:true]" {
+		t.Errorf("rates for handlers %v, want e2e's 2 and 8", handlers)
+	}
+	after, err := admin.CommandCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"rpoplpush", "brpoplpush", "multi"} {
+		if after[cmd] != before[cmd] {
+			t.Errorf("the harness's own server saw %d %s: e2e24 ran there", after[cmd]-before[cmd], cmd)
+		}
+	}
+}
+
+// TestE2E24Unset: without REDIS24_SERVER, the e2e24 cases do not apply to
+// the engine, and the note says why.
+func TestE2E24Unset(t *testing.T) {
+	t.Setenv(redis24Env, "")
+	for _, c := range e2e24Cases(Sizes{Handlers: []int{8, 64}}) {
+		if c.RedisBin != "" {
+			t.Errorf("%s: server %q", c.Title, c.RedisBin)
+		}
+		if why := c.Needs(&engineImpl{name: "engine"}); !strings.Contains(why, redis24Env+" is not set") {
+			t.Errorf("%s: the engine's reason %q, want one naming %s", c.Title, why, redis24Env)
+		}
+	}
+}
+
+// TestE2E24NotRedis24: a REDIS24_SERVER that starts another version is an
+// error, not a figure for 2.4.
+func TestE2E24NotRedis24(t *testing.T) {
+	bin := os.Getenv("BQBENCH_REDIS_SERVER")
+	if bin == "" {
+		bin = "redis-server"
+	}
+	t.Setenv(redis24Env, bin)
+	rep := runTiny(t, false, "-impls", "engine", "-scenarios", "e2e24", "-handlers", "2")
+	for _, r := range rep.Results {
+		if r.Status != StatusError || !strings.Contains(r.Note, "not 2.4") {
+			t.Errorf("%s %s: status %s (%s), want an error saying the server is not 2.4", r.Case, r.Metric, r.Status, r.Note)
+		}
 	}
 }

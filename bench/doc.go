@@ -166,35 +166,107 @@ type target struct {
 	met        *bool
 }
 
+// figure names one median of a report: a metric of impl in scenario, in
+// the case whose params include every pair of params; label follows the
+// value in a target row ("" for none).
+type figure struct {
+	scenario, impl string
+	params         map[string]any
+	label          string
+}
+
+// ratioRow is the target row of the ratio of two implementations' metric
+// in one case of scen.
 func ratioRow(r *Report, what, goal string, min float64, scen, metric string, params map[string]any, a, b string) target {
-	x, ok1 := median(r.find(scen, a, metric, params))
-	y, ok2 := median(r.find(scen, b, metric, params))
+	return ratioOf(r, what, goal, min, metric, figure{scen, a, params, ""}, figure{scen, b, params, ""})
+}
+
+// ratioOf is the target row of metric's ratio a / b, met when at least
+// min: both figures in the measured column. Figures of two runs (a
+// scenario merged in apart from the other) make no ratio: compare within
+// one run. A figure that was not measured says why where its result does.
+func ratioOf(r *Report, what, goal string, min float64, metric string, a, b figure) target {
 	t := target{what: what, goal: goal}
+	ra, rb := r.find(a.scenario, a.impl, metric, a.params), r.find(b.scenario, b.impl, metric, b.params)
+	x, ok1 := median(ra)
+	y, ok2 := median(rb)
 	if !ok1 || !ok2 || y == 0 {
 		t.measured = "not measured in this run"
+		for _, res := range []*Result{ra, rb} {
+			if res != nil && res.Status != StatusOK && res.Note != "" {
+				t.measured += " (" + res.Impl + ", " + res.Scenario + ": " + res.Note + ")"
+				break
+			}
+		}
+		return t
+	}
+	if r.runOf(a.scenario) != r.runOf(b.scenario) {
+		t.measured = fmt.Sprintf("%s and %s come from different runs: measure them in one", a.scenario, b.scenario)
 		return t
 	}
 	ratio := x / y
 	met := ratio >= min
 	t.met = &met
-	t.measured = fmt.Sprintf("%.2f× (%s vs %s)", ratio, formatValue(x, "tasks/s"), formatValue(y, "tasks/s"))
+	t.measured = fmt.Sprintf("%.2f× (%s%s vs %s%s)", ratio, formatValue(x, "tasks/s"), a.label, formatValue(y, "tasks/s"), b.label)
 	return t
 }
 
-// e2eVsAsynq is the target row of the e2e rate with h handlers against
-// asynq's.
-func e2eVsAsynq(r *Report, h int) target {
-	return ratioRow(r, fmt.Sprintf("e2e no-op tasks/s, %d handlers, engine vs asynq", h), "≥ 3×", 3,
-		"e2e", "rate", map[string]any{"handlers": h}, "engine", "asynq")
+// e2eHandlers are the handler counts of the e2e target rows.
+var e2eHandlers = []int{8, 64}
+
+// e2eName begins the what of every e2e target row with h handlers.
+func e2eName(h int) string { return fmt.Sprintf("e2e no-op tasks/s, %d handlers, engine", h) }
+
+// e2eVs are the target rows of the engine's e2e rate with h handlers
+// against naive's and asynq's.
+func e2eVs(r *Report, h int) []target {
+	hs := map[string]any{"handlers": h}
+	return []target{
+		ratioRow(r, e2eName(h)+" vs naive (no acknowledgement)", "≥ 1.0×", 1, "e2e", "rate", hs, "engine", "naive"),
+		ratioRow(r, e2eName(h)+" vs asynq", "≥ 4×", 4, "e2e", "rate", hs, "engine", "asynq"),
+	}
+}
+
+// e2eOn24 is the target row of the engine's e2e rate with h handlers on
+// Redis 2.4 (e2e24) against its rate on the run's server (e2e), each
+// figure with its server's version.
+func e2eOn24(r *Report, h int) target {
+	hs := map[string]any{"handlers": h}
+	v24 := "2.4"
+	if res := r.find("e2e24", "engine", "rate", hs); res != nil && res.Detail["redis_version"] != nil {
+		v24 = fmt.Sprint(res.Detail["redis_version"])
+	}
+	on := ""
+	if v, ok := r.runMeta("e2e")["redis_version"].(string); ok && v != "" {
+		on = " on Redis " + v
+	}
+	return ratioOf(r, e2eName(h)+" on Redis 2.4 vs on the run's server", "≥ 0.8×", 0.8, "rate",
+		figure{"e2e24", "engine", hs, " on Redis " + v24}, figure{"e2e", "engine", hs, on})
+}
+
+// e2eLimitRow is the target row of the engine's e2e rate with h handlers
+// and a queue limit that never binds against none (e2e-limit).
+func e2eLimitRow(r *Report, h int) target {
+	lim := e2eLimitMaxRunning
+	if ls := r.intParams("e2e-limit", "max_running"); len(ls) > 0 {
+		lim = ls[len(ls)-1]
+	}
+	return ratioOf(r, fmt.Sprintf("%s, queue limit that never binds (%d) vs none", e2eName(h), lim), "≥ 0.9×", 0.9, "rate",
+		figure{"e2e-limit", "engine", map[string]any{"handlers": h, "max_running": lim}, ""},
+		figure{"e2e-limit", "engine", map[string]any{"handlers": h, "max_running": 0}, ""})
 }
 
 func (r *Report) targets() []target {
 	var ts []target
-	ts = append(ts,
-		e2eVsAsynq(r, 8),
-		ratioRow(r, "e2e no-op tasks/s, 8 handlers, engine vs naive (no acknowledgement)", "≥ 1.0×", 1, "e2e", "rate", map[string]any{"handlers": 8}, "engine", "naive"),
-		e2eVsAsynq(r, 64),
-	)
+	for _, h := range e2eHandlers {
+		ts = append(ts, e2eVs(r, h)...)
+	}
+	for _, h := range e2eHandlers {
+		ts = append(ts, e2eOn24(r, h))
+	}
+	for _, h := range e2eHandlers {
+		ts = append(ts, e2eLimitRow(r, h))
+	}
 	for _, p := range r.intParams("enqueue", "producers") {
 		ts = append(ts, ratioRow(r, fmt.Sprintf("single delayed enqueue, %d producer(s), engine vs asynq", p), "≥ 1.2×", 1.2,
 			"enqueue", "rate", map[string]any{"batch": 1, "delayed": true, "producers": p}, "engine", "asynq"))

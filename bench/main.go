@@ -32,13 +32,14 @@ import (
 )
 
 // allScenarios lists the scenarios in the order they run.
-var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e-limit", "fair", "lateness", "idle", "memory"}
+var allScenarios = []string{"enqueue", "dispatch", "e2e", "e2e24", "e2e-limit", "fair", "lateness", "idle", "memory"}
 
 // scenarioCases maps a scenario name to its case builder.
 var scenarioCases = map[string]func(Sizes) []*Case{
 	"enqueue":   enqueueCases,
 	"dispatch":  dispatchCases,
 	"e2e":       e2eCases,
+	"e2e24":     e2e24Cases,
 	"e2e-limit": e2eLimitCases,
 	"fair":      fairCases,
 	"lateness":  latenessCases,
@@ -289,7 +290,7 @@ func execute(ctx context.Context, o *options) (*Report, error) {
 		}
 		defer srv.Stop()
 		addr = srv.Addr
-		fmt.Fprintf(os.Stderr, "redis-server on %s (save \"\", appendonly no)\n", addr)
+		fmt.Fprintf(os.Stderr, "redis-server on %s (snapshots off, appendonly no)\n", addr)
 	}
 	h := NewHarness(addr, own, o.sizes, o.runs, o.impls, o.poll, os.Stderr)
 	defer h.Admin.Close()

@@ -82,6 +82,21 @@ func (r *Report) ownScenarios() []string {
 	return own
 }
 
+// runOf is the run whose results of scenario the report holds: -1 for
+// the report's own, else the index of the part that replaced them.
+func (r *Report) runOf(scenario string) int {
+	return slices.IndexFunc(r.Parts, func(p Part) bool { return slices.Contains(p.Scenarios, scenario) })
+}
+
+// runMeta is the Meta of the run whose results of scenario the report
+// holds.
+func (r *Report) runMeta(scenario string) map[string]any {
+	if i := r.runOf(scenario); i >= 0 {
+		return r.Parts[i].Meta
+	}
+	return r.Meta
+}
+
 // reportImpls are the implementations of the report's run, then those
 // only its parts measured: the columns of its tables.
 func reportImpls(r *Report) []string {

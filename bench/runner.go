@@ -98,8 +98,17 @@ type Case struct {
 	// Concurrent: the measurements of every implementation and run may
 	// go on at once, each on a redis-server of its own, when the harness
 	// starts its servers (not with -redis: a shared server's counters
-	// would mix them). For cases that mostly wait (idle).
+	// would mix them) or the case names its own (RedisBin). For cases
+	// that mostly wait (idle).
 	Concurrent bool
+	// RedisBin: every measurement of the case starts a redis-server of
+	// its own from this binary (StartRedis) and runs on it, not on the
+	// harness's server, whether or not -redis names one: for a case
+	// measured on another Redis version than the rest of the run. The
+	// server is the measurement's own (flushed, short namespace). "": the
+	// harness's server, or for concurrent measurements (Concurrent) a
+	// server each from Harness.RedisBin.
+	RedisBin string
 	// Needs returns why the case does not apply to impl ("" if it does);
 	// it is given an unopened instance, for type assertions.
 	Needs func(impl Impl) string
@@ -115,11 +124,14 @@ type Measure struct {
 	Impl Impl
 	Env  Env
 	// Admin talks to the measurement's server (Env.Addr): H.Admin, or
-	// that of the server a concurrent measurement started for itself.
+	// that of the server the measurement started for itself.
 	Admin *Admin
-	run   int // the run's number, for progress lines
-	mu    sync.Mutex
-	det   map[string]any
+	// Own: the measurement's server is the harness's own (FLUSHALLed
+	// before it), not a shared one (-redis).
+	Own bool
+	run int // the run's number, for progress lines
+	mu  sync.Mutex
+	det map[string]any
 }
 
 // Detail records extra information for results.json.
@@ -210,17 +222,17 @@ func (h *Harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.Log, format+"\n", args...)
 }
 
-// namespace returns a fresh namespace for one measurement. On a shared
-// server it names the run as well (bqb-<run>-<n>), so that no run meets
-// another's keys. On the harness's own server, flushed before each
-// measurement, it is as short as the engine's default namespace "bq" (b
-// and the measurement's number in base 36: two or three characters), so
-// that the memory figures are those of a default deployment's key names:
-// the long form made each key name 11 bytes longer, and a record key one
-// allocator class larger.
-func (h *Harness) namespace() string {
+// namespace returns a fresh namespace for one measurement, on the
+// harness's own server when own. On a shared server it names the run as
+// well (bqb-<run>-<n>), so that no run meets another's keys. On the
+// harness's own server, flushed before each measurement, it is as short
+// as the engine's default namespace "bq" (b and the measurement's number
+// in base 36: two or three characters), so that the memory figures are
+// those of a default deployment's key names: the long form made each key
+// name 11 bytes longer, and a record key one allocator class larger.
+func (h *Harness) namespace(own bool) string {
 	n := h.seq.Add(1)
-	if h.Own {
+	if own {
 		return "b" + strconv.FormatInt(n, 36)
 	}
 	return fmt.Sprintf("bqb-%s-%d", h.runID, n)
@@ -266,6 +278,13 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 			}
 		}
 	}
+	if len(active) == 0 {
+		var why []string
+		for _, s := range slots {
+			why = append(why, s.name+": "+s.note)
+		}
+		h.logf("  nothing to measure (%s)", strings.Join(why, "; "))
+	}
 	// record takes the outcome of one measurement; false: the slot takes
 	// no further runs.
 	record := func(s *slot, run int, vals map[string]float64, det map[string]any, err error, secs float64) bool {
@@ -299,7 +318,13 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 		h.logf("  %s run %d/%d: %s (%.1fs)", s.name, run, h.Runs, strings.Join(parts, " "), secs)
 		return true
 	}
-	if c.Concurrent && h.Own && h.RedisBin != "" && len(active)*h.Runs > 1 {
+	// bin: the redis-server binary each measurement starts a server of
+	// its own from ("": the harness's server).
+	bin := c.RedisBin
+	if bin == "" && c.Concurrent && h.Own {
+		bin = h.RedisBin
+	}
+	if c.Concurrent && bin != "" && len(active)*h.Runs > 1 {
 		// Every implementation and run at once, each on its own server;
 		// the outcomes are then taken in the order of the sequential
 		// loop below (run 1 of each impl, then run 2, ...).
@@ -322,15 +347,7 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 		for _, j := range jobs {
 			wg.Go(func() {
 				start := time.Now()
-				srv, err := StartRedis(ctx, h.RedisBin)
-				if err != nil {
-					j.err = fmt.Errorf("starting a redis-server for the measurement: %w", err)
-				} else {
-					admin := NewAdmin(srv.Addr)
-					j.vals, j.det, j.err = h.measureOn(ctx, c, j.s.name, j.run, srv.Addr, admin)
-					admin.Close()
-					srv.Stop()
-				}
+				j.vals, j.det, j.err = h.measureOnNew(ctx, c, j.s.name, j.run, bin)
 				j.secs = time.Since(start).Seconds()
 			})
 		}
@@ -353,7 +370,14 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 				return
 			}
 			start := time.Now()
-			vals, det, err := h.measure(ctx, c, s.name)
+			var vals map[string]float64
+			var det map[string]any
+			var err error
+			if c.RedisBin != "" {
+				vals, det, err = h.measureOnNew(ctx, c, s.name, 0, c.RedisBin)
+			} else {
+				vals, det, err = h.measure(ctx, c, s.name)
+			}
 			if record(s, run, vals, det, err, time.Since(start).Seconds()) {
 				still = append(still, s)
 			}
@@ -384,19 +408,34 @@ func (h *Harness) runCase(ctx context.Context, c *Case) {
 // fresh namespace (after FLUSHALL on the harness's own server), then cleans
 // up (on a shared server: Cleanup and deletion of its KeyPatterns).
 func (h *Harness) measure(ctx context.Context, c *Case, name string) (map[string]float64, map[string]any, error) {
-	return h.measureOn(ctx, c, name, 0, h.Addr, h.Admin)
+	return h.measureOn(ctx, c, name, 0, h.Addr, h.Admin, h.Own)
 }
 
-// measureOn is measure on the server at addr (admin talks to it); run
-// numbers the progress lines of concurrent measurements (0: none).
-func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, addr string, admin *Admin) (map[string]float64, map[string]any, error) {
+// measureOnNew is measure on a redis-server of the measurement's own,
+// started from bin (StartRedis) and stopped after it; run numbers the
+// progress lines of concurrent measurements (0: none).
+func (h *Harness) measureOnNew(ctx context.Context, c *Case, name string, run int, bin string) (map[string]float64, map[string]any, error) {
+	srv, err := StartRedis(ctx, bin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting a redis-server for the measurement: %w", err)
+	}
+	defer srv.Stop()
+	admin := NewAdmin(srv.Addr)
+	defer admin.Close()
+	return h.measureOn(ctx, c, name, run, srv.Addr, admin, true)
+}
+
+// measureOn is measure on the server at addr (admin talks to it; own:
+// the harness's own, flushed before the measurement); run numbers the
+// progress lines of concurrent measurements (0: none).
+func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, addr string, admin *Admin, own bool) (map[string]float64, map[string]any, error) {
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Minute
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if h.Own {
+	if own {
 		if err := admin.FlushAll(); err != nil {
 			return nil, nil, fmt.Errorf("FLUSHALL: %w", err)
 		}
@@ -405,8 +444,8 @@ func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, 
 	if err != nil {
 		return nil, nil, err
 	}
-	env := Env{Addr: addr, Namespace: h.namespace(), Poll: h.Poll, Logf: h.logf}
-	m := &Measure{H: h, Impl: inst, Env: env, Admin: admin, run: run}
+	env := Env{Addr: addr, Namespace: h.namespace(own), Poll: h.Poll, Logf: h.logf}
+	m := &Measure{H: h, Impl: inst, Env: env, Admin: admin, Own: own, run: run}
 	if !c.NoOpen {
 		if err := inst.Open(ctx, env); err != nil {
 			_ = inst.Close()
@@ -416,11 +455,13 @@ func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, 
 	}
 	vals, err := c.Run(ctx, m)
 	if !c.NoOpen {
-		h.cleanup(inst, true)
+		if !own {
+			h.cleanup(inst, true)
+		}
 		if cerr := inst.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close: %w", cerr)
 		}
-		if !h.Own {
+		if !own {
 			if _, derr := admin.DeleteMatching(inst.KeyPatterns()); derr != nil {
 				h.logf("  %s: deleting keys: %v", name, derr)
 			}
@@ -432,9 +473,9 @@ func (h *Harness) measureOn(ctx context.Context, c *Case, name string, run int, 
 	return vals, m.det, err
 }
 
-// cleanup runs the implementation's Cleaner on a shared server.
+// cleanup runs the implementation's Cleaner (on a shared server).
 func (h *Harness) cleanup(inst Impl, opened bool) {
-	if h.Own || !opened {
+	if !opened {
 		return
 	}
 	if cl, ok := inst.(Cleaner); ok {

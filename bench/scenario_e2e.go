@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -58,6 +60,52 @@ func e2eLimitCases(s Sizes) []*Case {
 	return cs
 }
 
+// redis24Env names the binary of a real Redis 2.4 redis-server, as for the
+// main module's tests (internal/redistest.EnvBinary24).
+const redis24Env = "REDIS24_SERVER"
+
+// e2e24Cases are the engine's e2e cases, with e2e's handler counts, sizes
+// and parameters, each measurement on a real Redis 2.4 of its own, started
+// from the binary REDIS24_SERVER names (Case.RedisBin: persistence off,
+// like the harness's own server), so that the page sets the engine's rate
+// on 2.4 against its e2e rate of the same run. The engine only: the
+// figure compares it with itself. On 2.4 there is no INFO commandstats,
+// so commands_per_task is n/a. A server of another version is an error;
+// the detail names the version. Without REDIS24_SERVER the cases do not
+// apply, and say why.
+func e2e24Cases(s Sizes) []*Case {
+	bin := os.Getenv(redis24Env)
+	needs := func(i Impl) string {
+		switch {
+		case i.Name() != "engine":
+			return "the engine on Redis 2.4 against itself on the run's server"
+		case bin == "":
+			return redis24Env + " is not set: no Redis 2.4 to measure on (set it to the path of a Redis 2.4 redis-server)"
+		}
+		return ""
+	}
+	var cs []*Case
+	for _, hs := range s.Handlers {
+		c := e2eCase(s, "e2e24", hs, -1, needs)
+		c.RedisBin = bin
+		run := c.Run
+		c.Run = func(ctx context.Context, m *Measure) (map[string]float64, error) {
+			info, err := m.Admin.Info("server")
+			if err != nil {
+				return nil, err
+			}
+			v := info["redis_version"]
+			if !strings.HasPrefix(v, "2.4.") {
+				return nil, fmt.Errorf("%s=%s is Redis %s, not 2.4", redis24Env, bin, v)
+			}
+			m.Detail("redis_version", v)
+			return run(ctx, m)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
 // e2eCase is one e2e case of scenario with hs handlers; limit is the
 // queue's MaxRunning (0: none, named in the title and params; -1: the
 // plain e2e case, which names no limit).
@@ -98,7 +146,7 @@ func runE2E(ctx context.Context, m *Measure, n, producers int, cc ConsumeConfig)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
-	cmdA, cerr := m.H.Admin.CommandCalls()
+	cmdA, cerr := m.Admin.CommandCalls()
 	if cerr != nil && !errors.Is(cerr, errNoCommandStats) {
 		_ = stop()
 		return nil, cerr
@@ -121,7 +169,7 @@ func runE2E(ctx context.Context, m *Measure, n, producers int, cc ConsumeConfig)
 		out["round_trips_per_task"] = float64(rtc.RoundTrips()-rtA) / float64(n)
 	}
 	if err == nil && cerr == nil {
-		cmdB, berr := m.H.Admin.CommandCalls()
+		cmdB, berr := m.Admin.CommandCalls()
 		if berr != nil {
 			err = berr
 		} else {

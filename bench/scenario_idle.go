@@ -150,7 +150,7 @@ func runIdle(ctx context.Context, m *Measure, window time.Duration, periods, wor
 		envChildPoll+"="+m.Env.Poll.String(),
 		envChildWork+"="+strconv.Itoa(workers),
 		envChildDisp+"=1",
-		envChildShared+"="+strconv.FormatBool(!m.H.Own),
+		envChildShared+"="+strconv.FormatBool(!m.Own),
 	)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childProcAttr()

@@ -63,7 +63,7 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 	if err := parallel(ctx, len(warm), 8, func(i int) error { return sch.Schedule(ctx, warm[i]) }); err != nil {
 		return nil, err
 	}
-	before, err := settledMemory(ctx, m.H.Admin)
+	before, err := settledMemory(ctx, m.Admin)
 	if err != nil {
 		return nil, err
 	}
@@ -77,14 +77,14 @@ func runMemory(ctx context.Context, m *Measure, shape string, n int) (map[string
 			return nil, fmt.Errorf("memory parts before: %w", err)
 		}
 		// The scan grows the admin connection's buffers: read it again.
-		if before, err = settledMemory(ctx, m.H.Admin); err != nil {
+		if before, err = settledMemory(ctx, m.Admin); err != nil {
 			return nil, err
 		}
 	}
 	if err := parallel(ctx, n, 8, func(i int) error { return sch.Schedule(ctx, ts[i]) }); err != nil {
 		return nil, err
 	}
-	after, err := settledMemory(ctx, m.H.Admin)
+	after, err := settledMemory(ctx, m.Admin)
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,12 @@ type RedisServer struct {
 
 // StartRedis starts bin (a redis-server binary, looked up in PATH when it
 // has no slash) on a free 127.0.0.1 port and waits until it answers PING.
-// The configuration goes through a file, which every Redis version accepts:
-// save "" and appendonly no (no persistence), daemonize no.
+// The configuration goes through a file, the one way Redis 2.4 takes it,
+// with lines every version accepts: appendonly no, daemonize no. Snapshots
+// are switched off by CONFIG SET save "" once the server answers: 2.4
+// refuses save "" in a file (a bad directive: it does not start), and a
+// file without a save line leaves a later version at its default
+// snapshots.
 func StartRedis(ctx context.Context, bin string) (*RedisServer, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
@@ -55,17 +59,27 @@ func startRedisOnce(ctx context.Context, path string) (*RedisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndaemonize no\ndir %s\nlogfile %s\n",
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nappendonly no\ndaemonize no\ndir %s\nlogfile %s\n",
 		port, dir, filepath.Join(dir, "redis.log"))
 	confPath := filepath.Join(dir, "redis.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// What the server prints before it opens its logfile (2.4 reports a
+	// bad configuration line so) goes to a file of its own.
+	out, err := os.Create(filepath.Join(dir, "redis.out"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	cmd := exec.Command(path, confPath)
 	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childProcAttr()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	out.Close()
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -76,14 +90,22 @@ func startRedisOnce(ctx context.Context, path string) (*RedisServer, error) {
 		c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(time.Second))
 		if err == nil {
 			_, err = c.Do("PING")
-			c.Close()
 			if err == nil {
+				_, err = c.Do("CONFIG", "SET", "save", "")
+				c.Close()
+				if err != nil {
+					s.Stop()
+					return nil, fmt.Errorf("redis-server on %s: switching snapshots off: %w", s.Addr, err)
+				}
 				return s, nil
 			}
+			c.Close()
 		}
 		select {
 		case werr := <-s.done:
+			early, _ := os.ReadFile(filepath.Join(dir, "redis.out"))
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			log = append(append(early, '\n'), log...)
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("redis-server exited (%v): %s", werr, lastLines(string(log), 5))
 		case <-ctx.Done():
