@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
+	"github.com/bucketq/bucketq/engine/internal/rconn"
 )
 
 // processor bounds the handlers running at once with one semaphore of
@@ -412,24 +413,24 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 			p.release(1)
 			continue
 		}
-		tok := &slotToken{p: p}
-		tok.held.Store(true)
+		// One allocation holds what the run's goroutine keeps: the run,
+		// its slot token and its lane.
+		r := &batchRun{tok: slotToken{p: p}, lane: lane{h: rconn.Holder{Pool: w.pool}}}
+		r.tok.held.Store(true)
 		// The batch's runs take slots in claim order (startRun): a task
 		// claimed ahead starts after those before it in its queue.
 		next := make(chan struct{})
-		c := claimed{rec: rec, tok: tok, counted: true, turn: turn, next: next, order: order, idx: idx}
+		r.c = claimed{rec: rec, l: &r.lane, tok: &r.tok, counted: true, turn: turn, next: next, order: order, idx: idx}
 		idx++
 		turn = next
 		if cs[i].Held() != nil {
-			c.batch, c.waited = group, cs[i].Waited()
+			r.c.batch, r.c.waited = group, cs[i].Waited()
 		}
 		tasks.Go(func() {
-			defer tok.free()
-			l := w.lane()
-			defer l.close()
-			c.l = l
-			if _, ok := p.runTask(fetchCtx, baseCtx, c); !ok && c.batch != nil {
-				c.batch.gone()
+			defer r.tok.free()
+			defer r.lane.close()
+			if _, ok := p.runTask(fetchCtx, baseCtx, r.c); !ok && r.c.batch != nil {
+				r.c.batch.gone()
 			}
 		})
 	}
@@ -440,6 +441,13 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		return "", nil, nil, nil
 	}
 	return group.run(fetchCtx, baseCtx)
+}
+
+// batchRun is what the goroutine of one run of a claimed batch keeps.
+type batchRun struct {
+	c    claimed
+	tok  slotToken
+	lane lane
 }
 
 // slotToken is a batch run's slot token, which goes back once: when the

@@ -89,9 +89,9 @@ func newProgressWriter(pool *redis.Pool, st *buckets.Store, cfg Config, log *slo
 		}}
 }
 
-// box returns the progress box of one run of task id.
-func (pw *progressWriter) box(id string, timeout time.Duration) *progressBox {
-	return &progressBox{pw: pw, id: id, ttl: pw.ttl(timeout)}
+// initBox makes b the progress box of one run of task id.
+func (pw *progressWriter) initBox(b *progressBox, id string, timeout time.Duration) {
+	b.pw, b.id, b.ttl = pw, id, pw.ttl(timeout)
 }
 
 // offer queues task id's progress for the next write, replacing one not

@@ -46,10 +46,28 @@ const (
 	runGivenBack
 )
 
+// activeRun is one run of a task: what the worker knows of it, and the
+// parent of its handler's context, which carries the run's result and
+// progress boxes (SetResult, SetProgress), all in one allocation where a
+// context.WithValue per box took one each.
 type activeRun struct {
-	rec    *buckets.Record
-	cancel context.CancelFunc
-	state  atomic.Int32
+	context.Context // the base context the handler's is derived from
+	rec             *buckets.Record
+	cancel          context.CancelFunc
+	state           atomic.Int32
+	box             resultBox
+	pbox            progressBox
+}
+
+// Value answers the run's boxes, and the base context's values otherwise.
+func (a *activeRun) Value(key any) any {
+	switch key.(type) {
+	case resultKey:
+		return &a.box
+	case progressKey:
+		return &a.pbox
+	}
+	return a.Context.Value(key)
 }
 
 // run calls the handler for rec and returns its error; *result gets the
@@ -59,12 +77,11 @@ type activeRun struct {
 // back is kept, even past the shutdown deadline.
 func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byte) (herr error, ok bool) {
 	task := taskFromRecord(rec)
-	box := &resultBox{max: r.maxResult}
-	pbox := r.progress.box(rec.ID, task.Timeout)
-	hctx := context.WithValue(context.WithValue(baseCtx, resultKey{}, box), progressKey{}, pbox)
-	hctx, cancel := context.WithTimeout(hctx, task.Timeout)
+	run := &activeRun{Context: baseCtx, rec: rec, box: resultBox{max: r.maxResult}}
+	r.progress.initBox(&run.pbox, rec.ID, task.Timeout)
+	hctx, cancel := context.WithTimeout(run, task.Timeout)
 	defer cancel()
-	run := &activeRun{rec: rec, cancel: cancel}
+	run.cancel = cancel
 	r.mu.Lock()
 	r.running[rec.ID] = run
 	r.mu.Unlock()
@@ -75,7 +92,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	})
 
 	err := callHandler(hctx, r.handler, task)
-	pbox.close()
+	run.pbox.close()
 	returned := run.state.CompareAndSwap(runRunning, runReturned)
 	if timer.Stop() {
 		r.timers.Done()
@@ -91,7 +108,7 @@ func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byt
 	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && baseCtx.Err() == nil {
 		err = fmt.Errorf("timed out after %v: %w", task.Timeout, err)
 	}
-	*result = box.result
+	*result = run.box.result
 	return err, true
 }
 
