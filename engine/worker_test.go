@@ -415,13 +415,13 @@ func TestPriorities(t *testing.T) {
 			e := realEnv(t)
 			ctx := context.Background()
 			c := e.client(t)
-			// Weighted shares are measured over the first 2000 runs; the
+			// Weighted shares are measured over the first 1000 runs; the
 			// strict order holds at every run, and fewer prove it as well.
 			// One slot runs the tasks one at a time: the count bounds the
 			// test's time on a loaded machine.
-			n := 2500
+			n := 1200
 			if strict {
-				n = 1000
+				n = 500
 			}
 			for _, q := range []string{"low", "high"} {
 				var batch []NewTask
@@ -438,6 +438,11 @@ func TestPriorities(t *testing.T) {
 			rec := newRecorder(nil)
 			w, _ := newWorker(e.pool, e.cfg, rec)
 			stop := runBackground(t, w.Run)
+			defer func() {
+				if t.Failed() {
+					t.Logf("%d runs of %d tasks recorded", rec.total(), 2*n)
+				}
+			}()
 			waitFor(t, outcomeWait, "all tasks", func() bool { return rec.total() >= 2*n })
 			stop()
 			if got := rec.total(); got != 2*n {
@@ -453,18 +458,18 @@ func TestPriorities(t *testing.T) {
 				}
 				return
 			}
-			// While both queues had tasks (the first 2000 runs at 3:1,
-			// in expectation), high's share is 3/4 within 4 points
-			// (about four standard deviations of a 3:1 draw per run).
+			// While both queues had tasks (the first 1000 runs at 3:1,
+			// in expectation), high's share is 3/4 within 5.5 points
+			// (four standard deviations of a 3:1 draw per run).
 			high := 0
-			for _, task := range rec.seq[:2000] {
+			for _, task := range rec.seq[:1000] {
 				if task.Queue == "high" {
 					high++
 				}
 			}
-			share := float64(high) / 2000
-			if share < 0.71 || share > 0.79 {
-				t.Fatalf("high's share %.3f, want 0.75 ± 0.04", share)
+			share := float64(high) / 1000
+			if share < 0.695 || share > 0.805 {
+				t.Fatalf("high's share %.3f, want 0.75 ± 0.055", share)
 			}
 		})
 	}
