@@ -92,9 +92,9 @@ beside chaos go test -count=1 -timeout 20m ./internal/chaos/...
 fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$3" -fuzzminimizetime 2s "$2"; }
 fuzz_all() {
   rm -rf "$(go env GOCACHE)/fuzz/github.com/bucketq/bucketq"
-  fuzz FuzzDecodeRecord ./buckets 30000x &&
-    fuzz FuzzDecodeFlow ./buckets 30000x &&
-    fuzz FuzzParseConfig ./cmd/engine 6000x
+  fuzz FuzzDecodeRecord ./buckets 20000x &&
+    fuzz FuzzDecodeFlow ./buckets 20000x &&
+    fuzz FuzzParseConfig ./cmd/engine 3000x
 }
 beside fuzz fuzz_all
 # The benchmark module's checks and smoke tests.
