@@ -81,7 +81,9 @@ beside chaos go test -count=1 -timeout 20m ./internal/chaos/...
 # fuzzing coordinator can fail a target with "context deadline exceeded"
 # and no failing input when the deadline falls while its workers are busy
 # (say, minimizing a new input, which does not count as executions).
-# Minimizing is bounded too, so a run stays short. The inputs earlier runs
+# Minimizing is bounded too, in executions (each new interesting input is
+# minimized, and at 2 s each the config parser's took most of its minute),
+# so a run stays short. The inputs earlier runs
 # found interesting are dropped first (Go keeps them in its build cache,
 # and each run would replay them all before fuzzing: minutes after a few
 # hundred runs); a crasher is kept in testdata/fuzz, which stays. The
@@ -89,12 +91,12 @@ beside chaos go test -count=1 -timeout 20m ./internal/chaos/...
 # input than the record decoders, so it gets fewer. The counts are what
 # the 5-minute budget of the whole command leaves: the fuzzers take a
 # core's share while the package tests run.
-fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$3" -fuzzminimizetime 2s "$2"; }
+fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$3" -fuzzminimizetime 100x "$2"; }
 fuzz_all() {
   rm -rf "$(go env GOCACHE)/fuzz/github.com/bucketq/bucketq"
-  fuzz FuzzDecodeRecord ./buckets 20000x &&
-    fuzz FuzzDecodeFlow ./buckets 20000x &&
-    fuzz FuzzParseConfig ./cmd/engine 3000x
+  fuzz FuzzDecodeRecord ./buckets 15000x &&
+    fuzz FuzzDecodeFlow ./buckets 15000x &&
+    fuzz FuzzParseConfig ./cmd/engine 2000x
 }
 beside fuzz fuzz_all
 # The benchmark module's checks and smoke tests.
@@ -102,11 +104,12 @@ if [ -f bench/go.mod ]; then
   beside bench sh -c 'cd bench && go vet ./... && "$0" ./... && go test -count=1 -timeout 10m ./...' "$STATICCHECK"
 fi
 # The packages whose tests mostly wait (servers starting, clusters
-# forming, Sentinel failing over) run as a job of their own beside the
-# rest: run after them, one or two at a time, they left the cores idle
-# for a minute at the end.
-heavy=(./engine ./compat_test ./cmd/engine ./dashboard ./buckets)
-light=$(go list ./... | grep -v -e '/internal/chaos' -e '/engine$' -e '/compat_test$' -e '/cmd/engine$' -e '/dashboard$' -e '/buckets$')
+# forming, Sentinel failing over, cmd/engine's processes) run as a job of
+# their own beside the rest: run after them, one or two at a time, they
+# left the cores idle for a minute at the end; cmd/engine run after
+# compat_test made that pair the command's longest path.
+heavy=(./engine ./compat_test ./dashboard ./buckets)
+light=$(go list ./... | grep -v -e '/internal/chaos' -e '/bucketq/engine$' -e '/compat_test$' -e '/dashboard$' -e '/buckets$')
 # shellcheck disable=SC2086 # one word per package
 beside light go test -race -count=1 -p 2 -timeout 20m $light
 rc=0
