@@ -77,6 +77,12 @@ func TestLostResultReplyNotReportedAsRecovery(t *testing.T) {
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
 	for _, l := range logs.lines {
+		if strings.HasPrefix(l, "heartbeat failed") {
+			// The kill cuts a heartbeat in flight too (more likely on a
+			// loaded machine), and that warning is true; the test is
+			// about what the finisher says of the result.
+			continue
+		}
 		if strings.Contains(l, "returned to its queue") || strings.Contains(l, "recovered elsewhere") || strings.Contains(l, "changed while it ran") {
 			t.Fatalf("misleading warning: %q", l)
 		}
