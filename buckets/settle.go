@@ -50,6 +50,10 @@ type SettleResult struct {
 // check Due, since a task made ready early on purpose, by RetryNow say,
 // keeps its old Due).
 //
+// An error reply to any of the reads (a server still loading after a
+// restart answers LOADING) ends the settle with nothing written: it
+// tells nothing of a list's type or a record's state (settleReadError).
+//
 // The records are not watched: a record that leaves waiting meanwhile
 // (cancelled, claimed from a copy) is dropped by Claim, and one that
 // becomes waiting again was placed by whoever changed it. A crash before
@@ -105,6 +109,9 @@ func (s *Store) SettleMove(ctx context.Context, conn redis.Conn, u UncertainMove
 		nb, nq := len(u.Buckets), len(queues)
 		if len(reps) != nb+2*nq+len(ids) {
 			return fmt.Errorf("%d replies to %d reads", len(reps), nb+2*nq+len(ids))
+		}
+		if err := settleReadError(reps[nb:], 2*nq); err != nil {
+			return err
 		}
 		typ := map[string]string{}
 		suspect := map[string]bool{}
@@ -183,6 +190,25 @@ func stillThere(b MovedBucket, rep interface{}) bool {
 // saying why, as it would have after the move. A missing record is most
 // likely a task that ran from the pushed copy and was deleted on success:
 // a copy would only make a dead letter for a task that is done.
+// settleReadError is the first error reply among SettleMove's reads of
+// the queues (the first nq of reps: TYPE and EXISTS per queue) and of the
+// records (the rest), a record's WRONGTYPE excepted (Claim buries such a
+// record with the reason). A server that answers with an error (one
+// restarting answers LOADING) says nothing of a list's type or a record's
+// state: taken as "not a list" and "not readable", it made the settle push
+// the ids of an enqueue whose EXEC never ran into a ready list, with no
+// record behind them.
+func settleReadError(reps []interface{}, nq int) error {
+	for i, rep := range reps {
+		e, ok := rep.(redis.Error)
+		if !ok || (i >= nq && IsWrongType(e)) {
+			continue
+		}
+		return fmt.Errorf("read %d of the settle: %w", i, e)
+	}
+	return nil
+}
+
 func needsPlace(id string, rep interface{}) bool {
 	raw, err := redis.Bytes(rep, nil)
 	if errors.Is(err, redis.ErrNil) {
