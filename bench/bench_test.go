@@ -304,12 +304,7 @@ func TestFlags(t *testing.T) {
 // two runs each, at once: every run gets its figures, each on a server of
 // its own (the harness's server sees none of their commands).
 func TestIdleConcurrent(t *testing.T) {
-	admin := NewAdmin(testRedis.Addr)
-	defer admin.Close()
-	before, err := admin.CommandCalls()
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkUntouched := ownServerUntouched(t, "the idle children ran there", "blpop", "rpoplpush", "zrangebyscore")
 	rep := runTiny(t, false, "-impls", "naive,engine", "-scenarios", "idle", "-runs", "2")
 	want(t, rep, func(r *Result) string {
 		if r.Metric == "round_trips" && r.Impl == "naive" {
@@ -322,13 +317,30 @@ func TestIdleConcurrent(t *testing.T) {
 			t.Errorf("%s %s: %d runs, want 2", r.Impl, r.Metric, len(r.Runs))
 		}
 	}
-	after, err := admin.CommandCalls()
+	checkUntouched()
+}
+
+// ownServerUntouched counts the harness's own server's calls of cmds now;
+// the returned check fails the test if any count moved since (why says
+// what that would mean).
+func ownServerUntouched(t *testing.T, why string, cmds ...string) func() {
+	t.Helper()
+	admin := NewAdmin(testRedis.Addr)
+	t.Cleanup(func() { admin.Close() })
+	before, err := admin.CommandCalls()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []string{"blpop", "rpoplpush", "zrangebyscore"} {
-		if after[cmd] != before[cmd] {
-			t.Errorf("the harness's own server saw %d %s: the idle children ran there", after[cmd]-before[cmd], cmd)
+	return func() {
+		t.Helper()
+		after, err := admin.CommandCalls()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range cmds {
+			if after[cmd] != before[cmd] {
+				t.Errorf("the harness's own server saw %d %s: %s", after[cmd]-before[cmd], cmd, why)
+			}
 		}
 	}
 }
@@ -414,12 +426,7 @@ func TestE2E24(t *testing.T) {
 	if os.Getenv(redis24Env) == "" {
 		t.Skipf("%s is not set: e2e24 was not run on a real Redis 2.4 (set it to the path of a Redis 2.4 redis-server)", redis24Env)
 	}
-	admin := NewAdmin(testRedis.Addr)
-	defer admin.Close()
-	before, err := admin.CommandCalls()
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkUntouched := ownServerUntouched(t, "e2e24 ran there", "rpoplpush", "brpoplpush", "multi")
 	rep := runTiny(t, true, "-impls", "engine,naive", "-scenarios", "e2e24", "-runs", "2")
 	want(t, rep, func(r *Result) string {
 		if r.Impl != "engine" || r.Metric == "commands_per_task" {
@@ -443,15 +450,7 @@ func TestE2E24(t *testing.T) {
 	if fmt.Sprint(handlers) != "map[2:true 8:true]" {
 		t.Errorf("rates for handlers %v, want e2e's 2 and 8", handlers)
 	}
-	after, err := admin.CommandCalls()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cmd := range []string{"rpoplpush", "brpoplpush", "multi"} {
-		if after[cmd] != before[cmd] {
-			t.Errorf("the harness's own server saw %d %s: e2e24 ran there", after[cmd]-before[cmd], cmd)
-		}
-	}
+	checkUntouched()
 }
 
 // TestE2E24Unset: without REDIS24_SERVER, the e2e24 cases do not apply to

@@ -273,6 +273,18 @@ func (s *redisServer) ReplayRefusals() int {
 	return strings.Count(string(b), "AOF-loading-client")
 }
 
+// replayFailures is a run's failure per lane whose server refused commands
+// of its append-only file at a restart (ReplayRefusals).
+func replayFailures(srvs []*redisServer) []string {
+	var out []string
+	for k, srv := range srvs {
+		if n := srv.ReplayRefusals(); n > 0 {
+			out = append(out, fmt.Sprintf("lane %d's server refused %d commands replaying its append-only file at a restart (see %s)", k, n, srv.logPath))
+		}
+	}
+	return out
+}
+
 // Admin dials a connection as the admin user, with every command.
 func (s *redisServer) Admin() (redis.Conn, error) {
 	c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(2*time.Second),

@@ -180,11 +180,7 @@ func RunWorkflow(ctx context.Context, o WorkflowOptions) (*WorkflowReport, error
 	rep.Failures = append(rep.Failures, checkWorkflowRecords(ctx, w.admins, wfNamespace, o, rep)...)
 	rep.Failures = append(rep.Failures, checkWorkflowLogs(o.Dir)...)
 	rep.Failures = append(rep.Failures, checkWorkflowNamespace(ctx, w.admin)...)
-	for k, srv := range w.srvs {
-		if n := srv.ReplayRefusals(); n > 0 {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("lane %d's server refused %d commands replaying its append-only file at a restart (see %s)", k, n, srv.logPath))
-		}
-	}
+	rep.Failures = append(rep.Failures, replayFailures(w.srvs)...)
 	rep.Duration = time.Since(w.started)
 	switch {
 	case rep.OK() && ownDir:
