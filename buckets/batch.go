@@ -541,23 +541,27 @@ func (b *batchState) flush(tx queuer, s *Store, q string) {
 }
 
 // coalesce merges, in a transaction's writes, commands that the order of
-// the others cannot tell apart from one: HINCRBY of one key and field
-// (summed), ZADD or ZREM of one key (their members joined), and SETs of
-// different keys (one MSET: a claim batch rewrites a record per task),
-// into the first of them. A command is merged only when nothing between
-// the two touches its key, except other HINCRBYs of the same hash for a
-// HINCRBY (increments commute). Everything else keeps its place.
+// the others cannot tell apart from one, into the first of them:
+//
+//   - HINCRBY of one key and field (summed);
+//   - INCR, DECR, INCRBY, DECRBY of one key (one INCRBY of the sum: a
+//     claim batch takes a queue's slot per task, a result group gives
+//     them back);
+//   - ZADD or ZREM of one key (their members joined);
+//   - SETs of different keys (one MSET: a claim batch rewrites a record
+//     per task);
+//   - LPUSHes of one list and its head trims (LTRIM key 0 M, one M): at
+//     most a push, a trim and a push (a result group's wake-up tokens);
+//     see coalesceList.
+//
+// A command is merged only when nothing between the two touches its key,
+// except other HINCRBYs of the same hash for a HINCRBY (increments
+// commute). Everything else keeps its place. TestCoalesceKeepsEffect
+// runs random writes both ways on a server and compares every key.
 //
 // The result is built in cmds' array: the caller must not use cmds
 // afterwards. The Args of its commands are never changed.
-func coalesce(cmds cmdList) cmdList { return coalesceTracking(cmds, false) }
-
-// coalesceTracking is coalesce. With trackAll it is the form coalesce
-// had before, which its tests hold it to: it tracks every string
-// argument in last, not only the keys of mergeable commands, and decides
-// whether only HINCRBYs named a key since a HINCRBY by scanning the
-// commands between them instead of looking the last other one up.
-func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
+func coalesce(cmds cmdList) cmdList {
 	// out shares cmds' array: it never holds more commands than have been
 	// read, and each command is copied out of cmds before its slot can be
 	// written.
@@ -581,73 +585,35 @@ func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 	}
 	open := make(map[mergeKey]int)
 	owned := make([]bool, len(cmds)) // per command of out: its Args were built here
-	// sums: per HINCRBY of out that later ones joined, the sum so far,
-	// written into its own Args once at the end.
+	// sums: per HINCRBY or counter of out that later ones joined, the sum
+	// so far, written into its own Args once at the end.
 	var sums map[int]int64
+	var lists map[string]*listRun // per list key, its run of pushes and trims
+	dropped := false              // a command of out was dropped (Name "")
 	names := func(j int, args []interface{}) {
 		for _, a := range args {
 			if s, ok := a.(string); ok {
 				if m, found := marks[s]; found {
 					m.last = j
 					marks[s] = m
-				} else if trackAll {
-					marks[s] = keyMarks{last: j, other: -1}
 				}
 			}
 		}
 	}
-	// onlyHincrbySince reports whether every command of out from j on
-	// whose key is key is a HINCRBY.
-	onlyHincrbySince := func(j int, key string) bool {
-		if trackAll {
-			return onlyHincrby(out[j:], key)
-		}
-		return marks[key].other < j
-	}
-	// join appends args to command j, building its own Args first.
-	join := func(j int, args []interface{}) {
+	// join appends args to command j, building its own Args first; with
+	// mark, the strings among them are noted as named at j.
+	join := func(j int, args []interface{}, mark bool) {
 		if !owned[j] {
 			out[j].Args = append(make([]interface{}, 0, 2*len(out[j].Args)+len(args)), out[j].Args...)
 			owned[j] = true
 		}
 		out[j].Args = append(out[j].Args, args...)
-		names(j, args)
+		if mark {
+			names(j, args)
+		}
 	}
-	for _, c := range cmds {
-		key, _ := c.Args[0].(string)
-		mk := mergeKeyOf(c)
-		if mk.name == "SET" {
-			// SETs of distinct keys are an MSET, at the first one's place,
-			// when nothing since names this key.
-			if j, ok := open[mk]; ok {
-				if marks[key].last < j {
-					out[j].Name = "MSET"
-					join(j, c.Args)
-					continue
-				}
-			}
-		}
-		if mk.name != "" && c.Name != "SET" {
-			if j, ok := open[mk]; ok && (marks[key].last == j || c.Name == "HINCRBY" && onlyHincrbySince(j, key)) {
-				if c.Name == "HINCRBY" {
-					a, aok := sums[j]
-					if !aok {
-						a, aok = toInt64(out[j].Args[2])
-					}
-					b, bok := toInt64(c.Args[2])
-					if aok && bok {
-						if sums == nil {
-							sums = map[int]int64{}
-						}
-						sums[j] = a + b
-						continue
-					}
-				} else {
-					join(j, c.Args[1:])
-					continue
-				}
-			}
-		}
+	// add appends c to out as a command of its own.
+	add := func(c txn.Cmd, key string, mk mergeKey) int {
 		j := len(out)
 		out = append(out, c)
 		names(j, c.Args)
@@ -658,11 +624,152 @@ func coalesceTracking(cmds cmdList, trackAll bool) cmdList {
 		if mk.name != "" {
 			open[mk] = j
 		}
+		return j
+	}
+	// sum adds n to the sum of command j, which starts at its own value.
+	sum := func(j int, n int64) bool {
+		a, ok := sums[j]
+		if !ok && out[j].Name == "HINCRBY" {
+			a, ok = toInt64(out[j].Args[2])
+		} else if !ok {
+			a, ok = delta(out[j])
+		}
+		if !ok {
+			return false
+		}
+		if sums == nil {
+			sums = map[int]int64{}
+		}
+		sums[j] = a + n
+		return true
+	}
+	for _, c := range cmds {
+		key, _ := c.Args[0].(string)
+		mk := mergeKeyOf(c)
+		switch mk.name {
+		case "":
+			add(c, key, mk)
+			continue
+		case "LPUSH":
+			if lists == nil {
+				lists = map[string]*listRun{}
+			}
+			r := lists[key]
+			if r == nil {
+				r = &listRun{pushA: -1, trim: -1, pushB: -1}
+				lists[key] = r
+			}
+			if r.next(c, marks[key].last, out, join, func(c txn.Cmd) int { return add(c, key, mergeKey{}) }) {
+				dropped = true
+			}
+			continue
+		case "SET":
+			// SETs of distinct keys are an MSET, at the first one's place,
+			// when nothing since names this key.
+			if j, ok := open[mk]; ok && marks[key].last < j {
+				out[j].Name = "MSET"
+				join(j, c.Args, true)
+				continue
+			}
+			add(c, key, mk)
+			continue
+		}
+		if j, ok := open[mk]; ok {
+			switch {
+			case mk.name == "INCRBY" && marks[key].last == j:
+				if n, ok := delta(c); ok && sum(j, n) {
+					continue
+				}
+			case c.Name == "HINCRBY" && (marks[key].last == j || marks[key].other < j):
+				if n, ok := toInt64(c.Args[2]); ok && sum(j, n) {
+					continue
+				}
+			case c.Name != "HINCRBY" && marks[key].last == j:
+				join(j, c.Args[1:], true)
+				continue
+			}
+		}
+		add(c, key, mk)
 	}
 	for j, n := range sums {
-		out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
+		if out[j].Name == "HINCRBY" {
+			out[j].Args = []interface{}{out[j].Args[0], out[j].Args[1], n}
+		} else {
+			out[j] = txn.Cmd{Name: "INCRBY", Args: []interface{}{out[j].Args[0], n}}
+		}
+	}
+	if dropped {
+		kept := out[:0]
+		for _, c := range out {
+			if c.Name != "" {
+				kept = append(kept, c)
+			}
+		}
+		out = kept
 	}
 	return out
+}
+
+// listRun is what coalesce keeps of the writes to one list since the
+// last command that named it otherwise: the places in out of a push
+// (pushA), the head trim after it (trim, LTRIM key 0 m) and a push after
+// that (pushB), -1 for none.
+type listRun struct {
+	pushA, trim, pushB int
+	m                  int64
+}
+
+// next takes the LPUSH or head trim c of the run's list, last being the
+// place in out of the last command that named the list, into the run:
+// joined to a push of the run, dropped, or added to out by add. It
+// reports whether a command already in out was dropped (Name set to "").
+// Each step leaves the list as the commands given would:
+//
+//	P(a) P(b)         = P(a b)
+//	T T               = T                 (a head trim is idempotent)
+//	P(a) T P(b) T     = P(a b) T          (b's pushes go before a trim
+//	                                       that keeps the same head)
+//	T P(b) T          = P(b) T
+//
+// A trim of another length, or anything else naming the list in between,
+// starts a new run.
+func (r *listRun) next(c txn.Cmd, last int, out cmdList, join func(int, []interface{}, bool), add func(txn.Cmd) int) (dropped bool) {
+	if c.Name == "LPUSH" {
+		switch {
+		case r.pushB >= 0 && last == r.pushB:
+			join(r.pushB, c.Args[1:], true)
+		case r.trim >= 0 && r.pushB < 0 && last == r.trim:
+			r.pushB = add(c)
+		case r.trim < 0 && r.pushA >= 0 && last == r.pushA:
+			join(r.pushA, c.Args[1:], true)
+		default:
+			*r = listRun{pushA: add(c), trim: -1, pushB: -1}
+		}
+		return false
+	}
+	m, _ := toInt64(c.Args[2])
+	same := r.trim >= 0 && r.m == m
+	switch {
+	case same && last == r.trim:
+		return false
+	case same && r.pushB >= 0 && last == r.pushB && r.pushA >= 0:
+		// The pushed strings were noted at pushB, after pushA: left so,
+		// they only hold back merges, never allow a wrong one.
+		join(r.pushA, out[r.pushB].Args[1:], false)
+		out[r.pushB].Name = ""
+		r.pushB = -1
+		return true
+	case same && r.pushB >= 0 && last == r.pushB:
+		out[r.trim].Name = ""
+		r.pushA, r.pushB = r.pushB, -1
+		r.trim = add(c)
+		return true
+	case r.trim < 0 && r.pushA >= 0 && last == r.pushA:
+		r.trim, r.m = add(c), m
+	default:
+		*r = listRun{pushA: -1, trim: add(c), pushB: -1, m: m}
+	}
+	return false
 }
 
 // keyMarks is what coalesce knows of a key: whether a command that may
@@ -675,40 +782,72 @@ type keyMarks struct {
 }
 
 // mergeKey names what coalesce merges: SETs of any keys (name only), the
-// HINCRBYs of one hash and field, the ZADDs or ZREMs of one key.
+// HINCRBYs of one hash and field, the counter changes of one key
+// ("INCRBY"), the ZADDs or ZREMs of one key, the pushes and head trims of
+// one list ("LPUSH").
 type mergeKey struct{ name, key, field string }
 
 // mergeKeyOf is c's merge key; the zero mergeKey when c never merges.
 func mergeKeyOf(c txn.Cmd) mergeKey {
+	if len(c.Args) == 0 {
+		return mergeKey{}
+	}
 	key, _ := c.Args[0].(string)
+	if key == "" {
+		return mergeKey{}
+	}
 	switch c.Name {
 	case "SET":
-		if len(c.Args) == 2 && key != "" {
+		if len(c.Args) == 2 {
 			return mergeKey{name: c.Name}
 		}
 	case "HINCRBY":
-		if len(c.Args) == 3 {
+		if len(c.Args) != 3 {
+			break
+		}
+		if _, ok := toInt64(c.Args[2]); ok {
 			field, ok := c.Args[1].(string)
 			if !ok {
 				field = fmt.Sprint(c.Args[1])
 			}
 			return mergeKey{c.Name, key, field}
 		}
+	case "INCR", "DECR", "INCRBY", "DECRBY":
+		if _, ok := delta(c); ok {
+			return mergeKey{name: "INCRBY", key: key}
+		}
 	case "ZADD", "ZREM":
 		return mergeKey{name: c.Name, key: key}
+	case "LPUSH":
+		if len(c.Args) >= 2 {
+			return mergeKey{name: "LPUSH", key: key}
+		}
+	case "LTRIM":
+		if len(c.Args) == 3 {
+			start, ok1 := toInt64(c.Args[1])
+			m, ok2 := toInt64(c.Args[2])
+			if ok1 && ok2 && start == 0 && m >= 0 {
+				return mergeKey{name: "LPUSH", key: key}
+			}
+		}
 	}
 	return mergeKey{}
 }
 
-// onlyHincrby reports whether every command of cmds that names key is a
-// HINCRBY.
-func onlyHincrby(cmds cmdList, key string) bool {
-	for _, c := range cmds {
-		if k, _ := c.Args[0].(string); k == key && c.Name != "HINCRBY" {
-			return false
-		}
+// delta is the change a counter command makes to its key's value.
+func delta(c txn.Cmd) (int64, bool) {
+	switch {
+	case c.Name == "INCR" && len(c.Args) == 1:
+		return 1, true
+	case c.Name == "DECR" && len(c.Args) == 1:
+		return -1, true
+	case c.Name == "INCRBY" && len(c.Args) == 2:
+		return toInt64(c.Args[1])
+	case c.Name == "DECRBY" && len(c.Args) == 2:
+		n, ok := toInt64(c.Args[1])
+		return -n, ok
 	}
-	return true
+	return 0, false
 }
 
 func toInt64(v interface{}) (int64, bool) {
