@@ -137,6 +137,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		held   *txn.Held
 		waited []bool // per id, its mark as read (with hold)
 		kept   []int  // the ids whose record and mark held covers
+		slots  *flowBudget
 	)
 	_, err := s.run(ctx, conn, watch, func(tx *txn.Tx) error {
 		held, waited, kept = nil, nil, nil
@@ -166,7 +167,7 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 		if len(got) != want {
 			return fmt.Errorf("%d replies to %d reads", len(got), want)
 		}
-		var slots *flowBudget
+		slots = nil
 		if limited {
 			if slots, err = slotBudgetOf(got[3], got[4]); err != nil {
 				return err
@@ -230,6 +231,11 @@ func (s *Store) ClaimBatch(ctx context.Context, conn redis.Conn, w, q string, id
 	}
 	for _, i := range kept {
 		cs[i].held, cs[i].waited = held, waited[i]
+	}
+	if slots != nil {
+		for i := range cs {
+			cs[i].Free = slots.free
+		}
 	}
 	return recs, results, nil
 }

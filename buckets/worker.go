@@ -53,6 +53,11 @@ type ClaimState struct {
 	// Until is, after a claim that gave the task back for its flow
 	// control, when to look again (Unix ms).
 	Until int64
+	// Free is, after a claim that read the queue's concurrency limit
+	// (Limits.MaxRunning), the slots of it the claim left free: how far
+	// the limit is from binding, which the worker's claiming ahead
+	// depends on.
+	Free int64
 
 	runs   int
 	held   *txn.Held
@@ -238,6 +243,9 @@ func (s *Store) Claim(ctx context.Context, conn redis.Conn, w, q, id string, now
 		rec, result, derr = s.claimDecide(claimTx{tx: tx, wq: tx, a: s.workerArgs(w), q: q, paused: paused == 1, flow: flow, now: now, deadline: deadline}, id, key, rep, cs)
 		if derr != nil {
 			return derr
+		}
+		if cs != nil && flow != nil {
+			cs.Free = flow.free
 		}
 		if result == Claimed && hold && !rec.FlowReads() {
 			held = tx.Hold(key, waiter)

@@ -458,7 +458,7 @@ func (f *fetcher) claimLocked(ctx context.Context, l *lane, q, id string, cs *bu
 			*cs = one[0]
 			if cerr == nil {
 				w.inflight.release(id, false)
-				f.claimed(q, id, res[0], cs.Until)
+				f.claimed(q, id, res[0], cs)
 				if recs[0] == nil {
 					return nil, false, false
 				}
@@ -480,12 +480,17 @@ func (f *fetcher) claimLocked(ctx context.Context, l *lane, q, id string, cs *bu
 	}
 }
 
-// claimed acts on what a claim of id, popped from place p, found; until
-// is when a task given back for its flow control may be looked at again
-// (Unix ms).
-func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, until int64) {
+// claimed acts on what a claim of id, popped from place p, found, with
+// the claim's state cs after it: when a task given back for its flow
+// control may be looked at again, the slots of the queue's limit left
+// free.
+func (f *fetcher) claimed(p, id string, res buckets.ClaimResult, cs *buckets.ClaimState) {
 	w := f.w
 	q := buckets.QueueOf(p) // the place's queue
+	until := cs.Until
+	if cs.Limits.MaxRunning > 0 && (res == buckets.Claimed || res == buckets.Full) {
+		f.lim.noteFree(q, cs.Free)
+	}
 	switch res {
 	case buckets.Claimed:
 		f.unskip(q)
@@ -608,7 +613,7 @@ func (f *fetcher) claimBatchLocked(ctx context.Context, l *lane, q string, ids [
 			if err == nil {
 				for i, id := range ids {
 					w.inflight.release(id, false)
-					f.claimed(q, id, res[i], cs[i].Until)
+					f.claimed(q, id, res[i], &cs[i])
 				}
 				return got, cs
 			}

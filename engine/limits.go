@@ -37,6 +37,7 @@ type limits struct {
 	read    time.Time                 // when the limits were last read; guarded by mu
 	max     map[string]buckets.Limits // queue -> its flow control (absent: none); guarded by mu
 	full    map[string]time.Time      // queue -> set aside until; guarded by mu
+	free    map[string]int64          // queue -> slots of its limit its last claim left free; guarded by mu
 	timed   map[string]time.Time      // what -> when to look again (a keyed place's next key, a throttled queue's window); guarded by mu
 }
 
@@ -47,16 +48,37 @@ func (l *limits) of(q string) buckets.Limits {
 	return l.max[q]
 }
 
-// anyLimited reports whether one of qs has a limit, as last read.
-func (l *limits) anyLimited(qs []string) bool {
+// roomAhead reports whether a worker that holds up to n tasks may claim
+// ahead of its free handler slots on queues qs: a task claimed ahead
+// holds a slot of its queue's concurrency limit without running, which a
+// handler of another worker could have used. So only while the limit is
+// far from binding: a queue without a limit, or whose flow control is a
+// concurrency limit alone (a rate or a per-key limit is claimed one task
+// at a time) and whose last claim here left at least n slots free.
+func (l *limits) roomAhead(qs []string, n int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, q := range qs {
-		if l.max[q].Limited() {
-			return true
+		lim := l.max[q]
+		if !lim.Limited() {
+			continue
+		}
+		if free, ok := l.free[q]; lim.Single() || !ok || free < int64(n) {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// noteFree notes how many slots of q's concurrency limit a claim left
+// free (roomAhead).
+func (l *limits) noteFree(q string, free int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.free == nil {
+		l.free = map[string]int64{}
+	}
+	l.free[q] = free
 }
 
 // setFull sets q aside after a claim found every slot in use, or its

@@ -134,6 +134,50 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 	}
 }
 
+// A queue's concurrency limit far from binding leaves claiming ahead on;
+// one the worker's tasks could fill (its slots plus prefetch) turns it
+// off, so that no slot of the limit is held by a task waiting for a
+// handler. Never more tasks run than the limit.
+func TestPrefetchOnLimitedQueue(t *testing.T) {
+	t.Parallel()
+	const n, slots = 400, 4
+	for _, tc := range []struct {
+		limit int
+		ahead bool
+	}{{1000, true}, {12, false}} {
+		t.Run(fmt.Sprintf("limit%d", tc.limit), func(t *testing.T) {
+			t.Parallel()
+			e, c, _ := deepQueue(t, n, slots)
+			e.cfg.Advanced.ClaimBatch = 16 // Prefetch: 12 by default, so 16 tasks held at most
+			if err := c.SetQueueLimits(context.Background(), QueueConfig{Name: "default", MaxRunning: tc.limit}); err != nil {
+				t.Fatal(err)
+			}
+			var cc concurrent
+			rec := newRecorder(func(context.Context, *Task) error {
+				cc.enter()
+				defer cc.exit()
+				return nil
+			})
+			w, rs, _ := prefetchWorker(t, e, rec)
+			waitFor(t, outcomeWait, "every result recorded", func() bool {
+				st, err := c.inspector().Queue(context.Background(), "default")
+				return err == nil && st.Processed == n && st.Running == 0 && st.SlotsInUse == 0
+			})
+			claim, ahead := rs.maxClaim.Load(), w.ClaimedAhead()
+			t.Logf("largest claim %d, claimed ahead %d, most handlers at once %d", claim, ahead, cc.most.Load())
+			if tc.ahead && (claim <= slots || ahead == 0) {
+				t.Errorf("limit %d: largest claim %d, %d claimed ahead: never claimed ahead of %d slots", tc.limit, claim, ahead, slots)
+			}
+			if !tc.ahead && (claim > slots || ahead != 0) {
+				t.Errorf("limit %d: largest claim %d, %d claimed ahead: claimed ahead of %d slots", tc.limit, claim, ahead, slots)
+			}
+			if most := cc.most.Load(); most > slots {
+				t.Errorf("%d handlers ran at once, Concurrency is %d", most, slots)
+			}
+		})
+	}
+}
+
 // Handlers slower than PrefetchWait allows turn claiming ahead off: no
 // claim takes more tasks than there are slots.
 func TestPrefetchOffForSlowHandlers(t *testing.T) {

@@ -127,12 +127,14 @@ func (p *processor) extra() int { return p.taken.size() - p.slots.size() }
 // the slots turn over: when every one is taken, one was freed within
 // PrefetchWait. The mean only counts runs that ended, so handlers that
 // are all stuck in long runs would otherwise still look quick, and the
-// worker would sit on tasks that another worker could start.
+// worker would sit on tasks that another worker could start. A queue with
+// flow control is claimed ahead only while its limit is far from binding
+// (limits.roomAhead).
 func (p *processor) prefetching() bool {
 	slots, extra := p.slots.size(), p.extra()
 	mean := p.meanRun.Load()
 	if extra == 0 || mean == 0 || len(p.w.fetcher.queues) > 1 || p.w.fetcher.lowLevel.Load() || p.w.fetcher.want() <= slots ||
-		p.w.fetcher.lim.anyLimited(p.w.fetcher.queues) { // a slot of the limit held by a task not running
+		!p.w.fetcher.lim.roomAhead(p.w.fetcher.queues, slots+extra) {
 		return false
 	}
 	wait := p.w.cfg.Advanced.PrefetchWait

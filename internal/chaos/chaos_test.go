@@ -260,8 +260,8 @@ var shardScenarios = []string{"combined", "full", "flow"}
 // TestChaosRedis24 is a short run, on a real Redis 2.4 (REDIS24_SERVER;
 // skipped, saying so, without it), of the full scenario and of the faults
 // that touch 2.4's own behaviour: connection cuts, server restarts, kills;
-// and of flow control under all of them: 300 tasks each (200 with
-// -short), timed as TestChaos's.
+// and of flow control under all of them (flow, limit-ahead): 300 tasks
+// each (200 with -short), timed as TestChaos's.
 func TestChaosRedis24(t *testing.T) {
 	if os.Getenv(redistest.EnvBinary24) == "" {
 		t.Skipf("%s is not set: the chaos scenarios did not run on a real Redis 2.4", redistest.EnvBinary24)
@@ -270,7 +270,7 @@ func TestChaosRedis24(t *testing.T) {
 	if testing.Short() {
 		tasks = 200
 	}
-	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts", "flow"}, os.Getenv(redistest.EnvBinary24))
+	runOn(t, 1, tasks, []string{"full", "conncut", "kills-restarts", "flow", "limit-ahead"}, os.Getenv(redistest.EnvBinary24))
 }
 
 // badDataTasks is the fewest tasks of the short form of a scenario with

@@ -773,8 +773,12 @@ func (h *harness) checkLimit(obs *observed) (string, error) {
 	if o.most > bound {
 		return "", fmt.Errorf("queue limit %d (%d lanes): %d runs overlapped at %s", h.sc.MaxRunning, max(len(h.lanes), 1), o.most, fmtMs(o.at))
 	}
-	if o.most < h.sc.MaxRunning {
-		return "", fmt.Errorf("%w: at most %d runs overlapped, the limit is %d", errNotExercised, o.most, h.sc.MaxRunning)
+	reach := h.sc.MaxRunning
+	if h.sc.LimitReach > 0 {
+		reach = h.sc.LimitReach
+	}
+	if o.most < reach {
+		return "", fmt.Errorf("%w: at most %d runs overlapped, the limit is %d (%d must overlap)", errNotExercised, o.most, h.sc.MaxRunning, reach)
 	}
 	return fmt.Sprintf("queue limit %d (%d lanes): at most %d runs overlapped (first at %s), over %d runs (%d ended by a kill, %d without an end)",
 		h.sc.MaxRunning, max(len(h.lanes), 1), o.most, fmtMs(o.at), len(all), o.killed, o.open), nil

@@ -79,8 +79,11 @@ type Scenario struct {
 	// MaxRunning, when above 0, is the concurrency limit of the workers'
 	// queues (chaosproc -max-running): the handler ledgers must show no
 	// instant with more runs than that (per lane: times the lanes with
-	// shards), and some instant with that many (harness.checkLimit).
-	MaxRunning int
+	// shards), and some instant with that many (harness.checkLimit), or
+	// with LimitReach when set: where workers claim ahead, a task claimed
+	// ahead holds a slot without running, so the runs the ledgers see at
+	// once may fall short of the limit while every slot is taken.
+	MaxRunning, LimitReach int
 	// KeyMaxRunning, Rate and KeyRate are the rest of the workers'
 	// queues' flow control (chaosproc -key-max-running, -queue-rate,
 	// -key-rate): the handler ledgers must show no instant with more runs
@@ -209,6 +212,21 @@ var scenarios = []Scenario{
 		// that the windows fill and a backlog waits, drained at the
 		// rates' pace.
 		MinDuration: 25 * time.Second, MinDrain: time.Minute,
+	},
+	{
+		Name: "limit-ahead", Doc: "a queue whose flow control is a concurrency limit alone (32), claimed in batches whose slots are taken and given back in coalesced counts: worker-0 runs 40 handlers of up to 250 ms and claims nothing ahead, so the limit binds in a burst; workers 1 to 3 run 2 handlers that return at once and claim ahead (prefetch 4) while their last claim left 6 slots free; workers are killed (kill -9 holding slots and tasks claimed ahead, some SIGTERM), a proxy cuts connections around EXEC and after RPOPLPUSH, and redis-server is restarted; no more runs than the limit may overlap, and at least 24 must (a task claimed ahead holds a slot without running)",
+		Producers: 3, Dispatchers: 1, Reapers: 2, Workers: 4, Concurrency: 8, BatchMax: 100,
+		ProcArgs:    []string{"-immediate=1"},
+		KillWorkers: 900 * time.Millisecond, TermWorkers: 0.15,
+		Cuts:     &CutPolicy{ExecBefore: 0.01, ExecAfter: 0.02, PopAfter: 0.01},
+		Restarts: 4 * time.Second,
+		SlotArgs: map[string][]string{
+			"worker-0": {"-concurrency=40", "-prefetch=-1", "-sleep-max=250ms"},
+			"worker-1": {"-concurrency=2", "-prefetch=4", "-sleep-max=0s"},
+			"worker-2": {"-concurrency=2", "-prefetch=4", "-sleep-max=0s"},
+			"worker-3": {"-concurrency=2", "-prefetch=4", "-sleep-max=0s"},
+		},
+		MaxRunning: 32, LimitReach: 24, Ahead: true,
 	},
 	{
 		Name: "conncut", Doc: "a proxy cuts connections (before/after EXEC, after RPOPLPUSH, during BLPOP, at random) and the server closes idle ones (timeout 1); worker 0 keeps no done records",
