@@ -129,8 +129,9 @@ type AdvancedConfig struct {
 	// to wait in the process for a slot while its queue is deep and its
 	// handlers quick (PrefetchWait); they stay leased, and go back to the
 	// front of their queue when the worker stops or after half of
-	// LeaseGrace. 0: ClaimBatch minus Concurrency; negative: none. At
-	// most 1000.
+	// LeaseGrace. A queue with flow control is claimed ahead only while
+	// its max_running is far from binding (docs/flow-control.md). 0:
+	// ClaimBatch minus Concurrency; negative: none. At most 1000.
 	Prefetch int
 	// PrefetchWait is how long a task claimed ahead may expect to wait
 	// for a slot, judged from the handlers' recent run times. 0 to 1 s;
