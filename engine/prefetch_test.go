@@ -233,7 +233,13 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 	st := &stuckSetup{}
 	st.e, st.c, st.infos = deepQueue(t, n, slots)
 	st.e.cfg.Advanced.ClaimBatch = claimBatch
-	st.e.cfg.Advanced.PrefetchWait = 50 * time.Millisecond
+	// The worker claims ahead while the handlers' mean run, times the
+	// tasks claimed ahead per slot (up to 7 here), is within PrefetchWait:
+	// 150 ms leaves a mean of 21 ms, which a quick handler keeps on a
+	// loaded machine under the race detector (at 50 ms, 7 ms, a busy run
+	// turned claiming ahead off for good, and no run had a follower to
+	// block on). It stays below half the tests' grace (200 ms).
+	st.e.cfg.Advanced.PrefetchWait = 150 * time.Millisecond
 	if grace != 0 {
 		st.e.cfg.Advanced.LeaseGrace = grace
 	}
@@ -357,7 +363,7 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 // run; it runs later, once, and is not counted as recovered.
 func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	t.Parallel()
-	const n, slots = 200, 1
+	const n, slots = 400, 1
 	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
 	ctx := context.Background()
