@@ -91,6 +91,20 @@ func prefetchWorker(t *testing.T, e *env, rec *recorder) (*worker, *requeueStore
 	return w, rs, runBackground(t, w.Run)
 }
 
+// quickWorker starts a worker of e whose handler returns at once,
+// counting the handlers that run at once.
+func quickWorker(t *testing.T, e *env) (*worker, *requeueStore, *recorder, *concurrent) {
+	t.Helper()
+	cc := &concurrent{}
+	rec := newRecorder(func(context.Context, *Task) error {
+		cc.enter()
+		defer cc.exit()
+		return nil
+	})
+	w, rs, _ := prefetchWorker(t, e, rec)
+	return w, rs, rec, cc
+}
+
 // From a deep queue of quick tasks a worker claims ahead of its slots: a
 // batch takes more tasks than Concurrency, yet no more handlers run at
 // once than Concurrency, and every task runs exactly once.
@@ -99,13 +113,7 @@ func TestPrefetchClaimsAheadOfSlots(t *testing.T) {
 	const n, slots = 600, 4
 	e, c, infos := deepQueue(t, n, slots)
 	e.cfg.Advanced.ClaimBatch = 16 // Prefetch: 12 by default
-	var cc concurrent
-	rec := newRecorder(func(context.Context, *Task) error {
-		cc.enter()
-		defer cc.exit()
-		return nil
-	})
-	w, rs, _ := prefetchWorker(t, e, rec)
+	w, rs, rec, cc := quickWorker(t, e)
 	waitFor(t, outcomeWait, "every result recorded", func() bool {
 		st, err := c.inspector().Queue(context.Background(), "default")
 		return err == nil && st.Processed == n && st.Running == 0
@@ -152,13 +160,7 @@ func TestPrefetchOnLimitedQueue(t *testing.T) {
 			if err := c.SetQueueLimits(context.Background(), QueueConfig{Name: "default", MaxRunning: tc.limit}); err != nil {
 				t.Fatal(err)
 			}
-			var cc concurrent
-			rec := newRecorder(func(context.Context, *Task) error {
-				cc.enter()
-				defer cc.exit()
-				return nil
-			})
-			w, rs, _ := prefetchWorker(t, e, rec)
+			w, rs, _, cc := quickWorker(t, e)
 			waitFor(t, outcomeWait, "every result recorded", func() bool {
 				st, err := c.inspector().Queue(context.Background(), "default")
 				return err == nil && st.Processed == n && st.Running == 0 && st.SlotsInUse == 0
