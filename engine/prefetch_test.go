@@ -433,6 +433,11 @@ func TestFetcherBoundAfterWaiting(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
 	e.cfg.Concurrency, e.cfg.Advanced.ClaimBatch = 2, 16
+	// The worker is not run, so it never beats: its fetcher takes tasks
+	// only while HeartbeatTTL less an interval since it was made has not
+	// passed. An hour, so that a loaded machine's slow test does not
+	// outlive it (at the default 30 s a run of the test command did).
+	e.cfg.Advanced.HeartbeatTTL = time.Hour
 	w, err := newWorker(e.pool, e.cfg, newRecorder(nil))
 	if err != nil {
 		t.Fatal(err)
