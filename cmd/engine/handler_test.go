@@ -162,17 +162,19 @@ func TestHandlerTimeoutKillsGroup(t *testing.T) {
 // kill_grace; the handler's own timeout applies too.
 func TestHandlerKillGrace(t *testing.T) {
 	t.Parallel()
+	// The timeout must outlast the shell's start up to its trap: at 200 ms
+	// a loaded machine's shell once took the SIGTERM before it set it.
 	h, _ := newTestHandler(t, []string{"sh", "-c", `trap '' TERM; sleep 30 & wait; sleep 30`}, func(s *HandlerSettings) {
-		s.Timeout = 200 * time.Millisecond
+		s.Timeout = 2 * time.Second
 		s.KillGrace = 300 * time.Millisecond
 	})
 	start := time.Now()
 	err := h.ProcessTask(context.Background(), testTask())
 	took := time.Since(start)
-	if took < 450*time.Millisecond || took > 3*time.Second {
-		t.Errorf("took %v, want about timeout + kill grace (500ms)", took)
+	if took < 2250*time.Millisecond || took > 8*time.Second {
+		t.Errorf("took %v, want about timeout + kill grace (2.3s)", took)
 	}
-	if err == nil || !strings.Contains(err.Error(), "timed out after 200ms (killed by SIGKILL: it ignored SIGTERM for kill_grace 300ms)") {
+	if err == nil || !strings.Contains(err.Error(), "timed out after 2s (killed by SIGKILL: it ignored SIGTERM for kill_grace 300ms)") {
 		t.Errorf("err = %v, want the timeout and the SIGKILL named", err)
 	}
 }
