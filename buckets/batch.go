@@ -558,7 +558,7 @@ func (b *batchState) flush(tx queuer, s *Store, q string) {
 //     per task);
 //   - LPUSHes of one list and its head trims (LTRIM key 0 M, one M): at
 //     most a push, a trim and a push (a result group's wake-up tokens);
-//     see coalesceList.
+//     see listRun.next.
 //
 // A command is merged only when nothing between the two touches its key,
 // except other HINCRBYs of the same hash for a HINCRBY (increments
@@ -635,13 +635,15 @@ func coalesce(cmds cmdList) cmdList {
 	// sum adds n to the sum of command j, which starts at its own value.
 	sum := func(j int, n int64) bool {
 		a, ok := sums[j]
-		if !ok && out[j].Name == "HINCRBY" {
-			a, ok = toInt64(out[j].Args[2])
-		} else if !ok {
-			a, ok = delta(out[j])
-		}
 		if !ok {
-			return false
+			if out[j].Name == "HINCRBY" {
+				a, ok = toInt64(out[j].Args[2])
+			} else {
+				a, ok = delta(out[j])
+			}
+			if !ok {
+				return false
+			}
 		}
 		if sums == nil {
 			sums = map[int]int64{}
