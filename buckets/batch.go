@@ -454,6 +454,7 @@ func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, i
 	args := s.workerArgs(w)
 	res := make([]FinishResult, len(items))
 	writes := make(cmdList, 0, 5*len(items))
+	copies := make([]Record, len(items)) // the items' records are kept for a checked retry
 	for i, it := range items {
 		if it.Rec.FlowReads() {
 			// Its group must be read: the checked way. (ClaimBatch holds
@@ -461,7 +462,8 @@ func (s *Store) FinishGroupHeld(ctx context.Context, held *txn.Held, w string, i
 			_ = held.Release(ctx)
 			return nil, nil, ErrWatchLost
 		}
-		r := it.Rec.clone()
+		copies[i] = *it.Rec
+		r := &copies[i]
 		out, err := s.finishWrites(&writes, args, s.Keys.Task(r.ID), r, it.Now, doneTTL, it.Waited, it.Decide)
 		if err != nil {
 			_ = held.Release(ctx)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/bucketq/bucketq/buckets"
@@ -72,9 +73,21 @@ func (f *finisher) startGroup(baseCtx context.Context) func() {
 // and takes as many tasks: before the group's round trip when no slot of
 // the worker is free (the loop waits for them), after it otherwise.
 func (c *committer) commit(item finishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
-	reply := make(chan commitRes, 1)
-	c.reqs <- commitReq{item: item, tok: tok, reply: reply}
+	return askCommit(c.reqs, item, tok)
+}
+
+// replies recycles the channels on which a result's group answers: one
+// answer comes on each, and it is taken before the channel goes back, so
+// a channel from the pool is empty. Made per result, they were one of the
+// allocations of every task.
+var replies = sync.Pool{New: func() any { return make(chan commitRes, 1) }}
+
+// askCommit sends item to a group's requests and waits for its answer.
+func askCommit(reqs chan<- commitReq, item finishItem, tok *slotToken) (buckets.FinishResult, bool, error) {
+	reply := replies.Get().(chan commitRes)
+	reqs <- commitReq{item: item, tok: tok, reply: reply}
 	r := <-reply
+	replies.Put(reply)
 	return r.res, r.sent, r.err
 }
 
@@ -208,10 +221,7 @@ func newHeldGroup(w *worker, l *lane, runs int) *heldGroup {
 // commit hands a run's result to the group and waits for its answer, as
 // committer.commit.
 func (g *heldGroup) commit(item finishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
-	reply := make(chan commitRes, 1)
-	g.reqs <- commitReq{item: item, tok: tok, reply: reply}
-	r := <-reply
-	return r.res, r.sent, r.err
+	return askCommit(g.reqs, item, tok)
 }
 
 // gone tells the group that a run was given back: no result comes.

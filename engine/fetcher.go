@@ -429,14 +429,13 @@ const claimTries = 6
 // batch's); hold leaves the claim's watch on l for the result (Finish
 // with held).
 func (f *fetcher) claim(ctx context.Context, l *lane, q, id string, cs *buckets.ClaimState, hold bool) (*buckets.Record, bool, bool) {
-	unlock, ok := f.w.inflight.lockClaim(ctx, id)
-	if !ok {
+	if !f.w.inflight.lockClaim(ctx, id) {
 		// Stopping: the id stays in the in-flight list, which the worker
 		// gives back when it unregisters.
 		f.w.inflight.release(id, true)
 		return nil, false, false
 	}
-	defer unlock()
+	defer f.w.inflight.unlockClaim(id)
 	return f.claimLocked(ctx, l, q, id, cs, hold)
 }
 
@@ -547,19 +546,17 @@ func (f *fetcher) claimBatch(ctx context.Context, l *lane, q string, ids []strin
 	// so that two batches never wait for each other.
 	all := ids
 	var later []int
-	var unlocks []func()
 	ids = nil
 	for i, id := range all {
-		if unlock, ok := w.inflight.tryLockClaim(id); ok {
-			unlocks = append(unlocks, unlock)
+		if w.inflight.tryLockClaim(id) {
 			ids = append(ids, id)
 		} else {
 			later = append(later, i)
 		}
 	}
 	recs, cs := f.claimBatchLocked(ctx, l, q, ids, hold)
-	for _, unlock := range unlocks {
-		unlock()
+	for _, id := range ids {
+		w.inflight.unlockClaim(id)
 	}
 	if len(later) > 0 {
 		// On a connection of their own: l may hold the batch's watch.

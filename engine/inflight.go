@@ -90,47 +90,57 @@ func (s *inflightSet) release(id string, give bool) {
 }
 
 // tryLockClaim is lockClaim without waiting: false when another slot is
-// claiming id.
-func (s *inflightSet) tryLockClaim(id string) (func(), bool) {
+// claiming id. The claim ends with unlockClaim.
+func (s *inflightSet) tryLockClaim(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, busy := s.claim[id]; busy {
-		return nil, false
+		return false
 	}
-	done := make(chan struct{})
-	s.claim[id] = done
-	return func() {
-		s.mu.Lock()
-		delete(s.claim, id)
-		s.mu.Unlock()
+	s.claim[id] = nil // a channel only once a slot waits (lockClaim)
+	return true
+}
+
+// unlockClaim ends the claim of id that tryLockClaim or lockClaim began,
+// and wakes the slots waiting for it.
+func (s *inflightSet) unlockClaim(id string) {
+	s.mu.Lock()
+	done := s.claim[id]
+	delete(s.claim, id)
+	s.mu.Unlock()
+	if done != nil {
 		close(done)
-	}, true
+	}
 }
 
 // lockClaim waits until no other slot of the process is claiming id, and
-// then makes the caller the one that is; the returned func ends that. Two
+// then makes the caller the one that is, until it calls unlockClaim. Two
 // copies of one id (a settle or a recovery may push an id twice) popped
 // by two slots are claimed one after the other: two claims of one id by
 // one process at once could not be told apart (a claim whose reply was
 // lost, retried, would take the other's committed claim for its own) and
 // the task would run twice. Claimed in turn, the second finds the task
 // running, or given back, like any other copy. It returns false when ctx
-// ends first.
-func (s *inflightSet) lockClaim(ctx context.Context, id string) (func(), bool) {
+// ends first. A claim nobody waits for makes no channel: almost every
+// claim is of an id no other slot holds.
+func (s *inflightSet) lockClaim(ctx context.Context, id string) bool {
 	for {
-		if unlock, ok := s.tryLockClaim(id); ok {
-			return unlock, true
-		}
 		s.mu.Lock()
 		busy, ok := s.claim[id]
-		s.mu.Unlock()
 		if !ok {
-			continue // let go meanwhile: try again
+			s.claim[id] = nil
+			s.mu.Unlock()
+			return true
 		}
+		if busy == nil {
+			busy = make(chan struct{})
+			s.claim[id] = busy
+		}
+		s.mu.Unlock()
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return nil, false
+			return false
 		}
 	}
 }

@@ -410,14 +410,16 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		l.close()
 	}
 	idx := 0 // rec's place in order
+	// One allocation holds what the runs' goroutines keep: each run, its
+	// slot token and its lane.
+	brs := make([]batchRun, len(recs))
 	for i, rec := range recs {
 		if rec == nil {
 			p.release(1)
 			continue
 		}
-		// One allocation holds what the run's goroutine keeps: the run,
-		// its slot token and its lane.
-		r := &batchRun{tok: slotToken{p: p}, lane: lane{h: rconn.Holder{Pool: w.pool}}}
+		r := &brs[i]
+		*r = batchRun{tok: slotToken{p: p}, lane: lane{h: rconn.Holder{Pool: w.pool}}}
 		r.tok.held.Store(true)
 		// The batch's runs take slots in claim order (startRun): a task
 		// claimed ahead starts after those before it in its queue.
@@ -428,13 +430,8 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		if cs[i].Held() != nil {
 			r.c.batch, r.c.waited = group, cs[i].Waited()
 		}
-		tasks.Go(func() {
-			defer r.tok.free()
-			defer r.lane.close()
-			if _, ok := p.runTask(fetchCtx, baseCtx, r.c); !ok && r.c.batch != nil {
-				r.c.batch.gone()
-			}
-		})
+		tasks.Add(1)
+		go p.runBatched(fetchCtx, baseCtx, tasks, r)
 	}
 	if mine != nil {
 		passTurn(turn, mine) // the pops after this one's wait for its last run
@@ -443,6 +440,18 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 		return "", nil, nil, nil
 	}
 	return group.run(fetchCtx, baseCtx)
+}
+
+// runBatched is the goroutine of r, one run of a claimed batch. A go
+// statement, where tasks.Go would take a closure: one allocation a task
+// less.
+func (p *processor) runBatched(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, r *batchRun) {
+	defer tasks.Done()
+	defer r.tok.free()
+	defer r.lane.close()
+	if _, ok := p.runTask(fetchCtx, baseCtx, r.c); !ok && r.c.batch != nil {
+		r.c.batch.gone()
+	}
 }
 
 // batchRun is what the goroutine of one run of a claimed batch keeps.

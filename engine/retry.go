@@ -15,12 +15,12 @@ type retryPolicy struct {
 	cfg Config
 }
 
-func (p retryPolicy) decide(r *buckets.Record, now time.Time, herr error) buckets.Outcome {
+func (p *retryPolicy) decide(r *buckets.Record, now time.Time, herr error) buckets.Outcome {
+	if herr == nil {
+		return buckets.Done // before ra, which errors.As moves to the heap
+	}
 	var ra *snoozeError
-	switch {
-	case herr == nil:
-		return buckets.Done
-	case errors.As(herr, &ra):
+	if errors.As(herr, &ra) {
 		if r.Snoozes >= max(p.cfg.Advanced.MaxSnoozes, 0) {
 			r.LastError = fmt.Sprintf("snoozed too often (%d times, Advanced.MaxSnoozes)", r.Snoozes)
 			return buckets.Bury

@@ -46,13 +46,14 @@ const (
 	runGivenBack
 )
 
-// activeRun is one run of a task: what the worker knows of it, and the
-// parent of its handler's context, which carries the run's result and
-// progress boxes (SetResult, SetProgress), all in one allocation where a
-// context.WithValue per box took one each.
+// activeRun is one run of a task: what the worker knows of it, the Task
+// its handler gets, and the parent of its handler's context, which
+// carries the run's result and progress boxes (SetResult, SetProgress),
+// all in one allocation where a context.WithValue per box took one each.
 type activeRun struct {
 	context.Context // the base context the handler's is derived from
 	rec             *buckets.Record
+	task            Task
 	cancel          context.CancelFunc
 	state           atomic.Int32
 	box             resultBox
@@ -76,8 +77,8 @@ func (a *activeRun) Value(key any) any {
 // must not be recorded. A result that arrives before the task is given
 // back is kept, even past the shutdown deadline.
 func (r *runner) run(baseCtx context.Context, rec *buckets.Record, result *[]byte) (herr error, ok bool) {
-	task := taskFromRecord(rec)
-	run := &activeRun{Context: baseCtx, rec: rec, box: resultBox{max: r.maxResult}}
+	run := &activeRun{Context: baseCtx, rec: rec, task: taskOf(rec), box: resultBox{max: r.maxResult}}
+	task := &run.task
 	r.progress.initBox(&run.pbox, rec.ID, task.Timeout)
 	hctx, cancel := context.WithTimeout(run, task.Timeout)
 	defer cancel()
