@@ -207,15 +207,29 @@ func recordGroup(baseCtx context.Context, w *worker, l *lane, held bool, group [
 // deep, the group recorded with the watch, when it is the batch's last,
 // takes the next batch with its result (processor.nextPop).
 type heldGroup struct {
-	w    *worker
-	l    *lane // the claim's lane, with the watch
-	held bool  // the watch is not used yet
-	left int   // runs not yet reported
-	reqs chan commitReq
+	w     *worker
+	l     *lane // the claim's lane, with the watch
+	held  bool  // the watch is not used yet
+	left  int   // runs not yet reported
+	reqs  chan commitReq
+	chain *groupChain
 }
 
-func newHeldGroup(w *worker, l *lane, runs int) *heldGroup {
-	return &heldGroup{w: w, l: l, held: true, left: runs, reqs: make(chan commitReq, runs)}
+// groupChain is what the held groups of one chain of batches (processor.batch)
+// reuse, one group after the other: the requests' channel (empty once a
+// group has run: every run reports once), the list a group is gathered
+// in, and the window's timer.
+type groupChain struct {
+	reqs  chan commitReq
+	group []commitReq
+	timer groupTimer
+}
+
+func newHeldGroup(w *worker, l *lane, runs int, chain *groupChain) *heldGroup {
+	if cap(chain.reqs) < runs {
+		chain.reqs = make(chan commitReq, max(runs, 2*cap(chain.reqs)))
+	}
+	return &heldGroup{w: w, l: l, held: true, left: runs, reqs: chain.reqs, chain: chain}
 }
 
 // commit hands a run's result to the group and waits for its answer, as
@@ -235,9 +249,10 @@ func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
 func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, chan struct{}, chan struct{}) {
 	defer g.l.close()
 	window := g.w.cfg.Advanced.GroupCommitWindow
-	var timer groupTimer
+	timer := &g.chain.timer
 	for g.left > 0 {
-		var group []commitReq
+		// recordGroup keeps nothing of group: the next reuses its array.
+		group := g.chain.group[:0]
 		take := func(r commitReq) {
 			g.left--
 			if !r.gone {
@@ -273,6 +288,7 @@ func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, ch
 			}
 		}
 		timer.stop(expire)
+		g.chain.group = group
 		if len(group) == 0 {
 			continue
 		}

@@ -374,16 +374,18 @@ func (p *processor) work(fetchCtx, baseCtx context.Context, next popped) {
 // batch taken with them, as long as there is one.
 //
 // Each batch's runs take slots after prev is closed, and close mine once
-// they have theirs (reserveTurn).
+// they have theirs (reserveTurn). The batches' held groups, one after the
+// other, reuse one groupChain.
 func (p *processor) batch(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string, prev, mine chan struct{}) {
+	var chain groupChain
 	for len(ids) > 0 {
-		q, ids, prev, mine = p.batchOnce(fetchCtx, baseCtx, tasks, q, ids, prev, mine)
+		q, ids, prev, mine = p.batchOnce(fetchCtx, baseCtx, tasks, &chain, q, ids, prev, mine)
 	}
 }
 
 // batchOnce is one batch of batch: it returns the next, taken with its
 // last result (see nextPop), with a token held for each of its ids.
-func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, q string, ids []string, prev, mine chan struct{}) (string, []string, chan struct{}, chan struct{}) {
+func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.WaitGroup, chain *groupChain, q string, ids []string, prev, mine chan struct{}) (string, []string, chan struct{}, chan struct{}) {
 	w := p.w
 	l := w.lane()
 	recs, cs := w.fetcher.claimBatch(fetchCtx, l, q, ids, w.finisher.group != nil)
@@ -405,7 +407,7 @@ func (p *processor) batchOnce(fetchCtx, baseCtx context.Context, tasks *sync.Wai
 	turn := prev // closed once the run before has its slot
 	order := newClaimOrder(recs)
 	if runs > 0 {
-		group = newHeldGroup(w, l, runs)
+		group = newHeldGroup(w, l, runs, chain)
 	} else {
 		l.close()
 	}
