@@ -227,21 +227,18 @@ type stuckSetup struct {
 }
 
 // newStuckSetup starts a stuckSetup of n tasks, slots handlers, claims of
-// up to claimBatch and, when grace is not 0, that LeaseGrace.
-// PrefetchWait is 50 ms, so that a busy machine's pauses do not turn
-// claiming ahead off.
-func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) *stuckSetup {
+// up to claimBatch, PrefetchWait wait and, when grace is not 0, that
+// LeaseGrace. The worker claims ahead while the handlers' mean run, times
+// the tasks claimed ahead per slot (up to 7 here), is within wait, and
+// while its slots were all taken for less than wait: a test that needs
+// claims ahead to happen under a loaded machine's pauses (the race
+// detector, every package's tests at once) sets it long.
+func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace, wait time.Duration) *stuckSetup {
 	t.Helper()
 	st := &stuckSetup{}
 	st.e, st.c, st.infos = deepQueue(t, n, slots)
 	st.e.cfg.Advanced.ClaimBatch = claimBatch
-	// The worker claims ahead while the handlers' mean run, times the
-	// tasks claimed ahead per slot (up to 7 here), is within PrefetchWait:
-	// 150 ms leaves a mean of 21 ms, which a quick handler keeps on a
-	// loaded machine under the race detector (at 50 ms, 7 ms, a busy run
-	// turned claiming ahead off for good, and no run had a follower to
-	// block on). It stays below half the tests' grace (200 ms).
-	st.e.cfg.Advanced.PrefetchWait = 150 * time.Millisecond
+	st.e.cfg.Advanced.PrefetchWait = wait
 	if grace != 0 {
 		st.e.cfg.Advanced.LeaseGrace = grace
 	}
@@ -260,6 +257,12 @@ func newStuckSetup(t *testing.T, n, slots, claimBatch int, grace time.Duration) 
 	})
 	st.w, st.rs, _ = prefetchWorker(t, st.e, st.rec)
 	started.Store(st.rs)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("runs %d, largest claim %d, mean run %v, blocked %d",
+				runs.Load(), st.rs.maxClaim.Load(), time.Duration(st.w.proc.meanRun.Load()), st.blocked.Load())
+		}
+	})
 	// Registered after the worker's: cleanups run last registered
 	// first, so a test that fails before it opens still unblocks the
 	// handlers before the worker is stopped.
@@ -295,7 +298,7 @@ func (st *stuckSetup) queue() (*QueueInfo, error) {
 func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 	t.Parallel()
 	const n, slots = 400, 2
-	su := newStuckSetup(t, n, slots, 16, 0)
+	su := newStuckSetup(t, n, slots, 16, 0, 150*time.Millisecond)
 	e, c, infos, w, rs, rec := su.e, su.c, su.infos, su.w, su.rs, su.rec
 	ctx := context.Background()
 	waitFor(t, outcomeWait, "both slots blocked", func() bool { return su.blocked.Load() == slots })
@@ -366,7 +369,13 @@ func TestPrefetchShutdownGivesBackAtOnce(t *testing.T) {
 func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 	t.Parallel()
 	const n, slots = 400, 1
-	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond)
+	// The blocked run needs a follower: a task claimed ahead with it. Its
+	// PrefetchWait is the most there is (1 s, past half the grace: a
+	// task claimed ahead then goes back, which is what is tested), so
+	// that claims ahead go on through a loaded machine's pauses: at
+	// 150 ms a loaded run of the test command timed out waiting for a
+	// run with a follower.
+	su := newStuckSetup(t, n, slots, 8, 400*time.Millisecond, time.Second)
 	e, c, infos, rs, rec := su.e, su.c, su.infos, su.rs, su.rec
 	ctx := context.Background()
 	waitFor(t, outcomeWait, "a blocked handler", func() bool { return su.blocked.Load() == 1 })
@@ -396,7 +405,7 @@ func TestPrefetchGivesBackPastHalfTheGrace(t *testing.T) {
 func TestPrefetchStopsWhileSlotsAreStuck(t *testing.T) {
 	t.Parallel()
 	const n, slots = 200, 2
-	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond)
+	su := newStuckSetup(t, n, slots, 16, 400*time.Millisecond, 150*time.Millisecond)
 	e, w, rs := su.e, su.w, su.rs
 	waitFor(t, outcomeWait, "both slots blocked", func() bool { return su.blocked.Load() == slots })
 	// Those claimed ahead before the slots were seen stuck go back once
