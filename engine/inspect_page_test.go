@@ -18,7 +18,7 @@ import (
 // did).
 func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remaining func() []string, moved func() bool, between func()) {
 	t.Helper()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	seen := map[string]bool{}
 	pages := 0
 	for {
@@ -50,6 +50,11 @@ func pageWhileMoving(t *testing.T, in *laneInspector, opts ListOptions, remainin
 	}
 	t.Logf("%s: %d listed in %d pages while tasks moved; %d still there at the end", opts.State, len(seen), pages, len(rest))
 }
+
+// pagingCtx bounds each paging test's calls. It outlasts outcomeWait: a
+// wait whose condition calls with an ended context would only time out,
+// and say nothing of why.
+const pagingCtx = outcomeWait + time.Minute
 
 // eventPacer is an Observer that lets a listing wait, between two pages,
 // for an event of its kind (one more task moved), until n tasks moved.
@@ -101,7 +106,7 @@ func TestInspectPagingReadyWhileConsumed(t *testing.T) {
 	e.cfg.Concurrency = 4
 	c := e.client(t)
 	in := c.inspector()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	const n = 3000
 	batch := make([]NewTask, n)
 	for i := range batch {
@@ -155,7 +160,7 @@ func TestInspectPagingScheduledWhileDispatched(t *testing.T) {
 	e.cfg.Advanced.Resolution = time.Millisecond
 	c := e.client(t)
 	in := c.inspector()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	const n = 3000
 	start := time.Now().Add(300 * time.Millisecond)
 	batch := make([]NewTask, n)
@@ -208,7 +213,7 @@ func TestInspectPagingAnchorsMoved(t *testing.T) {
 	e := realEnv(t)
 	c := e.client(t)
 	in := c.inspector()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	const n = 4000
 	batch := make([]NewTask, n)
 	for i := range batch {
@@ -288,7 +293,7 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 	e.cfg.Concurrency = 4
 	c := e.client(t)
 	in := c.inspector()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	batch := make([]NewTask, 1500)
 	for i := range batch {
 		batch[i] = NewTask{Type: "nobody"}
@@ -303,9 +308,20 @@ func TestInspectPagingDeadWhileBurying(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runBackground(t, w.Run)
+	var seen string // the queue as the wait last read it, said when the test fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("default queue, last read: %s", seen)
+		}
+	})
 	waitFor(t, outcomeWait, "1000 dead letters", func() bool {
 		q, err := in.Queue(ctx, "default")
-		return err == nil && q.Dead >= 1000
+		if err != nil {
+			seen = err.Error()
+			return false
+		}
+		seen = fmt.Sprintf("%+v", *q)
+		return q.Dead >= 1000
 	})
 	admin := e.admin(t)
 	dead := func() []string {
@@ -342,7 +358,7 @@ func TestInspectPagingRunningWhileFinishing(t *testing.T) {
 	e.cfg.Concurrency = 40
 	c := e.client(t)
 	in := c.inspector()
-	ctx := checkCtx(t, time.Minute)
+	ctx := checkCtx(t, pagingCtx)
 	batch := make([]NewTask, 2000)
 	for i := range batch {
 		batch[i] = NewTask{Type: "t", Payload: []byte{byte(i % 10 * 3)}}
