@@ -42,8 +42,9 @@ const e2eLimitMaxRunning = 1_000_000
 // when it never binds: for each handler count, the e2e case without a
 // limit and then with MaxRunning e2eLimitMaxRunning on the consumed
 // queue (a claim of a limited queue takes its slots under WATCH, and the
-// worker claims ahead only while the limit is far from binding). Both are in the scenario, so that the
-// ratio is always of two figures of one run. The engine only.
+// worker claims ahead only while the limit is far from binding). Both are
+// in the scenario, so that the ratio is always of two figures of one run.
+// The engine only.
 func e2eLimitCases(s Sizes) []*Case {
 	engineOnly := func(i Impl) string {
 		if i.Name() != "engine" {

@@ -208,11 +208,10 @@ func recordGroup(baseCtx context.Context, w *worker, l *lane, held bool, group [
 // takes the next batch with its result (processor.nextPop).
 type heldGroup struct {
 	w     *worker
-	l     *lane // the claim's lane, with the watch
-	held  bool  // the watch is not used yet
-	left  int   // runs not yet reported
-	reqs  chan commitReq
-	chain *groupChain
+	l     *lane       // the claim's lane, with the watch
+	held  bool        // the watch is not used yet
+	left  int         // runs not yet reported
+	chain *groupChain // its requests' channel among what it reuses
 }
 
 // groupChain is what the held groups of one chain of batches (processor.batch)
@@ -229,17 +228,17 @@ func newHeldGroup(w *worker, l *lane, runs int, chain *groupChain) *heldGroup {
 	if cap(chain.reqs) < runs {
 		chain.reqs = make(chan commitReq, max(runs, 2*cap(chain.reqs)))
 	}
-	return &heldGroup{w: w, l: l, held: true, left: runs, reqs: chain.reqs, chain: chain}
+	return &heldGroup{w: w, l: l, held: true, left: runs, chain: chain}
 }
 
 // commit hands a run's result to the group and waits for its answer, as
 // committer.commit.
 func (g *heldGroup) commit(item finishItem, tok *slotToken) (res buckets.FinishResult, sent bool, err error) {
-	return askCommit(g.reqs, item, tok)
+	return askCommit(g.chain.reqs, item, tok)
 }
 
 // gone tells the group that a run was given back: no result comes.
-func (g *heldGroup) gone() { g.reqs <- commitReq{gone: true} }
+func (g *heldGroup) gone() { g.chain.reqs <- commitReq{gone: true} }
 
 // run records the batch's results as they come, then closes the batch's
 // connection (the pool unwatches a watch left unused). It returns the
@@ -259,18 +258,18 @@ func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, ch
 				group = append(group, r)
 			}
 		}
-		take(<-g.reqs)
+		take(<-g.chain.reqs)
 		var expire <-chan time.Time
 	gather:
 		for g.left > 0 {
 			select {
-			case r := <-g.reqs:
+			case r := <-g.chain.reqs:
 				take(r)
 				continue
 			default:
 			}
 			if len(group) == 0 {
-				take(<-g.reqs) // only runs given back so far
+				take(<-g.chain.reqs) // only runs given back so far
 				continue
 			}
 			if window <= 0 {
@@ -280,7 +279,7 @@ func (g *heldGroup) run(fetchCtx, baseCtx context.Context) (string, []string, ch
 				expire = timer.start(window)
 			}
 			select {
-			case r := <-g.reqs:
+			case r := <-g.chain.reqs:
 				take(r)
 			case <-expire:
 				expire = nil
